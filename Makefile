@@ -1,0 +1,45 @@
+# Two commands on a fresh machine with only python3 and make:
+#   make demo   set everything up and run the demo
+#   make test   set everything up and run ruff, mypy, pytest (and the docs build)
+PYTHON ?= python3
+UV_VERSION ?= 0.13.8
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(CURDIR)/.venv
+
+UV_ON_PATH := $(shell command -v uv 2>/dev/null)
+ifeq ($(UV_ON_PATH),)
+UV := $(CURDIR)/.tools/bin/uv
+UV_DEP := $(UV)
+else
+UV := $(UV_ON_PATH)
+UV_DEP :=
+endif
+RUN := $(UV) run --no-sync
+
+.PHONY: setup demo test lint typecheck pytest docs bench bench-full clean
+
+# uv is bootstrapped into a project-local virtual environment when it is not on PATH.
+$(CURDIR)/.tools/bin/uv:
+	$(PYTHON) -m venv $(CURDIR)/.tools
+	$(CURDIR)/.tools/bin/python -m pip install --quiet "uv==$(UV_VERSION)"
+
+setup: $(UV_DEP)
+	$(UV) sync --all-packages --all-extras --locked --python $(PYTHON)
+
+demo: setup
+	$(RUN) python examples/demo.py
+
+lint: setup
+	$(RUN) ruff check .
+	$(RUN) ruff format --check .
+
+typecheck: setup
+	$(RUN) mypy
+
+pytest: setup
+	HYPOTHESIS_PROFILE=ci $(RUN) pytest -q
+
+test: lint typecheck pytest
+
+clean:
+	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache .hypothesis site

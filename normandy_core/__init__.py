@@ -1,0 +1,225 @@
+"""Normandy for Python: keep an LLM agent's conversation inside its model's context window.
+
+The core defines the compactor contract as pluggy hookspecs (:mod:`normandy_core.hookspecs`),
+finds compactors and hook plugins by entry-point name (:mod:`normandy_core.plugins`), and
+holds the conversation model, token counting, the model catalog and the boundary function.
+
+Only the hook markers are imported eagerly; every other public name is imported on first
+access, so ``import normandy_core`` stays cheap (no pydantic, no tiktoken).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from normandy_core.hookspecs import hookimpl, hookspec
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    # memory
+    "AgentMemory": "memory",
+    "Entry": "memory",
+    "Block": "memory",
+    "Content": "memory",
+    "TextBlock": "memory",
+    "ThinkingBlock": "memory",
+    "RedactedThinkingBlock": "memory",
+    "ToolUseBlock": "memory",
+    "ToolResultBlock": "memory",
+    "ImageBlock": "memory",
+    "DocumentBlock": "memory",
+    "drop_thinking": "memory",
+    "new_id": "memory",
+    # structure
+    "group_units": "structure",
+    "pairing_problems": "structure",
+    "tool_use_ids": "structure",
+    "tool_result_ids": "structure",
+    "carries_results": "structure",
+    # tokens
+    "TokenCounter": "tokens",
+    "BaseCounter": "tokens",
+    "EstimateCounter": "tokens",
+    "TiktokenCounter": "tokens",
+    "get_counter": "tokens",
+    "default_counter_for": "tokens",
+    "estimate_tokens": "tokens",
+    # catalog
+    "ModelCatalog": "catalog",
+    "StaticCatalog": "catalog",
+    "default_catalog": "catalog",
+    # options
+    "CompactorOptions": "options",
+    "validate_options": "options",
+    # config and boundary
+    "AgentConfig": "config",
+    "CompactionContext": "boundary",
+    "build_context": "boundary",
+    "run_compaction": "boundary",
+    "run_after_compact": "boundary",
+    # plugins
+    "COMPACTOR_GROUP": "plugins",
+    "HOOK_GROUP": "plugins",
+    "Compactor": "plugins",
+    "PluginRow": "plugins",
+    "resolve_compactor": "plugins",
+    "register_compactor": "plugins",
+    "unregister_compactor": "plugins",
+    "register_hook": "plugins",
+    "unregister_hook": "plugins",
+    "list_plugins": "plugins",
+    "reload_plugins": "plugins",
+    "hook_manager": "plugins",
+    # errors
+    "NormandyError": "errors",
+    "PluginError": "errors",
+    "PluginLoadError": "errors",
+    "PluginConflictError": "errors",
+    "PluginDisabledError": "errors",
+    "UnknownCompactorError": "errors",
+    "OptionsError": "errors",
+    "WindowUnknownError": "errors",
+}
+
+__all__ = [
+    "AgentConfig",
+    "AgentMemory",
+    "BaseCounter",
+    "Block",
+    "COMPACTOR_GROUP",
+    "CompactionContext",
+    "Compactor",
+    "CompactorOptions",
+    "Content",
+    "DocumentBlock",
+    "Entry",
+    "EstimateCounter",
+    "HOOK_GROUP",
+    "ImageBlock",
+    "ModelCatalog",
+    "NormandyError",
+    "OptionsError",
+    "PluginConflictError",
+    "PluginDisabledError",
+    "PluginError",
+    "PluginLoadError",
+    "PluginRow",
+    "RedactedThinkingBlock",
+    "StaticCatalog",
+    "TextBlock",
+    "ThinkingBlock",
+    "TiktokenCounter",
+    "TokenCounter",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "UnknownCompactorError",
+    "WindowUnknownError",
+    "__version__",
+    "build_context",
+    "carries_results",
+    "default_catalog",
+    "default_counter_for",
+    "drop_thinking",
+    "estimate_tokens",
+    "get_counter",
+    "group_units",
+    "hook_manager",
+    "hookimpl",
+    "hookspec",
+    "list_plugins",
+    "new_id",
+    "pairing_problems",
+    "register_compactor",
+    "register_hook",
+    "reload_plugins",
+    "resolve_compactor",
+    "run_after_compact",
+    "run_compaction",
+    "tool_result_ids",
+    "tool_use_ids",
+    "unregister_compactor",
+    "unregister_hook",
+    "validate_options",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'normandy_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"normandy_core.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
+
+if TYPE_CHECKING:
+    from normandy_core.boundary import (
+        CompactionContext,
+        build_context,
+        run_after_compact,
+        run_compaction,
+    )
+    from normandy_core.catalog import ModelCatalog, StaticCatalog, default_catalog
+    from normandy_core.config import AgentConfig
+    from normandy_core.errors import (
+        NormandyError,
+        OptionsError,
+        PluginConflictError,
+        PluginDisabledError,
+        PluginError,
+        PluginLoadError,
+        UnknownCompactorError,
+        WindowUnknownError,
+    )
+    from normandy_core.memory import (
+        AgentMemory,
+        Block,
+        Content,
+        DocumentBlock,
+        Entry,
+        ImageBlock,
+        RedactedThinkingBlock,
+        TextBlock,
+        ThinkingBlock,
+        ToolResultBlock,
+        ToolUseBlock,
+        drop_thinking,
+        new_id,
+    )
+    from normandy_core.options import CompactorOptions, validate_options
+    from normandy_core.plugins import (
+        COMPACTOR_GROUP,
+        HOOK_GROUP,
+        Compactor,
+        PluginRow,
+        hook_manager,
+        list_plugins,
+        register_compactor,
+        register_hook,
+        reload_plugins,
+        resolve_compactor,
+        unregister_compactor,
+        unregister_hook,
+    )
+    from normandy_core.structure import (
+        carries_results,
+        group_units,
+        pairing_problems,
+        tool_result_ids,
+        tool_use_ids,
+    )
+    from normandy_core.tokens import (
+        BaseCounter,
+        EstimateCounter,
+        TiktokenCounter,
+        TokenCounter,
+        default_counter_for,
+        estimate_tokens,
+        get_counter,
+    )

@@ -1,0 +1,153 @@
+"""The one boundary function: build ``ctx``, call the selected compactor, check, run hooks."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from normandy_core.config import AgentConfig
+from normandy_core.plugins import Compactor, hook_manager, resolve_compactor
+
+__all__ = ["CompactionContext", "build_context", "run_after_compact", "run_compaction"]
+
+log = logging.getLogger("normandy_core.boundary")
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionContext:
+    """The decision inputs of one boundary (the contract's ``ctx``), immutable.
+
+    ``model``: the model id of the turn. ``window``: its context window, ``None`` only for
+    a compactor that needs none. ``prompt_tokens``: estimated tokens of the system prompt
+    and tool definitions the next call sends (about four characters per token), 0 when
+    there is no window. ``mid_round``: false at the start of a turn, true after a tool
+    batch, where the model's tool round is still open. ``turn_id``: the running turn, so a
+    compactor can tell this turn's messages (``None`` outside a turn loop: the newest
+    entry's turn is then taken as the running one).
+    """
+
+    model: str | None
+    window: int | None
+    prompt_tokens: int
+    mid_round: bool
+    turn_id: str | None = None
+
+
+def build_context(
+    acc: AgentConfig,
+    compactor: Compactor | None = None,
+    *,
+    mid_round: bool,
+    turn_id: str | None = None,
+) -> CompactionContext:
+    """The ``ctx`` for ``acc``'s compactor: window and prompt tokens only when it needs a window."""
+    comp = compactor or resolve_compactor(acc.compactor)
+    window = acc.resolve_window(comp)
+    return CompactionContext(
+        model=acc.model,
+        window=window,
+        prompt_tokens=acc.prompt_tokens if window is not None else 0,
+        mid_round=mid_round,
+        turn_id=turn_id,
+    )
+
+
+def _error(
+    acc: AgentConfig, reason: str, exc: BaseException | None = None
+) -> tuple[AgentConfig, dict[str, Any]]:
+    if exc is not None:
+        log.error("%s", reason, exc_info=exc)
+    else:
+        log.error("%s", reason)
+    return acc, {"compacted": False, "error": reason}
+
+
+def run_after_compact(
+    acc: AgentConfig, ctx: CompactionContext, meta: dict[str, Any]
+) -> list[dict[str, str]]:
+    """Broadcast ``after_compact`` to every hook plugin, each isolated from the others.
+
+    Returns one ``{"hook": name, "error": text}`` per hook that raised (each also logged).
+    """
+    pm = hook_manager()
+    errors: list[dict[str, str]] = []
+    args = {"acc": acc, "ctx": ctx, "meta": meta}
+    for impl in reversed(pm.hook.after_compact.get_hookimpls()):
+        try:
+            impl.function(*[args[a] for a in impl.argnames])
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            log.error("after_compact hook %r raised %s", impl.plugin_name, text, exc_info=exc)
+            errors.append({"hook": impl.plugin_name, "error": text})
+    return errors
+
+
+def run_compaction(
+    acc: AgentConfig,
+    *,
+    mid_round: bool,
+    turn_id: str | None = None,
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """Resolve one boundary: call ``acc``'s compactor and return ``(acc, meta)``.
+
+    Builds ``ctx`` (:func:`build_context`), calls the selected compactor's
+    ``maybe_compact``, and checks what it returned: a compactor that raises, returns
+    something other than ``(AgentConfig, dict)``, omits the boolean ``compacted``, reports
+    ``dropped`` without compacting, or mutates the memory it was given, yields
+    ``{"compacted": False, "error": ...}`` with the caller's ``acc`` (its memory restored
+    when it was appended to). ``after_compact`` hooks run only when ``meta["dropped"]`` is
+    non-empty; hooks that raise are collected in ``meta["hook_errors"]``.
+    This function does not raise for a faulty compactor or hook.
+    """
+    try:
+        comp = resolve_compactor(acc.compactor)
+        ctx = build_context(acc, comp, mid_round=mid_round, turn_id=turn_id)
+    except Exception as exc:
+        return _error(acc, f"compactor {acc.compactor!r} could not be prepared: {exc}", exc)
+    memory = acc.memory
+    snapshot = memory._snapshot()
+    opts = dict(acc.compactor_opts)
+    try:
+        result = comp.maybe_compact(acc, ctx, opts)
+    except Exception as exc:
+        memory._restore(snapshot)
+        return _error(acc, f"{comp.describe()} raised {type(exc).__name__}: {exc}", exc)
+    if memory._snapshot() != snapshot:
+        memory._restore(snapshot)
+        return _error(acc, f"{comp.describe()} mutated the memory it was given (restored)")
+    if acc.memory is not memory:
+        object.__setattr__(acc, "memory", memory)
+        return _error(acc, f"{comp.describe()} replaced the memory of the config it was given")
+    if not (isinstance(result, tuple) and len(result) == 2):
+        return _error(acc, f"{comp.describe()} returned {type(result).__name__}, not (acc, meta)")
+    new_acc, meta = result
+    if not isinstance(new_acc, AgentConfig):
+        return _error(
+            acc, f"{comp.describe()} returned acc of type {type(new_acc).__name__}, not AgentConfig"
+        )
+    if not isinstance(meta, dict) or not isinstance(meta.get("compacted"), bool):
+        return _error(
+            acc, f"{comp.describe()} returned meta without a boolean 'compacted': {meta!r:.200}"
+        )
+    meta = dict(meta)
+    dropped = meta.get("dropped")
+    if dropped is not None and not isinstance(dropped, list):
+        return _error(
+            acc,
+            f"{comp.describe()} returned 'dropped' of type {type(dropped).__name__}, not a list",
+        )
+    if "error" in meta:
+        if meta["compacted"]:
+            return _error(
+                acc, f"{comp.describe()} reported an error while compacted=True: {meta['error']}"
+            )
+        meta.pop("dropped", None)
+        return acc, meta
+    if not meta["compacted"] and dropped:
+        return _error(acc, f"{comp.describe()} reported dropped entries with compacted=False")
+    if dropped:
+        hook_errors = run_after_compact(new_acc, ctx, meta)
+        if hook_errors:
+            meta["hook_errors"] = hook_errors
+    return new_acc, meta

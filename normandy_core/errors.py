@@ -1,0 +1,65 @@
+"""Exceptions raised by Normandy. Every message names what is at fault."""
+
+from __future__ import annotations
+
+__all__ = [
+    "NormandyError",
+    "OptionsError",
+    "PluginConflictError",
+    "PluginDisabledError",
+    "PluginError",
+    "PluginLoadError",
+    "UnknownCompactorError",
+    "WindowUnknownError",
+]
+
+
+class NormandyError(Exception):
+    """Base class of every error Normandy raises on purpose."""
+
+
+class PluginError(NormandyError):
+    """A plugin could not be found, loaded or used."""
+
+
+class UnknownCompactorError(PluginError, LookupError):
+    """No installed compactor has the configured name.
+
+    The message lists the installed names and suggests the closest one.
+    """
+
+    def __init__(self, name: str, installed: list[str], suggestion: str | None) -> None:
+        self.name = name
+        self.installed = installed
+        self.suggestion = suggestion
+        listed = ", ".join(repr(n) for n in installed) if installed else "none"
+        hint = f"; did you mean {suggestion!r}?" if suggestion else ""
+        super().__init__(
+            f"unknown compactor {name!r}{hint} Installed compactors: {listed}. "
+            "A compactor is an entry point in the 'normandy_core.compactors' group of an "
+            "installed distribution (pip install normandy-<name>)."
+        )
+
+
+class PluginLoadError(PluginError):
+    """A plugin failed to import or its hook implementations do not match the hookspecs."""
+
+
+class PluginConflictError(PluginError):
+    """Two installed distributions register the same entry-point name in one group."""
+
+
+class PluginDisabledError(PluginError, LookupError):
+    """A plugin exists but NORMANDY_LOAD_PLUGINS or NORMANDY_DISABLE_PLUGINS excludes it."""
+
+
+class OptionsError(NormandyError, ValueError):
+    """A compactor refused its options where the config was made.
+
+    The message begins with the public entry point that made the config, then names the
+    compactor, the option and what is allowed.
+    """
+
+
+class WindowUnknownError(NormandyError, ValueError):
+    """A compactor needs a context window that neither its options nor the catalog give."""

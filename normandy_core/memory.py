@@ -1,0 +1,495 @@
+"""The conversation: typed content blocks, immutable entries, and a parent-linked memory.
+
+An :class:`AgentMemory` is a graph of :class:`Entry` objects linked by ``parent_id``;
+branches share a parent and the *active branch* runs from the head back to the root.
+Entries are frozen and keep their ``id`` for as long as the memory lives, through every
+compaction. The memory itself is append-only: :meth:`AgentMemory.add_message` extends
+the active branch in place, and compactors never call it on the memory they were given;
+they build a new one (:meth:`AgentMemory.from_entries`, :func:`drop_thinking`).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+if TYPE_CHECKING:
+    from normandy_core.tokens import TokenCounter
+
+__all__ = [
+    "AgentMemory",
+    "Block",
+    "Content",
+    "DocumentBlock",
+    "Entry",
+    "ImageBlock",
+    "RedactedThinkingBlock",
+    "Role",
+    "TextBlock",
+    "ThinkingBlock",
+    "ToolResultBlock",
+    "ToolUseBlock",
+    "drop_thinking",
+    "new_id",
+]
+
+MEMORY_FORMAT = "normandy.memory"
+MEMORY_VERSION = 1
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextBlock(_Block):
+    """Plain text."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ThinkingBlock(_Block):
+    """A model's extended-thinking block; ``signature`` lets the provider verify it on replay."""
+
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = ""
+
+
+class RedactedThinkingBlock(_Block):
+    """Thinking the provider encrypted; replayed as the opaque ``data`` it came with."""
+
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+class ImageBlock(_Block):
+    """An image, by ``source`` (``{"type": "base64", "media_type", "data"}`` or a URL)."""
+
+    type: Literal["image"] = "image"
+    source: dict[str, Any]
+
+
+class DocumentBlock(_Block):
+    """A document (PDF or text) by ``source``, with an optional title."""
+
+    type: Literal["document"] = "document"
+    source: dict[str, Any]
+    title: str | None = None
+
+
+ResultPart = Annotated[TextBlock | ImageBlock | DocumentBlock, Field(discriminator="type")]
+
+
+class ToolUseBlock(_Block):
+    """The model's call of tool ``name`` with JSON ``input``; ``id`` pairs it with its result."""
+
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(_Block):
+    """The result of the tool use whose id is ``tool_use_id``."""
+
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str | tuple[ResultPart, ...] = ""
+    is_error: bool = False
+
+    def text(self) -> str:
+        """The result's text parts, joined by newlines."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextBlock))
+
+
+Block = Annotated[
+    TextBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ImageBlock
+    | DocumentBlock,
+    Field(discriminator="type"),
+]
+#: An entry's content: plain text, or a tuple of typed blocks.
+Content = str | tuple[Block, ...]
+
+_THINKING = (ThinkingBlock, RedactedThinkingBlock)
+
+
+def new_id() -> str:
+    """A fresh entry id (32 hex characters)."""
+    return uuid.uuid4().hex
+
+
+class Entry(BaseModel):
+    """One message of the conversation, under a stable ``id``.
+
+    ``parent_id`` links it into the memory's graph, ``turn_id`` names the agent turn that
+    produced it, and ``pinned`` entries are never removed by a compactor. ``metadata`` is
+    free-form JSON for plugins (the summarize strategy marks its summaries there).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str = Field(min_length=1)
+    parent_id: str | None = None
+    turn_id: str | None = None
+    role: Role
+    content: Content
+    pinned: bool = False
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        """The content as blocks (plain text becomes one :class:`TextBlock`)."""
+        if isinstance(self.content, str):
+            return (TextBlock(text=self.content),) if self.content else ()
+        return self.content
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        """The tool-use blocks of this entry, in order."""
+        if isinstance(self.content, str):
+            return []
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    @property
+    def tool_results(self) -> list[ToolResultBlock]:
+        """The tool-result blocks of this entry, in order."""
+        if isinstance(self.content, str):
+            return []
+        return [b for b in self.content if isinstance(b, ToolResultBlock)]
+
+    @property
+    def has_thinking(self) -> bool:
+        """Whether the entry holds a thinking or redacted-thinking block."""
+        if isinstance(self.content, str):
+            return False
+        return any(isinstance(b, _THINKING) for b in self.content)
+
+    def text(self) -> str:
+        """The entry's text, tool-result texts included, joined by newlines."""
+        if isinstance(self.content, str):
+            return self.content
+        parts: list[str] = []
+        for b in self.content:
+            if isinstance(b, TextBlock):
+                parts.append(b.text)
+            elif isinstance(b, ToolResultBlock):
+                parts.append(b.text())
+        return "\n".join(parts)
+
+    def without_thinking(self) -> Entry:
+        """This entry without thinking blocks (the same object when it has none)."""
+        if not self.has_thinking:
+            return self
+        assert not isinstance(self.content, str)
+        kept = tuple(b for b in self.content if not isinstance(b, _THINKING))
+        return self.model_copy(update={"content": kept})
+
+
+_ENTRY_LIST = TypeAdapter(list[Entry])
+
+
+class AgentMemory:
+    """A parent-linked graph of entries with an active branch (head back to root).
+
+    Iterating a memory yields the active branch oldest first; ``len()`` is its length.
+    Token totals of the active branch are kept incrementally per counter and per-entry
+    counts are cached, so a count is never computed twice (see :meth:`tokens`).
+    """
+
+    __slots__ = ("_branch", "_counts", "_entries", "_head", "_totals", "_version")
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+        self._head: str | None = None
+        self._branch: list[Entry] | None = []
+        # counter name -> entry id -> (content object, role, count); shared by derived memories
+        self._counts: dict[str, dict[str, tuple[object, str, int]]] = {}
+        # counter name -> (entries of the branch counted so far, their total)
+        self._totals: dict[str, tuple[int, int]] = {}
+        self._version = 0
+
+    # -- building -------------------------------------------------------------------
+
+    def add_message(
+        self,
+        role: Role,
+        content: Content | Sequence[Any],
+        *,
+        id: str | None = None,
+        turn_id: str | None = None,
+        pinned: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Entry:
+        """Append a message to the active branch and return its entry.
+
+        ``id`` keeps a known id (a compactor re-adding a kept message passes it); it must not
+        already be in the memory. ``content`` is text or blocks (dicts are validated).
+        """
+        eid = id if id is not None else new_id()
+        if eid in self._entries:
+            raise ValueError(f"entry id {eid!r} is already in this memory")
+        if not isinstance(content, str) and not isinstance(content, tuple):
+            content = tuple(content)
+        entry = Entry(
+            id=eid,
+            parent_id=self._head,
+            turn_id=turn_id,
+            role=role,
+            content=content,
+            pinned=pinned,
+            metadata=dict(metadata or {}),
+        )
+        self._append(entry)
+        return entry
+
+    def _append(self, entry: Entry) -> None:
+        self._entries[entry.id] = entry
+        self._head = entry.id
+        if self._branch is not None:
+            self._branch.append(entry)
+        self._version += 1
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[Entry]) -> AgentMemory:
+        """A memory whose active branch is exactly ``entries``, in order, under their ids.
+
+        Each entry is linked to the one before it; an entry whose ``parent_id`` already says
+        so is kept as the same object, others are copied with the new parent.
+        """
+        mem = cls()
+        prev: str | None = None
+        for e in entries:
+            if e.id in mem._entries:
+                raise ValueError(f"duplicate entry id {e.id!r}")
+            if e.parent_id != prev:
+                e = e.model_copy(update={"parent_id": prev})
+            mem._entries[e.id] = e
+            assert mem._branch is not None
+            mem._branch.append(e)
+            prev = e.id
+        mem._head = prev
+        return mem
+
+    @classmethod
+    def from_graph(cls, entries: Iterable[Entry], head: str | None) -> AgentMemory:
+        """A memory holding ``entries`` with their own parent links, active at ``head``.
+
+        Raises ``ValueError`` for a duplicate id, a parent that is not in the memory, a
+        cycle, or an unknown head.
+        """
+        mem = cls()
+        for e in entries:
+            if e.id in mem._entries:
+                raise ValueError(f"duplicate entry id {e.id!r}")
+            mem._entries[e.id] = e
+        for e in mem._entries.values():
+            if e.parent_id is not None and e.parent_id not in mem._entries:
+                raise ValueError(f"entry {e.id!r} has parent {e.parent_id!r}, which is missing")
+        if head is not None and head not in mem._entries:
+            raise ValueError(f"head {head!r} is not an entry of the memory")
+        mem._head = head
+        mem._branch = None
+        mem._active()  # checks for cycles
+        return mem
+
+    def fork(self, entry_id: str | None) -> AgentMemory:
+        """A new memory sharing this graph, active at ``entry_id`` (``None``: empty branch).
+
+        Messages added to the fork branch off after ``entry_id``; this memory is unchanged.
+        """
+        if entry_id is not None and entry_id not in self._entries:
+            raise KeyError(f"no entry {entry_id!r} in this memory")
+        mem = self._derive()
+        mem._entries = dict(self._entries)
+        mem._head = entry_id
+        mem._branch = None
+        return mem
+
+    def copy(self) -> AgentMemory:
+        """An independent memory with the same graph and head (entries are shared, frozen)."""
+        mem = self._derive()
+        mem._entries = dict(self._entries)
+        mem._head = self._head
+        mem._branch = list(self._branch) if self._branch is not None else None
+        mem._totals = dict(self._totals)
+        return mem
+
+    def _derive(self) -> AgentMemory:
+        mem = AgentMemory()
+        mem._counts = self._counts
+        return mem
+
+    def derive(self, entries: Iterable[Entry]) -> AgentMemory:
+        """Like :meth:`from_entries`, sharing this memory's token-count cache.
+
+        Compactors build their result with it so kept entries are not counted again.
+        """
+        mem = AgentMemory.from_entries(entries)
+        mem._counts = self._counts
+        return mem
+
+    def _snapshot(self) -> tuple[int, str | None, int]:
+        """What identifies this memory's state (for the boundary's mutation check)."""
+        return (self._version, self._head, len(self._entries))
+
+    def _restore(self, snap: tuple[int, str | None, int]) -> None:
+        """Undo appends made since ``snap`` (the memory is append-only, so this is exact)."""
+        if self._snapshot() == snap:
+            return
+        _, head, n = snap
+        for eid in list(self._entries)[n:]:
+            del self._entries[eid]
+        self._head = head
+        self._branch = None
+        self._totals = {}
+        self._version += 1
+
+    # -- reading --------------------------------------------------------------------
+
+    def _active(self) -> list[Entry]:
+        if self._branch is None:
+            branch: list[Entry] = []
+            seen: set[str] = set()
+            cur = self._head
+            while cur is not None:
+                if cur in seen:
+                    raise ValueError(f"the parent links of entry {cur!r} form a cycle")
+                seen.add(cur)
+                e = self._entries[cur]
+                branch.append(e)
+                cur = e.parent_id
+            branch.reverse()
+            self._branch = branch
+            self._totals = {}
+        return self._branch
+
+    @property
+    def head(self) -> str | None:
+        """The id of the newest entry of the active branch."""
+        return self._head
+
+    @property
+    def version(self) -> int:
+        """A number that grows with every change; equal numbers mean an unchanged memory."""
+        return self._version
+
+    def entries(self) -> list[Entry]:
+        """The active branch, oldest first (a new list)."""
+        return list(self._active())
+
+    def all_entries(self) -> list[Entry]:
+        """Every entry of the graph, in the order it was added."""
+        return list(self._entries.values())
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self._active())
+
+    def __len__(self) -> int:
+        return len(self._active())
+
+    def __contains__(self, entry_id: object) -> bool:
+        return entry_id in self._entries
+
+    def __getitem__(self, entry_id: str) -> Entry:
+        return self._entries[entry_id]
+
+    def get(self, entry_id: str) -> Entry | None:
+        """The entry with this id anywhere in the graph, or ``None``."""
+        return self._entries.get(entry_id)
+
+    def last(self) -> Entry | None:
+        """The newest entry of the active branch."""
+        return self._entries[self._head] if self._head is not None else None
+
+    def __repr__(self) -> str:
+        return f"<AgentMemory {len(self)} active / {len(self._entries)} entries head={self._head}>"
+
+    # -- tokens ---------------------------------------------------------------------
+
+    def entry_tokens(self, entry: Entry, counter: TokenCounter) -> int:
+        """``counter``'s count of ``entry``, computed once per entry id and content."""
+        cache = self._counts.get(counter.name)
+        if cache is None:
+            cache = self._counts[counter.name] = {}
+        hit = cache.get(entry.id)
+        if hit is not None and hit[0] is entry.content and hit[1] == entry.role:
+            return hit[2]
+        n = counter.count_entry(entry)
+        cache[entry.id] = (entry.content, entry.role, n)
+        return n
+
+    def tokens(self, counter: TokenCounter) -> int:
+        """Total tokens of the active branch; only entries added since the last call are counted."""
+        branch = self._active()
+        done, total = self._totals.get(counter.name, (0, 0))
+        if done < len(branch):
+            for e in branch[done:]:
+                total += self.entry_tokens(e, counter)
+            self._totals[counter.name] = (len(branch), total)
+        return total
+
+    # -- persistence ----------------------------------------------------------------
+
+    def dump(self) -> dict[str, Any]:
+        """A JSON-ready dict of the whole graph and head; :meth:`load` restores it exactly."""
+        return {
+            "format": MEMORY_FORMAT,
+            "version": MEMORY_VERSION,
+            "head": self._head,
+            "entries": [e.model_dump(mode="json") for e in self._entries.values()],
+        }
+
+    @classmethod
+    def load(cls, data: Mapping[str, Any]) -> AgentMemory:
+        """Restore a memory from :meth:`dump`'s dict; raises ``ValueError`` naming the fault."""
+        if data.get("format") != MEMORY_FORMAT:
+            raise ValueError(f"not a Normandy memory dump: 'format' is {data.get('format')!r}")
+        if data.get("version") != MEMORY_VERSION:
+            raise ValueError(f"unsupported memory dump version {data.get('version')!r}")
+        entries = _ENTRY_LIST.validate_python(data.get("entries", []))
+        return cls.from_graph(entries, data.get("head"))
+
+    def to_json(self) -> str:
+        """:meth:`dump` as a JSON string."""
+        return json.dumps(self.dump(), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> AgentMemory:
+        """Restore a memory from :meth:`to_json`'s string."""
+        return cls.load(json.loads(text))
+
+
+def drop_thinking(memory: AgentMemory) -> AgentMemory:
+    """A memory without thinking or redacted-thinking blocks, and nothing else changed.
+
+    Every entry of the graph keeps its id, parent and position; entries that had no
+    thinking are the same objects. Returns ``memory`` itself when nothing had thinking.
+    The input is never modified.
+    """
+    changed = False
+    new_entries: list[Entry] = []
+    for e in memory._entries.values():
+        ne = e.without_thinking()
+        changed |= ne is not e
+        new_entries.append(ne)
+    if not changed:
+        return memory
+    mem = memory._derive()
+    mem._entries = {e.id: e for e in new_entries}
+    mem._head = memory._head
+    mem._branch = None
+    return mem

@@ -1,0 +1,100 @@
+"""Tool-use structure of a conversation: atomic units and pairing checks.
+
+A *unit* is the smallest run of entries a compactor may drop or keep as a whole: an
+assistant entry that calls tools together with every following entry that carries their
+results (a parallel batch stays together), or any other single entry. Cutting only
+between units never orphans a tool result and never splits a batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from normandy_core.memory import ToolResultBlock, ToolUseBlock
+
+if TYPE_CHECKING:
+    from normandy_core.memory import Entry
+
+__all__ = ["carries_results", "group_units", "pairing_problems", "tool_result_ids", "tool_use_ids"]
+
+
+def tool_use_ids(entry: Entry) -> list[str]:
+    """Ids of the tool uses in ``entry``, in order."""
+    c = entry.content
+    if isinstance(c, str):
+        return []
+    return [b.id for b in c if isinstance(b, ToolUseBlock)]
+
+
+def tool_result_ids(entry: Entry) -> list[str]:
+    """``tool_use_id`` of each tool result in ``entry``, in order."""
+    c = entry.content
+    if isinstance(c, str):
+        return []
+    return [b.tool_use_id for b in c if isinstance(b, ToolResultBlock)]
+
+
+def carries_results(entry: Entry) -> bool:
+    """Whether ``entry`` is a user or tool message holding at least one tool result."""
+    if entry.role not in ("user", "tool") or isinstance(entry.content, str):
+        return False
+    return any(isinstance(b, ToolResultBlock) for b in entry.content)
+
+
+def group_units(entries: Sequence[Entry]) -> list[tuple[int, int]]:
+    """Split ``entries`` into atomic units, as ``[start, end)`` index ranges in order.
+
+    An assistant entry with tool uses opens a unit that takes every directly following
+    entry carrying tool results; any other entry is a unit of its own. Linear in the
+    number of entries.
+    """
+    units: list[tuple[int, int]] = []
+    n = len(entries)
+    i = 0
+    while i < n:
+        e = entries[i]
+        j = i + 1
+        if e.role == "assistant" and tool_use_ids(e):
+            while j < n and carries_results(entries[j]):
+                j += 1
+        units.append((i, j))
+        i = j
+    return units
+
+
+def pairing_problems(entries: Sequence[Entry], *, allow_pending: bool = True) -> list[str]:
+    """Everything a provider would reject about tool pairing in ``entries``; empty when valid.
+
+    A tool result must answer a tool use of the nearest assistant entry before it (with
+    only result-carrying entries between them); every tool use must get a result in the
+    entries that directly follow. ``allow_pending`` accepts tool uses of the last entry
+    that have no results yet (a round waiting for its tools).
+    """
+    problems: list[str] = []
+    pending: dict[str, str] = {}  # tool_use_id -> entry id of the use
+    for idx, e in enumerate(entries):
+        results = tool_result_ids(e)
+        if results and e.role in ("user", "tool"):
+            for rid in results:
+                if rid in pending:
+                    del pending[rid]
+                else:
+                    problems.append(
+                        f"entry {e.id!r} (position {idx}) has a tool result for {rid!r} "
+                        "without its tool use in the assistant entry before it"
+                    )
+            continue
+        for uid, eid in pending.items():
+            problems.append(f"entry {eid!r} has tool use {uid!r} without a result after it")
+        pending = {}
+        if e.role == "assistant":
+            for uid in tool_use_ids(e):
+                pending[uid] = e.id
+        elif results:
+            problems.append(f"entry {e.id!r} (role {e.role}) carries tool results")
+    last_is_use = bool(entries) and entries[-1].role == "assistant"
+    if pending and not (allow_pending and last_is_use):
+        for uid, eid in pending.items():
+            problems.append(f"entry {eid!r} has tool use {uid!r} without a result after it")
+    return problems

@@ -1,0 +1,1 @@
+"""The ``window_manager`` compactor: sizes the conversation against the model's window."""
