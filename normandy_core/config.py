@@ -23,6 +23,10 @@ _CREATE = "normandy_core.AgentConfig()"
 class AgentConfig:
     """The running agent config: model, prompt, tools, conversation and compactor settings.
 
+    ``client`` is the agent's model client (see :mod:`normandy_core.clients`), used by the
+    turn shells and by compactors that summarize with the model; ``session_id`` names the
+    session in archives and logs.
+
     It is the ``acc`` of the contract: compactors receive it and return it, or a copy with
     a new memory (:meth:`with_memory`). Making one, and every copy that changes the
     compactor settings (:meth:`replace`, :meth:`with_compactor`), resolves the compactor
@@ -40,6 +44,7 @@ class AgentConfig:
     compactor_opts: Mapping[str, Any] = field(default_factory=dict)
     catalog: ModelCatalog = field(default_factory=default_catalog)
     session_id: str = field(default_factory=new_id)
+    client: Any = None
     _entry: dataclasses.InitVar[str] = _CREATE
     _validate: dataclasses.InitVar[bool] = True
     _windows: dict[str, int] = field(default_factory=dict, repr=False)

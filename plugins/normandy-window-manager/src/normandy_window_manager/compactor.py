@@ -1,13 +1,414 @@
-"""Placeholder: the window_manager compactor lands with its issue."""
+"""The ``window_manager`` compactor: hookimpls and the compaction plan.
+
+A compaction cuts only between *units* (:func:`normandy_core.group_units`): an assistant
+entry that calls tools travels with every entry carrying its results, so no tool result
+is orphaned and no parallel batch is split. System entries, pinned entries and the
+newest unit are always kept. Kept entries keep their ids and lose their thinking blocks.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from normandy_core import hookimpl
+from normandy_core import (
+    Entry,
+    ImageBlock,
+    TextBlock,
+    TokenCounter,
+    ToolResultBlock,
+    default_counter_for,
+    get_counter,
+    group_units,
+    hookimpl,
+    new_id,
+    validate_options,
+)
+from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
+from normandy_window_manager.options import WindowManagerOptions
+from normandy_window_manager.summarize import SUMMARY_KEY, SummaryError, make_summary
+
+if TYPE_CHECKING:
+    from normandy_core import AgentConfig, CompactionContext
+
+__all__ = ["MARKER_KEY", "NAME", "SUMMARY_KEY", "maybe_compact", "needs_window", "validate_opts"]
+
+log = logging.getLogger("normandy_window_manager")
+
+#: The name this compactor is registered under.
+NAME = "window_manager"
+#: Metadata key marking the note inserted where history was cut.
+MARKER_KEY = "normandy.compaction_marker"
+
+_opts_cache: dict[Any, WindowManagerOptions] = {}
+
+
+def _options(opts: dict[str, Any]) -> WindowManagerOptions:
+    try:
+        key: Any = tuple(sorted(opts.items()))
+        hash(key)
+    except TypeError:
+        key = None
+    if key is not None:
+        hit = _opts_cache.get(key)
+        if hit is not None:
+            return hit
+    parsed = validate_options(
+        WindowManagerOptions, opts, entry="window_manager.maybe_compact()", compactor=NAME
+    )
+    if key is not None:
+        if len(_opts_cache) > 256:
+            _opts_cache.clear()
+        _opts_cache[key] = parsed
+    return parsed
 
 
 @hookimpl
-def maybe_compact(acc: Any, ctx: Any, opts: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """Not yet implemented: skip."""
-    return acc, {"compacted": False}
+def needs_window(opts: dict[str, Any]) -> bool:
+    """``window_manager`` always sizes against the window (pinned or from the catalog)."""
+    return True
+
+
+@hookimpl
+def validate_opts(opts: dict[str, Any], entry: str) -> None:
+    """Refuse bad options where the config is made, naming ``entry`` and the option."""
+    validate_options(WindowManagerOptions, opts, entry=entry, compactor=NAME)
+
+
+@dataclass
+class _Plan:
+    """What a compaction keeps, drops and rewrites, over the active branch."""
+
+    entries: list[Entry]
+    keep: list[bool]
+    replaced: dict[int, Entry] = field(default_factory=dict)  # index -> shortened entry
+    insert_at: int | None = None  # where a summary or marker goes (index into entries)
+    inserted: Entry | None = None
+
+
+def _units_info(
+    entries: Sequence[Entry],
+) -> tuple[list[tuple[int, int]], list[bool]]:
+    units = group_units(entries)
+    locked = []
+    for start, end in units:
+        locked.append(any(e.pinned or e.role == "system" for e in entries[start:end]))
+    if units:
+        locked[-1] = True  # the newest unit is the live state of the conversation
+    return units, locked
+
+
+@hookimpl
+def maybe_compact(
+    acc: AgentConfig, ctx: CompactionContext, opts: dict[str, Any]
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """Compact ``acc.memory`` when it exceeds ``trigger`` of the usable window; see the docs."""
+    o = _options(opts)
+    if ctx.window is None:
+        return acc, {"compacted": False, "error": "window_manager needs ctx.window, got None"}
+    counter = get_counter(o.counter or default_counter_for(ctx.model))
+    memory = acc.memory
+    before = memory.tokens(counter)
+    usable = ctx.window - o.reserved_tokens
+    if before + ctx.prompt_tokens <= o.trigger * usable:
+        return acc, {"compacted": False}
+    return _compact(acc, ctx, o, counter, before, usable)
+
+
+def _compact(
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    o: WindowManagerOptions,
+    counter: TokenCounter,
+    before: int,
+    usable: int,
+) -> tuple[AgentConfig, dict[str, Any]]:
+    memory = acc.memory
+    entries = memory.entries()
+    sizes = [memory.entry_tokens(e, counter) for e in entries]
+    goal = int(o.target * usable) - ctx.prompt_tokens
+    limit = usable - ctx.prompt_tokens
+    units, locked = _units_info(entries)
+    keep = [True] * len(entries)
+    total = before
+
+    def drop_unit(u: int) -> None:
+        nonlocal total
+        start, end = units[u]
+        for i in range(start, end):
+            if keep[i]:
+                keep[i] = False
+                total -= sizes[i]
+
+    if o.strategy == "sliding_window":
+        recent = _recent_turns(entries, o.turns_to_keep)
+        for u, (start, _end) in enumerate(units):
+            if not locked[u] and entries[start].turn_id not in recent:
+                drop_unit(u)
+
+    summary_budget = o.summary_max_tokens if o.strategy == "summarize" else 0
+    for u in range(len(units)):
+        if total + summary_budget <= goal:
+            break
+        if not locked[u]:
+            drop_unit(u)
+
+    plan = _Plan(entries=list(entries), keep=keep)
+    # A kept history never starts with a tool result: drop leading orphaned results too.
+    for u, (start, end) in enumerate(units):
+        if not any(keep[start:end]) or entries[start].role == "system":
+            continue
+        if (
+            not locked[u]
+            and entries[start].role in ("user", "tool")
+            and entries[start].tool_results
+        ):
+            drop_unit(u)
+            continue
+        break
+
+    dropped_idx = [i for i, k in enumerate(keep) if not k]
+    if o.strategy == "summarize" and dropped_idx:
+        try:
+            summary = make_summary(acc, [entries[i] for i in dropped_idx], o, counter)
+        except SummaryError as exc:
+            return acc, {"compacted": False, "error": f"window_manager summarize: {exc}"}
+        plan.insert_at = dropped_idx[0]
+        plan.inserted = Entry(
+            id=new_id(),
+            turn_id=f"summary-{new_id()[:12]}",
+            role="user",
+            content=summary,
+            metadata={SUMMARY_KEY: True, "summarized_ids": [entries[i].id for i in dropped_idx]},
+        )
+        total += counter.count_entry(plan.inserted)
+    elif dropped_idx:
+        first_kept = next(
+            (i for i, k in enumerate(keep) if k and entries[i].role != "system"), None
+        )
+        if first_kept is not None and entries[first_kept].role == "assistant":
+            n = len(dropped_idx)
+            plan.insert_at = dropped_idx[0]
+            plan.inserted = Entry(
+                id=new_id(),
+                turn_id=entries[first_kept].turn_id,
+                role="user",
+                content=f"[{n} earlier message{'s' if n != 1 else ''} removed to fit the "
+                "context window]",
+                metadata={MARKER_KEY: True},
+            )
+            total += counter.count_entry(plan.inserted)
+
+    # Still over the window: shorten the largest kept tool results (never pinned ones).
+    if total > limit:
+        total = _shorten(plan, sizes, counter, total, goal)
+    if total > limit:
+        return acc, {
+            "compacted": False,
+            "error": _irreducible_message(plan, sizes, ctx, o, usable, total),
+            "irreducible_tokens": total + ctx.prompt_tokens,
+        }
+
+    nothing_to_do = all(plan.keep) and not plan.replaced and plan.inserted is None
+    if nothing_to_do and not any(e.has_thinking for e in entries):
+        return acc, {"compacted": False}
+
+    return _commit(acc, ctx, o, counter, plan, before, goal, usable)
+
+
+def _recent_turns(entries: Sequence[Entry], n: int) -> set[str | None]:
+    order: list[str | None] = []
+    seen: set[str | None] = set()
+    for e in reversed(entries):
+        if e.turn_id not in seen:
+            seen.add(e.turn_id)
+            order.append(e.turn_id)
+            if len(order) == n:
+                break
+    return set(order)
+
+
+def _shorten(plan: _Plan, sizes: list[int], counter: TokenCounter, total: int, goal: int) -> int:
+    """Cut the largest kept, unpinned tool-result texts (head and tail kept) toward ``goal``."""
+    candidates = [
+        i
+        for i, e in enumerate(plan.entries)
+        if plan.keep[i] and not e.pinned and e.role != "system" and e.tool_results
+    ]
+    current = {i: sizes[i] for i in candidates}
+    for _ in range(4):  # a few passes: the markers and tokenization make one pass inexact
+        progress = False
+        for i in sorted(candidates, key=current.__getitem__, reverse=True):
+            if total <= goal:
+                return total
+            entry = plan.replaced.get(i, plan.entries[i])
+            excess = total - goal
+            budget = current[i] - excess - current[i] // 20 - 32
+            new_entry = _shortened(entry, max(budget, 0), counter)
+            if new_entry is None:
+                continue
+            new_size = counter.count_entry(new_entry)
+            if new_size >= current[i]:
+                continue
+            plan.replaced[i] = new_entry
+            total -= current[i] - new_size
+            current[i] = new_size
+            progress = True
+        if not progress or total <= goal:
+            break
+    return total
+
+
+_MIN_KEEP_CHARS = 200
+
+
+def _shortened(entry: Entry, budget_tokens: int, counter: TokenCounter) -> Entry | None:
+    """``entry`` with its tool results cut to about ``budget_tokens`` in all.
+
+    Texts keep their head and tail around a marker saying how much was cut; when the
+    images and documents of the results alone exceed the budget they are replaced by a
+    marker too. ``None`` when nothing could be cut.
+    """
+    assert not isinstance(entry.content, str)
+    results = [(j, b) for j, b in enumerate(entry.content) if isinstance(b, ToolResultBlock)]
+    full = sum(counter.count_text(b.text()) for _, b in results) or 1
+    media = sum(
+        IMAGE_TOKENS if isinstance(p, ImageBlock) else DOCUMENT_TOKENS
+        for _, b in results
+        if not isinstance(b.content, str)
+        for p in b.content
+        if not isinstance(p, TextBlock)
+    )
+    drop_media = media > 0 and media >= budget_tokens
+    ratio = max(budget_tokens - (0 if drop_media else media), 0) / full
+    blocks = list(entry.content)
+    changed = False
+    for j, b in results:
+        text = b.text()
+        keep_chars = max(int(len(text) * ratio), _MIN_KEEP_CHARS)
+        new_text = text
+        if keep_chars < len(text):
+            head = keep_chars * 3 // 5
+            tail = keep_chars - head
+            cut = len(text) - head - tail
+            cut_tokens = counter.count_text(text[head : len(text) - tail])
+            marker = (
+                f"\n[... {cut:,} characters (about {cut_tokens:,} tokens) cut by normandy "
+                "window_manager to fit the context window ...]\n"
+            )
+            new_text = text[:head] + marker + text[len(text) - tail :]
+        others: list[Any] = []
+        if not isinstance(b.content, str):
+            for p in b.content:
+                if isinstance(p, TextBlock):
+                    continue
+                if drop_media:
+                    kind = "image" if isinstance(p, ImageBlock) else "document"
+                    new_text += f"\n[{kind} removed by normandy window_manager to fit the window]"
+                else:
+                    others.append(p)
+        had_media = not isinstance(b.content, str) and any(
+            not isinstance(p, TextBlock) for p in b.content
+        )
+        if new_text == text and not (drop_media and had_media):
+            continue
+        content: Any = new_text if not others else (TextBlock(text=new_text), *others)
+        blocks[j] = b.model_copy(update={"content": content})
+        changed = True
+    if not changed:
+        return None
+    return entry.model_copy(update={"content": tuple(blocks)})
+
+
+def _irreducible_message(
+    plan: _Plan,
+    sizes: list[int],
+    ctx: CompactionContext,
+    o: WindowManagerOptions,
+    usable: int,
+    total: int,
+) -> str:
+    system = pinned = newest = 0
+    for i, e in enumerate(plan.entries):
+        if not plan.keep[i]:
+            continue
+        size = sizes[i] if i not in plan.replaced else 0
+        if e.role == "system":
+            system += size
+        elif e.pinned:
+            pinned += size
+        else:
+            newest += size
+    return (
+        f"cannot fit the context window: {total + ctx.prompt_tokens:,} tokens are irreducible "
+        f"(system prompt and tool definitions {ctx.prompt_tokens:,}; system entries {system:,}; "
+        f"pinned entries {pinned:,}; newest unit and other kept entries {newest:,}, after "
+        f"shortening tool results) against a usable window of {usable:,} "
+        f"(window {ctx.window:,} minus reserved_tokens {o.reserved_tokens:,})"
+    )
+
+
+def _commit(
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    o: WindowManagerOptions,
+    counter: TokenCounter,
+    plan: _Plan,
+    before: int,
+    goal: int,
+    usable: int,
+) -> tuple[AgentConfig, dict[str, Any]]:
+    memory = acc.memory
+    kept: list[Entry] = []
+    dropped: list[Entry] = []
+    for i, e in enumerate(plan.entries):
+        if plan.insert_at == i and plan.inserted is not None:
+            kept.append(plan.inserted)
+        if not plan.keep[i]:
+            dropped.append(e)
+            continue
+        if i in plan.replaced:
+            dropped.append(e)  # reported with its original content; kept shortened
+            kept.append(plan.replaced[i].without_thinking())
+        else:
+            kept.append(e.without_thinking())
+    new_memory = memory.derive(kept)
+    after = new_memory.tokens(counter)
+    turn = (
+        ctx.turn_id
+        if ctx.turn_id is not None
+        else (plan.entries[-1].turn_id if plan.entries else None)
+    )
+    removed = 0
+    new_by_id = {e.id: e for e in kept}
+    for e in plan.entries:
+        if e.turn_id != turn:
+            continue
+        old = memory.entry_tokens(e, counter)
+        ne = new_by_id.get(e.id)
+        removed += old - (new_memory.entry_tokens(ne, counter) if ne is not None else 0)
+    meta: dict[str, Any] = {
+        "compacted": True,
+        "strategy": o.strategy,
+        "tokens_before": before,
+        "tokens_after": after,
+        "tokens_removed": max(removed, 0),
+        "dropped": dropped,
+        "counter": counter.name,
+        "window": ctx.window,
+        "target_met": after <= goal,
+    }
+    if plan.replaced:
+        meta["shortened"] = [plan.entries[i].id for i in sorted(plan.replaced)]
+    if plan.inserted is not None:
+        meta["summary_id" if o.strategy == "summarize" else "marker_id"] = plan.inserted.id
+    log.debug(
+        "window_manager %s: %d -> %d tokens, %d entries dropped",
+        o.strategy,
+        before,
+        after,
+        len(dropped),
+    )
+    return acc.with_memory(new_memory), meta

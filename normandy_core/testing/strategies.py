@@ -1,0 +1,132 @@
+"""Hypothesis strategies for tool-using conversations (needs the ``testing`` extra).
+
+:func:`conversations` draws realistic agent sessions: user turns, assistant rounds with
+parallel tool calls, results in one user entry (Anthropic style) or one ``tool`` entry
+each (OpenAI style), thinking blocks with signatures, images, pinned entries, an optional
+system entry and abandoned branches. Every drawn conversation pairs its tools correctly.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+from normandy_core.memory import (
+    AgentMemory,
+    Block,
+    ImageBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+__all__ = ["Conversation", "conversations", "texts"]
+
+_WORDS = [
+    "read", "file", "src/app.py", "def", "return", "error", "test", "passed", "json",
+    "{\"k\": 1}", "config", "tokens", "window", "the", "a", "fix", "TypeError", "line",
+]  # fmt: skip
+
+
+def texts(min_size: int = 0, max_size: int = 400) -> st.SearchStrategy[str]:
+    """Text mixing words, code-ish tokens and arbitrary characters."""
+    words = st.lists(st.sampled_from(_WORDS), min_size=0, max_size=max_size // 4).map(" ".join)
+    raw = st.text(alphabet=string.printable, min_size=min_size, max_size=max_size)
+    return st.one_of(words, raw).filter(lambda t: len(t) >= min_size)
+
+
+@dataclass
+class Conversation:
+    """A drawn conversation: its memory and whether it ends after a tool batch."""
+
+    memory: AgentMemory
+    ends_mid_round: bool
+
+
+@st.composite
+def conversations(
+    draw: st.DrawFn,
+    *,
+    max_turns: int = 5,
+    max_rounds: int = 4,
+    max_result_chars: int = 2500,
+    mid_round: bool | None = None,
+) -> Conversation:
+    """A valid tool-using conversation; ``mid_round`` forces ending after a tool batch or not."""
+    mem = AgentMemory()
+    counter = [0]
+
+    def tid() -> str:
+        counter[0] += 1
+        return f"toolu_{counter[0]:04d}"
+
+    if draw(st.booleans()):
+        mem.add_message("system", draw(texts(1, 200)), turn_id="t0")
+    turns = draw(st.integers(1, max_turns))
+    ends_mid = mid_round if mid_round is not None else draw(st.booleans())
+    fork_done = False
+    for t in range(turns):
+        turn_id = f"t{t + 1}"
+        last_turn = t == turns - 1
+        mem.add_message(
+            "user", draw(texts(1, 300)), turn_id=turn_id, pinned=draw(st.integers(0, 9)) == 0
+        )
+        rounds = draw(st.integers(1 if (last_turn and ends_mid) else 0, max_rounds))
+        for r in range(rounds):
+            blocks: list[Block] = []
+            if draw(st.booleans()):
+                blocks.append(
+                    ThinkingBlock(thinking=draw(texts(1, 200)), signature=f"sig-{turn_id}-{r}")
+                )
+            if draw(st.booleans()):
+                blocks.append(TextBlock(text=draw(texts(1, 120))))
+            uses = [
+                ToolUseBlock(
+                    id=tid(),
+                    name=draw(st.sampled_from(["read_file", "run_tests", "search", "shell"])),
+                    input={"arg": draw(texts(0, 60)), "n": draw(st.integers(0, 99))},
+                )
+                for _ in range(draw(st.integers(1, 3)))
+            ]
+            blocks.extend(uses)
+            mem.add_message("assistant", tuple(blocks), turn_id=turn_id)
+            results = []
+            for u in uses:
+                if draw(st.integers(0, 7)) == 0:
+                    content: object = (
+                        TextBlock(text="screenshot"),
+                        ImageBlock(
+                            source={"type": "base64", "media_type": "image/png", "data": "iVBO"}
+                        ),
+                    )
+                else:
+                    content = draw(texts(0, max_result_chars))
+                results.append(
+                    ToolResultBlock(
+                        tool_use_id=u.id, content=content, is_error=draw(st.integers(0, 9)) == 0
+                    )
+                )
+            if draw(st.booleans()):
+                mem.add_message("user", tuple(results), turn_id=turn_id)
+            else:
+                for res in results:
+                    mem.add_message("tool", (res,), turn_id=turn_id)
+        if last_turn and ends_mid:
+            break
+        final: list[Block] = []
+        if draw(st.booleans()):
+            final.append(ThinkingBlock(thinking=draw(texts(1, 100)), signature=f"sig-{turn_id}-f"))
+        final.append(TextBlock(text=draw(texts(1, 300))))
+        mem.add_message("assistant", tuple(final), turn_id=turn_id)
+        if not fork_done and not last_turn and draw(st.integers(0, 4)) == 0:
+            # an abandoned branch: answer again from the user message of this turn
+            fork_done = True
+            head = mem.head
+            user_entry = next(e for e in mem if e.turn_id == turn_id)
+            alt = mem.fork(user_entry.id)
+            alt.add_message("assistant", "an alternative answer", turn_id=turn_id)
+            mem = alt.fork(head)
+    return Conversation(memory=mem, ends_mid_round=ends_mid)

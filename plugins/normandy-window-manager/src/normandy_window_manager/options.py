@@ -1,0 +1,78 @@
+"""The options of the ``window_manager`` compactor, validated where a config is made."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from normandy_core import CompactorOptions, get_counter
+
+__all__ = ["WindowManagerOptions"]
+
+Strategy = Literal["oldest_first", "sliding_window", "summarize"]
+
+
+class WindowManagerOptions(CompactorOptions):
+    """Options of ``window_manager``. Unknown options and bad values are refused at config time.
+
+    The usable window is ``window - reserved_tokens``. The compactor acts when the
+    conversation plus the prompt tokens exceed ``trigger`` of it, and then compacts down to
+    ``target`` of it, so with ``target`` below ``trigger`` a long session compacts rarely.
+    """
+
+    strategy: Strategy = "oldest_first"
+    """``oldest_first`` drops whole units oldest first; ``sliding_window`` keeps the newest
+    ``keep_last_turns`` turns; ``summarize`` replaces the dropped prefix by one summary."""
+    reserved_tokens: int = Field(default=4096, ge=0)
+    """Room kept free for the model's reply."""
+    context_window: int | None = Field(default=None, gt=0)
+    """Pins the window in tokens; otherwise the model catalog gives it."""
+    trigger: float = Field(default=1.0, gt=0.0, le=1.0)
+    """Fraction of the usable window at which to compact."""
+    target: float = Field(default=0.6, gt=0.0, le=1.0)
+    """Fraction of the usable window to compact down to (at most ``trigger``)."""
+    keep_last_turns: int | None = Field(default=None, ge=1)
+    """``sliding_window`` only: how many of the newest turns to keep (default 3)."""
+    counter: str | None = None
+    """``estimate``, ``conservative``, a tiktoken encoding or model name. Default: exact
+    where tiktoken knows the model's encoding, else ``conservative`` (3 chars per token)."""
+    summarizer: Literal["auto", "extractive", "model"] = "auto"
+    """``summarize`` only: ``model`` asks the agent's model client, ``extractive`` builds a
+    digest without a model, ``auto`` uses the client when the config has one."""
+    summary_max_tokens: int = Field(default=1024, ge=64)
+    """``summarize`` only: the most tokens a summary may take; a longer one is refused."""
+    summary_timeout: float = Field(default=60.0, gt=0)
+    """``summarize`` only: seconds to wait for a model summary before giving up."""
+
+    @field_validator("counter")
+    @classmethod
+    def _known_counter(cls, value: str | None) -> str | None:
+        if value is not None:
+            get_counter(value)  # raises ValueError naming the known choices
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> WindowManagerOptions:
+        if self.target > self.trigger:
+            raise ValueError(
+                f"target ({self.target}) must not exceed trigger ({self.trigger}): "
+                "a compaction must end below the level that starts one"
+            )
+        if self.keep_last_turns is not None and self.strategy != "sliding_window":
+            raise ValueError(
+                "keep_last_turns applies only to strategy 'sliding_window' "
+                f"(strategy is {self.strategy!r})"
+            )
+        summary_only = {"summarizer", "summary_max_tokens", "summary_timeout"}
+        if self.strategy != "summarize" and summary_only & self.model_fields_set:
+            given = ", ".join(sorted(summary_only & self.model_fields_set))
+            raise ValueError(
+                f"{given} apply only to strategy 'summarize' (strategy is {self.strategy!r})"
+            )
+        return self
+
+    @property
+    def turns_to_keep(self) -> int:
+        """``keep_last_turns`` with its default."""
+        return self.keep_last_turns or 3

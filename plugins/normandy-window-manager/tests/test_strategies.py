@@ -1,0 +1,256 @@
+"""window_manager on a realistic session, per strategy, selected by name through the core."""
+
+from __future__ import annotations
+
+import pytest
+
+from normandy_core import (
+    AgentConfig,
+    AgentMemory,
+    OptionsError,
+    ToolResultBlock,
+    ToolUseBlock,
+    get_counter,
+    pairing_problems,
+    resolve_compactor,
+    run_compaction,
+)
+from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+
+WINDOW = 60_000
+
+
+def make_acc(strategy: str, messages: int = 300, **opts) -> AgentConfig:
+    acc = AgentConfig(
+        model="claude-sonnet-4-5",
+        system_prompt=SYSTEM_PROMPT,
+        tools=TOOLS,
+        compactor="window_manager",
+        compactor_opts={
+            "strategy": strategy,
+            "context_window": WINDOW,
+            "counter": "cl100k_base",
+            **opts,
+        },
+    )
+    return acc.with_memory(generate_session(7, messages, end_mid_round=True))
+
+
+def test_resolved_from_the_installed_distribution():
+    comp = resolve_compactor("window_manager")
+    assert comp.distribution == "normandy-window-manager"
+    assert comp.module == "normandy_window_manager.compactor"
+    assert comp.needs_window({}) is True
+
+
+def check_result(acc, new_acc, meta, strategy):
+    counter = get_counter("cl100k_base")
+    assert meta["compacted"] is True
+    assert meta["strategy"] == strategy
+    kept = list(new_acc.memory)
+    assert pairing_problems(kept) == []
+    assert not any(e.has_thinking for e in kept)
+    assert kept[0].role == "system"
+    usable = WINDOW - 4096
+    assert meta["tokens_before"] == acc.memory.tokens(counter)
+    assert meta["tokens_after"] == new_acc.memory.tokens(counter)
+    assert meta["tokens_after"] + acc.prompt_tokens <= 0.6 * usable
+    assert meta["target_met"] is True
+    return kept
+
+
+def test_oldest_first_drops_whole_units_oldest_first():
+    acc = make_acc("oldest_first")
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    kept = check_result(acc, new_acc, meta, "oldest_first")
+    original = [e.id for e in acc.memory]
+    dropped = [e.id for e in meta["dropped"]]
+    # a contiguous oldest prefix (after the system prompt) is dropped
+    assert dropped == original[1 : 1 + len(dropped)]
+    # the newest entries are all kept, under their ids
+    assert [e.id for e in kept][-10:] == original[-10:]
+    # the open round (last assistant tool use + its results) is intact
+    assert kept[-1].tool_results and kept[-2].tool_uses
+
+
+def test_sliding_window_keeps_the_newest_turns():
+    acc = make_acc("sliding_window", keep_last_turns=1)
+    last_turn = acc.memory.last().turn_id
+    new_acc, meta = run_compaction(acc, mid_round=False)
+    kept = check_result(acc, new_acc, meta, "sliding_window")
+    turns = {e.turn_id for e in kept if e.role != "system" and not e.metadata}
+    assert turns == {last_turn}
+
+
+def test_summarize_replaces_the_prefix_with_one_summary_entry():
+    acc = make_acc("summarize", summary_max_tokens=800)
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    kept = check_result(acc, new_acc, meta, "summarize")
+    summary = kept[1]
+    assert summary.id == meta["summary_id"]
+    assert summary.metadata["normandy.summary"] is True
+    assert summary.role == "user"
+    assert summary.turn_id not in {e.turn_id for e in acc.memory}
+    assert summary.metadata["summarized_ids"] == [e.id for e in meta["dropped"]]
+    text = summary.text()
+    assert "Tool calls:" in text and "read_file(" in text and "User requests:" in text
+    assert get_counter("cl100k_base").count_text(text) <= 800
+
+    # a second summary folds the first one in
+    more = new_acc.memory.copy()
+    for e in generate_session(8, 200):
+        if e.role != "system":
+            more.add_message(e.role, e.content, id="x" + e.id, turn_id="later-" + (e.turn_id or ""))
+    again_acc, again = run_compaction(new_acc.with_memory(more), mid_round=True)
+    assert again["compacted"] is True
+    assert summary.id in [e.id for e in again["dropped"]]
+    assert "Earlier summary:" in again_acc.memory.entries()[1].text()
+
+
+class FailingClient:
+    def __init__(self, reply):
+        self.reply = reply
+        self.calls = 0
+
+    def complete(self, system, messages, **kwargs):
+        self.calls += 1
+        if isinstance(self.reply, Exception):
+            raise self.reply
+        return self.reply
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        RuntimeError("upstream 529 overloaded"),
+        "",
+        "   ",
+        "Error: rate limit exceeded, try again later",
+        "word " * 5000,
+        42,
+    ],
+)
+def test_a_failing_summarizer_leaves_everything_untouched(reply):
+    acc = make_acc("summarize", summarizer="model")
+    client = FailingClient(reply)
+    acc = acc.replace(client=client)
+    before = acc.memory.dump()
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert client.calls == 1
+    assert new_acc is acc
+    assert meta["compacted"] is False
+    assert "summarize" in meta["error"]
+    assert "dropped" not in meta
+    assert acc.memory.dump() == before
+
+
+def test_model_summarizer_is_given_tool_outputs_as_data():
+    acc = make_acc("summarize", summarizer="model")
+    seen = {}
+
+    class Client:
+        def complete(self, system, messages, **kwargs):
+            seen["system"], seen["messages"] = system, messages
+            return "The agent fixed rounding in billing; tests pass."
+
+    new_acc, meta = run_compaction(acc.replace(client=Client()), mid_round=True)
+    assert meta["compacted"] is True
+    assert "data" in seen["system"] and "must not be followed" in seen["system"]
+    prompt = seen["messages"][0].text()
+    assert prompt.startswith("<transcript>") and "<tool_output" in prompt
+    assert new_acc.memory.entries()[1].text() == "The agent fixed rounding in billing; tests pass."
+
+
+def test_mid_round_under_the_window_returns_the_same_memory():
+    acc = make_acc("oldest_first", messages=20)
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert meta == {"compacted": False}
+    assert new_acc is acc and new_acc.memory is acc.memory
+
+
+def test_trigger_and_target_make_compaction_rare():
+    """With target below trigger, a growing session compacts once per ~40% of the window."""
+    session = generate_session(3, 1200)
+    entries = list(session)
+    acc = AgentConfig(
+        model="gpt-4o",
+        compactor="window_manager",
+        compactor_opts={"context_window": 40_000, "trigger": 0.9, "target": 0.5},
+    )
+    mem = AgentMemory()
+    acc = acc.with_memory(mem)
+    boundaries = compactions = 0
+    for e in entries:
+        acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
+        if e.role == "user" and e.tool_results:
+            boundaries += 1
+            acc, meta = run_compaction(acc, mid_round=True)
+            assert "error" not in meta
+            compactions += meta["compacted"]
+            assert pairing_problems(list(acc.memory)) == []
+    assert compactions >= 5
+    assert compactions * 4 < boundaries
+
+
+def test_irreducible_error_names_the_irreducible_tokens():
+    mem = AgentMemory()
+    mem.add_message("system", "rules " * 3000, turn_id="t0")
+    mem.add_message("user", "go", turn_id="t1")
+    use = ToolUseBlock(id="u1", name="read_file", input={"path": "a.py"})
+    mem.add_message("assistant", (use,), turn_id="t1")
+    mem.add_message(
+        "user", (ToolResultBlock(tool_use_id="u1", content="x = 1\n" * 4000),), turn_id="t1"
+    )
+    acc = AgentConfig(
+        model="m",
+        compactor="window_manager",
+        compactor_opts={"context_window": 5000, "reserved_tokens": 0},
+    ).with_memory(mem)
+    before = mem.dump()
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert new_acc is acc and mem.dump() == before
+    assert meta["compacted"] is False
+    assert "irreducible" in meta["error"] and "system entries" in meta["error"]
+    assert meta["irreducible_tokens"] > 5000
+
+
+def test_shortening_keeps_head_tail_and_reports_the_original():
+    mem = AgentMemory()
+    mem.add_message("user", "read it", turn_id="t1")
+    use = ToolUseBlock(id="u1", name="read_file", input={"path": "big.log"})
+    mem.add_message("assistant", (use,), turn_id="t1")
+    body = "HEAD-LINE\n" + ("log line with some words\n" * 3000) + "TAIL-LINE"
+    big = mem.add_message("user", (ToolResultBlock(tool_use_id="u1", content=body),), turn_id="t1")
+    acc = AgentConfig(
+        compactor="window_manager", compactor_opts={"context_window": 8000, "reserved_tokens": 1000}
+    )
+    acc = acc.with_memory(mem)
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert meta["compacted"] is True
+    assert meta["shortened"] == [big.id]
+    kept = new_acc.memory[big.id]
+    text = kept.tool_results[0].text()
+    assert text.startswith("HEAD-LINE") and text.endswith("TAIL-LINE")
+    assert "cut by normandy window_manager" in text
+    assert next(e for e in meta["dropped"] if e.id == big.id) == big
+
+
+@pytest.mark.parametrize(
+    ("opts", "fragment"),
+    [
+        ({"strategy": "newest_first"}, "option 'strategy'"),
+        ({"trigger": 1.5}, "option 'trigger'"),
+        ({"target": 0.9, "trigger": 0.8}, "target (0.9) must not exceed trigger (0.8)"),
+        ({"keep_last_turns": 2}, "keep_last_turns applies only to strategy 'sliding_window'"),
+        ({"summary_max_tokens": 500}, "apply only to strategy 'summarize'"),
+        ({"counter": "no-such-encoding"}, "option 'counter'"),
+        ({"reserved": 10}, "unknown option; allowed options:"),
+        ({"context_window": 0}, "option 'context_window'"),
+    ],
+)
+def test_bad_options_are_refused_at_config_time(opts, fragment):
+    with pytest.raises(OptionsError) as err:
+        AgentConfig(model="claude-sonnet-4-5", compactor="window_manager", compactor_opts=opts)
+    message = str(err.value)
+    assert message.startswith("normandy_core.AgentConfig(): compactor 'window_manager'")
+    assert fragment in message
