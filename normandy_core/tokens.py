@@ -12,6 +12,7 @@ stateless apart from their loaded encoding.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -283,6 +284,7 @@ def get_counter(spec: str | TokenCounter) -> TokenCounter:
     return counter
 
 
+@functools.lru_cache(maxsize=256)
 def default_counter_for(model: str | None) -> str:
     """The counter spec that does not under-count for ``model``.
 
