@@ -148,7 +148,10 @@ class _Runner:
         self.state = start(self.turn_id, max_iterations=max_iterations, budget=budget)
         self.thinking = thinking
         self.max_tokens = max_tokens
-        base = get_counter(counter if counter is not None else default_counter_for(acc.model))
+        if counter is None:
+            spec = acc.compactor_opts.get("counter")
+            counter = spec if isinstance(spec, str) else default_counter_for(acc.model)
+        base = get_counter(counter)
         self.calibration = calibration or default_calibration()
         self.base = base
         self.counter = CalibratedCounter(base, acc.model, self.calibration)
@@ -185,9 +188,7 @@ class _Runner:
     def compacted(self, acc: AgentConfig, meta: dict[str, Any]) -> Event:
         self.acc = acc
         if acc.model is not None:
-            meta.setdefault(
-                "calibration", {"counter": self.base.name, **self.calibration.snapshot(acc.model)}
-            )
+            meta.setdefault("calibration", self.calibration.snapshot(acc.model, self.base.name))
         return CompactionDone(meta)
 
     def request(self, eff: CallModel) -> dict[str, Any]:
@@ -210,7 +211,7 @@ class _Runner:
         self.usage = self.usage + reply.usage
         model = self.acc.model
         if model is not None and reply.usage.input_tokens > 0:
-            self.calibration.observe(model, estimated, reply.usage.input_tokens)
+            self.calibration.observe(model, self.base.name, estimated, reply.usage.input_tokens)
         for note in reply.events:
             self.emit({**note, "turn_id": self.turn_id})
         self.emit(
@@ -285,8 +286,9 @@ def run_turn(
     of one reply run in order as one batch and their results are appended together.
     ``max_iterations`` caps the model calls with tools; ``budget`` is the optional task
     budget in tokens; ``thinking`` the extended-thinking budget asked of the client.
-    ``counter`` counts for the budget and for calibration (default: the one that does
-    not under-count for ``acc.model``), calibrated per model with ``calibration``.
+    ``counter`` counts for the budget and for calibration (default: the compactor's
+    ``counter`` option, else the one that does not under-count for ``acc.model``, so
+    the compactor sees the calibrated factor), calibrated per model with ``calibration``.
     ``on_event`` sees each event as it happens. Raises :class:`TurnAborted` when the
     model client fails.
     """

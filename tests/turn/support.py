@@ -9,22 +9,31 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from normandy_core import (
     AgentMemory,
     Entry,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
+    default_counter_for,
     drop_thinking,
     get_counter,
     group_units,
     hookimpl,
     pairing_problems,
+    register_compactor,
+    register_hook,
+    unregister_compactor,
+    unregister_hook,
 )
-from normandy_core.calibration import calibrated_counter
+from normandy_core.calibration import calibrated_counter, default_calibration
 from normandy_core.clients import open_round_start
 
 COMPACTOR = "keep_tail_test"
+#: (start, end) of every blocking ``sleep`` the compactor did, in perf_counter seconds.
+SLEEPS: list[tuple[float, float]] = []
 
 
 class KeepTail:
@@ -38,15 +47,18 @@ class KeepTail:
 
     @hookimpl
     def validate_opts(self, opts: dict[str, Any], entry: str) -> None:
-        unknown = set(opts) - {"context_window", "target", "sleep"}
+        unknown = set(opts) - {"context_window", "target", "sleep", "counter"}
         if unknown:
             raise ValueError(f"{entry}: unknown options {sorted(unknown)}")
 
     @hookimpl
     def maybe_compact(self, acc: Any, ctx: Any, opts: dict[str, Any]) -> Any:
         if opts.get("sleep"):
+            t0 = time.perf_counter()
             time.sleep(float(opts["sleep"]))
-        counter = calibrated_counter(get_counter("conservative"), ctx.model)
+            SLEEPS.append((t0, time.perf_counter()))
+        spec = opts.get("counter") or default_counter_for(ctx.model)
+        counter = calibrated_counter(get_counter(spec), ctx.model)
         mem: AgentMemory = acc.memory
         entries = mem.entries()
         before = mem.tokens(counter)
@@ -140,3 +152,22 @@ def request_problems(messages: list[Entry], thinking_on: bool) -> list[str]:
         if last and last[-1].has_thinking:
             problems.append("thinking off, but the final assistant message holds thinking")
     return problems
+
+
+@pytest.fixture
+def keep_tail():
+    """The keep-tail test compactor, registered in code for the test; calibration reset."""
+    register_compactor(COMPACTOR, KeepTail(), replace=True)
+    default_calibration().reset()
+    yield COMPACTOR
+    unregister_compactor(COMPACTOR)
+    default_calibration().reset()
+
+
+@pytest.fixture
+def drops():
+    """An after_compact hook registered in code; yields the recorder."""
+    rec = DropRecorder()
+    qname = register_hook(rec, name=f"drop-recorder-{id(rec)}")
+    yield rec
+    unregister_hook(qname)
