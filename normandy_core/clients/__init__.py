@@ -19,7 +19,9 @@ from normandy_core.clients.base import (
     ModelReply,
     ToolChoice,
     Usage,
+    acomplete_text,
     as_entries,
+    complete_text,
     open_round_start,
     thinking_plan,
 )
@@ -36,7 +38,9 @@ __all__ = [
     "ScriptedRequest",
     "ToolChoice",
     "Usage",
+    "acomplete_text",
     "as_entries",
+    "complete_text",
     "open_round_start",
     "thinking_plan",
 ]

@@ -15,6 +15,9 @@ Extended thinking follows the API's rules so that no request is one it rejects:
 - with thinking off, no thinking block is sent at all;
 - an earlier assistant message whose thinking is not its first block (a hand-built
   history) has its thinking left out rather than sent in a shape the API refuses.
+
+A history that opens with an assistant message (possible after a compaction) is sent
+after a one-line user turn, :data:`CONTINUATION`, since the API wants a user turn first.
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ from normandy_core.clients.base import (
 from normandy_core.formats import TranscriptError, from_anthropic, to_anthropic
 from normandy_core.memory import Entry
 
-__all__ = ["MIN_THINKING_BUDGET", "AnthropicClient", "anthropic_request"]
+__all__ = ["CONTINUATION", "MIN_THINKING_BUDGET", "AnthropicClient", "anthropic_request"]
 
 #: The smallest extended-thinking budget the API accepts.
 MIN_THINKING_BUDGET = 1024
 _THINKING_TYPES = ("thinking", "redacted_thinking")
+#: The user turn put before a history that opens with an assistant message.
+CONTINUATION = "(The earlier part of this conversation was compacted.)"
 
 
 def _import_sdk() -> Any:
@@ -92,6 +97,9 @@ def anthropic_request(
                 m["content"] = [b for b in content if b["type"] not in _THINKING_TYPES]
         effective = max(effective, MIN_THINKING_BUDGET)
         max_tokens = max(max_tokens, effective + 1024)
+    if msgs and msgs[0]["role"] == "assistant":
+        # a compacted history may open with the model's turn; the API wants a user turn first
+        msgs.insert(0, {"role": "user", "content": CONTINUATION})
     kwargs: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": msgs}
     if sys_text:
         kwargs["system"] = sys_text

@@ -291,9 +291,22 @@ def test_openai_loopback_refuses_like_the_api(messages, expected):
 def test_refusal_becomes_model_client_error():
     with servers.FakeProvider("anthropic") as provider:
         client = AnthropicClient("claude-sonnet-4-5", api_key="k", base_url=provider.base_url)
-        bad = [Entry(id="1", role="assistant", content="I speak first")]
-        with pytest.raises(ModelClientError, match='first message must use the "user" role'):
-            client.complete("", bad, max_tokens=100)
+        orphan = [Entry(id="1", role="user", content=(support_result("gone"),))]
+        with pytest.raises(ModelClientError, match="unexpected `tool_use_id`"):
+            client.complete("", orphan, tools=TOOLS, max_tokens=100)
+
+
+def test_history_opening_with_the_model_gets_a_user_turn_first():
+    with servers.FakeProvider("anthropic", [{"text": "Sure."}]) as provider:
+        client = AnthropicClient("claude-sonnet-4-5", api_key="k", base_url=provider.base_url)
+        history = [
+            Entry(id="1", role="assistant", content="Earlier answer."),
+            Entry(id="2", role="user", content="Go on."),
+        ]
+        reply = client.complete("", history, max_tokens=100)
+    assert reply.text == "Sure."
+    assert provider.requests[0]["messages"][0]["role"] == "user"
+    assert provider.refusals == []
 
 
 # -- request building ----------------------------------------------------------------
