@@ -28,7 +28,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from normandy_core.memory import Entry
+    from normandy_core.memory import AgentMemory, Entry
     from normandy_core.tokens import TokenCounter
 
 __all__ = ["CalibratedCounter", "Calibration", "calibrated_counter", "default_calibration"]
@@ -118,6 +118,8 @@ class CalibratedCounter:
     the factor (so a memory's per-counter cache never mixes factors) and is the base's
     own name while the factor is 1.0. Raw entry counts are cached per entry id and
     content, so a change of factor costs a multiplication per entry, not a recount.
+    On the hot path use :meth:`memory_tokens` and :meth:`entry_tokens`, which scale the
+    memory's own cached counts for ``base`` and never recount when the factor moves.
     """
 
     def __init__(
@@ -148,6 +150,19 @@ class CalibratedCounter:
         self._raw[entry.id] = (entry.content, entry.role, n)
         return n
 
+    def memory_tokens(self, memory: AgentMemory) -> int:
+        """The calibrated total of ``memory``'s active branch.
+
+        Scales the memory's incremental total for ``base``, so it costs what
+        ``memory.tokens(base)`` costs: only entries added since the last call are
+        counted, whatever the factor did meanwhile. Prefer it on the hot path.
+        """
+        return math.ceil(memory.tokens(self.base) * self.factor)
+
+    def entry_tokens(self, memory: AgentMemory, entry: Entry) -> int:
+        """The calibrated count of ``entry``, from ``memory``'s cache for ``base``."""
+        return math.ceil(memory.entry_tokens(entry, self.base) * self.factor)
+
     def count_text(self, text: str) -> int:
         """The calibrated count of ``text``."""
         return math.ceil(self.base.count_text(text) * self.factor)
@@ -166,6 +181,7 @@ def calibrated_counter(
     """``base`` calibrated for ``model`` (the default calibration unless one is given).
 
     A compactor sizing against the window wraps its counter with this to use the counts
-    the shells have calibrated: ``calibrated_counter(get_counter(spec), ctx.model)``.
+    the shells have calibrated: ``calibrated_counter(get_counter(spec), ctx.model)``,
+    then sizes with ``memory_tokens(acc.memory)`` and ``entry_tokens(acc.memory, e)``.
     """
     return CalibratedCounter(base, model, calibration)

@@ -205,7 +205,7 @@ class _Runner:
 
     def estimate(self) -> int:
         """Raw (uncalibrated) tokens of the request about to be sent."""
-        return self.acc.prompt_tokens + sum(self.counter.raw_entry(e) for e in self.acc.memory)
+        return self.acc.prompt_tokens + self.acc.memory.tokens(self.base)
 
     def replied(self, eff: CallModel, reply: ModelReply, estimated: int) -> Event:
         self.usage = self.usage + reply.usage

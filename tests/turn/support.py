@@ -61,7 +61,7 @@ class KeepTail:
         counter = calibrated_counter(get_counter(spec), ctx.model)
         mem: AgentMemory = acc.memory
         entries = mem.entries()
-        before = mem.tokens(counter)
+        before = counter.memory_tokens(mem)
         if before + ctx.prompt_tokens <= ctx.window:
             return acc, {"compacted": False}
         target = ctx.window * float(opts.get("target", 0.6)) - ctx.prompt_tokens
@@ -89,7 +89,7 @@ class KeepTail:
                 continue
             for i in range(a, b):
                 dropped_idx.add(i)
-                total -= mem.entry_tokens(entries[i], counter)
+                total -= counter.entry_tokens(mem, entries[i])
         kept = [e for i, e in enumerate(entries) if i not in dropped_idx]
         # the conversation must open with a user message
         while True:
@@ -110,8 +110,8 @@ class KeepTail:
             return acc, {"compacted": False, "error": "nothing can be dropped"}
         dropped = [e for i, e in enumerate(entries) if i in dropped_idx]
         new_mem = drop_thinking(mem.derive(kept))
-        after = new_mem.tokens(counter)
-        removed = sum(mem.entry_tokens(e, counter) for e in dropped if e.turn_id == ctx.turn_id)
+        after = counter.memory_tokens(new_mem)
+        removed = sum(counter.entry_tokens(mem, e) for e in dropped if e.turn_id == ctx.turn_id)
         return acc.with_memory(new_mem), {
             "compacted": True,
             "strategy": "keep_tail_test",

@@ -55,6 +55,8 @@ def test_calibrated_counter_scales_and_renames():
     assert counter.name == "conservative*1.50"
     assert mem.tokens(counter) == -(-raw * 3 // 2)
     assert counter.count_text("abc" * 100) == 150
+    assert counter.memory_tokens(mem) == -(-raw * 3 // 2)
+    assert counter.entry_tokens(mem, mem.last()) == -(-raw * 3 // 2)
 
 
 def test_scripted_client_records_and_runs_out():
