@@ -163,15 +163,18 @@ class _Runner:
     # -- small effects ------------------------------------------------------------
 
     def emit(self, event: dict[str, Any]) -> None:
+        """Record an event and pass it to ``on_event``."""
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)
 
     def tokens(self, role: Role, content: Content) -> int:
+        """Calibrated tokens of a message about to be appended (for the budget)."""
         entry = Entry(id="count", role=role, content=content)
         return self.counter.count_entry(entry)
 
     def apply(self, event: Event) -> list[Effect]:
+        """Step the core; run the local effects, return the ones that need I/O."""
         self.state, effects = step(self.state, event)
         out: list[Effect] = []
         for eff in effects:
@@ -186,12 +189,14 @@ class _Runner:
         return out
 
     def compacted(self, acc: AgentConfig, meta: dict[str, Any]) -> Event:
+        """Put the boundary's acc in place; the event that reports it to the core."""
         self.acc = acc
         if acc.model is not None:
             meta.setdefault("calibration", self.calibration.snapshot(acc.model, self.base.name))
         return CompactionDone(meta)
 
     def request(self, eff: CallModel) -> dict[str, Any]:
+        """The client arguments for a model call."""
         acc = self.acc
         return {
             "system": acc.system_prompt,
@@ -208,6 +213,7 @@ class _Runner:
         return self.acc.prompt_tokens + self.acc.memory.tokens(self.base)
 
     def replied(self, eff: CallModel, reply: ModelReply, estimated: int) -> Event:
+        """Account for a reply (usage, calibration, client events); its core event."""
         self.usage = self.usage + reply.usage
         model = self.acc.model
         if model is not None and reply.usage.input_tokens > 0:
@@ -230,10 +236,12 @@ class _Runner:
         return ModelReplied(reply.content, tokens=self.tokens("assistant", reply.content))
 
     def results(self, results: Sequence[ToolResultBlock]) -> Event:
+        """The core event for a finished tool batch."""
         content = tuple(results)
         return ToolResults(content, tokens=self.tokens("user", content))
 
     def finish(self) -> TurnResult:
+        """The result of the finished turn."""
         assert self.result is not None
         text, reason = self.result
         return TurnResult(
@@ -248,12 +256,14 @@ class _Runner:
         )
 
     def abort(self, exc: BaseException) -> TurnAborted:
+        """The error to raise when the client failed."""
         self.emit({"type": "turn_aborted", "turn_id": self.turn_id, "error": str(exc)})
         return TurnAborted(
             f"turn {self.turn_id!r} aborted: {type(exc).__name__}: {exc}", self.acc, self.events
         )
 
     def unknown(self, call: ToolUseBlock) -> ToolResultBlock:
+        """The error result for a call of a tool the registry lacks."""
         known = ", ".join(sorted(self.tools)) or "none"
         return _error_result(call, f"unknown tool {call.name!r}; available tools: {known}")
 
