@@ -363,3 +363,13 @@ def test_openai_request_tools_and_choice():
     }
     assert kwargs["tool_choice"] == "none"
     assert [m["role"] for m in kwargs["messages"]] == ["system", "user", "assistant", "tool"]
+
+
+def test_without_the_recovery_the_api_refuses_the_round(keep_tail, monkeypatch):
+    """Keeping thinking on after a mid-round compaction is exactly what the API rejects."""
+    import normandy_core.clients.anthropic as mod
+    from normandy_core.turn import TurnAborted
+
+    monkeypatch.setattr(mod, "thinking_plan", lambda entries, thinking: (thinking, None))
+    with pytest.raises(TurnAborted, match="must start with a thinking block"):
+        run_session("anthropic", keep_tail, "sync")
