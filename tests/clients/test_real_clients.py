@@ -6,8 +6,6 @@ import asyncio
 import math
 import sys
 
-import anthropic
-import openai
 import pytest
 
 from normandy_core import AgentConfig, Entry, ImageBlock, TextBlock, ThinkingBlock, ToolUseBlock
@@ -16,6 +14,8 @@ from normandy_core.clients.anthropic import anthropic_request
 from normandy_core.clients.openai import openai_request
 from normandy_core.turn import arun_turn, run_turn
 
+anthropic = pytest.importorskip("anthropic", reason="needs the anthropic extra")
+openai = pytest.importorskip("openai", reason="needs the openai extra")
 servers = sys.modules["normandy_client_test_servers"]  # loaded by conftest.py
 support = sys.modules["normandy_turn_test_support"]
 
