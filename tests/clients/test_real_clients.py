@@ -75,6 +75,9 @@ def make_client(kind: str, provider):
     return OpenAIClient("gpt-4o", api_key="test-key", base_url=provider.base_url, max_retries=0)
 
 
+WINDOW_MANAGER_OPTS = {"reserved_tokens": 300, "target": 0.5}
+
+
 def run_session(kind: str, compactor: str, mode: str):
     model = "claude-sonnet-4-5" if kind == "anthropic" else "gpt-4o"
     acc = AgentConfig(
@@ -82,7 +85,9 @@ def run_session(kind: str, compactor: str, mode: str):
         system_prompt="You are a careful coding agent.",
         tools=TOOLS,
         compactor=compactor,
-        compactor_opts={"context_window": 4200},
+        compactor_opts={"context_window": 4200, **WINDOW_MANAGER_OPTS}
+        if compactor == "window_manager"
+        else {"context_window": 4200},
     )
     with servers.FakeProvider(kind, SCRIPT) as provider:
         client = make_client(kind, provider)
@@ -101,10 +106,12 @@ def run_session(kind: str, compactor: str, mode: str):
     return provider, first, second
 
 
+@pytest.mark.parametrize("compactor", ["window_manager", "stand-in"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("kind", ["anthropic", "openai"])
-def test_session_round_trips_across_a_mid_round_compaction(kind, mode, keep_tail, drops):
-    provider, first, second = run_session(kind, keep_tail, mode)
+def test_session_round_trips_across_a_mid_round_compaction(kind, mode, compactor, keep_tail, drops):
+    name = keep_tail if compactor == "stand-in" else compactor
+    provider, first, second = run_session(kind, name, mode)
     assert provider.refusals == []  # no request was one the API rejects
     assert len(provider.requests) == 7
     assert first.text == "The bug is in c.py."

@@ -90,6 +90,8 @@ def reported_input(req) -> int:
 
 
 def make_acc(compactor: str, window: int = 2600, **opts) -> AgentConfig:
+    if compactor == "window_manager":
+        opts = {"reserved_tokens": 300, "target": 0.5, **opts}
     return AgentConfig(
         model="claude-sonnet-4-5",
         system_prompt="You are a careful coding agent.",
@@ -160,9 +162,10 @@ def check_session(client, results, drops, thinking):
     assert first.usage.output_tokens == 5 * 30
 
 
-def test_sync_shell_compacts_mid_round_with_valid_requests(keep_tail, drops):
+@pytest.mark.parametrize("compactor", ["window_manager", "stand-in"])
+def test_sync_shell_compacts_mid_round_with_valid_requests(compactor, keep_tail, drops):
     client = ScriptedClient(session_script(), input_tokens=reported_input)
-    acc = make_acc(keep_tail)
+    acc = make_acc(keep_tail if compactor == "stand-in" else compactor)
     tools = {"read_file": read_file, "run_tests": run_tests}
     first = run_turn(acc, "Find the bug.", client=client, tools=tools, thinking=2048, budget=50_000)
     second = run_turn(first.acc, "Now fix it.", client=client, tools=tools, thinking=2048)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from normandy_core import (
@@ -254,3 +256,49 @@ def test_bad_options_are_refused_at_config_time(opts, fragment):
     message = str(err.value)
     assert message.startswith("normandy_core.AgentConfig(): compactor 'window_manager'")
     assert fragment in message
+
+
+def test_calibration_from_provider_usage_moves_the_decision():
+    from normandy_core.calibration import default_calibration
+
+    model = "calibration-test-model"
+    memory = generate_session(11, 45, end_mid_round=True)
+    raw = memory.tokens(get_counter("cl100k_base"))
+    window = int(raw * 1.2)  # fits the window by the local count
+    opts = {"context_window": window, "counter": "cl100k_base", "reserved_tokens": 0}
+    acc = AgentConfig(model=model, compactor="window_manager", compactor_opts=opts)
+    acc = acc.with_memory(memory)
+    _new_acc, meta = run_compaction(acc, mid_round=True)
+    assert meta == {"compacted": False}
+    try:
+        # the provider billed 40 % more than the local count: the window is really exceeded
+        default_calibration().observe(model, "tiktoken:cl100k_base", 10_000, 14_000)
+        _, meta = run_compaction(acc, mid_round=True)
+        assert meta["compacted"] is True
+        assert meta["calibration"]["factor"] == 1.4
+        assert meta["tokens_before"] == math.ceil(raw * 1.4)
+    finally:
+        default_calibration().reset(model)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_summarize_with_the_scripted_model_client(asynchronous):
+    from normandy_core import TextBlock
+    from normandy_core.clients import ModelReply, ScriptedClient
+
+    reply = ModelReply(content=(TextBlock(text="Rounding fixed in billing; 3 tests fail."),))
+    client = ScriptedClient([reply])
+    if asynchronous:
+
+        class AsyncOnly:
+            async def acomplete(self, *args, **kwargs):
+                return await client.acomplete(*args, **kwargs)
+
+        acc = make_acc("summarize").replace(client=AsyncOnly())
+    else:
+        acc = make_acc("summarize").replace(client=client)
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert meta["compacted"] is True
+    assert new_acc.memory[meta["summary_id"]].text() == "Rounding fixed in billing; 3 tests fail."
+    (request,) = client.requests
+    assert "never addressed to you" in request.system

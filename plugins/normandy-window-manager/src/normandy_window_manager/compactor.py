@@ -9,11 +9,13 @@ newest unit are always kept. Kept entries keep their ids and lose their thinking
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from normandy_core import (
+    AgentMemory,
     Entry,
     ImageBlock,
     TextBlock,
@@ -26,6 +28,7 @@ from normandy_core import (
     new_id,
     validate_options,
 )
+from normandy_core.calibration import default_calibration
 from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
 from normandy_window_manager.options import WindowManagerOptions
 from normandy_window_manager.summarize import SUMMARY_KEY, SummaryError, make_summary
@@ -77,6 +80,40 @@ def validate_opts(opts: dict[str, Any], entry: str) -> None:
     validate_options(WindowManagerOptions, opts, entry=entry, compactor=NAME)
 
 
+class _Sizer:
+    """Counts with ``base`` scaled by the model's calibration factor (1.0 without evidence).
+
+    Raw counts come from the memory's per-entry cache and incremental totals for ``base``,
+    so a calibrated decision costs what an uncalibrated one does (see
+    :mod:`normandy_core.calibration`: the shells feed provider-reported usage back).
+    """
+
+    def __init__(self, base: TokenCounter, model: str | None) -> None:
+        self.base = base
+        self.model = model
+        self.factor = default_calibration().factor(model, base.name)
+        self.name = base.name if self.factor == 1.0 else f"{base.name}*{self.factor:.2f}"
+
+    def _scale(self, n: int) -> int:
+        return n if self.factor == 1.0 else math.ceil(n * self.factor)
+
+    def memory_total(self, memory: AgentMemory) -> int:
+        """Calibrated tokens of the memory's active branch (incremental)."""
+        return self._scale(memory.tokens(self.base))
+
+    def entry(self, memory: AgentMemory, entry: Entry) -> int:
+        """Calibrated tokens of an entry, from the memory's cache."""
+        return self._scale(memory.entry_tokens(entry, self.base))
+
+    def count_entry(self, entry: Entry) -> int:
+        """Calibrated tokens of a new entry."""
+        return self._scale(self.base.count_entry(entry))
+
+    def count_text(self, text: str) -> int:
+        """Calibrated tokens of a text."""
+        return self._scale(self.base.count_text(text))
+
+
 @dataclass
 class _Plan:
     """What a compaction keeps, drops and rewrites, over the active branch."""
@@ -108,9 +145,9 @@ def maybe_compact(
     o = _options(opts)
     if ctx.window is None:
         return acc, {"compacted": False, "error": "window_manager needs ctx.window, got None"}
-    counter = get_counter(o.counter or default_counter_for(ctx.model))
+    counter = _Sizer(get_counter(o.counter or default_counter_for(ctx.model)), ctx.model)
     memory = acc.memory
-    before = memory.tokens(counter)
+    before = counter.memory_total(memory)
     usable = ctx.window - o.reserved_tokens
     if before + ctx.prompt_tokens <= o.trigger * usable:
         return acc, {"compacted": False}
@@ -121,18 +158,18 @@ def _compact(
     acc: AgentConfig,
     ctx: CompactionContext,
     o: WindowManagerOptions,
-    counter: TokenCounter,
+    counter: _Sizer,
     before: int,
     usable: int,
 ) -> tuple[AgentConfig, dict[str, Any]]:
     memory = acc.memory
     entries = memory.entries()
-    sizes = [memory.entry_tokens(e, counter) for e in entries]
+    sizes = [counter.entry(memory, e) for e in entries]
     goal = int(o.target * usable) - ctx.prompt_tokens
     limit = usable - ctx.prompt_tokens
     units, locked = _units_info(entries)
     keep = [True] * len(entries)
-    total = before
+    total = sum(sizes)  # per-entry rounding up makes this >= before when calibrated
 
     def drop_unit(u: int) -> None:
         nonlocal total
@@ -354,7 +391,7 @@ def _commit(
     acc: AgentConfig,
     ctx: CompactionContext,
     o: WindowManagerOptions,
-    counter: TokenCounter,
+    counter: _Sizer,
     plan: _Plan,
     before: int,
     goal: int,
@@ -375,7 +412,7 @@ def _commit(
         else:
             kept.append(e.without_thinking())
     new_memory = memory.derive(kept)
-    after = new_memory.tokens(counter)
+    after = counter.memory_total(new_memory)
     turn = (
         ctx.turn_id
         if ctx.turn_id is not None
@@ -386,9 +423,9 @@ def _commit(
     for e in plan.entries:
         if e.turn_id != turn:
             continue
-        old = memory.entry_tokens(e, counter)
+        old = counter.entry(memory, e)
         ne = new_by_id.get(e.id)
-        removed += old - (new_memory.entry_tokens(ne, counter) if ne is not None else 0)
+        removed += old - (counter.entry(new_memory, ne) if ne is not None else 0)
     meta: dict[str, Any] = {
         "compacted": True,
         "strategy": o.strategy,
@@ -397,6 +434,7 @@ def _commit(
         "tokens_removed": max(removed, 0),
         "dropped": dropped,
         "counter": counter.name,
+        "calibration": default_calibration().snapshot(counter.model, counter.base.name),
         "window": ctx.window,
         "target_met": after <= goal,
     }

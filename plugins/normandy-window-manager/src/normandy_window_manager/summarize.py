@@ -7,6 +7,8 @@ returns the input untouched.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import re
 import threading
@@ -123,9 +125,23 @@ def _model_summary(acc: AgentConfig, dropped: Sequence[Entry], o: WindowManagerO
 
     def call() -> None:
         try:
-            reply = client.complete(
-                SUMMARY_SYSTEM_PROMPT, [message], max_tokens=o.summary_max_tokens
-            )
+            complete = getattr(client, "complete", None)
+            if complete is not None and not inspect.iscoroutinefunction(complete):
+                reply = complete(
+                    SUMMARY_SYSTEM_PROMPT,
+                    [message],
+                    max_tokens=o.summary_max_tokens,
+                    model=acc.model,
+                )
+            else:  # an asynchronous client: run it on a loop of this worker thread
+                reply = asyncio.run(
+                    client.acomplete(
+                        SUMMARY_SYSTEM_PROMPT,
+                        [message],
+                        max_tokens=o.summary_max_tokens,
+                        model=acc.model,
+                    )
+                )
             box["text"] = reply if isinstance(reply, str) else getattr(reply, "text", reply)
         except BaseException as exc:
             box["error"] = exc
