@@ -56,6 +56,7 @@ _LAZY: dict[str, str] = {
     # config and boundary
     "AgentConfig": "config",
     "CompactionContext": "boundary",
+    "CompactionTimeoutError": "boundary",
     "build_context": "boundary",
     "run_compaction": "boundary",
     "run_after_compact": "boundary",
@@ -90,6 +91,7 @@ __all__ = [
     "Block",
     "COMPACTOR_GROUP",
     "CompactionContext",
+    "CompactionTimeoutError",
     "Compactor",
     "CompactorOptions",
     "Content",
@@ -161,6 +163,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from normandy_core.boundary import (
         CompactionContext,
+        CompactionTimeoutError,
         build_context,
         run_after_compact,
         run_compaction,

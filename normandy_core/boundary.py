@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from normandy_core.config import AgentConfig
 from normandy_core.plugins import Compactor, hook_manager, resolve_compactor
 
-__all__ = ["CompactionContext", "build_context", "run_after_compact", "run_compaction"]
+__all__ = [
+    "CompactionContext",
+    "CompactionTimeoutError",
+    "build_context",
+    "run_after_compact",
+    "run_compaction",
+]
 
 log = logging.getLogger("normandy_core.boundary")
 
@@ -83,11 +90,47 @@ def run_after_compact(
     return errors
 
 
+def _call_with_timeout(
+    comp: Compactor,
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    opts: dict[str, Any],
+    timeout: float | None,
+) -> Any:
+    """``comp.maybe_compact`` inline, or in a daemon thread abandoned after ``timeout`` s."""
+    if timeout is None:
+        return comp.maybe_compact(acc, ctx, opts)
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = comp.maybe_compact(acc, ctx, opts)
+        except BaseException as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name=f"normandy-compactor-{comp.name}", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise CompactionTimeoutError(
+            f"{comp.describe()} did not return within {timeout:g} s (compaction_timeout); "
+            "its result will be ignored"
+        )
+    if "error" in box:
+        raise box["error"]
+    return box.get("result")
+
+
+class CompactionTimeoutError(Exception):
+    """A compactor did not return within the configured ``compaction_timeout``."""
+
+
 def run_compaction(
     acc: AgentConfig,
     *,
     mid_round: bool,
     turn_id: str | None = None,
+    timeout: float | None = None,
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """Resolve one boundary: call ``acc``'s compactor and return ``(acc, meta)``.
 
@@ -98,7 +141,9 @@ def run_compaction(
     ``{"compacted": False, "error": ...}`` with the caller's ``acc`` (its memory restored
     when it was appended to). ``after_compact`` hooks run only when ``meta["dropped"]`` is
     non-empty; hooks that raise are collected in ``meta["hook_errors"]``.
-    This function does not raise for a faulty compactor or hook.
+    ``timeout`` (default: ``acc.compaction_timeout``, none when that is ``None``) bounds
+    the compactor's time: past it the boundary returns the error path and the compactor's
+    late result is ignored. This function does not raise for a faulty compactor or hook.
     """
     try:
         comp = resolve_compactor(acc.compactor)
@@ -108,8 +153,11 @@ def run_compaction(
     memory = acc.memory
     snapshot = memory._snapshot()
     opts = dict(acc.compactor_opts)
+    limit = timeout if timeout is not None else acc.compaction_timeout
     try:
-        result = comp.maybe_compact(acc, ctx, opts)
+        result = _call_with_timeout(comp, acc, ctx, opts, limit)
+    except CompactionTimeoutError as exc:
+        return _error(acc, str(exc))
     except Exception as exc:
         memory._restore(snapshot)
         return _error(acc, f"{comp.describe()} raised {type(exc).__name__}: {exc}", exc)

@@ -23,6 +23,8 @@ _CREATE = "normandy_core.AgentConfig()"
 class AgentConfig:
     """The running agent config: model, prompt, tools, conversation and compactor settings.
 
+    ``compaction_timeout`` bounds each compactor call in seconds (``None``: unbounded);
+    past it the boundary gives up on the compactor and keeps the conversation as it was.
     ``client`` is the agent's model client (see :mod:`normandy_core.clients`), used by the
     turn shells and by compactors that summarize with the model; ``session_id`` names the
     session in archives and logs.
@@ -45,6 +47,7 @@ class AgentConfig:
     catalog: ModelCatalog = field(default_factory=default_catalog)
     session_id: str = field(default_factory=new_id)
     client: Any = None
+    compaction_timeout: float | None = None
     _entry: dataclasses.InitVar[str] = _CREATE
     _validate: dataclasses.InitVar[bool] = True
     _windows: dict[str, int] = field(default_factory=dict, repr=False)
@@ -56,6 +59,11 @@ class AgentConfig:
         if not isinstance(self.memory, AgentMemory):
             raise TypeError(
                 f"{_entry}: memory must be an AgentMemory, got {type(self.memory).__name__}"
+            )
+        t = self.compaction_timeout
+        if t is not None and not (isinstance(t, (int, float)) and 0 < t < float("inf")):
+            raise ValueError(
+                f"{_entry}: compaction_timeout must be a positive number of seconds, got {t!r}"
             )
         if _validate:
             self._check(_entry)

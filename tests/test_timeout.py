@@ -1,0 +1,75 @@
+"""A compactor that takes far too long is abandoned after compaction_timeout; nothing changes."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from normandy_core import (
+    AgentConfig,
+    hookimpl,
+    register_compactor,
+    run_compaction,
+    unregister_compactor,
+)
+
+
+class Slow:
+    """Sleeps, then tries to return a changed config (which must be ignored)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    @hookimpl
+    def needs_window(self, opts):
+        return False
+
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        self.release.wait(5)
+        return acc.with_memory(acc.memory.fork(None)), {"compacted": True, "dropped": []}
+
+
+@pytest.fixture
+def slow():
+    plugin = Slow()
+    register_compactor("slow_test", plugin, replace=True)
+    yield plugin
+    plugin.release.set()
+    unregister_compactor("slow_test")
+
+
+def test_a_slow_compactor_is_abandoned_and_the_conversation_kept(slow):
+    acc = AgentConfig(compactor="slow_test", compaction_timeout=0.2)
+    acc.memory.add_message("user", "hello")
+    before = acc.memory.dump()
+    t0 = time.perf_counter()
+    new_acc, meta = run_compaction(acc, mid_round=False)
+    elapsed = time.perf_counter() - t0
+    assert elapsed < 2
+    assert new_acc is acc
+    assert meta["compacted"] is False
+    assert "did not return within 0.2 s" in meta["error"]
+    assert "slow_test" in meta["error"]
+    assert acc.memory.dump() == before
+
+
+def test_the_call_timeout_overrides_the_config(slow):
+    acc = AgentConfig(compactor="slow_test")
+    _, meta = run_compaction(acc, mid_round=True, timeout=0.1)
+    assert "did not return within 0.1 s" in meta["error"]
+
+
+def test_a_fast_compactor_under_a_timeout_runs_normally():
+    acc = AgentConfig(compactor="noop", compaction_timeout=5)
+    new_acc, meta = run_compaction(acc, mid_round=False)
+    assert meta == {"compacted": False}
+    assert new_acc is acc
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("inf"), "3"])
+def test_a_bad_timeout_is_refused_at_config_time(bad):
+    with pytest.raises(ValueError, match="compaction_timeout must be a positive number"):
+        AgentConfig(compaction_timeout=bad)
