@@ -1,0 +1,161 @@
+"""Calibrated token counting: correct a counter per model with what the provider reports.
+
+A local counter is exact only for OpenAI's own encodings; for other models the
+character estimate can be off either way (it under-counts code and JSON). Each model
+reply reports the input tokens the provider counted; the turn shells feed that back
+with :meth:`Calibration.observe`, comparing it with the counter's raw count of the same
+request. :class:`CalibratedCounter` then scales the raw counts by the model's factor.
+
+The rule, conservative on purpose: the factor is the **largest** ratio
+``reported / estimated`` among the last ``window`` observations (requests of at least
+``min_tokens`` estimated tokens), rounded up to a hundredth, and 1.0 before any
+evidence. So a count is raised as far as any recent request showed it was low, and it
+is lowered below the raw count only when *every* recent request showed an over-count,
+and only by the smallest over-count seen, never below ``floor`` times the raw count.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from normandy_core.memory import Entry
+    from normandy_core.tokens import TokenCounter
+
+__all__ = ["CalibratedCounter", "Calibration", "calibrated_counter", "default_calibration"]
+
+
+class Calibration:
+    """Correction factors per model, learned from provider-reported input tokens.
+
+    Thread-safe. ``window`` observations are kept per model; requests estimated under
+    ``min_tokens`` are ignored (fixed overheads dominate them); the factor never goes
+    below ``floor``.
+    """
+
+    def __init__(self, *, window: int = 8, min_tokens: int = 200, floor: float = 0.5) -> None:
+        if window < 1 or min_tokens < 1 or not 0 < floor <= 1:
+            raise ValueError("window and min_tokens must be positive and 0 < floor <= 1")
+        self.window = window
+        self.min_tokens = min_tokens
+        self.floor = floor
+        self._ratios: dict[str, deque[float]] = {}
+        self._seen: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def observe(self, model: str, estimated: int, reported: int) -> float:
+        """Record that a request estimated at ``estimated`` tokens was billed ``reported``.
+
+        Returns the model's factor afterwards. Ignored when either number is not
+        positive or the request is smaller than ``min_tokens``.
+        """
+        if estimated >= self.min_tokens and reported > 0:
+            with self._lock:
+                ratios = self._ratios.setdefault(model, deque(maxlen=self.window))
+                ratios.append(reported / estimated)
+                self._seen[model] = self._seen.get(model, 0) + 1
+        return self.factor(model)
+
+    def factor(self, model: str | None) -> float:
+        """The model's correction factor (1.0 without evidence)."""
+        if model is None:
+            return 1.0
+        with self._lock:
+            ratios = self._ratios.get(model)
+            if not ratios:
+                return 1.0
+            top = max(ratios)
+        return max(self.floor, math.ceil(top * 100 - 1e-9) / 100)
+
+    def snapshot(self, model: str | None) -> dict[str, Any]:
+        """What the factor rests on, for meta and events (JSON-ready)."""
+        with self._lock:
+            ratios = list(self._ratios.get(model, ())) if model is not None else []
+            seen = self._seen.get(model, 0) if model is not None else 0
+        return {
+            "model": model,
+            "factor": self.factor(model),
+            "observations": seen,
+            "recent_ratios": [round(r, 4) for r in ratios],
+        }
+
+    def reset(self, model: str | None = None) -> None:
+        """Forget the evidence for ``model`` (every model when ``None``)."""
+        with self._lock:
+            if model is None:
+                self._ratios.clear()
+                self._seen.clear()
+            else:
+                self._ratios.pop(model, None)
+                self._seen.pop(model, None)
+
+
+_DEFAULT = Calibration()
+
+
+def default_calibration() -> Calibration:
+    """The process-wide calibration the shells use unless given another."""
+    return _DEFAULT
+
+
+class CalibratedCounter:
+    """A :class:`~normandy_core.TokenCounter` that scales ``base`` by a model's factor.
+
+    Each count is the raw count times the current factor, rounded up. ``name`` includes
+    the factor (so a memory's per-counter cache never mixes factors) and is the base's
+    own name while the factor is 1.0. Raw entry counts are cached per entry id and
+    content, so a change of factor costs a multiplication per entry, not a recount.
+    """
+
+    def __init__(
+        self, base: TokenCounter, model: str | None, calibration: Calibration | None = None
+    ) -> None:
+        self.base = base
+        self.model = model
+        self.calibration = calibration or _DEFAULT
+        self._raw: dict[str, tuple[object, str, int]] = {}
+
+    @property
+    def factor(self) -> float:
+        """The model's current factor."""
+        return self.calibration.factor(self.model)
+
+    @property
+    def name(self) -> str:
+        """``base.name``, with ``*<factor>`` appended when the factor is not 1.0."""
+        f = self.factor
+        return self.base.name if f == 1.0 else f"{self.base.name}*{f:.2f}"
+
+    def raw_entry(self, entry: Entry) -> int:
+        """The base counter's count of ``entry`` (cached per id and content)."""
+        hit = self._raw.get(entry.id)
+        if hit is not None and hit[0] is entry.content and hit[1] == entry.role:
+            return hit[2]
+        n = self.base.count_entry(entry)
+        self._raw[entry.id] = (entry.content, entry.role, n)
+        return n
+
+    def count_text(self, text: str) -> int:
+        """The calibrated count of ``text``."""
+        return math.ceil(self.base.count_text(text) * self.factor)
+
+    def count_entry(self, entry: Entry) -> int:
+        """The calibrated count of one message."""
+        return math.ceil(self.raw_entry(entry) * self.factor)
+
+    def __repr__(self) -> str:
+        return f"<CalibratedCounter {self.base.name} model={self.model} x{self.factor:.2f}>"
+
+
+def calibrated_counter(
+    base: TokenCounter, model: str | None, calibration: Calibration | None = None
+) -> CalibratedCounter:
+    """``base`` calibrated for ``model`` (the default calibration unless one is given).
+
+    A compactor sizing against the window wraps its counter with this to use the counts
+    the shells have calibrated: ``calibrated_counter(get_counter(spec), ctx.model)``.
+    """
+    return CalibratedCounter(base, model, calibration)

@@ -1,0 +1,178 @@
+"""What every model client speaks: requests in, :class:`ModelReply` out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from normandy_core.memory import (
+    Block,
+    Entry,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolUseBlock,
+)
+
+__all__ = [
+    "AsyncModelClient",
+    "ModelClient",
+    "ModelClientError",
+    "ModelReply",
+    "ToolChoice",
+    "Usage",
+    "as_entries",
+    "open_round_start",
+    "thinking_plan",
+]
+
+#: ``"auto"``: the model may call tools; ``"none"``: it must answer in text (the final call).
+ToolChoice = Literal["auto", "none"]
+
+
+class ModelClientError(RuntimeError):
+    """A provider refused a request or could not be reached; the message names the provider."""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens a provider reported for one call.
+
+    ``input_tokens`` is the whole prompt the provider counted (for Anthropic, cached
+    tokens included), so it can be compared with Normandy's estimate of the request.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens, self.output_tokens + other.output_tokens
+        )
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """One model answer: its content blocks, why it stopped, and what it cost.
+
+    ``events`` are notes the client adds about the request it sent (for example
+    ``{"type": "thinking_disabled", ...}``); the turn shell copies them into the turn's
+    events.
+    """
+
+    content: tuple[Block, ...]
+    stop_reason: str = "end_turn"
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+    events: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        """The tool calls of the reply, in order."""
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+    @property
+    def text(self) -> str:
+        """The reply's text blocks, joined by newlines."""
+        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+def as_entries(messages: Sequence[Entry] | str) -> list[Entry]:
+    """``messages`` as entries; a plain string is one user message (for simple prompts)."""
+    if isinstance(messages, str):
+        return [Entry(id="prompt", role="user", content=messages)]
+    return list(messages)
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """A synchronous model client: one request, one :class:`ModelReply`.
+
+    ``messages`` is the conversation (entries, or a plain prompt string); ``tools`` the
+    tool definitions (``name``, ``description``, ``input_schema``); ``tool_choice``
+    ``"none"`` asks for a final text answer with tools disabled; ``thinking`` the
+    extended-thinking budget in tokens (``None``: off), honoured where the provider has it.
+    Raises :class:`ModelClientError` when the provider refuses the request.
+    """
+
+    def complete(
+        self,
+        system: str,
+        messages: Sequence[Entry] | str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: ToolChoice = "auto",
+        thinking: int | None = None,
+        max_tokens: int = 4096,
+        model: str | None = None,
+    ) -> ModelReply:
+        """Send one request and return the reply."""
+        ...
+
+
+@runtime_checkable
+class AsyncModelClient(Protocol):
+    """The asynchronous form of :class:`ModelClient` (same arguments, awaited)."""
+
+    async def acomplete(
+        self,
+        system: str,
+        messages: Sequence[Entry] | str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: ToolChoice = "auto",
+        thinking: int | None = None,
+        max_tokens: int = 4096,
+        model: str | None = None,
+    ) -> ModelReply:
+        """Send one request and return the reply."""
+        ...
+
+
+def _starts_with_thinking(entry: Entry) -> bool:
+    blocks = [b for b in entry.blocks if not (isinstance(b, TextBlock) and not b.text)]
+    return bool(blocks) and isinstance(blocks[0], (ThinkingBlock, RedactedThinkingBlock))
+
+
+def open_round_start(entries: Sequence[Entry]) -> int | None:
+    """Index of the final assistant entry of an open tool round, or ``None`` when none is open.
+
+    A round is open when the conversation ends with tool results answering the tool uses
+    of the assistant entry before them: the next request continues that round.
+    """
+    convo = [e for e in entries if e.role != "system"]
+    if not convo or not convo[-1].tool_results:
+        return None
+    for i in range(len(entries) - 1, -1, -1):
+        e = entries[i]
+        if e.role == "assistant":
+            return i if e.tool_uses else None
+        if not e.tool_results:
+            return None
+    return None
+
+
+def thinking_plan(
+    entries: Sequence[Entry], thinking: int | None
+) -> tuple[int | None, dict[str, Any] | None]:
+    """The thinking budget a request over ``entries`` may use, and the event when it cannot.
+
+    With thinking asked for, the final assistant entry of an open tool round must start
+    with its thinking block (the provider checks replayed thinking there). When a
+    mid-round compaction stripped it (the contract's recovery), the rest of the round is
+    sent with thinking disabled: returns ``(None, {"type": "thinking_disabled", ...})``.
+    Otherwise returns ``(thinking, None)``. The next turn starts with a user message,
+    so thinking is enabled again there.
+    """
+    if thinking is None:
+        return None, None
+    at = open_round_start(entries)
+    if at is None or _starts_with_thinking(entries[at]):
+        return thinking, None
+    return None, {
+        "type": "thinking_disabled",
+        "reason": "the open tool round's last assistant message has no thinking block "
+        "(stripped by a mid-round compaction); the round finishes without thinking",
+        "entry_id": entries[at].id,
+    }

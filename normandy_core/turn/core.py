@@ -1,0 +1,427 @@
+"""The pure core of a turn: a state machine from events to effects, with no I/O and no clock.
+
+One agent turn runs as::
+
+    idle --UserInput--> steering(mid_round=False) --CompactionDone--> awaiting_model
+    awaiting_model --ModelReplied(tool uses)--> awaiting_tools
+    awaiting_tools --ToolResults--> steering(mid_round=True) --CompactionDone--> awaiting_model
+    awaiting_model --ModelReplied(final answer)--> done
+
+The core parks in ``steering`` at the start of the turn and after every tool batch and
+emits :class:`MaybeCompact`; it goes on only when the shell feeds :class:`CompactionDone`
+back. After ``max_iterations`` model calls with tools, or once the task budget is spent,
+the next call is *final*: :class:`CallModel` with ``final=True`` asks for an answer with
+tools disabled. :func:`step` never mutates its input and raises :class:`InvalidTransition`
+(naming the state and the event) for an event the state does not accept.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from normandy_core.errors import NormandyError
+from normandy_core.memory import Block, Content, TextBlock, ToolResultBlock, ToolUseBlock
+
+__all__ = [
+    "AppendMessage",
+    "Budget",
+    "CallModel",
+    "CompactionDone",
+    "DispatchTools",
+    "Effect",
+    "Emit",
+    "Event",
+    "Finish",
+    "FinishReason",
+    "InvalidTransition",
+    "MaybeCompact",
+    "ModelReplied",
+    "Phase",
+    "ToolResults",
+    "TurnError",
+    "TurnState",
+    "UserInput",
+    "boundary_summary",
+    "start",
+    "step",
+]
+
+#: Why a turn ended: the model answered, the iteration cap or the task budget forced it.
+FinishReason = Literal["answer", "iteration_cap", "budget"]
+
+
+class TurnError(NormandyError):
+    """A turn could not go on."""
+
+
+class InvalidTransition(TurnError):
+    """An event the turn's current state does not accept (or malformed for it)."""
+
+    def __init__(self, state: TurnState, event: Event, why: str) -> None:
+        self.state = state
+        self.event = event
+        super().__init__(
+            f"turn {state.turn_id!r}: event {type(event).__name__} is not valid in state "
+            f"{state.phase.value!r}: {why}"
+        )
+
+
+class Phase(enum.Enum):
+    """Where a turn is."""
+
+    IDLE = "idle"
+    STEERING = "steering"
+    AWAITING_MODEL = "awaiting_model"
+    AWAITING_TOOLS = "awaiting_tools"
+    DONE = "done"
+
+
+# -- events (in) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserInput:
+    """The user's message that starts the turn; ``tokens`` its count, for the budget."""
+
+    content: Content
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ModelReplied:
+    """The model's reply: tool uses make it a tool batch, none a final answer."""
+
+    content: tuple[Block, ...]
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ToolResults:
+    """The results of the dispatched batch, one per tool use (any order)."""
+
+    results: tuple[ToolResultBlock, ...]
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class CompactionDone:
+    """The boundary was resolved; ``meta`` is the compaction's meta."""
+
+    meta: Mapping[str, Any]
+
+
+Event = UserInput | ModelReplied | ToolResults | CompactionDone
+
+
+# -- effects (out) --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AppendMessage:
+    """Append a message of this turn to the conversation."""
+
+    role: Literal["user", "assistant"]
+    content: Content
+
+
+@dataclass(frozen=True)
+class MaybeCompact:
+    """Resolve a boundary (call the compactor), then feed :class:`CompactionDone` back."""
+
+    mid_round: bool
+
+
+@dataclass(frozen=True)
+class CallModel:
+    """Call the model; ``final`` asks for an answer with tools disabled (``reason`` says why)."""
+
+    final: bool = False
+    reason: FinishReason | None = None
+
+
+@dataclass(frozen=True)
+class DispatchTools:
+    """Run these tool calls as one batch, then feed :class:`ToolResults` back."""
+
+    calls: tuple[ToolUseBlock, ...]
+
+
+@dataclass(frozen=True)
+class Emit:
+    """Report an event to the host (``event["type"]`` names it)."""
+
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The turn is over with ``text``."""
+
+    text: str
+    reason: FinishReason
+
+
+Effect = AppendMessage | MaybeCompact | CallModel | DispatchTools | Emit | Finish
+
+
+# -- state ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A per-turn task budget in tokens of this turn's messages; compaction never refunds it.
+
+    ``in_context`` counts this turn's messages still in the conversation and ``removed``
+    the ``tokens_removed`` every compaction reported: a compaction moves tokens from one
+    to the other, so ``remaining = total - in_context - removed`` never grows back.
+    """
+
+    total: int
+    in_context: int = 0
+    removed: int = 0
+
+    @property
+    def spent(self) -> int:
+        """Tokens spent so far, removed ones included."""
+        return self.in_context + self.removed
+
+    @property
+    def remaining(self) -> int:
+        """Tokens left (negative once overspent)."""
+        return self.total - self.spent
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether nothing is left."""
+        return self.remaining <= 0
+
+    def add(self, tokens: int) -> Budget:
+        """After appending a message of ``tokens``."""
+        return replace(self, in_context=self.in_context + max(tokens, 0))
+
+    def compacted(self, tokens_removed: int) -> Budget:
+        """After a compaction removed ``tokens_removed`` of this turn's tokens."""
+        n = max(tokens_removed, 0)
+        return replace(self, in_context=max(self.in_context - n, 0), removed=self.removed + n)
+
+    def as_dict(self) -> dict[str, int]:
+        """JSON-ready view."""
+        return {
+            "total": self.total,
+            "spent": self.spent,
+            "removed": self.removed,
+            "remaining": self.remaining,
+        }
+
+
+@dataclass(frozen=True)
+class TurnState:
+    """Everything the core knows about a turn. Immutable; :func:`step` returns a new one.
+
+    ``iterations`` counts model calls made with tools enabled (at most
+    ``max_iterations``); ``pending`` the tool-use ids of the dispatched batch;
+    ``final_reason`` is set once a final call was asked for; ``text`` and
+    ``finish_reason`` once the turn is done.
+    """
+
+    turn_id: str
+    max_iterations: int = 25
+    phase: Phase = Phase.IDLE
+    iterations: int = 0
+    batches: int = 0
+    mid_round: bool = False
+    pending: tuple[str, ...] = ()
+    budget: Budget | None = None
+    final_reason: FinishReason | None = None
+    text: str | None = None
+    finish_reason: FinishReason | None = None
+
+
+def start(turn_id: str, *, max_iterations: int = 25, budget: int | None = None) -> TurnState:
+    """A fresh turn in ``idle``, waiting for :class:`UserInput`.
+
+    ``max_iterations`` (at least 1) caps the model calls made with tools; ``budget``
+    (positive tokens, optional) is the task budget.
+    """
+    if max_iterations < 1:
+        raise ValueError(f"max_iterations must be at least 1, got {max_iterations}")
+    if budget is not None and budget <= 0:
+        raise ValueError(f"budget must be a positive number of tokens, got {budget}")
+    return TurnState(
+        turn_id=turn_id,
+        max_iterations=max_iterations,
+        budget=Budget(budget) if budget is not None else None,
+    )
+
+
+def boundary_summary(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``meta`` without the dropped contents: ``dropped`` becomes ``dropped_ids`` and a count."""
+    out = {k: v for k, v in meta.items() if k != "dropped"}
+    dropped = meta.get("dropped") or []
+    out["dropped_ids"] = [getattr(e, "id", None) for e in dropped]
+    out["dropped_count"] = len(dropped)
+    return out
+
+
+_EXPECTS = {
+    Phase.IDLE: "UserInput",
+    Phase.STEERING: "CompactionDone",
+    Phase.AWAITING_MODEL: "ModelReplied",
+    Phase.AWAITING_TOOLS: "ToolResults",
+    Phase.DONE: "nothing (the turn is done)",
+}
+
+
+def _add(budget: Budget | None, tokens: int) -> Budget | None:
+    return budget.add(tokens) if budget is not None else None
+
+
+def step(state: TurnState, event: Event) -> tuple[TurnState, tuple[Effect, ...]]:
+    """Apply ``event`` to ``state``: the next state and the effects to run, in order.
+
+    Raises :class:`InvalidTransition` when ``state`` does not accept ``event``; ``state``
+    is never changed.
+    """
+    phase = state.phase
+    if phase is Phase.IDLE and isinstance(event, UserInput):
+        return _on_user_input(state, event)
+    if phase is Phase.STEERING and isinstance(event, CompactionDone):
+        return _on_compaction_done(state, event)
+    if phase is Phase.AWAITING_MODEL and isinstance(event, ModelReplied):
+        return _on_model_replied(state, event)
+    if phase is Phase.AWAITING_TOOLS and isinstance(event, ToolResults):
+        return _on_tool_results(state, event)
+    raise InvalidTransition(state, event, f"expected {_EXPECTS[phase]}")
+
+
+def _on_user_input(state: TurnState, ev: UserInput) -> tuple[TurnState, tuple[Effect, ...]]:
+    if not ev.content:
+        raise InvalidTransition(state, ev, "the user's message is empty")
+    new = replace(
+        state, phase=Phase.STEERING, mid_round=False, budget=_add(state.budget, ev.tokens)
+    )
+    return new, (
+        Emit({"type": "turn_started", "turn_id": state.turn_id}),
+        AppendMessage("user", ev.content),
+        MaybeCompact(mid_round=False),
+    )
+
+
+def _on_compaction_done(
+    state: TurnState, ev: CompactionDone
+) -> tuple[TurnState, tuple[Effect, ...]]:
+    meta = ev.meta
+    if not isinstance(meta.get("compacted"), bool):
+        raise InvalidTransition(state, ev, "meta has no boolean 'compacted'")
+    budget = state.budget
+    removed = meta.get("tokens_removed")
+    if budget is not None and isinstance(removed, int) and meta["compacted"]:
+        budget = budget.compacted(removed)
+    boundary: dict[str, Any] = {
+        "type": "boundary",
+        "turn_id": state.turn_id,
+        "mid_round": state.mid_round,
+        "batch": state.batches,
+        "meta": boundary_summary(meta),
+    }
+    if budget is not None:
+        boundary["budget"] = budget.as_dict()
+    effects: list[Effect] = [Emit(boundary)]
+    reason: FinishReason | None = None
+    if state.iterations >= state.max_iterations:
+        reason = "iteration_cap"
+    elif budget is not None and budget.exhausted:
+        reason = "budget"
+    if reason is not None:
+        info: dict[str, Any] = {"type": reason, "turn_id": state.turn_id}
+        info["iterations"] = state.iterations
+        if budget is not None:
+            info["budget"] = budget.as_dict()
+        effects.append(Emit(info))
+        effects.append(CallModel(final=True, reason=reason))
+        new = replace(state, phase=Phase.AWAITING_MODEL, budget=budget, final_reason=reason)
+    else:
+        effects.append(CallModel(final=False))
+        new = replace(
+            state, phase=Phase.AWAITING_MODEL, budget=budget, iterations=state.iterations + 1
+        )
+    return new, tuple(effects)
+
+
+def _meaningful(block: Block) -> bool:
+    return not (isinstance(block, TextBlock) and not block.text)
+
+
+def _on_model_replied(state: TurnState, ev: ModelReplied) -> tuple[TurnState, tuple[Effect, ...]]:
+    uses = [b for b in ev.content if isinstance(b, ToolUseBlock)]
+    ids = [u.id for u in uses]
+    if len(set(ids)) != len(ids):
+        raise InvalidTransition(state, ev, f"the reply repeats a tool-use id: {ids}")
+    if any(isinstance(b, ToolResultBlock) for b in ev.content):
+        raise InvalidTransition(state, ev, "a model reply cannot hold tool results")
+    budget = _add(state.budget, ev.tokens)
+    if uses and state.final_reason is None:
+        new = replace(state, phase=Phase.AWAITING_TOOLS, pending=tuple(ids), budget=budget)
+        return new, (
+            AppendMessage("assistant", ev.content),
+            Emit(
+                {
+                    "type": "tool_batch",
+                    "turn_id": state.turn_id,
+                    "batch": state.batches + 1,
+                    "calls": [{"id": u.id, "name": u.name} for u in uses],
+                }
+            ),
+            DispatchTools(tuple(uses)),
+        )
+    effects: list[Effect] = []
+    content = ev.content
+    if uses:  # the final call asked for no tools: never leave an unanswered tool use
+        content = tuple(b for b in content if not isinstance(b, ToolUseBlock))
+        effects.append(Emit({"type": "tool_calls_ignored", "turn_id": state.turn_id, "ids": ids}))
+    if any(_meaningful(b) for b in content):
+        effects.insert(0, AppendMessage("assistant", content))
+    text = "\n".join(b.text for b in content if isinstance(b, TextBlock))
+    reason: FinishReason = state.final_reason or "answer"
+    new = replace(
+        state, phase=Phase.DONE, budget=budget, text=text, finish_reason=reason, pending=()
+    )
+    finished: dict[str, Any] = {
+        "type": "turn_finished",
+        "turn_id": state.turn_id,
+        "reason": reason,
+        "iterations": state.iterations,
+        "batches": state.batches,
+    }
+    if budget is not None:
+        finished["budget"] = budget.as_dict()
+    effects.append(Emit(finished))
+    effects.append(Finish(text, reason))
+    return new, tuple(effects)
+
+
+def _on_tool_results(state: TurnState, ev: ToolResults) -> tuple[TurnState, tuple[Effect, ...]]:
+    got = [r.tool_use_id for r in ev.results]
+    if len(set(got)) != len(got) or set(got) != set(state.pending):
+        missing = [i for i in state.pending if i not in got]
+        extra = [i for i in got if i not in state.pending]
+        raise InvalidTransition(
+            state,
+            ev,
+            f"results must answer each pending tool use once; pending {list(state.pending)}, "
+            f"got {got} (missing {missing}, unexpected {extra})",
+        )
+    by_id = {r.tool_use_id: r for r in ev.results}
+    ordered = tuple(by_id[i] for i in state.pending)
+    new = replace(
+        state,
+        phase=Phase.STEERING,
+        mid_round=True,
+        pending=(),
+        batches=state.batches + 1,
+        budget=_add(state.budget, ev.tokens),
+    )
+    return new, (AppendMessage("user", ordered), MaybeCompact(mid_round=True))

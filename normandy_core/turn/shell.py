@@ -1,0 +1,419 @@
+"""The shells that run the pure turn core: :func:`run_turn` (sync) and :func:`arun_turn` (async).
+
+They interpret the core's effects with a model client and a tool registry. Every
+boundary is resolved through the core's one boundary function,
+:func:`normandy_core.run_compaction` (``mid_round=False`` at the start of the turn,
+``True`` after each tool batch); the returned ``acc`` replaces the running one and its
+meta goes back to the core as :class:`~normandy_core.turn.CompactionDone`. The async
+shell runs compaction and synchronous tools in worker threads, so it never blocks the
+event loop. A tool that raises, or is unknown, answers with an error tool result
+(``is_error=True``): a tool use is never left without its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from normandy_core.boundary import run_compaction
+from normandy_core.calibration import CalibratedCounter, Calibration, default_calibration
+from normandy_core.clients.base import ModelClient, ModelReply, Usage
+from normandy_core.config import AgentConfig
+from normandy_core.memory import (
+    Content,
+    DocumentBlock,
+    Entry,
+    ImageBlock,
+    Role,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    new_id,
+)
+from normandy_core.tokens import TokenCounter, default_counter_for, get_counter
+from normandy_core.turn.core import (
+    AppendMessage,
+    Budget,
+    CallModel,
+    CompactionDone,
+    DispatchTools,
+    Effect,
+    Emit,
+    Event,
+    Finish,
+    FinishReason,
+    MaybeCompact,
+    ModelReplied,
+    ToolResults,
+    TurnError,
+    TurnState,
+    UserInput,
+    start,
+    step,
+)
+
+__all__ = ["Tool", "TurnAborted", "TurnResult", "arun_turn", "run_turn", "tool_result"]
+
+#: A tool: called with the tool use's input as keyword arguments, sync or async.
+Tool = Callable[..., Any]
+
+
+class TurnAborted(TurnError):
+    """The model client failed mid-turn. ``acc`` and ``events`` hold the turn so far."""
+
+    def __init__(self, message: str, acc: AgentConfig, events: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.acc = acc
+        self.events = events
+
+
+@dataclass
+class TurnResult:
+    """What a turn produced.
+
+    ``text`` is the final answer; ``acc`` the agent config after the turn (compacted
+    where a boundary compacted); ``events`` everything the turn reported, in order;
+    ``usage`` the provider-reported tokens summed over the turn's calls; ``budget`` the
+    task budget at the end (``None`` without one); ``reason`` why the turn ended.
+    """
+
+    text: str
+    acc: AgentConfig
+    turn_id: str
+    reason: FinishReason
+    events: list[dict[str, Any]] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    budget: Budget | None = None
+    state: TurnState | None = None
+
+    def events_of(self, kind: str) -> list[dict[str, Any]]:
+        """The events whose ``type`` is ``kind``."""
+        return [e for e in self.events if e.get("type") == kind]
+
+
+def tool_result(call: ToolUseBlock, output: Any) -> ToolResultBlock:
+    """A tool's return value as the result of ``call``.
+
+    Text stays text; a :class:`ToolResultBlock` is re-addressed to ``call``; text, image
+    and document blocks (or a list of them) become the result's parts; anything else
+    is JSON-encoded.
+    """
+    if isinstance(output, ToolResultBlock):
+        return output.model_copy(update={"tool_use_id": call.id})
+    if isinstance(output, str):
+        return ToolResultBlock(tool_use_id=call.id, content=output)
+    parts_types = (TextBlock, ImageBlock, DocumentBlock)
+    if isinstance(output, parts_types):
+        return ToolResultBlock(tool_use_id=call.id, content=(output,))
+    if (
+        isinstance(output, (list, tuple))
+        and output
+        and all(isinstance(p, parts_types) for p in output)
+    ):
+        return ToolResultBlock(tool_use_id=call.id, content=tuple(output))
+    return ToolResultBlock(
+        tool_use_id=call.id, content=json.dumps(output, ensure_ascii=False, default=str)
+    )
+
+
+def _error_result(call: ToolUseBlock, text: str) -> ToolResultBlock:
+    return ToolResultBlock(tool_use_id=call.id, content=text, is_error=True)
+
+
+class _Runner:
+    """The state both shells share: the running acc, events, usage and counting."""
+
+    def __init__(
+        self,
+        acc: AgentConfig,
+        *,
+        tools: Mapping[str, Tool] | None,
+        turn_id: str | None,
+        max_iterations: int,
+        budget: int | None,
+        thinking: int | None,
+        max_tokens: int,
+        counter: TokenCounter | str | None,
+        calibration: Calibration | None,
+        on_event: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        self.acc = acc
+        self.tools = dict(tools or {})
+        self.turn_id = turn_id or new_id()
+        self.state = start(self.turn_id, max_iterations=max_iterations, budget=budget)
+        self.thinking = thinking
+        self.max_tokens = max_tokens
+        base = get_counter(counter if counter is not None else default_counter_for(acc.model))
+        self.calibration = calibration or default_calibration()
+        self.base = base
+        self.counter = CalibratedCounter(base, acc.model, self.calibration)
+        self.on_event = on_event
+        self.events: list[dict[str, Any]] = []
+        self.usage = Usage()
+        self.result: tuple[str, FinishReason] | None = None
+
+    # -- small effects ------------------------------------------------------------
+
+    def emit(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def tokens(self, role: Role, content: Content) -> int:
+        entry = Entry(id="count", role=role, content=content)
+        return self.counter.count_entry(entry)
+
+    def apply(self, event: Event) -> list[Effect]:
+        self.state, effects = step(self.state, event)
+        out: list[Effect] = []
+        for eff in effects:
+            if isinstance(eff, AppendMessage):
+                self.acc.memory.add_message(eff.role, eff.content, turn_id=self.turn_id)
+            elif isinstance(eff, Emit):
+                self.emit(eff.event)
+            elif isinstance(eff, Finish):
+                self.result = (eff.text, eff.reason)
+            else:
+                out.append(eff)
+        return out
+
+    def compacted(self, acc: AgentConfig, meta: dict[str, Any]) -> Event:
+        self.acc = acc
+        if acc.model is not None:
+            meta.setdefault(
+                "calibration", {"counter": self.base.name, **self.calibration.snapshot(acc.model)}
+            )
+        return CompactionDone(meta)
+
+    def request(self, eff: CallModel) -> dict[str, Any]:
+        acc = self.acc
+        return {
+            "system": acc.system_prompt,
+            "messages": acc.memory.entries(),
+            "tools": list(acc.tools) or None,
+            "tool_choice": "none" if eff.final else "auto",
+            "thinking": self.thinking,
+            "max_tokens": self.max_tokens,
+            "model": acc.model,
+        }
+
+    def estimate(self) -> int:
+        """Raw (uncalibrated) tokens of the request about to be sent."""
+        return self.acc.prompt_tokens + sum(self.counter.raw_entry(e) for e in self.acc.memory)
+
+    def replied(self, eff: CallModel, reply: ModelReply, estimated: int) -> Event:
+        self.usage = self.usage + reply.usage
+        model = self.acc.model
+        if model is not None and reply.usage.input_tokens > 0:
+            self.calibration.observe(model, estimated, reply.usage.input_tokens)
+        for note in reply.events:
+            self.emit({**note, "turn_id": self.turn_id})
+        self.emit(
+            {
+                "type": "model_reply",
+                "turn_id": self.turn_id,
+                "final": eff.final,
+                "stop_reason": reply.stop_reason,
+                "usage": {
+                    "input_tokens": reply.usage.input_tokens,
+                    "output_tokens": reply.usage.output_tokens,
+                },
+                "estimated_input_tokens": estimated,
+            }
+        )
+        return ModelReplied(reply.content, tokens=self.tokens("assistant", reply.content))
+
+    def results(self, results: Sequence[ToolResultBlock]) -> Event:
+        content = tuple(results)
+        return ToolResults(content, tokens=self.tokens("user", content))
+
+    def finish(self) -> TurnResult:
+        assert self.result is not None
+        text, reason = self.result
+        return TurnResult(
+            text=text,
+            acc=self.acc,
+            turn_id=self.turn_id,
+            reason=reason,
+            events=self.events,
+            usage=self.usage,
+            budget=self.state.budget,
+            state=self.state,
+        )
+
+    def abort(self, exc: BaseException) -> TurnAborted:
+        self.emit({"type": "turn_aborted", "turn_id": self.turn_id, "error": str(exc)})
+        return TurnAborted(
+            f"turn {self.turn_id!r} aborted: {type(exc).__name__}: {exc}", self.acc, self.events
+        )
+
+    def unknown(self, call: ToolUseBlock) -> ToolResultBlock:
+        known = ", ".join(sorted(self.tools)) or "none"
+        return _error_result(call, f"unknown tool {call.name!r}; available tools: {known}")
+
+
+def _failed(call: ToolUseBlock, exc: BaseException) -> ToolResultBlock:
+    return _error_result(call, f"tool {call.name!r} raised {type(exc).__name__}: {exc}")
+
+
+def run_turn(
+    acc: AgentConfig,
+    user_input: Content,
+    *,
+    client: ModelClient,
+    tools: Mapping[str, Tool] | None = None,
+    turn_id: str | None = None,
+    max_iterations: int = 25,
+    budget: int | None = None,
+    thinking: int | None = None,
+    max_tokens: int = 4096,
+    counter: TokenCounter | str | None = None,
+    calibration: Calibration | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> TurnResult:
+    """Run one agent turn synchronously and return its :class:`TurnResult`.
+
+    ``acc`` is the agent (its memory is extended in place until a compaction replaces
+    it; use the result's ``acc`` afterwards). ``tools`` maps tool names to callables
+    taking the tool input as keyword arguments (an async tool is run with
+    :func:`asyncio.run`); the definitions the model sees are ``acc.tools``. The calls
+    of one reply run in order as one batch and their results are appended together.
+    ``max_iterations`` caps the model calls with tools; ``budget`` is the optional task
+    budget in tokens; ``thinking`` the extended-thinking budget asked of the client.
+    ``counter`` counts for the budget and for calibration (default: the one that does
+    not under-count for ``acc.model``), calibrated per model with ``calibration``.
+    ``on_event`` sees each event as it happens. Raises :class:`TurnAborted` when the
+    model client fails.
+    """
+    run = _Runner(
+        acc,
+        tools=tools,
+        turn_id=turn_id,
+        max_iterations=max_iterations,
+        budget=budget,
+        thinking=thinking,
+        max_tokens=max_tokens,
+        counter=counter,
+        calibration=calibration,
+        on_event=on_event,
+    )
+    event: Event | None = UserInput(user_input, tokens=run.tokens("user", user_input))
+    while event is not None:
+        effects = run.apply(event)
+        event = None
+        for eff in effects:
+            if isinstance(eff, MaybeCompact):
+                new_acc, meta = run_compaction(
+                    run.acc, mid_round=eff.mid_round, turn_id=run.turn_id
+                )
+                event = run.compacted(new_acc, meta)
+            elif isinstance(eff, CallModel):
+                estimated = run.estimate()
+                try:
+                    reply = client.complete(**run.request(eff))
+                except Exception as exc:
+                    raise run.abort(exc) from exc
+                event = run.replied(eff, reply, estimated)
+            elif isinstance(eff, DispatchTools):
+                event = run.results([_call_sync(run, c) for c in eff.calls])
+    return run.finish()
+
+
+def _call_sync(run: _Runner, call: ToolUseBlock) -> ToolResultBlock:
+    fn = run.tools.get(call.name)
+    if fn is None:
+        return run.unknown(call)
+    try:
+        out = fn(**call.input)
+        if inspect.isawaitable(out):
+            out = asyncio.run(_await(out))
+    except Exception as exc:
+        return _failed(call, exc)
+    return tool_result(call, out)
+
+
+async def _await(aw: Awaitable[Any]) -> Any:
+    return await aw
+
+
+async def _call_async(run: _Runner, call: ToolUseBlock) -> ToolResultBlock:
+    fn = run.tools.get(call.name)
+    if fn is None:
+        return run.unknown(call)
+    try:
+        if inspect.iscoroutinefunction(fn):
+            out = await fn(**call.input)
+        else:
+            out = await asyncio.to_thread(fn, **call.input)
+            if inspect.isawaitable(out):
+                out = await out
+    except Exception as exc:
+        return _failed(call, exc)
+    return tool_result(call, out)
+
+
+async def arun_turn(
+    acc: AgentConfig,
+    user_input: Content,
+    *,
+    client: Any,
+    tools: Mapping[str, Tool] | None = None,
+    turn_id: str | None = None,
+    max_iterations: int = 25,
+    budget: int | None = None,
+    thinking: int | None = None,
+    max_tokens: int = 4096,
+    counter: TokenCounter | str | None = None,
+    calibration: Calibration | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> TurnResult:
+    """Run one agent turn on the event loop; the arguments are those of :func:`run_turn`.
+
+    ``client`` is an :class:`~normandy_core.clients.AsyncModelClient` (awaited) or a
+    :class:`~normandy_core.clients.ModelClient` (run in a worker thread). Compaction runs
+    in a worker thread (:func:`asyncio.to_thread`), so a slow compactor never blocks the
+    loop. The calls of one reply run concurrently as one batch (async tools awaited,
+    sync tools in threads) and their results are appended together in tool-use order.
+    """
+    run = _Runner(
+        acc,
+        tools=tools,
+        turn_id=turn_id,
+        max_iterations=max_iterations,
+        budget=budget,
+        thinking=thinking,
+        max_tokens=max_tokens,
+        counter=counter,
+        calibration=calibration,
+        on_event=on_event,
+    )
+    event: Event | None = UserInput(user_input, tokens=run.tokens("user", user_input))
+    while event is not None:
+        effects = run.apply(event)
+        event = None
+        for eff in effects:
+            if isinstance(eff, MaybeCompact):
+                new_acc, meta = await asyncio.to_thread(
+                    run_compaction, run.acc, mid_round=eff.mid_round, turn_id=run.turn_id
+                )
+                event = run.compacted(new_acc, meta)
+            elif isinstance(eff, CallModel):
+                estimated = run.estimate()
+                try:
+                    if hasattr(client, "acomplete"):
+                        reply = await client.acomplete(**run.request(eff))
+                    else:
+                        call = functools.partial(client.complete, **run.request(eff))
+                        reply = await asyncio.to_thread(call)
+                except Exception as exc:
+                    raise run.abort(exc) from exc
+                event = run.replied(eff, reply, estimated)
+            elif isinstance(eff, DispatchTools):
+                results = await asyncio.gather(*(_call_async(run, c) for c in eff.calls))
+                event = run.results(results)
+    return run.finish()
