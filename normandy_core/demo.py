@@ -17,12 +17,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from normandy_core.clients.scripted import ScriptedClient
-from normandy_core.config import AgentConfig
-from normandy_core.memory import ToolResultBlock
-from normandy_core.turn import Tool, run_turn
+if TYPE_CHECKING:
+    from normandy_core.memory import ToolResultBlock
+    from normandy_core.turn import Tool
 
 __all__ = [
     "DEMO_MODEL",
@@ -191,6 +190,8 @@ class _Replay:
     def tool(self, name: str) -> Tool:
         """The replayed tool ``name``."""
 
+        from normandy_core.memory import ToolResultBlock
+
         def call(**_input: Any) -> ToolResultBlock:
             rec = next(self.outputs, None)
             if rec is None:
@@ -242,7 +243,10 @@ def replay(
     so a bad option raises :class:`~normandy_core.OptionsError` before anything runs.
     ``on_boundary(boundary, batches_done, batches_total)`` sees each boundary as it happens.
     """
+    from normandy_core.clients.scripted import ScriptedClient
+    from normandy_core.config import AgentConfig
     from normandy_core.plugins import resolve_compactor
+    from normandy_core.turn import run_turn
 
     options = dict(opts or {})
     comp = resolve_compactor(compactor)
