@@ -6,6 +6,12 @@ reply reports the input tokens the provider counted; the turn shells feed that b
 with :meth:`Calibration.observe`, comparing it with the counter's raw count of the same
 request. :class:`CalibratedCounter` then scales the raw counts by the model's factor.
 
+Factors are kept per model *and* counter (a ratio learned against one counter means
+nothing for another), so a compactor and the shell share evidence when they count with
+the same counter: the shells count with the compactor's ``counter`` option when it has
+one, else with :func:`~normandy_core.default_counter_for` the model, which is also the
+documented default of the window-sized compactors.
+
 The rule, conservative on purpose: the factor is the **largest** ratio
 ``reported / estimated`` among the last ``window`` observations (requests of at least
 ``min_tokens`` estimated tokens), rounded up to a hundredth, and 1.0 before any
@@ -22,7 +28,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from normandy_core.memory import Entry
+    from normandy_core.memory import AgentMemory, Entry
     from normandy_core.tokens import TokenCounter
 
 __all__ = ["CalibratedCounter", "Calibration", "calibrated_counter", "default_calibration"]
@@ -42,42 +48,45 @@ class Calibration:
         self.window = window
         self.min_tokens = min_tokens
         self.floor = floor
-        self._ratios: dict[str, deque[float]] = {}
-        self._seen: dict[str, int] = {}
+        self._ratios: dict[tuple[str, str], deque[float]] = {}
+        self._seen: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
-    def observe(self, model: str, estimated: int, reported: int) -> float:
-        """Record that a request estimated at ``estimated`` tokens was billed ``reported``.
+    def observe(self, model: str, counter: str, estimated: int, reported: int) -> float:
+        """Record that ``counter`` estimated a request at ``estimated``, billed ``reported``.
 
-        Returns the model's factor afterwards. Ignored when either number is not
-        positive or the request is smaller than ``min_tokens``.
+        Returns the factor afterwards. Ignored when either number is not positive or the
+        request is smaller than ``min_tokens``.
         """
         if estimated >= self.min_tokens and reported > 0:
+            key = (model, counter)
             with self._lock:
-                ratios = self._ratios.setdefault(model, deque(maxlen=self.window))
+                ratios = self._ratios.setdefault(key, deque(maxlen=self.window))
                 ratios.append(reported / estimated)
-                self._seen[model] = self._seen.get(model, 0) + 1
-        return self.factor(model)
+                self._seen[key] = self._seen.get(key, 0) + 1
+        return self.factor(model, counter)
 
-    def factor(self, model: str | None) -> float:
-        """The model's correction factor (1.0 without evidence)."""
+    def factor(self, model: str | None, counter: str) -> float:
+        """The correction factor of ``counter``'s counts for ``model`` (1.0 without evidence)."""
         if model is None:
             return 1.0
         with self._lock:
-            ratios = self._ratios.get(model)
+            ratios = self._ratios.get((model, counter))
             if not ratios:
                 return 1.0
             top = max(ratios)
         return max(self.floor, math.ceil(top * 100 - 1e-9) / 100)
 
-    def snapshot(self, model: str | None) -> dict[str, Any]:
+    def snapshot(self, model: str | None, counter: str) -> dict[str, Any]:
         """What the factor rests on, for meta and events (JSON-ready)."""
+        key = (model or "", counter)
         with self._lock:
-            ratios = list(self._ratios.get(model, ())) if model is not None else []
-            seen = self._seen.get(model, 0) if model is not None else 0
+            ratios = list(self._ratios.get(key, ())) if model is not None else []
+            seen = self._seen.get(key, 0) if model is not None else 0
         return {
             "model": model,
-            "factor": self.factor(model),
+            "counter": counter,
+            "factor": self.factor(model, counter),
             "observations": seen,
             "recent_ratios": [round(r, 4) for r in ratios],
         }
@@ -89,8 +98,9 @@ class Calibration:
                 self._ratios.clear()
                 self._seen.clear()
             else:
-                self._ratios.pop(model, None)
-                self._seen.pop(model, None)
+                for key in [k for k in self._ratios if k[0] == model]:
+                    del self._ratios[key]
+                    self._seen.pop(key, None)
 
 
 _DEFAULT = Calibration()
@@ -108,6 +118,8 @@ class CalibratedCounter:
     the factor (so a memory's per-counter cache never mixes factors) and is the base's
     own name while the factor is 1.0. Raw entry counts are cached per entry id and
     content, so a change of factor costs a multiplication per entry, not a recount.
+    On the hot path use :meth:`memory_tokens` and :meth:`entry_tokens`, which scale the
+    memory's own cached counts for ``base`` and never recount when the factor moves.
     """
 
     def __init__(
@@ -120,8 +132,8 @@ class CalibratedCounter:
 
     @property
     def factor(self) -> float:
-        """The model's current factor."""
-        return self.calibration.factor(self.model)
+        """The current factor of ``base`` for the model."""
+        return self.calibration.factor(self.model, self.base.name)
 
     @property
     def name(self) -> str:
@@ -137,6 +149,19 @@ class CalibratedCounter:
         n = self.base.count_entry(entry)
         self._raw[entry.id] = (entry.content, entry.role, n)
         return n
+
+    def memory_tokens(self, memory: AgentMemory) -> int:
+        """The calibrated total of ``memory``'s active branch.
+
+        Scales the memory's incremental total for ``base``, so it costs what
+        ``memory.tokens(base)`` costs: only entries added since the last call are
+        counted, whatever the factor did meanwhile. Prefer it on the hot path.
+        """
+        return math.ceil(memory.tokens(self.base) * self.factor)
+
+    def entry_tokens(self, memory: AgentMemory, entry: Entry) -> int:
+        """The calibrated count of ``entry``, from ``memory``'s cache for ``base``."""
+        return math.ceil(memory.entry_tokens(entry, self.base) * self.factor)
 
     def count_text(self, text: str) -> int:
         """The calibrated count of ``text``."""
@@ -156,6 +181,7 @@ def calibrated_counter(
     """``base`` calibrated for ``model`` (the default calibration unless one is given).
 
     A compactor sizing against the window wraps its counter with this to use the counts
-    the shells have calibrated: ``calibrated_counter(get_counter(spec), ctx.model)``.
+    the shells have calibrated: ``calibrated_counter(get_counter(spec), ctx.model)``,
+    then sizes with ``memory_tokens(acc.memory)`` and ``entry_tokens(acc.memory, e)``.
     """
     return CalibratedCounter(base, model, calibration)

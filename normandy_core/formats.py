@@ -125,6 +125,7 @@ class _Turns:
         self.n = 0
 
     def for_entry(self, role: str, content: Any) -> str:
+        """The turn id of the next entry."""
         results_only = (
             role in ("user", "tool")
             and isinstance(content, tuple)

@@ -22,7 +22,9 @@ __all__ = [
     "ModelReply",
     "ToolChoice",
     "Usage",
+    "acomplete_text",
     "as_entries",
+    "complete_text",
     "open_round_start",
     "thinking_plan",
 ]
@@ -176,3 +178,33 @@ def thinking_plan(
         "(stripped by a mid-round compaction); the round finishes without thinking",
         "entry_id": entries[at].id,
     }
+
+
+def complete_text(
+    client: ModelClient,
+    prompt: str,
+    *,
+    system: str = "",
+    max_tokens: int = 1024,
+    model: str | None = None,
+) -> str:
+    """A plain completion: send ``prompt`` as one user message, return the reply's text.
+
+    For callers that need text, not a conversation (the summarize strategy). Tools and
+    thinking are off.
+    """
+    reply = client.complete(system, prompt, max_tokens=max_tokens, model=model)
+    return reply.text
+
+
+async def acomplete_text(
+    client: AsyncModelClient,
+    prompt: str,
+    *,
+    system: str = "",
+    max_tokens: int = 1024,
+    model: str | None = None,
+) -> str:
+    """The asynchronous form of :func:`complete_text`."""
+    reply = await client.acomplete(system, prompt, max_tokens=max_tokens, model=model)
+    return reply.text

@@ -257,12 +257,31 @@ def start(turn_id: str, *, max_iterations: int = 25, budget: int | None = None) 
     )
 
 
+def _holds_entries(key: str, value: Any) -> bool:
+    if key == "dropped":
+        return True
+    return (
+        isinstance(value, (list, tuple))
+        and bool(value)
+        and all(hasattr(v, "id") and hasattr(v, "content") for v in value)
+    )
+
+
 def boundary_summary(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """``meta`` without the dropped contents: ``dropped`` becomes ``dropped_ids`` and a count."""
-    out = {k: v for k, v in meta.items() if k != "dropped"}
-    dropped = meta.get("dropped") or []
-    out["dropped_ids"] = [getattr(e, "id", None) for e in dropped]
-    out["dropped_count"] = len(dropped)
+    """``meta`` without message contents, for events: lists of entries become ids and counts.
+
+    ``dropped`` becomes ``dropped_ids`` and ``dropped_count`` (both always present); any
+    other list of entries (such as shortened originals) becomes ``<key>_ids`` and
+    ``<key>_count`` the same way. Everything else is kept as it is.
+    """
+    out = {k: v for k, v in meta.items() if not _holds_entries(k, v)}
+    for key, value in meta.items():
+        if _holds_entries(key, value):
+            items = list(value or [])
+            out[f"{key}_ids"] = [getattr(e, "id", None) for e in items]
+            out[f"{key}_count"] = len(items)
+    out.setdefault("dropped_ids", [])
+    out.setdefault("dropped_count", 0)
     return out
 
 

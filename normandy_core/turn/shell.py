@@ -148,7 +148,10 @@ class _Runner:
         self.state = start(self.turn_id, max_iterations=max_iterations, budget=budget)
         self.thinking = thinking
         self.max_tokens = max_tokens
-        base = get_counter(counter if counter is not None else default_counter_for(acc.model))
+        if counter is None:
+            spec = acc.compactor_opts.get("counter")
+            counter = spec if isinstance(spec, str) else default_counter_for(acc.model)
+        base = get_counter(counter)
         self.calibration = calibration or default_calibration()
         self.base = base
         self.counter = CalibratedCounter(base, acc.model, self.calibration)
@@ -160,15 +163,18 @@ class _Runner:
     # -- small effects ------------------------------------------------------------
 
     def emit(self, event: dict[str, Any]) -> None:
+        """Record an event and pass it to ``on_event``."""
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)
 
     def tokens(self, role: Role, content: Content) -> int:
+        """Calibrated tokens of a message about to be appended (for the budget)."""
         entry = Entry(id="count", role=role, content=content)
         return self.counter.count_entry(entry)
 
     def apply(self, event: Event) -> list[Effect]:
+        """Step the core; run the local effects, return the ones that need I/O."""
         self.state, effects = step(self.state, event)
         out: list[Effect] = []
         for eff in effects:
@@ -183,14 +189,14 @@ class _Runner:
         return out
 
     def compacted(self, acc: AgentConfig, meta: dict[str, Any]) -> Event:
+        """Put the boundary's acc in place; the event that reports it to the core."""
         self.acc = acc
         if acc.model is not None:
-            meta.setdefault(
-                "calibration", {"counter": self.base.name, **self.calibration.snapshot(acc.model)}
-            )
+            meta.setdefault("calibration", self.calibration.snapshot(acc.model, self.base.name))
         return CompactionDone(meta)
 
     def request(self, eff: CallModel) -> dict[str, Any]:
+        """The client arguments for a model call."""
         acc = self.acc
         return {
             "system": acc.system_prompt,
@@ -204,13 +210,14 @@ class _Runner:
 
     def estimate(self) -> int:
         """Raw (uncalibrated) tokens of the request about to be sent."""
-        return self.acc.prompt_tokens + sum(self.counter.raw_entry(e) for e in self.acc.memory)
+        return self.acc.prompt_tokens + self.acc.memory.tokens(self.base)
 
     def replied(self, eff: CallModel, reply: ModelReply, estimated: int) -> Event:
+        """Account for a reply (usage, calibration, client events); its core event."""
         self.usage = self.usage + reply.usage
         model = self.acc.model
         if model is not None and reply.usage.input_tokens > 0:
-            self.calibration.observe(model, estimated, reply.usage.input_tokens)
+            self.calibration.observe(model, self.base.name, estimated, reply.usage.input_tokens)
         for note in reply.events:
             self.emit({**note, "turn_id": self.turn_id})
         self.emit(
@@ -229,10 +236,12 @@ class _Runner:
         return ModelReplied(reply.content, tokens=self.tokens("assistant", reply.content))
 
     def results(self, results: Sequence[ToolResultBlock]) -> Event:
+        """The core event for a finished tool batch."""
         content = tuple(results)
         return ToolResults(content, tokens=self.tokens("user", content))
 
     def finish(self) -> TurnResult:
+        """The result of the finished turn."""
         assert self.result is not None
         text, reason = self.result
         return TurnResult(
@@ -247,12 +256,14 @@ class _Runner:
         )
 
     def abort(self, exc: BaseException) -> TurnAborted:
+        """The error to raise when the client failed."""
         self.emit({"type": "turn_aborted", "turn_id": self.turn_id, "error": str(exc)})
         return TurnAborted(
             f"turn {self.turn_id!r} aborted: {type(exc).__name__}: {exc}", self.acc, self.events
         )
 
     def unknown(self, call: ToolUseBlock) -> ToolResultBlock:
+        """The error result for a call of a tool the registry lacks."""
         known = ", ".join(sorted(self.tools)) or "none"
         return _error_result(call, f"unknown tool {call.name!r}; available tools: {known}")
 
@@ -285,8 +296,9 @@ def run_turn(
     of one reply run in order as one batch and their results are appended together.
     ``max_iterations`` caps the model calls with tools; ``budget`` is the optional task
     budget in tokens; ``thinking`` the extended-thinking budget asked of the client.
-    ``counter`` counts for the budget and for calibration (default: the one that does
-    not under-count for ``acc.model``), calibrated per model with ``calibration``.
+    ``counter`` counts for the budget and for calibration (default: the compactor's
+    ``counter`` option, else the one that does not under-count for ``acc.model``, so
+    the compactor sees the calibrated factor), calibrated per model with ``calibration``.
     ``on_event`` sees each event as it happens. Raises :class:`TurnAborted` when the
     model client fails.
     """

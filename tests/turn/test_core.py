@@ -242,6 +242,23 @@ def test_invalid_events_name_state_and_event(events, message):
     assert "turn 't9'" in str(info.value)
 
 
+def test_boundary_summary_keeps_ids_not_contents():
+    from normandy_core import Entry
+    from normandy_core.turn import boundary_summary
+
+    old = Entry(id="e1", role="user", content="secret text")
+    meta = {"compacted": True, "dropped": [old], "shortened": [old], "strategy": "x"}
+    assert boundary_summary(meta) == {
+        "compacted": True,
+        "strategy": "x",
+        "dropped_ids": ["e1"],
+        "dropped_count": 1,
+        "shortened_ids": ["e1"],
+        "shortened_count": 1,
+    }
+    assert "secret" not in repr(boundary_summary(meta))
+
+
 def test_start_refuses_bad_limits():
     with pytest.raises(ValueError, match="max_iterations"):
         start("t", max_iterations=0)

@@ -1,0 +1,60 @@
+"""Model clients: the protocols the turn shells use, a scripted client, real providers.
+
+:class:`ModelClient` and :class:`AsyncModelClient` are what the shells (and the
+summarize strategy) call. :class:`ScriptedClient` replays recorded replies. The real
+clients, :class:`AnthropicClient` (Messages API) and :class:`OpenAIClient` (Chat
+Completions), need the extras ``normandy-core[anthropic]`` and ``normandy-core[openai]``;
+their SDKs are imported only when a client is made.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from normandy_core.clients.base import (
+    AsyncModelClient,
+    ModelClient,
+    ModelClientError,
+    ModelReply,
+    ToolChoice,
+    Usage,
+    acomplete_text,
+    as_entries,
+    complete_text,
+    open_round_start,
+    thinking_plan,
+)
+from normandy_core.clients.scripted import ScriptedClient, ScriptedRequest
+
+__all__ = [
+    "AnthropicClient",
+    "AsyncModelClient",
+    "ModelClient",
+    "ModelClientError",
+    "ModelReply",
+    "OpenAIClient",
+    "ScriptedClient",
+    "ScriptedRequest",
+    "ToolChoice",
+    "Usage",
+    "acomplete_text",
+    "as_entries",
+    "complete_text",
+    "open_round_start",
+    "thinking_plan",
+]
+
+_LAZY = {"AnthropicClient": "anthropic", "OpenAIClient": "openai"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'normandy_core.clients' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"normandy_core.clients.{module}"), name)
+
+
+if TYPE_CHECKING:
+    from normandy_core.clients.anthropic import AnthropicClient
+    from normandy_core.clients.openai import OpenAIClient
