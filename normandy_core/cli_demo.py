@@ -186,6 +186,8 @@ def plot_report(report: DemoReport, path: str | Path) -> Path:
             va="top",
             color="#6B6B6B",
             fontsize=8.5,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.5},
+            zorder=5,
         )
     for b in comps:
         ax.vlines(b.index, b.after / 1000, b.before / 1000, color="#DD8452", linewidth=1.8)
