@@ -22,15 +22,19 @@ def _pct(part: float, whole: float | None) -> str:
     return f"{100 * part / whole:.1f}%" if whole else "-"
 
 
-def summary_rows(report: DemoReport) -> list[list[str]]:
-    """The closing table's rows: ``[metric, value]``."""
+def summary_rows(report: DemoReport, reference_window: int | None = None) -> list[list[str]]:
+    """The closing table's rows: ``[metric, value]``.
+
+    ``reference_window`` is the window a compactor that needs none (``noop``) is compared
+    with, to show what the session would have sent without compaction.
+    """
     comps = report.compactions
     starts = sum(1 for b in report.boundaries if not b.mid_round)
     window = report.window
     before = sum(b.before for b in comps)
     after = sum(b.after for b in comps)
     history = report.final_tokens + report.tokens_removed
-    rows = [
+    rows: list[list[str]] = [
         [
             "boundaries",
             f"{len(report.boundaries):,} ({starts} turn starts, "
@@ -42,20 +46,22 @@ def summary_rows(report: DemoReport) -> list[list[str]]:
         ],
         [
             "tokens before -> after",
-            f"{before // max(len(comps), 1):,} -> "
-            f"{after // max(len(comps), 1):,} per compaction on average",
+            f"{before // len(comps):,} -> {after // len(comps):,} per compaction on average"
+            if comps
+            else "-",
         ],
         ["entries dropped", f"{report.dropped:,}"],
         [
             "peak context sent",
             f"{report.peak:,} of a {window:,}-token window ({_pct(report.peak, window)})"
             if window
-            else f"{report.peak:,} (no window)",
-        ],
-        [
-            "peak before compaction",
-            f"{report.peak_before:,} (a tool batch may overshoot; "
-            "the boundary brings it back before the next call)",
+            else f"{report.peak:,}"
+            + (
+                f" ({report.peak / reference_window:.1f}x a {reference_window:,}-token "
+                "window: the request would be refused)"
+                if reference_window and report.peak > reference_window
+                else ""
+            ),
         ],
         [
             "history replayed",
@@ -68,6 +74,15 @@ def summary_rows(report: DemoReport) -> list[list[str]]:
             f"boundary); replay {report.total_seconds:.2f} s",
         ],
     ]
+    if comps:
+        rows.insert(
+            5,
+            [
+                "peak before compaction",
+                f"{report.peak_before:,} (a tool batch may overshoot; "
+                "the boundary brings it back before the next call)",
+            ],
+        )
     return rows
 
 
@@ -120,7 +135,7 @@ def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
     )
     bar.close()
     print()
-    print(format_table(summary_rows(report), ["", "result"]))
+    print(format_table(summary_rows(report, args.window), ["", "result"]))
     print()
     print(_chart_text(report))
     if args.plot:

@@ -126,7 +126,7 @@ def test_demo_bad_option_and_compactor() -> None:
 
 
 def test_demo_noop_never_compacts() -> None:
-    r = run_cli("demo", "--turns", "2", "--compactor", "noop", "--no-progress")
+    r = run_cli("demo", "--turns", "4", "--compactor", "noop", "--window", "8000", "--no-progress")
     assert r.code == 0, r
     assert "compaction turn" not in r.out
-    assert "(no window)" in r.out
+    assert "8,000-token window: the request would be refused" in r.out
