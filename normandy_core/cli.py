@@ -244,7 +244,9 @@ def _prepare(
     checked = dict(opts)
     needs = comp.needs_window(checked)
     if window is not None and needs:
-        checked.setdefault("context_window", window)
+        pinned = checked.setdefault("context_window", window)
+        if pinned != window:
+            raise CliError(f"--window {window} contradicts --opt context_window={pinned}")
     comp.validate_opts(checked, entry)
     if needs and checked.get("context_window") is None:
         if model is None:
@@ -323,8 +325,11 @@ def _meta_for_file(meta: dict[str, Any]) -> dict[str, Any]:
 def cmd_demo(args: argparse.Namespace) -> int:
     """``normandy demo``: replay the bundled session and report."""
     from normandy_core.cli_demo import run_demo
+    from normandy_core.demo import DEMO_WINDOW
 
     opts = parse_opts(args.opt)
+    if args.window is None and "context_window" not in opts:
+        args.window = DEMO_WINDOW
     _prepare(args.compactor, opts, "normandy demo", args.window, args.model)
     return run_demo(args, opts)
 
@@ -349,6 +354,7 @@ def _positive_int(text: str) -> int:
 
 
 def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) -> None:
+    """--compactor, --opt and --window; ``default_window`` is only shown in the help."""
     p.add_argument(
         "--compactor", default="window_manager", help="compactor name (default: window_manager)"
     )
@@ -363,7 +369,7 @@ def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) 
     p.add_argument(
         "--window",
         type=_positive_int,
-        default=default_window,
+        default=None,
         metavar="N",
         help="context window in tokens (pins the context_window option)"
         + (f"; default {default_window:,}" if default_window else ""),

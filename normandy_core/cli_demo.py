@@ -86,7 +86,7 @@ def summary_rows(report: DemoReport, reference_window: int | None = None) -> lis
     return rows
 
 
-def _compaction_line(b: Boundary, window: int | None) -> str:
+def _compaction_line(b: Boundary) -> str:
     where = f"turn {b.turn:>2} " + ("after a tool batch" if b.mid_round else "at turn start   ")
     meta = b.meta
     strategy = meta.get("strategy", "?")
@@ -104,6 +104,7 @@ def _compaction_line(b: Boundary, window: int | None) -> str:
 def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
     """Replay the bundled session with ``args.compactor`` and ``opts``; print the report."""
     session = load_session()
+    window = opts.get("context_window", args.window)
     turns = session.turns if args.turns is None else session.turns[: args.turns]
     batches = sum(len(t.replies) - 1 for t in turns)
     desc = args.compactor + (
@@ -112,14 +113,13 @@ def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
     print(
         f"Replaying a recorded coding-agent session: {len(turns)} turns, {batches} tool "
         f"batches, through normandy_core.turn.run_turn\nwith compactor {desc} and model "
-        f"{args.model}" + (f", against a {args.window:,}-token window." if args.window else ".")
+        f"{args.model}" + (f", against a {window:,}-token window." if window else ".")
     )
     bar = ProgressBar(batches, label="replaying", enabled=args.progress)
-    window_holder: dict[str, int | None] = {"window": args.window}
 
     def on_boundary(b: Boundary, done: int, total: int) -> None:
         if b.compacted and not args.quiet:
-            bar.write(_compaction_line(b, window_holder["window"]))
+            bar.write(_compaction_line(b))
         elif "error" in b.meta:
             bar.write(f"  compactor error at turn {b.turn}: {b.meta['error']}")
         bar.update(done, f"context {b.after:,}")

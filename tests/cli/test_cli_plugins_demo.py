@@ -121,6 +121,8 @@ def test_demo_progress_forced_and_plot(tmp_path: Path) -> None:
 def test_demo_bad_option_and_compactor() -> None:
     r = run_cli("demo", "--opt", "strategy=newest_first")
     assert r.code == 2 and "option 'strategy'" in r.err and "normandy demo" in r.err
+    r = run_cli("demo", "--window", "20000", "--opt", "context_window=30000")
+    assert r.code == 2 and "contradicts" in r.err
     r = run_cli("demo", "--compactor", "nope")
     assert r.code == 3 and "Installed compactors" in r.err
 
