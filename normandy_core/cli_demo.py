@@ -74,6 +74,14 @@ def summary_rows(report: DemoReport, reference_window: int | None = None) -> lis
             f"boundary); replay {report.total_seconds:.2f} s",
         ],
     ]
+    if report.thinking_disabled:
+        rows.append(
+            [
+                "thinking disabled",
+                f"{report.thinking_disabled} model calls (the rest of a round whose thinking "
+                "a mid-round compaction stripped)",
+            ]
+        )
     if comps:
         rows.insert(
             5,

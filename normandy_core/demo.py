@@ -132,6 +132,7 @@ class DemoReport:
     compact_seconds: float = 0.0
     total_seconds: float = 0.0
     final_tokens: int = 0
+    thinking_disabled: int = 0
 
     @property
     def compactions(self) -> list[Boundary]:
@@ -209,7 +210,9 @@ class _Replay:
         """The turn's ``on_event`` listener."""
         kind = event.get("type")
         report = self.report
-        if kind == "boundary":
+        if kind == "thinking_disabled":
+            report.thinking_disabled += 1
+        elif kind == "boundary":
             report.compact_seconds += time.perf_counter() - self.last
             self.pending = (event["meta"], bool(event["mid_round"]))
         elif kind == "model_reply" and self.pending is not None:

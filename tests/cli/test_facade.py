@@ -99,3 +99,22 @@ def test_pending_tool_use_only_at_the_end() -> None:
 def test_bad_format_name() -> None:
     with pytest.raises(ValueError, match="format must be one of"):
         compact([], window=9000, format="xml")  # type: ignore[arg-type]
+
+
+def test_normandy_memory_in_and_out() -> None:
+    from normandy_core.workload import generate_session
+
+    memory = generate_session(2, messages=60)
+    result = compact(memory, window=12_000, model="claude-sonnet-4-5")
+    assert result.format == "normandy" and result.compacted
+    assert result.messages is result.memory and len(result.memory) < len(memory)
+    assert len(memory) >= 60  # the caller's memory is unchanged
+    dumped = compact(memory.dump(), window=12_000).messages
+    assert dumped["format"] == "normandy.memory"
+
+
+def test_compactor_error_returns_input(openai_messages: Any) -> None:
+    huge = [{"role": "user", "content": "word " * 4000}]
+    result = compact(huge, window=3000)
+    assert not result.compacted and result.error and "cannot fit" in result.error
+    assert result.messages == huge
