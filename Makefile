@@ -27,7 +27,7 @@ setup: $(UV_DEP)
 	$(UV) sync --all-packages --all-extras --locked --python $(PYTHON)
 
 demo: setup
-	$(RUN) python examples/demo.py
+	$(RUN) normandy demo --plot out/demo.png
 
 lint: setup
 	$(RUN) ruff check .
@@ -39,7 +39,11 @@ typecheck: setup
 pytest: setup
 	HYPOTHESIS_PROFILE=ci $(RUN) pytest -q
 
-test: lint typecheck pytest
+docs: setup
+	$(RUN) python scripts/gen_hooks_doc.py --check
+	$(RUN) mkdocs build --strict --site-dir site
+
+test: lint typecheck pytest docs
 
 clean:
 	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache .hypothesis site

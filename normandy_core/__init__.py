@@ -73,6 +73,11 @@ _LAZY: dict[str, str] = {
     "list_plugins": "plugins",
     "reload_plugins": "plugins",
     "hook_manager": "plugins",
+    # the one-call facade and transcripts
+    "compact": "facade",
+    "CompactResult": "facade",
+    "CompactionError": "facade",
+    "TranscriptError": "formats",
     # errors
     "NormandyError": "errors",
     "PluginError": "errors",
@@ -90,7 +95,9 @@ __all__ = [
     "BaseCounter",
     "Block",
     "COMPACTOR_GROUP",
+    "CompactResult",
     "CompactionContext",
+    "CompactionError",
     "CompactionTimeoutError",
     "Compactor",
     "CompactorOptions",
@@ -116,11 +123,13 @@ __all__ = [
     "TokenCounter",
     "ToolResultBlock",
     "ToolUseBlock",
+    "TranscriptError",
     "UnknownCompactorError",
     "WindowUnknownError",
     "__version__",
     "build_context",
     "carries_results",
+    "compact",
     "default_catalog",
     "default_counter_for",
     "drop_thinking",
@@ -180,6 +189,8 @@ if TYPE_CHECKING:
         UnknownCompactorError,
         WindowUnknownError,
     )
+    from normandy_core.facade import CompactionError, CompactResult, compact
+    from normandy_core.formats import TranscriptError
     from normandy_core.memory import (
         AgentMemory,
         Block,

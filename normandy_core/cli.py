@@ -1,0 +1,501 @@
+"""The ``normandy`` command: ``plugins``, ``compact`` and ``demo``.
+
+Exit status: 0 success; 1 the compactor reported an error (nothing written) or an
+internal error; 2 bad input or options (the message names the file and the line, or the
+option, at fault); 3 a plugin error (unknown compactor with the installed names listed,
+or a broken plugin named).
+
+Other distributions can add subcommands: when a module named in :data:`CLI_EXTENSIONS`
+is importable and has ``register_cli(subparsers)``, it is called with the argparse
+subparsers. It adds its parsers and sets ``func`` (a callable taking the parsed
+arguments and returning the exit status) with ``set_defaults``. A failing extension is
+reported on stderr and skipped; it never breaks the other commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from normandy_core import __version__
+
+__all__ = ["CLI_EXTENSIONS", "EXIT_COMPACTOR", "EXIT_INPUT", "EXIT_OK", "EXIT_PLUGIN", "main"]
+
+EXIT_OK = 0
+#: The compactor reported an error (or an internal error).
+EXIT_COMPACTOR = 1
+#: Bad input or options.
+EXIT_INPUT = 2
+#: Plugin error: unknown compactor, broken plugin.
+EXIT_PLUGIN = 3
+
+#: Modules asked for extra subcommands through their ``register_cli(subparsers)``.
+CLI_EXTENSIONS: tuple[str, ...] = ("normandy_archive",)
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class CliError(Exception):
+    """An error reported as one message and an exit status (never a traceback)."""
+
+    def __init__(self, message: str, status: int = EXIT_INPUT) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# -- options -----------------------------------------------------------------------
+
+
+def parse_opts(pairs: Sequence[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs to a dict; values are JSON literals when they parse, else strings.
+
+    ``trigger=0.9`` gives a float, ``keep_last_turns=3`` an int, ``x=true`` a bool,
+    ``x=null`` ``None``, ``x=[1,2]`` a list, and ``strategy=summarize`` the string.
+    """
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise CliError(f"option --opt {pair!r}: expected KEY=VALUE, such as trigger=0.9")
+        if not key.isidentifier():
+            raise CliError(f"option --opt {pair!r}: {key!r} is not an option name")
+        if key in out:
+            raise CliError(f"option --opt {key!r} is given twice")
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key] = value
+    return out
+
+
+# -- reading and writing transcripts -------------------------------------------------
+
+
+class Source:
+    """A transcript read from a file or stdin, remembering where each message was."""
+
+    def __init__(self, name: str, data: Any, kind: str, lines: list[int] | None) -> None:
+        self.name = name
+        self.data = data
+        self.kind = kind  # "json" or "jsonl"
+        self.lines = lines  # line number of each top-level message, when known
+
+    def where(self, index: int | None) -> str:
+        """``FILE: line L (message i)`` for a message index."""
+        if index is None:
+            return self.name
+        if self.lines is not None and 0 <= index < len(self.lines):
+            return f"{self.name}: line {self.lines[index]} (message {index})"
+        return f"{self.name}: message {index}"
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _array_lines(text: str) -> list[int] | None:
+    """Line numbers of the elements of a top-level JSON array (``None`` if not an array)."""
+    dec = json.JSONDecoder()
+    i = len(text) - len(text.lstrip())
+    if not text.startswith("[", i):
+        return None
+    i += 1
+    lines: list[int] = []
+    n = len(text)
+    while True:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] == "]":
+            return lines
+        lines.append(_line_of(text, i))
+        try:
+            _, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return None
+
+
+def read_source(path: str) -> Source:
+    """Read a JSON document or JSON Lines from ``path`` (``-``: stdin)."""
+    name = "<stdin>" if path == "-" else path
+    try:
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as exc:
+        raise CliError(f"{name}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise CliError(f"{name}: line {line}: not UTF-8 text") from exc
+    if not text.strip():
+        raise CliError(f"{name}: empty input; expected a JSON array or JSON Lines")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        first = text.lstrip().splitlines()[0] if text.strip() else ""
+        if exc.msg == "Extra data" or (_is_object(first) and "\n" in text.strip()):
+            return _read_jsonl(name, text)
+        raise CliError(
+            f"{name}: line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}"
+        ) from exc
+    return Source(name, data, "json", _array_lines(text) if isinstance(data, list) else None)
+
+
+def _is_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
+def _read_jsonl(name: str, text: str) -> Source:
+    items: list[Any] = []
+    lines: list[int] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CliError(
+                f"{name}: line {n}, column {exc.colno}: not valid JSON Lines: {exc.msg}"
+            ) from exc
+        if not isinstance(item, dict):
+            raise CliError(
+                f"{name}: line {n}: expected a JSON object per line, got {type(item).__name__}"
+            )
+        items.append(item)
+        lines.append(n)
+    if len(items) == 1 and items[0].get("format") == "normandy.memory":
+        return Source(name, items[0], "jsonl", None)
+    return Source(name, items, "jsonl", lines)
+
+
+def render(data: Any, kind: str) -> str:
+    """``data`` as JSON Lines (one message per line) or as indented JSON."""
+    if kind == "jsonl":
+        items = data if isinstance(data, list) else [data]
+        return "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in items)
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def _write(path: str | None, text: str) -> None:
+    if path is None or path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise CliError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+
+
+def _json_default(obj: Any) -> Any:
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    return repr(obj)
+
+
+# -- plugins ------------------------------------------------------------------------
+
+
+def cmd_plugins(args: argparse.Namespace) -> int:
+    """``normandy plugins [--json]``."""
+    from normandy_core.plugins import list_plugins
+
+    rows = list_plugins(load=True)
+    if args.json:
+        print(json.dumps([r.as_dict() for r in rows], indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no Normandy plugins installed")
+        return EXIT_OK
+    from normandy_core.console import format_table
+
+    table = [[r.kind, r.name, r.distribution, r.version, r.module, r.status] for r in rows]
+    print(format_table(table, ["KIND", "NAME", "DISTRIBUTION", "VERSION", "MODULE", "STATUS"]))
+    errors = [r for r in rows if r.error]
+    if errors:
+        print()
+        for r in errors:
+            print(f"{r.kind} {r.name!r} ({r.status}): {r.error}")
+    return EXIT_OK
+
+
+# -- compact ------------------------------------------------------------------------
+
+
+def _prepare(
+    compactor: str, opts: dict[str, Any], entry: str, window: int | None, model: str | None
+) -> None:
+    """Resolve the compactor, validate its options and check it gets a window, up front."""
+    from normandy_core.catalog import default_catalog
+    from normandy_core.plugins import resolve_compactor
+
+    comp = resolve_compactor(compactor)
+    checked = dict(opts)
+    needs = comp.needs_window(checked)
+    if window is not None and needs:
+        pinned = checked.setdefault("context_window", window)
+        if pinned != window:
+            raise CliError(f"--window {window} contradicts --opt context_window={pinned}")
+    comp.validate_opts(checked, entry)
+    if needs and checked.get("context_window") is None:
+        if model is None:
+            raise CliError(
+                f"compactor {compactor!r} sizes against the model's context window: "
+                "pass --window N, or --model M for a model the catalog knows"
+            )
+        if default_catalog().window(model) is None:
+            raise CliError(
+                f"compactor {compactor!r} needs the context window of model {model!r}, "
+                "which the model catalog does not know: pass --window N"
+            )
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    """``normandy compact INPUT ...``."""
+    from normandy_core.facade import compact
+    from normandy_core.formats import TranscriptError
+    from normandy_core.tokens import default_counter_for, get_counter
+
+    opts = parse_opts(args.opt)
+    _prepare(args.compactor, opts, "normandy compact", args.window, args.model)
+    src = read_source(args.input)
+    try:
+        result = compact(
+            src.data,
+            compactor=args.compactor,
+            opts=opts,
+            model=args.model,
+            window=args.window,
+            mid_round=args.mid_round,
+            format=args.format,
+        )
+    except TranscriptError as exc:
+        field = f", field {exc.field!r}" if exc.field else ""
+        raise CliError(f"{src.where(exc.index)}{field}: {exc.problem}") from exc
+    meta, memory, fmt = result.meta, result.memory, result.format
+    if args.meta:
+        _write(args.meta, json.dumps(_meta_for_file(meta), indent=2, default=_json_default) + "\n")
+    if result.error is not None:
+        print(
+            f"normandy compact: compactor {args.compactor!r} failed: {result.error}; "
+            "nothing written",
+            file=sys.stderr,
+        )
+        return EXIT_COMPACTOR
+    _write(args.output, render(result.messages, src.kind))
+    if meta.get("compacted"):
+        before, after = meta.get("tokens_before"), meta.get("tokens_after")
+        tokens = (
+            f"{before:,} -> {after:,} tokens"
+            if isinstance(before, int) and isinstance(after, int)
+            else "compacted"
+        )
+        strategy = f" (strategy {meta['strategy']})" if meta.get("strategy") else ""
+        msg = f"{tokens}{strategy}, {len(result.dropped)} entries dropped"
+    else:
+        counter = get_counter(default_counter_for(args.model))
+        size = memory.tokens(counter)
+        msg = f"not compacted: {size:,} tokens ({counter.name} count), 0 entries dropped"
+    print(f"normandy compact: {src.name} ({fmt}, {len(memory)} entries): {msg}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _meta_for_file(meta: dict[str, Any]) -> dict[str, Any]:
+    out = dict(meta)
+    dropped = meta.get("dropped")
+    if dropped:
+        out["dropped_ids"] = [getattr(e, "id", None) for e in dropped]
+    return out
+
+
+# -- demo ---------------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``normandy demo``: replay the bundled session and report."""
+    from normandy_core.cli_demo import run_demo
+    from normandy_core.demo import DEMO_WINDOW
+
+    opts = parse_opts(args.opt)
+    if args.window is None and "context_window" not in opts:
+        args.window = DEMO_WINDOW
+    _prepare(args.compactor, opts, "normandy demo", args.window, args.model)
+    return run_demo(args, opts)
+
+
+# -- the parser ---------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_INPUT, f"{self.prog}: error: {message}\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) -> None:
+    """--compactor, --opt and --window; ``default_window`` is only shown in the help."""
+    p.add_argument(
+        "--compactor", default="window_manager", help="compactor name (default: window_manager)"
+    )
+    p.add_argument(
+        "--opt",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a compactor option; VALUE is a JSON literal (0.9, 3, true, [..]) or a string; "
+        "repeatable",
+    )
+    p.add_argument(
+        "--window",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="context window in tokens (pins the context_window option)"
+        + (f"; default {default_window:,}" if default_window else ""),
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser, with extension subcommands registered."""
+    from normandy_core.demo import DEMO_MODEL, DEMO_WINDOW
+
+    parser = _Parser(
+        prog="normandy",
+        description="Keep an LLM agent's conversation inside its model's context window.",
+    )
+    parser.add_argument("--version", action="version", version=f"normandy {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    p = sub.add_parser("plugins", help="list installed compactors and hook plugins")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(func=cmd_plugins)
+
+    p = sub.add_parser(
+        "compact",
+        help="compact a transcript (OpenAI, Anthropic or Normandy; JSON or JSON Lines)",
+        description="Compact a transcript once and write it back in the same format.",
+    )
+    p.add_argument("input", metavar="INPUT", help="transcript file, or - for stdin")
+    p.add_argument("-o", "--output", metavar="OUT", help="write here (default: stdout)")
+    p.add_argument("--format", choices=["auto", "openai", "anthropic", "normandy"], default="auto")
+    _add_compactor_args(p, None)
+    p.add_argument("--model", metavar="M", help="model id (token counter, catalog window)")
+    p.add_argument("--mid-round", action="store_true", help="the last tool round is still open")
+    p.add_argument("--meta", metavar="PATH", help="write the compactor's meta as JSON here")
+    p.set_defaults(func=cmd_compact)
+
+    p = sub.add_parser(
+        "demo",
+        help="replay a long bundled agent session through the turn loop",
+        description="Replay the bundled tool-using session through run_turn and compact it.",
+    )
+    _add_compactor_args(p, DEMO_WINDOW)
+    p.add_argument("--model", metavar="M", default=DEMO_MODEL, help=f"default {DEMO_MODEL}")
+    p.add_argument("--turns", type=_positive_int, metavar="N", help="replay only N turns")
+    p.add_argument("--plot", metavar="PATH", help="write a PNG chart (needs the plot extra)")
+    prog = p.add_mutually_exclusive_group()
+    prog.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_const",
+        const=True,
+        default=None,
+        help="draw the progress bar even when stderr is not a terminal",
+    )
+    prog.add_argument("--no-progress", dest="progress", action="store_const", const=False)
+    p.add_argument("--quiet", action="store_true", help="no line per compaction")
+    p.set_defaults(func=cmd_demo)
+
+    _register_extensions(sub)
+    return parser
+
+
+def _register_extensions(sub: Any) -> None:
+    for name in CLI_EXTENSIONS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            print(f"normandy: extension {name!r} failed to import: {exc}", file=sys.stderr)
+            continue
+        except Exception as exc:
+            print(
+                f"normandy: extension {name!r} failed to import: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+            continue
+        register = getattr(module, "register_cli", None)
+        if not callable(register):
+            continue
+        try:
+            register(sub)
+        except Exception as exc:
+            print(
+                f"normandy: extension {name!r} register_cli failed: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (the console script exits with it)."""
+    from normandy_core.errors import OptionsError, PluginError, WindowUnknownError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Handler | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_INPUT
+    try:
+        return func(args)
+    except CliError as exc:
+        print(f"normandy {args.command}: {exc}", file=sys.stderr)
+        return exc.status
+    except (OptionsError, WindowUnknownError) as exc:
+        text = str(exc)
+        prefix = f"normandy {args.command}"
+        print(text if text.startswith(prefix) else f"{prefix}: {text}", file=sys.stderr)
+        return EXIT_INPUT
+    except PluginError as exc:
+        print(f"normandy {args.command}: {exc}", file=sys.stderr)
+        return EXIT_PLUGIN
+    except KeyboardInterrupt:
+        print("normandy: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:
+        if os.environ.get("NORMANDY_DEBUG"):
+            raise
+        print(
+            f"normandy {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(set NORMANDY_DEBUG=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_COMPACTOR
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

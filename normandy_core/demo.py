@@ -1,0 +1,297 @@
+"""The replay behind ``normandy demo``: a recorded agent session run through the real turn loop.
+
+:func:`load_session` reads the bundled session (``normandy_core/data/demo_session.jsonl.gz``,
+made once by ``scripts/make_demo_session.py``). :func:`replay` runs every recorded turn
+with :func:`normandy_core.turn.run_turn`: a :class:`~normandy_core.clients.scripted.ScriptedClient`
+answers with the recorded assistant replies, and a tool registry answers every tool
+call with its recorded output, so the conversation grows exactly as it did, and the
+configured compactor resolves every boundary as it would in a live agent.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from normandy_core.memory import ToolResultBlock
+    from normandy_core.turn import Tool
+
+__all__ = [
+    "DEMO_MODEL",
+    "DEMO_WINDOW",
+    "Boundary",
+    "DemoReport",
+    "DemoSession",
+    "DemoTurn",
+    "load_session",
+    "replay",
+]
+
+#: The model the demo agent claims to be (it picks the token counter).
+DEMO_MODEL = "claude-sonnet-4-5"
+#: The default context window of the demo, small enough to compact often.
+DEMO_WINDOW = 48_000
+
+_FORMAT = "normandy.demo-session"
+
+
+@dataclass(frozen=True)
+class DemoTurn:
+    """One recorded turn: the user's message, the replies in order, the tool outputs in order."""
+
+    turn_id: str
+    user: str
+    replies: tuple[Mapping[str, Any], ...]
+    outputs: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class DemoSession:
+    """A recorded session: system prompt, tool definitions and turns."""
+
+    system: str
+    tools: tuple[Mapping[str, Any], ...]
+    turns: tuple[DemoTurn, ...]
+
+    @property
+    def batches(self) -> int:
+        """How many tool batches the session holds."""
+        return sum(len(t.replies) - 1 for t in self.turns)
+
+
+def _bundled() -> Any:
+    return resources.files("normandy_core") / "data" / "demo_session.jsonl.gz"
+
+
+def load_session(path: str | Path | None = None) -> DemoSession:
+    """Read a demo session (the bundled one by default); ``ValueError`` names a bad line."""
+    source = _bundled() if path is None else Path(path)
+    with source.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as fh:
+        lines = fh.read().splitlines()
+    turns: list[DemoTurn] = []
+    header: dict[str, Any] | None = None
+    for n, line in enumerate(lines, 1):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{source}: line {n}: not valid JSON: {exc.msg}") from exc
+        if header is None:
+            if rec.get("format") != _FORMAT:
+                raise ValueError(f"{source}: line 1: not a demo session (format {_FORMAT!r})")
+            header = rec
+            continue
+        turns.append(
+            DemoTurn(
+                turn_id=str(rec["turn_id"]),
+                user=str(rec["user"]),
+                replies=tuple({"content": r} for r in rec["replies"]),
+                outputs=tuple(rec["outputs"]),
+            )
+        )
+    if header is None:
+        raise ValueError(f"{source}: empty demo session")
+    return DemoSession(str(header["system"]), tuple(header["tools"]), tuple(turns))
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One boundary of the replay: the context before and after it (prompt included)."""
+
+    index: int
+    turn: int
+    mid_round: bool
+    before: int
+    after: int
+    meta: Mapping[str, Any]
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the compactor compacted here."""
+        return bool(self.meta.get("compacted"))
+
+
+@dataclass
+class DemoReport:
+    """What a replay did, boundary by boundary, with the totals the closing table shows."""
+
+    compactor: str
+    opts: Mapping[str, Any]
+    model: str
+    window: int | None
+    prompt_tokens: int
+    boundaries: list[Boundary] = field(default_factory=list)
+    turns: int = 0
+    batches: int = 0
+    compact_seconds: float = 0.0
+    total_seconds: float = 0.0
+    final_tokens: int = 0
+    thinking_disabled: int = 0
+
+    @property
+    def compactions(self) -> list[Boundary]:
+        """The boundaries that compacted."""
+        return [b for b in self.boundaries if b.compacted]
+
+    @property
+    def errors(self) -> list[Boundary]:
+        """The boundaries whose compactor reported an error."""
+        return [b for b in self.boundaries if "error" in b.meta]
+
+    @property
+    def dropped(self) -> int:
+        """Entries dropped over the whole replay."""
+        return sum(int(b.meta.get("dropped_count", 0)) for b in self.boundaries)
+
+    @property
+    def peak(self) -> int:
+        """The largest context (prompt included) any model call was sent."""
+        return max((b.after for b in self.boundaries), default=0)
+
+    @property
+    def peak_before(self) -> int:
+        """The largest context seen at a boundary, before compaction."""
+        return max((b.before for b in self.boundaries), default=0)
+
+    @property
+    def tokens_removed(self) -> int:
+        """Tokens the compactions took out of the conversation, summed."""
+        return sum(b.before - b.after for b in self.compactions)
+
+
+class _Replay:
+    """One turn's tool registry and event listener.
+
+    Each tool call is answered with the next recorded output. Each ``boundary`` event is
+    paired with the ``model_reply`` that follows it (whose ``estimated_input_tokens`` is
+    the context the boundary left) into a :class:`Boundary`. The time from the previous
+    event or tool call to a ``boundary`` event is the time the boundary took.
+    """
+
+    def __init__(
+        self,
+        turn: int,
+        outputs: Sequence[Mapping[str, Any]],
+        report: DemoReport,
+        progress: Callable[[Boundary], None],
+    ) -> None:
+        self.turn = turn
+        self.outputs: Iterator[Mapping[str, Any]] = iter(outputs)
+        self.report = report
+        self.progress = progress
+        self.pending: tuple[Mapping[str, Any], bool] | None = None
+        self.last = time.perf_counter()
+
+    def tool(self, name: str) -> Tool:
+        """The replayed tool ``name``."""
+
+        from normandy_core.memory import ToolResultBlock
+
+        def call(**_input: Any) -> ToolResultBlock:
+            rec = next(self.outputs, None)
+            if rec is None:
+                raise RuntimeError(f"the recording has no output left for a {name!r} call")
+            self.last = time.perf_counter()
+            return ToolResultBlock(
+                tool_use_id=str(rec["tool_use_id"]),
+                content=str(rec["content"]),
+                is_error=bool(rec.get("is_error", False)),
+            )
+
+        return call
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        """The turn's ``on_event`` listener."""
+        kind = event.get("type")
+        report = self.report
+        if kind == "thinking_disabled":
+            report.thinking_disabled += 1
+        elif kind == "boundary":
+            report.compact_seconds += time.perf_counter() - self.last
+            self.pending = (event["meta"], bool(event["mid_round"]))
+        elif kind == "model_reply" and self.pending is not None:
+            meta, mid_round = self.pending
+            self.pending = None
+            after = int(event["estimated_input_tokens"])
+            before = after
+            if meta.get("compacted") and "tokens_before" in meta:
+                before = int(meta["tokens_before"]) + report.prompt_tokens
+            b = Boundary(len(report.boundaries), self.turn, mid_round, before, after, meta)
+            report.boundaries.append(b)
+            report.batches += int(mid_round)
+            self.progress(b)
+        self.last = time.perf_counter()
+
+
+def replay(
+    session: DemoSession,
+    *,
+    compactor: str = "window_manager",
+    opts: Mapping[str, Any] | None = None,
+    window: int | None = DEMO_WINDOW,
+    model: str = DEMO_MODEL,
+    turns: int | None = None,
+    on_boundary: Callable[[Boundary, int, int], None] | None = None,
+) -> DemoReport:
+    """Replay ``session`` (its first ``turns`` turns) with ``compactor`` and return the report.
+
+    ``window`` pins ``context_window`` for a compactor that sizes against one (unless
+    ``opts`` pin it already). The config is made with the entry point ``normandy demo``,
+    so a bad option raises :class:`~normandy_core.OptionsError` before anything runs.
+    ``on_boundary(boundary, batches_done, batches_total)`` sees each boundary as it happens.
+    """
+    from normandy_core.clients.scripted import ScriptedClient
+    from normandy_core.config import AgentConfig
+    from normandy_core.plugins import resolve_compactor
+    from normandy_core.turn import run_turn
+
+    options = dict(opts or {})
+    comp = resolve_compactor(compactor)
+    if window is not None and "context_window" not in options and comp.needs_window(options):
+        options["context_window"] = window
+    acc = AgentConfig(
+        model=model,
+        system_prompt=session.system,
+        tools=session.tools,
+        compactor=compactor,
+        compactor_opts=options,
+        _entry="normandy demo",
+    )
+    chosen = session.turns if turns is None else session.turns[:turns]
+    total_batches = sum(len(t.replies) - 1 for t in chosen)
+    report = DemoReport(
+        compactor=compactor,
+        opts=options,
+        model=model,
+        window=acc.resolve_window(),
+        prompt_tokens=acc.prompt_tokens,
+    )
+    names = {str(t["name"]) for t in session.tools}
+
+    def progress(b: Boundary) -> None:
+        if on_boundary is not None:
+            on_boundary(b, report.batches, total_batches)
+
+    started = time.perf_counter()
+    for n, turn in enumerate(chosen, 1):
+        rec = _Replay(n, turn.outputs, report, progress)
+        result = run_turn(
+            acc,
+            turn.user,
+            client=ScriptedClient.from_records(turn.replies, model=model),
+            tools={name: rec.tool(name) for name in names},
+            turn_id=turn.turn_id,
+            thinking=2048,
+            on_event=rec.on_event,
+        )
+        acc = result.acc
+        report.turns += 1
+    report.total_seconds = time.perf_counter() - started
+    report.final_tokens = report.boundaries[-1].after if report.boundaries else 0
+    return report

@@ -1,0 +1,280 @@
+"""``normandy_core.compact()``: compact an OpenAI or Anthropic message list in one call.
+
+For users of other agent frameworks: give the messages as your framework holds them, get
+them back compacted in the same format, with the compactor's ``meta``.
+
+Rules for odd input (each raises :class:`~normandy_core.formats.TranscriptError`, a
+``ValueError`` whose message names the message index and the field; nothing is guessed):
+
+- a tool result that answers no tool use of the assistant message right before it;
+- a tool use without a result in the next message (allowed only in the last message: a
+  round still waiting for its tools, the mid-round case);
+- a tool-use id used twice anywhere in the transcript (both places are named): results
+  could not be paired, nor dropped entries reported, unambiguously;
+- a role or content block the format does not define (``function_call``, unknown block
+  types, an assistant message holding tool results...).
+
+Provider-specific decorations the conversation model does not carry (``cache_control``,
+a message's ``name``, ...) are kept when nothing is compacted, because the input is then
+returned unchanged; a compacted transcript is regenerated from the conversation and
+lacks them, as does anything :func:`~normandy_core.formats.to_openai` documents as not
+representable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from normandy_core.boundary import run_compaction
+from normandy_core.config import AgentConfig
+from normandy_core.errors import NormandyError, OptionsError
+from normandy_core.formats import (
+    TranscriptError,
+    detect_format,
+    from_anthropic,
+    from_openai,
+    to_anthropic,
+    to_openai,
+)
+from normandy_core.memory import AgentMemory, Entry
+from normandy_core.plugins import resolve_compactor
+from normandy_core.structure import pairing_problems
+
+__all__ = ["ENTRY", "CompactResult", "CompactionError", "compact", "parse_transcript"]
+
+#: The entry point named in option errors raised by :func:`compact`.
+ENTRY = "normandy_core.compact()"
+
+FormatName = Literal["auto", "openai", "anthropic", "normandy"]
+_FORMATS = ("auto", "openai", "anthropic", "normandy")
+
+
+class CompactionError(NormandyError):
+    """A compactor returned a conversation a provider would reject (tool pairs broken).
+
+    Raised instead of returning it; the message names the compactor and each problem.
+    """
+
+
+@dataclass(frozen=True)
+class CompactResult:
+    """What :func:`compact` returns.
+
+    ``messages``: the transcript in the format and shape it was given (a list, or a dict
+    with ``messages`` and, for Anthropic, ``system``). ``meta``: the compactor's meta
+    (``compacted``, and for ``window_manager`` ``tokens_before``, ``tokens_after``,
+    ``strategy``, ``dropped``...). ``memory``: the compacted conversation.
+    """
+
+    messages: Any
+    meta: dict[str, Any]
+    format: str
+    memory: AgentMemory = field(repr=False)
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the compactor compacted."""
+        return bool(self.meta.get("compacted"))
+
+    @property
+    def dropped(self) -> list[Entry]:
+        """The removed entries, oldest first (empty when nothing was removed)."""
+        return list(self.meta.get("dropped") or [])
+
+    @property
+    def error(self) -> str | None:
+        """The compactor's error (the input is then returned unchanged), else ``None``."""
+        err = self.meta.get("error")
+        return None if err is None else str(err)
+
+
+def _as_dict(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return obj
+    dump = getattr(obj, "model_dump", None)
+    return dump(mode="json", exclude_none=True) if callable(dump) else obj
+
+
+def _check_unique_tool_ids(messages: Sequence[Any], fmt: str) -> None:
+    seen: dict[str, tuple[int, str]] = {}
+    for i, raw in enumerate(messages):
+        m = _as_dict(raw)
+        if not isinstance(m, Mapping):
+            continue
+        found: list[tuple[str, str]] = []
+        if fmt == "openai":
+            for j, c in enumerate(m.get("tool_calls") or []):
+                c = _as_dict(c)
+                if isinstance(c, Mapping) and isinstance(c.get("id"), str):
+                    found.append((c["id"], f"tool_calls[{j}].id"))
+        elif isinstance(m.get("content"), list):
+            for j, b in enumerate(m["content"]):
+                b = _as_dict(b)
+                if isinstance(b, Mapping) and b.get("type") == "tool_use":
+                    found.append((str(b.get("id")), f"content[{j}].id"))
+        for tool_id, where in found:
+            if tool_id in seen:
+                first, first_field = seen[tool_id]
+                raise TranscriptError(
+                    i,
+                    where,
+                    f"tool-use id {tool_id!r} is already used by message {first} "
+                    f"({first_field}); tool-use ids must be unique in a transcript",
+                )
+            seen[tool_id] = (i, where)
+
+
+def parse_transcript(data: Any, format: FormatName = "auto") -> tuple[str, AgentMemory]:
+    """``(format, memory)`` for a transcript, under the rules of this module.
+
+    ``data`` is a list of messages, a dict with ``messages`` (and ``system`` for
+    Anthropic), a Normandy memory dump (``AgentMemory.dump()``) or an
+    :class:`~normandy_core.AgentMemory`. Raises :class:`TranscriptError` naming the
+    message index and field at fault.
+    """
+    if format not in _FORMATS:
+        raise ValueError(f"{ENTRY}: format must be one of {', '.join(_FORMATS)}, got {format!r}")
+    if isinstance(data, AgentMemory):
+        return "normandy", data
+    fmt = detect_format(data) if format == "auto" else format
+    if fmt == "normandy":
+        if not isinstance(data, Mapping):
+            raise TranscriptError(None, None, "a Normandy transcript is a memory dump object")
+        try:
+            memory = AgentMemory.load(data)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise TranscriptError(None, "entries", str(exc)) from exc
+        _check_memory(memory)
+        return fmt, memory
+    system: Any = None
+    messages = data
+    if isinstance(data, Mapping):
+        if "messages" not in data:
+            raise TranscriptError(None, "messages", "missing")
+        messages = data["messages"]
+        system = data.get("system")
+        if fmt == "openai" and system is not None:
+            raise TranscriptError(
+                None, "system", "the OpenAI format puts the system prompt in a message"
+            )
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise TranscriptError(None, "messages", "expected a list of messages")
+    memory = from_anthropic(messages, system) if fmt == "anthropic" else from_openai(messages)
+    _check_unique_tool_ids(messages, fmt)
+    return fmt, memory
+
+
+def _check_memory(memory: AgentMemory) -> None:
+    entries = memory.entries()
+    seen: dict[str, int] = {}
+    for i, e in enumerate(entries):
+        for u in e.tool_uses:
+            if u.id in seen:
+                raise TranscriptError(
+                    i,
+                    "content.id",
+                    f"tool-use id {u.id!r} is already used by entry {seen[u.id]}; "
+                    "tool-use ids must be unique in a transcript",
+                )
+            seen[u.id] = i
+    problems = pairing_problems(entries, allow_pending=True)
+    if problems:
+        raise TranscriptError(None, "entries", "; ".join(problems))
+
+
+def render_transcript(memory: AgentMemory, fmt: str, like: Any) -> Any:
+    """``memory`` in ``fmt``, in the container shape of ``like`` (the input it came from)."""
+    if fmt == "normandy":
+        return memory if isinstance(like, AgentMemory) else memory.dump()
+    if fmt == "anthropic":
+        system, messages = to_anthropic(memory)
+        if isinstance(like, Mapping):
+            out = dict(like)
+            out["messages"] = messages
+            if system is None:
+                out.pop("system", None)
+            else:
+                out["system"] = system
+            return out
+        if system is not None:
+            # A list has no place for a system prompt; a system entry can only come from a
+            # dict input, so this is a compactor inserting one.
+            raise CompactionError("the compacted Anthropic transcript has a system prompt")
+        return messages
+    messages_oa = to_openai(memory)
+    if isinstance(like, Mapping):
+        return {**like, "messages": messages_oa}
+    return messages_oa
+
+
+def _unchanged(data: Any) -> Any:
+    if isinstance(data, AgentMemory):
+        return data
+    if isinstance(data, Mapping):
+        return dict(data)
+    return list(data)
+
+
+def compact(
+    messages: Any,
+    *,
+    compactor: str = "window_manager",
+    opts: Mapping[str, Any] | None = None,
+    model: str | None = None,
+    window: int | None = None,
+    mid_round: bool = False,
+    format: FormatName = "auto",
+) -> CompactResult:
+    """Compact a transcript with the named compactor, once, and return it in its own format.
+
+    ``messages`` is an OpenAI Chat Completions or Anthropic Messages list (dicts or SDK
+    objects), a dict with ``messages`` (and ``system`` for Anthropic), or a Normandy memory
+    dump; ``format`` says which, or ``"auto"`` detects it. ``opts`` are the compactor's
+    options, validated before anything runs (errors name ``normandy_core.compact()``).
+    ``window`` pins the context window (the ``context_window`` option) of a compactor
+    that sizes against one; otherwise the model catalog gives the window of ``model``.
+    ``mid_round`` says the last assistant message's tool round is still open.
+
+    When nothing is compacted (or the compactor reports an error, see
+    :attr:`CompactResult.error`) ``messages`` comes back unchanged. Raises
+    :class:`~normandy_core.formats.TranscriptError` for odd input (see the module
+    docstring), :class:`~normandy_core.OptionsError` or
+    :class:`~normandy_core.WindowUnknownError` for a bad config,
+    :class:`~normandy_core.PluginError` for an unknown or broken compactor, and
+    :class:`CompactionError` when a compactor breaks the tool pairs.
+    """
+    comp = resolve_compactor(compactor)
+    options = dict(opts or {})
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+            raise OptionsError(f"{ENTRY}: window must be a positive int, got {window!r}")
+        if comp.needs_window(options):
+            pinned = options.get("context_window")
+            if pinned is not None and pinned != window:
+                raise OptionsError(
+                    f"{ENTRY}: window={window} contradicts the option context_window={pinned}"
+                )
+            options["context_window"] = window
+    comp.validate_opts(options, ENTRY)
+    fmt, memory = parse_transcript(messages, format)
+    acc = AgentConfig(
+        model=model,
+        memory=memory,
+        compactor=compactor,
+        compactor_opts=options,
+        _entry=ENTRY,
+    )
+    new_acc, meta = run_compaction(acc, mid_round=mid_round)
+    if not meta.get("compacted"):
+        return CompactResult(_unchanged(messages), meta, fmt, memory)
+    problems = pairing_problems(new_acc.memory.entries(), allow_pending=True)
+    if problems:
+        raise CompactionError(
+            f"{comp.describe()} returned a conversation with broken tool pairs: "
+            + "; ".join(problems)
+        )
+    return CompactResult(
+        render_transcript(new_acc.memory, fmt, messages), meta, fmt, new_acc.memory
+    )

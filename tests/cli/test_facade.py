@@ -1,0 +1,120 @@
+"""``normandy_core.compact()``: both formats, the odd-input rules, options, errors."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+import normandy_core
+from normandy_core import OptionsError, TranscriptError, UnknownCompactorError, compact
+from normandy_core.formats import from_anthropic, from_openai
+from normandy_core.structure import pairing_problems
+
+
+def test_openai_list(openai_messages: Any) -> None:
+    original = copy.deepcopy(openai_messages)
+    result = compact(openai_messages, window=20_000)
+    assert openai_messages == original  # never mutated
+    assert result.compacted and result.format == "openai"
+    assert result.meta["tokens_after"] < result.meta["tokens_before"]
+    assert result.dropped and result.error is None
+    assert isinstance(result.messages, list)
+    assert pairing_problems(from_openai(result.messages).entries(), allow_pending=False) == []
+
+
+def test_anthropic_dict_keeps_shape(anthropic_payload: Any) -> None:
+    payload = {**anthropic_payload, "model": "claude-sonnet-4-5", "max_tokens": 1024}
+    result = compact(payload, model="claude-sonnet-4-5", opts={"context_window": 20_000})
+    assert result.format == "anthropic"
+    out = result.messages
+    assert out["model"] == "claude-sonnet-4-5" and out["max_tokens"] == 1024
+    assert out["system"] == anthropic_payload["system"]
+    memory = from_anthropic(out["messages"], out["system"])
+    assert pairing_problems(memory.entries(), allow_pending=False) == []
+    assert len(out["messages"]) < len(anthropic_payload["messages"])
+
+
+def test_not_compacted_returns_input_unchanged(openai_messages: Any) -> None:
+    result = compact(openai_messages, compactor="noop")
+    assert not result.compacted
+    assert result.messages == openai_messages and result.messages is not openai_messages
+    small = openai_messages[:3]
+    assert compact(small, window=200_000).messages == small
+
+
+def test_lazy_export() -> None:
+    assert "compact" in normandy_core.__all__
+    assert normandy_core.compact is compact
+
+
+def test_options_validated_with_entry(openai_messages: Any) -> None:
+    with pytest.raises(OptionsError, match=r"(?s)^normandy_core\.compact\(\): .*'trigger'"):
+        compact(openai_messages, window=9000, opts={"trigger": 3})
+    with pytest.raises(OptionsError, match="contradicts"):
+        compact(openai_messages, window=9000, opts={"context_window": 8000})
+    with pytest.raises(UnknownCompactorError, match="window_manager"):
+        compact(openai_messages, compactor="nope")
+
+
+def test_orphan_result_and_unknown_role() -> None:
+    msgs = [
+        {"role": "user", "content": "hi"},
+        {"role": "tool", "tool_call_id": "x", "content": "out"},
+    ]
+    with pytest.raises(TranscriptError) as info:
+        compact(msgs, window=9000)
+    assert info.value.index == 1 and "tool_use_id" in str(info.value.field)
+    with pytest.raises(TranscriptError, match="message 0, field 'role'"):
+        compact([{"role": "bot", "content": "x"}], window=9000, format="anthropic")
+    block = {"type": "hologram"}
+    with pytest.raises(TranscriptError, match=r"content\[0\]\.type"):
+        compact([{"role": "user", "content": [block]}], window=9000, format="anthropic")
+
+
+def test_duplicate_tool_use_ids_anthropic() -> None:
+    use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    res = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
+    msgs = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [res]},
+        {"role": "assistant", "content": [use]},
+        {"role": "user", "content": [res]},
+    ]
+    with pytest.raises(TranscriptError, match="already used by message 1") as info:
+        compact(msgs, window=9000)
+    assert info.value.index == 3
+
+
+def test_pending_tool_use_only_at_the_end() -> None:
+    use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    msgs = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [use]}]
+    assert compact(msgs, window=9000, mid_round=True).messages == msgs
+    with pytest.raises(TranscriptError, match="has no result"):
+        compact([*msgs, {"role": "user", "content": "and?"}], window=9000)
+
+
+def test_bad_format_name() -> None:
+    with pytest.raises(ValueError, match="format must be one of"):
+        compact([], window=9000, format="xml")  # type: ignore[arg-type]
+
+
+def test_normandy_memory_in_and_out() -> None:
+    from normandy_core.workload import generate_session
+
+    memory = generate_session(2, messages=60)
+    result = compact(memory, window=12_000, model="claude-sonnet-4-5")
+    assert result.format == "normandy" and result.compacted
+    assert result.messages is result.memory and len(result.memory) < len(memory)
+    assert len(memory) >= 60  # the caller's memory is unchanged
+    dumped = compact(memory.dump(), window=12_000).messages
+    assert dumped["format"] == "normandy.memory"
+
+
+def test_compactor_error_returns_input(openai_messages: Any) -> None:
+    huge = [{"role": "user", "content": "word " * 4000}]
+    result = compact(huge, window=3000)
+    assert not result.compacted and result.error and "cannot fit" in result.error
+    assert result.messages == huge
