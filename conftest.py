@@ -6,6 +6,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# The compactor conformance kit is opt-in; this repository opts in for its own tests.
+pytest_plugins = ["normandy_core.testing"]
+
 settings.register_profile(
     "ci",
     derandomize=True,
