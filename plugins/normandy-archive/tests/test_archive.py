@@ -214,3 +214,68 @@ def test_cli_list_show_search(path, capsys):
         check=True,
     )
     assert done.stdout == entries[0].model_dump_json() + "\n"
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from normandy_archive import Archive
+    from normandy_core.workload import generate_session
+    path, tag, rounds, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    entries = list(generate_session(1, size))
+    archive = Archive(path)
+    for i in range(rounds):
+        batch = [e.model_copy(update={"id": f"{tag}-{i}-{e.id}"}) for e in entries[:size]]
+        cid = archive.record(batch, session_id=tag, compactor="test")
+        print(cid, flush=True)
+    """
+)
+
+
+def test_several_processes_archive_at_once_and_lose_nothing(tmp_path):
+    path = tmp_path / "shared.sqlite3"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), f"w{n}", "10", "8"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(3)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    archive = Archive(path)
+    for n, out in enumerate(outs):
+        assert len(out.split()) == 10
+        assert archive.count(f"w{n}") == 10 * 8
+    assert len(archive.compactions(limit=1000)) == 30
+
+
+def test_sigkill_while_writing_leaves_every_completed_compaction(tmp_path):
+    import signal
+    import sqlite3
+
+    path = tmp_path / "killed.sqlite3"
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), "k", "100000", "120"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    done = [child.stdout.readline().strip() for _ in range(5)]
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=30)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        rows = conn.execute(
+            "SELECT c.compaction_id, c.entry_count, count(e.seq) FROM compactions c "
+            "LEFT JOIN entries e ON e.compaction_id = c.compaction_id GROUP BY c.compaction_id"
+        ).fetchall()
+    finally:
+        conn.close()
+    # all or nothing: every compaction that is there has all its entries
+    assert all(expected == found for _, expected, found in rows)
+    assert set(done) <= {cid for cid, _, _ in rows}
+    archive = Archive(path)
+    for item in archive.list("k", limit=10**6):
+        assert item.entry.model_dump_json() == item.entry_json
