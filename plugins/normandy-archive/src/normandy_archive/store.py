@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -182,8 +183,10 @@ def _secure_create(path: Path) -> None:
 class Archive:
     """The archive file at ``path`` (default: :func:`~normandy_archive.archive_path`).
 
-    Every operation opens its own connection, so an ``Archive`` may be shared by threads
-    and used after ``fork``. Reading never creates the file.
+    Each thread uses a connection of its own, kept open between calls (closing the last
+    connection of a WAL database checkpoints it, which would cost every compaction a
+    sync) and reopened after ``fork``, so an ``Archive`` may be shared by threads.
+    Reading never creates the file.
     """
 
     def __init__(
@@ -193,6 +196,7 @@ class Archive:
         self.timeout = timeout
         self._ready = False
         self._fts = True
+        self._local = threading.local()
 
     def __repr__(self) -> str:
         return f"<Archive {str(self.path)!r}>"
@@ -201,19 +205,39 @@ class Archive:
 
     @contextlib.contextmanager
     def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection | None]:
-        if create:
-            _secure_create(self.path)
-        elif not self.path.exists():
-            yield None
-            return
-        conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        """This thread's connection (opened on first use; reopened after ``fork``)."""
+        local = self._local
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is None or local.pid != os.getpid():
+            if create:
+                _secure_create(self.path)
+            elif not self.path.exists():
+                yield None
+                return
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+                if not self._ready:
+                    self._init_schema(conn)
+                conn.execute("PRAGMA synchronous = FULL")
+            except BaseException:
+                conn.close()
+                raise
+            local.conn, local.pid = conn, os.getpid()
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-            if not self._ready:
-                self._init_schema(conn)
-            conn.execute("PRAGMA synchronous = FULL")
             yield conn
-        finally:
+        except sqlite3.Error:
+            # a connection that failed is not trusted again; the next call reopens one
+            local.conn = None
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+            raise
+
+    def close(self) -> None:
+        """Close this thread's connection (another is opened on the next call)."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
             conn.close()
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
