@@ -192,3 +192,21 @@ def test_bad_step_options_are_refused_at_config_time_naming_the_step(steps, frag
     message = str(err.value)
     assert message.startswith("normandy_core.AgentConfig()")
     assert fragment in message
+
+
+def test_pipelines_nest():
+    inner = {"compactor": "pipeline", "opts": {"steps": [CLEAR]}}
+    acc = make_acc([{"compactor": "noop"}, inner, wm(context_window=6_000)], model=None)
+    _, meta = run_compaction(acc, mid_round=False)
+    assert [s["compactor"] for s in meta["steps"]] == ["noop", "pipeline", "window_manager"]
+    assert meta["steps"][1]["steps"][0]["compactor"] == "clear_tool_results"
+    ids = [e.id for e in meta["dropped"]]
+    assert len(ids) == len(set(ids))
+    for e in meta["dropped"]:
+        assert acc.memory[e.id] == e
+    with pytest.raises(
+        OptionsError, match=r"pipeline steps\[1\] \('pipeline'\) pipeline steps\[0\]"
+    ):
+        make_acc(
+            [{"compactor": "noop"}, {"compactor": "pipeline", "opts": {"steps": [wm(trigger=5)]}}]
+        )

@@ -23,15 +23,16 @@ if TYPE_CHECKING:
 __all__ = ["after_compact"]
 
 _lock = threading.Lock()
-_archives: dict[Path, Archive] = {}
+_current: dict[Path, Archive] = {}  # only the archive in use: its connections stay open
 
 
 def _archive() -> Archive:
     path = archive_path()
     with _lock:
-        hit = _archives.get(path)
+        hit = _current.get(path)
         if hit is None:
-            hit = _archives[path] = Archive(path)
+            _current.clear()  # a path no longer in use releases its connections
+            hit = _current[path] = Archive(path)
         return hit
 
 
