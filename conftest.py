@@ -6,6 +6,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# The compactor conformance kit is opt-in; this repository opts in for its own tests.
+pytest_plugins = ["normandy_core.testing"]
+
 settings.register_profile(
     "ci",
     derandomize=True,
@@ -16,3 +19,14 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# The archive hook plugin (normandy-archive) is installed in the workspace and loaded
+# automatically: keep test runs out of the user's real archive.
+if not os.environ.get("NORMANDY_ARCHIVE_PATH"):
+    import atexit
+    import shutil
+    import tempfile
+
+    _archive_dir = tempfile.mkdtemp(prefix="normandy-test-archive-")
+    atexit.register(shutil.rmtree, _archive_dir, ignore_errors=True)
+    os.environ["NORMANDY_ARCHIVE_PATH"] = os.path.join(_archive_dir, "archive.sqlite3")

@@ -23,7 +23,7 @@ from normandy_core.memory import (
     ToolUseBlock,
 )
 
-__all__ = ["Conversation", "conversations", "texts"]
+__all__ = ["Case", "Conversation", "cases", "conversations", "texts"]
 
 _WORDS = [
     "read", "file", "src/app.py", "def", "return", "error", "test", "passed", "json",
@@ -130,3 +130,27 @@ def conversations(
             alt.add_message("assistant", "an alternative answer", turn_id=turn_id)
             mem = alt.fork(head)
     return Conversation(memory=mem, ends_mid_round=ends_mid)
+
+
+@dataclass
+class Case:
+    """A conversation and the context window a compactor is asked to fit it into."""
+
+    conversation: Conversation
+    window: int
+
+
+@st.composite
+def cases(
+    draw: st.DrawFn,
+    *,
+    windows: tuple[int, int] = (1_000, 10_000),
+    mid_round: bool | None = None,
+) -> Case:
+    """A :func:`conversations` example with a window drawn from ``windows`` (ends included).
+
+    The default range makes about half of the drawn conversations exceed the window, so
+    both the skip path and the compacting path are exercised.
+    """
+    conv = draw(conversations(mid_round=mid_round))
+    return Case(conversation=conv, window=draw(st.integers(*windows)))

@@ -1,0 +1,462 @@
+"""The SQLite archive of dropped entries: one transaction per compaction, WAL, owner-only file.
+
+Schema (version 1):
+
+* ``compactions``: one row per archived compaction (its own id, session, compactor,
+  strategy, model, mid-round flag, time, token figures, the meta without ``dropped``).
+* ``entries``: one row per distinct *version* of a dropped entry, unique on
+  ``(session_id, entry_id, content_hash)`` where the hash is the SHA-256 of the entry's
+  JSON. Writing the same entry twice is harmless (the second write is ignored); a
+  different version of the same id (a tool result cleared by ``clear_tool_results``,
+  then dropped by ``window_manager``) is kept beside the first, so nothing is lost. The
+  JSON is stored exactly as pydantic wrote it, so a recalled entry is equal, byte for
+  byte, to the one that was dropped.
+* ``entries_fts``: an FTS5 index over each version's searchable text.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from normandy_archive.paths import archive_path
+from normandy_core import (
+    Entry,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+__all__ = ["Archive", "ArchivedEntry", "CompactionRecord", "searchable_text"]
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS compactions (
+        compaction_id TEXT PRIMARY KEY,
+        session_id    TEXT NOT NULL,
+        compactor     TEXT,
+        strategy      TEXT,
+        model         TEXT,
+        mid_round     INTEGER,
+        created_at    REAL NOT NULL,
+        entry_count   INTEGER NOT NULL,
+        tokens_before INTEGER,
+        tokens_after  INTEGER,
+        meta_json     TEXT NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS entries (
+        seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id    TEXT NOT NULL,
+        entry_id      TEXT NOT NULL,
+        content_hash  TEXT NOT NULL,
+        turn_id       TEXT,
+        role          TEXT NOT NULL,
+        entry_json    TEXT NOT NULL,
+        text          TEXT NOT NULL,
+        compaction_id TEXT NOT NULL REFERENCES compactions (compaction_id),
+        archived_at   REAL NOT NULL,
+        UNIQUE (session_id, entry_id, content_hash)
+    )""",
+    "CREATE INDEX IF NOT EXISTS entries_by_id ON entries (entry_id, seq)",
+    "CREATE INDEX IF NOT EXISTS entries_by_session ON entries (session_id, seq)",
+)
+
+_FTS = (
+    """CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts
+        USING fts5(text, content='entries', content_rowid='seq')""",
+    """CREATE TRIGGER IF NOT EXISTS entries_fts_insert AFTER INSERT ON entries BEGIN
+        INSERT INTO entries_fts (rowid, text) VALUES (new.seq, new.text);
+    END""",
+)
+
+_COLUMNS = (
+    "e.seq, e.session_id, e.entry_json, e.content_hash, e.compaction_id, e.archived_at, "
+    "c.compactor, c.strategy"
+)
+
+
+@dataclass(frozen=True)
+class ArchivedEntry:
+    """One archived version of a dropped entry and where it came from."""
+
+    seq: int
+    """Archive order (grows with every version written)."""
+    session_id: str
+    entry: Entry
+    """The entry exactly as it was dropped."""
+    entry_json: str
+    """The stored JSON; ``entry.model_dump_json()`` gives the same string."""
+    content_hash: str
+    compaction_id: str
+    compactor: str | None
+    strategy: str | None
+    archived_at: float
+    """Unix time of the compaction that archived it."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the entry as JSON data)."""
+        return {
+            "seq": self.seq,
+            "session_id": self.session_id,
+            "entry_id": self.entry.id,
+            "turn_id": self.entry.turn_id,
+            "role": self.entry.role,
+            "content_hash": self.content_hash,
+            "compaction_id": self.compaction_id,
+            "compactor": self.compactor,
+            "strategy": self.strategy,
+            "archived_at": self.archived_at,
+            "entry": json.loads(self.entry_json),
+        }
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    """One archived compaction."""
+
+    compaction_id: str
+    session_id: str
+    compactor: str | None
+    strategy: str | None
+    model: str | None
+    mid_round: bool | None
+    created_at: float
+    entry_count: int
+    tokens_before: int | None
+    tokens_after: int | None
+
+
+def searchable_text(entry: Entry) -> str:
+    """What full-text search sees: texts, thinking, tool names and inputs, tool-result texts."""
+    if isinstance(entry.content, str):
+        return entry.content
+    parts: list[str] = []
+    for b in entry.content:
+        if isinstance(b, TextBlock):
+            parts.append(b.text)
+        elif isinstance(b, ThinkingBlock):
+            parts.append(b.thinking)
+        elif isinstance(b, ToolUseBlock):
+            parts.append(f"{b.name} {json.dumps(b.input, ensure_ascii=False)}")
+        elif isinstance(b, ToolResultBlock):
+            parts.append(b.text())
+    return "\n".join(parts)
+
+
+def _fts_query(query: str) -> str:
+    """Each whitespace-separated term as an FTS5 string (so punctuation is literal), ANDed."""
+    return " ".join('"' + t.replace('"', '""') + '"' for t in query.split())
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _secure_create(path: Path) -> None:
+    """Create the directory (0700) and the file (0600) before SQLite ever opens it."""
+    parent = path.parent
+    if not parent.exists():
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.chmod(parent, 0o700)
+    if not path.exists():
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return  # another process created it first
+        os.close(fd)
+
+
+class Archive:
+    """The archive file at ``path`` (default: :func:`~normandy_archive.archive_path`).
+
+    Each thread uses a connection of its own, kept open between calls (closing the last
+    connection of a WAL database checkpoints it, which would cost every compaction a
+    sync) and reopened after ``fork``, so an ``Archive`` may be shared by threads.
+    Reading never creates the file.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0
+    ) -> None:
+        self.path = Path(path).expanduser() if path is not None else archive_path()
+        self.timeout = timeout
+        self._ready = False
+        self._fts = True
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"<Archive {str(self.path)!r}>"
+
+    # -- connections ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection | None]:
+        """This thread's connection (opened on first use; reopened after ``fork``)."""
+        local = self._local
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is None or local.pid != os.getpid():
+            if create:
+                _secure_create(self.path)
+            elif not self.path.exists():
+                yield None
+                return
+            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+                if not self._ready:
+                    self._init_schema(conn)
+                conn.execute("PRAGMA synchronous = FULL")
+            except BaseException:
+                conn.close()
+                raise
+            local.conn, local.pid = conn, os.getpid()
+        try:
+            yield conn
+        except sqlite3.Error:
+            # a connection that failed is not trusted again; the next call reopens one
+            local.conn = None
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+            raise
+
+    def close(self) -> None:
+        """Close this thread's connection (another is opened on the next call)."""
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def _init_schema(self, conn: sqlite3.Connection) -> None:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
+            raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for stmt in _SCHEMA:
+                conn.execute(stmt)
+            conn.execute("SAVEPOINT fts")
+            try:
+                for stmt in _FTS:
+                    conn.execute(stmt)
+                conn.execute("RELEASE fts")
+            except sqlite3.OperationalError:  # pragma: no cover - SQLite built without FTS5
+                conn.execute("ROLLBACK TO fts")
+                conn.execute("RELEASE fts")
+                self._fts = False
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        self._ready = True
+
+    # -- writing ----------------------------------------------------------------------
+
+    def record(
+        self,
+        dropped: Sequence[Entry],
+        *,
+        session_id: str,
+        compactor: str | None = None,
+        strategy: str | None = None,
+        model: str | None = None,
+        mid_round: bool | None = None,
+        meta: Mapping[str, Any] | None = None,
+        compaction_id: str | None = None,
+        at: float | None = None,
+    ) -> str:
+        """Archive one compaction's dropped entries in one transaction; return its id.
+
+        All or nothing: a crash leaves either every entry of the compaction or none.
+        Versions already archived for the session are skipped.
+        """
+        cid = compaction_id or uuid.uuid4().hex
+        now = time.time() if at is None else at
+        info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
+        meta_json = json.dumps(info, ensure_ascii=False, default=str)
+        rows = []
+        for e in dropped:
+            data = e.model_dump_json()
+            digest = hashlib.sha256(data.encode("utf-8")).hexdigest()
+            rows.append(
+                (session_id, e.id, digest, e.turn_id, e.role, data, searchable_text(e), cid, now)
+            )
+        with self._connect(create=True) as conn:
+            assert conn is not None
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(
+                    "INSERT INTO compactions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        cid,
+                        session_id,
+                        compactor,
+                        strategy,
+                        model,
+                        None if mid_round is None else int(mid_round),
+                        now,
+                        len(rows),
+                        _int_or_none(info.get("tokens_before")),
+                        _int_or_none(info.get("tokens_after")),
+                        meta_json,
+                    ),
+                )
+                conn.executemany(
+                    "INSERT OR IGNORE INTO entries (session_id, entry_id, content_hash, turn_id, "
+                    "role, entry_json, text, compaction_id, archived_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return cid
+
+    # -- reading ----------------------------------------------------------------------
+
+    def _select(
+        self,
+        where: str,
+        params: Sequence[Any],
+        tail: str,
+        source: str = "entries e",
+    ) -> builtins.list[ArchivedEntry]:
+        sql = (
+            f"SELECT {_COLUMNS} FROM {source} "
+            "JOIN compactions c ON c.compaction_id = e.compaction_id "
+            f"WHERE {where} {tail}"
+        )
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return []
+            if "entries_fts" in source and not self._fts:  # pragma: no cover
+                raise RuntimeError("this SQLite has no FTS5: full-text search is unavailable")
+            rows = conn.execute(sql, params).fetchall()
+        return [
+            ArchivedEntry(
+                seq=r[0],
+                session_id=r[1],
+                entry=Entry.model_validate_json(r[2]),
+                entry_json=r[2],
+                content_hash=r[3],
+                compaction_id=r[4],
+                archived_at=r[5],
+                compactor=r[6],
+                strategy=r[7],
+            )
+            for r in rows
+        ]
+
+    def versions(
+        self, entry_id: str, session_id: str | None = None
+    ) -> builtins.list[ArchivedEntry]:
+        """Every archived version of ``entry_id``, oldest first."""
+        where, params = "e.entry_id = ?", [entry_id]
+        if session_id is not None:
+            where, params = where + " AND e.session_id = ?", [*params, session_id]
+        return self._select(where, params, "ORDER BY e.seq")
+
+    def recall(self, entry_id: str, session_id: str | None = None) -> Entry | None:
+        """The entry as it was first dropped (its original content), or ``None``.
+
+        Ids are unique within a session; pass ``session_id`` when several sessions may
+        share one. :meth:`versions` gives every version.
+        """
+        found = self.versions(entry_id, session_id)
+        return found[0].entry if found else None
+
+    def list(
+        self, session_id: str | None = None, limit: int = 50, offset: int = 0
+    ) -> builtins.list[ArchivedEntry]:
+        """Archived versions in archive order (oldest first), a page at a time."""
+        where, params = "1", []
+        if session_id is not None:
+            where, params = "e.session_id = ?", [session_id]
+        return self._select(where, [*params, limit, offset], "ORDER BY e.seq LIMIT ? OFFSET ?")
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        raw: bool = False,
+    ) -> builtins.list[ArchivedEntry]:
+        """Full-text search (FTS5), best match first.
+
+        Each whitespace-separated term must occur (punctuation taken literally); with
+        ``raw`` the query is FTS5 syntax (``"exact phrase"``, ``OR``, ``NEAR``, ``pre*``).
+        """
+        if not query.strip():
+            return []
+        text = query if raw else _fts_query(query)
+        where, params = "", []
+        if session_id is not None:
+            where, params = " AND e.session_id = ?", [session_id]
+        return self._select(
+            "entries_fts MATCH ?" + where,
+            [text, *params, limit, offset],
+            "ORDER BY f.rank, e.seq LIMIT ? OFFSET ?",
+            source="entries_fts f JOIN entries e ON e.seq = f.rowid",
+        )
+
+    def compactions(
+        self, session_id: str | None = None, limit: int = 50, offset: int = 0
+    ) -> builtins.list[CompactionRecord]:
+        """Archived compactions, oldest first."""
+        where, params = "1", []
+        if session_id is not None:
+            where, params = "session_id = ?", [session_id]
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return []
+            rows = conn.execute(
+                "SELECT compaction_id, session_id, compactor, strategy, model, mid_round, "
+                "created_at, entry_count, tokens_before, tokens_after FROM compactions "
+                f"WHERE {where} ORDER BY created_at, rowid LIMIT ? OFFSET ?",
+                [*params, limit, offset],
+            ).fetchall()
+        return [
+            CompactionRecord(
+                compaction_id=r[0],
+                session_id=r[1],
+                compactor=r[2],
+                strategy=r[3],
+                model=r[4],
+                mid_round=None if r[5] is None else bool(r[5]),
+                created_at=r[6],
+                entry_count=r[7],
+                tokens_before=r[8],
+                tokens_after=r[9],
+            )
+            for r in rows
+        ]
+
+    def count(self, session_id: str | None = None) -> int:
+        """How many entry versions are archived (in ``session_id``, or in all sessions)."""
+        with self._connect(create=False) as conn:
+            if conn is None:
+                return 0
+            if session_id is None:
+                row = conn.execute("SELECT count(*) FROM entries").fetchone()
+            else:
+                row = conn.execute(
+                    "SELECT count(*) FROM entries WHERE session_id = ?", [session_id]
+                ).fetchone()
+        return int(row[0])

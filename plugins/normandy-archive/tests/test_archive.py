@@ -1,0 +1,282 @@
+"""The archive hook, installed for real: compactions archived, recalled byte for byte."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from normandy_archive import Archive, archive_path, main, register_cli, set_archive_path
+from normandy_core import AgentConfig, AgentMemory, list_plugins, run_compaction
+from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+
+
+@pytest.fixture
+def path(tmp_path, monkeypatch):
+    p = tmp_path / "data" / "normandy" / "archive.sqlite3"
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(p))
+    return p
+
+
+def grow(acc: AgentConfig, session: AgentMemory, metas: list) -> AgentConfig:
+    """Replay ``session`` into ``acc`` one entry at a time, compacting after every tool batch."""
+    for e in session:
+        acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
+        if e.role == "user" and e.tool_results:
+            acc, meta = run_compaction(acc, mid_round=True)
+            assert "error" not in meta and "hook_errors" not in meta, meta
+            if meta["compacted"]:
+                metas.append(meta)
+    return acc
+
+
+def config(compactor: str, opts: dict) -> AgentConfig:
+    return AgentConfig(
+        model="claude-sonnet-4-5",
+        system_prompt=SYSTEM_PROMPT,
+        tools=TOOLS,
+        compactor=compactor,
+        compactor_opts=opts,
+    )
+
+
+READER = textwrap.dedent(
+    """
+    import hashlib, json, os, sys, time
+    from normandy_archive import Archive
+    path, ready, stop = sys.argv[1:4]
+    archive = Archive(path)
+    open(ready, "w").close()
+    counts, reads = set(), 0
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = os.path.exists(stop)
+        items = archive.list(limit=10**9)
+        reads += 1
+        for item in items:
+            assert item.entry.model_dump_json() == item.entry_json
+            digest = hashlib.sha256(item.entry_json.encode()).hexdigest()
+            assert digest == item.content_hash
+        counts.add(len(items))
+        time.sleep(0.01)
+        if done:
+            break
+    final = sorted([i.session_id, i.entry.id, i.content_hash] for i in items)
+    print(json.dumps({"reads": reads, "counts": sorted(counts), "final": final}))
+    """
+)
+
+
+def test_long_sessions_compacted_many_times_are_recalled_byte_for_byte(path, tmp_path):
+    assert ("archive", "loaded") in {(r.name, r.status) for r in list_plugins()}
+    ready, stop = tmp_path / "ready", tmp_path / "stop"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(path), str(ready), str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        t0 = time.monotonic()
+        while not ready.exists():
+            assert reader.poll() is None and time.monotonic() - t0 < 60
+            time.sleep(0.01)
+        metas: dict[str, list] = {}
+        wm = {"context_window": 30_000, "trigger": 0.9, "target": 0.5, "counter": "cl100k_base"}
+        acc = config("window_manager", wm)
+        metas[acc.session_id] = []
+        grow(acc, generate_session(21, 500), metas[acc.session_id])
+        steps = [
+            {"compactor": "clear_tool_results", "opts": {"trigger_tokens": 20_000, "keep": 4}},
+            {"compactor": "window_manager", "opts": wm},
+        ]
+        acc2 = config("pipeline", {"steps": steps, "counter": "cl100k_base"})
+        metas[acc2.session_id] = []
+        grow(acc2, generate_session(22, 500), metas[acc2.session_id])
+    finally:
+        stop.touch()
+        out, _ = reader.communicate(timeout=120)
+    assert reader.returncode == 0
+    assert len(metas[acc.session_id]) >= 5 and len(metas[acc2.session_id]) >= 5
+
+    archive = Archive(path)
+    expected: set[tuple[str, str, str]] = set()
+    first_seen: dict[tuple[str, str], str] = {}
+    for session_id, session_metas in metas.items():
+        for meta in session_metas:
+            for e in meta["dropped"]:
+                data = e.model_dump_json()
+                digest = hashlib.sha256(data.encode()).hexdigest()
+                expected.add((session_id, e.id, digest))
+                first_seen.setdefault((session_id, e.id), data)
+                versions = archive.versions(e.id, session_id)
+                match = [v for v in versions if v.entry_json == data]
+                assert len(match) == 1 and match[0].entry == e
+    for (session_id, entry_id), data in first_seen.items():
+        assert archive.recall(entry_id, session_id).model_dump_json() == data
+    # clear_tool_results reported originals; window_manager later dropped cleared versions
+    assert archive.count(acc2.session_id) > len({k for k in first_seen if k[0] == acc2.session_id})
+    assert archive.count() == len(expected)
+    assert len(archive.compactions(limit=10**6)) == sum(len(m) for m in metas.values())
+
+    # the second process read while the first wrote, and saw the same archive at the end
+    report = json.loads(out)
+    print("reader:", report["reads"], "reads, counts seen:", report["counts"])
+    assert len([c for c in report["counts"] if c > 0]) >= 2, report["counts"]
+    assert {tuple(row) for row in report["final"]} == expected
+
+
+def test_file_and_directory_are_owner_only(path):
+    old = os.umask(0)
+    try:
+        Archive(path).record([], session_id="s")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert {p.name for p in path.parent.iterdir()} >= {path.name, path.name + "-wal"}
+    for p in path.parent.iterdir():
+        assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, p
+
+
+def test_recall_list_search_and_duplicates(path):
+    mem = generate_session(3, 30)
+    entries = list(mem)
+    archive = Archive()
+    assert archive.path == path == archive_path()
+    assert archive.list() == [] and not path.exists()  # reading never creates the file
+    cid = archive.record(entries[:10], session_id="s1", compactor="x", strategy="y")
+    archive.record(entries[5:15], session_id="s1", compactor="x")  # 5 already there
+    assert archive.count("s1") == 15
+    page = archive.list("s1", limit=4, offset=2)
+    assert [i.entry for i in page] == entries[2:6]
+    assert page[0].compaction_id == cid and page[0].strategy == "y"
+    assert archive.recall(entries[7].id) == entries[7]
+    assert archive.recall("missing") is None
+    tool_entry = next(e for e in entries[:15] if e.tool_uses)
+    name = tool_entry.tool_uses[0].name
+    hits = archive.search(name, session_id="s1")
+    assert tool_entry.id in [h.entry.id for h in hits]
+    assert archive.search("src/ def") and archive.search('"unbalanced') == []
+    assert archive.search("zzzznotthere") == []
+
+
+def test_set_archive_path_wins_over_the_environment(path, tmp_path):
+    other = tmp_path / "other.sqlite3"
+    set_archive_path(other)
+    try:
+        assert archive_path() == other
+    finally:
+        set_archive_path(None)
+    assert archive_path() == path
+
+
+def test_a_write_failure_is_reported_in_hook_errors(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-directory"
+    blocker.mkdir()
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(blocker))
+    acc = config("window_manager", {"context_window": 20_000}).with_memory(
+        generate_session(4, 150, end_mid_round=True)
+    )
+    _, meta = run_compaction(acc, mid_round=True)
+    assert meta["compacted"] is True
+    assert [h["hook"] for h in meta["hook_errors"]] == ["normandy_core.hooks:archive"]
+
+
+def test_cli_list_show_search(path, capsys):
+    entries = list(generate_session(5, 20))
+    Archive().record(entries, session_id="sess-1", compactor="window_manager")
+    assert main(["list", "--limit", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and entries[0].id in lines[0]
+    assert main(["--path", str(path), "show", entries[4].id]) == 0
+    assert capsys.readouterr().out == entries[4].model_dump_json() + "\n"
+    assert main(["search", "--json", entries[1].text().split()[0]]) == 0
+    rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert entries[1].id in [r["entry_id"] for r in rows]
+    assert main(["show", "nope"]) == 1
+
+    parser = argparse.ArgumentParser(prog="normandy")
+    register_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["archive", "list", "--session", "sess-1", "--json"])
+    assert args.func(args) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(entries)
+
+    done = subprocess.run(
+        [sys.executable, "-m", "normandy_archive", "--path", str(path), "show", entries[0].id],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout == entries[0].model_dump_json() + "\n"
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from normandy_archive import Archive
+    from normandy_core.workload import generate_session
+    path, tag, rounds, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    entries = list(generate_session(1, size))
+    archive = Archive(path)
+    for i in range(rounds):
+        batch = [e.model_copy(update={"id": f"{tag}-{i}-{e.id}"}) for e in entries[:size]]
+        cid = archive.record(batch, session_id=tag, compactor="test")
+        print(cid, flush=True)
+    """
+)
+
+
+def test_several_processes_archive_at_once_and_lose_nothing(tmp_path):
+    path = tmp_path / "shared.sqlite3"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path), f"w{n}", "10", "8"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for n in range(3)
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0]
+    archive = Archive(path)
+    for n, out in enumerate(outs):
+        assert len(out.split()) == 10
+        assert archive.count(f"w{n}") == 10 * 8
+    assert len(archive.compactions(limit=1000)) == 30
+
+
+def test_sigkill_while_writing_leaves_every_completed_compaction(tmp_path):
+    import signal
+    import sqlite3
+
+    path = tmp_path / "killed.sqlite3"
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path), "k", "100000", "120"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    done = [child.stdout.readline().strip() for _ in range(5)]
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(timeout=30)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        rows = conn.execute(
+            "SELECT c.compaction_id, c.entry_count, count(e.seq) FROM compactions c "
+            "LEFT JOIN entries e ON e.compaction_id = c.compaction_id GROUP BY c.compaction_id"
+        ).fetchall()
+    finally:
+        conn.close()
+    # all or nothing: every compaction that is there has all its entries
+    assert all(expected == found for _, expected, found in rows)
+    assert set(done) <= {cid for cid, _, _ in rows}
+    archive = Archive(path)
+    for item in archive.list("k", limit=10**6):
+        assert item.entry.model_dump_json() == item.entry_json

@@ -1,0 +1,16 @@
+"""The ``clear_tool_results`` compactor: clear old tool results in place, keep the structure.
+
+Select it by name: ``AgentConfig(compactor="clear_tool_results", compactor_opts={...})``.
+Its options are :class:`~normandy_clear_tool_results.options.ClearToolResultsOptions`.
+"""
+
+from __future__ import annotations
+
+from normandy_clear_tool_results.options import DEFAULT_PLACEHOLDER, ClearToolResultsOptions
+
+__all__ = ["CLEARED_KEY", "DEFAULT_PLACEHOLDER", "NAME", "ClearToolResultsOptions"]
+
+#: The name this compactor is registered under.
+NAME = "clear_tool_results"
+#: Entry metadata key listing the tool-use ids whose content this compactor cleared.
+CLEARED_KEY = "normandy.cleared_tool_uses"

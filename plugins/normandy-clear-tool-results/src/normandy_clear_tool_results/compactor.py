@@ -1,0 +1,222 @@
+"""The ``clear_tool_results`` compactor: hookimpls and the clearing plan.
+
+Above its trigger it replaces the content of old tool results (and, with
+``clear_tool_inputs``, the input of their tool uses) by a short placeholder. Nothing is
+removed or moved: every entry keeps its id and position and every tool use keeps its
+result, so the conversation's structure (tool pairing) is unchanged. The original
+entries are reported in ``meta["dropped"]`` so ``after_compact`` hooks can archive them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from normandy_clear_tool_results import CLEARED_KEY, NAME
+from normandy_clear_tool_results.options import ClearToolResultsOptions
+from normandy_core import (
+    Entry,
+    ToolResultBlock,
+    ToolUseBlock,
+    default_counter_for,
+    get_counter,
+    hookimpl,
+    validate_options,
+)
+
+if TYPE_CHECKING:
+    from normandy_core import AgentConfig, Block, CompactionContext, TokenCounter
+
+__all__ = ["maybe_compact", "needs_window", "validate_opts"]
+
+log = logging.getLogger("normandy_clear_tool_results")
+
+_opts_cache: dict[str, ClearToolResultsOptions] = {}
+
+
+def _options(opts: dict[str, Any]) -> ClearToolResultsOptions:
+    try:
+        key: str | None = json.dumps(opts, sort_keys=True)
+    except (TypeError, ValueError):
+        key = None
+    if key is not None and (hit := _opts_cache.get(key)) is not None:
+        return hit
+    parsed = validate_options(
+        ClearToolResultsOptions, opts, entry=f"{NAME}.maybe_compact()", compactor=NAME
+    )
+    if key is not None:
+        if len(_opts_cache) > 256:
+            _opts_cache.clear()
+        _opts_cache[key] = parsed
+    return parsed
+
+
+@hookimpl
+def needs_window(opts: dict[str, Any]) -> bool:
+    """No: ``clear_tool_results`` acts on its own token or tool-use trigger, not the window."""
+    return False
+
+
+@hookimpl
+def validate_opts(opts: dict[str, Any], entry: str) -> None:
+    """Refuse bad options where the config is made, naming ``entry`` and the option."""
+    validate_options(ClearToolResultsOptions, opts, entry=entry, compactor=NAME)
+
+
+@dataclass
+class _Use:
+    """One tool use of the active branch: where it is and where its results are."""
+
+    id: str
+    name: str
+    use_index: int
+    result_indices: list[int]
+
+
+def _cleared_ids(entry: Entry) -> list[str]:
+    value = entry.metadata.get(CLEARED_KEY)
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _scan(entries: list[Entry]) -> tuple[list[_Use], set[str]]:
+    """Every tool use of ``entries`` in order, and the ids already cleared."""
+    uses: list[_Use] = []
+    by_id: dict[str, _Use] = {}
+    cleared: set[str] = set()
+    for i, e in enumerate(entries):
+        cleared.update(_cleared_ids(e))
+        if isinstance(e.content, str):
+            continue
+        for b in e.content:
+            if isinstance(b, ToolUseBlock) and e.role == "assistant":
+                u = _Use(b.id, b.name, i, [])
+                uses.append(u)
+                by_id[b.id] = u
+            elif isinstance(b, ToolResultBlock):
+                hit = by_id.get(b.tool_use_id)
+                if hit is not None:
+                    hit.result_indices.append(i)
+    return uses, cleared
+
+
+def _block_tokens(block: Block, counter: TokenCounter) -> int:
+    return counter.count_entry(Entry(id="_", role="user", content=(block,)))
+
+
+@hookimpl
+def maybe_compact(
+    acc: AgentConfig, ctx: CompactionContext, opts: dict[str, Any]
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """Clear old tool results when the conversation is over a trigger; see the module docs."""
+    o = _options(opts)
+    counter = get_counter(o.counter or default_counter_for(ctx.model))
+    memory = acc.memory
+    before = memory.tokens(counter)
+    trigger_tokens = o.effective_trigger_tokens
+    over_tokens = trigger_tokens is not None and before + acc.prompt_tokens > trigger_tokens
+    if not over_tokens and o.trigger_tool_uses is None:
+        return acc, {"compacted": False}
+    entries = memory.entries()
+    uses, already = _scan(entries)
+    excluded = set(o.exclude_tools)
+    intact = [u for u in uses if u.name not in excluded and u.id not in already]
+    over_uses = o.trigger_tool_uses is not None and len(intact) > o.trigger_tool_uses
+    if not (over_tokens or over_uses):
+        return acc, {"compacted": False}
+
+    protected = {u.id for u in uses[len(uses) - o.keep :]} if o.keep else set()
+    # A result the model has not answered yet (the newest round) is never cleared.
+    last_assistant = max((i for i, e in enumerate(entries) if e.role == "assistant"), default=-1)
+    for u in uses:
+        if u.use_index == last_assistant:
+            protected.add(u.id)
+
+    placeholder = ToolResultBlock(tool_use_id="_", content=o.placeholder)
+    placeholder_cost = _block_tokens(placeholder, counter)
+    empty_input_cost = _block_tokens(ToolUseBlock(id="_", name="_", input={}), counter)
+    results: dict[str, ToolResultBlock] = {}
+    for e in entries:
+        for r in e.tool_results:
+            results.setdefault(r.tool_use_id, r)
+    to_clear: set[str] = set()
+    for u in intact:
+        if u.id in protected or not u.result_indices:
+            continue
+        if entries[u.use_index].pinned or any(entries[i].pinned for i in u.result_indices):
+            continue
+        old = _block_tokens(results[u.id], counter)
+        new = placeholder_cost
+        if o.clear_tool_inputs:
+            use_block = next(b for b in entries[u.use_index].tool_uses if b.id == u.id)
+            old += _block_tokens(use_block, counter)
+            new += empty_input_cost
+        if old > new:
+            to_clear.add(u.id)
+    if not to_clear:
+        return acc, {"compacted": False}
+
+    new_entries: list[Entry] = []
+    dropped: list[Entry] = []
+    cleared_tokens = 0
+    for e in entries:
+        ne = _cleared(e, to_clear, o)
+        if ne is not e:
+            dropped.append(e)
+            cleared_tokens += memory.entry_tokens(e, counter) - counter.count_entry(ne)
+        new_entries.append(ne)
+    if cleared_tokens < max(o.clear_at_least, 1):
+        return acc, {"compacted": False}
+
+    kept = [e.without_thinking() for e in new_entries]
+    new_memory = memory.derive(kept)
+    after = new_memory.tokens(counter)
+    turn = ctx.turn_id if ctx.turn_id is not None else (entries[-1].turn_id if entries else None)
+    removed = 0
+    for old_e, new_e in zip(entries, kept, strict=True):
+        if old_e.turn_id == turn:
+            removed += memory.entry_tokens(old_e, counter) - new_memory.entry_tokens(new_e, counter)
+    meta: dict[str, Any] = {
+        "compacted": True,
+        "strategy": NAME,
+        "tokens_before": before,
+        "tokens_after": after,
+        "tokens_removed": max(removed, 0),
+        "tokens_cleared": cleared_tokens,
+        "cleared": [u.id for u in uses if u.id in to_clear],
+        "trigger": "tokens" if over_tokens else "tool_uses",
+        "counter": counter.name,
+        "dropped": dropped,
+    }
+    log.debug(
+        "clear_tool_results: %d tool uses cleared, %d -> %d tokens",
+        len(to_clear),
+        before,
+        after,
+    )
+    return acc.with_memory(new_memory), meta
+
+
+def _cleared(entry: Entry, to_clear: set[str], o: ClearToolResultsOptions) -> Entry:
+    """``entry`` with the results (and maybe inputs) of ``to_clear`` replaced; same if none."""
+    if isinstance(entry.content, str):
+        return entry
+    blocks: list[Block] = list(entry.content)
+    hit: list[str] = []
+    for j, b in enumerate(blocks):
+        if isinstance(b, ToolResultBlock) and b.tool_use_id in to_clear:
+            blocks[j] = b.model_copy(update={"content": o.placeholder})
+            hit.append(b.tool_use_id)
+        elif (
+            o.clear_tool_inputs
+            and entry.role == "assistant"
+            and isinstance(b, ToolUseBlock)
+            and b.id in to_clear
+        ):
+            blocks[j] = b.model_copy(update={"input": {}})
+            hit.append(b.id)
+    if not hit:
+        return entry
+    metadata = {**entry.metadata, CLEARED_KEY: [*_cleared_ids(entry), *hit]}
+    return entry.model_copy(update={"content": tuple(blocks), "metadata": metadata})

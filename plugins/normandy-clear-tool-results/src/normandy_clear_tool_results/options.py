@@ -1,0 +1,73 @@
+"""The options of the ``clear_tool_results`` compactor, validated where a config is made."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator, model_validator
+
+from normandy_core import CompactorOptions, get_counter
+
+__all__ = ["DEFAULT_PLACEHOLDER", "DEFAULT_TRIGGER_TOKENS", "ClearToolResultsOptions"]
+
+#: The text that replaces a cleared tool result.
+DEFAULT_PLACEHOLDER = "[tool result cleared to save context; the original was archived]"
+#: The token trigger used when neither trigger option is given.
+DEFAULT_TRIGGER_TOKENS = 100_000
+
+
+class ClearToolResultsOptions(CompactorOptions):
+    """Options of ``clear_tool_results``; unknown options and bad values are refused.
+
+    The compactor acts when the conversation is over *either* trigger. With neither given,
+    ``trigger_tokens`` is 100,000.
+    """
+
+    trigger_tokens: int | None = Field(default=None, gt=0)
+    """Act when the conversation plus the system prompt and tool definitions (estimated at
+    four characters per token) exceed this many tokens."""
+    trigger_tool_uses: int | None = Field(default=None, gt=0)
+    """Act when more than this many tool uses (outside ``exclude_tools``) still have their
+    content intact."""
+    keep: int = Field(default=3, ge=0)
+    """How many of the newest tool uses to keep intact (whatever their tool)."""
+    clear_at_least: int = Field(default=0, ge=0)
+    """Clear at least this many tokens or nothing, so a prompt-cache prefix is not broken
+    for a trivial gain."""
+    clear_tool_inputs: bool = False
+    """Also replace the ``input`` of cleared tool uses by ``{}``."""
+    exclude_tools: tuple[str, ...] = ()
+    """Tool names whose uses and results are never touched."""
+    placeholder: str = Field(default=DEFAULT_PLACEHOLDER, min_length=1, max_length=2000)
+    """The text a cleared tool result is replaced by."""
+    counter: str | None = None
+    """``estimate``, ``conservative``, a tiktoken encoding or model name. Default: exact
+    where tiktoken knows the model's encoding, else ``conservative``."""
+
+    @field_validator("counter")
+    @classmethod
+    def _known_counter(cls, value: str | None) -> str | None:
+        if value is not None:
+            get_counter(value)  # raises ValueError naming the known choices
+        return value
+
+    @field_validator("exclude_tools", mode="before")
+    @classmethod
+    def _names(cls, value: object) -> object:
+        if isinstance(value, str):
+            raise ValueError("exclude_tools must be a list of tool names, not one string")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ClearToolResultsOptions:
+        if self.trigger_tool_uses is not None and self.keep >= self.trigger_tool_uses:
+            raise ValueError(
+                f"keep ({self.keep}) must be below trigger_tool_uses "
+                f"({self.trigger_tool_uses}): otherwise the trigger fires with nothing to clear"
+            )
+        return self
+
+    @property
+    def effective_trigger_tokens(self) -> int | None:
+        """``trigger_tokens``, or its default when no trigger is given at all."""
+        if self.trigger_tokens is None and self.trigger_tool_uses is None:
+            return DEFAULT_TRIGGER_TOKENS
+        return self.trigger_tokens

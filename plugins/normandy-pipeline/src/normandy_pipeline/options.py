@@ -1,0 +1,39 @@
+"""The options of the ``pipeline`` compactor; each step's options are checked by that step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from normandy_core import CompactorOptions, get_counter
+
+__all__ = ["PipelineOptions", "Step"]
+
+
+class Step(CompactorOptions):
+    """One step: the compactor's registered name and its options."""
+
+    compactor: str = Field(min_length=1)
+    """The name of an installed compactor (an entry point of ``normandy_core.compactors``)."""
+    opts: dict[str, Any] = Field(default_factory=dict)
+    """The step's options, validated by the step's own ``validate_opts``."""
+
+
+class PipelineOptions(CompactorOptions):
+    """Options of ``pipeline``; unknown options and bad values are refused at config time."""
+
+    steps: tuple[Step, ...] = Field(min_length=1)
+    """The compactors to run, in order."""
+    context_window: int | None = Field(default=None, gt=0)
+    """Pins the window given to steps that need one and pin none; otherwise the catalog's."""
+    counter: str | None = None
+    """Counter of the pipeline's own ``tokens_before``/``tokens_after`` and of its mid-round
+    check. Default: exact where tiktoken knows the model's encoding, else ``conservative``."""
+
+    @field_validator("counter")
+    @classmethod
+    def _known_counter(cls, value: str | None) -> str | None:
+        if value is not None:
+            get_counter(value)
+        return value

@@ -1,0 +1,189 @@
+"""The conformance kit, run against every in-tree compactor, and shown to catch violations."""
+
+from __future__ import annotations
+
+import pytest
+
+from normandy_core import (
+    AgentConfig,
+    AgentMemory,
+    CompactionContext,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    hookimpl,
+    register_compactor,
+    unregister_compactor,
+)
+from normandy_core.testing import CompactorContract, check_call, check_options
+
+# The kit is enabled for this repository in the root conftest.py:
+# pytest_plugins = ["normandy_core.testing"]
+
+EXAMPLES = 10
+
+
+class TestNoop(CompactorContract):
+    compactor = "noop"
+    bad_opts = [{"anything": 1}]
+    max_examples = 5
+
+
+class TestWindowManager(CompactorContract):
+    compactor = "window_manager"
+    opts = {"counter": "estimate", "reserved_tokens": 500}
+    bad_opts = [{"trigger": 2}, {"strategy": "newest"}, {"nope": 1}]
+    max_examples = EXAMPLES
+
+
+class TestWindowManagerSummarize(TestWindowManager):
+    opts = {"counter": "estimate", "strategy": "summarize", "summary_max_tokens": 200}
+
+
+class TestClearToolResults(CompactorContract):
+    compactor = "clear_tool_results"
+    opts = {"trigger_tokens": 1_500, "keep": 1, "counter": "estimate"}
+    roomy_opts = {"trigger_tokens": 10**9}
+    bad_opts = [{"keep": -1}, {"trigger_tool_uses": 2, "keep": 2}, {"placeholder": ""}]
+    max_examples = EXAMPLES
+
+
+class TestClearToolInputs(TestClearToolResults):
+    opts = {
+        "trigger_tool_uses": 2,
+        "keep": 1,
+        "clear_tool_inputs": True,
+        "exclude_tools": ["search"],
+    }
+
+
+class TestPipeline(CompactorContract):
+    compactor = "pipeline"
+    opts = {
+        "counter": "estimate",
+        "steps": [
+            {"compactor": "clear_tool_results", "opts": {"trigger_tokens": 3_000, "keep": 2}},
+            {"compactor": "window_manager", "opts": {"counter": "estimate", "reserved_tokens": 0}},
+        ],
+    }
+    bad_opts = [
+        {"steps": []},
+        {"steps": [{"compactor": "window_manager", "opts": {"trigger": 2}}]},
+        {"steps": [{"compactor": "no_such_compactor"}]},
+    ]
+    max_examples = EXAMPLES
+
+
+def test_the_fixture_checks_by_name(compactor_contract):
+    compactor_contract("noop", bad_opts=[{"x": 1}], max_examples=5)
+
+
+# -- the kit catches broken compactors -----------------------------------------------
+
+
+def session() -> AgentMemory:
+    mem = AgentMemory()
+    mem.add_message("user", "go", turn_id="t1")
+    for i in range(3):
+        use = ToolUseBlock(id=f"u{i}", name="read_file", input={})
+        mem.add_message(
+            "assistant", (ThinkingBlock(thinking="hm", signature="s"), use), turn_id="t1"
+        )
+        mem.add_message(
+            "user", (ToolResultBlock(tool_use_id=f"u{i}", content="x" * 50),), turn_id="t1"
+        )
+    return mem
+
+
+class Mutating:
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        acc.memory.add_message("user", "oops")
+        return acc, {"compacted": False}
+
+
+class DropsNewestFirst:
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        entries = acc.memory.entries()
+        return acc.with_memory(acc.memory.derive(entries[:1])), {
+            "compacted": True,
+            "dropped": list(reversed(entries[1:])),
+        }
+
+
+class KeepsThinking:
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        entries = acc.memory.entries()
+        return acc.with_memory(acc.memory.derive(entries[3:])), {
+            "compacted": True,
+            "dropped": entries[:3],
+        }
+
+
+class Orphans:
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        entries = [e.without_thinking() for e in acc.memory]
+        kept = entries[:1] + entries[2:]
+        return acc.with_memory(acc.memory.derive(kept)), {
+            "compacted": True,
+            "dropped": [acc.memory.entries()[1]],
+        }
+
+
+class LosesSilently:
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        kept = [e.without_thinking() for e in acc.memory.entries()[3:]]
+        return acc.with_memory(acc.memory.derive(kept)), {"compacted": True, "dropped": []}
+
+
+class SkipsWithDropped:
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        return acc, {"compacted": False, "dropped": []}
+
+
+class AcceptsAnything:
+    @hookimpl
+    def validate_opts(self, opts, entry):
+        return None
+
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        return acc, {"compacted": False}
+
+
+@pytest.mark.parametrize(
+    ("plugin", "rule"),
+    [
+        (Mutating(), "mutated its input"),
+        (DropsNewestFirst(), "'dropped' must be oldest first"),
+        (KeepsThinking(), "kept thinking blocks"),
+        (Orphans(), "orphaned a tool use or result"),
+        (LosesSilently(), "lost silently"),
+        (SkipsWithDropped(), "'dropped' must be absent"),
+    ],
+)
+def test_the_kit_catches_a_broken_compactor(plugin, rule):
+    register_compactor("kit_victim", plugin, replace=True)
+    try:
+        acc = AgentConfig(compactor="kit_victim", compactor_opts={"context_window": 10_000})
+        acc = acc.with_memory(session())
+        ctx = CompactionContext(model=None, window=10_000, prompt_tokens=0, mid_round=True)
+        with pytest.raises(AssertionError, match="kit_victim") as err:
+            check_call("kit_victim", acc, ctx)
+        assert rule in str(err.value)
+    finally:
+        unregister_compactor("kit_victim")
+
+
+def test_the_kit_catches_options_accepted_at_config_time():
+    register_compactor("kit_lenient", AcceptsAnything(), replace=True)
+    try:
+        with pytest.raises(AssertionError, match="were accepted at config time"):
+            check_options("kit_lenient", {}, [{"nonsense": True}])
+    finally:
+        unregister_compactor("kit_lenient")
