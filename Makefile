@@ -27,7 +27,8 @@ setup: $(UV_DEP)
 	$(UV) sync --all-packages --all-extras --locked --python $(PYTHON)
 
 demo: setup
-	$(RUN) normandy demo --plot out/demo.png
+	rm -f out/demo-archive.sqlite3 out/demo-archive.sqlite3-wal out/demo-archive.sqlite3-shm
+	NORMANDY_ARCHIVE_PATH=out/demo-archive.sqlite3 $(RUN) normandy demo --plot out/demo.png
 
 lint: setup
 	$(RUN) ruff check .

@@ -8,6 +8,7 @@ or a terminal sparkline.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -156,7 +157,25 @@ def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
             )
             return 2
         print(f"\nchart written to {path}")
+    _print_hooks(report)
     return 1 if report.errors else 0
+
+
+def _print_hooks(report: DemoReport) -> None:
+    """Say which after_compact hooks saw the dropped entries (nothing is lost silently)."""
+    from normandy_core.plugins import list_plugins
+
+    hooks = [r.name for r in list_plugins() if r.kind == "hook" and r.status == "loaded"]
+    dropped = report.dropped
+    if not hooks or not dropped:
+        return
+    print(f"after_compact hooks that received the {dropped:,} dropped entries: {', '.join(hooks)}")
+    path = os.environ.get("NORMANDY_ARCHIVE_PATH")
+    if "archive" in hooks and path:
+        print(
+            f"every dropped entry is recallable from {path}, for example:\n"
+            f"  normandy archive --path {path} search rounding"
+        )
 
 
 def _chart_text(report: DemoReport) -> str:
