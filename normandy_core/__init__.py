@@ -53,6 +53,7 @@ _LAZY: dict[str, str] = {
     # options
     "CompactorOptions": "options",
     "validate_options": "options",
+    "parse_options": "options",
     # config and boundary
     "AgentConfig": "config",
     "CompactionContext": "boundary",
@@ -142,6 +143,7 @@ __all__ = [
     "list_plugins",
     "new_id",
     "pairing_problems",
+    "parse_options",
     "register_compactor",
     "register_hook",
     "reload_plugins",
@@ -206,7 +208,7 @@ if TYPE_CHECKING:
         drop_thinking,
         new_id,
     )
-    from normandy_core.options import CompactorOptions, validate_options
+    from normandy_core.options import CompactorOptions, parse_options, validate_options
     from normandy_core.plugins import (
         COMPACTOR_GROUP,
         HOOK_GROUP,

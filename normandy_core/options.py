@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -9,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from normandy_core.errors import OptionsError
 
-__all__ = ["CompactorOptions", "validate_options"]
+__all__ = ["CompactorOptions", "parse_options", "validate_options"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -56,3 +58,41 @@ def validate_options(
         raise OptionsError(
             f"{entry}: compactor {compactor!r} refused its options:\n" + "\n".join(lines)
         ) from exc
+
+
+_parsed: dict[tuple[type[BaseModel], str], BaseModel] = {}
+_parsed_lock = threading.Lock()
+_PARSED_MAX = 512
+
+
+def parse_options(
+    model: type[M],
+    opts: Mapping[str, Any] | None,
+    *,
+    compactor: str,
+    entry: str | None = None,
+) -> M:
+    """:func:`validate_options`, memoised per model and options, for ``maybe_compact``.
+
+    A compactor parses its options at every boundary; this makes the repeat cost a JSON
+    dump and a dict look-up. Only accepted options are remembered, so a refusal is raised
+    every time; options that are not JSON-serialisable are simply validated each call.
+    ``entry`` defaults to ``"<compactor>.maybe_compact()"``.
+    """
+    try:
+        key: str | None = json.dumps(opts or {}, sort_keys=True)
+    except (TypeError, ValueError):
+        key = None
+    if key is not None:
+        hit = _parsed.get((model, key))
+        if hit is not None:
+            return hit  # type: ignore[return-value]
+    parsed = validate_options(
+        model, opts, entry=entry or f"{compactor}.maybe_compact()", compactor=compactor
+    )
+    if key is not None:
+        with _parsed_lock:
+            if len(_parsed) >= _PARSED_MAX:
+                _parsed.clear()
+            _parsed[(model, key)] = parsed
+    return parsed

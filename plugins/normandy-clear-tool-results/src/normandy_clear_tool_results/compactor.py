@@ -9,7 +9,6 @@ entries are reported in ``meta["dropped"]`` so ``after_compact`` hooks can archi
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from normandy_core import (
     default_counter_for,
     get_counter,
     hookimpl,
+    parse_options,
     validate_options,
 )
 
@@ -33,24 +33,9 @@ __all__ = ["maybe_compact", "needs_window", "validate_opts"]
 
 log = logging.getLogger("normandy_clear_tool_results")
 
-_opts_cache: dict[str, ClearToolResultsOptions] = {}
-
 
 def _options(opts: dict[str, Any]) -> ClearToolResultsOptions:
-    try:
-        key: str | None = json.dumps(opts, sort_keys=True)
-    except (TypeError, ValueError):
-        key = None
-    if key is not None and (hit := _opts_cache.get(key)) is not None:
-        return hit
-    parsed = validate_options(
-        ClearToolResultsOptions, opts, entry=f"{NAME}.maybe_compact()", compactor=NAME
-    )
-    if key is not None:
-        if len(_opts_cache) > 256:
-            _opts_cache.clear()
-        _opts_cache[key] = parsed
-    return parsed
+    return parse_options(ClearToolResultsOptions, opts, compactor=NAME)
 
 
 @hookimpl

@@ -22,7 +22,6 @@ Semantics (see ``docs/plugins/pipeline.md``):
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +33,8 @@ from normandy_core import (
     default_counter_for,
     get_counter,
     hookimpl,
+    parse_options,
     resolve_compactor,
-    validate_options,
 )
 from normandy_pipeline import NAME
 from normandy_pipeline.options import PipelineOptions, Step
@@ -47,22 +46,9 @@ __all__ = ["maybe_compact", "needs_window", "validate_opts"]
 
 log = logging.getLogger("normandy_pipeline")
 
-_opts_cache: dict[str, PipelineOptions] = {}
 
-
-def _options(opts: dict[str, Any], entry: str = f"{NAME}.maybe_compact()") -> PipelineOptions:
-    try:
-        key: str | None = json.dumps(opts, sort_keys=True)
-    except (TypeError, ValueError):
-        key = None
-    if key is not None and (hit := _opts_cache.get(key)) is not None:
-        return hit
-    parsed = validate_options(PipelineOptions, opts, entry=entry, compactor=NAME)
-    if key is not None:
-        if len(_opts_cache) > 256:
-            _opts_cache.clear()
-        _opts_cache[key] = parsed
-    return parsed
+def _options(opts: dict[str, Any], entry: str | None = None) -> PipelineOptions:
+    return parse_options(PipelineOptions, opts, compactor=NAME, entry=entry)
 
 
 def _label(index: int, step: Step) -> str:

@@ -26,6 +26,7 @@ from normandy_core import (
     group_units,
     hookimpl,
     new_id,
+    parse_options,
     validate_options,
 )
 from normandy_core.calibration import default_calibration
@@ -45,27 +46,9 @@ NAME = "window_manager"
 #: Metadata key marking the note inserted where history was cut.
 MARKER_KEY = "normandy.compaction_marker"
 
-_opts_cache: dict[Any, WindowManagerOptions] = {}
-
 
 def _options(opts: dict[str, Any]) -> WindowManagerOptions:
-    try:
-        key: Any = tuple(sorted(opts.items()))
-        hash(key)
-    except TypeError:
-        key = None
-    if key is not None:
-        hit = _opts_cache.get(key)
-        if hit is not None:
-            return hit
-    parsed = validate_options(
-        WindowManagerOptions, opts, entry="window_manager.maybe_compact()", compactor=NAME
-    )
-    if key is not None:
-        if len(_opts_cache) > 256:
-            _opts_cache.clear()
-        _opts_cache[key] = parsed
-    return parsed
+    return parse_options(WindowManagerOptions, opts, compactor=NAME)
 
 
 @hookimpl
