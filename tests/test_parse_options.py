@@ -24,7 +24,7 @@ def test_refusals_are_raised_every_time_and_name_the_entry():
     for _ in range(2):
         with pytest.raises(OptionsError, match=r"^demo\.maybe_compact\(\): compactor 'demo'"):
             parse_options(Opts, {"keep": 0}, compactor="demo")
-    with pytest.raises(OptionsError, match=r"^my entry: .*option 'nope'"):
+    with pytest.raises(OptionsError, match=r"(?s)^my entry: .*option 'nope'"):
         parse_options(Opts, {"nope": 1}, compactor="demo", entry="my entry")
 
 
