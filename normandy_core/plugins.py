@@ -29,6 +29,7 @@ import pluggy
 
 from normandy_core import hookspecs
 from normandy_core.errors import (
+    OptionsError,
     PluginConflictError,
     PluginDisabledError,
     PluginLoadError,
@@ -158,9 +159,27 @@ class Compactor:
         return True if result is None else bool(result)
 
     def validate_opts(self, opts: dict[str, Any], entry: str) -> None:
-        """Call the compactor's ``validate_opts(opts, entry)`` when it has one."""
-        if self.has_validate_opts:
+        """Call the compactor's ``validate_opts(opts, entry)`` when it has one.
+
+        Any refusal surfaces as :class:`~normandy_core.OptionsError` beginning with
+        ``entry`` and naming the compactor: an implementation that raises something else,
+        or an ``OptionsError`` that does not begin with ``entry``, is wrapped (the original
+        exception is chained), so every bad option names the call that made the config.
+        """
+        if not self.has_validate_opts:
+            return
+        try:
             self._pm.hook.validate_opts(opts=opts, entry=entry)
+        except OptionsError as exc:
+            if str(exc).startswith(entry):
+                raise
+            raise OptionsError(
+                f"{entry}: compactor {self.name!r} refused its options: {exc}"
+            ) from exc
+        except Exception as exc:
+            raise OptionsError(
+                f"{entry}: compactor {self.name!r} refused its options: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def _new_pm() -> pluggy.PluginManager:
