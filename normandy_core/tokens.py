@@ -140,8 +140,10 @@ class EstimateCounter(BaseCounter):
     """
 
     def __init__(self, chars_per_token: float = 4.0, name: str | None = None) -> None:
-        if chars_per_token <= 0:
-            raise ValueError("chars_per_token must be positive")
+        if not (math.isfinite(chars_per_token) and chars_per_token > 0):
+            raise ValueError(
+                f"chars_per_token must be positive and finite, got {chars_per_token!r}"
+            )
         self.chars_per_token = chars_per_token
         self.name = name or (
             "estimate" if chars_per_token == 4.0 else f"estimate:{chars_per_token:g}"
@@ -271,9 +273,12 @@ def get_counter(spec: str | TokenCounter) -> TokenCounter:
         try:
             ratio = float(spec.split(":", 1)[1])
         except ValueError:
+            ratio = math.nan
+        if not (math.isfinite(ratio) and ratio > 0):  # nan and inf parse as floats
             raise ValueError(
-                f"bad estimate counter {spec!r}: expected 'estimate:<number>'"
-            ) from None
+                f"bad estimate counter {spec!r}: expected 'estimate:<characters per token>', "
+                "a positive number"
+            )
         counter = EstimateCounter(ratio)
     else:
         tc = TiktokenCounter(spec)
