@@ -188,8 +188,19 @@ def _new_pm() -> pluggy.PluginManager:
     return pm
 
 
-def _instantiate(obj: Any) -> Any:
-    return obj() if inspect.isclass(obj) else obj
+def _instantiate(obj: Any, what: str) -> Any:
+    """The plugin object: a class is instantiated (without arguments), anything else kept.
+
+    A constructor that raises is a load failure of the plugin, named like an import error.
+    """
+    if not inspect.isclass(obj):
+        return obj
+    try:
+        return obj()
+    except Exception as exc:
+        raise PluginLoadError(
+            f"{what} could not be instantiated: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _register_checked(pm: pluggy.PluginManager, plugin: Any, name: str, what: str) -> None:
@@ -212,7 +223,7 @@ def _register_checked(pm: pluggy.PluginManager, plugin: Any, name: str, what: st
 def _make_compactor(
     name: str, plugin: Any, dist: str, version: str, module: str, what: str
 ) -> Compactor:
-    obj = _instantiate(plugin)
+    obj = _instantiate(plugin, what)
     comp = Compactor(name=name, distribution=dist, version=version, plugin=obj, module=module)
     _register_checked(comp._pm, obj, f"{COMPACTOR_GROUP}:{name}", what)
     if not comp._pm.hook.maybe_compact.get_hookimpls():
@@ -422,11 +433,12 @@ def hook_manager() -> pluggy.PluginManager:
                 continue
             try:
                 try:
-                    obj = _instantiate(ep.load())
+                    loaded = ep.load()
                 except Exception as exc:
                     raise PluginLoadError(
                         f"{ep.describe()} failed to import: {type(exc).__name__}: {exc}"
                     ) from exc
+                obj = _instantiate(loaded, ep.describe())
                 _register_checked(pm, obj, f"{HOOK_GROUP}:{name}", ep.describe())
             except PluginLoadError as err:
                 log.error("%s", err)
@@ -445,7 +457,7 @@ def register_hook(plugin: Any, name: str | None = None) -> str:
     Returns the qualified name to pass to :func:`unregister_hook`. Signatures are validated
     now: a mismatch raises :class:`~normandy_core.PluginLoadError`.
     """
-    obj = _instantiate(plugin)
+    obj = _instantiate(plugin, f"hook plugin {name or getattr(plugin, '__name__', '?')!r}")
     base = name or getattr(obj, "__name__", None) or type(obj).__name__
     qname = f"code:{base}"
     pm = hook_manager()

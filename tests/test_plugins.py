@@ -188,3 +188,22 @@ def test_environment_lists_are_read_again_after_reload(monkeypatch):
     monkeypatch.setenv("NORMANDY_DISABLE_PLUGINS", "")
     reload_plugins()
     assert resolve_compactor("noop").name == "noop"
+
+
+def test_a_class_whose_constructor_raises_is_a_named_load_error():
+    class Needy:
+        def __init__(self) -> None:
+            raise RuntimeError("no credentials")
+
+        @hookimpl
+        def maybe_compact(self, acc: Any, ctx: Any, opts: dict[str, Any]) -> Any:
+            return acc, {"compacted": False}
+
+        @hookimpl
+        def after_compact(self, acc: Any, ctx: Any, meta: dict[str, Any]) -> None:
+            pass
+
+    with pytest.raises(PluginLoadError, match="could not be instantiated: RuntimeError"):
+        register_compactor("needy", Needy)
+    with pytest.raises(PluginLoadError, match="could not be instantiated: RuntimeError"):
+        register_hook(Needy, name="needy")

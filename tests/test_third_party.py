@@ -445,3 +445,43 @@ emit({{"problems": pairing_problems(new.memory.entries()), "kept": [e.id for e i
     )
     assert out.data["problems"] == []
     assert out.data["kept"][0] == "task"
+
+
+def test_a_plugin_class_that_cannot_be_instantiated_is_named_and_isolated(
+    third_party: ThirdPartyVenv, tmp_path
+):
+    hook_log = tmp_path / "hooks.jsonl"
+    out = third_party.run(
+        _CONVERSATION
+        + """
+from normandy_core import PluginLoadError, list_plugins, resolve_compactor, run_compaction
+
+errors = []
+for _ in range(2):
+    try:
+        resolve_compactor("bad_init")
+    except PluginLoadError as exc:
+        errors.append([str(exc), type(exc.__cause__).__name__])
+acc = conversation(AgentConfig(compactor="tail", compactor_opts={"keep": 1}))
+new, meta = run_compaction(acc, mid_round=False)
+rows = {f"{r.kind}:{r.name}": [r.status, r.error] for r in list_plugins()}
+emit({"errors": errors, "compacted": meta["compacted"], "rows": rows})
+""",
+        env={"NORMANDY_TEST_HOOK_LOG": str(hook_log)},
+    )
+    d = out.data
+    prefix = "compactor 'bad_init' (group normandy_core.compactors) from normandy-bad-init 0.5.0"
+    assert len(d["errors"]) == 2
+    assert d["errors"][0] == d["errors"][1]
+    msg, cause = d["errors"][0]
+    assert msg.startswith(prefix + " could not be instantiated: KeyError: 'BAD_INIT_TOKEN'")
+    assert cause == "KeyError"
+    assert d["rows"]["compactor:bad_init"] == ["error", msg]
+    status, error = d["rows"]["hook:bad_init_hook"]
+    assert status == "error"
+    assert error == (
+        "hook plugin 'bad_init_hook' (group normandy_core.hooks) from normandy-bad-init 0.5.0 "
+        "could not be instantiated: KeyError: 'BAD_INIT_TOKEN'"
+    )
+    assert d["compacted"] is True
+    assert len(hook_log.read_text().splitlines()) == 1  # the good hook plugin still ran
