@@ -218,6 +218,16 @@ def _register_checked(pm: pluggy.PluginManager, plugin: Any, name: str, what: st
                 f"{what} implements {caller.name!r}, which is not a Normandy hook "
                 "(known: maybe_compact, needs_window, validate_opts, after_compact)"
             )
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper):
+                # Each implementation is called on its own (hooks are isolated from each
+                # other), so a wrapper would be a generator that silently never runs.
+                pm.unregister(plugin)
+                raise PluginLoadError(
+                    f"{what} declares {caller.name!r} as a hook wrapper; Normandy calls every "
+                    "hook implementation on its own, so declare it without wrapper=True or "
+                    "hookwrapper=True"
+                )
 
 
 def _make_compactor(

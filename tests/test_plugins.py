@@ -207,3 +207,23 @@ def test_a_class_whose_constructor_raises_is_a_named_load_error():
         register_compactor("needy", Needy)
     with pytest.raises(PluginLoadError, match="could not be instantiated: RuntimeError"):
         register_hook(Needy, name="needy")
+
+
+@pytest.mark.parametrize("kind", ["wrapper", "hookwrapper"])
+def test_hook_wrappers_are_refused_rather_than_silently_never_run(kind):
+    class Wrapping:
+        @hookimpl(**{kind: True})
+        def after_compact(self, acc: Any, ctx: Any, meta: dict[str, Any]) -> Any:
+            yield
+
+    with pytest.raises(PluginLoadError, match="declares 'after_compact' as a hook wrapper"):
+        register_hook(Wrapping(), name="wrapping")
+    assert "code:wrapping" not in [n for n, _ in hook_manager().list_name_plugin()]
+
+    class WrappedCompactor:
+        @hookimpl(**{kind: True})
+        def maybe_compact(self, acc: Any, ctx: Any, opts: dict[str, Any]) -> Any:
+            return (yield)
+
+    with pytest.raises(PluginLoadError, match="declares 'maybe_compact' as a hook wrapper"):
+        register_compactor("wrapped", WrappedCompactor())
