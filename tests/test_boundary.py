@@ -293,3 +293,59 @@ def test_code_hooks_survive_reload_plugins():
     reload_plugins()
     run_compaction(_acc_with(_drop_first(1)), mid_round=False)
     assert log == [("kept", ["m0"])]
+
+
+def _reporting(make_dropped: Any, keep_from: int = 2) -> Any:
+    """A compactor keeping entries[keep_from:] and reporting make_dropped(entries)."""
+
+    def fn(acc: AgentConfig, ctx: Any, opts: dict[str, Any]) -> Any:
+        entries = acc.memory.entries()
+        kept = acc.memory.derive(entries[keep_from:])
+        return acc.with_memory(kept), {"compacted": True, "dropped": make_dropped(entries)}
+
+    return fn
+
+
+BAD_DROPPED = {
+    "ids instead of entries": (lambda es: [e.id for e in es[:2]], "not an Entry"),
+    "an entry it never had": (
+        lambda es: [es[0], es[1].model_copy(update={"id": "ghost"})],
+        "'ghost', which is not on the active branch it was given",
+    ),
+    "an entry it kept": (lambda es: [es[0], es[1], es[2]], "'m2', which it kept"),
+    "newest first": (lambda es: [es[1], es[0]], "not oldest first"),
+    "twice": (lambda es: [es[0], es[0], es[1]], "not oldest first"),
+    "other content": (
+        lambda es: [es[0], es[1].model_copy(update={"content": "rewritten"})],
+        "'m1' with content other than it had",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_DROPPED))
+def test_dropped_must_report_the_removed_entries_as_they_were(case):
+    make, expected = BAD_DROPPED[case]
+    log: list[tuple[str, Any]] = []
+    register_hook(_Recorder(log, "a"), name="a")
+    acc = _acc_with(_reporting(make))
+    out, meta = run_compaction(acc, mid_round=False)
+    assert out is acc
+    assert set(meta) == {"compacted", "error"}
+    assert expected in meta["error"]
+    assert log == []
+
+
+def test_dropped_may_be_a_subset_of_what_was_removed_in_order():
+    # A summarising compactor replaces entries; it reports the ones it removed.
+    def summarise(acc: AgentConfig, ctx: Any, opts: dict[str, Any]) -> Any:
+        entries = acc.memory.entries()
+        new = AgentMemory()
+        new.add_message("user", "summary of m0..m2", id="summary")
+        for e in entries[3:]:
+            new.add_message(e.role, e.content, id=e.id)
+        return acc.with_memory(new), {"compacted": True, "dropped": entries[:3]}
+
+    out, meta = run_compaction(_acc_with(summarise), mid_round=False)
+    assert "error" not in meta
+    assert [e.id for e in meta["dropped"]] == ["m0", "m1", "m2"]
+    assert [e.id for e in out.memory] == ["summary", "m3", "m4", "m5"]
