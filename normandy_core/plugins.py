@@ -513,7 +513,8 @@ def list_plugins(*, load: bool = False) -> list[PluginRow]:
                 )
             elif (why := reg.excluded(name)) is not None:
                 status, error = "disabled", why
-            elif name in reg.resolved:
+            elif name in reg.resolved and reg.resolved[name].distribution == ep.dist:
+                # (a compactor registered in code under this name is not this entry point)
                 status = "loaded"
             elif name in reg.failed:
                 status, error = "error", str(reg.failed[name])

@@ -227,3 +227,20 @@ def test_hook_wrappers_are_refused_rather_than_silently_never_run(kind):
 
     with pytest.raises(PluginLoadError, match="declares 'maybe_compact' as a hook wrapper"):
         register_compactor("wrapped", WrappedCompactor())
+
+
+def test_an_entry_point_replaced_in_code_is_not_listed_as_loaded():
+    class Skip:
+        @hookimpl
+        def maybe_compact(self, acc: Any, ctx: Any, opts: dict[str, Any]) -> Any:
+            return acc, {"compacted": False}
+
+    replacement = Skip()
+    register_compactor("noop", replacement, replace=True)
+    assert resolve_compactor("noop").plugin is replacement
+    rows = {r.distribution: r.status for r in list_plugins() if r.name == "noop"}
+    assert rows == {"normandy-noop": "not loaded", "<registered in code>": "loaded"}
+    unregister_compactor("noop")
+    assert resolve_compactor("noop").distribution == "normandy-noop"
+    rows = {r.distribution: r.status for r in list_plugins() if r.name == "noop"}
+    assert rows == {"normandy-noop": "loaded"}
