@@ -279,3 +279,17 @@ def build(
 def memories(max_steps: int = 12) -> st.SearchStrategy[AgentMemory]:
     """A memory built from a conversation script (with branches, batches, pinned entries)."""
     return conversations(max_steps).map(build)
+
+
+@st.composite
+def text_messages(draw: st.DrawFn) -> list[Step]:
+    """A user or assistant text message, sometimes pinned."""
+    role = draw(st.sampled_from(["user", "assistant"]))
+    return [Add(role, draw(short_text), pinned=draw(st.booleans()), turn_id=draw(turn_ids))]
+
+
+@cache
+def well_formed_conversations(max_steps: int = 10) -> st.SearchStrategy[list[Step]]:
+    """A linear script a provider would accept: text, thinking turns and complete batches."""
+    step = st.one_of(text_messages(), assistant_turns(), tool_batches())
+    return st.lists(step, max_size=max_steps).map(lambda chunks: [s for c in chunks for s in c])
