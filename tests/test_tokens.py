@@ -21,9 +21,13 @@ from normandy_core.memory import DocumentBlock, Entry, ImageBlock, TextBlock, To
 from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS, MESSAGE_OVERHEAD, OFFLINE_ENCODING
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def offline(monkeypatch, tmp_path):
-    """No cached encodings, downloads that fail fast, and fresh counter module state."""
+    """No cached encodings, downloads that fail fast, and fresh counter module state.
+
+    Autouse: tiktoken downloads without a timeout, so where the network silently drops
+    packets a test touching o200k_base would hang; an unreachable proxy refuses at once.
+    """
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
     for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
         monkeypatch.setenv(var, "http://127.0.0.1:9")
