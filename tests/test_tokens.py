@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
+import time
 
 import pytest
 
@@ -129,3 +131,28 @@ def test_default_counter_is_exact_where_tiktoken_knows_the_model():
     assert default_counter_for("gpt-4o-2024-08-06") == "o200k_base"
     assert default_counter_for("gpt-4") == "cl100k_base"
     assert default_counter_for("claude-sonnet-4-5") == "conservative"
+
+
+@pytest.fixture
+def silent_proxy(monkeypatch):
+    """A proxy that accepts connections and never answers (a network dropping packets)."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    url = f"http://127.0.0.1:{server.getsockname()[1]}"
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(var, url)
+    yield
+    server.close()  # resets the pending connection, so the abandoned load ends
+
+
+def test_a_download_that_hangs_falls_back_after_the_timeout(silent_proxy, monkeypatch, caplog):
+    monkeypatch.setattr(tokens_module, "ENCODING_LOAD_TIMEOUT", 0.5)
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="normandy_core.tokens"):
+        counter = TiktokenCounter("o200k_base")
+        assert counter.count_text("hello world") == 2
+    assert time.monotonic() - started < 10
+    assert counter.encoding_used == OFFLINE_ENCODING
+    (warning,) = caplog.records
+    assert "TimeoutError" in warning.getMessage()
