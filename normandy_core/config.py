@@ -23,6 +23,8 @@ def _whole_positive(value: Any) -> int | None:
     """``value`` as a positive int when it is one (``8000``, ``8000.0``, ``"8000"``), else None."""
     if isinstance(value, bool):
         return None
+    if isinstance(value, int):
+        return value if value > 0 else None
     try:
         number = int(value)
         whole = float(value) == number
