@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from normandy_core.config import AgentConfig
+from normandy_core.memory import Entry
 from normandy_core.plugins import Compactor, hook_manager, resolve_compactor
 
 __all__ = [
@@ -68,6 +69,44 @@ def _error(
     else:
         log.error("%s", reason)
     return acc, {"compacted": False, "error": reason}
+
+
+_GONE = object()
+
+
+def _dropped_problem(acc: AgentConfig, new_acc: AgentConfig, dropped: list[Any]) -> str | None:
+    """What is wrong with a compactor's ``dropped``, or ``None``.
+
+    The contract: the entries removed from ``acc``'s active branch, oldest first, each
+    under the id it had and with its original content. An entry the compactor kept but
+    rewrote (a cleared or shortened tool result) is reported too, with its original
+    content, so hooks can keep what was cut; an entry kept unchanged is not. Hooks archive
+    what it says, so a list of ids, an unchanged kept entry or a rewritten original would
+    lose or invent messages silently. Linear in the branch; run only when something was
+    dropped.
+    """
+    position = {e.id: i for i, e in enumerate(acc.memory)}
+    kept = {e.id: e.content for e in new_acc.memory}
+    last = -1
+    for item in dropped:
+        if not isinstance(item, Entry):
+            return f"reported a 'dropped' item of type {type(item).__name__}, not an Entry"
+        i = position.get(item.id)
+        if i is None:
+            return (
+                f"reported dropped entry {item.id!r}, which is not on the active branch it "
+                "was given"
+            )
+        if i <= last:
+            return f"reported 'dropped' not oldest first without repeats (at entry {item.id!r})"
+        had = acc.memory[item.id].content
+        now = kept.get(item.id, _GONE)
+        if now is had or now == had:
+            return f"reported dropped entry {item.id!r}, which it kept unchanged"
+        if item.content is not had and item.content != had:
+            return f"reported dropped entry {item.id!r} with content other than it had"
+        last = i
+    return None
 
 
 def run_after_compact(
@@ -137,7 +176,9 @@ def run_compaction(
     Builds ``ctx`` (:func:`build_context`), calls the selected compactor's
     ``maybe_compact``, and checks what it returned: a compactor that raises, returns
     something other than ``(AgentConfig, dict)``, omits the boolean ``compacted``, reports
-    ``dropped`` without compacting, or mutates the memory it was given, yields
+    ``dropped`` without compacting, reports as ``dropped`` anything but entries it removed
+    from the active branch (oldest first, as they were), or mutates the memory it was
+    given, yields
     ``{"compacted": False, "error": ...}`` with the caller's ``acc`` (its memory restored
     when it was appended to). ``after_compact`` hooks run only when ``meta["dropped"]`` is
     non-empty; hooks that raise are collected in ``meta["hook_errors"]``.
@@ -195,6 +236,9 @@ def run_compaction(
     if not meta["compacted"] and dropped:
         return _error(acc, f"{comp.describe()} reported dropped entries with compacted=False")
     if dropped:
+        problem = _dropped_problem(acc, new_acc, dropped)
+        if problem is not None:
+            return _error(acc, f"{comp.describe()} {problem}")
         hook_errors = run_after_compact(new_acc, ctx, meta)
         if hook_errors:
             meta["hook_errors"] = hook_errors

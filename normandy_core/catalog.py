@@ -43,6 +43,8 @@ DEFAULT_WINDOWS: Mapping[str, int] = {
     "gpt-4": 8_192,
     "gpt-3.5-turbo": 16_385,
     "o1": 200_000,
+    "o1-mini": 128_000,  # without these two, the "o1" prefix gave them 200,000: too large
+    "o1-preview": 128_000,
     "o3": 200_000,
     "o3-mini": 200_000,
     "o4-mini": 200_000,

@@ -10,13 +10,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normandy_core.catalog import ModelCatalog, default_catalog
-from normandy_core.errors import WindowUnknownError
+from normandy_core.errors import OptionsError, WindowUnknownError
 from normandy_core.memory import AgentMemory, new_id
 from normandy_core.plugins import Compactor, resolve_compactor
 
 __all__ = ["AgentConfig"]
 
 _CREATE = "normandy_core.AgentConfig()"
+
+
+def _whole_positive(value: Any) -> int | None:
+    """``value`` as a positive int when it is one (``8000``, ``8000.0``, ``"8000"``), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    try:
+        number = int(value)
+        whole = float(value) == number
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if whole and number > 0 else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,6 +70,9 @@ class AgentConfig:
     def __post_init__(self, _entry: str, _validate: bool) -> None:
         if not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
+        # A copy: the options validated here cannot change behind the config's back when
+        # the caller reuses its dict (they would reach maybe_compact unvalidated).
+        object.__setattr__(self, "compactor_opts", dict(self.compactor_opts))
         if not isinstance(self.memory, AgentMemory):
             raise TypeError(
                 f"{_entry}: memory must be an AgentMemory, got {type(self.memory).__name__}"
@@ -92,7 +109,16 @@ class AgentConfig:
             return None
         pinned = opts.get("context_window")
         if pinned is not None:
-            return int(pinned)
+            window = _whole_positive(pinned)
+            if window is None:
+                # The core reads this option itself, so it checks it for every compactor,
+                # including one without an options model.
+                raise OptionsError(
+                    f"{entry}: compactor {self.compactor!r} refused its options: option "
+                    "'context_window': the pinned context window must be a positive whole "
+                    f"number of tokens (got {pinned!r})"
+                )
+            return window
         model = self.model
         if model is None:
             raise WindowUnknownError(

@@ -33,7 +33,7 @@ class UnknownCompactorError(PluginError, LookupError):
         self.installed = installed
         self.suggestion = suggestion
         listed = ", ".join(repr(n) for n in installed) if installed else "none"
-        hint = f"; did you mean {suggestion!r}?" if suggestion else ""
+        hint = f"; did you mean {suggestion!r}?" if suggestion else "."
         super().__init__(
             f"unknown compactor {name!r}{hint} Installed compactors: {listed}. "
             "A compactor is an entry point in the 'normandy_core.compactors' group of an "

@@ -200,6 +200,8 @@ class Entry(BaseModel):
 
 
 _ENTRY_LIST = TypeAdapter(list[Entry])
+#: Token counts kept per entry id and counter (content variants of one id).
+_COUNT_VARIANTS = 4
 
 
 class AgentMemory:
@@ -216,8 +218,10 @@ class AgentMemory:
         self._entries: dict[str, Entry] = {}
         self._head: str | None = None
         self._branch: list[Entry] | None = []
-        # counter name -> entry id -> (content object, role, count); shared by derived memories
-        self._counts: dict[str, dict[str, tuple[object, str, int]]] = {}
+        # counter name -> entry id -> ((content, role, count), ...); shared by derived memories.
+        # A few variants per id: one entry id is counted with its thinking (the memory) and
+        # without it (drop_thinking's memory), and neither may evict the other.
+        self._counts: dict[str, dict[str, tuple[tuple[object, str, int], ...]]] = {}
         # counter name -> (entries of the branch counted so far, their total)
         self._totals: dict[str, tuple[int, int]] = {}
         self._version = 0
@@ -425,11 +429,15 @@ class AgentMemory:
         cache = self._counts.get(counter.name)
         if cache is None:
             cache = self._counts[counter.name] = {}
-        hit = cache.get(entry.id)
-        if hit is not None and hit[0] is entry.content and hit[1] == entry.role:
-            return hit[2]
+        content, role = entry.content, entry.role
+        variants = cache.get(entry.id, ())
+        for seen, seen_role, n in variants:
+            # Identity first (the common case, free); equality catches equal content in new
+            # objects, such as the same entry stripped of its thinking twice.
+            if seen_role == role and (seen is content or seen == content):
+                return n
         n = counter.count_entry(entry)
-        cache[entry.id] = (entry.content, entry.role, n)
+        cache[entry.id] = (*variants[-(_COUNT_VARIANTS - 1) :], (content, role, n))
         return n
 
     def tokens(self, counter: TokenCounter) -> int:
@@ -474,11 +482,12 @@ class AgentMemory:
 
 
 def drop_thinking(memory: AgentMemory) -> AgentMemory:
-    """A memory without thinking or redacted-thinking blocks, and nothing else changed.
+    """A new memory without thinking or redacted-thinking blocks, and nothing else changed.
 
     Every entry of the graph keeps its id, parent and position; entries that had no
-    thinking are the same objects. Returns ``memory`` itself when nothing had thinking.
-    The input is never modified.
+    thinking are the same objects. The result is always a new memory (a cheap copy when
+    nothing had thinking), so adding to it never touches the input, which is never
+    modified. It shares the input's token-count cache.
     """
     changed = False
     new_entries: list[Entry] = []
@@ -487,7 +496,7 @@ def drop_thinking(memory: AgentMemory) -> AgentMemory:
         changed |= ne is not e
         new_entries.append(ne)
     if not changed:
-        return memory
+        return memory.copy()
     mem = memory._derive()
     mem._entries = {e.id: e for e in new_entries}
     mem._head = memory._head

@@ -29,6 +29,7 @@ import pluggy
 
 from normandy_core import hookspecs
 from normandy_core.errors import (
+    OptionsError,
     PluginConflictError,
     PluginDisabledError,
     PluginLoadError,
@@ -158,9 +159,27 @@ class Compactor:
         return True if result is None else bool(result)
 
     def validate_opts(self, opts: dict[str, Any], entry: str) -> None:
-        """Call the compactor's ``validate_opts(opts, entry)`` when it has one."""
-        if self.has_validate_opts:
+        """Call the compactor's ``validate_opts(opts, entry)`` when it has one.
+
+        Any refusal surfaces as :class:`~normandy_core.OptionsError` beginning with
+        ``entry`` and naming the compactor: an implementation that raises something else,
+        or an ``OptionsError`` that does not begin with ``entry``, is wrapped (the original
+        exception is chained), so every bad option names the call that made the config.
+        """
+        if not self.has_validate_opts:
+            return
+        try:
             self._pm.hook.validate_opts(opts=opts, entry=entry)
+        except OptionsError as exc:
+            if str(exc).startswith(entry):
+                raise
+            raise OptionsError(
+                f"{entry}: compactor {self.name!r} refused its options: {exc}"
+            ) from exc
+        except Exception as exc:
+            raise OptionsError(
+                f"{entry}: compactor {self.name!r} refused its options: {type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def _new_pm() -> pluggy.PluginManager:
@@ -169,8 +188,19 @@ def _new_pm() -> pluggy.PluginManager:
     return pm
 
 
-def _instantiate(obj: Any) -> Any:
-    return obj() if inspect.isclass(obj) else obj
+def _instantiate(obj: Any, what: str) -> Any:
+    """The plugin object: a class is instantiated (without arguments), anything else kept.
+
+    A constructor that raises is a load failure of the plugin, named like an import error.
+    """
+    if not inspect.isclass(obj):
+        return obj
+    try:
+        return obj()
+    except Exception as exc:
+        raise PluginLoadError(
+            f"{what} could not be instantiated: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _register_checked(pm: pluggy.PluginManager, plugin: Any, name: str, what: str) -> None:
@@ -188,12 +218,22 @@ def _register_checked(pm: pluggy.PluginManager, plugin: Any, name: str, what: st
                 f"{what} implements {caller.name!r}, which is not a Normandy hook "
                 "(known: maybe_compact, needs_window, validate_opts, after_compact)"
             )
+        for impl in caller.get_hookimpls():
+            if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper):
+                # Each implementation is called on its own (hooks are isolated from each
+                # other), so a wrapper would be a generator that silently never runs.
+                pm.unregister(plugin)
+                raise PluginLoadError(
+                    f"{what} declares {caller.name!r} as a hook wrapper; Normandy calls every "
+                    "hook implementation on its own, so declare it without wrapper=True or "
+                    "hookwrapper=True"
+                )
 
 
 def _make_compactor(
     name: str, plugin: Any, dist: str, version: str, module: str, what: str
 ) -> Compactor:
-    obj = _instantiate(plugin)
+    obj = _instantiate(plugin, what)
     comp = Compactor(name=name, distribution=dist, version=version, plugin=obj, module=module)
     _register_checked(comp._pm, obj, f"{COMPACTOR_GROUP}:{name}", what)
     if not comp._pm.hook.maybe_compact.get_hookimpls():
@@ -403,11 +443,12 @@ def hook_manager() -> pluggy.PluginManager:
                 continue
             try:
                 try:
-                    obj = _instantiate(ep.load())
+                    loaded = ep.load()
                 except Exception as exc:
                     raise PluginLoadError(
                         f"{ep.describe()} failed to import: {type(exc).__name__}: {exc}"
                     ) from exc
+                obj = _instantiate(loaded, ep.describe())
                 _register_checked(pm, obj, f"{HOOK_GROUP}:{name}", ep.describe())
             except PluginLoadError as err:
                 log.error("%s", err)
@@ -426,7 +467,7 @@ def register_hook(plugin: Any, name: str | None = None) -> str:
     Returns the qualified name to pass to :func:`unregister_hook`. Signatures are validated
     now: a mismatch raises :class:`~normandy_core.PluginLoadError`.
     """
-    obj = _instantiate(plugin)
+    obj = _instantiate(plugin, f"hook plugin {name or getattr(plugin, '__name__', '?')!r}")
     base = name or getattr(obj, "__name__", None) or type(obj).__name__
     qname = f"code:{base}"
     pm = hook_manager()
@@ -472,7 +513,8 @@ def list_plugins(*, load: bool = False) -> list[PluginRow]:
                 )
             elif (why := reg.excluded(name)) is not None:
                 status, error = "disabled", why
-            elif name in reg.resolved:
+            elif name in reg.resolved and reg.resolved[name].distribution == ep.dist:
+                # (a compactor registered in code under this name is not this entry point)
                 status = "loaded"
             elif name in reg.failed:
                 status, error = "error", str(reg.failed[name])

