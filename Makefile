@@ -46,5 +46,14 @@ docs: setup
 
 test: lint typecheck pytest docs
 
+# Benchmarks need the peers (the optional `bench` group); `make setup` removes them again.
+bench: $(UV_DEP)
+	$(UV) sync --all-packages --all-extras --locked --group bench --python $(PYTHON)
+	$(RUN) python -m benchmarks --quick
+
+bench-full: $(UV_DEP)
+	$(UV) sync --all-packages --all-extras --locked --group bench --python $(PYTHON)
+	$(RUN) python -m benchmarks --full --out benchmarks/RESULTS.md
+
 clean:
 	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache .hypothesis site

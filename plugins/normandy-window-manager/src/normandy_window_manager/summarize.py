@@ -165,6 +165,10 @@ _PATH = re.compile(
 _IDENT = re.compile(r"\b(?:[A-Z][a-z0-9]+){2,}\b|\b[a-z]+(?:_[a-z0-9]+){1,}\b")
 
 
+#: The most files and identifiers the digest lists (the first ones found, in order).
+_MAX_MENTIONS = 200
+
+
 def _clip(text: str, n: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
@@ -197,15 +201,17 @@ def extractive_summary(dropped: Sequence[Entry], budget: int, counter: TokenCoun
                     requests.append(_clip(b.text, 300))
                 elif e.role == "assistant":
                     notes.append(_clip(b.text, 200))
-                for m in _PATH.findall(b.text):
-                    mentions.setdefault(m)
+                if len(mentions) < _MAX_MENTIONS:
+                    for m in _PATH.findall(b.text):
+                        mentions.setdefault(m)
             elif isinstance(b, ToolUseBlock):
                 args = _clip(json.dumps(b.input, ensure_ascii=False, sort_keys=True), 160)
                 outcome = _outcome(results.get(b.id))
                 calls.append(f"{b.name}({args}) -> {outcome}")
-                for v in _strings(b.input):
-                    for m in _PATH.findall(v):
-                        mentions.setdefault(m)
+                if len(mentions) < _MAX_MENTIONS:
+                    for v in _strings(b.input):
+                        for m in _PATH.findall(v):
+                            mentions.setdefault(m)
             elif isinstance(b, ToolResultBlock):
                 text = b.text()
                 for line in text.splitlines():
@@ -218,12 +224,15 @@ def extractive_summary(dropped: Sequence[Entry], budget: int, counter: TokenCoun
                     ):
                         errors.append(_clip(line, 200))
                         break
-                for m in _PATH.findall(text[:20_000]):
-                    mentions.setdefault(m)
-                for m in _IDENT.findall(text[:5_000]):
-                    mentions.setdefault(m)
+                # Only the first _MAX_MENTIONS distinct mentions are listed, so once that
+                # many are found, scanning more text cannot change the digest.
+                if len(mentions) < _MAX_MENTIONS:
+                    for m in _PATH.findall(text[:20_000]):
+                        mentions.setdefault(m)
+                    for m in _IDENT.findall(text[:5_000]):
+                        mentions.setdefault(m)
     n = len(dropped)
-    mentioned = [", ".join(list(mentions)[:200])] if mentions else []
+    mentioned = [", ".join(list(mentions)[:_MAX_MENTIONS])] if mentions else []
     # [title, items, how many of its oldest items were omitted]
     sections: list[tuple[str, list[str], int]] = [
         ("Earlier summary", earlier, 0),

@@ -1,0 +1,297 @@
+"""The runner: ``python -m benchmarks --quick`` (under a minute) or ``--full``.
+
+Prints markdown tables; ``--out FILE`` also writes them, with the machine's description.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks import core, peers
+from benchmarks.common import BUDGET, fmt_time, machine, median
+
+
+@dataclass
+class Mode:
+    """Sizes, repeats and caps of one run."""
+
+    name: str
+    sizes: list[int]
+    boundaries: int
+    repeat: int
+    compaction_sizes: list[int]
+    compaction_repeat: int
+    counting_size: int
+    import_repeat: int
+    memory_size: int
+    peer_messages: int
+    peer_cap: float
+    strides: dict[str, int] = field(default_factory=dict)
+
+
+_SLOW = (
+    "LangChain trim_messages, overwrite (exact)",
+    "LangChain trim_messages, keep full (exact)",
+    "AutoGen TokenLimitedChatCompletionContext",
+)
+
+QUICK = Mode(
+    name="quick",
+    sizes=[300, 1_000, 3_000],
+    boundaries=20,
+    repeat=3,
+    compaction_sizes=[1_000],
+    compaction_repeat=3,
+    counting_size=300,
+    import_repeat=3,
+    memory_size=500,
+    peer_messages=600,
+    peer_cap=1.5,
+    strides=dict.fromkeys(_SLOW, 8),
+)
+
+FULL = Mode(
+    name="full",
+    sizes=[1_000, 10_000, 100_000],
+    boundaries=50,
+    repeat=5,
+    compaction_sizes=[1_000, 10_000, 100_000],
+    compaction_repeat=2,
+    counting_size=2_000,
+    import_repeat=9,
+    memory_size=10_000,
+    peer_messages=10_000,
+    peer_cap=60.0,
+    strides={
+        "LangChain trim_messages, overwrite (exact)": 4,
+        "LangChain trim_messages, keep full (exact)": 50,
+        "AutoGen TokenLimitedChatCompletionContext": 50,
+    },
+)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.2f}x" if ratio < 10 else f"{ratio:,.0f}x"
+
+
+def run(mode: Mode, log: Any = print) -> str:
+    """Run every benchmark of ``mode`` and return the markdown report."""
+    started = time.perf_counter()
+    parts: list[str] = []
+
+    def section(title: str, text: str) -> None:
+        block = f"## {title}\n\n{text}\n"
+        parts.append(block)
+        log(block)
+
+    m = machine()
+    section(
+        "Machine",
+        _table(["what", "value"], [[k, v] for k, v in m.items()])
+        + f"\n\nMode: **{mode.name}**; budget {BUDGET:,} tokens; counter cl100k (tiktoken).",
+    )
+
+    memories: dict[int, Any] = {}
+    hot = core.hot_path(mode.sizes, mode.boundaries, mode.repeat, memories)
+    base = hot[0]["ours"]
+    section(
+        "1. A boundary that does not compact (per boundary, median)",
+        _table(
+            [
+                "history (messages)",
+                "window_manager",
+                "incremental exact floor",
+                "ratio to floor",
+                f"vs {hot[0]['size']:,} messages",
+                f"ratio to floor vs {hot[0]['size']:,} messages",
+            ],
+            [
+                [
+                    f"{r['size']:,}",
+                    fmt_time(r["ours"]),
+                    fmt_time(r["floor"]),
+                    _x(r["ratio"]),
+                    _x(r["ours"] / base),
+                    _x(r["ratio"] / hot[0]["ratio"]),
+                ]
+                for r in hot
+            ],
+        )
+        + "\n\nThe sizes append different batches, so the last column (each size's ratio to "
+        "its own floor, against the smallest size's) is the fairer flatness figure.\n\n"
+        "Targets: ratio to floor <= 1.2x; largest size <= 1.5x the smallest.",
+    )
+
+    comp = core.compaction(mode.compaction_sizes, mode.compaction_repeat, memories)
+    memories.clear()
+    section(
+        "2. One compaction to a 128k window, per strategy (median)",
+        _table(
+            [
+                "history (messages)",
+                "history tokens",
+                "oldest_first",
+                "sliding_window",
+                "summarize (extractive)",
+            ],
+            [
+                [
+                    f"{r['size']:,}",
+                    f"{r['tokens']:,}",
+                    fmt_time(r["oldest_first"]),
+                    fmt_time(r["sliding_window"]),
+                    fmt_time(r["summarize"]),
+                ]
+                for r in comp
+            ],
+        ),
+    )
+
+    cnt = core.counting(mode.counting_size, mode.repeat)
+    loop = cnt["raw_loop"]
+    section(
+        f"3. Counting {cnt['messages']:,} messages ({cnt['texts']:,} texts), median",
+        _table(
+            ["what", "time", "ratio to raw encode_ordinary loop"],
+            [
+                ["raw encode_ordinary, loop (floor)", fmt_time(loop), "1.00x"],
+                [
+                    "raw encode_ordinary_batch, threads (default)",
+                    fmt_time(cnt["raw_batch_threads"]),
+                    _x(cnt["raw_batch_threads"] / loop),
+                ],
+                [
+                    "raw encode_ordinary_batch, num_threads=1",
+                    fmt_time(cnt["raw_batch_one"]),
+                    _x(cnt["raw_batch_one"] / loop),
+                ],
+                [
+                    "TiktokenCounter.count_entry per message",
+                    fmt_time(cnt["ours_entries"]),
+                    _x(cnt["ours_entries"] / loop),
+                ],
+                [
+                    "AgentMemory.tokens() first count",
+                    fmt_time(cnt["ours_memory_first"]),
+                    _x(cnt["ours_memory_first"] / loop),
+                ],
+                [
+                    "AgentMemory.tokens() again, unchanged",
+                    fmt_time(cnt["recount_same"]),
+                    f"{cnt['ours_memory_first'] / cnt['recount_same']:,.0f}x cheaper than first",
+                ],
+                [
+                    "derived memory, per-entry cache hits",
+                    fmt_time(cnt["recount_derived"]),
+                    f"{cnt['ours_memory_first'] / cnt['recount_derived']:,.0f}x cheaper than first",
+                ],
+            ],
+        )
+        + "\n\nTargets: our counter <= 1.2x raw loop; re-count >= 1,000x cheaper.",
+    )
+
+    imp = core.imports(mode.import_repeat)
+    empty = imp["empty interpreter"]
+    rows = [[k, fmt_time(v), fmt_time(v - empty)] for k, v in imp.items() if k in core._IMPORTS]
+    section(
+        "4. Import and resolve (fresh processes, median)",
+        _table(["statement", "process wall time", "over an empty interpreter"], rows)
+        + f"\n\n`import normandy_core` measured inside the process: "
+        f"{fmt_time(imp['in_process_import'])}. Resolving 'window_manager' the first time "
+        f"(entry-point scan, plugin import, hook validation): {fmt_time(imp['first_resolve'])}; "
+        f"again: {fmt_time(imp['resolve_again'])}.\n\nTargets: import < 150 ms; "
+        "resolve again < 10 µs.",
+    )
+
+    mem = core.memory_per_message(mode.memory_size)
+    section(
+        "5. Memory held per message (tracemalloc)",
+        _table(
+            [
+                "messages",
+                "bytes per message",
+                "of which text characters",
+                "token-count cache per message",
+            ],
+            [
+                [
+                    f"{mem['messages']:,}",
+                    f"{mem['per_message']:,.0f}",
+                    f"{mem['text_chars_per_message']:,.0f}",
+                    f"{mem['counts_per_message']:,.0f}",
+                ]
+            ],
+        ),
+    )
+
+    pr = peers.run_all(mode.peer_messages, mode.peer_cap, mode.strides)
+    fl = pr["floor"]
+    prow: list[list[str]] = []
+    for o in pr["results"]:
+        med = median(o.times)
+        own_floor = median(o.floor_times)
+        measured = f"{o.boundaries:,} of {o.total_boundaries:,}"
+        if o.stride > 1:
+            measured += f" (every {o.stride}th)"
+        if o.capped:
+            measured += f", capped at {mode.peer_cap:g} s, reached {o.messages_reached:,} msgs"
+        prow.append(
+            [
+                o.name,
+                fmt_time(med),
+                fmt_time(own_floor),
+                _x(med / own_floor),
+                fmt_time(o.last_time),
+                measured,
+                str(o.overruns),
+                str(o.orphaned),
+                f"{max(o.kept_tokens, default=0):,}",
+            ]
+        )
+    section(
+        f"6. The peers: one session of {pr['messages']:,} messages, fitting {BUDGET:,} tokens "
+        "at every tool-batch boundary",
+        f"Floor (incremental exact count of the new messages), over the whole session: "
+        f"{fmt_time(fl)} per boundary. Each library's ratio uses the floor timed on the same "
+        'messages just before each of its calls ("its floor").\n\n'
+        + _table(
+            [
+                "library",
+                "per boundary (median)",
+                "its floor (median)",
+                "ratio to floor",
+                "last boundary",
+                "boundaries measured",
+                "budget overruns",
+                "orphaned tool results",
+                "largest kept (exact tokens)",
+            ],
+            prow,
+        ),
+    )
+    section("Run", f"Total wall time: {time.perf_counter() - started:,.0f} s.")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run, print (and write ``--out``)."""
+    ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_true", help="small sizes, under a minute (default)")
+    g.add_argument("--full", action="store_true", help="1k, 10k and 100k messages")
+    ap.add_argument("--out", help="also write the markdown report to this file")
+    args = ap.parse_args(argv)
+    report = run(FULL if args.full else QUICK)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write("# Benchmark results\n\n" + report)
+    return 0
