@@ -9,6 +9,6 @@ import sys
 # SQLite; the figures measure the compactors, so it is off unless the caller says otherwise.
 os.environ.setdefault("NORMANDY_DISABLE_PLUGINS", "archive")
 
-from benchmarks.run import main  # noqa: E402
+from benchmarks.run import main
 
 sys.exit(main())
