@@ -226,6 +226,7 @@ def compact(
     window: int | None = None,
     mid_round: bool = False,
     format: FormatName = "auto",
+    timeout: float | None = None,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
@@ -236,6 +237,8 @@ def compact(
     ``window`` pins the context window (the ``context_window`` option) of a compactor
     that sizes against one; otherwise the model catalog gives the window of ``model``.
     ``mid_round`` says the last assistant message's tool round is still open.
+    ``timeout`` bounds the compactor's time in seconds (``compaction_timeout``): past it
+    the compactor is abandoned and the result is the error path.
 
     When nothing is compacted (or the compactor reports an error, see
     :attr:`CompactResult.error`) ``messages`` comes back unchanged. Raises
@@ -264,6 +267,7 @@ def compact(
         memory=memory,
         compactor=compactor,
         compactor_opts=options,
+        compaction_timeout=timeout,
         _entry=ENTRY,
     )
     new_acc, meta = run_compaction(acc, mid_round=mid_round)
