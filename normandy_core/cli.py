@@ -19,6 +19,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -139,6 +140,8 @@ def read_source(path: str) -> Source:
         raise CliError(f"{name}: empty input; expected a JSON array or JSON Lines")
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise CliError(_too_deep(name, text, 0)) from None
     except json.JSONDecodeError as exc:
         first = text.lstrip().splitlines()[0] if text.strip() else ""
         if exc.msg == "Extra data" or (_is_object(first) and "\n" in text.strip()):
@@ -152,8 +155,32 @@ def read_source(path: str) -> Source:
 def _is_object(line: str) -> bool:
     try:
         return isinstance(json.loads(line), dict)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
+
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _too_deep(name: str, text: str, line_offset: int) -> str:
+    """``FILE: line L, column C: ...`` where ``text`` first nests past MAX_NESTING."""
+    from normandy_core.formats import MAX_NESTING
+
+    depth = 0
+    for m in _JSON_TOKEN.finditer(text):
+        tok = m.group()
+        if tok in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                line = text.count("\n", 0, m.start()) + 1
+                col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+                return (
+                    f"{name}: line {line + line_offset}, column {col}: JSON nested deeper than "
+                    f"{MAX_NESTING} levels (objects and arrays); refused"
+                )
+        elif tok in "]}":
+            depth -= 1
+    return f"{name}: JSON nested too deeply to read; refused"
 
 
 def _read_jsonl(name: str, text: str) -> Source:
@@ -164,6 +191,8 @@ def _read_jsonl(name: str, text: str) -> Source:
             continue
         try:
             item = json.loads(line)
+        except RecursionError:
+            raise CliError(_too_deep(name, line, n - 1)) from None
         except json.JSONDecodeError as exc:
             raise CliError(
                 f"{name}: line {n}, column {exc.colno}: not valid JSON Lines: {exc.msg}"
