@@ -38,6 +38,10 @@ FACADE_BAD_CASES = 12
 SUMMARIZER_FAULTS = 10
 #: Prompt-injection payloads planted in tool outputs.
 INJECTIONS = 6
+#: Ways a plugin is reached that must honour NORMANDY_LOAD_PLUGINS.
+LOAD_PLUGINS_PATHS = ("AgentConfig", "compact", "run_turn", "normandy compact", "normandy plugins")
+#: Invocations run from a directory holding a malicious dist-info.
+CWD_INVOCATIONS = ("console script", "python -m")
 #: Processes SIGKILLed in the middle of a session of compactions with the archive hook.
 KILLED_PROCESSES = 2
 #: Processes compacting into one archive at once (alongside the killed ones).
@@ -76,8 +80,9 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "Faulty compactor selected on the command line",
-        "5 runs of `python -m normandy_core.cli compact`",
-        "all 5: exit 1, one line naming the plugin, no traceback, nothing written",
+        f"{len(FAULTY_COMPACTORS)} runs of `python -m normandy_core.cli compact`",
+        f"all {len(FAULTY_COMPACTORS)}: exit 1, one line naming the plugin, no traceback, "
+        "nothing written",
         "tests/test_faulty_plugins.py::test_faulty_compactors_on_the_command_line",
     ),
     Row(
@@ -142,15 +147,15 @@ ROWS: tuple[Row, ...] = (
     Row(
         "`NORMANDY_LOAD_PLUGINS` through `AgentConfig`, `compact()`, `run_turn` hooks, "
         "`normandy compact` and `normandy plugins`",
-        "5 entry points",
-        "all 5 honour the allow-list",
+        f"{len(LOAD_PLUGINS_PATHS)} ways in",
+        f"all {len(LOAD_PLUGINS_PATHS)} honour the allow-list",
         "tests/test_security.py::test_load_plugins_is_honoured_everywhere",
     ),
     Row(
         "A malicious dist-info in the current directory, for the console script and "
         "`python -m normandy_core.cli`",
-        "2 invocations",
-        "both ignore it; its code never runs",
+        f"{len(CWD_INVOCATIONS)} invocations, 3 commands each",
+        "all ignore it; its code never runs",
         "tests/test_security.py::test_a_dist_info_in_the_current_directory_is_ignored",
     ),
 )
@@ -165,3 +170,7 @@ def render_table() -> str:
     for r in ROWS:
         lines.append(f"| {r.fault} | {r.tried} | {r.survived} | `{r.test}` |")
     return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # print the table to paste into docs/reliability.md
+    print(render_table(), end="")

@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from reliability_counts import CWD_INVOCATIONS, LOAD_PLUGINS_PATHS
+
 if TYPE_CHECKING:
     from conftest import ThirdPartyVenv
 
@@ -68,6 +70,7 @@ emit(seen)
         },
     )
     d = out.data
+    assert set(LOAD_PLUGINS_PATHS) <= set(d)
     refusal = (
         "compactor 'window_manager' (group normandy_core.compactors) from "
         "normandy-window-manager 0.1.0 is not in NORMANDY_LOAD_PLUGINS"
@@ -127,7 +130,7 @@ def test_a_dist_info_in_the_current_directory_is_ignored(tmp_path):
             text=True,
         )
         runs[how] = (listing, rogue, noop)
-    assert len(runs) == 2
+    assert tuple(runs) == CWD_INVOCATIONS
     for how, (listing, rogue, noop) in runs.items():
         assert listing.returncode == 0, (how, listing.stderr)
         rows = json.loads(listing.stdout)
