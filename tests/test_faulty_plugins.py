@@ -183,14 +183,18 @@ def test_faulty_compactors_on_the_command_line(third_party: ThirdPartyVenv, tmp_
     results = third_party.run(
         f"""
 import subprocess, sys
-runs = {{}}
-for name in {list(FAULTY_COMPACTORS)!r}:
-    p = subprocess.run(
+procs = {{
+    name: subprocess.Popen(
         [sys.executable, "-m", "normandy_core.cli", "compact", {str(src)!r}, "--compactor", name,
          "--timeout", "0.2", "-o", {str(tmp_path / "out.json")!r}],
-        capture_output=True, text=True, timeout=60,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    runs[name] = [p.returncode, p.stdout, p.stderr]
+    for name in {list(FAULTY_COMPACTORS)!r}
+}}
+runs = {{}}
+for name, p in procs.items():
+    out, err = p.communicate(timeout=60)
+    runs[name] = [p.returncode, out, err]
 emit(runs)
 """
     ).data

@@ -107,29 +107,31 @@ def test_a_dist_info_in_the_current_directory_is_ignored(tmp_path):
     src = tmp_path / "in.json"
     src.write_text(json.dumps([{"role": "user", "content": "hi"}]))
     env = {k: v for k, v in os.environ.items() if not k.startswith("NORMANDY_LOAD")}
-    runs = {}
-    for how, cmd in {
+    commands = {
         "console script": [str(BIN)],
         "python -m": [sys.executable, "-m", "normandy_core.cli"],
-    }.items():
-        listing = subprocess.run(
-            [*cmd, "plugins", "--json"], cwd=tmp_path, env=env, capture_output=True, text=True
-        )
-        rogue = subprocess.run(
-            [*cmd, "compact", "in.json", "--compactor", "rogue"],
+    }
+    args = {
+        "listing": ["plugins", "--json"],
+        "rogue": ["compact", "in.json", "--compactor", "rogue"],
+        "noop": ["compact", "in.json", "--compactor", "noop"],
+    }
+    procs = {
+        (how, what): subprocess.Popen(
+            [*cmd, *argv],
             cwd=tmp_path,
             env=env,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
-        noop = subprocess.run(
-            [*cmd, "compact", "in.json", "--compactor", "noop"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        runs[how] = (listing, rogue, noop)
+        for how, cmd in commands.items()
+        for what, argv in args.items()
+    }
+    done = {key: (p.communicate(timeout=60), p.returncode) for key, p in procs.items()}
+    runs: dict[str, list[subprocess.CompletedProcess[str]]] = {}
+    for (how, what), ((out, err), code) in done.items():
+        runs.setdefault(how, []).append(subprocess.CompletedProcess(what, code, out, err))
     assert tuple(runs) == CWD_INVOCATIONS
     for how, (listing, rogue, noop) in runs.items():
         assert listing.returncode == 0, (how, listing.stderr)

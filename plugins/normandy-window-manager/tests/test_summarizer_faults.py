@@ -9,6 +9,7 @@ and tracebacks as summaries, replies without text. Then prompt injection.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import threading
 import time
@@ -32,7 +33,7 @@ from normandy_window_manager.summarize import SUMMARY_SYSTEM_PROMPT
 WINDOW = 60_000
 
 
-def make_acc(client: Any, timeout: float = 0.3) -> AgentConfig:
+def make_acc(client: Any, timeout: float = 0.2) -> AgentConfig:
     acc = AgentConfig(
         model="claude-sonnet-4-5",
         system_prompt=SYSTEM_PROMPT,
@@ -47,7 +48,12 @@ def make_acc(client: Any, timeout: float = 0.3) -> AgentConfig:
         },
         client=client,
     )
-    return acc.with_memory(generate_session(7, 300, end_mid_round=True))
+    return acc.with_memory(_session().copy())
+
+
+@functools.cache
+def _session() -> AgentMemory:
+    return generate_session(7, 300, end_mid_round=True)
 
 
 class Sync:
@@ -84,10 +90,10 @@ OK = "The agent fixed rounding in billing."
 
 #: name -> (client, what the error says)
 FAULTS: dict[str, tuple[Any, str]] = {
-    "sync client hangs past summary_timeout": (Sync(OK, delay=30), "did not answer within 0.3 s"),
+    "sync client hangs past summary_timeout": (Sync(OK, delay=30), "did not answer within 0.2 s"),
     "async client hangs past summary_timeout": (
         Async(OK, delay=30),
-        "did not answer within 0.3 s",
+        "did not answer within 0.2 s",
     ),
     "async client raises": (Async(TimeoutError("read timed out")), "TimeoutError: read timed"),
     "client raises a KeyboardInterrupt-like BaseException": (
