@@ -9,7 +9,7 @@ from typing import Any
 
 from normandy_core.config import AgentConfig
 from normandy_core.memory import Entry
-from normandy_core.plugins import Compactor, hook_manager, resolve_compactor
+from normandy_core.plugins import Compactor, describe_hook, hook_manager, resolve_compactor
 
 __all__ = [
     "CompactionContext",
@@ -114,7 +114,8 @@ def run_after_compact(
 ) -> list[dict[str, str]]:
     """Broadcast ``after_compact`` to every hook plugin, each isolated from the others.
 
-    Returns one ``{"hook": name, "error": text}`` per hook that raised (each also logged).
+    Returns one ``{"hook": name, "plugin": description, "error": text}`` per hook that
+    raised (each also logged); ``plugin`` names the entry point and its distribution.
     """
     pm = hook_manager()
     errors: list[dict[str, str]] = []
@@ -124,8 +125,9 @@ def run_after_compact(
             impl.function(*[args[a] for a in impl.argnames])
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
-            log.error("after_compact hook %r raised %s", impl.plugin_name, text, exc_info=exc)
-            errors.append({"hook": impl.plugin_name, "error": text})
+            what = describe_hook(impl.plugin_name)
+            log.error("after_compact of %s raised %s", what, text, exc_info=exc)
+            errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
     return errors
 
 

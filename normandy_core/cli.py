@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -138,6 +140,8 @@ def read_source(path: str) -> Source:
         raise CliError(f"{name}: empty input; expected a JSON array or JSON Lines")
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise CliError(_too_deep(name, text, 0)) from None
     except json.JSONDecodeError as exc:
         first = text.lstrip().splitlines()[0] if text.strip() else ""
         if exc.msg == "Extra data" or (_is_object(first) and "\n" in text.strip()):
@@ -151,8 +155,32 @@ def read_source(path: str) -> Source:
 def _is_object(line: str) -> bool:
     try:
         return isinstance(json.loads(line), dict)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
+
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _too_deep(name: str, text: str, line_offset: int) -> str:
+    """``FILE: line L, column C: ...`` where ``text`` first nests past MAX_NESTING."""
+    from normandy_core.formats import MAX_NESTING
+
+    depth = 0
+    for m in _JSON_TOKEN.finditer(text):
+        tok = m.group()
+        if tok in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                line = text.count("\n", 0, m.start()) + 1
+                col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+                return (
+                    f"{name}: line {line + line_offset}, column {col}: JSON nested deeper than "
+                    f"{MAX_NESTING} levels (objects and arrays); refused"
+                )
+        elif tok in "]}":
+            depth -= 1
+    return f"{name}: JSON nested too deeply to read; refused"
 
 
 def _read_jsonl(name: str, text: str) -> Source:
@@ -163,6 +191,8 @@ def _read_jsonl(name: str, text: str) -> Source:
             continue
         try:
             item = json.loads(line)
+        except RecursionError:
+            raise CliError(_too_deep(name, line, n - 1)) from None
         except json.JSONDecodeError as exc:
             raise CliError(
                 f"{name}: line {n}, column {exc.colno}: not valid JSON Lines: {exc.msg}"
@@ -279,6 +309,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
             window=args.window,
             mid_round=args.mid_round,
             format=args.format,
+            timeout=args.timeout,
         )
     except TranscriptError as exc:
         field = f", field {exc.field!r}" if exc.field else ""
@@ -353,6 +384,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) -> None:
     """--compactor, --opt and --window; ``default_window`` is only shown in the help."""
     p.add_argument(
@@ -403,6 +444,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="M", help="model id (token counter, catalog window)")
     p.add_argument("--mid-round", action="store_true", help="the last tool round is still open")
     p.add_argument("--meta", metavar="PATH", help="write the compactor's meta as JSON here")
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="S",
+        help="abandon a compactor that takes longer than S seconds (exit 1, nothing written)",
+    )
     p.set_defaults(func=cmd_compact)
 
     p = sub.add_parser(
@@ -458,10 +505,35 @@ def _register_extensions(sub: Any) -> None:
             )
 
 
+class _OneLineFormatter(logging.Formatter):
+    """``normandy: message``, without the traceback unless ``NORMANDY_DEBUG`` is set.
+
+    A faulty plugin is logged with its exception (the boundary keeps the traceback for
+    applications that configure logging); on the command line it is one line on stderr.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        if (record.exc_info or record.exc_text) and not os.environ.get("NORMANDY_DEBUG"):
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        return super().format(record)
+
+
+def _log_to_stderr() -> None:
+    """Send warnings and errors to stderr as one line each (unless logging is configured)."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLineFormatter("normandy: %(message)s"))
+    handler.setLevel(logging.WARNING)
+    root.addHandler(handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (the console script exits with it)."""
     from normandy_core.errors import OptionsError, PluginError, WindowUnknownError
 
+    _log_to_stderr()
     parser = build_parser()
     args = parser.parse_args(argv)
     func: Handler | None = getattr(args, "func", None)

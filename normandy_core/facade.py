@@ -12,7 +12,13 @@ Rules for odd input (each raises :class:`~normandy_core.formats.TranscriptError`
 - a tool-use id used twice anywhere in the transcript (both places are named): results
   could not be paired, nor dropped entries reported, unambiguously;
 - a role or content block the format does not define (``function_call``, unknown block
-  types, an assistant message holding tool results...).
+  types, an assistant message holding tool results...);
+- a value nested deeper than :data:`~normandy_core.formats.MAX_NESTING` (200) levels,
+  or a string holding a lone surrogate (a ``\\ud800`` JSON escape without its pair):
+  neither could be counted, written back as UTF-8 or sent to a provider.
+
+Any other Unicode is kept as given: NUL, right-to-left marks, emoji and characters of
+every plane come back unchanged. An empty list is a transcript with nothing to compact.
 
 Provider-specific decorations the conversation model does not carry (``cache_control``,
 a message's ``name``, ...) are kept when nothing is compacted, because the input is then
@@ -37,6 +43,7 @@ from normandy_core.formats import (
     from_openai,
     to_anthropic,
     to_openai,
+    value_problem,
 )
 from normandy_core.memory import AgentMemory, Entry
 from normandy_core.plugins import resolve_compactor
@@ -126,6 +133,14 @@ def _check_unique_tool_ids(messages: Sequence[Any], fmt: str) -> None:
             seen[tool_id] = (i, where)
 
 
+def _check_values(messages: Sequence[Any]) -> None:
+    """Refuse deep nesting and lone surrogates, naming the message and the field."""
+    for i, raw in enumerate(messages):
+        bad = value_problem(_as_dict(raw))
+        if bad is not None:
+            raise TranscriptError(i, bad[0] or None, bad[1])
+
+
 def parse_transcript(data: Any, format: FormatName = "auto") -> tuple[str, AgentMemory]:
     """``(format, memory)`` for a transcript, under the rules of this module.
 
@@ -142,6 +157,9 @@ def parse_transcript(data: Any, format: FormatName = "auto") -> tuple[str, Agent
     if fmt == "normandy":
         if not isinstance(data, Mapping):
             raise TranscriptError(None, None, "a Normandy transcript is a memory dump object")
+        entries = data.get("entries")
+        if isinstance(entries, list):
+            _check_values(entries)
         try:
             memory = AgentMemory.load(data)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
@@ -161,6 +179,9 @@ def parse_transcript(data: Any, format: FormatName = "auto") -> tuple[str, Agent
             )
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise TranscriptError(None, "messages", "expected a list of messages")
+    if system is not None and (bad := value_problem(system)) is not None:
+        raise TranscriptError(None, "system" + (f" {bad[0]}" if bad[0] else ""), bad[1])
+    _check_values(messages)
     memory = from_anthropic(messages, system) if fmt == "anthropic" else from_openai(messages)
     _check_unique_tool_ids(messages, fmt)
     return fmt, memory
@@ -226,6 +247,7 @@ def compact(
     window: int | None = None,
     mid_round: bool = False,
     format: FormatName = "auto",
+    timeout: float | None = None,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
@@ -236,6 +258,8 @@ def compact(
     ``window`` pins the context window (the ``context_window`` option) of a compactor
     that sizes against one; otherwise the model catalog gives the window of ``model``.
     ``mid_round`` says the last assistant message's tool round is still open.
+    ``timeout`` bounds the compactor's time in seconds (``compaction_timeout``): past it
+    the compactor is abandoned and the result is the error path.
 
     When nothing is compacted (or the compactor reports an error, see
     :attr:`CompactResult.error`) ``messages`` comes back unchanged. Raises
@@ -264,6 +288,7 @@ def compact(
         memory=memory,
         compactor=compactor,
         compactor_opts=options,
+        compaction_timeout=timeout,
         _entry=ENTRY,
     )
     new_acc, meta = run_compaction(acc, mid_round=mid_round)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, cast
 
@@ -47,6 +48,7 @@ from normandy_core.memory import (
 )
 
 __all__ = [
+    "MAX_NESTING",
     "TranscriptError",
     "block_to_anthropic",
     "detect_format",
@@ -54,6 +56,7 @@ __all__ = [
     "from_openai",
     "to_anthropic",
     "to_openai",
+    "value_problem",
 ]
 
 Format = Literal["anthropic", "openai", "normandy"]
@@ -77,6 +80,57 @@ class TranscriptError(ValueError):
 
 
 # -- shared helpers -------------------------------------------------------------------
+
+#: How deeply a message's values may nest (objects and arrays). Real transcripts stay far
+#: below; deeper input is refused rather than risking a RecursionError while counting
+#: tokens or writing the result.
+MAX_NESTING = 200
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_problem(text: str) -> str | None:
+    m = _SURROGATE.search(text)
+    if m is None:
+        return None
+    return (
+        f"holds a lone surrogate (U+{ord(m.group()):04X} at character {m.start()}), which is "
+        "not Unicode text and cannot be written as UTF-8 or sent to a provider"
+    )
+
+
+def value_problem(value: Any, limit: int = MAX_NESTING) -> tuple[str, str] | None:
+    """``(field, problem)`` for the first part of ``value`` no transcript may hold, or ``None``.
+
+    Refused: nesting deeper than ``limit`` (objects and arrays) and strings (or object
+    keys) with a lone surrogate, as a ``\\udXXX`` JSON escape gives. Iterative, so deep
+    input cannot exhaust the stack; ``field`` is a path such as ``content[0].input``.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        v, path, depth = stack.pop()
+        if isinstance(v, str):
+            problem = _surrogate_problem(v)
+            if problem is not None:
+                return path, problem
+            continue
+        children: list[tuple[str, Any]]
+        if isinstance(v, Mapping):
+            children = []
+            for k, x in v.items():
+                if isinstance(k, str) and (problem := _surrogate_problem(k)) is not None:
+                    return path, f"a key {problem}"
+                children.append((f"{path}.{k}" if path else str(k), x))
+        elif isinstance(v, (list, tuple)):
+            children = [(f"{path}[{i}]", x) for i, x in enumerate(v)]
+        else:
+            continue
+        if depth >= limit and children:
+            where = re.match(r"[^\[.]*(?:[.\[][^\[.]*){0,2}", path)
+            short = where.group() if where else path
+            return short, f"nested deeper than {limit} levels (objects and arrays)"
+        stack.extend((x, p, depth + 1) for p, x in reversed(children))
+    return None
 
 
 def _entries(entries: Iterable[Entry] | AgentMemory) -> list[Entry]:
@@ -402,7 +456,21 @@ def to_openai(
     out: list[dict[str, Any]] = []
     if system:
         out.append({"role": "system", "content": system})
+    # Non-text parts of tool-result entries wait until the run of tool messages ends: a
+    # user message between two tool messages would cut the batch from its assistant.
+    held: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if held:
+            if all(p["type"] == "text" for p in held):
+                out.append({"role": "user", "content": "\n".join(p["text"] for p in held)})
+            else:
+                out.append({"role": "user", "content": list(held)})
+            held.clear()
+
     for e in _entries(entries):
+        if isinstance(e.content, str) or not e.tool_results or e.role == "assistant":
+            flush()
         if e.role == "system":
             out.append({"role": "system", "content": e.text()})
             continue
@@ -432,7 +500,6 @@ def to_openai(
                 msg["content"] = ""
             out.append(msg)
             continue
-        extra: list[dict[str, Any]] = []
         for b in e.content:
             if isinstance(b, ToolResultBlock):
                 out.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": b.text()})
@@ -441,16 +508,14 @@ def to_openai(
                         if not isinstance(p, TextBlock):
                             part = _openai_part(p)
                             if part is not None:
-                                extra.append(part)
+                                held.append(part)
             else:
                 part = _openai_part(b)
                 if part is not None:
-                    extra.append(part)
-        if extra:
-            if all(p["type"] == "text" for p in extra):
-                out.append({"role": "user", "content": "\n".join(p["text"] for p in extra)})
-            else:
-                out.append({"role": "user", "content": extra})
+                    held.append(part)
+        if not e.tool_results:
+            flush()
+    flush()
     return out
 
 
@@ -543,12 +608,18 @@ def from_openai(messages: Sequence[Any], *, allow_pending: bool = True) -> Agent
                         i, f"tool_calls[{j}].function.name", "missing or not a string"
                     )
                 args = fn.get("arguments") or "{}"
+                where = f"tool_calls[{j}].function.arguments"
                 try:
                     parsed = json.loads(args) if isinstance(args, str) else args
                 except json.JSONDecodeError as exc:
+                    raise TranscriptError(i, where, f"not valid JSON: {exc.msg}") from exc
+                except RecursionError as exc:
                     raise TranscriptError(
-                        i, f"tool_calls[{j}].function.arguments", f"not valid JSON: {exc.msg}"
+                        i, where, f"nested deeper than {MAX_NESTING} levels (objects and arrays)"
                     ) from exc
+                bad = value_problem(parsed)
+                if bad is not None:
+                    raise TranscriptError(i, where + (f" {bad[0]}" if bad[0] else ""), bad[1])
                 if not isinstance(parsed, dict):
                     raise TranscriptError(
                         i, f"tool_calls[{j}].function.arguments", "must encode a JSON object"

@@ -129,6 +129,8 @@ def after_compact(acc: AgentConfig, ctx: CompactionContext, meta: dict[str, Any]
     :returns: nothing; return values are ignored.
 
     A hook that raises does not stop the others or the turn: the boundary logs the error
-    and records it in ``meta["hook_errors"]`` as ``{"hook": name, "error": text}``.
+    and records it in ``meta["hook_errors"]`` as
+    ``{"hook": name, "plugin": description, "error": text}``, where ``plugin`` names the
+    entry point and its distribution.
     """
     raise NotImplementedError  # pragma: no cover

@@ -47,6 +47,7 @@ __all__ = [
     "HOOK_GROUP",
     "Compactor",
     "PluginRow",
+    "describe_hook",
     "hook_manager",
     "list_plugins",
     "register_compactor",
@@ -272,6 +273,7 @@ class _Registry:
         self.in_code: dict[str, Compactor] = {}
         self.hook_pm: pluggy.PluginManager | None = None
         self.hook_status: dict[str, tuple[str, str | None]] = {}
+        self.hook_described: dict[str, str] = {}
 
     def scan(self) -> dict[str, dict[str, list[_EP]]]:
         eps = self.eps
@@ -455,10 +457,22 @@ def hook_manager() -> pluggy.PluginManager:
                 reg.hook_status[name] = ("error", str(err))
                 continue
             reg.hook_status[name] = ("loaded", None)
+            reg.hook_described[f"{HOOK_GROUP}:{name}"] = ep.describe()
         for qname, obj in _code_hooks.items():
             _register_checked(pm, obj, qname, f"hook plugin {qname!r} ({_IN_CODE})")
         reg.hook_pm = pm
         return pm
+
+
+def describe_hook(qualified_name: str) -> str:
+    """``hook plugin 'x' (group normandy_core.hooks) from normandy-x 1.0`` for a loaded hook.
+
+    A hook plugin registered in code is described as such.
+    """
+    found = _REG.hook_described.get(qualified_name)
+    if found is not None:
+        return found
+    return f"hook plugin {qualified_name!r} ({_IN_CODE})"
 
 
 def register_hook(plugin: Any, name: str | None = None) -> str:

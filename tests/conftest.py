@@ -67,7 +67,8 @@ class ThirdPartyVenv:
         environ = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith("NORMANDY_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")
+            if (not k.startswith("NORMANDY_") or k == "NORMANDY_ARCHIVE_PATH")
+            and k not in ("PYTHONPATH", "VIRTUAL_ENV")
         }
         environ.update(env or {})
         proc = subprocess.run(

@@ -246,7 +246,11 @@ def test_a_raising_hook_lands_in_hook_errors_and_the_others_still_run(raiser_fir
     assert [e.id for e in out.memory] == ["m1", "m2", "m3", "m4", "m5"]
     assert log == [("r", ["m0"])]
     assert meta["hook_errors"] == [
-        {"hook": "code:raiser", "error": "OSError: archive is read-only"},
+        {
+            "hook": "code:raiser",
+            "plugin": "hook plugin 'code:raiser' (<registered in code>)",
+            "error": "OSError: archive is read-only",
+        },
     ]
     assert any("archive is read-only" in r.getMessage() for r in caplog.records)
 

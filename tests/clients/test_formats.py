@@ -227,3 +227,28 @@ def test_detect_format():
     assert detect_format([{"role": "user", "content": "hi"}]) == "openai"
     with pytest.raises(TranscriptError):
         detect_format(3)
+
+
+def test_images_of_a_batch_split_over_entries_follow_all_its_tool_messages():
+    # found by tests/test_bad_input.py: the image of the first result used to sit between
+    # the two tool messages, cutting the second from its assistant message
+    from normandy_core import ImageBlock
+
+    image = ImageBlock(source={"type": "base64", "media_type": "image/png", "data": "iVBO"})
+    mem = AgentMemory()
+    mem.add_message("user", "look")
+    mem.add_message(
+        "assistant",
+        (
+            ToolUseBlock(id="a", name="shot", input={}),
+            ToolUseBlock(id="b", name="shot", input={}),
+        ),
+    )
+    for tid in ("a", "b"):
+        mem.add_message(
+            "tool", (ToolResultBlock(tool_use_id=tid, content=(TextBlock(text=tid), image)),)
+        )
+    out = to_openai(mem)
+    assert [m["role"] for m in out] == ["user", "assistant", "tool", "tool", "user"]
+    assert len(out[-1]["content"]) == 2
+    assert pairing_problems(from_openai(out).entries()) == []

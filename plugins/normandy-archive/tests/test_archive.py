@@ -140,7 +140,8 @@ def test_file_and_directory_are_owner_only(path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    assert {p.name for p in path.parent.iterdir()} >= {path.name, path.name + "-wal"}
+    names = {p.name for p in path.parent.iterdir()}
+    assert names >= {path.name, path.name + "-wal", path.name + "-shm"}
     for p in path.parent.iterdir():
         assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, p
 

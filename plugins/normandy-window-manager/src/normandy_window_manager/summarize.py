@@ -8,6 +8,7 @@ returns the input untouched.
 from __future__ import annotations
 
 import asyncio
+import html
 import inspect
 import json
 import re
@@ -87,8 +88,18 @@ def make_summary(
     return check_summary(text, o.summary_max_tokens, counter)
 
 
+#: Tags the prompt is made of; data must never open or close one of them.
+_TAGS = ("transcript", "tool_output", "tool_call", "earlier_summary", "user", "assistant", "system")
+_TAG_START = re.compile(r"<(?=\s*/?\s*(?:" + "|".join(_TAGS) + r")\b)", re.IGNORECASE)
+
+
 def _escape(text: str) -> str:
-    return text.replace("</transcript>", "</ transcript>").replace("<transcript>", "< transcript>")
+    """``text`` as data: a ``<`` that could open or close a prompt tag becomes ``&lt;``.
+
+    Case and spacing variants (``</TRANSCRIPT >``, ``< /tool_output>``) are caught too,
+    so text inside the transcript can neither end it nor fake another message.
+    """
+    return _TAG_START.sub("&lt;", text)
 
 
 def build_summary_prompt(dropped: Sequence[Entry], max_tokens: int) -> str:
@@ -103,7 +114,8 @@ def build_summary_prompt(dropped: Sequence[Entry], max_tokens: int) -> str:
                 lines.append(f"<{e.role}>{_escape(b.text)}</{e.role}>")
             elif isinstance(b, ToolUseBlock):
                 args = json.dumps(b.input, ensure_ascii=False)
-                lines.append(f'<tool_call name="{b.name}">{_escape(args)}</tool_call>')
+                name = html.escape(b.name, quote=True)
+                lines.append(f'<tool_call name="{name}">{_escape(args)}</tool_call>')
             elif isinstance(b, ToolResultBlock):
                 status = "error" if b.is_error else "ok"
                 lines.append(

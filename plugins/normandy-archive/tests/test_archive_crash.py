@@ -1,0 +1,142 @@
+"""SIGKILL in the middle of a compaction, with the archive hook installed, beside other writers.
+
+test_archive.py kills a process inside ``Archive.record`` and runs concurrent writers
+that call it directly; here whole agents compact with ``window_manager`` through the
+boundary, so the hook runs for real, and two of them are killed right after a
+compaction began while two others archive into the same file to the end, all under a
+umask of 0: the archive, its -wal and -shm files stay owner-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+from reliability_counts import CONCURRENT_PROCESSES, KILLED_PROCESSES
+
+from normandy_archive import Archive
+
+AGENT = textwrap.dedent(
+    """
+    import hashlib, json, os, sys
+    os.umask(0)  # the most permissive umask: the archive must still be owner-only
+    from normandy_core import AgentConfig, get_counter, run_compaction
+    from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+    tag, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    window, reserved = 20_000, 1_000
+    acc = AgentConfig(
+        model="claude-sonnet-4-5", system_prompt=SYSTEM_PROMPT, tools=TOOLS,
+        compactor="window_manager", session_id=tag,
+        compactor_opts={"context_window": window, "reserved_tokens": reserved,
+                        "trigger": 0.9, "target": 0.5, "counter": "cl100k_base"},
+    )
+    counter = get_counter("cl100k_base")
+    for e in generate_session(seed, n):
+        acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
+        if e.role == "user" and e.tool_results:
+            if acc.memory.tokens(counter) + acc.prompt_tokens > 0.85 * (window - reserved):
+                print("begin", flush=True)  # this boundary is about to compact
+            acc, meta = run_compaction(acc, mid_round=True)
+            assert "error" not in meta and "hook_errors" not in meta, meta
+            if meta["compacted"]:
+                done = [[d.id, hashlib.sha256(d.model_dump_json().encode()).hexdigest()]
+                        for d in meta["dropped"]]
+                print(json.dumps(done), flush=True)
+    print("end", flush=True)
+    """
+)
+
+
+def _start(tag: str, seed: int, messages: int, path: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "NORMANDY_ARCHIVE_PATH": path}
+    return subprocess.Popen(
+        [sys.executable, "-c", AGENT, tag, str(seed), str(messages)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def _kill_after(proc: subprocess.Popen[str], done: int, delay: float, lines: list[str]) -> None:
+    """Read ``proc``'s lines; SIGKILL it ``delay`` s after the first compaction that begins
+    once ``done`` compactions have completed."""
+    assert proc.stdout is not None
+    completed = 0
+    for line in proc.stdout:
+        lines.append(line.strip())
+        if line.startswith("["):
+            completed += 1
+        elif line.strip() == "begin" and completed >= done:
+            time.sleep(delay)
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+
+
+def test_sigkill_mid_compaction_with_concurrent_writers(tmp_path):
+    path = str(tmp_path / "shared" / "archive.sqlite3")
+    killed = {f"killed-{k}": _start(f"killed-{k}", 30 + k, 400, path) for k in range(2)}
+    survivors = {f"alive-{k}": _start(f"alive-{k}", 40 + k, 260, path) for k in range(2)}
+    assert len(killed) == KILLED_PROCESSES and len(survivors) == CONCURRENT_PROCESSES
+    outputs: dict[str, list[str]] = {tag: [] for tag in killed}
+    readers = [
+        threading.Thread(target=_kill_after, args=(p, 2 + k, 0.004 * k, outputs[tag]))
+        for k, (tag, p) in enumerate(killed.items())
+    ]
+    for t in readers:
+        t.start()
+    for tag, p in survivors.items():
+        out, _ = p.communicate(timeout=180)
+        assert p.returncode == 0, tag
+        outputs[tag] = out.splitlines()
+    for t in readers:
+        t.join(timeout=120)
+    for tag, p in killed.items():
+        assert p.returncode == -signal.SIGKILL, tag
+        assert outputs[tag][-1] == "begin" and "end" not in outputs[tag]  # killed mid-compaction
+
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        partial = conn.execute(
+            "SELECT c.compaction_id FROM compactions c LEFT JOIN entries e "
+            "ON e.compaction_id = c.compaction_id GROUP BY c.compaction_id "
+            "HAVING count(e.seq) = 0 AND c.entry_count > 0"
+        ).fetchall()
+    finally:
+        conn.close()
+    assert partial == []  # no compaction row without its entries
+
+    shared = tmp_path / "shared"
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o700
+    assert (shared / "archive.sqlite3").exists()
+    for p in shared.iterdir():  # -wal and -shm are gone once the last writer closed cleanly
+        assert stat.S_IMODE(p.stat().st_mode) & 0o077 == 0, p
+
+    archive = Archive(path)
+    for tag, lines in outputs.items():
+        completed = [json.loads(line) for line in lines if line.startswith("[")]
+        assert completed, tag
+        expected = {(eid, digest) for done in completed for eid, digest in done}
+        for eid, digest in expected:
+            versions = archive.versions(eid, tag)
+            match = [v for v in versions if v.content_hash == digest]
+            assert len(match) == 1, (tag, eid)
+            data = match[0].entry_json
+            assert hashlib.sha256(data.encode()).hexdigest() == digest
+            assert match[0].entry.model_dump_json() == data  # recalled byte for byte
+        if tag in survivors:
+            assert lines[-1] == "end"
+            assert archive.count(tag) == len(expected)  # nothing lost, nothing extra
+        else:
+            # the compaction that was killed is there whole or not at all
+            assert archive.count(tag) >= len(expected)
