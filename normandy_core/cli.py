@@ -5,17 +5,17 @@ internal error; 2 bad input or options (the message names the file and the line,
 option, at fault); 3 a plugin error (unknown compactor with the installed names listed,
 or a broken plugin named).
 
-Other distributions can add subcommands: when a module named in :data:`CLI_EXTENSIONS`
-is importable and has ``register_cli(subparsers)``, it is called with the argparse
-subparsers. It adds its parsers and sets ``func`` (a callable taking the parsed
-arguments and returning the exit status) with ``set_defaults``. A failing extension is
-reported on stderr and skipped; it never breaks the other commands.
+Other distributions add subcommands through entry points in the group
+``normandy_core.commands`` (``name = "module:register"``): ``register(subparsers)`` is
+called with the argparse subparsers, adds its parsers and sets ``func`` (a callable taking
+the parsed arguments and returning the exit status) with ``set_defaults``. The allow- and
+deny-lists apply to them as to every plugin. A failing extension is reported on stderr
+and skipped; it never breaks the other commands.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 from normandy_core import __version__
 
-__all__ = ["CLI_EXTENSIONS", "EXIT_COMPACTOR", "EXIT_INPUT", "EXIT_OK", "EXIT_PLUGIN", "main"]
+__all__ = ["EXIT_COMPACTOR", "EXIT_INPUT", "EXIT_OK", "EXIT_PLUGIN", "main"]
 
 EXIT_OK = 0
 #: The compactor reported an error (or an internal error).
@@ -36,9 +36,6 @@ EXIT_COMPACTOR = 1
 EXIT_INPUT = 2
 #: Plugin error: unknown compactor, broken plugin.
 EXIT_PLUGIN = 3
-
-#: Modules asked for extra subcommands through their ``register_cli(subparsers)``.
-CLI_EXTENSIONS: tuple[str, ...] = ("normandy_archive",)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -479,30 +476,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _register_extensions(sub: Any) -> None:
-    for name in CLI_EXTENSIONS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            print(f"normandy: extension {name!r} failed to import: {exc}", file=sys.stderr)
-            continue
-        except Exception as exc:
-            print(
-                f"normandy: extension {name!r} failed to import: {type(exc).__name__}: {exc}",
-                file=sys.stderr,
-            )
-            continue
-        register = getattr(module, "register_cli", None)
-        if not callable(register):
+    from normandy_core.plugins import command_registrars, mark_command_failed
+
+    try:
+        registrars = command_registrars()
+    except Exception as exc:  # an unreadable installation must not break the core commands
+        print(f"normandy: command extensions unavailable: {exc}", file=sys.stderr)
+        return
+    for name, register in registrars:
+        if isinstance(register, Exception):
+            print(f"normandy: {register}", file=sys.stderr)
             continue
         try:
             register(sub)
         except Exception as exc:
-            print(
-                f"normandy: extension {name!r} register_cli failed: {type(exc).__name__}: {exc}",
-                file=sys.stderr,
-            )
+            message = f"command extension {name!r} failed to register: {type(exc).__name__}: {exc}"
+            mark_command_failed(name, message)
+            print(f"normandy: {message}", file=sys.stderr)
 
 
 class _OneLineFormatter(logging.Formatter):

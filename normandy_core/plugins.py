@@ -41,12 +41,14 @@ if TYPE_CHECKING:
     from normandy_core.config import AgentConfig
 
 __all__ = [
+    "COMMAND_GROUP",
     "COMPACTOR_GROUP",
     "ENV_DISABLE",
     "ENV_LOAD",
     "HOOK_GROUP",
     "Compactor",
     "PluginRow",
+    "command_registrars",
     "describe_hook",
     "hook_manager",
     "list_plugins",
@@ -69,7 +71,12 @@ ENV_LOAD = "NORMANDY_LOAD_PLUGINS"
 #: Deny-list of entry-point names (comma-separated).
 ENV_DISABLE = "NORMANDY_DISABLE_PLUGINS"
 
-_GROUPS = (COMPACTOR_GROUP, HOOK_GROUP)
+#: Entry-point group of command-line extensions: ``name = "module:register"``, where
+#: ``register(subparsers)`` adds ``normandy <name> ...`` subcommands.
+COMMAND_GROUP = "normandy_core.commands"
+
+_GROUPS = (COMPACTOR_GROUP, HOOK_GROUP, COMMAND_GROUP)
+_KINDS = {COMPACTOR_GROUP: "compactor", HOOK_GROUP: "hook", COMMAND_GROUP: "command"}
 _IN_CODE = "<registered in code>"
 
 
@@ -85,7 +92,7 @@ class _EP:
         return md.EntryPoint(self.name, self.value, self.group).load()
 
     def describe(self) -> str:
-        kind = "compactor" if self.group == COMPACTOR_GROUP else "hook plugin"
+        kind = {HOOK_GROUP: "hook plugin", COMMAND_GROUP: "command"}.get(self.group, "compactor")
         return f"{kind} {self.name!r} (group {self.group}) from {self.dist} {self.version}"
 
 
@@ -108,8 +115,8 @@ class PluginRow:
 
     @property
     def kind(self) -> str:
-        """``"compactor"`` or ``"hook"``."""
-        return "compactor" if self.group == COMPACTOR_GROUP else "hook"
+        """``"compactor"``, ``"hook"`` or ``"command"``."""
+        return _KINDS.get(self.group, "hook")
 
     def as_dict(self) -> dict[str, Any]:
         """The row as a JSON-ready dict (with ``kind``)."""
@@ -273,6 +280,7 @@ class _Registry:
         self.in_code: dict[str, Compactor] = {}
         self.hook_pm: pluggy.PluginManager | None = None
         self.hook_status: dict[str, tuple[str, str | None]] = {}
+        self.command_status: dict[str, tuple[str, str | None]] = {}
         self.hook_described: dict[str, str] = {}
 
     def scan(self) -> dict[str, dict[str, list[_EP]]]:
@@ -542,4 +550,44 @@ def list_plugins(*, load: bool = False) -> list[PluginRow]:
     for qname, obj in sorted(_code_hooks.items()):
         module = getattr(obj, "__module__", None) or getattr(obj, "__name__", "?")
         rows.append(PluginRow(qname, HOOK_GROUP, str(module), _IN_CODE, "-", "loaded"))
+    for name, candidates in sorted(eps[COMMAND_GROUP].items()):
+        status, error = reg.command_status.get(name, ("not loaded", None))
+        if (why := reg.excluded(name)) is not None:
+            status, error = "disabled", why
+        for ep in candidates:
+            rows.append(PluginRow(name, ep.group, ep.value, ep.dist, ep.version, status, error))
     return rows
+
+
+def command_registrars() -> list[tuple[str, Any]]:
+    """The command-line extensions: ``(name, register)`` per allowed ``normandy_core.commands``
+    entry point, ``register`` being the loaded callable or the :class:`PluginLoadError`
+    that stopped it (so the command line can report it and go on).
+    """
+    reg = _REG
+    out: list[tuple[str, Any]] = []
+    for name, candidates in sorted(reg.scan()[COMMAND_GROUP].items()):
+        if reg.excluded(name) is not None:
+            continue
+        ep = candidates[0]
+        try:
+            register = ep.load()
+        except Exception as exc:
+            err = PluginLoadError(f"{ep.describe()} failed to import: {type(exc).__name__}: {exc}")
+            err.__cause__ = exc
+            reg.command_status[name] = ("error", str(err))
+            out.append((name, err))
+            continue
+        if not callable(register):
+            err = PluginLoadError(f"{ep.describe()} is not callable (register(subparsers))")
+            reg.command_status[name] = ("error", str(err))
+            out.append((name, err))
+            continue
+        reg.command_status[name] = ("loaded", None)
+        out.append((name, register))
+    return out
+
+
+def mark_command_failed(name: str, error: str) -> None:
+    """Record that command extension ``name`` failed while registering (for listings)."""
+    _REG.command_status[name] = ("error", error)

@@ -9,7 +9,7 @@ from tests.cli.conftest import run_cli
 
 
 def _install_fake_dist(
-    root: Path, dist: str, group: str, name: str, module: str, body: str
+    root: Path, dist: str, group: str, name: str, module: str, body: str, attr: str = ""
 ) -> None:
     """A really discoverable distribution: a module and its .dist-info on PYTHONPATH."""
     (root / f"{module}.py").write_text(body, encoding="utf-8")
@@ -18,7 +18,8 @@ def _install_fake_dist(
     (info / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.0.1\n", encoding="utf-8"
     )
-    (info / "entry_points.txt").write_text(f"[{group}]\n{name} = {module}\n", encoding="utf-8")
+    value = f"{module}:{attr}" if attr else module
+    (info / "entry_points.txt").write_text(f"[{group}]\n{name} = {value}\n", encoding="utf-8")
 
 
 def test_plugins_table_and_json() -> None:
@@ -59,20 +60,39 @@ def test_broken_plugin_is_listed_and_named(tmp_path: Path) -> None:
 
 
 def test_cli_extension_registered_and_isolated(tmp_path: Path) -> None:
-    (tmp_path / "normandy_archive.py").write_text(
-        "def register_cli(subparsers):\n"
-        "    p = subparsers.add_parser('archive', help='archived entries')\n"
-        "    p.set_defaults(func=lambda args: print('archive ok') or 0)\n",
-        encoding="utf-8",
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.mkdir()
+    _install_fake_dist(
+        good,
+        "normandy-hello",
+        "normandy_core.commands",
+        "hello",
+        "normandy_hello_cli",
+        "def register(subparsers):\n"
+        "    p = subparsers.add_parser('hello', help='say hello')\n"
+        "    p.set_defaults(func=lambda args: print('hello ok') or 0)\n",
+        attr="register",
     )
-    r = run_cli("archive", env={"PYTHONPATH": str(tmp_path)})
-    assert r.code == 0 and r.out.strip() == "archive ok", r
-    (tmp_path / "normandy_archive.py").write_text(
-        "def register_cli(subparsers):\n    raise RuntimeError('boom')\n", encoding="utf-8"
+    r = run_cli("hello", env={"PYTHONPATH": str(good)})
+    assert r.code == 0 and r.out.strip() == "hello ok", r
+    r = run_cli("hello", env={"PYTHONPATH": str(good), "NORMANDY_DISABLE_PLUGINS": "hello"})
+    assert r.code == 2 and "invalid choice" in r.err, r
+    _install_fake_dist(
+        bad,
+        "normandy-hello",
+        "normandy_core.commands",
+        "hello",
+        "normandy_hello_cli",
+        "def register(subparsers):\n    raise RuntimeError('boom')\n",
+        attr="register",
     )
-    r = run_cli("plugins", env={"PYTHONPATH": str(tmp_path)})
+    r = run_cli("plugins", "--json", env={"PYTHONPATH": str(bad)})
     assert r.code == 0, r
-    assert "normandy_archive" in r.err and "boom" in r.err
+    assert "command extension 'hello' failed to register" in r.err and "boom" in r.err
+    rows = {(row["kind"], row["name"]): row for row in json.loads(r.out)}
+    assert rows[("command", "hello")]["status"] == "error"
+    assert rows[("compactor", "window_manager")]["status"] == "loaded"  # the others still work
 
 
 def test_no_command_and_bad_command() -> None:
