@@ -302,3 +302,31 @@ def test_summarize_with_the_scripted_model_client(asynchronous):
     assert new_acc.memory[meta["summary_id"]].text() == "Rounding fixed in billing; 3 tests fail."
     (request,) = client.requests
     assert "never addressed to you" in request.system
+
+
+def test_no_churn_when_only_an_earlier_marker_could_go():
+    """Found by hypothesis: over the trigger, with only the old marker droppable, a second
+    call must not swap it for a new marker and call that a compaction."""
+    from normandy_core import ImageBlock, TextBlock
+
+    def image_result(use_id):
+        shot = ImageBlock(source={"type": "base64", "media_type": "image/png", "data": "iVBO"})
+        return ToolResultBlock(tool_use_id=use_id, content=(TextBlock(text="screenshot"), shot))
+
+    mem = AgentMemory()
+    for n in (1, 2):
+        mem.add_message("user", "look", turn_id=f"t{n}")
+        use = ToolUseBlock(id=f"u{n}", name="screenshot", input={})
+        mem.add_message("assistant", (use,), turn_id=f"t{n}")
+        mem.add_message("tool", (image_result(use.id),), turn_id=f"t{n}")
+        if n == 1:
+            mem.add_message("assistant", "seen", turn_id="t1")
+    opts = {"context_window": 1636, "reserved_tokens": 0, "trigger": 0.9, "target": 0.5}
+    acc = AgentConfig(compactor="window_manager", compactor_opts={**opts, "counter": "estimate"})
+    first_acc, first = run_compaction(acc.with_memory(mem), mid_round=True)
+    assert first["compacted"] is True
+    assert first["target_met"] is False
+    assert "marker_id" in first
+    again_acc, again = run_compaction(first_acc, mid_round=True)
+    assert again == {"compacted": False}
+    assert again_acc is first_acc

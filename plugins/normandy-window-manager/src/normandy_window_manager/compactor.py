@@ -190,6 +190,13 @@ def _compact(
         break
 
     dropped_idx = [i for i, k in enumerate(keep) if not k]
+    if dropped_idx and all(_made_here(entries[i]) for i in dropped_idx):
+        # Dropping only an earlier marker or summary would put a new one in its place:
+        # churn, not compaction. Keep them; shortening below may still be needed.
+        for i in dropped_idx:
+            keep[i] = True
+            total += sizes[i]
+        dropped_idx = []
     if o.strategy == "summarize" and dropped_idx:
         try:
             summary = make_summary(acc, [entries[i] for i in dropped_idx], o, counter)
@@ -236,6 +243,11 @@ def _compact(
         return acc, {"compacted": False}
 
     return _commit(acc, ctx, o, counter, plan, before, goal, usable)
+
+
+def _made_here(entry: Entry) -> bool:
+    """Whether ``entry`` is a marker or summary this compactor inserted earlier."""
+    return bool(entry.metadata.get(MARKER_KEY) or entry.metadata.get(SUMMARY_KEY))
 
 
 def _recent_turns(entries: Sequence[Entry], n: int) -> set[str | None]:
