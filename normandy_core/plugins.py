@@ -89,7 +89,14 @@ class _EP:
     version: str
 
     def load(self) -> Any:
-        return md.EntryPoint(self.name, self.value, self.group).load()
+        """Import the entry point's object; any failure is a :class:`PluginLoadError`
+        naming the entry point, group, distribution and version, the cause chained."""
+        try:
+            return md.EntryPoint(self.name, self.value, self.group).load()
+        except Exception as exc:
+            raise PluginLoadError(
+                f"{self.describe()} failed to import: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def describe(self) -> str:
         kind = {HOOK_GROUP: "hook plugin", COMMAND_GROUP: "command"}.get(self.group, "compactor")
@@ -382,13 +389,7 @@ def resolve_compactor(name: str) -> Compactor:
         if why is not None:
             raise PluginDisabledError(f"{ep.describe()} is {why}")
         try:
-            try:
-                obj = ep.load()
-            except Exception as exc:
-                raise PluginLoadError(
-                    f"{ep.describe()} failed to import: {type(exc).__name__}: {exc}"
-                ) from exc
-            comp = _make_compactor(name, obj, ep.dist, ep.version, ep.value, ep.describe())
+            comp = _make_compactor(name, ep.load(), ep.dist, ep.version, ep.value, ep.describe())
         except PluginLoadError as err:
             log.error("%s", err)
             reg.failed[name] = err
@@ -452,13 +453,7 @@ def hook_manager() -> pluggy.PluginManager:
                 reg.hook_status[name] = ("disabled", why)
                 continue
             try:
-                try:
-                    loaded = ep.load()
-                except Exception as exc:
-                    raise PluginLoadError(
-                        f"{ep.describe()} failed to import: {type(exc).__name__}: {exc}"
-                    ) from exc
-                obj = _instantiate(loaded, ep.describe())
+                obj = _instantiate(ep.load(), ep.describe())
                 _register_checked(pm, obj, f"{HOOK_GROUP}:{name}", ep.describe())
             except PluginLoadError as err:
                 log.error("%s", err)
@@ -572,16 +567,14 @@ def command_registrars() -> list[tuple[str, Any]]:
         ep = candidates[0]
         try:
             register = ep.load()
-        except Exception as exc:
-            err = PluginLoadError(f"{ep.describe()} failed to import: {type(exc).__name__}: {exc}")
-            err.__cause__ = exc
+        except PluginLoadError as err:
             reg.command_status[name] = ("error", str(err))
             out.append((name, err))
             continue
         if not callable(register):
-            err = PluginLoadError(f"{ep.describe()} is not callable (register(subparsers))")
-            reg.command_status[name] = ("error", str(err))
-            out.append((name, err))
+            refused = PluginLoadError(f"{ep.describe()} is not callable (register(subparsers))")
+            reg.command_status[name] = ("error", str(refused))
+            out.append((name, refused))
             continue
         reg.command_status[name] = ("loaded", None)
         out.append((name, register))
