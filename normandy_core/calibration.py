@@ -50,6 +50,9 @@ class Calibration:
         self.floor = floor
         self._ratios: dict[tuple[str, str], deque[float]] = {}
         self._seen: dict[tuple[str, str], int] = {}
+        # The factor of each key, recomputed when evidence arrives, so reading it (once per
+        # counted entry on a compaction) is a dict look-up without the lock.
+        self._factors: dict[tuple[str, str], float] = {}
         self._lock = threading.Lock()
 
     def observe(self, model: str, counter: str, estimated: int, reported: int) -> float:
@@ -64,18 +67,15 @@ class Calibration:
                 ratios = self._ratios.setdefault(key, deque(maxlen=self.window))
                 ratios.append(reported / estimated)
                 self._seen[key] = self._seen.get(key, 0) + 1
+                top = max(ratios)
+                self._factors[key] = max(self.floor, math.ceil(top * 100 - 1e-9) / 100)
         return self.factor(model, counter)
 
     def factor(self, model: str | None, counter: str) -> float:
         """The correction factor of ``counter``'s counts for ``model`` (1.0 without evidence)."""
         if model is None:
             return 1.0
-        with self._lock:
-            ratios = self._ratios.get((model, counter))
-            if not ratios:
-                return 1.0
-            top = max(ratios)
-        return max(self.floor, math.ceil(top * 100 - 1e-9) / 100)
+        return self._factors.get((model, counter), 1.0)
 
     def snapshot(self, model: str | None, counter: str) -> dict[str, Any]:
         """What the factor rests on, for meta and events (JSON-ready)."""
@@ -97,10 +97,12 @@ class Calibration:
             if model is None:
                 self._ratios.clear()
                 self._seen.clear()
+                self._factors.clear()
             else:
                 for key in [k for k in self._ratios if k[0] == model]:
                     del self._ratios[key]
                     self._seen.pop(key, None)
+                    self._factors.pop(key, None)
 
 
 _DEFAULT = Calibration()

