@@ -31,6 +31,7 @@ from normandy_core.clients.base import (
     ToolChoice,
     Usage,
     as_entries,
+    sdk_options,
     thinking_plan,
 )
 from normandy_core.formats import TranscriptError, from_anthropic, to_anthropic
@@ -156,13 +157,9 @@ class AnthropicClient:
     ) -> None:
         self._sdk = _import_sdk()
         self.model = model
-        self._options: dict[str, Any] = {"max_retries": max_retries}
-        if api_key is not None:
-            self._options["api_key"] = api_key
-        if base_url is not None:
-            self._options["base_url"] = base_url
-        if timeout is not None:
-            self._options["timeout"] = timeout
+        self._options = sdk_options(
+            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+        )
         self._client = client
         self._async_client = async_client
 

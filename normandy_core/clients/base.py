@@ -16,6 +16,7 @@ from normandy_core.memory import (
 )
 
 __all__ = [
+    "sdk_options",
     "AsyncModelClient",
     "ModelClient",
     "ModelClientError",
@@ -208,3 +209,17 @@ async def acomplete_text(
     """The asynchronous form of :func:`complete_text`."""
     reply = await client.acomplete(system, prompt, max_tokens=max_tokens, model=model)
     return reply.text
+
+
+def sdk_options(
+    *, api_key: str | None, base_url: str | None, max_retries: int, timeout: float | None
+) -> dict[str, Any]:
+    """The keyword arguments for a provider SDK's client: only the ones that were given."""
+    options: dict[str, Any] = {"max_retries": max_retries}
+    if api_key is not None:
+        options["api_key"] = api_key
+    if base_url is not None:
+        options["base_url"] = base_url
+    if timeout is not None:
+        options["timeout"] = timeout
+    return options

@@ -14,7 +14,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from normandy_core.clients.base import ModelClientError, ModelReply, ToolChoice, Usage, as_entries
+from normandy_core.clients.base import (
+    ModelClientError,
+    ModelReply,
+    ToolChoice,
+    Usage,
+    as_entries,
+    sdk_options,
+)
 from normandy_core.formats import to_openai
 from normandy_core.memory import Block, Entry, TextBlock, ToolUseBlock
 
@@ -131,13 +138,9 @@ class OpenAIClient:
         self._sdk = _import_sdk()
         self.model = model
         self.reasoning_effort = reasoning_effort
-        self._options: dict[str, Any] = {"max_retries": max_retries}
-        if api_key is not None:
-            self._options["api_key"] = api_key
-        if base_url is not None:
-            self._options["base_url"] = base_url
-        if timeout is not None:
-            self._options["timeout"] = timeout
+        self._options = sdk_options(
+            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
+        )
         self._client = client
         self._async_client = async_client
 
