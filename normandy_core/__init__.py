@@ -52,6 +52,7 @@ _LAZY: dict[str, str] = {
     "default_catalog": "catalog",
     # options
     "CompactorOptions": "options",
+    "CounterSpec": "options",
     "validate_options": "options",
     "parse_options": "options",
     # config and boundary
@@ -102,6 +103,7 @@ __all__ = [
     "CompactionTimeoutError",
     "Compactor",
     "CompactorOptions",
+    "CounterSpec",
     "Content",
     "DocumentBlock",
     "Entry",
@@ -208,7 +210,12 @@ if TYPE_CHECKING:
         drop_thinking,
         new_id,
     )
-    from normandy_core.options import CompactorOptions, parse_options, validate_options
+    from normandy_core.options import (
+        CompactorOptions,
+        CounterSpec,
+        parse_options,
+        validate_options,
+    )
     from normandy_core.plugins import (
         COMPACTOR_GROUP,
         HOOK_GROUP,

@@ -5,15 +5,26 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from normandy_core.errors import OptionsError
+from normandy_core.tokens import get_counter
 
-__all__ = ["CompactorOptions", "parse_options", "validate_options"]
+__all__ = ["CompactorOptions", "CounterSpec", "parse_options", "validate_options"]
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def _known_counter(spec: str) -> str:
+    get_counter(spec)  # raises ValueError naming the known choices
+    return spec
+
+
+#: A compactor option naming a token counter (``estimate``, ``conservative``, a tiktoken
+#: encoding or model name), refused at config time when :func:`get_counter` refuses it.
+CounterSpec = Annotated[str, AfterValidator(_known_counter)]
 
 
 class CompactorOptions(BaseModel):

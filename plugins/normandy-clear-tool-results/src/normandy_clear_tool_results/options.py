@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from normandy_core import CompactorOptions, get_counter
+from normandy_core import CompactorOptions, CounterSpec
 
 __all__ = ["DEFAULT_PLACEHOLDER", "DEFAULT_TRIGGER_TOKENS", "ClearToolResultsOptions"]
 
@@ -38,16 +38,9 @@ class ClearToolResultsOptions(CompactorOptions):
     """Tool names whose uses and results are never touched."""
     placeholder: str = Field(default=DEFAULT_PLACEHOLDER, min_length=1, max_length=2000)
     """The text a cleared tool result is replaced by."""
-    counter: str | None = None
+    counter: CounterSpec | None = None
     """``estimate``, ``conservative``, a tiktoken encoding or model name. Default: exact
     where tiktoken knows the model's encoding, else ``conservative``."""
-
-    @field_validator("counter")
-    @classmethod
-    def _known_counter(cls, value: str | None) -> str | None:
-        if value is not None:
-            get_counter(value)  # raises ValueError naming the known choices
-        return value
 
     @field_validator("exclude_tools", mode="before")
     @classmethod

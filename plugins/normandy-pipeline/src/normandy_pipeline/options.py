@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from normandy_core import CompactorOptions, get_counter
+from normandy_core import CompactorOptions, CounterSpec
 
 __all__ = ["PipelineOptions", "Step"]
 
@@ -27,13 +27,6 @@ class PipelineOptions(CompactorOptions):
     """The compactors to run, in order."""
     context_window: int | None = Field(default=None, gt=0)
     """Pins the window given to steps that need one and pin none; otherwise the catalog's."""
-    counter: str | None = None
+    counter: CounterSpec | None = None
     """Counter of the pipeline's own ``tokens_before``/``tokens_after`` and of its mid-round
     check. Default: exact where tiktoken knows the model's encoding, else ``conservative``."""
-
-    @field_validator("counter")
-    @classmethod
-    def _known_counter(cls, value: str | None) -> str | None:
-        if value is not None:
-            get_counter(value)
-        return value

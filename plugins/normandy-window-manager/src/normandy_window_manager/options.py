@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from normandy_core import CompactorOptions, get_counter
+from normandy_core import CompactorOptions, CounterSpec
 
 __all__ = ["WindowManagerOptions"]
 
@@ -34,7 +34,7 @@ class WindowManagerOptions(CompactorOptions):
     """Fraction of the usable window to compact down to (at most ``trigger``)."""
     keep_last_turns: int | None = Field(default=None, ge=1)
     """``sliding_window`` only: how many of the newest turns to keep (default 3)."""
-    counter: str | None = None
+    counter: CounterSpec | None = None
     """``estimate``, ``conservative``, a tiktoken encoding or model name. Default: exact
     where tiktoken knows the model's encoding, else ``conservative`` (3 chars per token)."""
     summarizer: Literal["auto", "extractive", "model"] = "auto"
@@ -44,13 +44,6 @@ class WindowManagerOptions(CompactorOptions):
     """``summarize`` only: the most tokens a summary may take; a longer one is refused."""
     summary_timeout: float = Field(default=60.0, gt=0)
     """``summarize`` only: seconds to wait for a model summary before giving up."""
-
-    @field_validator("counter")
-    @classmethod
-    def _known_counter(cls, value: str | None) -> str | None:
-        if value is not None:
-            get_counter(value)  # raises ValueError naming the known choices
-        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> WindowManagerOptions:
