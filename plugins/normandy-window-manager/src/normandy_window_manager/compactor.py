@@ -210,7 +210,7 @@ def _compact(
     if nothing_to_do and not any(e.has_thinking for e in entries):
         return acc, {"compacted": False}
 
-    return _commit(acc, ctx, o, counter, plan, before, goal, usable)
+    return _commit(acc, ctx, o, counter, plan, before, goal)
 
 
 def _made_here(entry: Entry) -> bool:
@@ -358,7 +358,6 @@ def _commit(
     plan: _Plan,
     before: int,
     goal: int,
-    usable: int,
 ) -> tuple[AgentConfig, dict[str, Any]]:
     memory = acc.memory
     kept: list[Entry] = []
