@@ -57,8 +57,8 @@ _LAZY: dict[str, str] = {
     "parse_options": "options",
     # config, the contract seam and the boundary
     "AgentConfig": "config",
-    "Prepared": "prepare",
-    "prepare": "prepare",
+    "Prepared": "preparation",
+    "prepare": "preparation",
     "CompactionContext": "contract",
     "CompactionMeta": "contract",
     "CompactionResult": "contract",
@@ -264,7 +264,7 @@ if TYPE_CHECKING:
         unregister_compactor,
         unregister_hook,
     )
-    from normandy_core.prepare import Prepared, prepare
+    from normandy_core.preparation import Prepared, prepare
     from normandy_core.structure import (
         carries_results,
         group_units,

@@ -239,9 +239,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     from normandy_core.plugins import list_plugins
 
     rows = list_plugins(load=True)
+    status = EXIT_PLUGIN if any(r.failed for r in rows) else EXIT_OK
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
-        return EXIT_OK
+        return status
     if not rows:
         print("no Normandy plugins installed")
         return EXIT_OK
@@ -249,12 +250,15 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
     table = [[r.kind, r.name, r.distribution, r.version, r.module, r.status] for r in rows]
     print(format_table(table, ["KIND", "NAME", "DISTRIBUTION", "VERSION", "MODULE", "STATUS"]))
-    errors = [r for r in rows if r.error]
-    if errors:
+    # One line per distinct problem (a conflict is one problem however many rows show it).
+    problems = dict.fromkeys(
+        f"{r.kind} {r.name!r} ({r.status}): {r.error}" for r in rows if r.error
+    )
+    if problems:
         print()
-        for r in errors:
-            print(f"{r.kind} {r.name!r} ({r.status}): {r.error}")
-    return EXIT_OK
+        for line in problems:
+            print(line)
+    return status
 
 
 # -- compact ------------------------------------------------------------------------

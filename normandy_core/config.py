@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_core.catalog import ModelCatalog, default_catalog
 from normandy_core.memory import AgentMemory, new_id
-from normandy_core.prepare import CONFIG_HINT, Prepared, prepare, whole_positive
+from normandy_core.preparation import CONFIG_HINT, Prepared, prepare, whole_positive
 
 if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
@@ -64,6 +64,7 @@ class AgentConfig:
     _validate: dataclasses.InitVar[bool] = True
     _hint: dataclasses.InitVar[str] = CONFIG_HINT
     _prepared: list[Prepared] = field(default_factory=list, repr=False)
+    _windows: dict[str, int] = field(default_factory=dict, repr=False)
     _prompt_tokens: list[int] = field(default_factory=list, repr=False)
 
     def __post_init__(self, _entry: str, _validate: bool, _hint: str) -> None:
@@ -94,6 +95,7 @@ class AgentConfig:
             prompt_tokens=self.prompt_tokens,
             calibration=self.calibration,
             hint=hint,
+            memo=self._windows,
         )
 
     @property
@@ -129,6 +131,8 @@ class AgentConfig:
     ) -> AgentConfig:
         """A copy with ``changes``; the compactor is prepared again under ``entry``."""
         changes["_prepared"] = []
+        if "model" in changes or "catalog" in changes:
+            changes["_windows"] = {}
         if any(k in changes for k in ("system_prompt", "tools")):
             changes["_prompt_tokens"] = []
         return dataclasses.replace(self, _entry=entry, **changes)

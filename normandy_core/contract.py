@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from normandy_core.calibration import CalibratedCounter, Calibration
     from normandy_core.config import AgentConfig
     from normandy_core.memory import AgentMemory
-    from normandy_core.prepare import Prepared
+    from normandy_core.preparation import Prepared
 
 __all__ = [
     "CompactionContext",
@@ -77,24 +77,32 @@ class CompactionContext:
 
 
 def build_context(
-    prepared: Prepared,
+    source: AgentConfig | Prepared,
     *,
-    model: str | None,
-    prompt_tokens: int,
     mid_round: bool,
     turn_id: str | None = None,
+    model: str | None = None,
+    prompt_tokens: int | None = None,
     calibration: Calibration | None = None,
 ) -> CompactionContext:
-    """The ``ctx`` of one call of ``prepared``'s compactor (window and counter as prepared).
+    """The ``ctx`` of one call of a prepared compactor (window and counter as prepared).
 
-    ``prompt_tokens`` is given to the compactor only when it has a window (0 otherwise);
-    ``calibration`` overrides the prepared one (the turn shells pass their own).
+    ``source`` is a config (its prepared compactor, model and prompt tokens are used) or
+    a :class:`~normandy_core.Prepared` (then give ``model`` and ``prompt_tokens``; a
+    pipeline does for its steps). ``prompt_tokens`` reach the compactor only when it has
+    a window (0 otherwise); ``calibration`` overrides the prepared one (the turn shells
+    pass their own).
     """
+    prepared: Prepared = getattr(source, "prepared", source)  # type: ignore[arg-type]
+    if prepared is not source:  # an AgentConfig
+        acc: Any = source
+        model = acc.model if model is None else model
+        prompt_tokens = acc.prompt_tokens if prompt_tokens is None else prompt_tokens
     window = prepared.window
     return CompactionContext(
         model=model,
         window=window,
-        prompt_tokens=prompt_tokens if window is not None else 0,
+        prompt_tokens=(prompt_tokens or 0) if window is not None else 0,
         mid_round=mid_round,
         turn_id=turn_id,
         counter=prepared.counter_for(model, calibration),
@@ -212,6 +220,10 @@ class CompactionResult(NamedTuple):
         return self.meta.error
 
 
+#: The skip path's meta, shared (it is read-only).
+_SKIP = CompactionMeta({"compacted": False})
+
+
 class ContractViolation(NormandyError):
     """A compactor's result breaks the contract; the message names the compactor and rule."""
 
@@ -246,7 +258,7 @@ def check_compaction(
         dict)``; no boolean ``compacted``; an ``error`` that is not text or comes with
         ``compacted`` true; a changed model, system prompt, tools, compactor or options; on
         the skip and error paths, ``dropped`` entries (the caller's ``acc`` is the result
-        there, whatever came back); token figures that
+        there, whatever came back, and an empty ``dropped`` is removed); token figures that
         are not non-negative ints; ``dropped`` that is not a list of entries of the input's
         active branch, once each, oldest first, equal to the originals; an entry listed in
         ``dropped`` that was kept unchanged; an entry that left the active branch or was
@@ -254,6 +266,14 @@ def check_compaction(
         tool use or result separated from its partner; a kept history that starts with an
         assistant message; thinking kept by a mid-round compaction.
     """
+    if (
+        type(result) is tuple
+        and len(result) == 2
+        and result[0] is acc
+        and type(result[1]) is dict
+        and result[1] == _SKIP
+    ):
+        return CompactionResult(acc, _SKIP)  # the common skip path, nothing to check
     from normandy_core.config import AgentConfig
 
     who = _describe(compactor)
@@ -288,9 +308,9 @@ def check_compaction(
     if not meta["compacted"]:
         if dropped:
             refuse("reported dropped entries with compacted=False")
+        meta.pop("dropped", None)  # an empty list says the same as no key
         # Nothing was compacted, so whatever memory came back is ignored: the caller's
         # acc is the result and nothing can be lost.
-        meta.pop("dropped", None)
         return CompactionResult(acc, CompactionMeta(meta))
 
     old = acc.memory.entries()
@@ -299,13 +319,13 @@ def check_compaction(
     _check_dropped(refuse, old, new, listed)
     if not pairing_problems(old) and (problems := pairing_problems(new)):
         refuse("separated a tool use from its result: " + "; ".join(problems[:3]))
+    if ctx.mid_round and (thinking := [e.id for e in new if e.has_thinking]):
+        refuse(f"compacted mid-round but kept thinking blocks (entries {thinking[:3]})")
     if _starts_with_assistant(new) and not _starts_with_assistant(old):
         refuse(
             "left a kept history that starts with an assistant message, which providers "
             "refuse; insert a user marker before it"
         )
-    if ctx.mid_round and (thinking := [e.id for e in new if e.has_thinking]):
-        refuse(f"compacted mid-round but kept thinking blocks (entries {thinking[:3]})")
     meta["dropped"] = listed
     return CompactionResult(new_acc, CompactionMeta(meta))
 

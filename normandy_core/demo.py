@@ -248,7 +248,7 @@ def replay(
     """
     from normandy_core.clients.scripted import ScriptedClient
     from normandy_core.config import AgentConfig
-    from normandy_core.prepare import pin_if_needed
+    from normandy_core.preparation import pin_if_needed
     from normandy_core.turn import run_turn
 
     options = dict(opts or {})

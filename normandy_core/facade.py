@@ -291,7 +291,7 @@ def prepare_config(
     when it contradicts a pinned one). ``entry`` and ``hint`` phrase the errors for the
     caller (the ``normandy`` command passes its own).
     """
-    from normandy_core.prepare import CONFIG_HINT, pin_if_needed
+    from normandy_core.preparation import CONFIG_HINT, pin_if_needed
 
     if opts is not None and not isinstance(opts, Mapping):
         raise OptionsError(

@@ -3,10 +3,11 @@
 A plugin that calls ``sys.exit()`` or ``argparse``'s ``parse_args()`` at import, or raises
 ``KeyboardInterrupt`` from a hook, must not take the agent down: :func:`call_plugin` turns
 every ``BaseException`` of plugin code into a :class:`PluginFault` (an ``Exception``),
-except a genuine Ctrl-C of the user's own process. On the main thread a SIGINT that
-arrives during the call is seen by a temporary signal handler, so a ``KeyboardInterrupt``
-is let through only when the user really pressed Ctrl-C; on other threads signals never
-arrive, so a ``KeyboardInterrupt`` there always comes from the plugin.
+except a genuine Ctrl-C of the user's own process. On the main thread SIGINTs are counted
+by a wrapper around the application's own handler (installed once), so a
+``KeyboardInterrupt`` is let through only when a SIGINT arrived during the call; on other
+threads signals never arrive, so a ``KeyboardInterrupt`` there always comes from the
+plugin.
 
 Work abandoned after a time limit (``compaction_timeout``) keeps running in its daemon
 thread; :func:`start_bounded` caps how many such threads may be alive at once
@@ -15,7 +16,7 @@ thread; :func:`start_bounded` caps how many such threads may be alive at once
 
 from __future__ import annotations
 
-import signal
+import _signal  # type: ignore[import-not-found]
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -43,52 +44,58 @@ class AbandonedLimitError(RuntimeError):
     """:data:`MAX_ABANDONED` abandoned plugin threads are still running."""
 
 
-class _Watch:
-    __slots__ = ("hit",)
+_MAIN = threading.main_thread().ident
+#: SIGINTs seen by the process since the watch was installed (see :func:`_watch`).
+_sigints = 0
 
-    def __init__(self) -> None:
-        self.hit = False
+
+def _noting(previous: Any) -> Any:
+    """A SIGINT handler that counts the signal, then does what ``previous`` did."""
+
+    def noted(signum: int, frame: Any) -> Any:
+        global _sigints
+        _sigints += 1
+        return previous(signum, frame)
+
+    noted.__normandy_noted__ = True  # type: ignore[attr-defined]
+    return noted
+
+
+def _watch() -> bool:
+    """Make sure SIGINTs are counted; whether they can be (main thread, Python handler).
+
+    The handler in place is wrapped once (and again only when the application installs
+    another), so the hot path costs one C-level ``getsignal``, no system call. The wrapper
+    calls the application's handler unchanged.
+    """
+    if threading.get_ident() != _MAIN:
+        return False
+    try:
+        current = _signal.getsignal(_signal.SIGINT)
+        if getattr(current, "__normandy_noted__", False):
+            return True
+        if not callable(current):
+            return False  # SIG_IGN or SIG_DFL: a Ctrl-C never becomes KeyboardInterrupt
+        _signal.signal(_signal.SIGINT, _noting(current))
+    except (ValueError, OSError):  # pragma: no cover - no signal support here
+        return False
+    return True
 
 
 def call_plugin(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``, with any non-``Exception`` it raises turned into a
     :class:`PluginFault` naming it, unless it is the user's own Ctrl-C.
     """
-    watch = _Watch()
-    previous = _install(watch)
+    watched = _watch()
+    seen = _sigints
     try:
         return fn(*args, **kwargs)
     except Exception:
         raise
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt) and watch.hit:
-            raise
+        if isinstance(exc, KeyboardInterrupt) and (not watched or _sigints != seen):
+            raise  # a real Ctrl-C (or one we cannot tell from it)
         raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-
-
-def _install(watch: _Watch) -> Any:
-    """Note SIGINTs in ``watch`` (then act as before); the handler to restore, or None."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    try:
-        previous = signal.getsignal(signal.SIGINT)
-    except (ValueError, OSError):  # pragma: no cover - no signal support here
-        return None
-    if not callable(previous):
-        return None  # SIG_IGN or SIG_DFL: a Ctrl-C never becomes KeyboardInterrupt
-
-    def noted(signum: int, frame: Any) -> Any:
-        watch.hit = True
-        return previous(signum, frame)
-
-    try:
-        signal.signal(signal.SIGINT, noted)
-    except (ValueError, OSError):  # pragma: no cover
-        return None
-    return previous
 
 
 _lock = threading.Lock()

@@ -222,6 +222,11 @@ class Compactor:
         or it fails (a failure is logged)."""
         if not self.has_needs_window:
             return True
+        if self._model is not None and not isinstance(opts, self._model):
+            try:
+                opts = self.parse_options(opts, f"{self.name}.needs_window()")
+            except OptionsError:
+                return True  # refused where the config is made
         try:
             result = call_plugin(self._pm.hook.needs_window, opts=opts)
         except Exception as exc:

@@ -169,7 +169,7 @@ def _config(
 ) -> AgentConfig:
     """A config of compactor ``name`` holding ``memory``, its window pinned to ``window``
     when it sizes against one and ``opts`` pin none."""
-    from normandy_core.prepare import pin_if_needed
+    from normandy_core.preparation import pin_if_needed
 
     options = dict(opts)
     if "context_window" not in options:

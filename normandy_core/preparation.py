@@ -74,12 +74,12 @@ class Prepared:
         The base counter is resolved on first use, so a compactor that never counts (the
         default ``noop``) never loads a tokenizer.
         """
-        from normandy_core.calibration import CalibratedCounter
-
         cal = calibration or self.calibration
         key = (model, id(cal))
         hit = self._counters.get(key)
         if hit is None or (cal is not None and hit.calibration is not cal):
+            from normandy_core.calibration import CalibratedCounter
+
             hit = CalibratedCounter(self.counter_spec, model, cal)
             self._counters[key] = hit
         return hit
@@ -135,6 +135,7 @@ def _window(
     catalog: ModelCatalog | None,
     fallback: int | None,
     hint: str,
+    memo: dict[str, int] | None,
 ) -> int:
     pinned = raw.get("context_window")
     if pinned is not None:
@@ -150,13 +151,21 @@ def _window(
         return window
     if fallback is not None:
         return fallback
-    if catalog is None or model is None:
+    if model is None:
+        raise WindowUnknownError(
+            f"{entry}: compactor {name!r} sizes against the model's context window, but the "
+            f"config names no model; set model=... or {hint}"
+        )
+    if catalog is None:
         raise WindowUnknownError(
             f"{entry}: compactor {name!r} sizes against the model's context window, but "
-            f"{'no model was named' if model is None else 'there is no model catalog'}; "
-            f"{hint}"
+            f"there is no model catalog; {hint}"
         )
+    if memo is not None and model in memo:
+        return memo[model]
     window = catalog.window(model)
+    if window is not None and memo is not None:
+        memo[model] = window
     if window is None:
         raise WindowUnknownError(
             f"{entry}: compactor {name!r} needs the context window of model {model!r}, which "
@@ -183,6 +192,7 @@ def prepare(
     prompt_tokens: int = 0,
     calibration: Calibration | None = None,
     hint: str = CONFIG_HINT,
+    memo: dict[str, int] | None = None,
 ) -> Prepared:
     """Resolve compactor ``compactor``, validate ``opts`` once, and fix its window and counter.
 
@@ -193,6 +203,8 @@ def prepare(
     :param prompt_tokens: the system prompt and tool definitions' estimate; a window they
         fill alone is refused.
     :param hint: how to pin a window, in the caller's vocabulary, for the error message.
+    :param memo: catalog windows already resolved, per model (filled here): an agent's
+        copies share one, so the catalog is asked once per agent and model.
     :raises OptionsError: bad options, or a window the options make unusable.
     :raises WindowUnknownError: the compactor needs a window and none can be found.
     :raises normandy_core.PluginError: the compactor is unknown, disabled or broken.
@@ -212,7 +224,14 @@ def prepare(
     resolved: int | None = None
     if comp.needs_window(options):
         resolved = _window(
-            compactor, raw, entry=entry, model=model, catalog=catalog, fallback=window, hint=hint
+            compactor,
+            raw,
+            entry=entry,
+            model=model,
+            catalog=catalog,
+            fallback=window,
+            hint=hint,
+            memo=memo,
         )
         if prompt_tokens >= resolved:
             raise OptionsError(
