@@ -10,8 +10,15 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from reliability_counts import (
+    BASE_EXCEPTIONS,
+    MUTATED_DROPPED,
+    READER_APPENDS,
+    READER_THREADS,
+    SEAM_VERDICTS,
+)
 
 from normandy_core import (
     AgentConfig,
@@ -105,6 +112,7 @@ _ACTIONS = st.lists(
 )
 
 
+@settings(max_examples=SEAM_VERDICTS)
 @given(actions=_ACTIONS, compacted=st.booleans(), reorder=st.booleans())
 def test_kit_and_boundary_give_the_same_verdict(actions, compacted, reorder):
     """Over generated results, the kit fails exactly when the boundary takes the error path,
@@ -179,17 +187,17 @@ def test_a_hook_cannot_change_what_the_next_hook_receives():
 
     def drop(acc, ctx, opts):
         entries = acc.memory.entries()
-        return acc.with_memory(acc.memory.derive(entries[80:])), {
+        return acc.with_memory(acc.memory.derive(entries[MUTATED_DROPPED:])), {
             "compacted": True,
-            "dropped": entries[:80],
+            "dropped": entries[:MUTATED_DROPPED],
         }
 
     register_compactor("probe", _Probe(drop), replace=True)
-    acc = AgentConfig(compactor="probe").with_memory(_memory(90))
+    acc = AgentConfig(compactor="probe").with_memory(_memory(MUTATED_DROPPED + 10))
     _, meta = run_compaction(acc, mid_round=False)
-    assert seen == [80]
+    assert seen == [MUTATED_DROPPED]
     assert isinstance(meta, CompactionMeta)
-    assert isinstance(meta["dropped"], tuple) and len(meta["dropped"]) == 80
+    assert isinstance(meta["dropped"], tuple) and len(meta["dropped"]) == MUTATED_DROPPED
     assert [e["hook"] for e in meta["hook_errors"]] == ["code:mutator"]
     with pytest.raises(TypeError, match="read-only"):
         meta["compacted"] = False  # type: ignore[index]
@@ -224,8 +232,14 @@ def test_hook_calls_go_through_pluggy_monitoring():
 # -- faults contained ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt("plugin"), GeneratorExit()])
-def test_base_exceptions_mid_compaction_are_contained_and_the_memory_restored(exc):
+@pytest.mark.parametrize("kind", BASE_EXCEPTIONS)
+def test_base_exceptions_mid_compaction_are_contained_and_the_memory_restored(kind):
+    exc = {
+        "SystemExit": SystemExit(3),
+        "KeyboardInterrupt": KeyboardInterrupt("plugin"),
+        "GeneratorExit": GeneratorExit(),
+    }[kind]
+
     def bad(acc, ctx, opts):
         acc.memory.add_message("user", "appended before raising")
         raise exc
@@ -334,11 +348,11 @@ def test_token_totals_are_exact_under_concurrent_readers():
         while not stop.is_set():
             mem.tokens(counter)
 
-    threads = [threading.Thread(target=reader) for _ in range(4)]
+    threads = [threading.Thread(target=reader) for _ in range(READER_THREADS)]
     for t in threads:
         t.start()
     try:
-        for i in range(2000):
+        for i in range(READER_APPENDS):
             mem.add_message("user", f"message {i} " * (i % 5 + 1))
             if i % 3 == 0:
                 mem.tokens(counter)

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from reliability_counts import IMPORT_EXITS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -109,11 +110,9 @@ def test_a_bare_allow_list_name_never_reaches_into_another_group(seam_dists, tmp
     assert not log.exists()  # the hook named window_manager stayed out
 
 
-@pytest.mark.parametrize(
-    ("name", "kind"),
-    [("exits_at_import", "SystemExit"), ("interrupts_at_import", "KeyboardInterrupt")],
-)
-def test_base_exceptions_at_import_are_named_not_fatal(seam_dists, name, kind):
+@pytest.mark.parametrize("name", IMPORT_EXITS)
+def test_base_exceptions_at_import_are_named_not_fatal(seam_dists, name):
+    kind = {"exits_at_import": "SystemExit", "interrupts_at_import": "KeyboardInterrupt"}[name]
     r = seam_dists.run(
         f"""
         import sys
