@@ -54,7 +54,6 @@ _LAZY: dict[str, str] = {
     "CompactorOptions": "options",
     "CounterSpec": "options",
     "validate_options": "options",
-    "parse_options": "options",
     # config, the contract seam and the boundary
     "AgentConfig": "config",
     "Prepared": "preparation",
@@ -169,7 +168,6 @@ __all__ = [
     "list_plugins",
     "new_id",
     "pairing_problems",
-    "parse_options",
     "prepare",
     "register_compactor",
     "register_hook",
@@ -247,7 +245,6 @@ if TYPE_CHECKING:
     from normandy_core.options import (
         CompactorOptions,
         CounterSpec,
-        parse_options,
         validate_options,
     )
     from normandy_core.plugins import (

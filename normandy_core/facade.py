@@ -253,7 +253,9 @@ def compact(
 
     ``messages`` is an OpenAI Chat Completions or Anthropic Messages list (dicts or SDK
     objects), a dict with ``messages`` (and ``system`` for Anthropic), or a Normandy memory
-    dump; ``format`` says which, or ``"auto"`` detects it. ``opts`` are the compactor's
+    dump; ``format`` says which, or ``"auto"`` detects it. ``compactor`` defaults to
+    ``window_manager`` (calling this means you want compaction; the default of
+    :class:`~normandy_core.AgentConfig` is ``noop``). ``opts`` are the compactor's
     options, validated before anything runs (errors name ``normandy_core.compact()``).
     ``window`` pins the context window (the ``context_window`` option) of a compactor
     that sizes against one; otherwise the model catalog gives the window of ``model``.

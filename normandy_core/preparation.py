@@ -209,17 +209,11 @@ def prepare(
     :raises WindowUnknownError: the compactor needs a window and none can be found.
     :raises normandy_core.PluginError: the compactor is unknown, disabled or broken.
     """
+    from normandy_core.options import options_mapping
     from normandy_core.plugins import resolve_compactor
 
     comp = resolve_compactor(compactor)
-    if opts is None:
-        opts = {}
-    if not isinstance(opts, Mapping):
-        raise OptionsError(
-            f"{entry}: compactor {compactor!r} options must be a mapping of option names to "
-            f"values, got {type(opts).__name__}"
-        )
-    raw = MappingProxyType(dict(opts))
+    raw = MappingProxyType(dict(options_mapping(opts, entry=entry, compactor=compactor)))
     options = comp.parse_options(raw, entry)
     resolved: int | None = None
     if comp.needs_window(options):
