@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks import core, peers
+from benchmarks import core, peers, seam
 from benchmarks.common import BUDGET, fmt_time, machine, median
 
 
@@ -30,6 +30,9 @@ class Mode:
     peer_messages: int
     peer_cap: float
     strides: dict[str, int] = field(default_factory=dict)
+    seam_sizes: list[int] = field(default_factory=lambda: [1_000])
+    turns: int = 4
+    flat_boundaries: int = 2_000
 
 
 _SLOW = (
@@ -51,6 +54,9 @@ QUICK = Mode(
     peer_messages=600,
     peer_cap=1.5,
     strides=dict.fromkeys(_SLOW, 8),
+    seam_sizes=[1_000],
+    turns=4,
+    flat_boundaries=1_000,
 )
 
 FULL = Mode(
@@ -70,6 +76,9 @@ FULL = Mode(
         "LangChain trim_messages, keep full (exact)": 50,
         "AutoGen TokenLimitedChatCompletionContext": 50,
     },
+    seam_sizes=[1_000, 10_000],
+    turns=20,
+    flat_boundaries=10_000,
 )
 
 
@@ -129,6 +138,64 @@ def run(mode: Mode, log: Any = print) -> str:
         + "\n\nThe sizes append different batches, so the last column (each size's ratio to "
         "its own floor, against the smallest size's) is the fairer flatness figure.\n\n"
         "Targets: ratio to floor <= 1.2x; largest size <= 1.5x the smallest.",
+    )
+
+    rows = []
+    for size in mode.seam_sizes:
+        b = seam.boundaries(size, mode.boundaries, mode.repeat)
+        for kind, label in (
+            ("start", "turn start (a user message)"),
+            ("tool", "after a tool batch"),
+        ):
+            r = b[kind]
+            rows.append(
+                [f"{b['size']:,}", label, fmt_time(r["ours"]), fmt_time(r["floor"]), _x(r["ratio"])]
+            )
+    rt = seam.run_turn_boundaries(mode.turns, 8)
+    section(
+        "1b. Both kinds of boundary, timed in alternating order; a whole run_turn",
+        _table(["history (messages)", "boundary", "run_compaction", "exact floor", "ratio"], rows)
+        + "\n\nThe floor and `run_compaction` are timed in alternating order (odd boundaries "
+        "ours first, even ones the floor first). Targets: within 1.2x the floor at both "
+        "kinds.\n\n"
+        + _table(
+            [
+                "boundaries",
+                "run_turn per boundary",
+                "floor (each appended message counted once)",
+                "ratio",
+            ],
+            [
+                [
+                    f"{rt['boundaries']:,}",
+                    fmt_time(rt["ours"]),
+                    fmt_time(rt["floor"]),
+                    _x(rt["ratio"]),
+                ]
+            ],
+        )
+        + "\n\nA whole `run_turn` (scripted model, tools returning the recorded outputs, "
+        "`window_manager` under a window never reached) per boundary, against raw tiktoken "
+        "counting every message the turns appended, once. Target: within 1.3x.",
+    )
+    flat = seam.memory_flat(mode.flat_boundaries, 24_000, max(mode.flat_boundaries // 5, 1))
+    section(
+        f"1c. Memory over {mode.flat_boundaries:,} compacting boundaries",
+        _table(
+            ["boundary", "traced memory", "live entries", "cached counts"],
+            [
+                [
+                    f"{x['boundary']:,}",
+                    f"{x['bytes'] / 1e6:.2f} MB",
+                    f"{x['live_entries']:,}",
+                    f"{x['cached_counts']:,}",
+                ]
+                for x in flat["samples"]
+            ],
+        )
+        + f"\n\n{flat['compactions']:,} compactions; last sample / first sample: "
+        f"{flat['growth']:.2f}x. The per-memory count cache holds only live entries "
+        "(pruned on every compaction), so memory stays flat. Target: flat (within 1.2x).",
     )
 
     comp = core.compaction(mode.compaction_sizes, mode.compaction_repeat, memories)

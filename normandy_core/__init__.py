@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from normandy_core.hookspecs import hookimpl, hookspec
+from normandy_core.hookspecs import CompactorSpec, HookSpec, hookimpl, hookspec
 
 __version__ = "0.1.0"
 
@@ -54,14 +54,25 @@ _LAZY: dict[str, str] = {
     "CompactorOptions": "options",
     "CounterSpec": "options",
     "validate_options": "options",
-    "parse_options": "options",
-    # config and boundary
+    # config, the contract seam and the boundary
     "AgentConfig": "config",
-    "CompactionContext": "boundary",
+    "Prepared": "preparation",
+    "prepare": "preparation",
+    "CompactionContext": "contract",
+    "CompactionMeta": "contract",
+    "CompactionResult": "contract",
+    "ContractViolation": "contract",
+    "build_context": "contract",
+    "call_compactor": "contract",
+    "check_compaction": "contract",
     "CompactionTimeoutError": "boundary",
-    "build_context": "boundary",
     "run_compaction": "boundary",
     "run_after_compact": "boundary",
+    "abandoned_threads": "faults",
+    "PluginFault": "faults",
+    # calibration
+    "CalibratedCounter": "calibration",
+    "Calibration": "calibration",
     # plugins
     "COMPACTOR_GROUP": "plugins",
     "HOOK_GROUP": "plugins",
@@ -97,18 +108,25 @@ __all__ = [
     "BaseCounter",
     "Block",
     "COMPACTOR_GROUP",
+    "CalibratedCounter",
+    "Calibration",
     "CompactResult",
     "CompactionContext",
     "CompactionError",
+    "CompactionMeta",
+    "CompactionResult",
     "CompactionTimeoutError",
     "Compactor",
     "CompactorOptions",
-    "CounterSpec",
+    "CompactorSpec",
     "Content",
+    "ContractViolation",
+    "CounterSpec",
     "DocumentBlock",
     "Entry",
     "EstimateCounter",
     "HOOK_GROUP",
+    "HookSpec",
     "ImageBlock",
     "ModelCatalog",
     "NormandyError",
@@ -116,8 +134,10 @@ __all__ = [
     "PluginConflictError",
     "PluginDisabledError",
     "PluginError",
+    "PluginFault",
     "PluginLoadError",
     "PluginRow",
+    "Prepared",
     "RedactedThinkingBlock",
     "StaticCatalog",
     "TextBlock",
@@ -130,8 +150,11 @@ __all__ = [
     "UnknownCompactorError",
     "WindowUnknownError",
     "__version__",
+    "abandoned_threads",
     "build_context",
+    "call_compactor",
     "carries_results",
+    "check_compaction",
     "compact",
     "default_catalog",
     "default_counter_for",
@@ -145,7 +168,7 @@ __all__ = [
     "list_plugins",
     "new_id",
     "pairing_problems",
-    "parse_options",
+    "prepare",
     "register_compactor",
     "register_hook",
     "reload_plugins",
@@ -175,14 +198,22 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from normandy_core.boundary import (
-        CompactionContext,
         CompactionTimeoutError,
-        build_context,
         run_after_compact,
         run_compaction,
     )
+    from normandy_core.calibration import CalibratedCounter, Calibration
     from normandy_core.catalog import ModelCatalog, StaticCatalog, default_catalog
     from normandy_core.config import AgentConfig
+    from normandy_core.contract import (
+        CompactionContext,
+        CompactionMeta,
+        CompactionResult,
+        ContractViolation,
+        build_context,
+        call_compactor,
+        check_compaction,
+    )
     from normandy_core.errors import (
         NormandyError,
         OptionsError,
@@ -194,6 +225,7 @@ if TYPE_CHECKING:
         WindowUnknownError,
     )
     from normandy_core.facade import CompactionError, CompactResult, compact
+    from normandy_core.faults import PluginFault, abandoned_threads
     from normandy_core.formats import TranscriptError
     from normandy_core.memory import (
         AgentMemory,
@@ -213,7 +245,6 @@ if TYPE_CHECKING:
     from normandy_core.options import (
         CompactorOptions,
         CounterSpec,
-        parse_options,
         validate_options,
     )
     from normandy_core.plugins import (
@@ -230,6 +261,7 @@ if TYPE_CHECKING:
         unregister_compactor,
         unregister_hook,
     )
+    from normandy_core.preparation import Prepared, prepare
     from normandy_core.structure import (
         carries_results,
         group_units,

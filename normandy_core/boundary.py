@@ -3,13 +3,31 @@
 from __future__ import annotations
 
 import logging
-import threading
-from dataclasses import dataclass
-from typing import Any
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from normandy_core.config import AgentConfig
-from normandy_core.memory import Entry
-from normandy_core.plugins import Compactor, describe_hook, hook_manager, resolve_compactor
+from normandy_core.contract import (
+    CompactionContext,
+    CompactionMeta,
+    CompactionResult,
+    ContractViolation,
+    account,
+    build_context,
+    call_compactor,
+)
+from normandy_core.faults import (
+    AbandonedLimitError,
+    PluginFault,
+    abandoned_threads,
+    call_plugin,
+    run_bounded,
+)
+from normandy_core.plugins import describe_hook, hook_manager
+
+if TYPE_CHECKING:
+    from normandy_core.calibration import Calibration
 
 __all__ = [
     "CompactionContext",
@@ -22,148 +40,67 @@ __all__ = [
 log = logging.getLogger("normandy_core.boundary")
 
 
-@dataclass(frozen=True, slots=True)
-class CompactionContext:
-    """The decision inputs of one boundary (the contract's ``ctx``), immutable.
-
-    ``model``: the model id of the turn. ``window``: its context window, ``None`` only for
-    a compactor that needs none. ``prompt_tokens``: estimated tokens of the system prompt
-    and tool definitions the next call sends (about four characters per token), 0 when
-    there is no window. ``mid_round``: false at the start of a turn, true after a tool
-    batch, where the model's tool round is still open. ``turn_id``: the running turn, so a
-    compactor can tell this turn's messages (``None`` outside a turn loop: the newest
-    entry's turn is then taken as the running one).
-    """
-
-    model: str | None
-    window: int | None
-    prompt_tokens: int
-    mid_round: bool
-    turn_id: str | None = None
+class CompactionTimeoutError(Exception):
+    """A compactor did not return within the configured ``compaction_timeout``."""
 
 
-def build_context(
-    acc: AgentConfig,
-    compactor: Compactor | None = None,
-    *,
-    mid_round: bool,
-    turn_id: str | None = None,
-) -> CompactionContext:
-    """The ``ctx`` for ``acc``'s compactor: window and prompt tokens only when it needs a window."""
-    comp = compactor or resolve_compactor(acc.compactor)
-    window = acc.resolve_window(comp)
-    return CompactionContext(
-        model=acc.model,
-        window=window,
-        prompt_tokens=acc.prompt_tokens if window is not None else 0,
-        mid_round=mid_round,
-        turn_id=turn_id,
-    )
-
-
-def _error(
-    acc: AgentConfig, reason: str, exc: BaseException | None = None
-) -> tuple[AgentConfig, dict[str, Any]]:
+def _error(acc: AgentConfig, reason: str, exc: BaseException | None = None) -> CompactionResult:
     if exc is not None:
         log.error("%s", reason, exc_info=exc)
     else:
         log.error("%s", reason)
-    return acc, {"compacted": False, "error": reason}
+    return CompactionResult(acc, CompactionMeta({"compacted": False, "error": reason}))
 
 
-_GONE = object()
-
-
-def _dropped_problem(acc: AgentConfig, new_acc: AgentConfig, dropped: list[Any]) -> str | None:
-    """What is wrong with a compactor's ``dropped``, or ``None``.
-
-    The contract: the entries removed from ``acc``'s active branch, oldest first, each
-    under the id it had and with its original content. An entry the compactor kept but
-    rewrote (a cleared or shortened tool result) is reported too, with its original
-    content, so hooks can keep what was cut; an entry kept unchanged is not. Hooks archive
-    what it says, so a list of ids, an unchanged kept entry or a rewritten original would
-    lose or invent messages silently. Linear in the branch; run only when something was
-    dropped.
-    """
-    position = {e.id: i for i, e in enumerate(acc.memory)}
-    kept = {e.id: e.content for e in new_acc.memory}
-    last = -1
-    for item in dropped:
-        if not isinstance(item, Entry):
-            return f"reported a 'dropped' item of type {type(item).__name__}, not an Entry"
-        i = position.get(item.id)
-        if i is None:
-            return (
-                f"reported dropped entry {item.id!r}, which is not on the active branch it "
-                "was given"
-            )
-        if i <= last:
-            return f"reported 'dropped' not oldest first without repeats (at entry {item.id!r})"
-        had = acc.memory[item.id].content
-        now = kept.get(item.id, _GONE)
-        if now is had or now == had:
-            return f"reported dropped entry {item.id!r}, which it kept unchanged"
-        if item.content is not had and item.content != had:
-            return f"reported dropped entry {item.id!r} with content other than it had"
-        last = i
-    return None
+def _fault_text(exc: BaseException) -> str:
+    cause = exc.__cause__ if isinstance(exc, PluginFault) and exc.__cause__ else exc
+    return f"{type(cause).__name__}: {cause}"
 
 
 def run_after_compact(
-    acc: AgentConfig, ctx: CompactionContext, meta: dict[str, Any]
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    meta: Mapping[str, Any],
+    *,
+    deadline: float | None = None,
 ) -> list[dict[str, str]]:
     """Broadcast ``after_compact`` to every hook plugin, each isolated from the others.
 
-    Returns one ``{"hook": name, "plugin": description, "error": text}`` per hook that
-    raised (each also logged); ``plugin`` names the entry point and its distribution.
+    Each hook is called through pluggy's call path (a subset caller of one plugin, so
+    ``pm.add_hookcall_monitoring`` sees every call) with a read-only ``meta``. With a
+    ``deadline`` (a :func:`time.monotonic` value) each hook gets an equal share of the
+    time left and is abandoned past it. Returns one
+    ``{"hook": name, "plugin": description, "error": text}`` per hook that raised (any
+    exception, ``SystemExit`` included) or ran out of time, each also logged.
     """
     pm = hook_manager()
+    view = meta if isinstance(meta, CompactionMeta) else CompactionMeta(meta)
     errors: list[dict[str, str]] = []
-    args = {"acc": acc, "ctx": ctx, "meta": meta}
-    for impl in reversed(pm.hook.after_compact.get_hookimpls()):
+    impls = list(reversed(pm.hook.after_compact.get_hookimpls()))
+    plugins = [impl.plugin for impl in impls]
+    for n, impl in enumerate(impls):
+        others = [p for p in plugins if p is not impl.plugin]
+        caller = pm.subset_hook_caller("after_compact", remove_plugins=others)
+
+        def call(caller: Any = caller) -> Any:
+            return caller(acc=acc, ctx=ctx, meta=view)
+
+        what = describe_hook(impl.plugin_name)
         try:
-            impl.function(*[args[a] for a in impl.argnames])
+            if deadline is None:
+                call_plugin(call)
+            else:
+                share = max(deadline - time.monotonic(), 0.0) / (len(impls) - n)
+                run_bounded(call, share, f"normandy-hook-{impl.plugin_name}")
+        except TimeoutError:
+            text = "abandoned: it did not return within its share of compaction_timeout"
+            log.error("after_compact of %s %s", what, text)
+            errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
         except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            what = describe_hook(impl.plugin_name)
+            text = _fault_text(exc)
             log.error("after_compact of %s raised %s", what, text, exc_info=exc)
             errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
     return errors
-
-
-def _call_with_timeout(
-    comp: Compactor,
-    acc: AgentConfig,
-    ctx: CompactionContext,
-    opts: dict[str, Any],
-    timeout: float | None,
-) -> Any:
-    """``comp.maybe_compact`` inline, or in a daemon thread abandoned after ``timeout`` s."""
-    if timeout is None:
-        return comp.maybe_compact(acc, ctx, opts)
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            box["result"] = comp.maybe_compact(acc, ctx, opts)
-        except BaseException as exc:
-            box["error"] = exc
-
-    worker = threading.Thread(target=work, name=f"normandy-compactor-{comp.name}", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
-        raise CompactionTimeoutError(
-            f"{comp.describe()} did not return within {timeout:g} s (compaction_timeout); "
-            "its result will be ignored"
-        )
-    if "error" in box:
-        raise box["error"]
-    return box.get("result")
-
-
-class CompactionTimeoutError(Exception):
-    """A compactor did not return within the configured ``compaction_timeout``."""
 
 
 def run_compaction(
@@ -172,76 +109,87 @@ def run_compaction(
     mid_round: bool,
     turn_id: str | None = None,
     timeout: float | None = None,
-) -> tuple[AgentConfig, dict[str, Any]]:
-    """Resolve one boundary: call ``acc``'s compactor and return ``(acc, meta)``.
+    calibration: Calibration | None = None,
+) -> CompactionResult:
+    """Resolve one boundary: call ``acc``'s compactor and return the checked result.
 
-    Builds ``ctx`` (:func:`build_context`), calls the selected compactor's
-    ``maybe_compact``, and checks what it returned: a compactor that raises, returns
-    something other than ``(AgentConfig, dict)``, omits the boolean ``compacted``, reports
-    ``dropped`` without compacting, reports as ``dropped`` anything but entries it removed
-    from the active branch (oldest first, as they were), or mutates the memory it was
-    given, yields
-    ``{"compacted": False, "error": ...}`` with the caller's ``acc`` (its memory restored
-    when it was appended to). ``after_compact`` hooks run only when ``meta["dropped"]`` is
-    non-empty; hooks that raise are collected in ``meta["hook_errors"]``.
-    ``timeout`` (default: ``acc.compaction_timeout``, none when that is ``None``) bounds
-    the compactor's time: past it the boundary returns the error path and the compactor's
-    late result is ignored. This function does not raise for a faulty compactor or hook.
+    The result unpacks as the contract's ``(acc, meta)``; ``meta`` is a read-only
+    :class:`~normandy_core.CompactionMeta`. Builds ``ctx`` from what the config prepared
+    (:func:`~normandy_core.build_context`; ``calibration`` overrides the config's), calls
+    the compactor and checks its result with the contract's one check
+    (:func:`~normandy_core.check_compaction`). Anything wrong (an exception of any kind
+    from the compactor, a refused result, a mutated input) yields the error path
+    ``{"compacted": False, "error": ...}`` with the caller's ``acc``, its memory restored.
+    On a compaction the boundary computes ``tokens_before``, ``tokens_after`` and
+    ``tokens_removed`` with ``ctx.counter`` and runs the ``after_compact`` hooks when
+    something was dropped; hooks that fail are listed in ``meta["hook_errors"]``.
+
+    ``timeout`` (default: ``acc.compaction_timeout``; ``None``: unbounded) bounds the
+    whole boundary, hooks included. Under it the compactor works on a private copy of the
+    memory in a worker thread, so a compactor abandoned past the limit can never reach
+    the live memory or its token totals; at most
+    :data:`~normandy_core.faults.MAX_ABANDONED` abandoned threads may be alive, past which
+    the boundary is skipped with an error. This function does not raise for a faulty
+    compactor or hook; only a genuine Ctrl-C of the user's process propagates (with the
+    memory restored).
     """
+    limit = timeout if timeout is not None else acc.compaction_timeout
+    deadline = None if limit is None else time.monotonic() + limit
     try:
-        comp = resolve_compactor(acc.compactor)
-        ctx = build_context(acc, comp, mid_round=mid_round, turn_id=turn_id)
+        prepared = acc.prepared
+        ctx = build_context(
+            prepared,
+            model=acc.model,
+            prompt_tokens=acc.prompt_tokens,
+            mid_round=mid_round,
+            turn_id=turn_id,
+            calibration=calibration,
+        )
     except Exception as exc:
         return _error(acc, f"compactor {acc.compactor!r} could not be prepared: {exc}", exc)
-    memory = acc.memory
-    snapshot = memory._snapshot()
-    opts = dict(acc.compactor_opts)
-    limit = timeout if timeout is not None else acc.compaction_timeout
+    comp = prepared.compactor
     try:
-        result = _call_with_timeout(comp, acc, ctx, opts, limit)
-    except CompactionTimeoutError as exc:
-        return _error(acc, str(exc))
-    except Exception as exc:
-        memory._restore(snapshot)
-        return _error(acc, f"{comp.describe()} raised {type(exc).__name__}: {exc}", exc)
-    if memory._snapshot() != snapshot:
-        memory._restore(snapshot)
-        return _error(acc, f"{comp.describe()} mutated the memory it was given (restored)")
-    if acc.memory is not memory:
-        object.__setattr__(acc, "memory", memory)
-        return _error(acc, f"{comp.describe()} replaced the memory of the config it was given")
-    if not (isinstance(result, tuple) and len(result) == 2):
-        return _error(acc, f"{comp.describe()} returned {type(result).__name__}, not (acc, meta)")
-    new_acc, meta = result
-    if not isinstance(new_acc, AgentConfig):
-        return _error(
-            acc, f"{comp.describe()} returned acc of type {type(new_acc).__name__}, not AgentConfig"
-        )
-    if not isinstance(meta, dict) or not isinstance(meta.get("compacted"), bool):
-        return _error(
-            acc, f"{comp.describe()} returned meta without a boolean 'compacted': {meta!r:.200}"
-        )
-    meta = dict(meta)
-    dropped = meta.get("dropped")
-    if dropped is not None and not isinstance(dropped, list):
+        if limit is None:
+            result = call_plugin(call_compactor, comp, acc, ctx, prepared.options)
+        else:
+            result = _call_bounded(acc, ctx, prepared, limit)
+    except TimeoutError:
         return _error(
             acc,
-            f"{comp.describe()} returned 'dropped' of type {type(dropped).__name__}, not a list",
+            f"{comp.describe()} did not return within {limit:g} s (compaction_timeout); its "
+            f"result will be ignored ({abandoned_threads()} abandoned thread(s) running)",
         )
-    if "error" in meta:
-        if meta["compacted"]:
-            return _error(
-                acc, f"{comp.describe()} reported an error while compacted=True: {meta['error']}"
-            )
-        meta.pop("dropped", None)
-        return acc, meta
-    if not meta["compacted"] and dropped:
-        return _error(acc, f"{comp.describe()} reported dropped entries with compacted=False")
-    if dropped:
-        problem = _dropped_problem(acc, new_acc, dropped)
-        if problem is not None:
-            return _error(acc, f"{comp.describe()} {problem}")
-        hook_errors = run_after_compact(new_acc, ctx, meta)
+    except AbandonedLimitError as exc:
+        return _error(acc, f"{comp.describe()} was not called: {exc}")
+    except ContractViolation as exc:
+        return _error(acc, str(exc))
+    except Exception as exc:
+        return _error(acc, f"{comp.describe()} raised {_fault_text(exc)}", exc)
+    if not result.meta.compacted:
+        return result
+    result = account(result, acc.memory, ctx)
+    if result.meta.dropped:
+        hook_errors = run_after_compact(result.acc, ctx, result.meta, deadline=deadline)
         if hook_errors:
-            meta["hook_errors"] = hook_errors
-    return new_acc, meta
+            result = CompactionResult(result.acc, result.meta.replace(hook_errors=hook_errors))
+    return result
+
+
+def _call_bounded(
+    acc: AgentConfig, ctx: CompactionContext, prepared: Any, limit: float
+) -> CompactionResult:
+    """The compactor on a private copy of the memory, in a thread abandoned past ``limit``.
+
+    The copy shares the (frozen) entries, so the checked result is the same as on the
+    live memory; on the skip and error paths the caller's own ``acc`` is returned.
+    """
+    private = acc.with_memory(acc.memory.copy())
+    comp = prepared.compactor
+
+    def work() -> CompactionResult:
+        return call_compactor(comp, private, ctx, prepared.options)
+
+    result = run_bounded(work, limit, f"normandy-compactor-{comp.name}")
+    if not result.meta.compacted:
+        return CompactionResult(acc, result.meta)
+    return result

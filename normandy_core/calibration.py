@@ -118,19 +118,36 @@ class CalibratedCounter:
 
     Each count is the raw count times the current factor, rounded up. ``name`` includes
     the factor (so a memory's per-counter cache never mixes factors) and is the base's
-    own name while the factor is 1.0. Raw entry counts are cached per entry id and
-    content, so a change of factor costs a multiplication per entry, not a recount.
-    On the hot path use :meth:`memory_tokens` and :meth:`entry_tokens`, which scale the
-    memory's own cached counts for ``base`` and never recount when the factor moves.
+    own name while the factor is 1.0. On the hot path use :meth:`memory_tokens` and
+    :meth:`entry_tokens`, which scale the memory's own cached counts for ``base`` and
+    never recount when the factor moves.
     """
 
     def __init__(
-        self, base: TokenCounter, model: str | None, calibration: Calibration | None = None
+        self,
+        base: TokenCounter | str | None,
+        model: str | None,
+        calibration: Calibration | None = None,
     ) -> None:
-        self.base = base
+        self._base = base
         self.model = model
         self.calibration = calibration or _DEFAULT
-        self._raw: dict[str, tuple[object, str, int]] = {}
+
+    @property
+    def base(self) -> TokenCounter:
+        """The counter being calibrated, resolved on first use.
+
+        Given as a counter, a spec (:func:`~normandy_core.get_counter`) or ``None`` (the
+        model's default, :func:`~normandy_core.default_counter_for`), so preparing a
+        counter that is never used loads no tokenizer.
+        """
+        base = self._base
+        if base is None or isinstance(base, str):
+            from normandy_core.tokens import default_counter_for, get_counter
+
+            base = get_counter(base if base is not None else default_counter_for(self.model))
+            self._base = base
+        return base
 
     @property
     def factor(self) -> float:
@@ -144,13 +161,9 @@ class CalibratedCounter:
         return self.base.name if f == 1.0 else f"{self.base.name}*{f:.2f}"
 
     def raw_entry(self, entry: Entry) -> int:
-        """The base counter's count of ``entry`` (cached per id and content)."""
-        hit = self._raw.get(entry.id)
-        if hit is not None and hit[0] is entry.content and hit[1] == entry.role:
-            return hit[2]
-        n = self.base.count_entry(entry)
-        self._raw[entry.id] = (entry.content, entry.role, n)
-        return n
+        """The base counter's count of ``entry`` (not cached: entries of a memory are
+        counted through :meth:`entry_tokens`, which uses the memory's cache)."""
+        return self.base.count_entry(entry)
 
     def memory_tokens(self, memory: AgentMemory) -> int:
         """The calibrated total of ``memory``'s active branch.

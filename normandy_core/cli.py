@@ -239,9 +239,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     from normandy_core.plugins import list_plugins
 
     rows = list_plugins(load=True)
+    status = EXIT_PLUGIN if any(r.failed for r in rows) else EXIT_OK
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
-        return EXIT_OK
+        return status
     if not rows:
         print("no Normandy plugins installed")
         return EXIT_OK
@@ -249,65 +250,57 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
     table = [[r.kind, r.name, r.distribution, r.version, r.module, r.status] for r in rows]
     print(format_table(table, ["KIND", "NAME", "DISTRIBUTION", "VERSION", "MODULE", "STATUS"]))
-    errors = [r for r in rows if r.error]
-    if errors:
+    # One line per distinct problem (a conflict is one problem however many rows show it).
+    problems = dict.fromkeys(
+        f"{r.kind} {r.name!r} ({r.status}): {r.error}" for r in rows if r.error
+    )
+    if problems:
         print()
-        for r in errors:
-            print(f"{r.kind} {r.name!r} ({r.status}): {r.error}")
-    return EXIT_OK
+        for line in problems:
+            print(line)
+    return status
 
 
 # -- compact ------------------------------------------------------------------------
 
 
-def _prepare(
-    compactor: str, opts: dict[str, Any], entry: str, window: int | None, model: str | None
-) -> None:
-    """Resolve the compactor, validate its options and check it gets a window, up front."""
-    from normandy_core.catalog import default_catalog
-    from normandy_core.plugins import resolve_compactor
+#: How to give a window, in the command line's vocabulary.
+_CLI_HINT = "pass --window N, or --model M for a model the catalog knows"
 
-    comp = resolve_compactor(compactor)
-    checked = dict(opts)
-    needs = comp.needs_window(checked)
-    if window is not None and needs:
-        pinned = checked.setdefault("context_window", window)
-        if pinned != window:
-            raise CliError(f"--window {window} contradicts --opt context_window={pinned}")
-    comp.validate_opts(checked, entry)
-    if needs and checked.get("context_window") is None:
-        if model is None:
-            raise CliError(
-                f"compactor {compactor!r} sizes against the model's context window: "
-                "pass --window N, or --model M for a model the catalog knows"
-            )
-        if default_catalog().window(model) is None:
-            raise CliError(
-                f"compactor {compactor!r} needs the context window of model {model!r}, "
-                "which the model catalog does not know: pass --window N"
-            )
+
+def _prepare(
+    compactor: str,
+    opts: dict[str, Any],
+    entry: str,
+    window: int | None,
+    model: str | None,
+    timeout: float | None = None,
+) -> Any:
+    """The prepared config (compactor resolved, options validated, window found), up front."""
+    from normandy_core.facade import prepare_config
+
+    return prepare_config(
+        compactor=compactor,
+        opts=opts,
+        model=model,
+        window=window,
+        timeout=timeout,
+        entry=entry,
+        hint=_CLI_HINT,
+    )
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
     """``normandy compact INPUT ...``."""
-    from normandy_core.facade import compact
+    from normandy_core.facade import compact_with
     from normandy_core.formats import TranscriptError
     from normandy_core.tokens import default_counter_for, get_counter
 
     opts = parse_opts(args.opt)
-    _prepare(args.compactor, opts, "normandy compact", args.window, args.model)
+    acc = _prepare(args.compactor, opts, "normandy compact", args.window, args.model, args.timeout)
     src = read_source(args.input)
     try:
-        result = compact(
-            src.data,
-            compactor=args.compactor,
-            opts=opts,
-            model=args.model,
-            window=args.window,
-            mid_round=args.mid_round,
-            format=args.format,
-            timeout=args.timeout,
-        )
+        result = compact_with(acc, src.data, mid_round=args.mid_round, format=args.format)
     except TranscriptError as exc:
         field = f", field {exc.field!r}" if exc.field else ""
         raise CliError(f"{src.where(exc.index)}{field}: {exc.problem}") from exc

@@ -7,49 +7,46 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from normandy_core.catalog import ModelCatalog, default_catalog
-from normandy_core.errors import OptionsError, WindowUnknownError
 from normandy_core.memory import AgentMemory, new_id
-from normandy_core.plugins import Compactor, resolve_compactor
+from normandy_core.preparation import CONFIG_HINT, Prepared, prepare, whole_positive
+
+if TYPE_CHECKING:
+    from normandy_core.calibration import Calibration
+    from normandy_core.plugins import Compactor
 
 __all__ = ["AgentConfig"]
 
 _CREATE = "normandy_core.AgentConfig()"
 
-
-def _whole_positive(value: Any) -> int | None:
-    """``value`` as a positive int when it is one (``8000``, ``8000.0``, ``"8000"``), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value > 0 else None
-    try:
-        number = int(value)
-        whole = float(value) == number
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return number if whole and number > 0 else None
+# Kept for callers of the old private name.
+_whole_positive = whole_positive
 
 
 @dataclass(frozen=True, eq=False)
 class AgentConfig:
     """The running agent config: model, prompt, tools, conversation and compactor settings.
 
-    ``compaction_timeout`` bounds each compactor call in seconds (``None``: unbounded);
-    past it the boundary gives up on the compactor and keeps the conversation as it was.
-    ``client`` is the agent's model client (see :mod:`normandy_core.clients`), used by the
-    turn shells and by compactors that summarize with the model; ``session_id`` names the
-    session in archives and logs.
+    ``compactor`` defaults to ``"noop"`` (default off: nothing changes, nothing is spent),
+    which ships with ``normandy-core`` itself. ``compaction_timeout`` bounds each boundary
+    in seconds, hooks included (``None``: unbounded); past it the boundary gives up and
+    keeps the conversation as it was. ``client`` is the agent's model client (see
+    :mod:`normandy_core.clients`), used by the turn shells and by compactors that
+    summarize with the model; ``session_id`` names the session in archives and logs;
+    ``calibration`` the token-count calibration its compactor sizes with (``None``: the
+    process-wide one the shells feed).
 
     It is the ``acc`` of the contract: compactors receive it and return it, or a copy with
-    a new memory (:meth:`with_memory`). Making one, and every copy that changes the
-    compactor settings (:meth:`replace`, :meth:`with_compactor`), resolves the compactor
-    by name and calls its ``validate_opts`` with the entry point that made the config, so
-    a bad option raises here, never mid-turn. A compactor that needs a window must get one
-    from the pinned ``context_window`` option or from ``catalog``, or the config is refused.
-    The window is resolved once per agent and model and shared by every copy.
+    a new memory (:meth:`with_memory`). Making one, and every copy that changes the model,
+    prompt, tools, catalog or compactor settings (:meth:`replace`,
+    :meth:`with_compactor`), *prepares* the compactor once
+    (:func:`normandy_core.prepare`): resolves it by name, parses and validates its
+    options with the entry point that made the config, resolves the window (pinned
+    ``context_window`` option or ``catalog``) and chooses the counter, so a bad option
+    or an unknown window raises here, never mid-turn. What was prepared
+    (:attr:`prepared`) is shared by every copy made with :meth:`with_memory`.
     """
 
     model: str | None = None
@@ -62,16 +59,19 @@ class AgentConfig:
     session_id: str = field(default_factory=new_id)
     client: Any = None
     compaction_timeout: float | None = None
+    calibration: Calibration | None = None
     _entry: dataclasses.InitVar[str] = _CREATE
     _validate: dataclasses.InitVar[bool] = True
+    _hint: dataclasses.InitVar[str] = CONFIG_HINT
+    _prepared: list[Prepared] = field(default_factory=list, repr=False)
     _windows: dict[str, int] = field(default_factory=dict, repr=False)
     _prompt_tokens: list[int] = field(default_factory=list, repr=False)
 
-    def __post_init__(self, _entry: str, _validate: bool) -> None:
+    def __post_init__(self, _entry: str, _validate: bool, _hint: str) -> None:
         if not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
-        # A copy: the options validated here cannot change behind the config's back when
-        # the caller reuses its dict (they would reach maybe_compact unvalidated).
+        # A copy: the options prepared here cannot change behind the config's back when
+        # the caller reuses its dict.
         object.__setattr__(self, "compactor_opts", dict(self.compactor_opts))
         if not isinstance(self.memory, AgentMemory):
             raise TypeError(
@@ -82,63 +82,35 @@ class AgentConfig:
             raise ValueError(
                 f"{_entry}: compaction_timeout must be a positive number of seconds, got {t!r}"
             )
-        if _validate:
-            self._check(_entry)
+        if _validate or not self._prepared:
+            self._prepared[:] = [self._prepare(_entry, _hint)]
 
-    def _check(self, entry: str) -> None:
-        comp = resolve_compactor(self.compactor)
-        opts = dict(self.compactor_opts)
-        comp.validate_opts(opts, entry)
-        self.resolve_window(comp, entry=entry)
+    def _prepare(self, entry: str, hint: str) -> Prepared:
+        return prepare(
+            self.compactor,
+            self.compactor_opts,
+            entry=entry,
+            model=self.model,
+            catalog=self.catalog,
+            prompt_tokens=self.prompt_tokens,
+            calibration=self.calibration,
+            hint=hint,
+            memo=self._windows,
+        )
+
+    @property
+    def prepared(self) -> Prepared:
+        """What was prepared for this config's compactor where the config was made."""
+        return self._prepared[0]
 
     @property
     def compactor_handle(self) -> Compactor:
-        """The resolved compactor (cached by the plugin registry)."""
-        return resolve_compactor(self.compactor)
+        """The resolved compactor."""
+        return self.prepared.compactor
 
-    def resolve_window(self, comp: Compactor | None = None, *, entry: str = _CREATE) -> int | None:
-        """The window the compactor sizes against, or ``None`` when it needs none.
-
-        The options' ``context_window`` when pinned, otherwise the catalog's window for
-        ``model``, memoised per agent and model. Raises :class:`WindowUnknownError` naming
-        the model and how to pin a window when neither gives one.
-        """
-        comp = comp or resolve_compactor(self.compactor)
-        opts = self.compactor_opts
-        if not comp.needs_window(dict(opts)):
-            return None
-        pinned = opts.get("context_window")
-        if pinned is not None:
-            window = _whole_positive(pinned)
-            if window is None:
-                # The core reads this option itself, so it checks it for every compactor,
-                # including one without an options model.
-                raise OptionsError(
-                    f"{entry}: compactor {self.compactor!r} refused its options: option "
-                    "'context_window': the pinned context window must be a positive whole "
-                    f"number of tokens (got {pinned!r})"
-                )
-            return window
-        model = self.model
-        if model is None:
-            raise WindowUnknownError(
-                f"{entry}: compactor {self.compactor!r} sizes against the model's context "
-                "window, but the config names no model; set model=... or pin the window with "
-                "compactor_opts={'context_window': <tokens>}"
-            )
-        hit = self._windows.get(model)
-        if hit is not None:
-            return hit
-        window = self.catalog.window(model)
-        if window is None:
-            raise WindowUnknownError(
-                f"{entry}: compactor {self.compactor!r} needs the context window of model "
-                f"{model!r}, which the model catalog does not know; pin it with "
-                "compactor_opts={'context_window': <tokens>} or add the model to the catalog: "
-                f"StaticCatalog(overrides={{{model!r}: <tokens>}})"
-            )
-        self._windows[model] = window
-        return window
+    def resolve_window(self) -> int | None:
+        """The window the compactor sizes against (``None`` when it needs none), as prepared."""
+        return self.prepared.window
 
     @property
     def prompt_tokens(self) -> int:
@@ -151,21 +123,22 @@ class AgentConfig:
         return self._prompt_tokens[0]
 
     def with_memory(self, memory: AgentMemory) -> AgentConfig:
-        """A copy holding ``memory``; compactor settings are unchanged, so not revalidated."""
+        """A copy holding ``memory``; compactor settings are unchanged, so not prepared again."""
         return dataclasses.replace(self, memory=memory, _validate=False)
 
     def replace(
         self, *, entry: str = "normandy_core.AgentConfig.replace()", **changes: Any
     ) -> AgentConfig:
-        """A copy with ``changes``; compactor settings are validated again under ``entry``."""
-        for key in ("model", "catalog", "system_prompt", "tools"):
-            if key in changes:
-                changes.setdefault("_windows", {} if key in ("model", "catalog") else self._windows)
-                changes["_prompt_tokens"] = []
+        """A copy with ``changes``; the compactor is prepared again under ``entry``."""
+        changes["_prepared"] = []
+        if "model" in changes or "catalog" in changes:
+            changes["_windows"] = {}
+        if any(k in changes for k in ("system_prompt", "tools")):
+            changes["_prompt_tokens"] = []
         return dataclasses.replace(self, _entry=entry, **changes)
 
     def with_compactor(self, name: str, opts: Mapping[str, Any] | None = None) -> AgentConfig:
-        """A copy using compactor ``name`` with ``opts``, validated where it is made."""
+        """A copy using compactor ``name`` with ``opts``, prepared where it is made."""
         return self.replace(
             entry="normandy_core.AgentConfig.with_compactor()",
             compactor=name,

@@ -248,13 +248,12 @@ def replay(
     """
     from normandy_core.clients.scripted import ScriptedClient
     from normandy_core.config import AgentConfig
-    from normandy_core.plugins import resolve_compactor
+    from normandy_core.preparation import pin_if_needed
     from normandy_core.turn import run_turn
 
     options = dict(opts or {})
-    comp = resolve_compactor(compactor)
-    if window is not None and "context_window" not in options and comp.needs_window(options):
-        options["context_window"] = window
+    if "context_window" not in options:
+        options = pin_if_needed(compactor, options, window, entry="normandy demo")
     acc = AgentConfig(
         model=model,
         system_prompt=session.system,

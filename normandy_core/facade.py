@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from normandy_core.boundary import run_compaction
 from normandy_core.config import AgentConfig
+from normandy_core.contract import CompactionMeta
 from normandy_core.errors import NormandyError, OptionsError
 from normandy_core.formats import (
     TranscriptError,
@@ -46,7 +47,6 @@ from normandy_core.formats import (
     value_problem,
 )
 from normandy_core.memory import AgentMemory, Entry
-from normandy_core.plugins import resolve_compactor
 from normandy_core.structure import pairing_problems
 
 __all__ = ["ENTRY", "CompactResult", "CompactionError", "compact", "parse_transcript"]
@@ -76,7 +76,7 @@ class CompactResult:
     """
 
     messages: Any
-    meta: dict[str, Any]
+    meta: CompactionMeta
     format: str
     memory: AgentMemory = field(repr=False)
 
@@ -88,7 +88,7 @@ class CompactResult:
     @property
     def dropped(self) -> list[Entry]:
         """The removed entries, oldest first (empty when nothing was removed)."""
-        return list(self.meta.get("dropped") or [])
+        return list(self.meta.dropped)
 
     @property
     def error(self) -> str | None:
@@ -253,7 +253,9 @@ def compact(
 
     ``messages`` is an OpenAI Chat Completions or Anthropic Messages list (dicts or SDK
     objects), a dict with ``messages`` (and ``system`` for Anthropic), or a Normandy memory
-    dump; ``format`` says which, or ``"auto"`` detects it. ``opts`` are the compactor's
+    dump; ``format`` says which, or ``"auto"`` detects it. ``compactor`` defaults to
+    ``window_manager`` (calling this means you want compaction; the default of
+    :class:`~normandy_core.AgentConfig` is ``noop``). ``opts`` are the compactor's
     options, validated before anything runs (errors name ``normandy_core.compact()``).
     ``window`` pins the context window (the ``context_window`` option) of a compactor
     that sizes against one; otherwise the model catalog gives the window of ``model``.
@@ -269,36 +271,60 @@ def compact(
     :class:`~normandy_core.PluginError` for an unknown or broken compactor, and
     :class:`CompactionError` when a compactor breaks the tool pairs.
     """
-    comp = resolve_compactor(compactor)
-    options = dict(opts or {})
-    if window is not None:
-        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
-            raise OptionsError(f"{ENTRY}: window must be a positive int, got {window!r}")
-        if comp.needs_window(options):
-            pinned = options.get("context_window")
-            if pinned is not None and pinned != window:
-                raise OptionsError(
-                    f"{ENTRY}: window={window} contradicts the option context_window={pinned}"
-                )
-            options["context_window"] = window
-    comp.validate_opts(options, ENTRY)
-    fmt, memory = parse_transcript(messages, format)
-    acc = AgentConfig(
+    acc = prepare_config(
+        compactor=compactor, opts=opts, model=model, window=window, timeout=timeout, entry=ENTRY
+    )
+    return compact_with(acc, messages, mid_round=mid_round, format=format)
+
+
+def prepare_config(
+    *,
+    compactor: str,
+    opts: Mapping[str, Any] | None,
+    model: str | None,
+    window: int | None,
+    timeout: float | None,
+    entry: str,
+    hint: str | None = None,
+) -> AgentConfig:
+    """The config :func:`compact` runs with, prepared once (empty memory).
+
+    ``window`` pins ``context_window`` for a compactor that sizes against one (refused
+    when it contradicts a pinned one). ``entry`` and ``hint`` phrase the errors for the
+    caller (the ``normandy`` command passes its own).
+    """
+    from normandy_core.preparation import CONFIG_HINT, pin_if_needed
+
+    if opts is not None and not isinstance(opts, Mapping):
+        raise OptionsError(
+            f"{entry}: opts must be a mapping of option names to values, got {type(opts).__name__}"
+        )
+    options = pin_if_needed(compactor, opts or {}, window, entry=entry)
+    return AgentConfig(
         model=model,
-        memory=memory,
         compactor=compactor,
         compactor_opts=options,
         compaction_timeout=timeout,
-        _entry=ENTRY,
+        _entry=entry,
+        _hint=hint or CONFIG_HINT,
     )
-    new_acc, meta = run_compaction(acc, mid_round=mid_round)
+
+
+def compact_with(
+    acc: AgentConfig, messages: Any, *, mid_round: bool = False, format: FormatName = "auto"
+) -> CompactResult:
+    """Compact ``messages`` once with the prepared config ``acc`` (see :func:`compact`)."""
+    fmt, memory = parse_transcript(messages, format)
+    new_acc, meta = run_compaction(acc.with_memory(memory), mid_round=mid_round)
     if not meta.get("compacted"):
         return CompactResult(_unchanged(messages), meta, fmt, memory)
+    # The boundary's contract check refuses broken pairs when the input had none; the
+    # input may hold an open round, which that check leaves to the transcript rules.
     problems = pairing_problems(new_acc.memory.entries(), allow_pending=True)
     if problems:
         raise CompactionError(
-            f"{comp.describe()} returned a conversation with broken tool pairs: "
-            + "; ".join(problems)
+            f"{acc.compactor_handle.describe()} returned a conversation with broken tool "
+            "pairs: " + "; ".join(problems)
         )
     return CompactResult(
         render_transcript(new_acc.memory, fmt, messages), meta, fmt, new_acc.memory

@@ -11,6 +11,7 @@ they build a new one (:meth:`AgentMemory.from_entries`, :func:`drop_thinking`).
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -212,7 +213,7 @@ class AgentMemory:
     counts are cached, so a count is never computed twice (see :meth:`tokens`).
     """
 
-    __slots__ = ("_branch", "_counts", "_entries", "_head", "_totals", "_version")
+    __slots__ = ("_branch", "_counts", "_entries", "_head", "_lock", "_totals", "_version")
 
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
@@ -225,6 +226,9 @@ class AgentMemory:
         # counter name -> (entries of the branch counted so far, their total)
         self._totals: dict[str, tuple[int, int]] = {}
         self._version = 0
+        # Guards _totals' read-modify-write: readers on other threads (an abandoned
+        # compactor, an observer) must never store a total for more entries than counted.
+        self._lock = threading.Lock()
 
     # -- building -------------------------------------------------------------------
 
@@ -338,12 +342,18 @@ class AgentMemory:
         return mem
 
     def derive(self, entries: Iterable[Entry]) -> AgentMemory:
-        """Like :meth:`from_entries`, sharing this memory's token-count cache.
+        """Like :meth:`from_entries`, carrying over the cached counts of the kept entries.
 
-        Compactors build their result with it so kept entries are not counted again.
+        Compactors build their result with it so kept entries are not counted again. The
+        new memory's cache holds only its own entries' counts (pruned), so a long session
+        of compactions keeps the cache as large as the live conversation, not its history.
         """
         mem = AgentMemory.from_entries(entries)
-        mem._counts = self._counts
+        live = mem._entries
+        mem._counts = {
+            name: {eid: v for eid, v in cache.items() if eid in live}
+            for name, cache in list(self._counts.items())
+        }
         return mem
 
     def _snapshot(self) -> tuple[int, str | None, int]:
@@ -441,13 +451,25 @@ class AgentMemory:
         return n
 
     def tokens(self, counter: TokenCounter) -> int:
-        """Total tokens of the active branch; only entries added since the last call are counted."""
+        """Total tokens of the active branch; only entries added since the last call are counted.
+
+        Safe under concurrent readers: the total stored is always the total of exactly
+        the entries counted, whatever was appended meanwhile.
+        """
         branch = self._active()
-        done, total = self._totals.get(counter.name, (0, 0))
-        if done < len(branch):
-            for e in branch[done:]:
-                total += self.entry_tokens(e, counter)
-            self._totals[counter.name] = (len(branch), total)
+        n = len(branch)
+        name = counter.name
+        done, total = self._totals.get(name, (0, 0))
+        if done == n:
+            return total
+        if done > n:  # pragma: no cover - a branch only shrinks through _restore
+            done, total = 0, 0
+        for e in branch[done:n]:
+            total += self.entry_tokens(e, counter)
+        with self._lock:
+            stored = self._totals.get(name, (0, 0))
+            if stored[0] < n and self._branch is branch:
+                self._totals[name] = (n, total)
         return total
 
     # -- persistence ----------------------------------------------------------------

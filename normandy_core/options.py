@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
@@ -12,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 from normandy_core.errors import OptionsError
 from normandy_core.tokens import get_counter
 
-__all__ = ["CompactorOptions", "CounterSpec", "parse_options", "validate_options"]
+__all__ = ["CompactorOptions", "CounterSpec", "options_mapping", "validate_options"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -33,6 +31,18 @@ class CompactorOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def options_mapping(opts: object, *, entry: str, compactor: str) -> Mapping[str, Any]:
+    """``opts`` when it is a mapping (``None`` is no options); else :class:`OptionsError`."""
+    if opts is None:
+        return {}
+    if not isinstance(opts, Mapping):
+        raise OptionsError(
+            f"{entry}: compactor {compactor!r} options must be a mapping of option names "
+            f"to values, got {type(opts).__name__}"
+        )
+    return opts
+
+
 def validate_options(
     model: type[M],
     opts: Mapping[str, Any] | None,
@@ -48,13 +58,7 @@ def validate_options(
         normandy_core.AgentConfig(): compactor 'window_manager' refused its options:
           option 'trigger': Input should be less than or equal to 1 (got 1.5)
     """
-    if opts is None:
-        opts = {}
-    if not isinstance(opts, Mapping):
-        raise OptionsError(
-            f"{entry}: compactor {compactor!r} options must be a mapping of option names "
-            f"to values, got {type(opts).__name__}"
-        )
+    opts = options_mapping(opts, entry=entry, compactor=compactor)
     try:
         return model.model_validate(dict(opts))
     except ValidationError as exc:
@@ -69,41 +73,3 @@ def validate_options(
         raise OptionsError(
             f"{entry}: compactor {compactor!r} refused its options:\n" + "\n".join(lines)
         ) from exc
-
-
-_parsed: dict[tuple[type[BaseModel], str], BaseModel] = {}
-_parsed_lock = threading.Lock()
-_PARSED_MAX = 512
-
-
-def parse_options(
-    model: type[M],
-    opts: Mapping[str, Any] | None,
-    *,
-    compactor: str,
-    entry: str | None = None,
-) -> M:
-    """:func:`validate_options`, memoised per model and options, for ``maybe_compact``.
-
-    A compactor parses its options at every boundary; this makes the repeat cost a JSON
-    dump and a dict look-up. Only accepted options are remembered, so a refusal is raised
-    every time; options that are not JSON-serialisable are simply validated each call.
-    ``entry`` defaults to ``"<compactor>.maybe_compact()"``.
-    """
-    try:
-        key: str | None = json.dumps(opts or {}, sort_keys=True)
-    except (TypeError, ValueError):
-        key = None
-    if key is not None:
-        hit = _parsed.get((model, key))
-        if hit is not None:
-            return hit  # type: ignore[return-value]
-    parsed = validate_options(
-        model, opts, entry=entry or f"{compactor}.maybe_compact()", compactor=compactor
-    )
-    if key is not None:
-        with _parsed_lock:
-            if len(_parsed) >= _PARSED_MAX:
-                _parsed.clear()
-            _parsed[(model, key)] = parsed
-    return parsed

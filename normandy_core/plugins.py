@@ -6,10 +6,25 @@ resolves its name, so a broken one that nobody selected cannot stop start-up. Ho
 plugins are loaded together the first time a hook is needed; one that fails is logged,
 named and skipped, and the others still load.
 
-``NORMANDY_LOAD_PLUGINS`` (comma-separated entry-point names; set but empty means none)
-is an allow-list and ``NORMANDY_DISABLE_PLUGINS`` a deny-list. Both apply to entry points
-of both groups; plugins registered in code are the application's own choice and are not
-filtered. Entry points are never discovered from the current directory implicitly.
+Compactors are registered against :class:`~normandy_core.hookspecs.CompactorSpec` and hook
+plugins against :class:`~normandy_core.hookspecs.HookSpec`, each kind in plugin managers
+of its own; pluggy's ``check_pending`` refuses a hook the kind does not define, naming the
+kind that may implement it.
+
+``NORMANDY_LOAD_PLUGINS`` (comma-separated names; set but empty means none) is an
+allow-list and ``NORMANDY_DISABLE_PLUGINS`` a deny-list. A name may be qualified by its
+group (``compactors:window_manager``, ``hooks:archive``, ``commands:archive``, or the
+full group name, ``normandy_core.hooks:archive``). A bare name in the deny-list disables
+that name in every group; in the allow-list it allows it in every group only while all
+the entry points of that name come from one distribution, so it never reaches into an
+unrelated distribution's plugin of another kind by accident (an ambiguous bare name
+allows nothing, and the listing says how to qualify it). Plugins registered in code are
+the application's own choice and are not filtered. Entry points are never discovered
+from the current directory implicitly.
+
+Any exception a plugin raises while it is imported, instantiated or called, ``SystemExit``
+and ``KeyboardInterrupt`` included, is contained and named like any other fault; only a
+genuine Ctrl-C of the user's own process still stops it (see :func:`call_plugin`).
 """
 
 from __future__ import annotations
@@ -22,7 +37,9 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -35,10 +52,11 @@ from normandy_core.errors import (
     PluginLoadError,
     UnknownCompactorError,
 )
+from normandy_core.faults import PluginFault, call_plugin
 
 if TYPE_CHECKING:
-    from normandy_core.boundary import CompactionContext
     from normandy_core.config import AgentConfig
+    from normandy_core.contract import CompactionContext
 
 __all__ = [
     "COMMAND_GROUP",
@@ -66,9 +84,9 @@ log = logging.getLogger("normandy_core.plugins")
 COMPACTOR_GROUP = "normandy_core.compactors"
 #: Entry-point group of hook plugins, all loaded automatically.
 HOOK_GROUP = "normandy_core.hooks"
-#: Allow-list of entry-point names (comma-separated; set but empty: none).
+#: Allow-list of plugin names, bare or group-qualified (comma-separated; set but empty: none).
 ENV_LOAD = "NORMANDY_LOAD_PLUGINS"
-#: Deny-list of entry-point names (comma-separated).
+#: Deny-list of plugin names, bare or group-qualified (comma-separated).
 ENV_DISABLE = "NORMANDY_DISABLE_PLUGINS"
 
 #: Entry-point group of command-line extensions: ``name = "module:register"``, where
@@ -77,7 +95,11 @@ COMMAND_GROUP = "normandy_core.commands"
 
 _GROUPS = (COMPACTOR_GROUP, HOOK_GROUP, COMMAND_GROUP)
 _KINDS = {COMPACTOR_GROUP: "compactor", HOOK_GROUP: "hook", COMMAND_GROUP: "command"}
+#: The short group names accepted as qualifiers in the allow- and deny-lists.
+_SHORT = {COMPACTOR_GROUP: "compactors", HOOK_GROUP: "hooks", COMMAND_GROUP: "commands"}
 _IN_CODE = "<registered in code>"
+#: Which kind of plugin implements each hook, for the refusal of a misplaced one.
+_WHO = {COMPACTOR_GROUP: "compactor", HOOK_GROUP: "hook plugin"}
 
 
 @dataclass(frozen=True)
@@ -89,14 +111,16 @@ class _EP:
     version: str
 
     def load(self) -> Any:
-        """Import the entry point's object; any failure is a :class:`PluginLoadError`
-        naming the entry point, group, distribution and version, the cause chained."""
+        """Import the entry point's object; any failure (``SystemExit`` at import
+        included) is a :class:`PluginLoadError` naming the entry point, group,
+        distribution and version, the cause chained."""
         try:
-            return md.EntryPoint(self.name, self.value, self.group).load()
+            return call_plugin(md.EntryPoint(self.name, self.value, self.group).load)
         except Exception as exc:
+            cause = exc.__cause__ if isinstance(exc, PluginFault) else exc
             raise PluginLoadError(
-                f"{self.describe()} failed to import: {type(exc).__name__}: {exc}"
-            ) from exc
+                f"{self.describe()} failed to import: {type(cause).__name__}: {cause}"
+            ) from cause
 
     def describe(self) -> str:
         kind = {HOOK_GROUP: "hook plugin", COMMAND_GROUP: "command"}.get(self.group, "compactor")
@@ -109,7 +133,7 @@ class PluginRow:
 
     ``status`` is ``"loaded"``, ``"not loaded"`` (a compactor nobody resolved yet),
     ``"disabled"`` (excluded by the environment), ``"conflict"`` (another distribution
-    registers the same name) or ``"error"`` (``error`` says why).
+    registers the same name: an error) or ``"error"`` (``error`` says why).
     """
 
     name: str
@@ -125,6 +149,11 @@ class PluginRow:
         """``"compactor"``, ``"hook"`` or ``"command"``."""
         return _KINDS.get(self.group, "hook")
 
+    @property
+    def failed(self) -> bool:
+        """Whether the row is an error (failed to load, or a name conflict)."""
+        return self.status in ("error", "conflict")
+
     def as_dict(self) -> dict[str, Any]:
         """The row as a JSON-ready dict (with ``kind``)."""
         return {**asdict(self), "kind": self.kind}
@@ -134,8 +163,9 @@ class PluginRow:
 class Compactor:
     """A resolved compactor: its name, where it comes from, and a typed facade to its hooks.
 
-    The plugin is registered in a plugin manager of its own, so ``maybe_compact`` is
-    called on the selected compactor only, with pluggy's calling conventions.
+    The plugin is registered in a plugin manager of its own that knows only the compactor
+    hookspecs, so ``maybe_compact`` is called on the selected compactor only, with
+    pluggy's calling conventions.
     """
 
     name: str
@@ -144,7 +174,10 @@ class Compactor:
     plugin: Any
     module: str
     group: str = COMPACTOR_GROUP
-    _pm: pluggy.PluginManager = field(repr=False, default_factory=lambda: _new_pm())
+    _pm: pluggy.PluginManager = field(
+        repr=False, default_factory=lambda: _new_pm(hookspecs.CompactorSpec)
+    )
+    _model: Any = field(repr=False, default=None)
 
     def describe(self) -> str:
         """``compactor 'x' (group normandy_core.compactors) from normandy-x 1.0``."""
@@ -162,29 +195,58 @@ class Compactor:
         """Whether the compactor implements ``needs_window``."""
         return bool(self._pm.hook.needs_window.get_hookimpls())
 
-    def maybe_compact(self, acc: AgentConfig, ctx: CompactionContext, opts: dict[str, Any]) -> Any:
-        """Call the compactor's ``maybe_compact``; the result is checked by the boundary."""
+    @property
+    def options_model(self) -> Any:
+        """The compactor's options model (its ``options_model`` hook), or ``None``."""
+        return self._model
+
+    def maybe_compact(self, acc: AgentConfig, ctx: CompactionContext, opts: Any) -> Any:
+        """Call the compactor's ``maybe_compact``; the result is checked by the caller
+        (:func:`normandy_core.call_compactor`)."""
         return self._pm.hook.maybe_compact(acc=acc, ctx=ctx, opts=opts)
 
-    def needs_window(self, opts: dict[str, Any]) -> bool:
-        """The compactor's ``needs_window(opts)``; ``True`` when it does not implement it."""
+    def parse_options(self, raw: Mapping[str, Any], entry: str) -> Any:
+        """The options ``maybe_compact`` receives: parsed with the options model, or
+        ``raw`` as a read-only mapping when the compactor declares none.
+
+        :raises OptionsError: beginning with ``entry``, naming the compactor and option.
+        """
+        if self._model is None:
+            return raw if isinstance(raw, MappingProxyType) else MappingProxyType(dict(raw))
+        from normandy_core.options import validate_options
+
+        return validate_options(self._model, raw, entry=entry, compactor=self.name)
+
+    def needs_window(self, opts: Any) -> bool:
+        """The compactor's ``needs_window(opts)``; ``True`` when it does not implement it
+        or it fails (a failure is logged)."""
         if not self.has_needs_window:
             return True
-        result = self._pm.hook.needs_window(opts=opts)
+        if self._model is not None and not isinstance(opts, self._model):
+            try:
+                opts = self.parse_options(opts, f"{self.name}.needs_window()")
+            except OptionsError:
+                return True  # refused where the config is made
+        try:
+            result = call_plugin(self._pm.hook.needs_window, opts=opts)
+        except Exception as exc:
+            log.error("needs_window of %s raised %s: %s", self.describe(), type(exc).__name__, exc)
+            return True
         return True if result is None else bool(result)
 
-    def validate_opts(self, opts: dict[str, Any], entry: str) -> None:
-        """Call the compactor's ``validate_opts(opts, entry)`` when it has one.
+    def validate_opts(self, opts: Any, entry: str, window: int | None = None) -> None:
+        """Call the compactor's ``validate_opts`` when it has one.
 
         Any refusal surfaces as :class:`~normandy_core.OptionsError` beginning with
-        ``entry`` and naming the compactor: an implementation that raises something else,
-        or an ``OptionsError`` that does not begin with ``entry``, is wrapped (the original
-        exception is chained), so every bad option names the call that made the config.
+        ``entry`` and naming the compactor: an implementation that raises something else
+        (``SystemExit`` included), or an ``OptionsError`` that does not begin with
+        ``entry``, is wrapped (the original exception is chained), so every bad option
+        names the call that made the config.
         """
         if not self.has_validate_opts:
             return
         try:
-            self._pm.hook.validate_opts(opts=opts, entry=entry)
+            call_plugin(self._pm.hook.validate_opts, opts=opts, entry=entry, window=window)
         except OptionsError as exc:
             if str(exc).startswith(entry):
                 raise
@@ -192,51 +254,85 @@ class Compactor:
                 f"{entry}: compactor {self.name!r} refused its options: {exc}"
             ) from exc
         except Exception as exc:
+            cause = exc.__cause__ if isinstance(exc, PluginFault) else exc
             raise OptionsError(
-                f"{entry}: compactor {self.name!r} refused its options: {type(exc).__name__}: {exc}"
-            ) from exc
+                f"{entry}: compactor {self.name!r} refused its options: "
+                f"{type(cause).__name__}: {cause}"
+            ) from cause
 
 
-def _new_pm() -> pluggy.PluginManager:
+def _new_pm(specs: type) -> pluggy.PluginManager:
     pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-    pm.add_hookspecs(hookspecs)
+    pm.add_hookspecs(specs)
     return pm
 
 
 def _instantiate(obj: Any, what: str) -> Any:
     """The plugin object: a class is instantiated (without arguments), anything else kept.
 
-    A constructor that raises is a load failure of the plugin, named like an import error.
+    A constructor that raises (anything, ``SystemExit`` included) is a load failure of
+    the plugin, named like an import error.
     """
     if not inspect.isclass(obj):
         return obj
     try:
-        return obj()
+        return call_plugin(obj)
     except Exception as exc:
+        cause = exc.__cause__ if isinstance(exc, PluginFault) else exc
         raise PluginLoadError(
-            f"{what} could not be instantiated: {type(exc).__name__}: {exc}"
-        ) from exc
+            f"{what} could not be instantiated: {type(cause).__name__}: {cause}"
+        ) from cause
 
 
-def _register_checked(pm: pluggy.PluginManager, plugin: Any, name: str, what: str) -> None:
-    """Register with pluggy's signature validation, refusing unknown hooks too."""
+def _misplaced(pm: pluggy.PluginManager, plugin: Any, group: str) -> list[str]:
+    """The hooks ``plugin`` implements that ``pm``'s hookspec set does not define."""
+    names = []
+    for caller in pm.get_hookcallers(plugin) or []:
+        if caller.spec is None:
+            names.append(caller.name)
+    return names
+
+
+def _register_checked(
+    pm: pluggy.PluginManager, plugin: Any, name: str, what: str, group: str
+) -> None:
+    """Register with pluggy's signature validation and ``check_pending``.
+
+    A hook the plugin's kind does not define is refused naming the kind that may
+    implement it; so is a hook wrapper (each implementation is called on its own).
+    """
     try:
         pm.register(plugin, name=name)
     except pluggy.PluginValidationError as exc:
         raise PluginLoadError(f"{what} has a hook that does not match its hookspec: {exc}") from exc
     except ValueError as exc:
         raise PluginLoadError(f"{what} could not be registered: {exc}") from exc
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        unknown = _misplaced(pm, plugin, group)
+        pm.unregister(plugin)
+        parts = []
+        for hook in unknown:
+            owner = hookspecs.SPEC_SETS.get(hook)
+            if owner is None:
+                parts.append(f"{hook!r}, which is not a Normandy hook")
+            else:
+                kind = "compactor" if owner is hookspecs.CompactorSpec else "hook plugin"
+                other = COMPACTOR_GROUP if kind == "compactor" else HOOK_GROUP
+                parts.append(
+                    f"{hook!r}, which only a {kind} implements (entry-point group {other}); "
+                    f"as a {_WHO[group]} it would never be called"
+                )
+        known = ", ".join(n for n, s in hookspecs.SPEC_SETS.items() if _group_of(s) == group)
+        raise PluginLoadError(
+            f"{what} implements "
+            + "; ".join(parts or [str(exc)])
+            + f". A {_WHO[group]} may implement: {known}"
+        ) from exc
     for caller in pm.get_hookcallers(plugin) or []:
-        if caller.spec is None:
-            pm.unregister(plugin)
-            raise PluginLoadError(
-                f"{what} implements {caller.name!r}, which is not a Normandy hook "
-                "(known: maybe_compact, needs_window, validate_opts, after_compact)"
-            )
         for impl in caller.get_hookimpls():
             if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper):
-                # Each implementation is called on its own (hooks are isolated from each
-                # other), so a wrapper would be a generator that silently never runs.
                 pm.unregister(plugin)
                 raise PluginLoadError(
                     f"{what} declares {caller.name!r} as a hook wrapper; Normandy calls every "
@@ -245,22 +341,38 @@ def _register_checked(pm: pluggy.PluginManager, plugin: Any, name: str, what: st
                 )
 
 
+def _group_of(specs: type) -> str:
+    return COMPACTOR_GROUP if specs is hookspecs.CompactorSpec else HOOK_GROUP
+
+
 def _make_compactor(
     name: str, plugin: Any, dist: str, version: str, module: str, what: str
 ) -> Compactor:
     obj = _instantiate(plugin, what)
     comp = Compactor(name=name, distribution=dist, version=version, plugin=obj, module=module)
-    _register_checked(comp._pm, obj, f"{COMPACTOR_GROUP}:{name}", what)
+    _register_checked(comp._pm, obj, f"{COMPACTOR_GROUP}:{name}", what, COMPACTOR_GROUP)
     if not comp._pm.hook.maybe_compact.get_hookimpls():
-        raise PluginLoadError(f"{what} does not implement the required hook 'maybe_compact'")
-    for impl in comp._pm.hook.validate_opts.get_hookimpls():
-        if "entry" not in impl.argnames:
-            raise PluginLoadError(
-                f"{what} implements validate_opts without the 'entry' argument; it is refused "
-                "because its errors could not name the public entry point that made the bad "
-                "config. Declare it as validate_opts(opts, entry) and pass entry to "
-                "normandy_core.validate_options()."
+        hint = ""
+        if callable(getattr(obj, "maybe_compact", None)):
+            hint = (
+                "; it has a maybe_compact that is not marked as a hook: decorate it with "
+                "@normandy_core.hookimpl"
             )
+        raise PluginLoadError(f"{what} does not implement the required hook 'maybe_compact'{hint}")
+    if comp._pm.hook.options_model.get_hookimpls():
+        try:
+            model = call_plugin(comp._pm.hook.options_model)
+        except Exception as exc:
+            raise PluginLoadError(
+                f"{what}: options_model raised {type(exc).__name__}: {exc}"
+            ) from exc
+        from pydantic import BaseModel
+
+        if not (inspect.isclass(model) and issubclass(model, BaseModel)):
+            raise PluginLoadError(
+                f"{what}: options_model returned {model!r}, not a pydantic model class"
+            )
+        comp._model = model
     return comp
 
 
@@ -315,12 +427,28 @@ class _Registry:
             self.eps = found
             return found
 
-    def excluded(self, name: str) -> str | None:
-        self.scan()
-        if name in self.deny:
+    def excluded(self, name: str, group: str = COMPACTOR_GROUP) -> str | None:
+        """Why the entry point ``name`` of ``group`` is excluded by the environment, or None."""
+        eps = self.scan()
+        qualified = {f"{_SHORT[group]}:{name}", f"{group}:{name}"}
+        if name in self.deny or qualified & self.deny:
             return f"disabled by {ENV_DISABLE}"
-        if self.allow is not None and name not in self.allow:
+        if self.allow is None or qualified & self.allow:
+            return None
+        if name not in self.allow:
             return f"not in {ENV_LOAD}"
+        dists = {ep.dist for g in _GROUPS for ep in eps[g].get(name, ())}
+        if len(dists) > 1:
+            kinds = ", ".join(
+                f"{_SHORT[g]}:{name} ({', '.join(ep.dist for ep in eps[g][name])})"
+                for g in _GROUPS
+                if name in eps[g]
+            )
+            return (
+                f"not loaded: {name!r} in {ENV_LOAD} is ambiguous, it names plugins of "
+                f"several distributions ({kinds}); qualify it, for example "
+                f"{_SHORT[group]}:{name}"
+            )
         return None
 
 
@@ -428,8 +556,13 @@ _code_hooks: dict[str, Any] = {}
 def hook_manager() -> pluggy.PluginManager:
     """The plugin manager of hook plugins, loading the ``normandy_core.hooks`` entry points once.
 
-    Each is registered under ``normandy_core.hooks:<name>``; one that fails to import or
-    to validate is logged, reported by :func:`list_plugins` and skipped.
+    It knows only the hook-plugin hookspecs (:class:`~normandy_core.hookspecs.HookSpec`).
+    Each entry point is registered under ``normandy_core.hooks:<name>``; one excluded by
+    the environment is blocked under that name (``pm.is_blocked``); one that fails to
+    import or to validate is logged, reported by :func:`list_plugins` and skipped. When
+    several distributions register one name, each is loaded under
+    ``normandy_core.hooks:<name>@<distribution>`` (nothing is skipped silently) and every
+    listing reports the conflict as an error.
     """
     pm = _REG.hook_pm
     if pm is not None:
@@ -438,31 +571,44 @@ def hook_manager() -> pluggy.PluginManager:
     with reg.lock:
         if reg.hook_pm is not None:
             return reg.hook_pm
-        pm = _new_pm()
+        pm = _new_pm(hookspecs.HookSpec)
         for name, candidates in sorted(reg.scan()[HOOK_GROUP].items()):
-            if len(candidates) > 1:
-                msg = "registered by several distributions: " + ", ".join(
-                    c.dist for c in candidates
-                )
-                reg.hook_status[name] = ("conflict", msg)
-                log.error("hook plugin %r (group %s) %s", name, HOOK_GROUP, msg)
-                continue
-            ep = candidates[0]
-            why = reg.excluded(name)
+            qname = f"{HOOK_GROUP}:{name}"
+            why = reg.excluded(name, HOOK_GROUP)
             if why is not None:
+                pm.set_blocked(qname)
                 reg.hook_status[name] = ("disabled", why)
                 continue
-            try:
-                obj = _instantiate(ep.load(), ep.describe())
-                _register_checked(pm, obj, f"{HOOK_GROUP}:{name}", ep.describe())
-            except PluginLoadError as err:
-                log.error("%s", err)
-                reg.hook_status[name] = ("error", str(err))
-                continue
-            reg.hook_status[name] = ("loaded", None)
-            reg.hook_described[f"{HOOK_GROUP}:{name}"] = ep.describe()
-        for qname, obj in _code_hooks.items():
-            _register_checked(pm, obj, qname, f"hook plugin {qname!r} ({_IN_CODE})")
+            conflict = len(candidates) > 1
+            errors: list[str] = []
+            for ep in candidates:
+                reg_name = f"{qname}@{ep.dist}" if conflict else qname
+                try:
+                    obj = _instantiate(ep.load(), ep.describe())
+                    _register_checked(pm, obj, reg_name, ep.describe(), HOOK_GROUP)
+                except PluginLoadError as err:
+                    log.error("%s", err)
+                    errors.append(str(err))
+                    continue
+                reg.hook_described[reg_name] = ep.describe()
+            if conflict:
+                msg = (
+                    f"hook plugin {name!r} (group {HOOK_GROUP}) is registered by several "
+                    "distributions: "
+                    + ", ".join(f"{c.dist} {c.version}" for c in candidates)
+                    + "; each is loaded and run, but entry-point names must be unique in the "
+                    "group: uninstall or rename all but one"
+                )
+                log.error("%s", msg)
+                reg.hook_status[name] = ("conflict", "; ".join([msg, *errors]))
+            elif errors:
+                reg.hook_status[name] = ("error", errors[0])
+            else:
+                reg.hook_status[name] = ("loaded", None)
+        for code_name, obj in _code_hooks.items():
+            _register_checked(
+                pm, obj, code_name, f"hook plugin {code_name!r} ({_IN_CODE})", HOOK_GROUP
+            )
         reg.hook_pm = pm
         return pm
 
@@ -491,7 +637,7 @@ def register_hook(plugin: Any, name: str | None = None) -> str:
     with _REG.lock:
         if qname in _code_hooks:
             raise ValueError(f"a hook plugin named {base!r} is already registered in code")
-        _register_checked(pm, obj, qname, f"hook plugin {base!r} ({_IN_CODE})")
+        _register_checked(pm, obj, qname, f"hook plugin {base!r} ({_IN_CODE})", HOOK_GROUP)
         _code_hooks[qname] = obj
     return qname
 
@@ -547,7 +693,7 @@ def list_plugins(*, load: bool = False) -> list[PluginRow]:
         rows.append(PluginRow(qname, HOOK_GROUP, str(module), _IN_CODE, "-", "loaded"))
     for name, candidates in sorted(eps[COMMAND_GROUP].items()):
         status, error = reg.command_status.get(name, ("not loaded", None))
-        if (why := reg.excluded(name)) is not None:
+        if (why := reg.excluded(name, COMMAND_GROUP)) is not None:
             status, error = "disabled", why
         for ep in candidates:
             rows.append(PluginRow(name, ep.group, ep.value, ep.dist, ep.version, status, error))
@@ -562,7 +708,7 @@ def command_registrars() -> list[tuple[str, Any]]:
     reg = _REG
     out: list[tuple[str, Any]] = []
     for name, candidates in sorted(reg.scan()[COMMAND_GROUP].items()):
-        if reg.excluded(name) is not None:
+        if reg.excluded(name, COMMAND_GROUP) is not None:
             continue
         ep = candidates[0]
         try:

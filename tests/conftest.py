@@ -110,8 +110,21 @@ def _base_python() -> str:
 @pytest.fixture(scope="session")
 def third_party(tmp_path_factory: pytest.TempPathFactory) -> ThirdPartyVenv:
     """Build and install every distribution under tests/dists into a fresh venv."""
+    return _venv_with(tmp_path_factory, "third_party", DISTS)
+
+
+@pytest.fixture(scope="session")
+def seam_dists(tmp_path_factory: pytest.TempPathFactory) -> ThirdPartyVenv:
+    """A venv with the distributions under tests/dists_seam: plugins that attack the
+    contract seam (misplaced hooks, a hook named like ours, exits at import)."""
+    return _venv_with(tmp_path_factory, "seam", DISTS.parent / "dists_seam")
+
+
+def _venv_with(
+    tmp_path_factory: pytest.TempPathFactory, name: str, dist_root: Path
+) -> ThirdPartyVenv:
     uv = _uv()
-    root = tmp_path_factory.mktemp("third_party")
+    root = tmp_path_factory.mktemp(name)
     venv = root / "venv"
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     env["UV_PYTHON_DOWNLOADS"] = "never"
@@ -135,7 +148,7 @@ def third_party(tmp_path_factory: pytest.TempPathFactory) -> ThirdPartyVenv:
     )
     # Copies at a fresh path, so uv never reuses a cached build of an edited distribution.
     sources = root / "dists"
-    shutil.copytree(DISTS, sources)
+    shutil.copytree(dist_root, sources)
     dists = sorted(str(p) for p in sources.iterdir() if (p / "pyproject.toml").exists())
     proc = subprocess.run(
         [uv, "pip", "install", "--python", str(python), "--no-deps", *dists],

@@ -46,6 +46,19 @@ CWD_INVOCATIONS = ("console script", "python -m")
 KILLED_PROCESSES = 2
 #: Processes compacting into one archive at once (alongside the killed ones).
 CONCURRENT_PROCESSES = 2
+#: Generated compactor results judged by both the conformance kit and the boundary.
+SEAM_VERDICTS = 60
+#: BaseExceptions raised by a compactor after appending to its input memory.
+BASE_EXCEPTIONS = ("SystemExit", "KeyboardInterrupt", "GeneratorExit")
+#: Installed compactors raising a BaseException at import (argparse exits, a stray Ctrl-C).
+IMPORT_EXITS = ("exits_at_import", "interrupts_at_import")
+#: Boundaries run against a hung compactor, as multiples of the abandoned-thread cap.
+HUNG_BOUNDARY_MULTIPLE = 3
+#: Entries dropped in one compaction while a hook tries to empty meta["dropped"].
+MUTATED_DROPPED = 80
+#: Threads reading a memory's token total while the turn appends, and the appends.
+READER_THREADS = 4
+READER_APPENDS = 2000
 
 
 @dataclass(frozen=True)
@@ -150,6 +163,55 @@ ROWS: tuple[Row, ...] = (
         f"{len(LOAD_PLUGINS_PATHS)} ways in",
         f"all {len(LOAD_PLUGINS_PATHS)} honour the allow-list",
         "tests/test_security.py::test_load_plugins_is_honoured_everywhere",
+    ),
+    Row(
+        "Compactor results that drop silently, list kept entries, rewrite unreported, "
+        "reorder `dropped` or report with `compacted` false (generated)",
+        f"at least {SEAM_VERDICTS} (hypothesis)",
+        "all: the conformance kit and the boundary give the same verdict and message; every "
+        "refused result leaves the conversation intact",
+        "tests/test_seam.py::test_kit_and_boundary_give_the_same_verdict",
+    ),
+    Row(
+        "Compactor that appends to its input then raises " + ", ".join(BASE_EXCEPTIONS),
+        f"{len(BASE_EXCEPTIONS)} kinds",
+        f"all {len(BASE_EXCEPTIONS)}: error path naming it, the append undone; a real "
+        "Ctrl-C still stops the process (memory restored)",
+        "tests/test_seam.py::test_base_exceptions_mid_compaction_are_contained_and_the_memory_"
+        "restored",
+    ),
+    Row(
+        "Installed compactor raising `SystemExit` (argparse at import) or "
+        "`KeyboardInterrupt` at import",
+        f"{len(IMPORT_EXITS)} distributions, through `compact()` and `normandy plugins`",
+        f"all {len(IMPORT_EXITS)}: `PluginLoadError` naming entry point and distribution; "
+        "the listing shows the error and the process lives",
+        "tests/test_seam_dists.py::test_base_exceptions_at_import_are_named_not_fatal",
+    ),
+    Row(
+        "Compactor that hangs, under `compaction_timeout`",
+        f"{HUNG_BOUNDARY_MULTIPLE} x the cap of abandoned threads, in boundaries",
+        "all: error path; threads alive never above the cap; every thread counted and gone "
+        "once released",
+        "tests/test_seam.py::test_abandoned_compactor_threads_are_capped_and_counted",
+    ),
+    Row(
+        "Hook that tries to empty `meta['dropped']` before the other hooks run",
+        f"1 compaction of {MUTATED_DROPPED} dropped entries",
+        f"the next hook received all {MUTATED_DROPPED}; the mutation is a `hook_errors` entry",
+        "tests/test_seam.py::test_a_hook_cannot_change_what_the_next_hook_receives",
+    ),
+    Row(
+        "Threads reading a memory's incremental token total while the turn appends",
+        f"{READER_THREADS} threads, {READER_APPENDS:,} appends",
+        "the total equals a full recount",
+        "tests/test_seam.py::test_token_totals_are_exact_under_concurrent_readers",
+    ),
+    Row(
+        "A third-party hook distribution whose entry point is also named `archive`",
+        "1 distribution, through `compact()` and `normandy plugins`",
+        "both hooks ran (nothing skipped); the listing reports the conflict once and exits 3",
+        "tests/test_seam_dists.py::test_a_hook_named_like_ours_is_loaded_beside_it_and_reported",
     ),
     Row(
         "A malicious dist-info in the current directory, for the console script and "

@@ -173,16 +173,20 @@ def test_replacing_the_memory_of_the_given_config_is_refused_and_undone():
     assert "replaced the memory" in meta["error"]
 
 
-def test_an_unknown_compactor_at_the_boundary_is_the_error_path():
+def test_a_config_keeps_the_compactor_it_was_prepared_with():
+    """The compactor is resolved once, where the config is made: unregistering the name
+    later changes new configs, not this one (its boundary still calls it)."""
     register_compactor("gone", _Fn(_raise))
     acc = _conversation(AgentConfig(compactor="gone"))
-    from normandy_core import unregister_compactor
+    from normandy_core import UnknownCompactorError, unregister_compactor
 
     unregister_compactor("gone")
     out, meta = run_compaction(acc, mid_round=False)
     assert out is acc
     assert meta["compacted"] is False
-    assert "unknown compactor 'gone'" in meta["error"]
+    assert "compactor 'gone'" in meta["error"] and "kaboom" in meta["error"]
+    with pytest.raises(UnknownCompactorError, match="unknown compactor 'gone'"):
+        AgentConfig(compactor="gone")
 
 
 class _Recorder:
@@ -239,12 +243,12 @@ def test_a_raising_hook_lands_in_hook_errors_and_the_others_still_run(raiser_fir
         hooks.reverse()
     for name, hook in hooks:
         register_hook(hook, name=name)
-    acc = _acc_with(_drop_first(1))
+    acc = _acc_with(_drop_first(2))
     with caplog.at_level(logging.ERROR, logger="normandy_core.boundary"):
         out, meta = run_compaction(acc, mid_round=False)
     assert meta["compacted"] is True
-    assert [e.id for e in out.memory] == ["m1", "m2", "m3", "m4", "m5"]
-    assert log == [("r", ["m0"])]
+    assert [e.id for e in out.memory] == ["m2", "m3", "m4", "m5"]
+    assert log == [("r", ["m0", "m1"])]
     assert meta["hook_errors"] == [
         {
             "hook": "code:raiser",
@@ -272,7 +276,7 @@ def test_hooks_registered_in_code_are_validated_and_can_be_removed():
     with pytest.raises(ValueError, match="already registered"):
         register_hook(_Recorder(log, "y"), name="x")
     unregister_hook(qname)
-    run_compaction(_acc_with(_drop_first(1)), mid_round=False)
+    run_compaction(_acc_with(_drop_first(2)), mid_round=False)
     assert log == []
 
 
@@ -285,7 +289,7 @@ def test_a_hook_with_fewer_arguments_gets_the_ones_it_names():
             seen.append(meta["compacted"])
 
     register_hook(Lean(), name="lean")
-    run_compaction(_acc_with(_drop_first(1)), mid_round=False)
+    run_compaction(_acc_with(_drop_first(2)), mid_round=False)
     assert seen == [True]
 
 
@@ -295,8 +299,8 @@ def test_code_hooks_survive_reload_plugins():
     log: list[tuple[str, Any]] = []
     register_hook(_Recorder(log, "kept"), name="kept")
     reload_plugins()
-    run_compaction(_acc_with(_drop_first(1)), mid_round=False)
-    assert log == [("kept", ["m0"])]
+    run_compaction(_acc_with(_drop_first(2)), mid_round=False)
+    assert log == [("kept", ["m0", "m1"])]
 
 
 def _reporting(make_dropped: Any, keep_from: int = 2) -> Any:

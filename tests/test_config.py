@@ -191,7 +191,7 @@ def test_options_errors_begin_with_the_entry_point_and_name_everything(sized):
     msg = str(info.value)
     assert msg.startswith("normandy_core.AgentConfig.with_compactor(): compactor 'sized'")
     assert "option 'context_window'" in msg
-    assert "greater than 0" in msg
+    assert "positive whole number" in msg
 
 
 def test_validate_options_helper():

@@ -143,7 +143,7 @@ class LosesSilently:
 class SkipsWithDropped:
     @hookimpl
     def maybe_compact(self, acc, ctx, opts):
-        return acc, {"compacted": False, "dropped": []}
+        return acc, {"compacted": False, "dropped": acc.memory.entries()[:1]}
 
 
 class AcceptsAnything:
@@ -159,12 +159,12 @@ class AcceptsAnything:
 @pytest.mark.parametrize(
     ("plugin", "rule"),
     [
-        (Mutating(), "mutated its input"),
-        (DropsNewestFirst(), "'dropped' must be oldest first"),
+        (Mutating(), "mutated the memory it was given"),
+        (DropsNewestFirst(), "not oldest first"),
         (KeepsThinking(), "kept thinking blocks"),
-        (Orphans(), "orphaned a tool use or result"),
+        (Orphans(), "separated a tool use from its result"),
         (LosesSilently(), "lost silently"),
-        (SkipsWithDropped(), "'dropped' must be absent"),
+        (SkipsWithDropped(), "reported dropped entries with compacted=False"),
     ],
 )
 def test_the_kit_catches_a_broken_compactor(plugin, rule):

@@ -216,8 +216,12 @@ def test_a_cached_count_is_never_computed_twice(script, data):
         elif action == "copy":
             family.append(memory.copy())
         elif action == "derive":
-            kept = memory.entries()
-            family.append(memory.derive(kept[data.draw(st.integers(0, len(kept))) :]))
+            # A compactor counts what it keeps before it derives; derive carries those
+            # counts over (and only those: the new memory's cache is pruned to it).
+            kept = memory.entries()[data.draw(st.integers(0, len(memory))) :]
+            for e in kept:
+                memory.entry_tokens(e, counter)
+            family.append(memory.derive(kept))
         elif action == "drop_thinking":
             family.append(drop_thinking(memory))
         elif action == "tokens":
@@ -229,6 +233,17 @@ def test_a_cached_count_is_never_computed_twice(script, data):
         memory.tokens(counter)
         assert memory.tokens(counter) == sum(counter.inner.count_entry(e) for e in memory)
     counter.assert_never_twice()
+
+
+def test_derive_carries_over_only_the_kept_entries_counts():
+    counter = CallCounting(EstimateCounter())
+    memory = build([Add("user", f"message {i}") for i in range(50)])
+    memory.tokens(counter)
+    kept = memory.entries()[40:]
+    derived = memory.derive(kept)
+    assert derived.tokens(counter) == sum(counter.inner.count_entry(e) for e in kept)
+    assert len(counter.calls) == 50  # nothing recounted
+    assert set(derived._counts[counter.name]) == {e.id for e in kept}
 
 
 def test_tokens_count_only_what_was_added():

@@ -11,6 +11,7 @@ from normandy_core import (
     COMPACTOR_GROUP,
     HOOK_GROUP,
     AgentConfig,
+    OptionsError,
     PluginLoadError,
     UnknownCompactorError,
     hook_manager,
@@ -28,8 +29,8 @@ def test_noop_is_installed_for_real_and_changes_nothing():
     handle = resolve_compactor("noop")
     assert (handle.name, handle.distribution, handle.module) == (
         "noop",
-        "normandy-noop",
-        "normandy_noop",
+        "normandy-core",
+        "normandy_core.noop",
     )
     assert handle.version  # read from the installed distribution's metadata
     assert handle.needs_window({}) is False
@@ -62,7 +63,9 @@ def test_registration_names_are_qualified_by_group():
         assert name.startswith((f"{HOOK_GROUP}:", "code:"))
 
 
-def test_same_module_as_compactor_and_hook_does_not_collide():
+def test_a_module_with_both_kinds_of_hook_is_refused_naming_the_misplaced_one():
+    """Compactors and hook plugins register against their own hookspec sets, so a hook
+    of the other kind (which would never run there) is refused at load."""
     mod = types.ModuleType("dual_plugin")
 
     @hookimpl
@@ -75,9 +78,10 @@ def test_same_module_as_compactor_and_hook_does_not_collide():
 
     mod.maybe_compact = maybe_compact  # type: ignore[attr-defined]
     mod.after_compact = after_compact  # type: ignore[attr-defined]
-    register_compactor("dual", mod)
-    register_hook(mod, name="dual")
-    assert resolve_compactor("dual").plugin is mod
+    with pytest.raises(PluginLoadError, match="'after_compact', which only a hook plugin"):
+        register_compactor("dual", mod)
+    with pytest.raises(PluginLoadError, match="'maybe_compact', which only a compactor"):
+        register_hook(mod, name="dual")
 
 
 def test_register_compactor_in_code_validates_like_an_entry_point():
@@ -115,13 +119,27 @@ def test_register_compactor_in_code_validates_like_an_entry_point():
             return acc, {"compacted": False}
 
         @hookimpl
-        def validate_opts(self, opts: dict[str, Any]) -> None:
-            pass
+        def needs_window(self, opts: Any) -> bool:
+            return False
 
-    with pytest.raises(PluginLoadError, match="without the 'entry' argument") as info:
-        register_compactor("ne", NoEntry())
-    assert "could not name the public entry point" in str(info.value)
-    for name in ("nc", "typo", "extra", "ne"):
+        @hookimpl
+        def validate_opts(self, opts: Any) -> None:
+            if opts:
+                raise ValueError("no options, please")
+
+    # pluggy's convention: an implementation may take fewer arguments than its spec; the
+    # core prefixes the entry point to the refusal itself.
+    register_compactor("ne", NoEntry())
+    with pytest.raises(OptionsError, match=r"^normandy_core.AgentConfig\(\): compactor 'ne'"):
+        AgentConfig(compactor="ne", compactor_opts={"x": 1})
+
+    class Undecorated:
+        def maybe_compact(self, acc: Any, ctx: Any, opts: Any) -> Any:
+            return acc, {"compacted": False}
+
+    with pytest.raises(PluginLoadError, match=r"decorate it with @normandy_core.hookimpl"):
+        register_compactor("undecorated", Undecorated())
+    for name in ("nc", "typo", "extra", "undecorated"):
         with pytest.raises(UnknownCompactorError):
             resolve_compactor(name)
 
@@ -155,7 +173,7 @@ def test_in_code_compactors_are_listed():
     rows = {(r.kind, r.name): r for r in list_plugins()}
     assert rows[("compactor", "listed")].status == "loaded"
     assert rows[("compactor", "listed")].distribution == "<registered in code>"
-    assert rows[("compactor", "noop")].distribution == "normandy-noop"
+    assert rows[("compactor", "noop")].distribution == "normandy-core"
     assert rows[("compactor", "window_manager")].status == "not loaded"
 
 
@@ -239,8 +257,8 @@ def test_an_entry_point_replaced_in_code_is_not_listed_as_loaded():
     register_compactor("noop", replacement, replace=True)
     assert resolve_compactor("noop").plugin is replacement
     rows = {r.distribution: r.status for r in list_plugins() if r.name == "noop"}
-    assert rows == {"normandy-noop": "not loaded", "<registered in code>": "loaded"}
+    assert rows == {"normandy-core": "not loaded", "<registered in code>": "loaded"}
     unregister_compactor("noop")
-    assert resolve_compactor("noop").distribution == "normandy-noop"
+    assert resolve_compactor("noop").distribution == "normandy-core"
     rows = {r.distribution: r.status for r in list_plugins() if r.name == "noop"}
-    assert rows == {"normandy-noop": "loaded"}
+    assert rows == {"normandy-core": "loaded"}

@@ -138,7 +138,7 @@ def test_a_dist_info_in_the_current_directory_is_ignored(tmp_path):
         rows = json.loads(listing.stdout)
         assert not any("rogue" in r["name"] for r in rows), how
         noop_rows = [r for r in rows if r["name"] == "noop"]
-        assert [r["distribution"] for r in noop_rows] == ["normandy-noop"], how
+        assert [r["distribution"] for r in noop_rows] == ["normandy-core"], how
         assert rogue.returncode == 3 and "unknown compactor 'rogue'" in rogue.stderr, how
         assert noop.returncode == 0 and json.loads(noop.stdout) == json.loads(src.read_text())
     assert not marker.exists()  # the rogue module was never imported

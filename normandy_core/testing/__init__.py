@@ -20,21 +20,30 @@ or with the ``compactor_contract`` fixture (which is :func:`check_compactor`)::
     def test_contract(compactor_contract):
         compactor_contract("my_compactor", {"threshold": 2_000}, bad_opts=[{"nope": 1}])
 
-The rules checked, over conversations drawn by
+The per-call rules are exactly the runtime's: every call goes through
+:func:`normandy_core.call_compactor` and :func:`normandy_core.check_compaction`, the
+check the boundary and the ``pipeline`` apply, with ``ctx`` built by
+:func:`normandy_core.build_context` from the config's prepared compactor, so a compactor
+that passes the kit is accepted at run time and one the runtime refuses fails here, with
+the same message. Over conversations drawn by
 :func:`normandy_core.testing.strategies.conversations` (and over the compactor's own
-output, compacted again), calling ``maybe_compact`` directly so nothing is hidden by the
-boundary's safety net:
+output, compacted again), a call fails when:
 
-* the result is ``(AgentConfig, dict)`` and ``meta["compacted"]`` is a bool;
-* the input ``acc`` and its memory are never mutated;
-* skip and error paths return the same ``acc`` and carry no ``dropped``; an error is text;
-* ``dropped``, when present, is a list of entries of the input's active branch, each
-  once, oldest first, each equal to the entry it was (id and original content);
-* nothing is lost silently: when a compactor reports ``dropped``, every entry it removed
-  or rewrote (other than stripping thinking) is in it;
-* no orphaned tool use or result (:func:`normandy_core.pairing_problems`);
-* when it compacts at a mid-round boundary, no kept message has thinking;
-* token figures in meta, when present, are non-negative integers;
+* the input ``acc`` or its memory is mutated;
+* the result is not ``(AgentConfig, dict)`` with a boolean ``compacted``, an ``error``
+  comes with ``compacted`` true or is not text, or token figures are not non-negative
+  integers;
+* the model, system prompt, tools or compactor settings come back changed;
+* ``dropped`` is present on the skip or error path, or is not a list of entries of the
+  input's active branch, each once, oldest first, equal to the entry it was;
+* an entry is listed in ``dropped`` but kept unchanged, or removed or rewritten (other
+  than stripping thinking) without being listed (lost silently);
+* a tool use and its result are separated, or the kept history starts with an assistant
+  message;
+* it compacts at a mid-round boundary and keeps thinking.
+
+The kit adds rules the runtime cannot check at a single call:
+
 * at a mid-round boundary under the window (a window of 10⁹ tokens, or ``roomy_opts``
   for a compactor that needs no window) the same ``acc`` and memory come back;
 * good options are accepted and every ``bad_opts`` example is refused where the config
@@ -45,17 +54,21 @@ boundary's safety net:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 
-from normandy_core.boundary import CompactionContext
 from normandy_core.config import AgentConfig
+from normandy_core.contract import (
+    CompactionContext,
+    ContractViolation,
+    build_context,
+    call_compactor,
+)
 from normandy_core.errors import OptionsError
-from normandy_core.memory import AgentMemory, Entry
-from normandy_core.plugins import Compactor, resolve_compactor
-from normandy_core.structure import pairing_problems
+from normandy_core.memory import AgentMemory
+from normandy_core.plugins import resolve_compactor
 from normandy_core.testing.strategies import Case, Conversation, cases, conversations
 
 __all__ = [
@@ -67,110 +80,49 @@ __all__ = [
     "check_options",
     "check_roomy_mid_round",
     "compactor_contract",
+    "context_for",
 ]
 
 #: The window used for the "fits the window" rule: nothing generated comes close.
 ROOMY_WINDOW = 10**9
 _ENTRY = "normandy_core.AgentConfig()"
-_TOKEN_KEYS = ("tokens_before", "tokens_after", "tokens_removed")
 
 
-def _fail(name: str, rule: str, detail: str = "") -> None:
+def _fail(name: str, rule: str, detail: str = "") -> NoReturn:
     raise AssertionError(
         f"compactor {name!r} breaks the contract: {rule}" + (f"\n{detail}" if detail else "")
     )
 
 
-def _context(
-    comp: Compactor, acc: AgentConfig, opts: Mapping[str, Any], window: int, mid_round: bool
-) -> CompactionContext:
-    w = window if comp.needs_window(dict(opts)) else None
-    return CompactionContext(
-        model=acc.model,
-        window=w,
-        prompt_tokens=acc.prompt_tokens if w is not None else 0,
-        mid_round=mid_round,
+def context_for(acc: AgentConfig, *, mid_round: bool) -> CompactionContext:
+    """The ``ctx`` the boundary would build for ``acc`` (window and counter as prepared)."""
+    return build_context(
+        acc.prepared, model=acc.model, prompt_tokens=acc.prompt_tokens, mid_round=mid_round
     )
 
 
-def _same_content(a: Entry, b: Entry) -> bool:
-    return a.without_thinking().content == b.without_thinking().content
-
-
 def check_call(
-    name: str, acc: AgentConfig, ctx: CompactionContext, opts: Mapping[str, Any] | None = None
+    name: str, acc: AgentConfig, ctx: CompactionContext | None = None, opts: Any = None
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Call compactor ``name``'s ``maybe_compact`` once and check every per-call rule.
+    """Call compactor ``name``'s ``maybe_compact`` once and apply the runtime's check.
 
-    ``opts`` defaults to ``acc.compactor_opts``. Returns the compactor's ``(acc, meta)``;
-    raises ``AssertionError`` naming the rule that was broken.
+    ``acc`` must be a config of compactor ``name`` (its prepared options are used unless
+    ``opts`` is given); ``ctx`` defaults to the boundary's at a turn start. Returns the
+    checked ``(acc, meta)``; raises ``AssertionError`` with the check's message.
     """
     comp = resolve_compactor(name)
-    options = dict(acc.compactor_opts if opts is None else opts)
+    if ctx is None:
+        ctx = context_for(acc, mid_round=False)
+    options = acc.prepared.options if opts is None else opts
     memory = acc.memory
-    dump, version, head = memory.dump(), memory.version, memory.head
-    original = memory.entries()
-    result = comp.maybe_compact(acc, ctx, dict(options))
-
-    if acc.memory is not memory or memory.version != version or memory.head != head:
-        _fail(name, "it mutated its input (acc.memory was replaced or appended to)")
+    dump = memory.dump()
+    try:
+        new_acc, meta = call_compactor(comp, acc, ctx, options)
+    except ContractViolation as exc:
+        _fail(name, str(exc))
     if memory.dump() != dump:
         _fail(name, "it mutated its input memory")
-    if not (isinstance(result, tuple) and len(result) == 2):
-        _fail(name, "maybe_compact must return (acc, meta)", repr(result)[:300])
-    new_acc, meta = result
-    if not isinstance(new_acc, AgentConfig):
-        _fail(name, f"the returned acc is a {type(new_acc).__name__}, not an AgentConfig")
-    if not isinstance(meta, dict) or not isinstance(meta.get("compacted"), bool):
-        _fail(name, "meta must be a dict with a boolean 'compacted'", repr(meta)[:300])
-    for key in _TOKEN_KEYS:
-        if key in meta and not (
-            isinstance(meta[key], int) and not isinstance(meta[key], bool) and meta[key] >= 0
-        ):
-            _fail(name, f"meta[{key!r}] must be a non-negative int", repr(meta[key]))
-
-    if not meta["compacted"]:
-        if "dropped" in meta:
-            _fail(name, "'dropped' must be absent on the skip and error paths")
-        if new_acc is not acc:
-            _fail(name, "the skip and error paths must return the same acc")
-        if "error" in meta and not isinstance(meta["error"], str):
-            _fail(name, "meta['error'] must be text", repr(meta["error"]))
-        return new_acc, meta
-    if "error" in meta:
-        _fail(name, "an error must come with compacted=False")
-
-    kept = new_acc.memory.entries()
-    if not pairing_problems(original) and (problems := pairing_problems(kept)):
-        _fail(name, "it orphaned a tool use or result", "\n".join(problems[:5]))
-    if ctx.mid_round and (thinking := [e.id for e in kept if e.has_thinking]):
-        _fail(name, "compacting mid-round, it kept thinking blocks", f"entries: {thinking[:5]}")
-
-    if "dropped" in meta:
-        dropped = meta["dropped"]
-        if not isinstance(dropped, list) or not all(isinstance(e, Entry) for e in dropped):
-            _fail(name, "meta['dropped'] must be a list of Entry objects")
-        position = {e.id: i for i, e in enumerate(original)}
-        ids = [e.id for e in dropped]
-        if len(set(ids)) != len(ids):
-            _fail(name, "an entry is reported twice in 'dropped'", str(ids))
-        if unknown := [i for i in ids if i not in position]:
-            _fail(
-                name, "'dropped' holds ids that were not in the input's active branch", str(unknown)
-            )
-        if ids != sorted(ids, key=position.__getitem__):
-            _fail(name, "'dropped' must be oldest first")
-        for e in dropped:
-            if e != original[position[e.id]]:
-                _fail(name, f"dropped entry {e.id!r} is not the original (id and content)")
-        reported = set(ids)
-        new_by_id = {e.id: e for e in kept}
-        for e in original:
-            now = new_by_id.get(e.id)
-            if e.id not in reported and (now is None or not _same_content(e, now)):
-                what = "removed" if now is None else "rewritten"
-                _fail(name, f"entry {e.id!r} was {what} but is not in 'dropped' (lost silently)")
-    return new_acc, meta
+    return new_acc, dict(meta)
 
 
 def check_options(
@@ -212,8 +164,17 @@ def _settings(max_examples: int | None) -> Callable[[Any], Any]:
     )
 
 
-def _config(name: str, opts: Mapping[str, Any], model: str, memory: AgentMemory) -> AgentConfig:
-    acc = AgentConfig(model=model, compactor=name, compactor_opts=dict(opts))
+def _config(
+    name: str, opts: Mapping[str, Any], model: str, memory: AgentMemory, window: int
+) -> AgentConfig:
+    """A config of compactor ``name`` holding ``memory``, its window pinned to ``window``
+    when it sizes against one and ``opts`` pin none."""
+    from normandy_core.preparation import pin_if_needed
+
+    options = dict(opts)
+    if "context_window" not in options:
+        options = pin_if_needed(name, options, window, entry=_ENTRY)
+    acc = AgentConfig(model=model, compactor=name, compactor_opts=options)
     return acc.with_memory(memory)
 
 
@@ -231,14 +192,16 @@ def check_generated(
     ``ctx.mid_round`` is true when the conversation ends after a tool batch.
     """
     options = dict(opts or {})
-    comp = resolve_compactor(name)
 
     @_settings(max_examples)
     @given(case=cases(windows=windows))
     def run(case: Case) -> None:
         conv = case.conversation
-        acc = _config(name, options, model, conv.memory)
-        ctx = _context(comp, acc, options, case.window, conv.ends_mid_round)
+        try:
+            acc = _config(name, options, model, conv.memory, case.window)
+        except OptionsError:
+            reject()  # a window these options refuse where the config is made
+        ctx = context_for(acc, mid_round=conv.ends_mid_round)
         new_acc, meta = check_call(name, acc, ctx)
         if meta["compacted"]:
             check_call(name, new_acc, ctx)
@@ -259,13 +222,12 @@ def check_roomy_mid_round(
     ``opts`` under which no generated conversation is over its trigger.
     """
     options = dict(opts or {})
-    comp = resolve_compactor(name)
 
     @_settings(max_examples)
     @given(conv=conversations(mid_round=True))
     def run(conv: Conversation) -> None:
-        acc = _config(name, options, model, conv.memory)
-        ctx = _context(comp, acc, options, ROOMY_WINDOW, True)
+        acc = _config(name, options, model, conv.memory, ROOMY_WINDOW)
+        ctx = context_for(acc, mid_round=True)
         new_acc, meta = check_call(name, acc, ctx)
         if new_acc is not acc or new_acc.memory is not acc.memory or meta["compacted"]:
             _fail(
@@ -298,7 +260,7 @@ def check_compactor(
     :param max_examples: hypothesis examples per property (default: the active profile's).
     """
     comp = resolve_compactor(name)
-    if not isinstance(comp.needs_window(dict(opts or {})), bool):
+    if not isinstance(comp.needs_window(comp.parse_options(dict(opts or {}), _ENTRY)), bool):
         _fail(name, "needs_window must return a bool")
     check_options(name, opts, bad_opts, model=model)
     check_generated(name, opts, model=model, windows=windows, max_examples=max_examples)
@@ -325,7 +287,7 @@ class CompactorContract:
         """The compactor is installed and loads under its name."""
         assert self.compactor, "set `compactor` to the name of the compactor under test"
         comp = resolve_compactor(self.compactor)
-        assert isinstance(comp.needs_window(dict(self.opts)), bool)
+        assert isinstance(comp.needs_window(comp.parse_options(dict(self.opts), _ENTRY)), bool)
 
     def test_options_accepted_and_bad_ones_refused(self) -> None:
         """Good options accepted, bad ones refused at config time naming entry and compactor."""

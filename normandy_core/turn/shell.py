@@ -35,7 +35,7 @@ from normandy_core.memory import (
     ToolUseBlock,
     new_id,
 )
-from normandy_core.tokens import TokenCounter, default_counter_for, get_counter
+from normandy_core.tokens import TokenCounter, get_counter
 from normandy_core.turn.core import (
     AppendMessage,
     Budget,
@@ -148,13 +148,15 @@ class _Runner:
         self.state = start(self.turn_id, max_iterations=max_iterations, budget=budget)
         self.thinking = thinking
         self.max_tokens = max_tokens
+        self.calibration = calibration or acc.calibration or default_calibration()
         if counter is None:
-            spec = acc.compactor_opts.get("counter")
-            counter = spec if isinstance(spec, str) else default_counter_for(acc.model)
-        base = get_counter(counter)
-        self.calibration = calibration or default_calibration()
-        self.base = base
-        self.counter = CalibratedCounter(base, acc.model, self.calibration)
+            # The compactor's own prepared counter, so a message is counted once, through
+            # the memory's cache, for the budget, calibration and the compactor alike.
+            self.counter = acc.prepared.counter_for(acc.model, self.calibration)
+        else:
+            self.counter = CalibratedCounter(get_counter(counter), acc.model, self.calibration)
+        self.budgeted = budget is not None
+        self._pending: tuple[Content, str] | None = None
         self.on_event = on_event
         self.events: list[dict[str, Any]] = []
         self.usage = Usage()
@@ -168,10 +170,23 @@ class _Runner:
         if self.on_event is not None:
             self.on_event(event)
 
+    @property
+    def base(self) -> TokenCounter:
+        """The uncalibrated counter (calibration compares its counts with the provider's)."""
+        return self.counter.base
+
     def tokens(self, role: Role, content: Content) -> int:
-        """Calibrated tokens of a message about to be appended (for the budget)."""
-        entry = Entry(id="count", role=role, content=content)
-        return self.counter.count_entry(entry)
+        """Calibrated tokens of a message about to be appended, for the task budget.
+
+        Without a budget nothing is counted. With one, the message is counted under the id
+        it is then appended with, through the memory's cache, so the compactor never
+        counts it again.
+        """
+        if not self.budgeted:
+            return 0
+        entry = Entry(id=new_id(), role=role, content=content, turn_id=self.turn_id)
+        self._pending = (content, entry.id)
+        return self.counter.entry_tokens(self.acc.memory, entry)
 
     def apply(self, event: Event) -> list[Effect]:
         """Step the core; run the local effects, return the ones that need I/O."""
@@ -179,7 +194,12 @@ class _Runner:
         out: list[Effect] = []
         for eff in effects:
             if isinstance(eff, AppendMessage):
-                self.acc.memory.add_message(eff.role, eff.content, turn_id=self.turn_id)
+                pending, self._pending = self._pending, None
+                same = pending is not None and (
+                    pending[0] is eff.content or pending[0] == eff.content
+                )
+                eid = pending[1] if same and pending is not None else None
+                self.acc.memory.add_message(eff.role, eff.content, id=eid, turn_id=self.turn_id)
             elif isinstance(eff, Emit):
                 self.emit(eff.event)
             elif isinstance(eff, Finish):
@@ -188,12 +208,12 @@ class _Runner:
                 out.append(eff)
         return out
 
-    def compacted(self, acc: AgentConfig, meta: dict[str, Any]) -> Event:
+    def compacted(self, acc: AgentConfig, meta: Mapping[str, Any]) -> Event:
         """Put the boundary's acc in place; the event that reports it to the core."""
         self.acc = acc
-        if acc.model is not None:
-            meta.setdefault("calibration", self.calibration.snapshot(acc.model, self.base.name))
-        return CompactionDone(meta)
+        if acc.model is not None and "calibration" not in meta:
+            meta = {**meta, "calibration": self.calibration.snapshot(acc.model, self.base.name)}
+        return CompactionDone(dict(meta))
 
     def request(self, eff: CallModel) -> dict[str, Any]:
         """The client arguments for a model call."""
@@ -321,7 +341,10 @@ def run_turn(
         for eff in effects:
             if isinstance(eff, MaybeCompact):
                 new_acc, meta = run_compaction(
-                    run.acc, mid_round=eff.mid_round, turn_id=run.turn_id
+                    run.acc,
+                    mid_round=eff.mid_round,
+                    turn_id=run.turn_id,
+                    calibration=run.calibration,
                 )
                 event = run.compacted(new_acc, meta)
             elif isinstance(eff, CallModel):
@@ -411,7 +434,13 @@ async def arun_turn(
         for eff in effects:
             if isinstance(eff, MaybeCompact):
                 new_acc, meta = await asyncio.to_thread(
-                    run_compaction, run.acc, mid_round=eff.mid_round, turn_id=run.turn_id
+                    functools.partial(
+                        run_compaction,
+                        run.acc,
+                        mid_round=eff.mid_round,
+                        turn_id=run.turn_id,
+                        calibration=run.calibration,
+                    )
                 )
                 event = run.compacted(new_acc, meta)
             elif isinstance(eff, CallModel):

@@ -115,6 +115,6 @@ def test_normandy_memory_in_and_out() -> None:
 
 def test_compactor_error_returns_input(openai_messages: Any) -> None:
     huge = [{"role": "user", "content": "word " * 4000}]
-    result = compact(huge, window=3000)
+    result = compact(huge, window=3000, opts={"reserved_tokens": 500})
     assert not result.compacted and result.error and "cannot fit" in result.error
     assert result.messages == huge

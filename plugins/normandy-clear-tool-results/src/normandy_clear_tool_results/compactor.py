@@ -19,35 +19,27 @@ from normandy_core import (
     Entry,
     ToolResultBlock,
     ToolUseBlock,
-    default_counter_for,
-    get_counter,
     hookimpl,
-    parse_options,
-    validate_options,
 )
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, Block, CompactionContext, TokenCounter
 
-__all__ = ["maybe_compact", "needs_window", "validate_opts"]
+__all__ = ["maybe_compact", "needs_window", "options_model"]
 
 log = logging.getLogger("normandy_clear_tool_results")
 
 
-def _options(opts: dict[str, Any]) -> ClearToolResultsOptions:
-    return parse_options(ClearToolResultsOptions, opts, compactor=NAME)
+@hookimpl
+def options_model() -> type[ClearToolResultsOptions]:
+    """The options are :class:`~normandy_clear_tool_results.options.ClearToolResultsOptions`."""
+    return ClearToolResultsOptions
 
 
 @hookimpl
-def needs_window(opts: dict[str, Any]) -> bool:
+def needs_window(opts: ClearToolResultsOptions) -> bool:
     """No: ``clear_tool_results`` acts on its own token or tool-use trigger, not the window."""
     return False
-
-
-@hookimpl
-def validate_opts(opts: dict[str, Any], entry: str) -> None:
-    """Refuse bad options where the config is made, naming ``entry`` and the option."""
-    validate_options(ClearToolResultsOptions, opts, entry=entry, compactor=NAME)
 
 
 @dataclass
@@ -92,13 +84,13 @@ def _block_tokens(block: Block, counter: TokenCounter) -> int:
 
 @hookimpl
 def maybe_compact(
-    acc: AgentConfig, ctx: CompactionContext, opts: dict[str, Any]
+    acc: AgentConfig, ctx: CompactionContext, opts: ClearToolResultsOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """Clear old tool results when the conversation is over a trigger; see the module docs."""
-    o = _options(opts)
-    counter = get_counter(o.counter or default_counter_for(ctx.model))
+    o = opts
+    counter = ctx.counter
     memory = acc.memory
-    before = memory.tokens(counter)
+    before = counter.memory_tokens(memory)
     trigger_tokens = o.effective_trigger_tokens
     over_tokens = trigger_tokens is not None and before + acc.prompt_tokens > trigger_tokens
     if not over_tokens and o.trigger_tool_uses is None:
@@ -149,25 +141,18 @@ def maybe_compact(
         ne = _cleared(e, to_clear, o)
         if ne is not e:
             dropped.append(e)
-            cleared_tokens += memory.entry_tokens(e, counter) - counter.count_entry(ne)
+            cleared_tokens += counter.entry_tokens(memory, e) - counter.count_entry(ne)
         new_entries.append(ne)
     if cleared_tokens < max(o.clear_at_least, 1):
         return acc, {"compacted": False}
 
     kept = [e.without_thinking() for e in new_entries]
     new_memory = memory.derive(kept)
-    after = new_memory.tokens(counter)
-    turn = ctx.turn_id if ctx.turn_id is not None else (entries[-1].turn_id if entries else None)
-    removed = 0
-    for old_e, new_e in zip(entries, kept, strict=True):
-        if old_e.turn_id == turn:
-            removed += memory.entry_tokens(old_e, counter) - new_memory.entry_tokens(new_e, counter)
+    after = counter.memory_tokens(new_memory)
+    # tokens_before, tokens_after and tokens_removed are computed by the boundary.
     meta: dict[str, Any] = {
         "compacted": True,
         "strategy": NAME,
-        "tokens_before": before,
-        "tokens_after": after,
-        "tokens_removed": max(removed, 0),
         "tokens_cleared": cleared_tokens,
         "cleared": [u.id for u in uses if u.id in to_clear],
         "trigger": "tokens" if over_tokens else "tool_uses",

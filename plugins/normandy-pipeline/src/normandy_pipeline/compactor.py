@@ -28,49 +28,45 @@ from typing import TYPE_CHECKING, Any
 from normandy_core import (
     AgentConfig,
     CompactionContext,
-    Entry,
+    ContractViolation,
     OptionsError,
-    default_counter_for,
-    get_counter,
+    build_context,
+    call_compactor,
     hookimpl,
-    parse_options,
-    resolve_compactor,
+    prepare,
 )
 from normandy_pipeline import NAME
 from normandy_pipeline.options import PipelineOptions, Step
 
 if TYPE_CHECKING:
-    from normandy_core import Compactor, TokenCounter
+    from normandy_core import CalibratedCounter, Prepared
 
-__all__ = ["maybe_compact", "needs_window", "validate_opts"]
+__all__ = ["maybe_compact", "needs_window", "options_model", "validate_opts"]
 
 log = logging.getLogger("normandy_pipeline")
-
-
-def _options(opts: dict[str, Any], entry: str | None = None) -> PipelineOptions:
-    return parse_options(PipelineOptions, opts, compactor=NAME, entry=entry)
 
 
 def _label(index: int, step: Step) -> str:
     return f"pipeline steps[{index}] ({step.compactor!r})"
 
 
-def _step_window(comp: Compactor, step: Step, window: int | None) -> tuple[bool, int | None]:
-    """Whether the step needs a window, and the one it gets (its pinned one first)."""
-    if not comp.needs_window(dict(step.opts)):
-        return False, None
-    pinned = step.opts.get("context_window")
-    return True, int(pinned) if pinned is not None else window
+@hookimpl
+def options_model() -> type[PipelineOptions]:
+    """The options are :class:`~normandy_pipeline.options.PipelineOptions`."""
+    return PipelineOptions
 
 
 @hookimpl
-def needs_window(opts: dict[str, Any]) -> bool:
+def needs_window(opts: PipelineOptions) -> bool:
     """True when some step needs a window and pins no ``context_window`` of its own."""
+    from normandy_core import resolve_compactor
+
     try:
-        o = _options(opts)
-        for step in o.steps:
+        for step in opts.steps:
             comp = resolve_compactor(step.compactor)
-            if comp.needs_window(dict(step.opts)) and step.opts.get("context_window") is None:
+            if step.opts.get("context_window") is None and comp.needs_window(
+                comp.parse_options(step.opts, "pipeline")
+            ):
                 return True
         return False
     except Exception:  # must not raise; validate_opts reports the fault
@@ -78,27 +74,22 @@ def needs_window(opts: dict[str, Any]) -> bool:
 
 
 @hookimpl
-def validate_opts(opts: dict[str, Any], entry: str) -> None:
-    """Check the pipeline's options, then each step's through the step's own ``validate_opts``.
+def validate_opts(opts: PipelineOptions, entry: str, window: int | None) -> None:
+    """Prepare every step through the core's prepare step, with the pipeline's window.
 
-    A refusal names ``entry``, the step's index and its compactor.
+    A refusal names ``entry``, the step's index and its compactor. The prepared steps are
+    kept on the options, so no step is validated again at a boundary.
     """
-    o = _options(opts, entry)
-    for i, step in enumerate(o.steps):
+    prepared: list[Prepared] = []
+    for i, step in enumerate(opts.steps):
         where = f"{entry} {_label(i, step)}"
         try:
-            comp = resolve_compactor(step.compactor)
-        except Exception as exc:
-            raise OptionsError(f"{where}: cannot use this compactor: {exc}") from exc
-        try:
-            comp.validate_opts(dict(step.opts), where)
+            prepared.append(prepare(step.compactor, step.opts, entry=where, window=window))
         except OptionsError:
             raise
         except Exception as exc:
-            raise OptionsError(
-                f"{where}: compactor {step.compactor!r} refused its options: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            raise OptionsError(f"{where}: cannot use this compactor: {exc}") from exc
+    opts._prepared = tuple(prepared)
 
 
 def _error(acc: AgentConfig, index: int, step: Step, reason: str) -> tuple[AgentConfig, Any]:
@@ -107,19 +98,21 @@ def _error(acc: AgentConfig, index: int, step: Step, reason: str) -> tuple[Agent
     return acc, {"compacted": False, "error": text, "failed_step": index}
 
 
+def _fits_every_step(acc: AgentConfig, ctx: CompactionContext, steps: tuple[Prepared, ...]) -> bool:
+    """Mid-round: whether the conversation plus the prompt fits the smallest step window."""
+    sized = [p.window for p in steps if p.window is not None]
+    if not sized:
+        return False
+    return ctx.counter.memory_tokens(acc.memory) + ctx.prompt_tokens <= min(sized)
+
+
 @hookimpl
 def maybe_compact(
-    acc: AgentConfig, ctx: CompactionContext, opts: dict[str, Any]
+    acc: AgentConfig, ctx: CompactionContext, opts: PipelineOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """Run the steps in order until one meets its target; see the module docs."""
-    o = _options(opts)
-    counter = get_counter(o.counter or default_counter_for(ctx.model))
-    memory = acc.memory
-    before = memory.tokens(counter)
-    comps = [resolve_compactor(s.compactor) for s in o.steps]
-    windows = [_step_window(c, s, ctx.window) for c, s in zip(comps, o.steps, strict=True)]
-    sized = [w for needs, w in windows if needs and w is not None]
-    if ctx.mid_round and sized and before + acc.prompt_tokens <= min(sized):
+    steps: tuple[Prepared, ...] = opts._prepared
+    if ctx.mid_round and _fits_every_step(acc, ctx, steps):
         return acc, {"compacted": False}
 
     current = acc
@@ -127,44 +120,29 @@ def maybe_compact(
     dropped_ids: dict[str, None] = {}
     compacted = False
     target_met: bool | None = None
-    for i, (step, comp, (needs, window)) in enumerate(zip(o.steps, comps, windows, strict=True)):
-        if needs and window is None:
-            return _error(acc, i, step, "needs a context window and the pipeline got none")
-        sctx = CompactionContext(
+    for i, (step, prepared) in enumerate(zip(opts.steps, steps, strict=True)):
+        sctx = build_context(
+            prepared,
             model=ctx.model,
-            window=window,
-            prompt_tokens=acc.prompt_tokens if window is not None else 0,
+            prompt_tokens=acc.prompt_tokens,
             mid_round=ctx.mid_round,
             turn_id=ctx.turn_id,
+            calibration=ctx.counter.calibration,
         )
-        step_memory = current.memory
-        version = step_memory.version
         try:
-            result = comp.maybe_compact(current, sctx, dict(step.opts))
+            new_acc, meta = call_compactor(prepared.compactor, current, sctx, prepared.options)
+        except ContractViolation as exc:
+            return _error(acc, i, step, f"broke the contract: {exc}")
         except Exception as exc:
             return _error(acc, i, step, f"raised {type(exc).__name__}: {exc}")
-        if step_memory.version != version or current.memory is not step_memory:
-            return _error(acc, i, step, "mutated the memory it was given")
-        if not (isinstance(result, tuple) and len(result) == 2):
-            return _error(acc, i, step, f"returned {type(result).__name__}, not (acc, meta)")
-        new_acc, meta = result
-        if not isinstance(new_acc, AgentConfig):
-            return _error(acc, i, step, f"returned acc of type {type(new_acc).__name__}")
-        if not isinstance(meta, dict) or not isinstance(meta.get("compacted"), bool):
-            return _error(acc, i, step, "returned meta without a boolean 'compacted'")
-        if "error" in meta:
-            return _error(acc, i, step, f"failed: {meta['error']}")
-        dropped = meta.get("dropped") or []
-        if not isinstance(dropped, list):
-            return _error(acc, i, step, "returned 'dropped' that is not a list")
+        if meta.error is not None:
+            return _error(acc, i, step, f"failed: {meta.error}")
         report = {k: v for k, v in meta.items() if k != "dropped"}
         report = {"index": i, "compactor": step.compactor, **report}
-        if not meta["compacted"]:
-            if dropped:
-                return _error(acc, i, step, "reported dropped entries with compacted=False")
+        if not meta.compacted:
             reports.append(report)
             continue
-        report["dropped_ids"] = [e.id for e in dropped if isinstance(e, Entry)]
+        report["dropped_ids"] = [e.id for e in meta.dropped]
         reports.append(report)
         for eid in report["dropped_ids"]:
             dropped_ids.setdefault(eid)
@@ -177,45 +155,17 @@ def maybe_compact(
 
     if not compacted:
         return acc, {"compacted": False, "steps": reports}
-    return acc.with_memory(current.memory), _meta(
-        acc, current, ctx, counter, before, reports, dropped_ids, target_met
-    )
-
-
-def _meta(
-    acc: AgentConfig,
-    result: AgentConfig,
-    ctx: CompactionContext,
-    counter: TokenCounter,
-    before: int,
-    reports: list[dict[str, Any]],
-    dropped_ids: dict[str, None],
-    target_met: bool | None,
-) -> dict[str, Any]:
-    memory = acc.memory
-    new_memory = result.memory
-    entries = memory.entries()
     # The original entries, once each, oldest first: a version rewritten by an earlier step
     # and dropped by a later one is reported with the content it had in the input.
-    dropped = [e for e in entries if e.id in dropped_ids]
-    turn = ctx.turn_id if ctx.turn_id is not None else (entries[-1].turn_id if entries else None)
-    new_by_id = {e.id: e for e in new_memory}
-    removed = 0
-    for e in entries:
-        if e.turn_id == turn:
-            kept = new_by_id.get(e.id)
-            new_size = new_memory.entry_tokens(kept, counter) if kept is not None else 0
-            removed += memory.entry_tokens(e, counter) - new_size
-    meta: dict[str, Any] = {
+    dropped = [e for e in acc.memory.entries() if e.id in dropped_ids]
+    counter: CalibratedCounter = ctx.counter
+    meta_out: dict[str, Any] = {
         "compacted": True,
         "strategy": NAME,
-        "tokens_before": before,
-        "tokens_after": new_memory.tokens(counter),
-        "tokens_removed": max(removed, 0),
         "counter": counter.name,
         "steps": reports,
         "dropped": dropped,
     }
     if target_met is not None:
-        meta["target_met"] = target_met
-    return meta
+        meta_out["target_met"] = target_met
+    return acc.with_memory(current.memory), meta_out

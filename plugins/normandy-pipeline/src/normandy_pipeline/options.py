@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from normandy_core import CompactorOptions, CounterSpec
 
@@ -28,5 +28,9 @@ class PipelineOptions(CompactorOptions):
     context_window: int | None = Field(default=None, gt=0)
     """Pins the window given to steps that need one and pin none; otherwise the catalog's."""
     counter: CounterSpec | None = None
-    """Counter of the pipeline's own ``tokens_before``/``tokens_after`` and of its mid-round
-    check. Default: exact where tiktoken knows the model's encoding, else ``conservative``."""
+    """Counter of the pipeline's mid-round check (and of the token figures the boundary
+    reports). Default: exact where tiktoken knows the model's encoding, else
+    ``conservative``."""
+
+    _prepared: tuple[Any, ...] = PrivateAttr(default=())
+    """The steps prepared by ``validate_opts`` (the core's prepare step, once per config)."""

@@ -16,18 +16,15 @@ from typing import TYPE_CHECKING, Any
 from normandy_core import (
     Entry,
     ImageBlock,
+    OptionsError,
     TextBlock,
     TokenCounter,
     ToolResultBlock,
-    default_counter_for,
-    get_counter,
     group_units,
     hookimpl,
     new_id,
-    parse_options,
-    validate_options,
 )
-from normandy_core.calibration import CalibratedCounter, calibrated_counter
+from normandy_core.calibration import CalibratedCounter
 from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
 from normandy_window_manager.options import WindowManagerOptions
 from normandy_window_manager.summarize import SUMMARY_KEY, SummaryError, make_summary
@@ -35,7 +32,15 @@ from normandy_window_manager.summarize import SUMMARY_KEY, SummaryError, make_su
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext
 
-__all__ = ["MARKER_KEY", "NAME", "SUMMARY_KEY", "maybe_compact", "needs_window", "validate_opts"]
+__all__ = [
+    "MARKER_KEY",
+    "NAME",
+    "SUMMARY_KEY",
+    "maybe_compact",
+    "needs_window",
+    "options_model",
+    "validate_opts",
+]
 
 log = logging.getLogger("normandy_window_manager")
 
@@ -45,20 +50,27 @@ NAME = "window_manager"
 MARKER_KEY = "normandy.compaction_marker"
 
 
-def _options(opts: dict[str, Any]) -> WindowManagerOptions:
-    return parse_options(WindowManagerOptions, opts, compactor=NAME)
+@hookimpl
+def options_model() -> type[WindowManagerOptions]:
+    """The options are :class:`~normandy_window_manager.options.WindowManagerOptions`."""
+    return WindowManagerOptions
 
 
 @hookimpl
-def needs_window(opts: dict[str, Any]) -> bool:
+def needs_window(opts: WindowManagerOptions) -> bool:
     """``window_manager`` always sizes against the window (pinned or from the catalog)."""
     return True
 
 
 @hookimpl
-def validate_opts(opts: dict[str, Any], entry: str) -> None:
-    """Refuse bad options where the config is made, naming ``entry`` and the option."""
-    validate_options(WindowManagerOptions, opts, entry=entry, compactor=NAME)
+def validate_opts(opts: WindowManagerOptions, window: int | None) -> None:
+    """Refuse a window that ``reserved_tokens`` leaves no room in, where the config is made."""
+    if window is not None and window <= opts.reserved_tokens:
+        raise OptionsError(
+            f"option 'reserved_tokens': {opts.reserved_tokens:,} tokens reserved for the "
+            f"reply leave nothing of the {window:,}-token context window; lower "
+            "reserved_tokens or pin a larger window (option 'context_window')"
+        )
 
 
 @dataclass
@@ -86,17 +98,15 @@ def _units_info(
 
 @hookimpl
 def maybe_compact(
-    acc: AgentConfig, ctx: CompactionContext, opts: dict[str, Any]
+    acc: AgentConfig, ctx: CompactionContext, opts: WindowManagerOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """Compact ``acc.memory`` when it exceeds ``trigger`` of the usable window; see the docs."""
-    o = _options(opts)
+    o = opts
     if ctx.window is None:
         return acc, {"compacted": False, "error": "window_manager needs ctx.window, got None"}
-    # Counts are scaled by the model's calibration factor, which the turn shells learn
-    # from provider-reported usage (1.0 without evidence).
-    counter = calibrated_counter(
-        get_counter(o.counter or default_counter_for(ctx.model)), ctx.model
-    )
+    # The prepared counter, scaled by the model's calibration factor, which the turn
+    # shells learn from provider-reported usage (1.0 without evidence).
+    counter = ctx.counter
     memory = acc.memory
     before = counter.memory_tokens(memory)
     usable = ctx.window - o.reserved_tokens
@@ -375,25 +385,10 @@ def _commit(
             kept.append(e.without_thinking())
     new_memory = memory.derive(kept)
     after = counter.memory_tokens(new_memory)
-    turn = (
-        ctx.turn_id
-        if ctx.turn_id is not None
-        else (plan.entries[-1].turn_id if plan.entries else None)
-    )
-    removed = 0
-    new_by_id = {e.id: e for e in kept}
-    for e in plan.entries:
-        if e.turn_id != turn:
-            continue
-        old = counter.entry_tokens(memory, e)
-        ne = new_by_id.get(e.id)
-        removed += old - (counter.entry_tokens(new_memory, ne) if ne is not None else 0)
+    # tokens_before, tokens_after and tokens_removed are computed by the boundary.
     meta: dict[str, Any] = {
         "compacted": True,
         "strategy": o.strategy,
-        "tokens_before": before,
-        "tokens_after": after,
-        "tokens_removed": max(removed, 0),
         "dropped": dropped,
         "counter": counter.name,
         "calibration": counter.calibration.snapshot(counter.model, counter.base.name),

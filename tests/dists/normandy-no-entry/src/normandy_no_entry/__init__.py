@@ -1,4 +1,5 @@
-"""A compactor whose ``validate_opts`` does not take ``entry`` (pluggy would allow it)."""
+"""A compactor whose ``validate_opts`` does not take ``entry``: accepted, as pluggy allows;
+the core begins its refusals with the entry point itself."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def needs_window(opts: dict[str, Any]) -> bool:
 
 @hookimpl
 def validate_opts(opts: dict[str, Any]) -> None:
-    """Wrong: without ``entry`` its errors cannot name the call that made the config."""
+    """Refuse any option (the core names the entry point in the message)."""
     if opts:
         raise ValueError("no options allowed")
 

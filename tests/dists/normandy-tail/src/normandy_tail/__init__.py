@@ -1,7 +1,8 @@
 """A third-party compactor built like the in-tree ones: keep the newest ``keep`` units.
 
 Units come from :func:`normandy_core.group_units`, so a tool use never loses its results.
-Pinned entries are always kept. At a mid-round boundary the kept messages lose their
+Pinned entries are always kept, and the kept history starts at a
+user message. At a mid-round boundary the kept messages lose their
 thinking blocks, as the contract asks of a compactor that compacts there.
 """
 
@@ -52,6 +53,16 @@ def maybe_compact(
     if len(units) <= keep:
         return acc, {"compacted": False}
     cut = units[-keep][0]
+
+    def first_kept(at: int) -> str:
+        kept = [e for e in entries[:at] if e.pinned or e.role == "system"] + entries[at:]
+        return next((e.role for e in kept if e.role != "system"), "user")
+
+    # A kept history starts with a user message, never an assistant one.
+    while cut > 0 and first_kept(cut) == "assistant":
+        cut = max(start for start, _ in units if start < cut)
+    if cut == 0:
+        return acc, {"compacted": False}
     dropped = [e for e in entries[:cut] if not e.pinned]
     kept = [e for e in entries[:cut] if e.pinned] + entries[cut:]
     memory = acc.memory.derive(kept)

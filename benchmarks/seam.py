@@ -1,0 +1,169 @@
+"""Benchmarks of the contract seam (issue 11): boundaries against the floor, run_turn, memory.
+
+* ``boundaries``: a boundary that does not compact, at both kinds of boundary (turn start
+  after a user message, and after a tool batch), against the incremental exact floor,
+  the two timed in alternating order (odd boundaries ours first, even ones the floor
+  first), so neither warms the caches the other uses.
+* ``run_turn_boundaries``: a whole ``run_turn`` (scripted model, tools returning the
+  workload's outputs) per boundary, against the floor of counting exactly the messages
+  the turn appended, once each.
+* ``memory_flat``: traced memory of an agent over 10,000 compacting boundaries, sampled
+  along the way: flat when the count cache holds only live entries.
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections import deque
+from typing import Any
+
+from benchmarks.common import (
+    append,
+    clock,
+    median,
+    raw_encoding,
+    raw_entry_tokens,
+    settle,
+    workload,
+)
+from normandy_core import AgentConfig, AgentMemory, Entry, get_counter, run_compaction
+
+COUNTER = "cl100k_base"
+
+
+def _config(memory: AgentMemory, **opts: Any) -> AgentConfig:
+    base: dict[str, Any] = {"counter": COUNTER}
+    base.update(opts)
+    return AgentConfig(
+        model="gpt-4o", compactor="window_manager", compactor_opts=base, memory=memory
+    )
+
+
+def boundaries(size: int, count: int, repeat: int) -> dict[str, Any]:
+    """Per-boundary medians of ours and the floor, at turn start and after a tool batch."""
+    enc = raw_encoding()
+    counter = get_counter(COUNTER)
+    wl = workload(size, extra=count * repeat * 6 + 64)
+    memory = AgentMemory.from_entries(wl.history)
+    memory.tokens(counter)  # the agent counted its history as it grew
+    acc = _config(memory, context_window=10**12, reserved_tokens=0)
+    batches = wl.batches()
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("start", "start_floor", "tool", "tool_floor")
+    }
+    for _ in range(repeat):
+        settle()
+        for n in range(count):
+            batch = next(batches)
+            # A turn start: the user's message (the batch's first entry, as a user turn).
+            user = Entry(id=f"u-{n}-{batch[0].id}", role="user", content=batch[-1].text()[:400])
+            for kind, entries, mid in (("start", [user], False), ("tool", batch, True)):
+                floor_first = n % 2 == 1
+                if floor_first:
+                    t0 = clock()
+                    for e in entries:
+                        raw_entry_tokens(enc, e)
+                    samples[f"{kind}_floor"].append(clock() - t0)
+                append(memory, entries)
+                t0 = clock()
+                acc, meta = run_compaction(acc, mid_round=mid)
+                samples[kind].append(clock() - t0)
+                assert not meta["compacted"] and "error" not in meta, meta
+                if not floor_first:
+                    t0 = clock()
+                    for e in entries:
+                        raw_entry_tokens(enc, e)
+                    samples[f"{kind}_floor"].append(clock() - t0)
+    out: dict[str, Any] = {"size": len(wl.history)}
+    for kind in ("start", "tool"):
+        ours, floor = median(samples[kind]), median(samples[f"{kind}_floor"])
+        out[kind] = {"ours": ours, "floor": floor, "ratio": ours / floor}
+    return out
+
+
+def run_turn_boundaries(turns: int, batches_per_turn: int) -> dict[str, Any]:
+    """Seconds per boundary of whole ``run_turn`` calls, and of the floor for the same work.
+
+    The floor counts, with raw tiktoken, every message the turns appended (each once).
+    """
+    from normandy_core.clients.base import ModelReply
+    from normandy_core.clients.scripted import ScriptedClient
+    from normandy_core.memory import TextBlock, ToolUseBlock
+    from normandy_core.turn import run_turn
+
+    enc = raw_encoding()
+    wl = workload(200, extra=turns * batches_per_turn * 6 + 64)
+    batches = wl.batches()
+    acc = _config(AgentMemory.from_entries(wl.history), context_window=10**12, reserved_tokens=0)
+    acc.memory.tokens(acc.prepared.counter_for(acc.model))
+    ours = 0.0
+    floor = 0.0
+    boundaries_run = 0
+    for t in range(turns):
+        replies: list[ModelReply] = []
+        outputs: deque[str] = deque()
+        for _ in range(batches_per_turn):
+            batch = next(batches)
+            # The workload's outputs, in call order: the tools return them as recorded.
+            outputs.extend(r.text() for e in batch[1:] for r in e.tool_results)
+            replies.append(ModelReply(content=tuple(batch[0].blocks), stop_reason="tool_use"))
+        replies.append(ModelReply(content=(TextBlock(text=f"turn {t} done"),)))
+        client = ScriptedClient(replies, model="gpt-4o")
+        names = {u.name for r in replies for u in r.content if isinstance(u, ToolUseBlock)}
+
+        def recorded(queue: deque[str] = outputs, **kwargs: Any) -> str:
+            return queue.popleft()
+
+        tools = dict.fromkeys(names, recorded)
+        before = len(acc.memory)
+        settle()
+        t0 = clock()
+        result = run_turn(acc, f"task {t}", client=client, tools=tools, turn_id=f"bench-{t}")
+        ours += clock() - t0
+        acc = result.acc
+        added = acc.memory.entries()[before:]
+        t0 = clock()
+        for e in added:
+            raw_entry_tokens(enc, e)
+        floor += clock() - t0
+        boundaries_run += batches_per_turn + 1
+    return {
+        "boundaries": boundaries_run,
+        "ours": ours / boundaries_run,
+        "floor": floor / boundaries_run,
+        "ratio": ours / floor,
+    }
+
+
+def memory_flat(total: int, window: int, every: int) -> dict[str, Any]:
+    """Traced bytes of an agent over ``total`` boundaries that compact against ``window``."""
+    wl = workload(50, extra=total * 6 + 64, seed=13)
+    batches = wl.batches()
+    acc = _config(
+        AgentMemory.from_entries(wl.history),
+        context_window=window,
+        reserved_tokens=1_000,
+        target=0.5,
+    )
+    settle()
+    tracemalloc.start()
+    samples: list[dict[str, int]] = []
+    compactions = 0
+    for n in range(1, total + 1):
+        append(acc.memory, next(batches))
+        acc, meta = run_compaction(acc, mid_round=True)
+        compactions += int(meta["compacted"])
+        if n % every == 0:
+            settle()
+            cached = sum(len(c) for c in acc.memory._counts.values())
+            samples.append(
+                {
+                    "boundary": n,
+                    "bytes": tracemalloc.get_traced_memory()[0],
+                    "live_entries": len(acc.memory),
+                    "cached_counts": cached,
+                }
+            )
+    tracemalloc.stop()
+    first, last = samples[0]["bytes"], samples[-1]["bytes"]
+    return {"samples": samples, "compactions": compactions, "growth": last / first}

@@ -1,0 +1,444 @@
+"""The one seam between the core and its compactors: ``ctx``, the typed result, the check.
+
+Everything that calls a compactor goes through this module: the boundary
+(:func:`normandy_core.run_compaction`), compactors that run others (the ``pipeline``) and
+the conformance kit (:mod:`normandy_core.testing`). They build ``ctx`` with
+:func:`build_context`, call with :func:`call_compactor`, and get one verdict from
+:func:`check_compaction`, so a plugin author certifies against exactly the rules the
+runtime applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+
+from normandy_core.errors import NormandyError
+from normandy_core.memory import Entry
+from normandy_core.structure import pairing_problems
+
+if TYPE_CHECKING:
+    from normandy_core.calibration import CalibratedCounter, Calibration
+    from normandy_core.config import AgentConfig
+    from normandy_core.memory import AgentMemory
+    from normandy_core.preparation import Prepared
+
+__all__ = [
+    "CompactionContext",
+    "CompactionMeta",
+    "CompactionResult",
+    "ContractViolation",
+    "account",
+    "build_context",
+    "call_compactor",
+    "check_compaction",
+]
+
+#: Meta keys holding token figures: non-negative ints when present.
+TOKEN_KEYS = ("tokens_before", "tokens_after", "tokens_removed")
+#: Config fields a compactor must return unchanged (it may only replace the memory).
+_SETTINGS = ("model", "system_prompt", "tools", "compactor", "compactor_opts", "catalog")
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionContext:
+    """The decision inputs of one boundary (the contract's ``ctx``), immutable.
+
+    ``model``: the model id of the turn. ``window``: its context window, ``None`` only for
+    a compactor that needs none. ``prompt_tokens``: estimated tokens of the system prompt
+    and tool definitions the next call sends (about four characters per token), 0 when
+    there is no window. ``mid_round``: false at the start of a turn, true after a tool
+    batch, where the model's tool round is still open. ``turn_id``: the running turn, so a
+    compactor can tell this turn's messages (``None`` outside a turn loop: the newest
+    entry's turn is then taken as the running one). ``counter``: the calibrated counter
+    prepared for this config (its ``counter`` option, else the model's default, scaled by
+    the agent's calibration); every size decision uses it, and the boundary computes the
+    token figures of the result with it.
+    """
+
+    model: str | None
+    window: int | None
+    prompt_tokens: int
+    mid_round: bool
+    turn_id: str | None = None
+    counter: CalibratedCounter = None  # type: ignore[assignment]  # filled in __post_init__
+
+    def __post_init__(self) -> None:
+        if self.counter is None:
+            from normandy_core.calibration import CalibratedCounter
+
+            object.__setattr__(self, "counter", CalibratedCounter(None, self.model))
+
+    @property
+    def running_turn(self) -> str | None:
+        """``turn_id``, or ``None`` (then the newest entry's turn is the running one)."""
+        return self.turn_id
+
+
+def build_context(
+    source: AgentConfig | Prepared,
+    *,
+    mid_round: bool,
+    turn_id: str | None = None,
+    model: str | None = None,
+    prompt_tokens: int | None = None,
+    calibration: Calibration | None = None,
+) -> CompactionContext:
+    """The ``ctx`` of one call of a prepared compactor (window and counter as prepared).
+
+    ``source`` is a config (its prepared compactor, model and prompt tokens are used) or
+    a :class:`~normandy_core.Prepared` (then give ``model`` and ``prompt_tokens``; a
+    pipeline does for its steps). ``prompt_tokens`` reach the compactor only when it has
+    a window (0 otherwise); ``calibration`` overrides the prepared one (the turn shells
+    pass their own).
+    """
+    prepared: Prepared = getattr(source, "prepared", source)  # type: ignore[arg-type]
+    if prepared is not source:  # an AgentConfig
+        acc: Any = source
+        model = acc.model if model is None else model
+        prompt_tokens = acc.prompt_tokens if prompt_tokens is None else prompt_tokens
+    window = prepared.window
+    return CompactionContext(
+        model=model,
+        window=window,
+        prompt_tokens=(prompt_tokens or 0) if window is not None else 0,
+        mid_round=mid_round,
+        turn_id=turn_id,
+        counter=prepared.counter_for(model, calibration),
+    )
+
+
+class CompactionMeta(dict[str, Any]):
+    """The contract's ``meta``, checked and read-only: a ``dict`` that refuses changes.
+
+    Read it like the contract's mapping (``meta["compacted"]``, ``meta.get("dropped")``)
+    or through the typed properties. ``dropped`` is a tuple of frozen entries. Hooks get
+    this object, so no hook can change what the next one receives; ``dict(meta)`` is a
+    mutable copy and :meth:`replace` a changed read-only one.
+    """
+
+    __slots__ = ()
+
+    def _read_only(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise TypeError("compaction meta is read-only; copy it with dict(meta) or meta.replace()")
+
+    __setitem__ = _read_only
+    __delitem__ = _read_only
+    __ior__ = _read_only
+    clear = _read_only
+    pop = _read_only
+    popitem = _read_only
+    setdefault = _read_only
+    update = _read_only
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CompactionMeta, (dict(self),))
+
+    def __copy__(self) -> CompactionMeta:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CompactionMeta:
+        return self
+
+    def replace(self, **changes: Any) -> CompactionMeta:
+        """A copy with ``changes`` (a value of ``None`` removes the key)."""
+        data = dict(self)
+        for key, value in changes.items():
+            if value is None:
+                data.pop(key, None)
+            else:
+                data[key] = value
+        return CompactionMeta(data)
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the compactor compacted."""
+        return bool(dict.get(self, "compacted"))
+
+    @property
+    def dropped(self) -> tuple[Entry, ...]:
+        """The removed (or rewritten) entries with their original content, oldest first."""
+        return tuple(dict.get(self, "dropped") or ())
+
+    @property
+    def error(self) -> str | None:
+        """The error of the error path, else ``None``."""
+        err = dict.get(self, "error")
+        return None if err is None else str(err)
+
+    @property
+    def strategy(self) -> str | None:
+        """The compactor's strategy name, when it reports one."""
+        value = dict.get(self, "strategy")
+        return None if value is None else str(value)
+
+    @property
+    def tokens_before(self) -> int | None:
+        """Tokens of the whole active branch before compaction (``ctx.counter``)."""
+        return dict.get(self, "tokens_before")
+
+    @property
+    def tokens_after(self) -> int | None:
+        """Tokens of the whole active branch after compaction (``ctx.counter``)."""
+        return dict.get(self, "tokens_after")
+
+    @property
+    def tokens_removed(self) -> int | None:
+        """Tokens of the running turn's messages that compaction removed."""
+        return dict.get(self, "tokens_removed")
+
+    @property
+    def hook_errors(self) -> tuple[Mapping[str, str], ...]:
+        """One ``{"hook", "plugin", "error"}`` per ``after_compact`` hook that failed."""
+        return tuple(dict.get(self, "hook_errors") or ())
+
+
+class CompactionResult(NamedTuple):
+    """A checked compaction: unpacks as the contract's ``(acc, meta)`` pair.
+
+    ``acc`` is the config to continue with (the input's on the skip and error paths) and
+    ``meta`` the read-only :class:`CompactionMeta`.
+    """
+
+    acc: AgentConfig
+    meta: CompactionMeta
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the compactor compacted."""
+        return self.meta.compacted
+
+    @property
+    def dropped(self) -> tuple[Entry, ...]:
+        """The removed entries, oldest first."""
+        return self.meta.dropped
+
+    @property
+    def error(self) -> str | None:
+        """The error of the error path, else ``None``."""
+        return self.meta.error
+
+
+#: The skip path's meta, shared (it is read-only).
+_SKIP = CompactionMeta({"compacted": False})
+
+
+class ContractViolation(NormandyError):
+    """A compactor's result breaks the contract; the message names the compactor and rule."""
+
+
+def _describe(compactor: Any) -> str:
+    describe = getattr(compactor, "describe", None)
+    return str(describe()) if callable(describe) else f"compactor {compactor!r}"
+
+
+def _same_settings(acc: AgentConfig, new_acc: AgentConfig) -> str | None:
+    for name in _SETTINGS:
+        a, b = getattr(acc, name), getattr(new_acc, name)
+        if a is not b and a != b:
+            return name
+    return None
+
+
+def _content_without_thinking(entry: Entry) -> object:
+    return entry.without_thinking().content
+
+
+def check_compaction(
+    compactor: Any,
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    result: object,
+) -> CompactionResult:
+    """Check one ``maybe_compact`` result against the contract; the typed result, or raise.
+
+    ``compactor`` names who returned it (a :class:`~normandy_core.Compactor` or a label).
+    :raises ContractViolation: naming the compactor and the rule: not ``(AgentConfig,
+        dict)``; no boolean ``compacted``; an ``error`` that is not text or comes with
+        ``compacted`` true; a changed model, system prompt, tools, compactor or options; on
+        the skip and error paths, ``dropped`` entries (the caller's ``acc`` is the result
+        there, whatever came back, and an empty ``dropped`` is removed); token figures that
+        are not non-negative ints; ``dropped`` that is not a list of entries of the input's
+        active branch, once each, oldest first, equal to the originals; an entry listed in
+        ``dropped`` that was kept unchanged; an entry that left the active branch or was
+        rewritten (other than losing its thinking) without being listed (silent loss); a
+        tool use or result separated from its partner; a kept history that starts with an
+        assistant message; thinking kept by a mid-round compaction.
+    """
+    if (
+        type(result) is tuple
+        and len(result) == 2
+        and result[0] is acc
+        and type(result[1]) is dict
+        and result[1] == _SKIP
+    ):
+        return CompactionResult(acc, _SKIP)  # the common skip path, nothing to check
+    from normandy_core.config import AgentConfig
+
+    who = _describe(compactor)
+
+    def refuse(rule: str) -> NoReturn:
+        raise ContractViolation(f"{who} {rule}")
+
+    if not (isinstance(result, tuple) and len(result) == 2):
+        refuse(f"returned {type(result).__name__}, not (acc, meta)")
+    new_acc, raw_meta = result
+    if not isinstance(new_acc, AgentConfig):
+        refuse(f"returned acc of type {type(new_acc).__name__}, not AgentConfig")
+    if not isinstance(raw_meta, Mapping) or not isinstance(raw_meta.get("compacted"), bool):
+        refuse(f"returned meta without a boolean 'compacted': {raw_meta!r:.200}")
+    meta = dict(raw_meta)
+    if (changed := _same_settings(acc, new_acc)) is not None:
+        refuse(f"changed the config's {changed!r}; a compactor may only replace the memory")
+    for key in TOKEN_KEYS:
+        value = meta.get(key)
+        if value is not None and not (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        ):
+            refuse(f"returned meta[{key!r}] = {value!r}, not a non-negative int")
+    dropped = meta.get("dropped")
+    if dropped is not None and not isinstance(dropped, (list, tuple)):
+        refuse(f"returned 'dropped' of type {type(dropped).__name__}, not a list")
+    if "error" in meta:
+        if meta["compacted"]:
+            refuse(f"reported an error while compacted=True: {meta['error']!r:.200}")
+        if not isinstance(meta["error"], str):
+            refuse(f"returned an error that is not text: {meta['error']!r:.200}")
+    if not meta["compacted"]:
+        if dropped:
+            refuse("reported dropped entries with compacted=False")
+        meta.pop("dropped", None)  # an empty list says the same as no key
+        # Nothing was compacted, so whatever memory came back is ignored: the caller's
+        # acc is the result and nothing can be lost.
+        return CompactionResult(acc, CompactionMeta(meta))
+
+    old = acc.memory.entries()
+    new = new_acc.memory.entries()
+    listed = tuple(dropped or ())
+    _check_dropped(refuse, old, new, listed)
+    if not pairing_problems(old) and (problems := pairing_problems(new)):
+        refuse("separated a tool use from its result: " + "; ".join(problems[:3]))
+    if ctx.mid_round and (thinking := [e.id for e in new if e.has_thinking]):
+        refuse(f"compacted mid-round but kept thinking blocks (entries {thinking[:3]})")
+    if _starts_with_assistant(new) and not _starts_with_assistant(old):
+        refuse(
+            "left a kept history that starts with an assistant message, which providers "
+            "refuse; insert a user marker before it"
+        )
+    meta["dropped"] = listed
+    return CompactionResult(new_acc, CompactionMeta(meta))
+
+
+def _starts_with_assistant(entries: Sequence[Entry]) -> bool:
+    first = next((e for e in entries if e.role != "system"), None)
+    return first is not None and first.role == "assistant"
+
+
+def _check_dropped(
+    refuse: Callable[[str], NoReturn], old: list[Entry], new: list[Entry], listed: tuple[Any, ...]
+) -> None:
+    position = {e.id: i for i, e in enumerate(old)}
+    now = {e.id: e for e in new}
+    reported: set[str] = set()
+    last = -1
+    for item in listed:
+        if not isinstance(item, Entry):
+            refuse(f"reported a 'dropped' item of type {type(item).__name__}, not an Entry")
+        i = position.get(item.id)
+        if i is None:
+            refuse(
+                f"reported dropped entry {item.id!r}, which is not on the active branch "
+                "it was given"
+            )
+        if i <= last:
+            refuse(f"reported 'dropped' not oldest first without repeats (at {item.id!r})")
+        original = old[i]
+        if item is not original and item != original:
+            refuse(f"reported dropped entry {item.id!r} with content other than it had")
+        kept = now.get(item.id)
+        if kept is not None and (
+            kept.content is original.content or kept.content == original.content
+        ):
+            refuse(f"reported dropped entry {item.id!r}, which it kept unchanged")
+        reported.add(item.id)
+        last = i
+    lost = []
+    for e in old:
+        if e.id in reported:
+            continue
+        kept = now.get(e.id)
+        if kept is None or (
+            kept.content is not e.content
+            and _content_without_thinking(kept) != _content_without_thinking(e)
+        ):
+            lost.append(e.id)
+    if lost:
+        refuse(
+            f"removed or rewrote {len(lost)} entr{'y' if len(lost) == 1 else 'ies'} without "
+            f"reporting them in 'dropped' (lost silently): {lost[:5]}"
+        )
+
+
+def call_compactor(
+    compactor: Any, acc: AgentConfig, ctx: CompactionContext, opts: Any
+) -> CompactionResult:
+    """Call ``compactor.maybe_compact(acc, ctx, opts)`` and check what it did and returned.
+
+    The memory it was given is restored when the compactor appended to it (also when it
+    then raised). Exceptions of the compactor propagate unchanged (``BaseException``
+    included); callers decide what they become.
+
+    :raises ContractViolation: the compactor mutated its input, or
+        :func:`check_compaction` refused its result.
+    """
+    memory = acc.memory
+    snapshot = memory._snapshot()
+    try:
+        raw = compactor.maybe_compact(acc, ctx, opts)
+    except BaseException:
+        memory._restore(snapshot)
+        if acc.memory is not memory:
+            object.__setattr__(acc, "memory", memory)
+        raise
+    if memory._snapshot() != snapshot:
+        memory._restore(snapshot)
+        raise ContractViolation(
+            f"{_describe(compactor)} mutated the memory it was given (restored)"
+        )
+    if acc.memory is not memory:
+        object.__setattr__(acc, "memory", memory)
+        raise ContractViolation(
+            f"{_describe(compactor)} replaced the memory of the config it was given (restored)"
+        )
+    return check_compaction(compactor, acc, ctx, raw)
+
+
+def account(
+    result: CompactionResult, before: AgentMemory, ctx: CompactionContext
+) -> CompactionResult:
+    """``result`` with the token figures every compactor shares, computed by the core.
+
+    On a compaction: ``tokens_before`` and ``tokens_after`` (whole active branch) and
+    ``tokens_removed`` (the running turn's messages: their count before minus what is left
+    of them after), all with ``ctx.counter``. Other results are returned as they are.
+    """
+    if not result.meta.compacted:
+        return result
+    counter = ctx.counter
+    after = result.acc.memory
+    old = before.entries()
+    turn = ctx.turn_id if ctx.turn_id is not None else (old[-1].turn_id if old else None)
+    removed = 0
+    for e in old:
+        if e.turn_id != turn:
+            continue
+        was = counter.entry_tokens(before, e)
+        kept = after.get(e.id)
+        removed += was - (counter.entry_tokens(after, kept) if kept is not None else 0)
+    meta = result.meta.replace(
+        tokens_before=counter.memory_tokens(before),
+        tokens_after=counter.memory_tokens(after),
+        tokens_removed=max(removed, 0),
+    )
+    return CompactionResult(result.acc, meta)

@@ -1,0 +1,155 @@
+"""Containing what plugin code raises, and the threads abandoned under a time limit.
+
+A plugin that calls ``sys.exit()`` or ``argparse``'s ``parse_args()`` at import, or raises
+``KeyboardInterrupt`` from a hook, must not take the agent down: :func:`call_plugin` turns
+every ``BaseException`` of plugin code into a :class:`PluginFault` (an ``Exception``),
+except a genuine Ctrl-C of the user's own process. On the main thread SIGINTs are counted
+by a wrapper around the application's own handler (installed once), so a
+``KeyboardInterrupt`` is let through only when a SIGINT arrived during the call; on other
+threads signals never arrive, so a ``KeyboardInterrupt`` there always comes from the
+plugin.
+
+Work abandoned after a time limit (``compaction_timeout``) keeps running in its daemon
+thread; :func:`start_bounded` caps how many such threads may be alive at once
+(:data:`MAX_ABANDONED`) and :func:`abandoned_threads` counts them.
+"""
+
+from __future__ import annotations
+
+import _signal  # type: ignore[import-not-found]
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__all__ = [
+    "MAX_ABANDONED",
+    "AbandonedLimitError",
+    "PluginFault",
+    "abandoned_threads",
+    "call_plugin",
+    "run_bounded",
+]
+
+T = TypeVar("T")
+
+#: How many abandoned plugin threads may be alive at once; past it no new timed call starts.
+MAX_ABANDONED = 16
+
+
+class PluginFault(Exception):
+    """Plugin code raised a ``BaseException`` that is not an ``Exception`` (chained)."""
+
+
+class AbandonedLimitError(RuntimeError):
+    """:data:`MAX_ABANDONED` abandoned plugin threads are still running."""
+
+
+_MAIN = threading.main_thread().ident
+#: SIGINTs seen by the process since the watch was installed (see :func:`_watch`).
+_sigints = 0
+
+
+def _noting(previous: Any) -> Any:
+    """A SIGINT handler that counts the signal, then does what ``previous`` did."""
+
+    def noted(signum: int, frame: Any) -> Any:
+        global _sigints
+        _sigints += 1
+        return previous(signum, frame)
+
+    noted.__normandy_noted__ = True  # type: ignore[attr-defined]
+    return noted
+
+
+def _watch() -> bool:
+    """Make sure SIGINTs are counted; whether they can be (main thread, Python handler).
+
+    The handler in place is wrapped once (and again only when the application installs
+    another), so the hot path costs one C-level ``getsignal``, no system call. The wrapper
+    calls the application's handler unchanged.
+    """
+    if threading.get_ident() != _MAIN:
+        return False
+    try:
+        current = _signal.getsignal(_signal.SIGINT)
+        if getattr(current, "__normandy_noted__", False):
+            return True
+        if not callable(current):
+            return False  # SIG_IGN or SIG_DFL: a Ctrl-C never becomes KeyboardInterrupt
+        _signal.signal(_signal.SIGINT, _noting(current))
+    except (ValueError, OSError):  # pragma: no cover - no signal support here
+        return False
+    return True
+
+
+def call_plugin(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)``, with any non-``Exception`` it raises turned into a
+    :class:`PluginFault` naming it, unless it is the user's own Ctrl-C.
+    """
+    watched = _watch()
+    seen = _sigints
+    try:
+        return fn(*args, **kwargs)
+    except Exception:
+        raise
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt) and (not watched or _sigints != seen):
+            raise  # a real Ctrl-C (or one we cannot tell from it)
+        raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+
+
+_lock = threading.Lock()
+_abandoned = 0
+
+
+def abandoned_threads() -> int:
+    """How many plugin threads abandoned after a time limit are still running."""
+    return _abandoned
+
+
+def run_bounded(fn: Callable[[], T], timeout: float, name: str) -> T:
+    """``fn()`` in a daemon thread, waited for ``timeout`` seconds.
+
+    Returns its result or re-raises what it raised (``BaseException`` as a
+    :class:`PluginFault`). Past ``timeout`` the thread is abandoned, counted until it ends,
+    and ``TimeoutError`` is raised; its late result is dropped.
+
+    :raises AbandonedLimitError: :data:`MAX_ABANDONED` abandoned threads are still
+        running, so no new one is started.
+    """
+    global _abandoned
+    if _abandoned >= MAX_ABANDONED:
+        raise AbandonedLimitError(
+            f"{_abandoned} plugin threads abandoned after their time limit are still "
+            f"running (at most {MAX_ABANDONED}); not starting another"
+        )
+    box: dict[str, Any] = {}
+    state = {"abandoned": False}
+
+    def work() -> None:
+        global _abandoned
+        try:
+            box["result"] = fn()
+        except BaseException as exc:
+            box["error"] = exc
+        finally:
+            with _lock:
+                if state["abandoned"]:
+                    _abandoned -= 1
+                state["done"] = True
+
+    worker = threading.Thread(target=work, name=name, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    with _lock:
+        if not state.get("done"):
+            state["abandoned"] = True
+            _abandoned += 1
+            raise TimeoutError(f"did not return within {timeout:g} s")
+    if "error" in box:
+        exc = box["error"]
+        if isinstance(exc, Exception):
+            raise exc
+        raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+    result: T = box["result"]
+    return result

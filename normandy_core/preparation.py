@@ -1,0 +1,245 @@
+"""The one prepare step: where a config is made, everything a boundary needs is decided once.
+
+:func:`prepare` resolves the compactor by name, parses its options into its options model
+(or freezes them), resolves the window (pinned or from the catalog), runs the compactor's
+``validate_opts`` with that window, and chooses the counter. The result, a
+:class:`Prepared`, travels on the :class:`~normandy_core.AgentConfig` and every boundary
+builds ``ctx`` from it (:func:`normandy_core.build_context`) without validating again.
+:class:`~normandy_core.AgentConfig`, :func:`normandy_core.compact`, the ``normandy``
+command and the ``pipeline`` (for each of its steps) all prepare through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from normandy_core.errors import OptionsError, WindowUnknownError
+
+if TYPE_CHECKING:
+    from normandy_core.calibration import CalibratedCounter, Calibration
+    from normandy_core.catalog import ModelCatalog
+    from normandy_core.plugins import Compactor
+
+__all__ = ["Prepared", "pin_if_needed", "pin_window", "prepare", "whole_positive"]
+
+
+def whole_positive(value: Any) -> int | None:
+    """``value`` as a positive int when it is one (``8000``, ``8000.0``, ``"8000"``), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    try:
+        number = int(value)
+        whole = float(value) == number
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if whole and number > 0 else None
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A compactor made ready for one config: resolved, options parsed, window and counter set.
+
+    ``options`` is what ``maybe_compact`` receives (the options model's instance, or a
+    read-only mapping); ``raw`` the options as configured; ``window`` the window it is
+    given (``None`` when it needs none); ``counter_spec`` the counter it sizes with
+    (``None``: the model's default, :func:`~normandy_core.default_counter_for`);
+    ``calibration`` the agent's (``None``: the process-wide default).
+    """
+
+    compactor: Compactor
+    options: Any
+    raw: Mapping[str, Any]
+    window: int | None
+    counter_spec: str | None
+    calibration: Calibration | None = None
+    _counters: dict[tuple[str | None, int], CalibratedCounter] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    @property
+    def name(self) -> str:
+        """The compactor's configured name."""
+        return self.compactor.name
+
+    def counter_for(
+        self, model: str | None, calibration: Calibration | None = None
+    ) -> CalibratedCounter:
+        """The calibrated counter of this config for ``model`` (one object per model).
+
+        The base counter is resolved on first use, so a compactor that never counts (the
+        default ``noop``) never loads a tokenizer.
+        """
+        cal = calibration or self.calibration
+        key = (model, id(cal))
+        hit = self._counters.get(key)
+        if hit is None or (cal is not None and hit.calibration is not cal):
+            from normandy_core.calibration import CalibratedCounter
+
+            hit = CalibratedCounter(self.counter_spec, model, cal)
+            self._counters[key] = hit
+        return hit
+
+
+def pin_window(
+    opts: Mapping[str, Any], window: int | None, *, entry: str, compactor: str
+) -> dict[str, Any]:
+    """``opts`` with ``context_window`` pinned to ``window`` (the ``window=`` argument of
+    :func:`normandy_core.compact` and ``--window`` of the command line).
+
+    Refused when ``window`` is not a positive int or contradicts a pinned
+    ``context_window``. ``None`` leaves ``opts`` as they are (a copy).
+    """
+    out = dict(opts)
+    if window is None:
+        return out
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        raise OptionsError(f"{entry}: window must be a positive int, got {window!r}")
+    pinned = out.get("context_window")
+    if pinned is not None and pinned != window:
+        raise OptionsError(
+            f"{entry}: compactor {compactor!r}: window={window} contradicts the option "
+            f"context_window={pinned}"
+        )
+    out["context_window"] = window
+    return out
+
+
+def pin_if_needed(
+    compactor: str, opts: Mapping[str, Any], window: int | None, *, entry: str
+) -> dict[str, Any]:
+    """``opts`` with ``window`` pinned when compactor ``compactor`` sizes against a window.
+
+    :func:`pin_window`'s checks apply either way; a compactor that needs no window gets
+    ``opts`` unchanged (a copy).
+    """
+    from normandy_core.plugins import resolve_compactor
+
+    pinned = pin_window(opts, window, entry=entry, compactor=compactor)
+    if window is None:
+        return pinned
+    comp = resolve_compactor(compactor)
+    return pinned if comp.needs_window(comp.parse_options(opts, entry)) else dict(opts)
+
+
+def _window(
+    name: str,
+    raw: Mapping[str, Any],
+    *,
+    entry: str,
+    model: str | None,
+    catalog: ModelCatalog | None,
+    fallback: int | None,
+    hint: str,
+    memo: dict[str, int] | None,
+) -> int:
+    pinned = raw.get("context_window")
+    if pinned is not None:
+        window = whole_positive(pinned)
+        if window is None:
+            # The core reads this option itself, so it checks it for every compactor,
+            # including one without an options model.
+            raise OptionsError(
+                f"{entry}: compactor {name!r} refused its options: option 'context_window': "
+                f"the pinned context window must be a positive whole number of tokens "
+                f"(got {pinned!r})"
+            )
+        return window
+    if fallback is not None:
+        return fallback
+    if model is None:
+        raise WindowUnknownError(
+            f"{entry}: compactor {name!r} sizes against the model's context window, but the "
+            f"config names no model; set model=... or {hint}"
+        )
+    if catalog is None:
+        raise WindowUnknownError(
+            f"{entry}: compactor {name!r} sizes against the model's context window, but "
+            f"there is no model catalog; {hint}"
+        )
+    if memo is not None and model in memo:
+        return memo[model]
+    window = catalog.window(model)
+    if window is not None and memo is not None:
+        memo[model] = window
+    if window is None:
+        raise WindowUnknownError(
+            f"{entry}: compactor {name!r} needs the context window of model {model!r}, which "
+            f"the model catalog does not know; {hint}"
+        )
+    return window
+
+
+#: How to pin a window, in the vocabulary of :class:`~normandy_core.AgentConfig`.
+CONFIG_HINT = (
+    "pin it with compactor_opts={'context_window': <tokens>} or add the model to the "
+    "catalog: StaticCatalog(overrides={'<model>': <tokens>})"
+)
+
+
+def prepare(
+    compactor: str,
+    opts: Mapping[str, Any] | None,
+    *,
+    entry: str,
+    model: str | None = None,
+    catalog: ModelCatalog | None = None,
+    window: int | None = None,
+    prompt_tokens: int = 0,
+    calibration: Calibration | None = None,
+    hint: str = CONFIG_HINT,
+    memo: dict[str, int] | None = None,
+) -> Prepared:
+    """Resolve compactor ``compactor``, validate ``opts`` once, and fix its window and counter.
+
+    :param entry: the public entry point that makes the config; every refusal begins with
+        it and names the compactor.
+    :param window: the window to give when the compactor needs one and pins none (a
+        pipeline passes its own); otherwise ``catalog`` gives ``model``'s.
+    :param prompt_tokens: the system prompt and tool definitions' estimate; a window they
+        fill alone is refused.
+    :param hint: how to pin a window, in the caller's vocabulary, for the error message.
+    :param memo: catalog windows already resolved, per model (filled here): an agent's
+        copies share one, so the catalog is asked once per agent and model.
+    :raises OptionsError: bad options, or a window the options make unusable.
+    :raises WindowUnknownError: the compactor needs a window and none can be found.
+    :raises normandy_core.PluginError: the compactor is unknown, disabled or broken.
+    """
+    from normandy_core.options import options_mapping
+    from normandy_core.plugins import resolve_compactor
+
+    comp = resolve_compactor(compactor)
+    raw = MappingProxyType(dict(options_mapping(opts, entry=entry, compactor=compactor)))
+    options = comp.parse_options(raw, entry)
+    resolved: int | None = None
+    if comp.needs_window(options):
+        resolved = _window(
+            compactor,
+            raw,
+            entry=entry,
+            model=model,
+            catalog=catalog,
+            fallback=window,
+            hint=hint,
+            memo=memo,
+        )
+        if prompt_tokens >= resolved:
+            raise OptionsError(
+                f"{entry}: compactor {compactor!r}: the system prompt and tool definitions "
+                f"alone take about {prompt_tokens:,} tokens of the {resolved:,}-token context "
+                "window; pin a larger window (option 'context_window')"
+            )
+    comp.validate_opts(options, entry, resolved)
+    spec = raw.get("counter")
+    return Prepared(
+        compactor=comp,
+        options=options,
+        raw=raw,
+        window=resolved,
+        counter_spec=spec if isinstance(spec, str) else None,
+        calibration=calibration,
+    )

@@ -1,0 +1,1 @@
+"""Compactors that raise SystemExit or KeyboardInterrupt, at import or mid-compaction."""

@@ -1,0 +1,1 @@
+"""Plugins with a hook of the other kind: each must be refused at load time."""
