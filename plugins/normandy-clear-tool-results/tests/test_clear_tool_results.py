@@ -207,3 +207,32 @@ def test_bad_options_are_refused_at_config_time(opts, fragment):
     message = str(err.value)
     assert message.startswith("normandy_core.AgentConfig(): compactor 'clear_tool_results'")
     assert fragment in message
+
+
+def test_a_tool_use_whose_input_is_already_empty_is_not_reported_as_dropped():
+    """Found by the fuzz campaign: with clear_tool_inputs, a call whose arguments were
+    already ``{}`` was rewritten to itself and reported as dropped, so the boundary
+    refused the whole compaction (an unchanged entry listed in ``dropped``)."""
+    from normandy_core import compact
+
+    messages = [
+        {"role": "user", "content": "look"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "x" * 4000},
+        {"role": "assistant", "content": "done"},
+    ]
+    result = compact(
+        messages,
+        compactor="clear_tool_results",
+        opts={"keep": 0, "trigger_tokens": 10, "clear_tool_inputs": True},
+        model="gpt-4o",
+    )
+    assert result.error is None and result.compacted
+    assert [e.role for e in result.dropped] == ["user"]  # only the result's entry changed
+    assert result.messages[1] == messages[1]

@@ -174,8 +174,14 @@ def _cleared(entry: Entry, to_clear: set[str], o: ClearToolResultsOptions) -> En
         return entry
     blocks: list[Block] = list(entry.content)
     hit: list[str] = []
+    # A block already as clearing would leave it (an empty input, a result that is the
+    # placeholder) is not touched: rewriting it to itself would report an unchanged entry.
     for j, b in enumerate(blocks):
-        if isinstance(b, ToolResultBlock) and b.tool_use_id in to_clear:
+        if (
+            isinstance(b, ToolResultBlock)
+            and b.tool_use_id in to_clear
+            and b.content != o.placeholder
+        ):
             blocks[j] = b.model_copy(update={"content": o.placeholder})
             hit.append(b.tool_use_id)
         elif (
@@ -183,6 +189,7 @@ def _cleared(entry: Entry, to_clear: set[str], o: ClearToolResultsOptions) -> En
             and entry.role == "assistant"
             and isinstance(b, ToolUseBlock)
             and b.id in to_clear
+            and b.input
         ):
             blocks[j] = b.model_copy(update={"input": {}})
             hit.append(b.id)
