@@ -207,3 +207,20 @@ def test_bad_options_are_refused_at_config_time(opts, fragment):
     message = str(err.value)
     assert message.startswith("normandy_core.AgentConfig(): compactor 'clear_tool_results'")
     assert fragment in message
+
+
+@pytest.mark.parametrize("keep", [2, 3, 4, 10])
+def test_keep_above_the_number_of_tool_uses_keeps_them_all(keep):
+    """Issue 12: two tool uses with keep=3 cleared the first one (a negative slice start)."""
+    mem = AgentMemory()
+    mem.add_message("user", "go", turn_id="t1")
+    for i in range(2):
+        use = ToolUseBlock(id=f"u{i}", name="read_file", input={"path": f"m{i}.py"})
+        mem.add_message("assistant", (use,), turn_id="t1")
+        body = f"def f{i}(x):\n    return x\n" * 200
+        mem.add_message("user", (ToolResultBlock(tool_use_id=use.id, content=body),), turn_id="t1")
+    mem.add_message("assistant", "done", turn_id="t1")
+    acc = make_acc(mem, trigger_tokens=100, keep=keep)
+    new_acc, meta = run_compaction(acc, mid_round=False)
+    assert meta == {"compacted": False}
+    assert new_acc is acc
