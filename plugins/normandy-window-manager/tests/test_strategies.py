@@ -330,3 +330,25 @@ def test_no_churn_when_only_an_earlier_marker_could_go():
     again_acc, again = run_compaction(first_acc, mid_round=True)
     assert again == {"compacted": False}
     assert again_acc is first_acc
+
+
+@pytest.mark.parametrize("strategy", ["oldest_first", "sliding_window", "summarize"])
+def test_trigger_below_one_never_compacts_mid_round_while_it_fits(strategy):
+    """Issue 12: with trigger 0.8 a conversation at 91 % of the usable window was compacted
+    mid-round. The contract: mid-round, the memory stays unchanged while it fits; the
+    trigger applies at the start of a turn."""
+    memory = generate_session(7, 40, end_mid_round=True)
+    acc = make_acc(strategy, trigger=0.8, target=0.5).with_memory(memory)
+    size = memory.tokens(get_counter("cl100k_base")) + acc.prompt_tokens
+    usable = int(size / 0.91)
+    acc = acc.replace(compactor_opts={**acc.compactor_opts, "context_window": usable + 4096})
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert meta == {"compacted": False}
+    assert new_acc is acc
+    # at the start of a turn the trigger decides: 91 % is over 0.8
+    _, meta = run_compaction(acc, mid_round=False)
+    assert meta["compacted"] is True
+    # mid-round and over the usable window: compacted down to target
+    tight = acc.replace(compactor_opts={**acc.compactor_opts, "context_window": size - 1 + 4096})
+    _, meta = run_compaction(tight, mid_round=True)
+    assert meta["compacted"] is True and meta["target_met"] is True

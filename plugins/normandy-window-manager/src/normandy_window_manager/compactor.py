@@ -88,7 +88,8 @@ def _units_info(
 def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: dict[str, Any]
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Compact ``acc.memory`` when it exceeds ``trigger`` of the usable window; see the docs."""
+    """Compact ``acc.memory`` when it exceeds ``trigger`` of the usable window (at the
+    start of a turn) or the usable window itself (mid-round); see the docs."""
     o = _options(opts)
     if ctx.window is None:
         return acc, {"compacted": False, "error": "window_manager needs ctx.window, got None"}
@@ -100,7 +101,10 @@ def maybe_compact(
     memory = acc.memory
     before = counter.memory_tokens(memory)
     usable = ctx.window - o.reserved_tokens
-    if before + ctx.prompt_tokens <= o.trigger * usable:
+    # Mid-round the memory stays unchanged while the conversation fits the usable window
+    # (the contract); ``trigger`` decides at the start of a turn.
+    threshold = usable if ctx.mid_round else o.trigger * usable
+    if before + ctx.prompt_tokens <= threshold:
         return acc, {"compacted": False}
     return _compact(acc, ctx, o, counter, before, usable)
 
