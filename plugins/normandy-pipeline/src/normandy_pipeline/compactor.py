@@ -9,8 +9,12 @@ Semantics (see ``docs/plugins/pipeline.md``):
   that compacts hands its result to the next step, unless its meta says
   ``target_met: True``: the conversation fits, and the pipeline stops there. Every later
   step decides for itself whether the conversation is over its own trigger.
-* At a mid-round boundary the pipeline returns the memory unchanged, running no step,
-  while the conversation plus the prompt fits the smallest window of its steps.
+* At a mid-round boundary the pipeline returns the memory unchanged, running no step
+  without a window, while the conversation fits: it is under the smallest window of its
+  window-sized steps and each of them, asked first on the input, leaves it alone (it is
+  under their usable windows: window minus reserve, which only the step knows).
+  Otherwise the steps run in order; the judging step's call is reused when only
+  window-sized steps come before it.
 * A step that raises, returns something malformed, mutates its input or reports an
   error makes the pipeline return its input ``acc`` untouched with an error naming the
   step (index and compactor).
@@ -119,8 +123,18 @@ def maybe_compact(
     comps = [resolve_compactor(s.compactor) for s in o.steps]
     windows = [_step_window(c, s, ctx.window) for c, s in zip(comps, o.steps, strict=True)]
     sized = [w for needs, w in windows if needs and w is not None]
+    judged: tuple[int, Any] | None = None
     if ctx.mid_round and sized and before + acc.prompt_tokens <= min(sized):
-        return acc, {"compacted": False}
+        # Under every window, the conversation may still be over a step's usable window.
+        # The window-sized steps judge it; while they all leave it alone, nothing runs (a
+        # step without a window would act at its own trigger while the conversation fits).
+        judged = _judge(acc, ctx, o.steps, comps, windows)
+        if judged is None:
+            return acc, {"compacted": False}
+        if isinstance(judged[1], str):
+            return _error(acc, judged[0], o.steps[judged[0]], judged[1])
+        if judged[1] is None or not all(needs for needs, _ in windows[: judged[0]]):
+            judged = None  # a step without a window runs first: the judge's step runs again
 
     current = acc
     reports: list[dict[str, Any]] = []
@@ -130,17 +144,14 @@ def maybe_compact(
     for i, (step, comp, (needs, window)) in enumerate(zip(o.steps, comps, windows, strict=True)):
         if needs and window is None:
             return _error(acc, i, step, "needs a context window and the pipeline got none")
-        sctx = CompactionContext(
-            model=ctx.model,
-            window=window,
-            prompt_tokens=acc.prompt_tokens if window is not None else 0,
-            mid_round=ctx.mid_round,
-            turn_id=ctx.turn_id,
-        )
+        sctx = _step_ctx(acc, ctx, window)
         step_memory = current.memory
         version = step_memory.version
         try:
-            result = comp.maybe_compact(current, sctx, dict(step.opts))
+            if judged is not None and judged[0] == i:
+                result = judged[1]  # its call on the input as the mid-round judge
+            else:
+                result = comp.maybe_compact(current, sctx, dict(step.opts))
         except Exception as exc:
             return _error(acc, i, step, f"raised {type(exc).__name__}: {exc}")
         if step_memory.version != version or current.memory is not step_memory:
@@ -180,6 +191,42 @@ def maybe_compact(
     return acc.with_memory(current.memory), _meta(
         acc, current, ctx, counter, before, reports, dropped_ids, target_met
     )
+
+
+def _step_ctx(acc: AgentConfig, ctx: CompactionContext, window: int | None) -> CompactionContext:
+    return CompactionContext(
+        model=ctx.model,
+        window=window,
+        prompt_tokens=acc.prompt_tokens if window is not None else 0,
+        mid_round=ctx.mid_round,
+        turn_id=ctx.turn_id,
+    )
+
+
+def _judge(
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    steps: tuple[Step, ...],
+    comps: list[Compactor],
+    windows: list[tuple[bool, int | None]],
+) -> tuple[int, Any] | None:
+    """Mid-round: ``None`` when every window-sized step leaves the input alone, else the
+    first one that does not, with what its call returned (to reuse) or, when it mutated
+    the memory, the error to report."""
+    for i, (step, comp, (needs, window)) in enumerate(zip(steps, comps, windows, strict=True)):
+        if not needs or window is None:
+            continue
+        version = acc.memory.version
+        try:
+            result = comp.maybe_compact(acc, _step_ctx(acc, ctx, window), dict(step.opts))
+        except Exception:
+            return i, None  # not reused: the step runs again in order and its error is named
+        if acc.memory.version != version:
+            return i, "mutated the memory it was given"
+        meta = result[1] if isinstance(result, tuple) and len(result) == 2 else None
+        if not (isinstance(meta, dict) and meta.get("compacted") is False and "error" not in meta):
+            return i, result
+    return None
 
 
 def _meta(
