@@ -43,6 +43,10 @@ log = logging.getLogger("normandy_window_manager")
 NAME = "window_manager"
 #: Metadata key marking the note inserted where history was cut.
 MARKER_KEY = "normandy.compaction_marker"
+#: The text of that note. It gives no count: the caller's formats count messages
+#: differently (OpenAI sends one message per tool result), so any number would be wrong
+#: in some format.
+MARKER_TEXT = "[Earlier messages were removed here to fit the context window.]"
 
 
 def _options(opts: dict[str, Any]) -> WindowManagerOptions:
@@ -188,14 +192,12 @@ def _compact(
             (i for i, k in enumerate(keep) if k and entries[i].role != "system"), None
         )
         if first_kept is not None and entries[first_kept].role == "assistant":
-            n = len(dropped_idx)
             plan.insert_at = dropped_idx[0]
             plan.inserted = Entry(
                 id=new_id(),
                 turn_id=entries[first_kept].turn_id,
                 role="user",
-                content=f"[{n} earlier message{'s' if n != 1 else ''} removed to fit the "
-                "context window]",
+                content=MARKER_TEXT,
                 metadata={MARKER_KEY: True},
             )
             total += counter.count_entry(plan.inserted)

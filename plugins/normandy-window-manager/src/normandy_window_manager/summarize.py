@@ -242,7 +242,6 @@ def extractive_summary(dropped: Sequence[Entry], budget: int, counter: TokenCoun
                         mentions.setdefault(m)
                     for m in _IDENT.findall(text[:5_000]):
                         mentions.setdefault(m)
-    n = len(dropped)
     mentioned = [", ".join(list(mentions)[:_MAX_MENTIONS])] if mentions else []
     # [title, items, how many of its oldest items were omitted]
     sections: list[tuple[str, list[str], int]] = [
@@ -254,8 +253,8 @@ def extractive_summary(dropped: Sequence[Entry], budget: int, counter: TokenCoun
         ("Files and identifiers mentioned", mentioned, 0),
     ]
     header = (
-        f"[Summary of {n} earlier message{'s' if n != 1 else ''}, condensed by normandy "
-        "window_manager without a model; the originals were reported to after_compact hooks.]"
+        "[Summary of earlier messages, condensed by normandy window_manager without a model; "
+        "the originals were reported to after_compact hooks.]"
     )
 
     def render() -> str:
