@@ -352,3 +352,22 @@ def test_trigger_below_one_never_compacts_mid_round_while_it_fits(strategy):
     tight = acc.replace(compactor_opts={**acc.compactor_opts, "context_window": size - 1 + 4096})
     _, meta = run_compaction(tight, mid_round=True)
     assert meta["compacted"] is True and meta["target_met"] is True
+
+
+@pytest.mark.parametrize("strategy", ["oldest_first", "sliding_window"])
+def test_the_marker_is_part_of_the_budget(strategy):
+    """Issue 12: three 300-character messages, window 4,096+213, target 1.0: the cut stopped
+    at the target, the marker added after crossed the window, and the compaction failed
+    ("230 tokens are irreducible") though dropping the assistant message leaves 104."""
+    mem = AgentMemory()
+    for n, role in enumerate(("user", "assistant", "user")):
+        mem.add_message(role, chr(ord("a") + n) * 300, turn_id=f"t{n}")
+    opts = {"context_window": 4096 + 213, "target": 1.0, "counter": "conservative"}
+    if strategy == "sliding_window":
+        opts["keep_last_turns"] = 2
+    acc = AgentConfig(compactor="window_manager", compactor_opts={"strategy": strategy, **opts})
+    new_acc, meta = run_compaction(acc.with_memory(mem), mid_round=False)
+    assert "error" not in meta, meta["error"]
+    assert meta["compacted"] is True and meta["target_met"] is True
+    assert [e.id for e in new_acc.memory] == [mem.last().id]
+    assert meta["tokens_after"] == 104

@@ -129,14 +129,33 @@ def _compact(
     units, locked = _units_info(entries)
     keep = [True] * len(entries)
     total = sum(sizes)  # per-entry rounding up makes this >= before when calibrated
+    dropped_any = False
 
     def drop_unit(u: int) -> None:
-        nonlocal total
+        nonlocal total, dropped_any
         start, end = units[u]
         for i in range(start, end):
             if keep[i]:
                 keep[i] = False
                 total -= sizes[i]
+                dropped_any = True
+
+    marker = Entry(id=new_id(), role="user", content=MARKER_TEXT, metadata={MARKER_KEY: True})
+    marker_cost = counter.count_entry(marker)
+    first = 0  # the first kept entry that is not a system entry, once something is dropped
+
+    def cut_cost() -> int:
+        """Tokens of what the cut inserts: the summary's reserve, or the marker when the
+        kept history would open with an assistant message (``keep`` only turns false
+        while this is used, so ``first`` only moves forward)."""
+        nonlocal first
+        if not dropped_any:
+            return 0
+        if o.strategy == "summarize":
+            return o.summary_max_tokens
+        while first < len(entries) and (not keep[first] or entries[first].role == "system"):
+            first += 1
+        return marker_cost if first < len(entries) and entries[first].role == "assistant" else 0
 
     if o.strategy == "sliding_window":
         recent = _recent_turns(entries, o.turns_to_keep)
@@ -144,9 +163,8 @@ def _compact(
             if not locked[u] and entries[start].turn_id not in recent:
                 drop_unit(u)
 
-    summary_budget = o.summary_max_tokens if o.strategy == "summarize" else 0
     for u in range(len(units)):
-        if total + summary_budget <= goal:
+        if total + cut_cost() <= goal:
             break
         if not locked[u]:
             drop_unit(u)
@@ -193,14 +211,8 @@ def _compact(
         )
         if first_kept is not None and entries[first_kept].role == "assistant":
             plan.insert_at = dropped_idx[0]
-            plan.inserted = Entry(
-                id=new_id(),
-                turn_id=entries[first_kept].turn_id,
-                role="user",
-                content=MARKER_TEXT,
-                metadata={MARKER_KEY: True},
-            )
-            total += counter.count_entry(plan.inserted)
+            plan.inserted = marker.model_copy(update={"turn_id": entries[first_kept].turn_id})
+            total += marker_cost
 
     # Still over the window: shorten the largest kept tool results (never pinned ones).
     if total > limit:
