@@ -371,3 +371,52 @@ def test_the_marker_is_part_of_the_budget(strategy):
     assert meta["compacted"] is True and meta["target_met"] is True
     assert [e.id for e in new_acc.memory] == [mem.last().id]
     assert meta["tokens_after"] == 104
+
+
+def test_summarize_falls_back_to_dropping_when_no_summary_fits():
+    """Issue 12: ten messages, window 100, reserve 30: summarize failed ("irreducible")
+    while oldest_first fits at 38 tokens. With no room for even a minimal summary it
+    drops as oldest_first does, and says so in meta."""
+    mem = AgentMemory()
+    for n in range(10):
+        role = "user" if n % 2 == 0 else "assistant"
+        mem.add_message(role, f"message {n}: " + "some words here " * 3, turn_id=f"t{n // 2}")
+    opts = {"context_window": 100, "reserved_tokens": 30, "counter": "estimate"}
+    results = {}
+    for strategy in ("oldest_first", "summarize"):
+        acc = AgentConfig(compactor="window_manager", compactor_opts={"strategy": strategy, **opts})
+        results[strategy] = run_compaction(acc.with_memory(mem), mid_round=False)
+    (plain_acc, plain), (new_acc, meta) = results["oldest_first"], results["summarize"]
+    assert "error" not in meta, meta["error"]
+    assert meta["compacted"] is True and meta["strategy"] == "summarize"
+    assert "room" in meta["summary_fallback"] and "summary_id" not in meta
+    assert [e.id for e in new_acc.memory] == [e.id for e in plain_acc.memory]
+    assert meta["tokens_after"] == plain["tokens_after"] <= 70
+
+
+@pytest.mark.parametrize("mid_round", [False, True])
+def test_summarize_succeeds_wherever_oldest_first_does(mid_round):
+    """The summary is sized to the room left after the kept units (at most
+    summary_max_tokens) and is part of the budget, so summarize never fails where
+    oldest_first fits."""
+    counter = get_counter("cl100k_base")
+    memory = generate_session(5, 60, end_mid_round=True)
+    probe = make_acc("oldest_first").with_memory(memory)
+    size = memory.tokens(counter) + probe.prompt_tokens
+    sized_summaries = 0
+    for percent in (2, 3, 4, 5, 10, 15, 20, 25, 30, 40, 50, 60, 75, 90, 100, 120, 150):
+        window = max(size * percent // 100, 1) + 4096
+        acc = probe.replace(compactor_opts={**probe.compactor_opts, "context_window": window})
+        _, plain = run_compaction(acc, mid_round=mid_round)
+        if "error" in plain:
+            continue
+        opts = {**acc.compactor_opts, "strategy": "summarize"}
+        new_acc, meta = run_compaction(acc.replace(compactor_opts=opts), mid_round=mid_round)
+        assert "error" not in meta, (percent, meta["error"])
+        assert meta["compacted"] == plain["compacted"], percent
+        if meta["compacted"]:
+            assert meta["tokens_after"] + acc.prompt_tokens <= window - 4096, percent
+        if "summary_id" in meta:
+            tokens = counter.count_text(new_acc.memory[meta["summary_id"]].text())
+            sized_summaries += tokens < 1024
+    assert sized_summaries > 0  # some summaries were sized below summary_max_tokens

@@ -30,7 +30,12 @@ from normandy_core import (
 from normandy_core.calibration import CalibratedCounter, calibrated_counter
 from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
 from normandy_window_manager.options import WindowManagerOptions
-from normandy_window_manager.summarize import SUMMARY_KEY, SummaryError, make_summary
+from normandy_window_manager.summarize import (
+    MIN_SUMMARY_TOKENS,
+    SUMMARY_KEY,
+    SummaryError,
+    make_summary,
+)
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext
@@ -192,8 +197,27 @@ def _compact(
             total += sizes[i]
         dropped_idx = []
     if o.strategy == "summarize" and dropped_idx:
+        # The summary is sized to the room the kept units leave (under the target when it
+        # can be, else under the window), at most summary_max_tokens.
+        overhead = counter.count_entry(Entry(id="summary-overhead", role="user", content=""))
+        room = goal - total - overhead
+        if room < MIN_SUMMARY_TOKENS:
+            room = limit - total - overhead
+        if room < MIN_SUMMARY_TOKENS:
+            reason = (
+                f"no room for a summary: {max(limit - total, 0):,} tokens of the usable window "
+                f"are left after the kept messages and a summary needs at least "
+                f"{MIN_SUMMARY_TOKENS + overhead:,}; dropped as oldest_first instead"
+            )
+            return _fallback(acc, ctx, o, counter, before, usable, reason)
         try:
-            summary = make_summary(acc, [entries[i] for i in dropped_idx], o, counter)
+            summary = make_summary(
+                acc,
+                [entries[i] for i in dropped_idx],
+                o,
+                counter,
+                budget=min(o.summary_max_tokens, room),
+            )
         except SummaryError as exc:
             return acc, {"compacted": False, "error": f"window_manager summarize: {exc}"}
         plan.insert_at = dropped_idx[0]
@@ -229,6 +253,24 @@ def _compact(
         return acc, {"compacted": False}
 
     return _commit(acc, ctx, o, counter, plan, before, goal)
+
+
+def _fallback(
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    o: WindowManagerOptions,
+    counter: CalibratedCounter,
+    before: int,
+    usable: int,
+    reason: str,
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """``summarize`` without room for a summary: the plan of ``oldest_first``, said in meta."""
+    plain = o.model_copy(update={"strategy": "oldest_first"})
+    new_acc, meta = _compact(acc, ctx, plain, counter, before, usable)
+    if meta.get("compacted") or "error" in meta:
+        meta["strategy"] = o.strategy
+        meta["summary_fallback"] = reason
+    return new_acc, meta
 
 
 def _made_here(entry: Entry) -> bool:

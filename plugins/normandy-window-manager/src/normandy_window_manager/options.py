@@ -44,7 +44,8 @@ class WindowManagerOptions(CompactorOptions):
     """``summarize`` only: ``model`` asks the agent's model client, ``extractive`` builds a
     digest without a model, ``auto`` uses the client when the config has one."""
     summary_max_tokens: int = Field(default=1024, ge=64)
-    """``summarize`` only: the most tokens a summary may take; a longer one is refused."""
+    """``summarize`` only: the most tokens a summary may take (less when the kept messages
+    leave less room); a longer one is refused."""
     summary_timeout: float = Field(default=60.0, gt=0)
     """``summarize`` only: seconds to wait for a model summary before giving up."""
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from normandy_window_manager.options import WindowManagerOptions
 
 __all__ = [
+    "MIN_SUMMARY_TOKENS",
     "SUMMARY_KEY",
     "SUMMARY_SYSTEM_PROMPT",
     "SummaryError",
@@ -34,6 +35,9 @@ __all__ = [
 
 #: Metadata key marking a summary entry made by the ``summarize`` strategy.
 SUMMARY_KEY = "normandy.summary"
+#: The fewest tokens a summary is given (the smallest ``summary_max_tokens``); with less
+#: room left after the kept messages the strategy drops as ``oldest_first`` instead.
+MIN_SUMMARY_TOKENS = 64
 
 #: The summarizer's instructions. Everything in the transcript is framed as data.
 SUMMARY_SYSTEM_PROMPT = (
@@ -68,24 +72,33 @@ def check_summary(text: Any, budget: int, counter: TokenCounter) -> str:
         raise SummaryError(f"the summary looks like an error message: {text[:120]!r}")
     n = counter.count_text(text)
     if n > budget:
-        raise SummaryError(f"the summary has {n:,} tokens, over summary_max_tokens ({budget:,})")
+        raise SummaryError(
+            f"the summary has {n:,} tokens, over summary_max_tokens or the room left ({budget:,})"
+        )
     return text
 
 
 def make_summary(
-    acc: AgentConfig, dropped: Sequence[Entry], o: WindowManagerOptions, counter: TokenCounter
+    acc: AgentConfig,
+    dropped: Sequence[Entry],
+    o: WindowManagerOptions,
+    counter: TokenCounter,
+    *,
+    budget: int | None = None,
 ) -> str:
-    """The checked summary of ``dropped`` (earlier summaries among them are folded in)."""
+    """The checked summary of ``dropped`` (earlier summaries among them are folded in),
+    within ``budget`` tokens (default ``summary_max_tokens``)."""
+    limit = o.summary_max_tokens if budget is None else budget
     mode = o.summarizer
     if mode == "auto":
         mode = "model" if acc.client is not None else "extractive"
     if mode == "model":
         if acc.client is None:
             raise SummaryError("summarizer 'model' needs a model client on the config (client=...)")
-        text = _model_summary(acc, dropped, o)
+        text = _model_summary(acc, dropped, o, limit)
     else:
-        text = extractive_summary(dropped, o.summary_max_tokens, counter)
-    return check_summary(text, o.summary_max_tokens, counter)
+        text = extractive_summary(dropped, limit, counter)
+    return check_summary(text, limit, counter)
 
 
 #: Tags the prompt is made of; data must never open or close one of them.
@@ -129,9 +142,11 @@ def build_summary_prompt(dropped: Sequence[Entry], max_tokens: int) -> str:
     return "\n".join(lines)
 
 
-def _model_summary(acc: AgentConfig, dropped: Sequence[Entry], o: WindowManagerOptions) -> Any:
+def _model_summary(
+    acc: AgentConfig, dropped: Sequence[Entry], o: WindowManagerOptions, budget: int
+) -> Any:
     client = acc.client
-    prompt = build_summary_prompt(dropped, o.summary_max_tokens)
+    prompt = build_summary_prompt(dropped, budget)
     message = Entry(id="summary-request", role="user", content=prompt)
     box: dict[str, Any] = {}
 
@@ -142,7 +157,7 @@ def _model_summary(acc: AgentConfig, dropped: Sequence[Entry], o: WindowManagerO
                 reply = complete(
                     SUMMARY_SYSTEM_PROMPT,
                     [message],
-                    max_tokens=o.summary_max_tokens,
+                    max_tokens=budget,
                     model=acc.model,
                 )
             else:  # an asynchronous client: run it on a loop of this worker thread
@@ -150,7 +165,7 @@ def _model_summary(acc: AgentConfig, dropped: Sequence[Entry], o: WindowManagerO
                     client.acomplete(
                         SUMMARY_SYSTEM_PROMPT,
                         [message],
-                        max_tokens=o.summary_max_tokens,
+                        max_tokens=budget,
                         model=acc.model,
                     )
                 )
