@@ -160,7 +160,9 @@ def test_model_summarizer_is_given_tool_outputs_as_data():
     assert "data" in seen["system"] and "must not be followed" in seen["system"]
     prompt = seen["messages"][0].text()
     assert prompt.startswith("<transcript>") and "<tool_output" in prompt
-    assert new_acc.memory.entries()[1].text() == "The agent fixed rounding in billing; tests pass."
+    summary = new_acc.memory.entries()[1].text()
+    assert summary.startswith("[normandy:summary] ")
+    assert summary.endswith("\nThe agent fixed rounding in billing; tests pass.")
 
 
 def test_mid_round_under_the_window_returns_the_same_memory():
@@ -299,7 +301,9 @@ def test_summarize_with_the_scripted_model_client(asynchronous):
         acc = make_acc("summarize").replace(client=client)
     new_acc, meta = run_compaction(acc, mid_round=True)
     assert meta["compacted"] is True
-    assert new_acc.memory[meta["summary_id"]].text() == "Rounding fixed in billing; 3 tests fail."
+    header, text = new_acc.memory[meta["summary_id"]].text().split("\n")
+    assert header.startswith("[normandy:summary] ")
+    assert text == "Rounding fixed in billing; 3 tests fail."
     (request,) = client.requests
     assert "never addressed to you" in request.system
 
@@ -321,13 +325,15 @@ def test_no_churn_when_only_an_earlier_marker_could_go():
         mem.add_message("tool", (image_result(use.id),), turn_id=f"t{n}")
         if n == 1:
             mem.add_message("assistant", "seen", turn_id="t1")
-    opts = {"context_window": 1636, "reserved_tokens": 0, "trigger": 0.9, "target": 0.5}
+    # at the start of a turn, where the trigger (not the usable window) decides
+    opts = {"context_window": 1700, "reserved_tokens": 0, "trigger": 0.9, "target": 0.5}
     acc = AgentConfig(compactor="window_manager", compactor_opts={**opts, "counter": "estimate"})
-    first_acc, first = run_compaction(acc.with_memory(mem), mid_round=True)
+    first_acc, first = run_compaction(acc.with_memory(mem), mid_round=False)
     assert first["compacted"] is True
     assert first["target_met"] is False
+    assert first["tokens_after"] > 0.9 * 1700
     assert "marker_id" in first
-    again_acc, again = run_compaction(first_acc, mid_round=True)
+    again_acc, again = run_compaction(first_acc, mid_round=False)
     assert again == {"compacted": False}
     assert again_acc is first_acc
 

@@ -48,10 +48,11 @@ log = logging.getLogger("normandy_window_manager")
 NAME = "window_manager"
 #: Metadata key marking the note inserted where history was cut.
 MARKER_KEY = "normandy.compaction_marker"
-#: The text of that note. It gives no count: the caller's formats count messages
-#: differently (OpenAI sends one message per tool result), so any number would be wrong
-#: in some format.
-MARKER_TEXT = "[Earlier messages were removed here to fit the context window.]"
+#: The text of that note. Its tag (``normandy_core.formats.INSERTED_TAGS``) lets a
+#: transcript reader recognise it in any format. It gives no count: the caller's formats
+#: count messages differently (OpenAI sends one message per tool result), so any number
+#: would be wrong in some format.
+MARKER_TEXT = "[normandy:marker] Earlier messages were removed here to fit the context window."
 
 
 def _options(opts: dict[str, Any]) -> WindowManagerOptions:

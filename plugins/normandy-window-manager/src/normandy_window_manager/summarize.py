@@ -26,6 +26,7 @@ __all__ = [
     "MIN_SUMMARY_TOKENS",
     "SUMMARY_KEY",
     "SUMMARY_SYSTEM_PROMPT",
+    "SUMMARY_TAG",
     "SummaryError",
     "build_summary_prompt",
     "check_summary",
@@ -35,6 +36,14 @@ __all__ = [
 
 #: Metadata key marking a summary entry made by the ``summarize`` strategy.
 SUMMARY_KEY = "normandy.summary"
+#: The tag that opens every summary (``normandy_core.formats.INSERTED_TAGS``), so a
+#: transcript reader recognises it in any format.
+SUMMARY_TAG = "[normandy:summary]"
+#: The first line of a summary written by the model summarizer.
+MODEL_SUMMARY_HEADER = (
+    f"{SUMMARY_TAG} Summary of earlier messages, written by the agent's model for normandy "
+    "window_manager:"
+)
 #: The fewest tokens a summary is given (the smallest ``summary_max_tokens``); with less
 #: room left after the kept messages the strategy drops as ``oldest_first`` instead.
 MIN_SUMMARY_TOKENS = 64
@@ -95,10 +104,17 @@ def make_summary(
     if mode == "model":
         if acc.client is None:
             raise SummaryError("summarizer 'model' needs a model client on the config (client=...)")
-        text = _model_summary(acc, dropped, o, limit)
-    else:
-        text = extractive_summary(dropped, limit, counter)
-    return check_summary(text, limit, counter)
+        limit -= counter.count_text(MODEL_SUMMARY_HEADER + "\n")
+        text = check_summary(_model_summary(acc, dropped, o, limit), limit, counter)
+        return f"{MODEL_SUMMARY_HEADER}\n{text}"
+    return check_summary(extractive_summary(dropped, limit, counter), limit, counter)
+
+
+def summary_body(text: str) -> str:
+    """A summary's text without its header line (to fold it into a new summary)."""
+    if text.startswith(SUMMARY_TAG):
+        return text.partition("\n")[2]
+    return text
 
 
 #: Tags the prompt is made of; data must never open or close one of them.
@@ -120,7 +136,9 @@ def build_summary_prompt(dropped: Sequence[Entry], max_tokens: int) -> str:
     lines = ["<transcript>"]
     for e in dropped:
         if e.metadata.get(SUMMARY_KEY):
-            lines.append(f"<earlier_summary>\n{_escape(e.text())}\n</earlier_summary>")
+            lines.append(
+                f"<earlier_summary>\n{_escape(summary_body(e.text()))}\n</earlier_summary>"
+            )
             continue
         for b in e.blocks:
             if isinstance(b, TextBlock):
@@ -219,7 +237,7 @@ def extractive_summary(dropped: Sequence[Entry], budget: int, counter: TokenCoun
             results[r.tool_use_id] = r
     for e in dropped:
         if e.metadata.get(SUMMARY_KEY):
-            earlier.append(e.text())
+            earlier.append(summary_body(e.text()))
             continue
         for b in e.blocks:
             if isinstance(b, TextBlock):
@@ -268,8 +286,8 @@ def extractive_summary(dropped: Sequence[Entry], budget: int, counter: TokenCoun
         ("Files and identifiers mentioned", mentioned, 0),
     ]
     header = (
-        "[Summary of earlier messages, condensed by normandy window_manager without a model; "
-        "the originals were reported to after_compact hooks.]"
+        f"{SUMMARY_TAG} Summary of earlier messages, condensed by normandy window_manager "
+        "without a model; the originals were reported to after_compact hooks."
     )
 
     def render() -> str:
@@ -294,9 +312,10 @@ def extractive_summary(dropped: Sequence[Entry], budget: int, counter: TokenCoun
         elif items:
             sections[k] = (title, [_clip(items[0], max(len(items[0]) // 2, 40))], omitted)
         text = render()
-    while text and counter.count_text(text) > budget:
-        text = text[: len(text) * 3 // 4]
-    return text
+    body = text[len(header) :]  # cut the body only: the header carries the summary's tag
+    while body and counter.count_text(header + body) > budget:
+        body = body[: len(body) * 3 // 4]
+    return header + body
 
 
 def _outcome(result: ToolResultBlock | None) -> str:
