@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 from dataclasses import dataclass
@@ -149,7 +150,12 @@ def _call_with_timeout(
         except BaseException as exc:
             box["error"] = exc
 
-    worker = threading.Thread(target=work, name=f"normandy-compactor-{comp.name}", daemon=True)
+    worker = threading.Thread(  # in this context: the compactor sees its turn_loop()
+        target=contextvars.copy_context().run,
+        args=(work,),
+        name=f"normandy-compactor-{comp.name}",
+        daemon=True,
+    )
     worker.start()
     worker.join(timeout)
     if worker.is_alive():

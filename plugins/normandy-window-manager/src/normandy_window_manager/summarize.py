@@ -8,6 +8,7 @@ returns the input untouched.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import html
 import inspect
 import json
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from normandy_core import Entry, TextBlock, ToolResultBlock, ToolUseBlock
+from normandy_core.eventloop import turn_loop
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, TokenCounter
@@ -203,6 +205,10 @@ def _model_summary(
     prompt = build_summary_prompt(dropped, budget)
     message = Entry(id="summary-request", role="user", content=prompt)
     box: dict[str, Any] = {}
+    # Under arun_turn an async client runs on the turn's own loop, where its connections
+    # live (a shared httpx pool fails on any other loop); elsewhere on a loop of the worker.
+    loop = turn_loop()
+    pending: list[concurrent.futures.Future[Any]] = []
 
     def call() -> None:
         try:
@@ -214,15 +220,18 @@ def _model_summary(
                     max_tokens=budget,
                     model=acc.model,
                 )
-            else:  # an asynchronous client: run it on a loop of this worker thread
-                reply = asyncio.run(
-                    client.acomplete(
-                        SUMMARY_SYSTEM_PROMPT,
-                        [message],
-                        max_tokens=budget,
-                        model=acc.model,
-                    )
+            else:
+                coro = client.acomplete(
+                    SUMMARY_SYSTEM_PROMPT,
+                    [message],
+                    max_tokens=budget,
+                    model=acc.model,
                 )
+                if loop is not None:
+                    pending.append(asyncio.run_coroutine_threadsafe(coro, loop))
+                    reply = pending[0].result()
+                else:
+                    reply = asyncio.run(coro)
             box["text"] = reply if isinstance(reply, str) else getattr(reply, "text", reply)
         except BaseException as exc:
             box["error"] = exc
@@ -231,6 +240,8 @@ def _model_summary(
     worker.start()
     worker.join(o.summary_timeout)
     if worker.is_alive():
+        for future in pending:
+            future.cancel()  # the request on the turn's loop is abandoned too
         raise SummaryError(f"the model summarizer did not answer within {o.summary_timeout:g} s")
     if "error" in box:
         exc = box["error"]
