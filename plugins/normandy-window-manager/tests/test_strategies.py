@@ -426,3 +426,35 @@ def test_summarize_succeeds_wherever_oldest_first_does(mid_round):
             tokens = counter.count_text(new_acc.memory[meta["summary_id"]].text())
             sized_summaries += tokens < 1024
     assert sized_summaries > 0  # some summaries were sized below summary_max_tokens
+
+
+@pytest.mark.parametrize("summarizer", ["extractive", "model"])
+def test_summarize_falls_back_when_the_budget_cannot_hold_the_header(summarizer):
+    """summary_max_tokens=64 under a counter calibrated at 2.0: the summary's first line
+    alone would be over budget. It drops as oldest_first instead of failing."""
+    from normandy_core.calibration import default_calibration
+
+    model = "header-budget-test-model"
+    mem = generate_session(3, 40, end_mid_round=True)
+    opts = {
+        "strategy": "summarize",
+        "summarizer": summarizer,
+        "summary_max_tokens": 64,
+        "counter": "conservative",
+        "context_window": 9_000,
+    }
+    acc = AgentConfig(model=model, compactor="window_manager", compactor_opts=opts)
+
+    class Client:
+        def complete(self, system, messages, **kwargs):
+            raise AssertionError("no room for a model summary: the model is not asked")
+
+    acc = acc.replace(client=Client()).with_memory(mem)
+    try:
+        default_calibration().observe(model, "conservative", 10_000, 20_000)
+        _, meta = run_compaction(acc, mid_round=False)
+    finally:
+        default_calibration().reset(model)
+    assert "error" not in meta, meta["error"]
+    assert meta["compacted"] is True and "summary_id" not in meta
+    assert "cannot hold a summary" in meta["summary_fallback"]

@@ -31,10 +31,11 @@ from normandy_core.calibration import CalibratedCounter, calibrated_counter
 from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
 from normandy_window_manager.options import WindowManagerOptions
 from normandy_window_manager.summarize import (
+    MIN_SUMMARY_TOKENS,
     SUMMARY_KEY,
     SummaryError,
+    SummaryTooSmall,
     make_summary,
-    min_summary_tokens,
 )
 
 if TYPE_CHECKING:
@@ -201,15 +202,14 @@ def _compact(
         # The summary is sized to the room the kept units leave (under the target when it
         # can be, else under the window), at most summary_max_tokens.
         overhead = counter.count_entry(Entry(id="summary-overhead", role="user", content=""))
-        least = min_summary_tokens(counter)
         room = goal - total - overhead
-        if room < least:
+        if room < MIN_SUMMARY_TOKENS:
             room = limit - total - overhead
-        if room < least:
+        if room < MIN_SUMMARY_TOKENS:
             reason = (
                 f"no room for a summary: {max(limit - total, 0):,} tokens of the usable window "
                 f"are left after the kept messages and a summary needs at least "
-                f"{least + overhead:,}; dropped as oldest_first instead"
+                f"{MIN_SUMMARY_TOKENS + overhead:,}; dropped as oldest_first instead"
             )
             return _fallback(acc, ctx, o, counter, before, usable, reason)
         try:
@@ -220,6 +220,9 @@ def _compact(
                 counter,
                 budget=min(o.summary_max_tokens, room),
             )
+        except SummaryTooSmall as exc:
+            reason = f"no room for a summary: {exc}; dropped as oldest_first instead"
+            return _fallback(acc, ctx, o, counter, before, usable, reason)
         except SummaryError as exc:
             return acc, {"compacted": False, "error": f"window_manager summarize: {exc}"}
         plan.insert_at = dropped_idx[0]
