@@ -17,6 +17,7 @@ thread; :func:`start_bounded` caps how many such threads may be alive at once
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]
+import contextvars
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -138,7 +139,11 @@ def run_bounded(fn: Callable[[], T], timeout: float, name: str) -> T:
                     _abandoned -= 1
                 state["done"] = True
 
-    worker = threading.Thread(target=work, name=name, daemon=True)
+    # In the caller's context (contextvars copied): the work sees what the caller bound,
+    # such as the turn's event loop for an async model summary.
+    worker = threading.Thread(
+        target=contextvars.copy_context().run, args=(work,), name=name, daemon=True
+    )
     worker.start()
     worker.join(timeout)
     with _lock:

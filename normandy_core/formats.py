@@ -18,6 +18,10 @@ Imported transcripts get turn ids: a new turn starts at every user message that 
 only tool results (``turn-1``, ``turn-2``, ...), so turn-aware compactors can tell turns
 apart. Bad input raises :class:`TranscriptError` naming the message index and the field.
 
+What a compactor inserted (a marker where history was cut, a summary) opens with a tag of
+:data:`INSERTED_TAGS` (``[normandy:marker]``, ``[normandy:summary]``); the readers turn it
+back into the entry's metadata, so its identity survives a round trip through a format.
+
 What the OpenAI format cannot carry is dropped by :func:`to_openai` and documented
 there: thinking blocks, the ``is_error`` flag of a tool result (the text is kept), and
 images inside tool results (sent in a user message right after the tool messages).
@@ -48,6 +52,7 @@ from normandy_core.memory import (
 )
 
 __all__ = [
+    "INSERTED_TAGS",
     "MAX_NESTING",
     "TranscriptError",
     "block_to_anthropic",
@@ -80,6 +85,53 @@ class TranscriptError(ValueError):
 
 
 # -- shared helpers -------------------------------------------------------------------
+
+#: The tags that open the text of a message a compactor inserted, and the metadata key
+#: each stands for. A user message (or, where Anthropic joined user messages, a text
+#: block) opening with one is read back as an entry of its own with that key set, so a
+#: cut's marker or a summary keeps its identity through every format and compacting a
+#: compacted transcript again does not take it for conversation.
+INSERTED_TAGS: dict[str, str] = {
+    "[normandy:marker]": "normandy.compaction_marker",
+    "[normandy:summary]": "normandy.summary",
+}
+
+
+def _inserted_key(text: str) -> str | None:
+    for tag, key in INSERTED_TAGS.items():
+        if text.startswith(tag):
+            return key
+    return None
+
+
+def _tagged_parts(
+    role: str, content: str | tuple[Block, ...]
+) -> list[tuple[str | tuple[Block, ...], dict[str, Any]]]:
+    """``content`` as the entries it stands for, each with its metadata.
+
+    A user text opening with an :data:`INSERTED_TAGS` tag is an entry of its own with the
+    tag's key set; the blocks around it (a message Anthropic joined) are entries too.
+    """
+    if role != "user":
+        return [(content, {})]
+    if isinstance(content, str):
+        key = _inserted_key(content)
+        return [(content, {key: True} if key else {})]
+    parts: list[tuple[str | tuple[Block, ...], dict[str, Any]]] = []
+    run: list[Block] = []
+    for b in content:
+        key = _inserted_key(b.text) if isinstance(b, TextBlock) else None
+        if key is None or not isinstance(b, TextBlock):
+            run.append(b)
+            continue
+        if run:
+            parts.append((tuple(run), {}))
+            run = []
+        parts.append((b.text, {key: True}))
+    if run or not parts:
+        parts.append((tuple(run), {}))
+    return parts
+
 
 #: How deeply a message's values may nest (objects and arrays). Real transcripts stay far
 #: below; deeper input is refused rather than risking a RecursionError while counting
@@ -371,8 +423,11 @@ def from_anthropic(
 ) -> AgentMemory:
     """A memory from Anthropic Messages ``messages`` (and ``system``, text or text blocks).
 
-    Each message becomes one entry (text content stays text); the system prompt, when
-    given, becomes a leading ``system`` entry. Tool pairing is checked: a tool result must
+    Each message becomes one entry (text content stays text), except that a text block
+    opening with an :data:`INSERTED_TAGS` tag in a user message (a marker or summary the
+    API would have joined with its neighbours) becomes an entry of its own, with the
+    tag's metadata key set; the system prompt, when given, becomes a leading ``system``
+    entry. Tool pairing is checked: a tool result must
     answer a tool use of the message before it, and every tool use needs its results in
     the next message (``allow_pending`` accepts unanswered uses in the last message).
     Raises :class:`TranscriptError` naming the message index and field at fault.
@@ -406,7 +461,9 @@ def from_anthropic(
             raise TranscriptError(i, "content", "a user message cannot hold thinking or tool use")
         if role == "assistant" and any(isinstance(b, ToolResultBlock) for b in parsed):
             raise TranscriptError(i, "content", "an assistant message cannot hold tool results")
-        mem.add_message(role, parsed, turn_id=turns.for_entry(role, parsed), metadata={"index": i})
+        for part, tagged in _tagged_parts(role, parsed):
+            turn = turns.for_entry(role, part)
+            mem.add_message(role, part, turn_id=turn, metadata={"index": i, **tagged})
     _check_pairing(mem, allow_pending)
     return _strip_index(mem)
 
@@ -575,8 +632,10 @@ def from_openai(messages: Sequence[Any], *, allow_pending: bool = True) -> Agent
     ``system`` and ``developer`` messages become ``system`` entries; an assistant message
     becomes one entry with its text and one :class:`ToolUseBlock` per tool call (the
     arguments must be a JSON object); consecutive ``tool`` messages become one ``user``
-    entry holding their :class:`ToolResultBlock` s in order. Pairing is checked as in
-    :func:`from_anthropic`. Raises :class:`TranscriptError` naming the index and field.
+    entry holding their :class:`ToolResultBlock` s in order. A user message whose text
+    opens with an :data:`INSERTED_TAGS` tag gets the tag's metadata key. Pairing is
+    checked as in :func:`from_anthropic`. Raises :class:`TranscriptError` naming the
+    index and field.
     """
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise TranscriptError(None, "messages", "expected a list of messages")
@@ -649,7 +708,9 @@ def from_openai(messages: Sequence[Any], *, allow_pending: bool = True) -> Agent
     for role, content, i in staged:
         r = "user" if role == "tool" else role
         tid = None if r == "system" else turns.for_entry(r, content)
-        mem.add_message(cast("Role", r), content, turn_id=tid, metadata={"index": i})
+        parts = _tagged_parts(role, content)
+        tagged = parts[0][1] if len(parts) == 1 else {}
+        mem.add_message(cast("Role", r), content, turn_id=tid, metadata={"index": i, **tagged})
     _check_pairing(mem, allow_pending)
     return _strip_index(mem)
 

@@ -37,7 +37,7 @@ FACADE_BAD_CASES = 12
 #: Summarizer faults tried (errors, empty, oversized, error text, timeout, ...).
 SUMMARIZER_FAULTS = 10
 #: Prompt-injection payloads planted in tool outputs.
-INJECTIONS = 6
+INJECTIONS = 13
 #: Ways a plugin is reached that must honour NORMANDY_LOAD_PLUGINS.
 LOAD_PLUGINS_PATHS = ("AgentConfig", "compact", "run_turn", "normandy compact", "normandy plugins")
 #: Invocations run from a directory holding a malicious dist-info.
@@ -142,7 +142,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "Instructions planted in tool outputs (closing `</transcript>`, fake tags, "
-        "attribute injection)",
+        "attribute injection, invisible and confusable variants)",
         f"{INJECTIONS} payloads",
         f"all {INJECTIONS}: system prompt constant, payload only escaped inside the transcript",
         "plugins/normandy-window-manager/tests/test_summarizer_faults.py"

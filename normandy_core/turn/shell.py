@@ -24,6 +24,7 @@ from normandy_core.boundary import run_compaction
 from normandy_core.calibration import CalibratedCounter, Calibration, default_calibration
 from normandy_core.clients.base import ModelClient, ModelReply, Usage
 from normandy_core.config import AgentConfig
+from normandy_core.eventloop import bind_turn_loop
 from normandy_core.memory import (
     Content,
     DocumentBlock,
@@ -412,8 +413,10 @@ async def arun_turn(
     ``client`` is an :class:`~normandy_core.clients.AsyncModelClient` (awaited) or a
     :class:`~normandy_core.clients.ModelClient` (run in a worker thread). Compaction runs
     in a worker thread (:func:`asyncio.to_thread`), so a slow compactor never blocks the
-    loop. The calls of one reply run concurrently as one batch (async tools awaited,
-    sync tools in threads) and their results are appended together in tool-use order.
+    loop; a coroutine the compactor needs (an async client's model summary) runs on this
+    loop (:func:`normandy_core.eventloop.turn_loop`). The calls of one reply run
+    concurrently as one batch (async tools awaited, sync tools in threads) and their
+    results are appended together in tool-use order.
     """
     run = _Runner(
         acc,
@@ -433,15 +436,18 @@ async def arun_turn(
         event = None
         for eff in effects:
             if isinstance(eff, MaybeCompact):
-                new_acc, meta = await asyncio.to_thread(
-                    functools.partial(
-                        run_compaction,
-                        run.acc,
-                        mid_round=eff.mid_round,
-                        turn_id=run.turn_id,
-                        calibration=run.calibration,
+                # the worker thread sees this loop as its turn_loop(): an async model summary
+                # runs here, where the client's connections live, not on a loop of its own
+                with bind_turn_loop(asyncio.get_running_loop()):
+                    new_acc, meta = await asyncio.to_thread(
+                        functools.partial(
+                            run_compaction,
+                            run.acc,
+                            mid_round=eff.mid_round,
+                            turn_id=run.turn_id,
+                            calibration=run.calibration,
+                        )
                     )
-                )
                 event = run.compacted(new_acc, meta)
             elif isinstance(eff, CallModel):
                 estimated = run.estimate()

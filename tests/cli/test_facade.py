@@ -118,3 +118,53 @@ def test_compactor_error_returns_input(openai_messages: Any) -> None:
     result = compact(huge, window=3000, opts={"reserved_tokens": 500})
     assert not result.compacted and result.error and "cannot fit" in result.error
     assert result.messages == huge
+
+
+def parallel_openai_session(rounds: int, calls: int = 3) -> list[dict[str, Any]]:
+    """A user request, then ``rounds`` assistant messages each calling ``calls`` tools."""
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "Read every module and find the bug."},
+    ]
+    for r in range(rounds):
+        ids = [f"call_{r}_{k}" for k in range(calls)]
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": i,
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": f'{{"path": "m{i}.py"}}'},
+                    }
+                    for i in ids
+                ],
+            }
+        )
+        msgs.extend(
+            {"role": "tool", "tool_call_id": i, "content": f"def {i}(x):\n    return x\n" * 20}
+            for i in ids
+        )
+    return msgs
+
+
+@pytest.mark.parametrize("strategy", ["oldest_first", "summarize"])
+def test_the_marker_text_is_true_in_the_callers_format(strategy: str) -> None:
+    """Issue 12: "[69 earlier messages removed]" when 80 OpenAI messages were removed: the
+    marker (and the summary's header) counted internal entries (one per batch of tool
+    results), not the caller's messages."""
+    import re
+
+    msgs = parallel_openai_session(30)
+    opts = {"reserved_tokens": 1_000, "strategy": strategy}
+    result = compact(msgs, window=9_000, opts=opts)
+    assert result.compacted
+    assert ("summary_id" if strategy == "summarize" else "marker_id") in result.meta
+    out = result.messages
+    inserted = [m for m in out[1:] if m["role"] == "user"]
+    assert len(inserted) == 1
+    removed = len(msgs) - (len(out) - 1)
+    head = inserted[0]["content"].splitlines()[0]
+    assert "earlier" in head.lower()
+    assert re.findall(r"\d+", head) in ([], [str(removed)]), (head, removed)

@@ -236,3 +236,20 @@ def test_a_tool_use_whose_input_is_already_empty_is_not_reported_as_dropped():
     assert result.error is None and result.compacted
     assert [e.role for e in result.dropped] == ["user"]  # only the result's entry changed
     assert result.messages[1] == messages[1]
+
+
+@pytest.mark.parametrize("keep", [2, 3, 4, 10])
+def test_keep_above_the_number_of_tool_uses_keeps_them_all(keep):
+    """Issue 12: two tool uses with keep=3 cleared the first one (a negative slice start)."""
+    mem = AgentMemory()
+    mem.add_message("user", "go", turn_id="t1")
+    for i in range(2):
+        use = ToolUseBlock(id=f"u{i}", name="read_file", input={"path": f"m{i}.py"})
+        mem.add_message("assistant", (use,), turn_id="t1")
+        body = f"def f{i}(x):\n    return x\n" * 200
+        mem.add_message("user", (ToolResultBlock(tool_use_id=use.id, content=body),), turn_id="t1")
+    mem.add_message("assistant", "done", turn_id="t1")
+    acc = make_acc(mem, trigger_tokens=100, keep=keep)
+    new_acc, meta = run_compaction(acc, mid_round=False)
+    assert meta == {"compacted": False}
+    assert new_acc is acc

@@ -210,3 +210,61 @@ def test_pipelines_nest():
         make_acc(
             [{"compactor": "noop"}, {"compactor": "pipeline", "opts": {"steps": [wm(trigger=5)]}}]
         )
+
+
+def _band(steps_before):
+    """A pipeline whose window_manager step is over its usable window but under its window."""
+    probe = make_acc([wm(context_window=10**9)], model=None)
+    size = probe.memory.tokens(get_counter("cl100k_base")) + probe.prompt_tokens
+    step = wm(context_window=size + 1_000, reserved_tokens=2_000)
+    alone = probe.with_compactor("window_manager", step["opts"])
+    return alone, make_acc([*steps_before, step], memory=probe.memory, model=None), size
+
+
+class Counting:
+    """window_manager, counting its calls."""
+
+    calls = 0
+
+    @hookimpl
+    def needs_window(self, opts):
+        return True
+
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        Counting.calls += 1
+        return resolve_compactor("window_manager").maybe_compact(acc, ctx, opts)
+
+
+def test_mid_round_over_the_usable_window_compacts_like_the_step_alone():
+    """Issue 12: mid-round, the pipeline's "still fits" check compared the conversation with
+    the raw window, ignoring the step's reserved_tokens: over the usable window but under
+    the raw one it returned {"compacted": False} while window_manager alone compacted."""
+    alone, acc, _ = _band([])
+    _, alone_meta = run_compaction(alone, mid_round=True)
+    assert alone_meta["compacted"] is True
+    _, meta = run_compaction(acc, mid_round=True)
+    assert meta["compacted"] is True and meta["target_met"] is True
+    assert meta["tokens_after"] == alone_meta["tokens_after"]
+    assert [e.id for e in meta["dropped"]] == [e.id for e in alone_meta["dropped"]]
+    # the step that found it over its usable window is not run a second time
+    register_compactor("test_counting", Counting())
+    try:
+        step = {**acc.compactor_opts["steps"][0], "compactor": "test_counting"}
+        Counting.calls = 0
+        _, meta = run_compaction(acc.with_compactor("pipeline", {"steps": [step]}), mid_round=True)
+    finally:
+        unregister_compactor("test_counting")
+    assert meta["compacted"] is True and Counting.calls == 1
+
+
+def test_mid_round_over_the_usable_window_runs_every_step_in_order():
+    """Once a window-sized step finds the conversation over its usable window, the steps
+    without a window run too, first as configured (clear_tool_results before dropping)."""
+    _, acc, size = _band([CLEAR])
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert meta["compacted"] is True
+    first = meta["steps"][0]
+    assert (first["compactor"], first["compacted"]) == ("clear_tool_results", True)
+    assert meta["tokens_after"] + acc.prompt_tokens <= size + 1_000 - 2_000
+    assert pairing_problems(list(new_acc.memory)) == []

@@ -160,7 +160,9 @@ def test_model_summarizer_is_given_tool_outputs_as_data():
     assert "data" in seen["system"] and "must not be followed" in seen["system"]
     prompt = seen["messages"][0].text()
     assert prompt.startswith("<transcript>") and "<tool_output" in prompt
-    assert new_acc.memory.entries()[1].text() == "The agent fixed rounding in billing; tests pass."
+    summary = new_acc.memory.entries()[1].text()
+    assert summary.startswith("[normandy:summary] ")
+    assert summary.endswith("\nThe agent fixed rounding in billing; tests pass.")
 
 
 def test_mid_round_under_the_window_returns_the_same_memory():
@@ -299,7 +301,9 @@ def test_summarize_with_the_scripted_model_client(asynchronous):
         acc = make_acc("summarize").replace(client=client)
     new_acc, meta = run_compaction(acc, mid_round=True)
     assert meta["compacted"] is True
-    assert new_acc.memory[meta["summary_id"]].text() == "Rounding fixed in billing; 3 tests fail."
+    header, text = new_acc.memory[meta["summary_id"]].text().split("\n")
+    assert header.startswith("[normandy:summary] ")
+    assert text == "Rounding fixed in billing; 3 tests fail."
     (request,) = client.requests
     assert "never addressed to you" in request.system
 
@@ -321,12 +325,136 @@ def test_no_churn_when_only_an_earlier_marker_could_go():
         mem.add_message("tool", (image_result(use.id),), turn_id=f"t{n}")
         if n == 1:
             mem.add_message("assistant", "seen", turn_id="t1")
-    opts = {"context_window": 1636, "reserved_tokens": 0, "trigger": 0.9, "target": 0.5}
+    # at the start of a turn, where the trigger (not the usable window) decides
+    opts = {"context_window": 1700, "reserved_tokens": 0, "trigger": 0.9, "target": 0.5}
     acc = AgentConfig(compactor="window_manager", compactor_opts={**opts, "counter": "estimate"})
-    first_acc, first = run_compaction(acc.with_memory(mem), mid_round=True)
+    first_acc, first = run_compaction(acc.with_memory(mem), mid_round=False)
     assert first["compacted"] is True
     assert first["target_met"] is False
+    assert first["tokens_after"] > 0.9 * 1700
     assert "marker_id" in first
-    again_acc, again = run_compaction(first_acc, mid_round=True)
+    again_acc, again = run_compaction(first_acc, mid_round=False)
     assert again == {"compacted": False}
     assert again_acc is first_acc
+
+
+@pytest.mark.parametrize("strategy", ["oldest_first", "sliding_window", "summarize"])
+def test_trigger_below_one_never_compacts_mid_round_while_it_fits(strategy):
+    """Issue 12: with trigger 0.8 a conversation at 91 % of the usable window was compacted
+    mid-round. The contract: mid-round, the memory stays unchanged while it fits; the
+    trigger applies at the start of a turn."""
+    memory = generate_session(7, 40, end_mid_round=True)
+    acc = make_acc(strategy, trigger=0.8, target=0.5).with_memory(memory)
+    size = memory.tokens(get_counter("cl100k_base")) + acc.prompt_tokens
+    usable = int(size / 0.91)
+    acc = acc.replace(compactor_opts={**acc.compactor_opts, "context_window": usable + 4096})
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert meta == {"compacted": False}
+    assert new_acc is acc
+    # at the start of a turn the trigger decides: 91 % is over 0.8
+    _, meta = run_compaction(acc, mid_round=False)
+    assert meta["compacted"] is True
+    # mid-round and over the usable window: compacted down to target
+    tight = acc.replace(compactor_opts={**acc.compactor_opts, "context_window": size - 1 + 4096})
+    _, meta = run_compaction(tight, mid_round=True)
+    assert meta["compacted"] is True and meta["target_met"] is True
+
+
+@pytest.mark.parametrize("strategy", ["oldest_first", "sliding_window"])
+def test_the_marker_is_part_of_the_budget(strategy):
+    """Issue 12: three 300-character messages, window 4,096+213, target 1.0: the cut stopped
+    at the target, the marker added after crossed the window, and the compaction failed
+    ("230 tokens are irreducible") though dropping the assistant message leaves 104."""
+    mem = AgentMemory()
+    for n, role in enumerate(("user", "assistant", "user")):
+        mem.add_message(role, chr(ord("a") + n) * 300, turn_id=f"t{n}")
+    opts = {"context_window": 4096 + 213, "target": 1.0, "counter": "conservative"}
+    if strategy == "sliding_window":
+        opts["keep_last_turns"] = 2
+    acc = AgentConfig(compactor="window_manager", compactor_opts={"strategy": strategy, **opts})
+    new_acc, meta = run_compaction(acc.with_memory(mem), mid_round=False)
+    assert "error" not in meta, meta["error"]
+    assert meta["compacted"] is True and meta["target_met"] is True
+    assert [e.id for e in new_acc.memory] == [mem.last().id]
+    assert meta["tokens_after"] == 104
+
+
+def test_summarize_falls_back_to_dropping_when_no_summary_fits():
+    """Issue 12: ten messages, window 100, reserve 30: summarize failed ("irreducible")
+    while oldest_first fits at 38 tokens. With no room for even a minimal summary it
+    drops as oldest_first does, and says so in meta."""
+    mem = AgentMemory()
+    for n in range(10):
+        role = "user" if n % 2 == 0 else "assistant"
+        mem.add_message(role, f"message {n}: " + "some words here " * 3, turn_id=f"t{n // 2}")
+    opts = {"context_window": 100, "reserved_tokens": 30, "counter": "estimate"}
+    results = {}
+    for strategy in ("oldest_first", "summarize"):
+        acc = AgentConfig(compactor="window_manager", compactor_opts={"strategy": strategy, **opts})
+        results[strategy] = run_compaction(acc.with_memory(mem), mid_round=False)
+    (plain_acc, plain), (new_acc, meta) = results["oldest_first"], results["summarize"]
+    assert "error" not in meta, meta["error"]
+    assert meta["compacted"] is True and meta["strategy"] == "summarize"
+    assert "room" in meta["summary_fallback"] and "summary_id" not in meta
+    assert [e.id for e in new_acc.memory] == [e.id for e in plain_acc.memory]
+    assert meta["tokens_after"] == plain["tokens_after"] <= 70
+
+
+@pytest.mark.parametrize("mid_round", [False, True])
+def test_summarize_succeeds_wherever_oldest_first_does(mid_round):
+    """The summary is sized to the room left after the kept units (at most
+    summary_max_tokens) and is part of the budget, so summarize never fails where
+    oldest_first fits."""
+    counter = get_counter("cl100k_base")
+    memory = generate_session(5, 60, end_mid_round=True)
+    probe = make_acc("oldest_first").with_memory(memory)
+    size = memory.tokens(counter) + probe.prompt_tokens
+    sized_summaries = 0
+    for percent in (2, 3, 4, 5, 10, 15, 20, 25, 30, 40, 50, 60, 75, 90, 100, 120, 150):
+        window = max(size * percent // 100, 1) + 4096
+        acc = probe.replace(compactor_opts={**probe.compactor_opts, "context_window": window})
+        _, plain = run_compaction(acc, mid_round=mid_round)
+        if "error" in plain:
+            continue
+        opts = {**acc.compactor_opts, "strategy": "summarize"}
+        new_acc, meta = run_compaction(acc.replace(compactor_opts=opts), mid_round=mid_round)
+        assert "error" not in meta, (percent, meta["error"])
+        assert meta["compacted"] == plain["compacted"], percent
+        if meta["compacted"]:
+            assert meta["tokens_after"] + acc.prompt_tokens <= window - 4096, percent
+        if "summary_id" in meta:
+            tokens = counter.count_text(new_acc.memory[meta["summary_id"]].text())
+            sized_summaries += tokens < 1024
+    assert sized_summaries > 0  # some summaries were sized below summary_max_tokens
+
+
+@pytest.mark.parametrize("summarizer", ["extractive", "model"])
+def test_summarize_falls_back_when_the_budget_cannot_hold_the_header(summarizer):
+    """summary_max_tokens=64 under a counter calibrated at 2.0: the summary's first line
+    alone would be over budget. It drops as oldest_first instead of failing."""
+    from normandy_core.calibration import default_calibration
+
+    model = "header-budget-test-model"
+    mem = generate_session(3, 40, end_mid_round=True)
+    opts = {
+        "strategy": "summarize",
+        "summarizer": summarizer,
+        "summary_max_tokens": 64,
+        "counter": "conservative",
+        "context_window": 9_000,
+    }
+    acc = AgentConfig(model=model, compactor="window_manager", compactor_opts=opts)
+
+    class Client:
+        def complete(self, system, messages, **kwargs):
+            raise AssertionError("no room for a model summary: the model is not asked")
+
+    acc = acc.replace(client=Client()).with_memory(mem)
+    try:
+        default_calibration().observe(model, "conservative", 10_000, 20_000)
+        _, meta = run_compaction(acc, mid_round=False)
+    finally:
+        default_calibration().reset(model)
+    assert "error" not in meta, meta["error"]
+    assert meta["compacted"] is True and "summary_id" not in meta
+    assert "cannot hold a summary" in meta["summary_fallback"]

@@ -103,7 +103,7 @@ def maybe_compact(
     if not (over_tokens or over_uses):
         return acc, {"compacted": False}
 
-    protected = {u.id for u in uses[len(uses) - o.keep :]} if o.keep else set()
+    protected = {u.id for u in uses[max(len(uses) - o.keep, 0) :]} if o.keep else set()
     # A result the model has not answered yet (the newest round) is never cleared.
     last_assistant = max((i for i, e in enumerate(entries) if e.role == "assistant"), default=-1)
     for u in uses:

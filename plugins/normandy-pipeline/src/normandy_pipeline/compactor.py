@@ -9,8 +9,12 @@ Semantics (see ``docs/plugins/pipeline.md``):
   that compacts hands its result to the next step, unless its meta says
   ``target_met: True``: the conversation fits, and the pipeline stops there. Every later
   step decides for itself whether the conversation is over its own trigger.
-* At a mid-round boundary the pipeline returns the memory unchanged, running no step,
-  while the conversation plus the prompt fits the smallest window of its steps.
+* At a mid-round boundary the pipeline returns the memory unchanged, running no step
+  without a window, while the conversation fits: it is under the smallest window of its
+  window-sized steps and each of them, asked first on the input, leaves it alone (it is
+  under their usable windows: window minus reserve, which only the step knows).
+  Otherwise the steps run in order; the judging step's call is reused when only
+  window-sized steps come before it.
 * A step that raises, returns something malformed, mutates its input or reports an
   error makes the pipeline return its input ``acc`` untouched with an error naming the
   step (index and compactor).
@@ -39,7 +43,7 @@ from normandy_pipeline import NAME
 from normandy_pipeline.options import PipelineOptions, Step
 
 if TYPE_CHECKING:
-    from normandy_core import CalibratedCounter, Prepared
+    from normandy_core import CalibratedCounter, CompactionResult, Prepared
 
 __all__ = ["maybe_compact", "needs_window", "options_model", "validate_opts"]
 
@@ -106,14 +110,58 @@ def _fits_every_step(acc: AgentConfig, ctx: CompactionContext, steps: tuple[Prep
     return ctx.counter.memory_tokens(acc.memory) + ctx.prompt_tokens <= min(sized)
 
 
+def _step_ctx(acc: AgentConfig, ctx: CompactionContext, prepared: Prepared) -> CompactionContext:
+    return build_context(
+        prepared,
+        model=ctx.model,
+        prompt_tokens=acc.prompt_tokens,
+        mid_round=ctx.mid_round,
+        turn_id=ctx.turn_id,
+        calibration=ctx.counter.calibration,
+    )
+
+
+_Judged = tuple[int, "CompactionResult | str | None"]
+
+
+def _judge(acc: AgentConfig, ctx: CompactionContext, steps: tuple[Prepared, ...]) -> _Judged | None:
+    """Mid-round: ``None`` when every window-sized step leaves the input alone, else the
+    first one that does not, with its checked result (to reuse), the contract violation
+    to report, or ``None`` when it raised (it then runs again in order, and is named)."""
+    for i, prepared in enumerate(steps):
+        if prepared.window is None:
+            continue
+        try:
+            result = call_compactor(
+                prepared.compactor, acc, _step_ctx(acc, ctx, prepared), prepared.options
+            )
+        except ContractViolation as exc:
+            return i, f"broke the contract: {exc}"
+        except Exception:
+            return i, None
+        if result.meta.compacted or result.meta.error is not None:
+            return i, result
+    return None
+
+
 @hookimpl
 def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: PipelineOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """Run the steps in order until one meets its target; see the module docs."""
     steps: tuple[Prepared, ...] = opts._prepared
+    judged: _Judged | None = None
     if ctx.mid_round and _fits_every_step(acc, ctx, steps):
-        return acc, {"compacted": False}
+        # Under every window, the conversation may still be over a step's usable window.
+        # The window-sized steps judge it; while they all leave it alone, nothing runs (a
+        # step without a window would act at its own trigger while the conversation fits).
+        judged = _judge(acc, ctx, steps)
+        if judged is None:
+            return acc, {"compacted": False}
+        if isinstance(judged[1], str):
+            return _error(acc, judged[0], opts.steps[judged[0]], judged[1])
+        if judged[1] is None or not all(p.window is not None for p in steps[: judged[0]]):
+            judged = None  # a step without a window runs first: the judge's step runs again
 
     current = acc
     reports: list[dict[str, Any]] = []
@@ -121,16 +169,14 @@ def maybe_compact(
     compacted = False
     target_met: bool | None = None
     for i, (step, prepared) in enumerate(zip(opts.steps, steps, strict=True)):
-        sctx = build_context(
-            prepared,
-            model=ctx.model,
-            prompt_tokens=acc.prompt_tokens,
-            mid_round=ctx.mid_round,
-            turn_id=ctx.turn_id,
-            calibration=ctx.counter.calibration,
-        )
         try:
-            new_acc, meta = call_compactor(prepared.compactor, current, sctx, prepared.options)
+            if judged is not None and judged[0] == i and not isinstance(judged[1], str):
+                assert judged[1] is not None
+                new_acc, meta = judged[1]  # its call on the input, as the mid-round judge
+            else:
+                new_acc, meta = call_compactor(
+                    prepared.compactor, current, _step_ctx(acc, ctx, prepared), prepared.options
+                )
         except ContractViolation as exc:
             return _error(acc, i, step, f"broke the contract: {exc}")
         except Exception as exc:

@@ -27,7 +27,13 @@ from normandy_core import (
 from normandy_core.calibration import CalibratedCounter
 from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
 from normandy_window_manager.options import WindowManagerOptions
-from normandy_window_manager.summarize import SUMMARY_KEY, SummaryError, make_summary
+from normandy_window_manager.summarize import (
+    MIN_SUMMARY_TOKENS,
+    SUMMARY_KEY,
+    SummaryError,
+    SummaryTooSmall,
+    make_summary,
+)
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext
@@ -48,6 +54,11 @@ log = logging.getLogger("normandy_window_manager")
 NAME = "window_manager"
 #: Metadata key marking the note inserted where history was cut.
 MARKER_KEY = "normandy.compaction_marker"
+#: The text of that note. Its tag (``normandy_core.formats.INSERTED_TAGS``) lets a
+#: transcript reader recognise it in any format. It gives no count: the caller's formats
+#: count messages differently (OpenAI sends one message per tool result), so any number
+#: would be wrong in some format.
+MARKER_TEXT = "[normandy:marker] Earlier messages were removed here to fit the context window."
 
 
 @hookimpl
@@ -100,7 +111,8 @@ def _units_info(
 def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: WindowManagerOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Compact ``acc.memory`` when it exceeds ``trigger`` of the usable window; see the docs."""
+    """Compact ``acc.memory`` when it exceeds ``trigger`` of the usable window (at the
+    start of a turn) or the usable window itself (mid-round); see the docs."""
     o = opts
     if ctx.window is None:
         return acc, {"compacted": False, "error": "window_manager needs ctx.window, got None"}
@@ -110,7 +122,10 @@ def maybe_compact(
     memory = acc.memory
     before = counter.memory_tokens(memory)
     usable = ctx.window - o.reserved_tokens
-    if before + ctx.prompt_tokens <= o.trigger * usable:
+    # Mid-round the memory stays unchanged while the conversation fits the usable window
+    # (the contract); ``trigger`` decides at the start of a turn.
+    threshold = usable if ctx.mid_round else o.trigger * usable
+    if before + ctx.prompt_tokens <= threshold:
         return acc, {"compacted": False}
     return _compact(acc, ctx, o, counter, before, usable)
 
@@ -131,14 +146,33 @@ def _compact(
     units, locked = _units_info(entries)
     keep = [True] * len(entries)
     total = sum(sizes)  # per-entry rounding up makes this >= before when calibrated
+    dropped_any = False
 
     def drop_unit(u: int) -> None:
-        nonlocal total
+        nonlocal total, dropped_any
         start, end = units[u]
         for i in range(start, end):
             if keep[i]:
                 keep[i] = False
                 total -= sizes[i]
+                dropped_any = True
+
+    marker = Entry(id=new_id(), role="user", content=MARKER_TEXT, metadata={MARKER_KEY: True})
+    marker_cost = counter.count_entry(marker)
+    first = 0  # the first kept entry that is not a system entry, once something is dropped
+
+    def cut_cost() -> int:
+        """Tokens of what the cut inserts: the summary's reserve, or the marker when the
+        kept history would open with an assistant message (``keep`` only turns false
+        while this is used, so ``first`` only moves forward)."""
+        nonlocal first
+        if not dropped_any:
+            return 0
+        if o.strategy == "summarize":
+            return o.summary_max_tokens
+        while first < len(entries) and (not keep[first] or entries[first].role == "system"):
+            first += 1
+        return marker_cost if first < len(entries) and entries[first].role == "assistant" else 0
 
     if o.strategy == "sliding_window":
         recent = _recent_turns(entries, o.turns_to_keep)
@@ -146,9 +180,8 @@ def _compact(
             if not locked[u] and entries[start].turn_id not in recent:
                 drop_unit(u)
 
-    summary_budget = o.summary_max_tokens if o.strategy == "summarize" else 0
     for u in range(len(units)):
-        if total + summary_budget <= goal:
+        if total + cut_cost() <= goal:
             break
         if not locked[u]:
             drop_unit(u)
@@ -176,8 +209,30 @@ def _compact(
             total += sizes[i]
         dropped_idx = []
     if o.strategy == "summarize" and dropped_idx:
+        # The summary is sized to the room the kept units leave (under the target when it
+        # can be, else under the window), at most summary_max_tokens.
+        overhead = counter.count_entry(Entry(id="summary-overhead", role="user", content=""))
+        room = goal - total - overhead
+        if room < MIN_SUMMARY_TOKENS:
+            room = limit - total - overhead
+        if room < MIN_SUMMARY_TOKENS:
+            reason = (
+                f"no room for a summary: {max(limit - total, 0):,} tokens of the usable window "
+                f"are left after the kept messages and a summary needs at least "
+                f"{MIN_SUMMARY_TOKENS + overhead:,}; dropped as oldest_first instead"
+            )
+            return _fallback(acc, ctx, o, counter, before, usable, reason)
         try:
-            summary = make_summary(acc, [entries[i] for i in dropped_idx], o, counter)
+            summary = make_summary(
+                acc,
+                [entries[i] for i in dropped_idx],
+                o,
+                counter,
+                budget=min(o.summary_max_tokens, room),
+            )
+        except SummaryTooSmall as exc:
+            reason = f"no room for a summary: {exc}; dropped as oldest_first instead"
+            return _fallback(acc, ctx, o, counter, before, usable, reason)
         except SummaryError as exc:
             return acc, {"compacted": False, "error": f"window_manager summarize: {exc}"}
         plan.insert_at = dropped_idx[0]
@@ -194,17 +249,9 @@ def _compact(
             (i for i, k in enumerate(keep) if k and entries[i].role != "system"), None
         )
         if first_kept is not None and entries[first_kept].role == "assistant":
-            n = len(dropped_idx)
             plan.insert_at = dropped_idx[0]
-            plan.inserted = Entry(
-                id=new_id(),
-                turn_id=entries[first_kept].turn_id,
-                role="user",
-                content=f"[{n} earlier message{'s' if n != 1 else ''} removed to fit the "
-                "context window]",
-                metadata={MARKER_KEY: True},
-            )
-            total += counter.count_entry(plan.inserted)
+            plan.inserted = marker.model_copy(update={"turn_id": entries[first_kept].turn_id})
+            total += marker_cost
 
     # Still over the window: shorten the largest kept tool results (never pinned ones).
     if total > limit:
@@ -221,6 +268,24 @@ def _compact(
         return acc, {"compacted": False}
 
     return _commit(acc, ctx, o, counter, plan, before, goal)
+
+
+def _fallback(
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    o: WindowManagerOptions,
+    counter: CalibratedCounter,
+    before: int,
+    usable: int,
+    reason: str,
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """``summarize`` without room for a summary: the plan of ``oldest_first``, said in meta."""
+    plain = o.model_copy(update={"strategy": "oldest_first"})
+    new_acc, meta = _compact(acc, ctx, plain, counter, before, usable)
+    if meta.get("compacted") or "error" in meta:
+        meta["strategy"] = o.strategy
+        meta["summary_fallback"] = reason
+    return new_acc, meta
 
 
 def _made_here(entry: Entry) -> bool:

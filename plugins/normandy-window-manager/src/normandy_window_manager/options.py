@@ -16,9 +16,11 @@ Strategy = Literal["oldest_first", "sliding_window", "summarize"]
 class WindowManagerOptions(CompactorOptions):
     """Options of ``window_manager``. Unknown options and bad values are refused at config time.
 
-    The usable window is ``window - reserved_tokens``. The compactor acts when the
-    conversation plus the prompt tokens exceed ``trigger`` of it, and then compacts down to
-    ``target`` of it, so with ``target`` below ``trigger`` a long session compacts rarely.
+    The usable window is ``window - reserved_tokens``. At the start of a turn the compactor
+    acts when the conversation plus the prompt tokens exceed ``trigger`` of it; mid-round
+    only when they exceed the usable window itself (the contract: the memory stays
+    unchanged mid-round while it fits). It then compacts down to ``target`` of it, so with
+    ``target`` below ``trigger`` a long session compacts rarely.
     """
 
     strategy: Strategy = "oldest_first"
@@ -29,7 +31,8 @@ class WindowManagerOptions(CompactorOptions):
     context_window: int | None = Field(default=None, gt=0)
     """Pins the window in tokens; otherwise the model catalog gives it."""
     trigger: float = Field(default=1.0, gt=0.0, le=1.0)
-    """Fraction of the usable window at which to compact."""
+    """Fraction of the usable window at which to compact at the start of a turn (mid-round:
+    only over the usable window)."""
     target: float = Field(default=0.6, gt=0.0, le=1.0)
     """Fraction of the usable window to compact down to (at most ``trigger``)."""
     keep_last_turns: int | None = Field(default=None, ge=1)
@@ -41,7 +44,8 @@ class WindowManagerOptions(CompactorOptions):
     """``summarize`` only: ``model`` asks the agent's model client, ``extractive`` builds a
     digest without a model, ``auto`` uses the client when the config has one."""
     summary_max_tokens: int = Field(default=1024, ge=64)
-    """``summarize`` only: the most tokens a summary may take; a longer one is refused."""
+    """``summarize`` only: the most tokens a summary may take (less when the kept messages
+    leave less room); a longer one is refused."""
     summary_timeout: float = Field(default=60.0, gt=0)
     """``summarize`` only: seconds to wait for a model summary before giving up."""
 
