@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.CRITICAL)  # compactor errors are findings or outcomes here
     from fuzz.campaign import COMPACTORS, run_indexed
     from fuzz.generators import FORMATS
+    from fuzz.known import classify
 
     counts: Counter[tuple[str, str]] = Counter()
     outcomes: Counter[tuple[str, str]] = Counter()
@@ -180,9 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         for (chk, comp), items in sorted(groups.items()):
             if chk != check:
                 continue
-            print(
-                f"  {comp} x{len(items)} (formats: {', '.join(sorted({f.format for f in items}))})"
-            )
+            formats = ", ".join(sorted({f.format for f in items}))
+            known = sorted({classify(f) or "UNKNOWN" for f in items})
+            print(f"  {comp} x{len(items)} (formats: {formats}; defects: {', '.join(known)})")
             first = items[0]
             print(f"    e.g. {first.reproducer()[:400]}")
             print(f"         {first.message[:300]}")
