@@ -758,8 +758,23 @@ def _check_idempotent(c: _Case, first: CompactResult) -> None:
             "idempotence",
             f"the second pass changed the output: {len(second.dropped)} dropped, "
             f"{second.meta.get('tokens_before')} -> {second.meta.get('tokens_after')} tokens, "
-            f"first target_met={first.meta.get('target_met')}",
+            f"first target_met={first.meta.get('target_met')}{_cleared_kept(c, first, second)}",
         )
+
+
+def _cleared_kept(c: _Case, first: CompactResult, second: CompactResult) -> str:
+    """A note when the second pass cleared results of the newest ``keep`` tool uses."""
+    meta, opts = second.meta, c.opts
+    if c.compactor == "pipeline":
+        meta = next((s for s in meta.get("steps", []) if s.get("cleared")), {})
+        opts = c.opts["steps"][0]["opts"]
+    cleared = set(meta.get("cleared") or [])
+    keep = int(opts.get("keep", 3))
+    uses = [u.id for e in first.memory.entries() if e.role == "assistant" for u in e.tool_uses]
+    hit = cleared & set(uses[-keep:]) if keep else set()
+    if not hit:
+        return ""
+    return f"; it cleared {len(hit)} of the newest {keep} tool uses ({len(uses)} in all)"
 
 
 def _check_summarize_vs_oldest(c: _Case, main: CompactResult) -> None:
