@@ -16,7 +16,7 @@ UV_DEP :=
 endif
 RUN := $(UV) run --no-sync
 
-.PHONY: setup demo test lint typecheck pytest docs bench bench-full clean
+.PHONY: setup demo test lint typecheck pytest docs bench bench-full fuzz clean
 
 # uv is bootstrapped into a project-local virtual environment when it is not on PATH.
 $(CURDIR)/.tools/bin/uv:
@@ -54,6 +54,12 @@ bench: $(UV_DEP)
 bench-full: $(UV_DEP)
 	$(UV) sync --all-packages --all-extras --locked --group bench --python $(PYTHON)
 	$(RUN) python -m benchmarks --full --out benchmarks/RESULTS.md
+
+# The fuzz campaign of issue 12: make fuzz SEED=7 DURATION=1800 (findings in out/).
+SEED ?= 1
+DURATION ?= 60
+fuzz: setup
+	$(RUN) python scripts/fuzz.py --seed $(SEED) --duration $(DURATION) --out out/fuzz-findings-$(SEED).jsonl
 
 clean:
 	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache .hypothesis site
