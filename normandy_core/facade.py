@@ -205,6 +205,31 @@ def _check_memory(memory: AgentMemory) -> None:
         raise TranscriptError(None, "entries", "; ".join(problems))
 
 
+def keep_other_branches(original: AgentMemory, compacted: AgentMemory) -> AgentMemory:
+    """``compacted`` with the branches of ``original`` that were not active grafted back.
+
+    Compaction works on the active branch; a Normandy dump given to :func:`compact` may
+    hold other (abandoned) branches, which must come back. Each keeps its parent links:
+    an ancestor the compaction dropped from the active branch stays in the graph as an
+    inactive entry (with its original content), so nothing of another branch is lost.
+    """
+    active = {e.id for e in original}
+    others = [e for e in original.all_entries() if e.id not in active]
+    if not others:
+        return compacted
+    present = {e.id for e in compacted.all_entries()} | {e.id for e in others}
+    ancestors: list[Entry] = []
+    for e in others:
+        parent = e.parent_id
+        while parent is not None and parent not in present:
+            entry = original[parent]
+            ancestors.append(entry)
+            present.add(parent)
+            parent = entry.parent_id
+    graph = [*compacted.all_entries(), *reversed(ancestors), *others]
+    return AgentMemory.from_graph(graph, compacted.head)
+
+
 def render_transcript(memory: AgentMemory, fmt: str, like: Any) -> Any:
     """``memory`` in ``fmt``, in the container shape of ``like`` (the input it came from)."""
     if fmt == "normandy":
@@ -326,6 +351,7 @@ def compact_with(
             f"{acc.compactor_handle.describe()} returned a conversation with broken tool "
             "pairs: " + "; ".join(problems)
         )
-    return CompactResult(
-        render_transcript(new_acc.memory, fmt, messages), meta, fmt, new_acc.memory
-    )
+    out = new_acc.memory
+    if fmt == "normandy":
+        out = keep_other_branches(memory, out)
+    return CompactResult(render_transcript(out, fmt, messages), meta, fmt, out)

@@ -168,3 +168,22 @@ def test_the_marker_text_is_true_in_the_callers_format(strategy: str) -> None:
     head = inserted[0]["content"].splitlines()[0]
     assert "earlier" in head.lower()
     assert re.findall(r"\d+", head) in ([], [str(removed)]), (head, removed)
+
+
+def test_a_normandy_dump_keeps_its_other_branches() -> None:
+    """Found by the fuzz campaign: compact() of a dump returned only the active branch,
+    so entries of abandoned branches vanished unreported."""
+    from normandy_core import AgentMemory
+
+    mem = AgentMemory()
+    for i in range(12):
+        mem.add_message("user" if i % 2 == 0 else "assistant", f"m{i} " + "w" * 300, id=f"m{i}")
+    side = mem.fork("m3")
+    side.add_message("user", "a question on the side", id="side1")
+    graph = AgentMemory.from_graph([*mem.all_entries(), side["side1"]], mem.head)
+    result = compact(graph.dump(), window=600, opts={"reserved_tokens": 0}, model="gpt-4o")
+    assert result.compacted and "m3" in {e.id for e in result.dropped}
+    out = AgentMemory.load(result.messages)
+    assert out["side1"].parent_id == "m3" and out["m3"].content == mem["m3"].content
+    assert [e.id for e in out] == [e.id for e in result.memory]
+    assert "m3" not in {e.id for e in out}  # still gone from the active branch

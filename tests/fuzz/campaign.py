@@ -853,7 +853,12 @@ def run_case(
         c.find("rejected", f"TranscriptError for a valid transcript: {exc}")
     except OptionsError as exc:
         report.outcome = "raised"
-        c.find("harness", f"OptionsError: {exc}")
+        if "leave nothing of the" in str(exc):
+            # A window the options leave no room in is refused where the config is made
+            # (documented), not at every boundary: a drawn configuration, not a defect.
+            report.outcome = "refused"
+        else:
+            c.find("harness", f"OptionsError: {exc}")
     except Exception as exc:
         report.outcome = "raised"
         c.find("exception", f"{type(exc).__name__}: {exc}")

@@ -1,4 +1,9 @@
-"""The campaign's checks can fail: faulty compactors registered in code are caught."""
+"""The campaign's checks can fail: faulty compactors registered in code are caught.
+
+The core's own contract check refuses these compactors before ``compact()`` returns,
+so to show that the campaign's independent loss check would catch them too, the core's
+check is bypassed here (and, separately, shown to refuse them).
+"""
 
 from __future__ import annotations
 
@@ -51,7 +56,27 @@ def _rewrite_a_result(entries: list[Any]) -> list[Any] | None:
 
 
 @pytest.mark.parametrize("fn", [_drop_first_unit, _rewrite_a_result])
-def test_unreported_loss_is_found_in_every_format(fn: Any) -> None:
+def test_the_core_refuses_unreported_loss_in_every_format(fn: Any) -> None:
+    register_compactor("fuzz_faulty", _Faulty(fn))
+    errors: dict[str, set[str]] = {}
+    for i in range(60):
+        r = run_indexed(3, i, compactor="fuzz_faulty")
+        assert r.outcome != "compacted", r
+        if r.outcome == "error":
+            errors.setdefault(r.format, set()).update(f.message for f in r.findings)
+    assert set(errors) == {"openai", "anthropic", "normandy"}
+    assert all(any("lost silently" in e for e in es) for es in errors.values()), errors
+
+
+@pytest.mark.parametrize("fn", [_drop_first_unit, _rewrite_a_result])
+def test_unreported_loss_is_found_in_every_format(fn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from normandy_core import contract
+
+    def shape_only(compactor: Any, acc: Any, ctx: Any, result: Any) -> Any:
+        new_acc, meta = result
+        return contract.CompactionResult(new_acc, contract.CompactionMeta(meta))
+
+    monkeypatch.setattr(contract, "check_compaction", shape_only)
     register_compactor("fuzz_faulty", _Faulty(fn))
     found: dict[str, set[str]] = {}
     for i in range(60):

@@ -1,9 +1,9 @@
 """A bounded, deterministic slice of the fuzz campaign (issue 12), plus a hypothesis wrapper.
 
 The slice runs :data:`CASES` cases of seed :data:`SEED` (a few seconds). No finding is
-allowed unless a known defect (:mod:`fuzz.known`) explains it; each known defect has its
-own test, marked ``xfail(strict=False)`` while the defect still fires on this code, so
-its fix shows as XPASS. The long campaign is ``make fuzz``.
+allowed. The defects the campaign found (:mod:`fuzz.known`) are all fixed; each keeps a
+test of its own that its check never fires again (they fired in this slice before their
+fixes). The long campaign is ``make fuzz``.
 """
 
 from __future__ import annotations
@@ -24,14 +24,11 @@ from normandy_core import plugins
 SEED = 5
 CASES = 300
 
-#: Known defects that fire in this slice on the current code (first case index of each:
-#: #1 33, #2 3, #3 38, #4 41, #5 225, #6 156, #9 0, new-thinking 139, new-clear-inputs
-#: 191, new-offbranch 11). #10 does not: the in-tree compactors insert a marker.
-FIRING = {"#1", "#2", "#3", "#4", "#5", "#6", "#9"} | {
-    "new-thinking",
-    "new-clear-inputs",
-    "new-offbranch",
-}
+#: Known defects still firing in this slice (none: each was fixed, after firing here at
+#: case #1 33, #2 3, #3 38, #4 41, #5 225, #6 156, #9 0, new-thinking 139,
+#: new-clear-inputs 191, new-offbranch 11; #10 never did: the in-tree compactors insert a
+#: marker, and the core's contract check now refuses a result that would not).
+FIRING: set[str] = set()
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +49,9 @@ def _show(findings: list[Finding]) -> str:
     return "\n".join(f"{f.check}: {f.message[:200]}\n    {f.reproducer()}" for f in findings[:8])
 
 
-def test_no_finding_beyond_the_known_defects(reports: list[CaseReport]) -> None:
-    unknown = [f for r in reports for f in r.findings if classify(f) is None]
-    assert not unknown, f"{len(unknown)} findings no known defect explains:\n{_show(unknown)}"
+def test_no_finding_at_all(reports: list[CaseReport]) -> None:
+    found = [f for r in reports for f in r.findings]
+    assert not found, f"{len(found)} findings:\n{_show(found)}"
 
 
 @pytest.mark.parametrize(
@@ -99,7 +96,6 @@ def test_a_case_is_reproducible_from_seed_and_index() -> None:
 @settings(deadline=None)
 @given(seed=st.integers(0, 2**31), index=st.integers(0, 10**6))
 def test_fuzz_case_under_hypothesis(seed: int, index: int) -> None:
-    """Cases hypothesis picks (derandomized under the CI profile): only known defects."""
+    """Cases hypothesis picks (derandomized under the CI profile): no finding."""
     findings = run_case(case_rng(seed, index), seed=seed, index=index)
-    unknown = [f for f in findings if classify(f) is None]
-    assert not unknown, _show(unknown)
+    assert not findings, _show(findings)

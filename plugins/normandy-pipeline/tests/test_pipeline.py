@@ -227,6 +227,10 @@ class Counting:
     calls = 0
 
     @hookimpl
+    def options_model(self):
+        return resolve_compactor("window_manager").options_model
+
+    @hookimpl
     def needs_window(self, opts):
         return True
 

@@ -458,3 +458,25 @@ def test_summarize_falls_back_when_the_budget_cannot_hold_the_header(summarizer)
     assert "error" not in meta, meta["error"]
     assert meta["compacted"] is True and "summary_id" not in meta
     assert "cannot hold a summary" in meta["summary_fallback"]
+
+
+def test_thinking_the_commit_strips_is_not_counted_as_irreducible():
+    """Found by the fuzz campaign: kept entries were budgeted with the thinking blocks the
+    commit strips, so a reply whose thinking alone overflowed the window was reported
+    'irreducible' although the stripped history fits."""
+    from normandy_core import compact
+
+    messages = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "x " * 2000, "signature": "sig"},
+                {"type": "text", "text": "done"},
+            ],
+        },
+    ]
+    result = compact(messages, model="claude-sonnet-4-5", window=500, opts={"reserved_tokens": 0})
+    assert result.error is None, result.error
+    assert result.compacted
+    assert result.messages[-1]["content"] in ("done", [{"type": "text", "text": "done"}])

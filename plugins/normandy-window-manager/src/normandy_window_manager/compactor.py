@@ -140,7 +140,9 @@ def _compact(
 ) -> tuple[AgentConfig, dict[str, Any]]:
     memory = acc.memory
     entries = memory.entries()
-    sizes = [counter.entry_tokens(memory, e) for e in entries]
+    # Every kept entry loses its thinking in the commit, so it is sized without it (sized
+    # with it, a history whose thinking alone overflows was called irreducible).
+    sizes = [counter.entry_tokens(memory, e.without_thinking()) for e in entries]
     goal = int(o.target * usable) - ctx.prompt_tokens
     limit = usable - ctx.prompt_tokens
     units, locked = _units_info(entries)
