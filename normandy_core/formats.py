@@ -539,7 +539,14 @@ def to_openai(
             continue
         if e.role == "assistant":
             texts = [b.text for b in e.content if isinstance(b, TextBlock) and b.text]
-            msg: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts) or None}
+            # Several text blocks stay several parts: joined, they would not count (or read)
+            # the same after a round trip.
+            content: Any = (
+                [{"type": "text", "text": t} for t in texts]
+                if len(texts) > 1
+                else (texts[0] if texts else None)
+            )
+            msg: dict[str, Any] = {"role": "assistant", "content": content}
             uses = e.tool_uses
             if uses:
                 msg["tool_calls"] = [
@@ -556,6 +563,11 @@ def to_openai(
             if msg["content"] is None and not uses:
                 msg["content"] = ""
             out.append(msg)
+            continue
+        if not e.tool_results:
+            # A user message given as parts comes back as the same parts.
+            parts = [p for p in (_openai_part(b) for b in e.content) if p is not None]
+            out.append({"role": "user", "content": parts or ""})
             continue
         for b in e.content:
             if isinstance(b, ToolResultBlock):

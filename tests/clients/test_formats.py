@@ -252,3 +252,22 @@ def test_images_of_a_batch_split_over_entries_follow_all_its_tool_messages():
     assert [m["role"] for m in out] == ["user", "assistant", "tool", "tool", "user"]
     assert len(out[-1]["content"]) == 2
     assert pairing_problems(from_openai(out).entries()) == []
+
+
+def test_openai_messages_given_as_parts_come_back_as_the_same_parts():
+    """Found by the fuzz campaign: user (and assistant) content given as several text
+    parts came back joined into one string, which counts a token more or less, so a
+    second compact() of the output compacted again."""
+    from normandy_core.formats import from_openai, to_openai
+
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "c"}, {"type": "text", "text": "d"}],
+        },
+        {"role": "user", "content": "plain"},
+    ]
+    once = to_openai(from_openai(messages))
+    assert once[0] == messages[0] and once[2] == messages[2]
+    assert to_openai(from_openai(once)) == once  # a second round trip changes nothing

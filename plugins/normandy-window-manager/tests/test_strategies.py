@@ -480,3 +480,19 @@ def test_thinking_the_commit_strips_is_not_counted_as_irreducible():
     assert result.error is None, result.error
     assert result.compacted
     assert result.messages[-1]["content"] in ("done", [{"type": "text", "text": "done"}])
+
+
+def test_an_error_result_of_invisible_characters_only_is_summarized():
+    """Found by the fuzz campaign: an error tool result made only of characters that
+    normalisation removes (zero-width, soft hyphens) raised IndexError in the summary."""
+    from normandy_core import ToolResultBlock
+    from normandy_window_manager.summarize import _outcome
+
+    block = ToolResultBlock(tool_use_id="t1", content="\u200b\u00ad\u200d", is_error=True)
+    assert _outcome(block) == "error: " + _outcome_quote("")
+
+
+def _outcome_quote(text: str) -> str:
+    from normandy_window_manager.summarize import _quoted
+
+    return _quoted(text, 160)

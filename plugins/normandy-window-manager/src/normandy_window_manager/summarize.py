@@ -379,7 +379,9 @@ def _outcome(result: ToolResultBlock | None) -> str:
         return "no result"
     text = result.text().strip()
     if result.is_error:
-        return "error: " + _quoted(normalise(text).splitlines()[0] if text else "", 160)
+        # An error text of invisible characters only normalises to nothing.
+        lines = normalise(text).splitlines()
+        return "error: " + _quoted(lines[0] if lines else "", 160)
     return f"ok, {len(text):,} characters"
 
 
