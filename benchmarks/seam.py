@@ -104,9 +104,11 @@ def run_turn_boundaries(turns: int, batches_per_turn: int) -> dict[str, Any]:
         outputs: deque[str] = deque()
         for _ in range(batches_per_turn):
             batch = next(batches)
-            # The workload's outputs, in call order: the tools return them as recorded.
-            outputs.extend(r.text() for e in batch[1:] for r in e.tool_results)
-            replies.append(ModelReply(content=tuple(batch[0].blocks), stop_reason="tool_use"))
+            # A batch may open with the next user turn: the model's call is the assistant
+            # entry, the tools return the recorded outputs in call order.
+            at = next(i for i, e in enumerate(batch) if e.role == "assistant" and e.tool_uses)
+            outputs.extend(r.text() for e in batch[at + 1 :] for r in e.tool_results)
+            replies.append(ModelReply(content=tuple(batch[at].blocks), stop_reason="tool_use"))
         replies.append(ModelReply(content=(TextBlock(text=f"turn {t} done"),)))
         client = ScriptedClient(replies, model="gpt-4o")
         names = {u.name for r in replies for u in r.content if isinstance(u, ToolUseBlock)}
@@ -126,7 +128,8 @@ def run_turn_boundaries(turns: int, batches_per_turn: int) -> dict[str, Any]:
         for e in added:
             raw_entry_tokens(enc, e)
         floor += clock() - t0
-        boundaries_run += batches_per_turn + 1
+        boundaries_run += sum(1 for e in result.events if e.get("type") == "boundary")
+        assert result.reason == "answer" and not outputs, (result.reason, len(outputs))
     return {
         "boundaries": boundaries_run,
         "ours": ours / boundaries_run,

@@ -99,14 +99,24 @@ def build_context(
         model = acc.model if model is None else model
         prompt_tokens = acc.prompt_tokens if prompt_tokens is None else prompt_tokens
     window = prepared.window
-    return CompactionContext(
+    counter = prepared.counter_for(model, calibration)
+    tokens = (prompt_tokens or 0) if window is not None else 0
+    # A boundary of the same turn and kind gets the same (immutable) ctx again: building one
+    # is most of what a boundary that does not compact costs beyond counting.
+    key = (model, tokens, mid_round, turn_id)
+    last: tuple[CompactionContext, tuple[Any, ...]] | None = prepared._last_ctx[0]
+    if last is not None and last[0].counter is counter and last[1] == key:
+        return last[0]
+    ctx = CompactionContext(
         model=model,
         window=window,
-        prompt_tokens=(prompt_tokens or 0) if window is not None else 0,
+        prompt_tokens=tokens,
         mid_round=mid_round,
         turn_id=turn_id,
-        counter=prepared.counter_for(model, calibration),
+        counter=counter,
     )
+    prepared._last_ctx[0] = (ctx, key)  # one atomic replacement: safe across threads
+    return ctx
 
 
 class CompactionMeta(dict[str, Any]):

@@ -201,6 +201,16 @@ class Entry(BaseModel):
 
 
 _ENTRY_LIST = TypeAdapter(list[Entry])
+_ROLES = frozenset(("system", "user", "assistant", "tool"))
+_BLOCK_TYPES = (
+    TextBlock,
+    ThinkingBlock,
+    RedactedThinkingBlock,
+    ToolUseBlock,
+    ToolResultBlock,
+    ImageBlock,
+    DocumentBlock,
+)
 #: Token counts kept per entry id and counter (content variants of one id).
 _COUNT_VARIANTS = 4
 
@@ -252,15 +262,35 @@ class AgentMemory:
             raise ValueError(f"entry id {eid!r} is already in this memory")
         if not isinstance(content, str) and not isinstance(content, tuple):
             content = tuple(content)
-        entry = Entry(
-            id=eid,
-            parent_id=self._head,
-            turn_id=turn_id,
-            role=role,
-            content=content,
-            pinned=pinned,
-            metadata=dict(metadata or {}),
-        )
+        if (
+            role in _ROLES
+            and isinstance(eid, str)
+            and eid
+            and (turn_id is None or isinstance(turn_id, str))
+            and isinstance(pinned, bool)
+            and (isinstance(content, str) or all(isinstance(b, _BLOCK_TYPES) for b in content))
+        ):
+            # Typed blocks (the turn loop's, a compactor's) are valid already: constructing
+            # without re-validation keeps appending cheap on the hot path.
+            entry = Entry.model_construct(
+                id=eid,
+                parent_id=self._head,
+                turn_id=turn_id,
+                role=role,
+                content=content,
+                pinned=pinned,
+                metadata=dict(metadata or {}),
+            )
+        else:
+            entry = Entry(
+                id=eid,
+                parent_id=self._head,
+                turn_id=turn_id,
+                role=role,
+                content=content,
+                pinned=pinned,
+                metadata=dict(metadata or {}),
+            )
         self._append(entry)
         return entry
 

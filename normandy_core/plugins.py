@@ -178,6 +178,7 @@ class Compactor:
         repr=False, default_factory=lambda: _new_pm(hookspecs.CompactorSpec)
     )
     _model: Any = field(repr=False, default=None)
+    _impl: Any = field(repr=False, default=None)
 
     def describe(self) -> str:
         """``compactor 'x' (group normandy_core.compactors) from normandy-x 1.0``."""
@@ -202,8 +203,20 @@ class Compactor:
 
     def maybe_compact(self, acc: AgentConfig, ctx: CompactionContext, opts: Any) -> Any:
         """Call the compactor's ``maybe_compact``; the result is checked by the caller
-        (:func:`normandy_core.call_compactor`)."""
-        return self._pm.hook.maybe_compact(acc=acc, ctx=ctx, opts=opts)
+        (:func:`normandy_core.call_compactor`).
+
+        Its manager holds this one plugin, so the implementation pluggy validated at load
+        is called directly, with the arguments it names (pluggy's convention): the hot
+        path of every boundary does not pay for a hook dispatch it cannot need.
+        """
+        impl = self._impl
+        if impl is None:
+            return self._pm.hook.maybe_compact(acc=acc, ctx=ctx, opts=opts)
+        fn, names = impl
+        if names == ("acc", "ctx", "opts"):
+            return fn(acc, ctx, opts)
+        given = {"acc": acc, "ctx": ctx, "opts": opts}
+        return fn(*[given[n] for n in names])
 
     def parse_options(self, raw: Mapping[str, Any], entry: str) -> Any:
         """The options ``maybe_compact`` receives: parsed with the options model, or
@@ -351,7 +364,10 @@ def _make_compactor(
     obj = _instantiate(plugin, what)
     comp = Compactor(name=name, distribution=dist, version=version, plugin=obj, module=module)
     _register_checked(comp._pm, obj, f"{COMPACTOR_GROUP}:{name}", what, COMPACTOR_GROUP)
-    if not comp._pm.hook.maybe_compact.get_hookimpls():
+    impls = comp._pm.hook.maybe_compact.get_hookimpls()
+    if len(impls) == 1:
+        comp._impl = (impls[0].function, tuple(impls[0].argnames))
+    if not impls:
         hint = ""
         if callable(getattr(obj, "maybe_compact", None)):
             hint = (

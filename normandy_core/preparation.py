@@ -60,6 +60,7 @@ class Prepared:
     _counters: dict[tuple[str | None, int], CalibratedCounter] = field(
         default_factory=dict, repr=False, compare=False
     )
+    _last_ctx: list[Any] = field(default_factory=lambda: [None], repr=False, compare=False)
 
     @property
     def name(self) -> str:

@@ -67,20 +67,35 @@ class TokenCounter(Protocol):
         ...
 
 
+_BLOCKS: list[Any] = []
+
+
+def _blocks() -> list[Any]:
+    """The block classes, imported once (memory imports pydantic; this module must not)."""
+    if not _BLOCKS:
+        from normandy_core import memory as m
+
+        _BLOCKS.extend(
+            (
+                m.TextBlock,
+                m.ThinkingBlock,
+                m.RedactedThinkingBlock,
+                m.ToolUseBlock,
+                m.ToolResultBlock,
+                m.ImageBlock,
+                m.DocumentBlock,
+            )
+        )
+    return _BLOCKS
+
+
 def _entry_parts(entry: Entry) -> tuple[list[str], int]:
     """The strings of an entry to count, and the fixed-cost tokens it carries."""
-    from normandy_core.memory import (
-        DocumentBlock,
-        ImageBlock,
-        RedactedThinkingBlock,
-        TextBlock,
-        ThinkingBlock,
-        ToolResultBlock,
-        ToolUseBlock,
-    )
-
-    if isinstance(entry.content, str):
+    if isinstance(entry.content, str):  # the common case, before any import
         return [entry.content], MESSAGE_OVERHEAD
+    b_ = _blocks()
+    TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock = b_[:4]
+    ToolResultBlock, ImageBlock, DocumentBlock = b_[4:]
     texts: list[str] = []
     fixed = MESSAGE_OVERHEAD
     for b in entry.content:
@@ -309,9 +324,15 @@ class TiktokenCounter(BaseCounter):
 
     def count_entry(self, entry: Entry) -> int:
         """Exact tokens of the entry's texts plus fixed costs and the message overhead."""
+        enc = self._enc if self._enc is not None else self._encoding()
+        content = entry.content
+        if isinstance(content, str):  # most messages: no parts to gather
+            return MESSAGE_OVERHEAD + (len(enc.encode_ordinary(content)) if content else 0)
         texts, fixed = _entry_parts(entry)
-        enc = self._encoding()
-        return fixed + sum(len(enc.encode_ordinary(t)) for t in texts if t)
+        for t in texts:
+            if t:
+                fixed += len(enc.encode_ordinary(t))
+        return fixed
 
 
 _counters: dict[str, TokenCounter] = {}

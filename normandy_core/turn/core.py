@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 from normandy_core.errors import NormandyError
 from normandy_core.memory import Block, Content, TextBlock, ToolResultBlock, ToolUseBlock
@@ -80,6 +80,26 @@ class Phase(enum.Enum):
 
 
 # -- events (in) ----------------------------------------------------------------------
+
+
+_T = TypeVar("_T")
+
+
+def replace(obj: _T, **changes: Any) -> _T:
+    """A copy of the frozen dataclass ``obj`` with ``changes`` (no ``__post_init__`` here).
+
+    What :func:`dataclasses.replace` does, without its per-call field introspection: the
+    core steps several times per boundary, and that introspection was a visible share of
+    a boundary that does not compact.
+    """
+    unknown = changes.keys() - obj.__dataclass_fields__.keys()  # type: ignore[attr-defined]
+    if unknown:
+        raise TypeError(f"{type(obj).__name__} has no field(s) {sorted(unknown)}")
+    new = object.__new__(type(obj))
+    state = new.__dict__
+    state.update(obj.__dict__)
+    state.update(changes)
+    return new
 
 
 @dataclass(frozen=True)
