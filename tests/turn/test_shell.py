@@ -277,3 +277,39 @@ def test_noop_compactor_turn_changes_nothing_and_calibration_is_conservative():
         default_calibration().factor("claude-sonnet-4-5", "conservative") == 0.5
     )  # never below the floor
     default_calibration().reset()
+
+
+def test_a_custom_calibration_given_to_run_turn_reaches_the_compactor():
+    """Issue 11: run_turn(..., calibration=Calibration()) never reached window_manager,
+    which read the process-wide default, while the shell's events reported the custom
+    factor. Now the compactor sizes with ctx.counter, calibrated by the turn's own."""
+    from normandy_core import Calibration
+
+    mine = Calibration(min_tokens=1)
+    mine.observe("claude-sonnet-4-5", "conservative", 100, 300)  # factor 3.0
+    from normandy_core import get_counter
+
+    tools = {"read_file": read_file, "run_tests": run_tests}
+    probe = run_turn(
+        make_acc("window_manager", window=10**7),
+        "Find the bug.",
+        client=ScriptedClient(session_script(), input_tokens=reported_input),
+        tools=tools,
+        calibration=Calibration(),
+    )
+    size = probe.acc.memory.tokens(get_counter("conservative")) + probe.acc.prompt_tokens
+    window = 2 * size + 300  # the session fits at factor 1, not at factor 3
+    plain = run_turn(
+        make_acc("window_manager", window=window),
+        "Find the bug.",
+        client=ScriptedClient(session_script(), input_tokens=reported_input),
+        tools=tools,
+        calibration=Calibration(),
+    )
+    assert not any(b["meta"]["compacted"] for b in plain.events_of("boundary"))
+    client = ScriptedClient(session_script(), input_tokens=reported_input)
+    acc = make_acc("window_manager", window=window)
+    result = run_turn(acc, "Find the bug.", client=client, tools=tools, calibration=mine)
+    compactions = [b["meta"] for b in result.events_of("boundary") if b["meta"]["compacted"]]
+    assert compactions, "tripled counts put the same session over the window"
+    assert compactions[0]["calibration"]["factor"] >= 3.0
