@@ -68,6 +68,7 @@ _LAZY: dict[str, str] = {
     "CompactionTimeoutError": "boundary",
     "run_compaction": "boundary",
     "run_after_compact": "boundary",
+    "run_before_commit": "boundary",
     "abandoned_threads": "faults",
     "PluginFault": "faults",
     # calibration
@@ -174,6 +175,7 @@ __all__ = [
     "reload_plugins",
     "resolve_compactor",
     "run_after_compact",
+    "run_before_commit",
     "run_compaction",
     "tool_result_ids",
     "tool_use_ids",
@@ -200,6 +202,7 @@ if TYPE_CHECKING:
     from normandy_core.boundary import (
         CompactionTimeoutError,
         run_after_compact,
+        run_before_commit,
         run_compaction,
     )
     from normandy_core.calibration import CalibratedCounter, Calibration

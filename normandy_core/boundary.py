@@ -34,6 +34,7 @@ __all__ = [
     "CompactionTimeoutError",
     "build_context",
     "run_after_compact",
+    "run_before_commit",
     "run_compaction",
 ]
 
@@ -57,6 +58,49 @@ def _fault_text(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}"
 
 
+def _run_hooks(
+    hook: str,
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    meta: Mapping[str, Any],
+    deadline: float | None,
+    *,
+    stop_at_first: bool,
+) -> list[dict[str, str]]:
+    """Call ``hook`` on every hook plugin implementing it, each isolated from the others,
+    through pluggy's call path; one ``{"hook", "plugin", "error"}`` per failure."""
+    pm = hook_manager()
+    view = meta if isinstance(meta, CompactionMeta) else CompactionMeta(meta)
+    errors: list[dict[str, str]] = []
+    impls = list(reversed(getattr(pm.hook, hook).get_hookimpls()))
+    plugins = [impl.plugin for impl in impls]
+    for n, impl in enumerate(impls):
+        others = [p for p in plugins if p is not impl.plugin]
+        caller = pm.subset_hook_caller(hook, remove_plugins=others)
+
+        def call(caller: Any = caller) -> Any:
+            return caller(acc=acc, ctx=ctx, meta=view)
+
+        what = describe_hook(impl.plugin_name)
+        try:
+            if deadline is None:
+                call_plugin(call)
+            else:
+                share = max(deadline - time.monotonic(), 0.0) / (len(impls) - n)
+                run_bounded(call, share, f"normandy-hook-{impl.plugin_name}")
+        except TimeoutError:
+            text = "abandoned: it did not return within its share of compaction_timeout"
+            log.error("%s of %s %s", hook, what, text)
+            errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
+        except Exception as exc:
+            text = _fault_text(exc)
+            log.error("%s of %s raised %s", hook, what, text, exc_info=exc)
+            errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
+        if errors and stop_at_first:
+            break
+    return errors
+
+
 def run_after_compact(
     acc: AgentConfig,
     ctx: CompactionContext,
@@ -73,34 +117,23 @@ def run_after_compact(
     ``{"hook": name, "plugin": description, "error": text}`` per hook that raised (any
     exception, ``SystemExit`` included) or ran out of time, each also logged.
     """
-    pm = hook_manager()
-    view = meta if isinstance(meta, CompactionMeta) else CompactionMeta(meta)
-    errors: list[dict[str, str]] = []
-    impls = list(reversed(pm.hook.after_compact.get_hookimpls()))
-    plugins = [impl.plugin for impl in impls]
-    for n, impl in enumerate(impls):
-        others = [p for p in plugins if p is not impl.plugin]
-        caller = pm.subset_hook_caller("after_compact", remove_plugins=others)
+    return _run_hooks("after_compact", acc, ctx, meta, deadline, stop_at_first=False)
 
-        def call(caller: Any = caller) -> Any:
-            return caller(acc=acc, ctx=ctx, meta=view)
 
-        what = describe_hook(impl.plugin_name)
-        try:
-            if deadline is None:
-                call_plugin(call)
-            else:
-                share = max(deadline - time.monotonic(), 0.0) / (len(impls) - n)
-                run_bounded(call, share, f"normandy-hook-{impl.plugin_name}")
-        except TimeoutError:
-            text = "abandoned: it did not return within its share of compaction_timeout"
-            log.error("after_compact of %s %s", what, text)
-            errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
-        except Exception as exc:
-            text = _fault_text(exc)
-            log.error("after_compact of %s raised %s", what, text, exc_info=exc)
-            errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
-    return errors
+def run_before_commit(
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    meta: Mapping[str, Any],
+    *,
+    deadline: float | None = None,
+) -> dict[str, str] | None:
+    """Ask every ``before_commit`` hook to record the compaction; the first refusal, or None.
+
+    Every implementation is required: the first that raises or runs past its share of the
+    ``deadline`` stops the others and is returned as ``{"hook", "plugin", "error"}``.
+    """
+    errors = _run_hooks("before_commit", acc, ctx, meta, deadline, stop_at_first=True)
+    return errors[0] if errors else None
 
 
 def run_compaction(
@@ -121,8 +154,10 @@ def run_compaction(
     from the compactor, a refused result, a mutated input) yields the error path
     ``{"compacted": False, "error": ...}`` with the caller's ``acc``, its memory restored.
     On a compaction the boundary computes ``tokens_before``, ``tokens_after`` and
-    ``tokens_removed`` with ``ctx.counter`` and runs the ``after_compact`` hooks when
-    something was dropped; hooks that fail are listed in ``meta["hook_errors"]``.
+    ``tokens_removed`` with ``ctx.counter``. When something was dropped, every
+    ``before_commit`` hook must accept it first (the first that raises refuses the
+    compaction: the error path, the conversation kept), then the ``after_compact`` hooks
+    run; those that fail are listed in ``meta["hook_errors"]``.
 
     ``timeout`` (default: ``acc.compaction_timeout``; ``None``: unbounded) bounds the
     whole boundary, hooks included. Under it the compactor works on a private copy of the
@@ -169,6 +204,14 @@ def run_compaction(
         return result
     result = account(result, acc.memory, ctx)
     if result.meta.dropped:
+        refused = run_before_commit(result.acc, ctx, result.meta, deadline=deadline)
+        if refused is not None:
+            return _error(
+                acc,
+                f"{comp.describe()} compacted, but the compaction was refused: "
+                f"{refused['plugin']} could not record the {len(result.meta.dropped)} dropped "
+                f"entries ({refused['error']}); the conversation is kept as it was",
+            )
         hook_errors = run_after_compact(result.acc, ctx, result.meta, deadline=deadline)
         if hook_errors:
             result = CompactionResult(result.acc, result.meta.replace(hook_errors=hook_errors))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_core.catalog import ModelCatalog, default_catalog
 from normandy_core.memory import AgentMemory, new_id
-from normandy_core.preparation import CONFIG_HINT, Prepared, prepare, whole_positive
+from normandy_core.preparation import CONFIG_HINT, Prepared, prepare
 
 if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
@@ -20,9 +20,6 @@ if TYPE_CHECKING:
 __all__ = ["AgentConfig"]
 
 _CREATE = "normandy_core.AgentConfig()"
-
-# Kept for callers of the old private name.
-_whole_positive = whole_positive
 
 
 @dataclass(frozen=True, eq=False)

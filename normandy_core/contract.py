@@ -70,11 +70,6 @@ class CompactionContext:
 
             object.__setattr__(self, "counter", CalibratedCounter(None, self.model))
 
-    @property
-    def running_turn(self) -> str | None:
-        """``turn_id``, or ``None`` (then the newest entry's turn is the running one)."""
-        return self.turn_id
-
 
 def build_context(
     source: AgentConfig | Prepared,

@@ -157,6 +157,34 @@ class HookSpec:
 
     @staticmethod
     @hookspec
+    def before_commit(
+        acc: AgentConfig, ctx: CompactionContext, meta: CompactionMeta | Mapping[str, Any]
+    ) -> None:
+        """Record what a compaction drops before it takes effect; raise to refuse it.
+
+        Optional, for hook plugins that must not let a message go unrecorded (an archive
+        in its durable mode). Called on every hook plugin that implements it, through
+        pluggy's call path, after the compactor's result passed the contract check and
+        only when ``meta["dropped"]`` is non-empty, *before* the compaction is handed
+        back: every implementation is required. When one raises (any exception,
+        ``SystemExit`` included) or runs past its share of ``compaction_timeout``, the
+        compaction does not happen: the boundary returns the caller's ``acc`` untouched
+        and ``{"compacted": False, "error": ...}`` naming the hook plugin, its distribution
+        and its error, and no ``after_compact`` hook runs. Implementations that ran before
+        the refusal may have recorded entries that stay in the conversation; records must
+        therefore be idempotent. Do the durable part here and the rest (indexing,
+        notifying) in :func:`after_compact`.
+
+        :param acc: the config the compactor returned (the compacted conversation).
+        :param ctx: the context the compactor was called with.
+        :param meta: the checked result's meta, read-only, as :func:`after_compact` gets it.
+        :returns: nothing; return values are ignored.
+        :raises Exception: to refuse the compaction, with the reason in the message.
+        """
+        raise NotImplementedError  # pragma: no cover
+
+    @staticmethod
+    @hookspec
     def after_compact(
         acc: AgentConfig, ctx: CompactionContext, meta: CompactionMeta | Mapping[str, Any]
     ) -> None:
@@ -166,8 +194,8 @@ class HookSpec:
         ``normandy_core.hooks`` group, and plugins registered in code with
         :func:`normandy_core.register_hook`), each through pluggy's call path (so hook-call
         monitoring sees it) and isolated from the others, run only when ``meta["dropped"]``
-        is non-empty, after the compactor's result passed the contract check and before the
-        turn continues.
+        is non-empty, after the compactor's result passed the contract check and every
+        :func:`before_commit` accepted it, and before the turn continues.
 
         :param acc: the config the compactor returned (the compacted conversation).
         :param ctx: the context the compactor was called with.
@@ -193,5 +221,6 @@ SPEC_SETS: dict[str, type] = {
     "options_model": CompactorSpec,
     "needs_window": CompactorSpec,
     "validate_opts": CompactorSpec,
+    "before_commit": HookSpec,
     "after_compact": HookSpec,
 }

@@ -297,7 +297,7 @@ def _instantiate(obj: Any, what: str) -> Any:
         ) from cause
 
 
-def _misplaced(pm: pluggy.PluginManager, plugin: Any, group: str) -> list[str]:
+def _misplaced(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
     """The hooks ``plugin`` implements that ``pm``'s hookspec set does not define."""
     names = []
     for caller in pm.get_hookcallers(plugin) or []:
@@ -323,7 +323,7 @@ def _register_checked(
     try:
         pm.check_pending()
     except pluggy.PluginValidationError as exc:
-        unknown = _misplaced(pm, plugin, group)
+        unknown = _misplaced(pm, plugin)
         pm.unregister(plugin)
         parts = []
         for hook in unknown:

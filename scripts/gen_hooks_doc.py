@@ -124,6 +124,7 @@ def render() -> str:
         "options_model": "compactors (optional)",
         "needs_window": "compactors (optional)",
         "validate_opts": "compactors (optional)",
+        "before_commit": "hook plugins that must record (optional; required when present)",
         "after_compact": "hook plugins",
     }
     for n in names:

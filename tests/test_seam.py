@@ -455,3 +455,66 @@ def test_the_boundary_computes_the_token_figures():
     assert meta.tokens_after < meta.tokens_before
     # No turn ids: every entry is the running turn's, so all that was cut counts.
     assert meta.tokens_removed == meta.tokens_before - meta.tokens_after
+
+
+# -- before_commit: required hooks ---------------------------------------------------
+
+
+def _cut_two(acc, ctx, opts):
+    entries = acc.memory.entries()
+    kept = acc.memory.derive(entries[2:])
+    return acc.with_memory(kept), {"compacted": True, "dropped": entries[:2]}
+
+
+def test_a_before_commit_hook_that_raises_refuses_the_compaction():
+    seen: list[str] = []
+
+    class Durable:
+        @hookimpl
+        def before_commit(self, acc, ctx, meta):
+            raise OSError("database or disk is full")
+
+    class Notified:
+        @hookimpl
+        def after_compact(self, acc, ctx, meta):
+            seen.append("after")
+
+    register_hook(Notified(), name="notified")
+    register_hook(Durable(), name="durable")
+    acc = _acc(_cut_two, n=6)
+    out, meta = run_compaction(acc, mid_round=False)
+    assert out is acc and len(acc.memory) == 6 and not meta.compacted
+    assert "refused" in meta.error and "code:durable" in meta.error
+    assert "database or disk is full" in meta.error
+    assert seen == []  # no after_compact for a compaction that did not happen
+
+
+def test_before_commit_sees_the_checked_meta_and_then_after_compact_runs():
+    order: list[tuple[str, int]] = []
+
+    class Durable:
+        @hookimpl
+        def before_commit(self, acc, ctx, meta):
+            order.append(("before", len(meta["dropped"])))
+
+        @hookimpl
+        def after_compact(self, acc, ctx, meta):
+            order.append(("after", len(meta["dropped"])))
+
+    register_hook(Durable(), name="durable")
+    _, meta = run_compaction(_acc(_cut_two, n=6), mid_round=False)
+    assert meta.compacted and order == [("before", 2), ("after", 2)]
+
+
+def test_a_slow_before_commit_past_the_timeout_refuses_the_compaction():
+    class Slow:
+        @hookimpl
+        def before_commit(self, acc, ctx, meta):
+            time.sleep(5)
+
+    register_hook(Slow(), name="slow_commit")
+    acc = _acc(_cut_two, n=6, compaction_timeout=0.3)
+    started = time.monotonic()
+    out, meta = run_compaction(acc, mid_round=False)
+    assert time.monotonic() - started < 2.0
+    assert out is acc and not meta.compacted and "its share of compaction_timeout" in meta.error

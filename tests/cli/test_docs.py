@@ -34,6 +34,7 @@ def test_every_hookspec_is_in_the_hook_reference() -> None:
         "options_model",
         "needs_window",
         "validate_opts",
+        "before_commit",
         "after_compact",
     }
     for specs in (hookspecs.CompactorSpec, hookspecs.HookSpec):
