@@ -437,6 +437,43 @@ def test_options_are_validated_once_per_config():
     assert calls == [{"a": 1}]
 
 
+def test_options_are_validated_once_per_normandy_compact(tmp_path, capsys):
+    calls: list[Any] = []
+
+    class Counted:
+        @hookimpl
+        def needs_window(self, opts):
+            return False
+
+        @hookimpl
+        def validate_opts(self, opts, entry):
+            calls.append(entry)
+
+        @hookimpl
+        def maybe_compact(self, acc, ctx, opts):
+            return acc, {"compacted": False}
+
+    register_compactor("counted", Counted())
+    from normandy_core.cli import main
+
+    src = tmp_path / "chat.json"
+    src.write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
+    code = main(
+        [
+            "compact",
+            str(src),
+            "-o",
+            str(tmp_path / "out.json"),
+            "--compactor",
+            "counted",
+            "--opt",
+            "a=1",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert calls == ["normandy compact"]
+
+
 def test_the_boundary_computes_the_token_figures():
     def cut(acc, ctx, opts):
         entries = acc.memory.entries()
