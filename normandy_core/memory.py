@@ -262,35 +262,26 @@ class AgentMemory:
             raise ValueError(f"entry id {eid!r} is already in this memory")
         if not isinstance(content, str) and not isinstance(content, tuple):
             content = tuple(content)
-        if (
+        fields: dict[str, Any] = {
+            "id": eid,
+            "parent_id": self._head,
+            "turn_id": turn_id,
+            "role": role,
+            "content": content,
+            "pinned": pinned,
+            "metadata": dict(metadata or {}),
+        }
+        typed = (
             role in _ROLES
             and isinstance(eid, str)
             and eid
             and (turn_id is None or isinstance(turn_id, str))
             and isinstance(pinned, bool)
             and (isinstance(content, str) or all(isinstance(b, _BLOCK_TYPES) for b in content))
-        ):
-            # Typed blocks (the turn loop's, a compactor's) are valid already: constructing
-            # without re-validation keeps appending cheap on the hot path.
-            entry = Entry.model_construct(
-                id=eid,
-                parent_id=self._head,
-                turn_id=turn_id,
-                role=role,
-                content=content,
-                pinned=pinned,
-                metadata=dict(metadata or {}),
-            )
-        else:
-            entry = Entry(
-                id=eid,
-                parent_id=self._head,
-                turn_id=turn_id,
-                role=role,
-                content=content,
-                pinned=pinned,
-                metadata=dict(metadata or {}),
-            )
+        )
+        # Typed blocks (the turn loop's, a compactor's) are valid already: constructing
+        # without re-validation keeps appending cheap on the hot path.
+        entry = Entry.model_construct(**fields) if typed else Entry(**fields)
         self._append(entry)
         return entry
 

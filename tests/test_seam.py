@@ -414,64 +414,45 @@ def test_a_window_smaller_than_the_reserve_is_refused_at_config_time():
         AgentConfig(compactor="window_manager", compactor_opts={"context_window": 3000})
 
 
+class _Counted:
+    """A compactor without a window recording the entry of every validate_opts call."""
+
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+
+    @hookimpl
+    def needs_window(self, opts):
+        return False
+
+    @hookimpl
+    def validate_opts(self, opts, entry):
+        self.calls.append((dict(opts), entry))
+
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        return acc, {"compacted": False}
+
+
 def test_options_are_validated_once_per_config():
-    calls: list[Any] = []
-
-    class Counted:
-        @hookimpl
-        def needs_window(self, opts):
-            return False
-
-        @hookimpl
-        def validate_opts(self, opts):  # no 'entry': accepted (pluggy's convention)
-            calls.append(dict(opts))
-
-        @hookimpl
-        def maybe_compact(self, acc, ctx, opts):
-            return acc, {"compacted": False}
-
-    register_compactor("counted", Counted())
+    counted = _Counted()
+    register_compactor("counted", counted)
     from normandy_core import compact
 
     compact([{"role": "user", "content": "hi"}], compactor="counted", opts={"a": 1})
-    assert calls == [{"a": 1}]
+    assert counted.calls == [({"a": 1}, "normandy_core.compact()")]
 
 
 def test_options_are_validated_once_per_normandy_compact(tmp_path, capsys):
-    calls: list[Any] = []
-
-    class Counted:
-        @hookimpl
-        def needs_window(self, opts):
-            return False
-
-        @hookimpl
-        def validate_opts(self, opts, entry):
-            calls.append(entry)
-
-        @hookimpl
-        def maybe_compact(self, acc, ctx, opts):
-            return acc, {"compacted": False}
-
-    register_compactor("counted", Counted())
+    counted = _Counted()
+    register_compactor("counted", counted)
     from normandy_core.cli import main
 
     src = tmp_path / "chat.json"
     src.write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
-    code = main(
-        [
-            "compact",
-            str(src),
-            "-o",
-            str(tmp_path / "out.json"),
-            "--compactor",
-            "counted",
-            "--opt",
-            "a=1",
-        ]
-    )
+    out = str(tmp_path / "out.json")
+    code = main(["compact", str(src), "-o", out, "--compactor", "counted", "--opt", "a=1"])
     assert code == 0, capsys.readouterr().err
-    assert calls == ["normandy compact"]
+    assert counted.calls == [({"a": 1}, "normandy compact")]
 
 
 def test_the_boundary_computes_the_token_figures():
