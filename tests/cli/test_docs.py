@@ -89,7 +89,14 @@ def test_plugin_guide_distribution_installs_and_passes_its_tests(tmp_path: Path)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
         cwd=tmp_path,
-        env={"PYTHONPATH": str(tmp_path / "src"), "PATH": "/usr/bin:/bin"},
+        env={
+            "PYTHONPATH": str(tmp_path / "src"),
+            "PATH": "/usr/bin:/bin",
+            # The archive hook is installed beside the example: keep it out of the home.
+            "NORMANDY_ARCHIVE_PATH": str(tmp_path / "archive.sqlite3"),
+            "XDG_DATA_HOME": str(tmp_path / "data"),
+            "HOME": str(tmp_path),
+        },
         capture_output=True,
         text=True,
         timeout=120,
