@@ -1,0 +1,266 @@
+"""The PostgreSQL archive against a real PostgreSQL 16 server (pgserver, in a temporary directory).
+
+One server for the module; every test gets a database of its own. Set
+``NORMANDY_TEST_POSTGRES_URL`` to run these tests against another server instead (a
+database there is created and dropped per test, so the role needs ``CREATEDB``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+psycopg = pytest.importorskip("psycopg", reason="the 'postgres' extra is not installed")
+
+from normandy_archive import Archive  # noqa: E402
+from normandy_archive.pg import PostgresArchive, PostgresArchiveError  # noqa: E402
+from normandy_core import Entry, TextBlock, ToolResultBlock, ToolUseBlock  # noqa: E402
+from normandy_core.workload import generate_session  # noqa: E402
+
+_PGSERVER_WHEELS = sys.version_info < (3, 13) and (
+    platform.machine() in ("x86_64", "AMD64") or sys.platform == "darwin"
+)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    """A PostgreSQL server's URL (its ``postgres`` database); stopped at the end."""
+    given = os.environ.get("NORMANDY_TEST_POSTGRES_URL")
+    if given:
+        yield given
+        return
+    if not _PGSERVER_WHEELS:
+        pytest.skip("pgserver has no wheel here: set NORMANDY_TEST_POSTGRES_URL")
+    # pgserver keeps a lock file in the user runtime directory, read when it is imported:
+    # a private one, so nothing is written to the home directory
+    runtime = tempfile.mkdtemp(prefix="normandy-pg-run-")
+    old = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = runtime
+    try:
+        import pgserver
+
+        data = tempfile.mkdtemp(prefix="normandy-pg-")
+        srv = pgserver.get_server(data, cleanup_mode="delete")
+    finally:
+        if old is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = old
+    try:
+        yield srv.get_uri()
+    finally:
+        srv.cleanup()
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+_names = itertools.count()
+
+
+def _with_db(url: str, db: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info["dbname"] = db
+    host = info.pop("host", None)
+    user = info.get("user") or ""
+    port = f":{info['port']}" if info.get("port") else ""
+    if host and str(host).startswith("/"):
+        return f"postgresql://{user}@{port}/{db}?host={host}"
+    return f"postgresql://{user}@{host or ''}{port}/{db}"
+
+
+@pytest.fixture
+def url(server: str) -> Iterator[str]:
+    """A fresh, empty database on the server."""
+    name = f"normandy_test_{os.getpid()}_{next(_names)}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    try:
+        yield _with_db(server, name)
+    finally:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def _tricky() -> list[Entry]:
+    """Entries whose JSON has everything that could change on the way: NUL, emoji, escapes."""
+    return [
+        Entry(id="t-1", role="user", content='zéro\x00nul 🚀 "quotes" \\ back\nslash'),
+        Entry(
+            id="t-2",
+            role="assistant",
+            turn_id="turn-9",
+            content=[
+                TextBlock(text="calling the tool"),
+                ToolUseBlock(id="tu_1", name="read_file", input={"path": "src/utils.py", "n": 1}),
+            ],
+        ),
+        Entry(
+            id="t-3",
+            role="user",
+            content=[ToolResultBlock(tool_use_id="tu_1", content="def f():\n    return 1\n")],
+        ),
+    ]
+
+
+def test_round_trip_byte_for_byte_versions_and_paging_as_sqlite(url, tmp_path):
+    entries = [*_tricky(), *generate_session(3, 30)]
+    pg, lite = PostgresArchive(url), Archive(tmp_path / "a.sqlite3")
+    cleared = entries[2].model_copy(update={"content": "[cleared]"})
+    for archive in (pg, lite):
+        archive.record(entries[:12], session_id="s1", compactor="x", strategy="y", at=1000.0)
+        archive.record(entries[6:20], session_id="s1", compactor="x", meta={"tokens_before": 9})
+        archive.record([cleared], session_id="s1", compactor="z", mid_round=True)
+        archive.record(entries[:3], session_id="s2", model="m")
+    assert pg.count() == lite.count() == 20 + 1 + 3
+    assert pg.count("s1") == 21 and pg.count("nope") == 0
+
+    def same(a, b):
+        assert [x.entry_json for x in a] == [x.entry_json for x in b]
+        assert [x.session_id for x in a] == [x.session_id for x in b]
+        assert [(x.compactor, x.strategy) for x in a] == [(x.compactor, x.strategy) for x in b]
+
+    for e in entries[:20]:
+        got = pg.recall(e.id, "s1")
+        assert got == e and got.model_dump_json() == e.model_dump_json()
+        same(pg.versions(e.id), lite.versions(e.id))
+    v = pg.versions(entries[2].id, "s1")
+    assert [x.entry for x in v] == [entries[2], cleared]  # both versions, original first
+    assert pg.recall(entries[2].id, "s1") == entries[2]
+    assert pg.recall("missing") is None
+    for item in pg.list(limit=10**9):
+        assert item.entry.model_dump_json() == item.entry_json
+        assert hashlib.sha256(item.entry_json.encode()).hexdigest() == item.content_hash
+    same(pg.list(limit=10**9), lite.list(limit=10**9))
+    same(pg.list("s1", limit=4, offset=2), lite.list("s1", limit=4, offset=2))
+    same(pg.list("s1", limit=-1, offset=-5), lite.list("s1", limit=-1, offset=0))
+    assert [i.entry for i in pg.list("s1", limit=4, offset=2)] == entries[2:6]
+    assert pg.list("s1")[0].archived_at == 1000.0
+
+    comps, lite_comps = pg.compactions(limit=100), lite.compactions(limit=100)
+    strip = [(c.session_id, c.compactor, c.strategy, c.model, c.mid_round) for c in comps]
+    assert strip == [
+        (c.session_id, c.compactor, c.strategy, c.model, c.mid_round) for c in lite_comps
+    ]
+    assert [(c.entry_count, c.tokens_before) for c in comps] == [
+        (c.entry_count, c.tokens_before) for c in lite_comps
+    ]
+    assert comps[0].created_at == 1000.0 and comps[1].tokens_before == 9
+    assert [c.compaction_id for c in pg.compactions("s2")] == [comps[-1].compaction_id]
+
+
+def test_reads_never_create_the_schema_and_say_what_is_missing(url):
+    archive = PostgresArchive(url)
+    for read in (
+        archive.list,
+        archive.count,
+        archive.compactions,
+        lambda: archive.search("x"),
+        lambda: archive.recall("x"),
+    ):
+        with pytest.raises(PostgresArchiveError, match="no Normandy archive here") as info:
+            read()
+        assert "postgresql://" in str(info.value) and "schema 'normandy'" in str(info.value)
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'normandy'")
+        assert row.fetchone()[0] == 0
+
+    archive.record(_tricky(), session_id="s")
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT version FROM normandy.schema_version").fetchall() == [(1,)]
+        conn.execute("INSERT INTO normandy.schema_version (version) VALUES (2)")
+    for fresh in (
+        PostgresArchive(url).list,
+        lambda: PostgresArchive(url).record([], session_id="s"),
+    ):
+        with pytest.raises(PostgresArchiveError, match="version 2"):
+            fresh()
+
+
+def test_concurrent_first_writers_create_the_schema_once(url):
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+    entries = list(generate_session(4, 12))
+
+    def write(n: int) -> None:
+        archive = PostgresArchive(url)
+        try:
+            barrier.wait()
+            archive.record(entries, session_id=f"s{n % 2}")
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            archive.close()
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    archive = PostgresArchive(url)
+    assert archive.count() == 2 * len(entries)
+    assert len(archive.compactions()) == 6
+
+
+def test_idempotent_rewrites(url):
+    archive = PostgresArchive(url)
+    entries = list(generate_session(5, 20))
+    cid = archive.record(entries, session_id="s", compactor="x")
+    assert archive.record(entries, session_id="s", compaction_id=cid, compactor="y") == cid
+    assert archive.count() == len(entries) and len(archive.compactions()) == 1
+    assert archive.compactions()[0].compactor == "x"  # the first write stands
+    archive.record([*entries, *entries], session_id="s")  # nothing new, duplicates in one call
+    assert archive.count() == len(entries) and len(archive.compactions()) == 2
+    archive.record(entries[:3], session_id="other")  # sessions are apart
+    assert archive.count("other") == 3
+
+
+def test_ranked_search_and_syntax_that_breaks_to_tsquery(url):
+    archive = PostgresArchive(url)
+    docs = [
+        Entry(id="a", role="user", content="billing failed with TypeError in billing billing"),
+        Entry(id="b", role="user", content="a long story " * 40 + "billing mentioned once"),
+        Entry(id="c", role="assistant", content="the exact phrase is here, nothing else"),
+        Entry(id="d", role="assistant", content="phrase exact, the other way round"),
+        *_tricky(),
+    ]
+    archive.record(docs, session_id="s1")
+    archive.record([docs[0].model_copy(update={"id": "a2"})], session_id="s2")
+    ids = lambda hits: [h.entry.id for h in hits]  # noqa: E731
+
+    assert ids(archive.search("billing", session_id="s1")) == ["a", "b"]  # best first
+    assert ids(archive.search("BILLING typeerror")) == ["a", "a2"]
+    assert ids(archive.search("billing", limit=1, offset=1, session_id="s1")) == ["b"]
+    assert ids(archive.search("src/utils.py")) == ["t-2"]  # in the tool input
+    assert ids(archive.search("utils")) == ["t-2"]  # a path's words are words
+    assert ids(archive.search("return")) == ["t-3"]  # a tool result's text
+    assert ids(archive.search("zéro nul 🚀")) == ["t-1"]  # NUL stored as a blank
+    assert ids(archive.search('"exact phrase"', raw=True)) == ["c"]
+    assert set(ids(archive.search("exact phrase"))) == {"c", "d"}
+    assert set(ids(archive.search("TypeError OR round", raw=True, session_id="s1"))) == {"a", "d"}
+    assert ids(archive.search("phrase -round", raw=True)) == ["c"]
+    assert archive.search("zzzznotthere") == [] and archive.search("   ") == []
+
+    breaking = ["((", "<->", "!", "'", "billing & | ", ":", "\\", "two words", "a:b:c"]
+    hostile = [*breaking, '"unbalanced', "a & b | !c", "foo:*", "-", "OR", "\x00", "🚀:*"]
+    hostile += ["a <2> b", "x" * 5000, "-billing", "'; DROP TABLE normandy.entries; --"]
+    with psycopg.connect(url) as conn:
+        for q in breaking:  # what to_tsquery does with user syntax
+            with pytest.raises(psycopg.errors.SyntaxError):
+                conn.execute("SELECT to_tsquery('simple', %s)", [q])
+            conn.rollback()
+    for q in hostile:
+        for raw in (False, True):
+            archive.search(q, raw=raw)  # never an error
+    assert ids(archive.search("billing & | ", session_id="s1")) == ["a", "b"]
+    assert ids(archive.search('"unbalanced phrase', raw=True)) == []
+    assert archive.count() == len(docs) + 1
