@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -23,8 +25,16 @@ psycopg = pytest.importorskip("psycopg", reason="the 'postgres' extra is not ins
 
 from normandy_archive import Archive  # noqa: E402
 from normandy_archive.pg import PostgresArchive, PostgresArchiveError  # noqa: E402
-from normandy_core import Entry, TextBlock, ToolResultBlock, ToolUseBlock  # noqa: E402
-from normandy_core.workload import generate_session  # noqa: E402
+from normandy_core import (  # noqa: E402
+    AgentConfig,
+    Entry,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    list_plugins,
+    run_compaction,
+)
+from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session  # noqa: E402
 
 _PGSERVER_WHEELS = sys.version_info < (3, 13) and (
     platform.machine() in ("x86_64", "AMD64") or sys.platform == "darwin"
@@ -264,3 +274,142 @@ def test_ranked_search_and_syntax_that_breaks_to_tsquery(url):
     assert ids(archive.search("billing & | ", session_id="s1")) == ["a", "b"]
     assert ids(archive.search('"unbalanced phrase', raw=True)) == []
     assert archive.count() == len(docs) + 1
+
+
+def grow(acc: AgentConfig, session, metas: list) -> AgentConfig:
+    """Replay ``session`` into ``acc`` one entry at a time, compacting after every tool batch."""
+    for e in session:
+        acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
+        if e.role == "user" and e.tool_results:
+            acc, meta = run_compaction(acc, mid_round=True)
+            assert "error" not in meta and "hook_errors" not in meta, meta
+            if meta["compacted"]:
+                metas.append(meta)
+    return acc
+
+
+def config(compactor: str, opts: dict) -> AgentConfig:
+    return AgentConfig(
+        model="claude-sonnet-4-5",
+        system_prompt=SYSTEM_PROMPT,
+        tools=TOOLS,
+        compactor=compactor,
+        compactor_opts=opts,
+    )
+
+
+def test_many_compactions_through_the_boundary_are_recallable(url, monkeypatch, tmp_path):
+    monkeypatch.setenv("NORMANDY_ARCHIVE_URL", url)
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "unused.sqlite3"))
+    assert ("archive", "loaded") in {(r.name, r.status) for r in list_plugins()}
+    wm = {"context_window": 30_000, "trigger": 0.9, "target": 0.5, "counter": "cl100k_base"}
+    metas: dict[str, list] = {}
+    acc = config("window_manager", wm)
+    metas[acc.session_id] = []
+    grow(acc, generate_session(21, 400), metas[acc.session_id])
+    steps = [
+        {"compactor": "clear_tool_results", "opts": {"trigger_tokens": 20_000, "keep": 4}},
+        {"compactor": "window_manager", "opts": wm},
+    ]
+    acc2 = config("pipeline", {"steps": steps, "counter": "cl100k_base"})
+    metas[acc2.session_id] = []
+    grow(acc2, generate_session(22, 400), metas[acc2.session_id])
+    assert len(metas[acc.session_id]) >= 5 and len(metas[acc2.session_id]) >= 5
+    assert not (tmp_path / "unused.sqlite3").exists()  # the URL wins over the path
+
+    archive = PostgresArchive(url)
+    expected: set[tuple[str, str, str]] = set()
+    first_seen: dict[tuple[str, str], str] = {}
+    for session_id, session_metas in metas.items():
+        for meta in session_metas:
+            for e in meta["dropped"]:
+                data = e.model_dump_json()
+                digest = hashlib.sha256(data.encode()).hexdigest()
+                expected.add((session_id, e.id, digest))
+                first_seen.setdefault((session_id, e.id), data)
+                match = [v for v in archive.versions(e.id, session_id) if v.entry_json == data]
+                assert len(match) == 1 and match[0].entry == e
+    for (session_id, entry_id), data in first_seen.items():
+        assert archive.recall(entry_id, session_id).model_dump_json() == data
+    # clear_tool_results reported originals; window_manager later dropped cleared versions
+    assert archive.count(acc2.session_id) > len({k for k in first_seen if k[0] == acc2.session_id})
+    assert archive.count() == len(expected)
+    records = archive.compactions(limit=10**6)
+    assert len(records) == sum(len(m) for m in metas.values())
+    assert {r.compactor for r in records} == {"window_manager", "pipeline"}
+    assert all(r.model == "claude-sonnet-4-5" and r.mid_round for r in records)
+
+
+def test_an_unreachable_database_is_reported_in_hook_errors(monkeypatch, tmp_path):
+    monkeypatch.setenv("NORMANDY_ARCHIVE_URL", f"postgresql://nobody@/db?host={tmp_path}")
+    acc = config("window_manager", {"context_window": 20_000}).with_memory(
+        generate_session(4, 150, end_mid_round=True)
+    )
+    _, meta = run_compaction(acc, mid_round=True)
+    assert meta["compacted"] is True
+    [error] = meta["hook_errors"]
+    assert error["hook"] == "normandy_core.hooks:archive"
+    assert "PostgreSQL archive postgresql://nobody@" in str(error)
+
+
+def test_archive_commands_against_postgres(url, monkeypatch, capsys, tmp_path):
+    from normandy_archive import main
+    from normandy_core.cli import main as normandy
+
+    monkeypatch.delenv("NORMANDY_ARCHIVE_URL", raising=False)
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "unused.sqlite3"))
+    # before anything is archived: one line, exit 2, and still no schema
+    assert main(["--url", url, "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no Normandy archive here" in err
+    assert "postgresql://postgres@" in err
+
+    entries = [*_tricky(), *generate_session(5, 20)]
+    PostgresArchive(url).record(entries, session_id="sess-1", compactor="window_manager")
+    assert main(["--url", url, "list", "--limit", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and entries[0].id in lines[0] and "sess-1" in lines[0]
+    assert main(["--url", url, "show", "t-1"]) == 0
+    assert capsys.readouterr().out == entries[0].model_dump_json() + "\n"
+    assert main(["--url", url, "show", "--json", "t-2"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["entry_id"] == "t-2" and row["compactor"] == "window_manager"
+    assert main(["--url", url, "search", "--json", "src/utils.py"]) == 0
+    assert [json.loads(x)["entry_id"] for x in capsys.readouterr().out.splitlines()] == ["t-2"]
+    assert main(["--url", url, "search", "--raw", '"unbalanced', "((", "<->"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["--url", url, "show", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "'nope'" in err and "postgresql://" in err
+
+    # NORMANDY_ARCHIVE_URL selects it for `normandy archive` too; --path still reads a file
+    monkeypatch.setenv("NORMANDY_ARCHIVE_URL", url)
+    assert normandy(["archive", "list", "--session", "sess-1", "--json"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(entries)
+    assert normandy(["archive", "search", "return"]) == 0
+    assert "t-3" in capsys.readouterr().out
+    assert normandy(["archive", "--path", str(tmp_path / "none.sqlite3"), "list"]) == 0
+    assert capsys.readouterr().out == ""
+    assert not (tmp_path / "unused.sqlite3").exists()
+
+    monkeypatch.setenv("NORMANDY_ARCHIVE_URL", "mysql://x")
+    assert main(["list"]) == 2
+    assert "postgresql://" in capsys.readouterr().err
+    bad = f"postgresql://nobody@/db?host={tmp_path}"
+    assert main(["--url", bad, "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "PostgreSQL archive postgresql://nobody@" in err
+    with pytest.raises(SystemExit) as info:
+        main(["--url", url, "--path", "x", "list"])  # one or the other
+    assert info.value.code == 2
+
+    done = subprocess.run(
+        [sys.executable, "-m", "normandy_archive", "search", "--json", "zéro"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "NORMANDY_ARCHIVE_URL": url},
+    )
+    assert [json.loads(x)["entry"] for x in done.stdout.splitlines()] == [
+        json.loads(entries[0].model_dump_json())
+    ]

@@ -369,7 +369,8 @@ class PostgresArchive:
             self._checked = self._ready = False
             raise self._error(f"the archive tables are gone ({exc})") from exc
         except psycopg.Error as exc:
-            raise self._error(str(exc).strip() or type(exc).__name__) from exc
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            raise self._error("; ".join(lines) or type(exc).__name__) from exc
 
     # -- writing ----------------------------------------------------------------------
 
