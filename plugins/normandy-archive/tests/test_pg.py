@@ -12,12 +12,17 @@ import itertools
 import json
 import os
 import platform
+import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +44,10 @@ from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session  # noq
 _PGSERVER_WHEELS = sys.version_info < (3, 13) and (
     platform.machine() in ("x86_64", "AMD64") or sys.platform == "darwin"
 )
+
+
+_SERVER_LOG: list[Path] = []  # pgserver's log file, while it runs
+_OPEN_TX = "unexpected EOF on client connection with an open transaction"
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +74,11 @@ def server() -> Iterator[str]:
             os.environ.pop("XDG_RUNTIME_DIR", None)
         else:
             os.environ["XDG_RUNTIME_DIR"] = old
+    _SERVER_LOG[:] = [srv.log]
     try:
         yield srv.get_uri()
     finally:
+        _SERVER_LOG.clear()
         srv.cleanup()
         shutil.rmtree(data, ignore_errors=True)
         shutil.rmtree(runtime, ignore_errors=True)
@@ -413,3 +424,185 @@ def test_archive_commands_against_postgres(url, monkeypatch, capsys, tmp_path):
     assert [json.loads(x)["entry"] for x in done.stdout.splitlines()] == [
         json.loads(entries[0].model_dump_json())
     ]
+
+
+AGENT = textwrap.dedent(
+    """
+    import hashlib, json, sys
+    from normandy_core import AgentConfig, get_counter, run_compaction
+    from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+    tag, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    window, reserved = 20_000, 1_000
+    acc = AgentConfig(
+        model="claude-sonnet-4-5", system_prompt=SYSTEM_PROMPT, tools=TOOLS,
+        compactor="window_manager", session_id=tag,
+        compactor_opts={"context_window": window, "reserved_tokens": reserved,
+                        "trigger": 0.9, "target": 0.5, "counter": "cl100k_base"},
+    )
+    counter = get_counter("cl100k_base")
+    for e in generate_session(seed, n):
+        acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
+        if e.role == "user" and e.tool_results:
+            if acc.memory.tokens(counter) + acc.prompt_tokens > 0.85 * (window - reserved):
+                print("begin", flush=True)  # this boundary is about to compact
+            acc, meta = run_compaction(acc, mid_round=True)
+            assert "error" not in meta and "hook_errors" not in meta, meta
+            if meta["compacted"]:
+                done = [[d.id, hashlib.sha256(d.model_dump_json().encode()).hexdigest()]
+                        for d in meta["dropped"]]
+                print(json.dumps(done), flush=True)
+    print("end", flush=True)
+    """
+)
+
+
+def _agent(url: str, tag: str, seed: int, messages: int) -> subprocess.Popen[str]:
+    env = {**os.environ, "NORMANDY_ARCHIVE_URL": url, "NORMANDY_ARCHIVE_PATH": os.devnull}
+    return subprocess.Popen(
+        [sys.executable, "-c", AGENT, tag, str(seed), str(messages)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**env, "PGAPPNAME": tag},  # its connection, in pg_stat_activity
+    )
+
+
+def _kill_9(
+    url: str, proc: subprocess.Popen[str], tag: str, how: str, rng: random.Random
+) -> list[str]:
+    """SIGKILL ``proc`` in a compaction after its first one to three; return its lines.
+
+    ``how`` is ``"delay"`` (a random delay after a compaction begins: one takes 20-30 ms
+    here) or ``"transaction"`` (as soon as its archive transaction is seen open).
+    """
+    assert proc.stdout is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(x.strip() for x in proc.stdout))
+    reader.start()
+    after, delay = rng.randint(1, 3), rng.uniform(0.0, 0.035)
+    deadline = time.monotonic() + 60
+    with psycopg.connect(url, autocommit=True) as conn:
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, (tag, lines)
+            completed = sum(1 for x in list(lines) if x.startswith("["))
+            if completed < after:
+                time.sleep(0.002)
+            elif how == "delay":
+                if lines[-1] == "begin":
+                    time.sleep(delay)
+                    break
+                time.sleep(0.001)
+            elif conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
+                "AND state <> 'idle' AND query LIKE 'INSERT%%'",
+                [tag],
+            ).fetchone():
+                break
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    reader.join(timeout=60)
+    return lines
+
+
+def test_three_writers_at_once_and_kill_9_at_random_moments(url):
+    seed = int(os.environ.get("NORMANDY_TEST_SEED", time.time_ns() % 2**32))
+    rng = random.Random(seed)
+    outputs: dict[str, list[str]] = {}
+    survivors = {f"alive-{k}": _agent(url, f"alive-{k}", 40 + k, 1000) for k in range(2)}
+    killed: list[str] = []
+    overlapped = 0  # kills while both other writers were still writing
+    log = _SERVER_LOG[0] if _SERVER_LOG else None
+    open_before = log.read_text(errors="replace").count(_OPEN_TX) if log else 0
+    for k, how in enumerate(["delay", "transaction", "delay", "transaction"]):
+        tag = f"killed-{k}"
+        killed.append(tag)
+        proc = _agent(url, tag, 30 + k, 400)  # the third writer, again and again
+        outputs[tag] = _kill_9(url, proc, tag, how, rng)
+        overlapped += all(p.poll() is None for p in survivors.values())
+        assert proc.returncode == -signal.SIGKILL, (seed, tag)
+        assert "end" not in outputs[tag], (seed, tag)
+    for tag, p in survivors.items():
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, (seed, tag)
+        outputs[tag] = out.splitlines()
+        assert outputs[tag][-1] == "end"
+    assert len(killed) == 4 and overlapped >= 3, (seed, overlapped)
+
+    archive = PostgresArchive(url)
+    with psycopg.connect(url) as conn:
+        partial = conn.execute(
+            "SELECT c.session_id, c.compaction_id, c.entry_count, count(e.seq) "
+            "FROM normandy.compactions c LEFT JOIN normandy.entries e "
+            "ON e.compaction_id = c.compaction_id GROUP BY c.compaction_id "
+            "HAVING count(e.seq) <> c.entry_count"
+        ).fetchall()
+    # window_manager drops an entry once per session: every compaction has all its entries
+    assert partial == [], seed
+    landed = 0
+    for tag, lines in outputs.items():
+        completed = [json.loads(line) for line in lines if line.startswith("[")]
+        assert completed, (seed, tag)
+        expected = {(eid, digest) for done in completed for eid, digest in done}
+        for eid, digest in expected:
+            match = [v for v in archive.versions(eid, tag) if v.content_hash == digest]
+            assert len(match) == 1, (seed, tag, eid)
+            data = match[0].entry_json
+            assert hashlib.sha256(data.encode()).hexdigest() == digest
+            assert match[0].entry.model_dump_json() == data  # recalled byte for byte
+        recorded = len(archive.compactions(tag, limit=10**6))
+        if tag in survivors:
+            assert archive.count(tag) == len(expected) and recorded == len(completed)
+        else:  # the compaction killed is there whole or not at all
+            assert recorded in (len(completed), len(completed) + 1), (seed, tag)
+            assert archive.count(tag) >= len(expected)
+            landed += recorded - len(completed)
+    in_tx = log.read_text(errors="replace").count(_OPEN_TX) - open_before if log else None
+    print(
+        f"seed {seed}: {len(killed)} writers killed, {in_tx} inside an open transaction, "
+        f"{landed} after their last compaction committed; {archive.count()} versions archived"
+    )
+    if in_tx is not None:
+        assert in_tx >= 1, seed  # the server saw a writer vanish mid-transaction
+
+
+def test_prune_removes_the_oldest_sessions_first(url):
+    archive = PostgresArchive(url)
+    entries = list(generate_session(6, 30))
+    archive.record(entries[:10], session_id="old", at=1000.0)
+    archive.record(entries[10:14], session_id="old", at=1500.0)
+    archive.record(entries[:8], session_id="older-start", at=900.0)
+    archive.record(entries[8:9], session_id="older-start", at=2000.0)  # active later
+    archive.record(entries[:5], session_id="new")
+    assert archive.prune() == 0
+    assert archive.prune(max_sessions=2, dry_run=True) == 14
+    assert archive.count() == 14 + 9 + 5  # a dry run removes nothing
+    assert archive.prune(max_sessions=2) == 14
+    assert archive.count("old") == 0 and archive.compactions("old") == []
+    assert archive.prune(max_age_seconds=3600, dry_run=True) == 9
+    assert archive.prune(max_age_seconds=3600) == 9
+    assert archive.count() == 5 and [c.session_id for c in archive.compactions()] == ["new"]
+    assert archive.prune(max_age_seconds=3600, max_sessions=1) == 0
+    assert archive.prune(max_sessions=0) == 5 and archive.count() == 0
+    with pytest.raises(ValueError, match="max_sessions"):
+        archive.prune(max_sessions=-1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_opens_its_own_connection(url):
+    archive = PostgresArchive(url)
+    entries = list(generate_session(7, 12))
+    archive.record(entries[:4], session_id="parent")
+    backend = archive._local.conn.info.backend_pid
+    pid = os.fork()
+    if pid == 0:  # the child: its inherited connection is dropped (and collected) here
+        status = 1
+        try:
+            archive.record(entries[4:8], session_id="child")
+            mine = archive._local.conn.info.backend_pid
+            status = 0 if archive.count("child") == 4 and mine != backend else 1
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    archive.record(entries[8:], session_id="parent")
+    assert archive._local.conn.info.backend_pid == backend  # the parent's session lived on
+    assert archive.count("parent") == len(entries) - 4 and archive.count("child") == 4

@@ -209,7 +209,21 @@ def _retryable(exc: BaseException, conn: psycopg.Connection[Any] | None) -> bool
     return isinstance(exc, psycopg.OperationalError) and conn is not None and conn.broken
 
 
-_orphans: list[Any] = []  # connections inherited through fork: never finalized in the child
+def _disown(conn: psycopg.Connection[Any]) -> None:
+    """Drop a connection inherited through ``fork`` without ending the parent's session.
+
+    Closing it (or letting it be collected) would send the server a Terminate message
+    on the socket the parent still uses; the child's copy of the socket is pointed at
+    ``/dev/null`` first, so that message goes nowhere.
+    """
+    with contextlib.suppress(OSError, psycopg.Error):
+        fd = conn.fileno()
+        null = os.open(os.devnull, os.O_RDWR)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+        conn.close()
 
 
 class PostgresArchive:
@@ -257,7 +271,7 @@ class PostgresArchive:
             "autocommit": True,
             "connect_timeout": max(1, round(self.timeout)),
         }
-        if "application_name" not in conninfo_to_dict(self.url):
+        if "application_name" not in conninfo_to_dict(self.url) and not os.environ.get("PGAPPNAME"):
             kwargs["application_name"] = "normandy-archive"
         conn = psycopg.connect(self.url, **kwargs)
         try:
@@ -275,7 +289,7 @@ class PostgresArchive:
         local = self._local
         conn: psycopg.Connection[Any] | None = getattr(local, "conn", None)
         if conn is not None and local.pid != os.getpid():
-            _orphans.append(conn)  # the parent's socket: closing it here would end its session
+            _disown(conn)
             conn = None
         if conn is None or conn.closed:
             conn = self._open()
@@ -293,8 +307,11 @@ class PostgresArchive:
         """Close this thread's connection (another is opened on the next call)."""
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
-        if conn is not None and self._local.pid == os.getpid():
-            conn.close()
+        if conn is not None:
+            if self._local.pid == os.getpid():
+                conn.close()
+            else:
+                _disown(conn)
 
     # -- schema -----------------------------------------------------------------------
 
