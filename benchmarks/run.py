@@ -59,6 +59,7 @@ QUICK = Mode(
     seam_sizes=[1_000],
     turns=4,
     flat_boundaries=1_000,
+    archive_compactions=40,
 )
 
 FULL = Mode(

@@ -606,3 +606,17 @@ def test_a_forked_child_opens_its_own_connection(url):
     archive.record(entries[8:], session_id="parent")
     assert archive._local.conn.info.backend_pid == backend  # the parent's session lived on
     assert archive.count("parent") == len(entries) - 4 and archive.count("child") == 4
+
+
+def test_the_write_throughput_benchmark_runs(server, monkeypatch):
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("bench_archive", root / "benchmarks/archive.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setenv("NORMANDY_BENCH_POSTGRES_URL", server)  # this module's server
+    rows = bench.write_throughput(3, [2])
+    assert [r["size"] for r in rows] == [2, 2] and not any(r["skipped"] for r in rows)
+    assert all(r["entries_per_s"] > 0 and r["compactions"] == 3 for r in rows)
