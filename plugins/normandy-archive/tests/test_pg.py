@@ -28,7 +28,7 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg", reason="the 'postgres' extra is not installed")
 
-from normandy_archive import Archive  # noqa: E402
+from normandy_archive import Archive, searchable_text  # noqa: E402
 from normandy_archive.pg import PostgresArchive, PostgresArchiveError  # noqa: E402
 from normandy_core import (  # noqa: E402
     AgentConfig,
@@ -620,3 +620,42 @@ def test_the_write_throughput_benchmark_runs(server, monkeypatch):
     rows = bench.write_throughput(3, [2])
     assert [r["size"] for r in rows] == [2, 2] and not any(r["skipped"] for r in rows)
     assert all(r["entries_per_s"] > 0 and r["compactions"] == 3 for r in rows)
+
+
+def test_least_privilege_roles(url):
+    """The agents' role owns only the schema; readers may only read; no database CREATE."""
+    tag = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    agent, reader, writer = f"{tag}_agent", f"{tag}_reader", f"{tag}_writer"
+    as_role = lambda role: url.replace("postgresql://postgres@", f"postgresql://{role}@", 1)  # noqa: E731
+    with psycopg.connect(url, autocommit=True) as conn:
+        for role in (agent, reader, writer):
+            conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"REVOKE CREATE, TEMPORARY ON DATABASE {tag} FROM PUBLIC")
+        conn.execute(f"CREATE SCHEMA normandy AUTHORIZATION {agent}")
+    try:
+        entries = list(generate_session(8, 10))
+        # the role that owns the (empty) schema creates the tables on its first write
+        PostgresArchive(as_role(agent)).record(entries[:5], session_id="a")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"GRANT USAGE ON SCHEMA normandy TO {reader}, {writer}")
+            conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA normandy TO {reader}")
+            conn.execute(f"GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA normandy TO {writer}")
+        # a writer granted SELECT and INSERT is enough (identity columns need no grant)
+        PostgresArchive(as_role(writer)).record(entries[5:], session_id="w")
+        mine = PostgresArchive(as_role(reader))
+        assert mine.count() == len(entries)
+        word = searchable_text(entries[0]).split()[0]
+        assert entries[0].id in [h.entry.id for h in mine.search(word, session_id="a")]
+        with pytest.raises(PostgresArchiveError, match="permission denied"):
+            mine.record(entries[:1], session_id="r")
+        with pytest.raises(PostgresArchiveError, match="permission denied"):
+            PostgresArchive(as_role(writer)).prune(max_sessions=0)  # DELETE is not granted
+        assert mine.count() == len(entries)
+        # a role that may not create the schema gets PostgreSQL's refusal, named
+        with pytest.raises(PostgresArchiveError, match="permission denied"):
+            PostgresArchive(as_role(reader), schema="other").record(entries[:1], session_id="r")
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA normandy CASCADE")
+            for role in (agent, reader, writer):
+                conn.execute(f"DROP ROLE {role}")

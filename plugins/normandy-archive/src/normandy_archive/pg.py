@@ -70,7 +70,6 @@ _TSV = f"to_tsvector('simple'::regconfig, left(text, {INDEXED_CHARS}))"
 
 # {s} is the schema (an identifier); each statement is idempotent.
 _DDL = (
-    "CREATE SCHEMA IF NOT EXISTS {s}",
     """CREATE TABLE IF NOT EXISTS {s}.schema_version (
         version    integer PRIMARY KEY,
         applied_at timestamptz NOT NULL DEFAULT now()
@@ -265,6 +264,8 @@ class PostgresArchive:
         kwargs: dict[str, Any] = {
             "autocommit": True,
             "connect_timeout": max(1, round(self.timeout)),
+            # no server-side prepared statements: safe behind PgBouncer in any pool mode
+            "prepare_threshold": None,
         }
         if "application_name" not in conninfo_to_dict(self.url) and not os.environ.get("PGAPPNAME"):
             kwargs["application_name"] = "normandy-archive"
@@ -346,6 +347,12 @@ class PostgresArchive:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(self.schema)])
                 version = self._version(conn)
                 if version is None:
+                    # a schema made by the database owner for the agents' role is used as
+                    # it is: CREATE SCHEMA would need CREATE on the database even then
+                    if not conn.execute(
+                        "SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = %s", [self.schema]
+                    ).fetchone():
+                        conn.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
                     for stmt in _DDL:
                         conn.execute(self._q(stmt))
                     conn.execute(
