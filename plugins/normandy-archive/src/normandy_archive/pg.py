@@ -203,6 +203,11 @@ def _retryable(exc: BaseException, conn: psycopg.Connection[Any] | None) -> bool
     return isinstance(exc, psycopg.OperationalError) and conn is not None and conn.broken
 
 
+def _pipeline(conn: psycopg.Connection[Any]) -> contextlib.AbstractContextManager[Any]:
+    """Pipeline mode where libpq has it (14 and later), else statements one by one."""
+    return conn.pipeline() if psycopg.Pipeline.is_supported() else contextlib.nullcontext()
+
+
 def _disown(conn: psycopg.Connection[Any]) -> None:
     """Drop a connection inherited through ``fork`` without ending the parent's session.
 
@@ -238,6 +243,7 @@ class PostgresArchive:
         self.url = url
         self.schema = schema
         self.timeout = timeout
+        self._lock_timeout = f"{max(1, int(timeout * 1000))}"
         self.location = _display(url)
         """The URL without its password, for messages."""
         self._ready = False  # the schema is known to exist at our version (writes)
@@ -269,15 +275,12 @@ class PostgresArchive:
         }
         if "application_name" not in conninfo_to_dict(self.url) and not os.environ.get("PGAPPNAME"):
             kwargs["application_name"] = "normandy-archive"
-        conn = psycopg.connect(self.url, **kwargs)
-        try:
-            conn.execute(
-                "SELECT set_config('lock_timeout', %s, false)", [f"{int(self.timeout * 1000)}"]
-            )
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return psycopg.connect(self.url, **kwargs)
+
+    def _begin(self, conn: psycopg.Connection[Any]) -> None:
+        """First statement of a write transaction: bound lock waits (this transaction only,
+        so nothing leaks to other clients of a pooled server connection)."""
+        conn.execute("SELECT set_config('lock_timeout', %s, true)", [self._lock_timeout])
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[psycopg.Connection[Any]]:
@@ -343,6 +346,7 @@ class PostgresArchive:
         version = self._version(conn)
         if version is None:
             with conn.transaction():
+                self._begin(conn)
                 # concurrent CREATE ... IF NOT EXISTS can still collide: one creator at a time
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(self.schema)])
                 version = self._version(conn)
@@ -462,7 +466,9 @@ class PostgresArchive:
                     with self._connect() as conn:
                         if not self._ready:
                             self._create(conn)
-                        with conn.transaction():
+                        # one round trip: BEGIN, the inserts and COMMIT sent together
+                        with _pipeline(conn), conn.transaction():
+                            self._begin(conn)
                             conn.execute(insert_compaction, compaction)
                             if cols[0]:
                                 conn.execute(insert_entries, [session_id, cid, now, *cols])
@@ -496,6 +502,7 @@ class PostgresArchive:
         with self._wrapped(), self._connect() as conn:
             self._require(conn)
             with conn.transaction():
+                self._begin(conn)
                 rows = conn.execute(
                     self._q(
                         "SELECT session_id, max(created_at) AS last, max(seq) FROM "
