@@ -466,7 +466,8 @@ class PostgresArchive:
                     with self._connect() as conn:
                         if not self._ready:
                             self._create(conn)
-                        # one round trip: BEGIN, the inserts and COMMIT sent together
+                        # two round trips (BEGIN and the statements together, then COMMIT)
+                        # where one at a time would take five
                         with _pipeline(conn), conn.transaction():
                             self._begin(conn)
                             conn.execute(insert_compaction, compaction)
