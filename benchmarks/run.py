@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks import core, peers, seam
+from benchmarks import archive, core, peers, seam
 from benchmarks.common import BUDGET, fmt_time, machine, median
 
 
@@ -33,6 +33,8 @@ class Mode:
     seam_sizes: list[int] = field(default_factory=lambda: [1_000])
     turns: int = 4
     flat_boundaries: int = 2_000
+    archive_compactions: int = 100
+    archive_sizes: list[int] = field(default_factory=lambda: [10, 100])
 
 
 _SLOW = (
@@ -57,6 +59,7 @@ QUICK = Mode(
     seam_sizes=[1_000],
     turns=4,
     flat_boundaries=1_000,
+    archive_compactions=40,
 )
 
 FULL = Mode(
@@ -79,6 +82,7 @@ FULL = Mode(
     seam_sizes=[1_000, 10_000],
     turns=20,
     flat_boundaries=10_000,
+    archive_compactions=500,
 )
 
 
@@ -300,6 +304,8 @@ def run(mode: Mode, log: Any = print) -> str:
         ),
     )
 
+    section(*archive_section(mode))
+
     pr = peers.run_all(mode.peer_messages, mode.peer_cap, mode.strides)
     fl = pr["floor"]
     prow: list[list[str]] = []
@@ -347,6 +353,39 @@ def run(mode: Mode, log: Any = print) -> str:
     )
     section("Run", f"Total wall time: {time.perf_counter() - started:,.0f} s.")
     return "\n".join(parts)
+
+
+def archive_section(mode: Mode) -> tuple[str, str]:
+    """Section 5b: archive write throughput, SQLite and PostgreSQL (title, markdown)."""
+    rows = archive.write_throughput(mode.archive_compactions, mode.archive_sizes)
+    body = [
+        [r["backend"], f"{r['size']:,}", "no server here", "-", "-"]
+        if r["skipped"]
+        else [
+            r["backend"],
+            f"{r['size']:,}",
+            f"{r['compactions_per_s']:,.0f}",
+            f"{r['entries_per_s']:,.0f}",
+            fmt_time(r["per_compaction"]),
+        ]
+        for r in rows
+    ]
+    return (
+        f"5b. Archive write throughput, one writer, {mode.archive_compactions:,} compactions",
+        _table(
+            [
+                "backend",
+                "entries per compaction",
+                "compactions/s",
+                "entries/s",
+                "per compaction",
+            ],
+            body,
+        )
+        + "\n\nEach compaction is one transaction of fresh workload entries (`record`, as the "
+        "hook calls it), durable defaults on both; the PostgreSQL server runs on the same "
+        "machine (Unix socket), so the network is not in these figures.",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from normandy_archive.paths import ENV_PATH, archive_path
+from normandy_archive import select
+from normandy_archive.paths import ENV_PATH
 from normandy_archive.store import Archive, ArchivedEntry
 
 __all__ = ["add_commands", "main", "register_cli", "run"]
@@ -44,7 +45,19 @@ def _print_rows(items: Sequence[ArchivedEntry], as_json: bool, out: TextIO) -> N
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run a parsed ``archive`` command; return the exit status."""
     out = out or sys.stdout
-    archive = Archive(args.path) if args.path else Archive(archive_path())
+    try:
+        archive = select.archive_for(getattr(args, "url", None), args.path)
+    except ValueError as exc:
+        sys.stderr.write(f"normandy-archive: error: {exc}\n")
+        return 2
+    try:
+        return _run(archive, args, out)
+    except select.unavailable() as exc:
+        sys.stderr.write(f"normandy-archive: error: {exc}\n")
+        return 2
+
+
+def _run(archive: select.AnyArchive, args: argparse.Namespace, out: TextIO) -> int:
     cmd = args.archive_command
     if cmd == "list":
         _print_rows(archive.list(args.session, args.limit, args.offset), args.json, out)
@@ -59,7 +72,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if cmd == "show":
         versions = archive.versions(args.entry_id, args.session)
         if not versions:
-            sys.stderr.write(f"no archived entry {args.entry_id!r} in {archive.path}\n")
+            where = archive.path if isinstance(archive, Archive) else archive.location
+            sys.stderr.write(f"no archived entry {args.entry_id!r} in {where}\n")
             return 1
         chosen = versions if args.all else versions[:1]
         for item in chosen:
@@ -72,9 +86,15 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 
 
 def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add ``--path`` and the ``list``, ``show`` and ``search`` commands to ``parser``."""
-    parser.add_argument(
+    """Add ``--path``/``--url`` and the ``list``, ``show`` and ``search`` commands to ``parser``."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
         "--path", default=None, help=f"archive file (default: ${ENV_PATH} or the user data dir)"
+    )
+    where.add_argument(
+        "--url",
+        default=None,
+        help=f"PostgreSQL archive, postgresql://... (default: ${select.ENV_URL} when set)",
     )
     sub = parser.add_subparsers(dest="archive_command", required=True, metavar="COMMAND")
 
@@ -91,9 +111,13 @@ def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p_show.add_argument("--session", default=None, help="the session the entry belongs to")
     p_show.add_argument("--all", action="store_true", help="every archived version")
     p_show.add_argument("--json", action="store_true", help="with archive details")
-    p_search = sub.add_parser("search", help="full-text search (FTS5), best match first")
+    p_search = sub.add_parser("search", help="full-text search, best match first")
     p_search.add_argument("query", nargs="+")
-    p_search.add_argument("--raw", action="store_true", help="the query is FTS5 syntax")
+    p_search.add_argument(
+        "--raw",
+        action="store_true",
+        help="the query is FTS5 syntax (PostgreSQL: web-search syntax)",
+    )
     paging(p_search)
     parser.set_defaults(func=run)
     return parser

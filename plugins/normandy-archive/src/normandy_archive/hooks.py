@@ -2,19 +2,17 @@
 
 Loaded automatically once the distribution is installed; exclude it with
 ``NORMANDY_DISABLE_PLUGINS=archive``. Each compaction is written in one transaction to
-:func:`~normandy_archive.archive_path`. A failure to write raises, so the boundary
-records it in ``meta["hook_errors"]`` and logs it: an archive that could not be written
-is never silent.
+:func:`~normandy_archive.archive_path`, or to the PostgreSQL database of
+``NORMANDY_ARCHIVE_URL`` when it is set (:mod:`normandy_archive.select`). A failure to
+write raises, so the boundary records it in ``meta["hook_errors"]`` and logs it: an
+archive that could not be written is never silent.
 """
 
 from __future__ import annotations
 
-import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normandy_archive.paths import archive_path
-from normandy_archive.store import Archive
+from normandy_archive import select
 from normandy_core import hookimpl
 
 if TYPE_CHECKING:
@@ -22,18 +20,9 @@ if TYPE_CHECKING:
 
 __all__ = ["after_compact"]
 
-_lock = threading.Lock()
-_current: dict[Path, Archive] = {}  # only the archive in use: its connections stay open
 
-
-def _archive() -> Archive:
-    path = archive_path()
-    with _lock:
-        hit = _current.get(path)
-        if hit is None:
-            _current.clear()  # a path no longer in use releases its connections
-            hit = _current[path] = Archive(path)
-        return hit
+def _archive() -> select.AnyArchive:
+    return select.current()
 
 
 @hookimpl
