@@ -46,6 +46,14 @@ CWD_INVOCATIONS = ("console script", "python -m")
 KILLED_PROCESSES = 2
 #: Processes compacting into one archive at once (alongside the killed ones).
 CONCURRENT_PROCESSES = 2
+#: File-size limits (RLIMIT_FSIZE, bytes) under which an agent archives until the disk is full.
+DISK_FULL_LIMITS = (256 * 1024, 600 * 1024)
+#: Compactions tried while another process holds the archive's write lock.
+LOCKED_COMPACTIONS = 3
+#: Ways the archive file disappears under a running agent.
+ROTATIONS = ("delete", "rotate")
+#: Agent sessions run against a read-only (0444) archive by a user the mode applies to.
+READ_ONLY_SESSIONS = 1
 #: Generated compactor results judged by both the conformance kit and the boundary.
 SEAM_VERDICTS = 60
 #: BaseExceptions raised by a compactor after appending to its input memory.
@@ -156,6 +164,48 @@ ROWS: tuple[Row, ...] = (
         "nothing of the surviving processes lost",
         "plugins/normandy-archive/tests/test_archive_crash.py"
         "::test_sigkill_mid_compaction_with_concurrent_writers",
+    ),
+    Row(
+        "Disk full under a required archive: agents compacting with a file-size limit "
+        "(`RLIMIT_FSIZE`) of " + " and ".join(f"{n // 1024} KiB" for n in DISK_FULL_LIMITS),
+        f"{len(DISK_FULL_LIMITS)} sessions of 700 messages",
+        "every compaction the archive could not record refused with SQLite's own error "
+        "(`database or disk is full`, never `cannot rollback`), the conversation kept; "
+        "nothing lost",
+        "plugins/normandy-archive/tests/test_archive_faults.py"
+        "::test_disk_full_refuses_the_compaction_and_loses_nothing",
+    ),
+    Row(
+        "Disk full under a best-effort archive (`NORMANDY_ARCHIVE_REQUIRED=0`), same limits",
+        f"{len(DISK_FULL_LIMITS)} sessions of 700 messages",
+        "every compaction stands; every entry it could not archive is counted in "
+        "`hook_errors`, and nothing else is missing",
+        "plugins/normandy-archive/tests/test_archive_faults.py"
+        "::test_disk_full_best_effort_counts_every_lost_entry",
+    ),
+    Row(
+        "Archive write-locked by another process past the busy wait",
+        f"{LOCKED_COMPACTIONS} compactions",
+        f"all {LOCKED_COMPACTIONS} refused after the bounded wait (0.5 s here, 5 s by "
+        "default), the conversation kept; archived once the lock was gone; nothing lost",
+        "plugins/normandy-archive/tests/test_archive_faults.py"
+        "::test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing",
+    ),
+    Row(
+        "Archive file " + " or ".join(f"{w}d" for w in ROTATIONS) + " under a running agent",
+        f"{len(ROTATIONS)} sessions",
+        "a new archive opened at the path; nothing written into an unlinked file; a rotated "
+        "file keeps what it had, whole",
+        "plugins/normandy-archive/tests/test_archive_faults.py"
+        "::test_a_deleted_or_rotated_archive_is_reopened_and_nothing_is_lost",
+    ),
+    Row(
+        "Read-only (0444) archive, for a user the mode applies to",
+        f"{READ_ONLY_SESSIONS} session of 300 messages",
+        "every compaction refused (`attempt to write a readonly database`), the "
+        "conversation kept; nothing lost; the archive untouched",
+        "plugins/normandy-archive/tests/test_archive_faults.py"
+        "::test_a_read_only_archive_refuses_compactions_and_loses_nothing",
     ),
     Row(
         "`NORMANDY_LOAD_PLUGINS` through `AgentConfig`, `compact()`, `run_turn` hooks, "

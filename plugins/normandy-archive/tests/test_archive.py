@@ -14,7 +14,18 @@ import time
 
 import pytest
 
-from normandy_archive import Archive, archive_path, main, register_cli, set_archive_path
+from normandy_archive import (
+    Archive,
+    ArchiveConfigError,
+    ArchiveError,
+    archive_path,
+    archive_settings,
+    configure,
+    current_settings,
+    main,
+    register_cli,
+    set_archive_path,
+)
 from normandy_core import AgentConfig, AgentMemory, list_plugins, run_compaction
 from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
@@ -178,16 +189,72 @@ def test_set_archive_path_wins_over_the_environment(path, tmp_path):
     assert archive_path() == path
 
 
-def test_a_write_failure_is_reported_in_hook_errors(tmp_path, monkeypatch):
+def test_a_write_failure_refuses_the_compaction_or_is_reported_in_hook_errors(
+    tmp_path, monkeypatch
+):
     blocker = tmp_path / "a-directory"
     blocker.mkdir()
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(blocker))
     acc = config("window_manager", {"context_window": 20_000}).with_memory(
         generate_session(4, 150, end_mid_round=True)
     )
-    _, meta = run_compaction(acc, mid_round=True)
+    out, meta = run_compaction(acc, mid_round=True)  # required (the default): refused
+    assert out is acc and meta["compacted"] is False
+    assert "is not a regular file" in meta["error"] and "conversation is kept" in meta["error"]
+    monkeypatch.setenv("NORMANDY_ARCHIVE_REQUIRED", "0")  # best effort: it stands, reported
+    out, meta = run_compaction(acc, mid_round=True)
     assert meta["compacted"] is True
-    assert [h["hook"] for h in meta["hook_errors"]] == ["normandy_core.hooks:archive"]
+    (err,) = meta["hook_errors"]
+    assert err["hook"] == "normandy_core.hooks:archive"
+    assert f"{len(meta['dropped'])} dropped entries were NOT archived" in err["error"]
+
+
+def test_settings_per_call_in_code_environment_and_off(path, tmp_path, monkeypatch):
+    assert current_settings() == current_settings()
+    s = current_settings()
+    assert (s.path, s.required, s.busy_timeout, s.source) == (
+        path,
+        True,
+        5.0,
+        "NORMANDY_ARCHIVE_PATH",
+    )
+    monkeypatch.setenv("NORMANDY_ARCHIVE_REQUIRED", "no")
+    monkeypatch.setenv("NORMANDY_ARCHIVE_BUSY_TIMEOUT", "0.25")
+    assert (current_settings().required, current_settings().busy_timeout) == (False, 0.25)
+    other = tmp_path / "other.sqlite3"
+    configure(path=other, required=True)
+    try:
+        assert (current_settings().path, current_settings().required) == (other, True)
+        with archive_settings(path="off") as inside:
+            assert inside.off and inside.source == "per call"
+            with pytest.raises(ArchiveError, match="the archive is off"):
+                archive_path()
+            with archive_settings(required=False):  # nested: the outer path still holds
+                assert current_settings().off and not current_settings().required
+        assert current_settings().path == other
+    finally:
+        configure(path=None, required=None)
+    assert current_settings().path == path and not current_settings().required
+    for bad in ({"required": "maybe"}, {"busy_timeout": -1}, {"colour": "red"}):
+        with pytest.raises(ArchiveConfigError):
+            configure(**bad)
+    monkeypatch.setenv("NORMANDY_ARCHIVE_BUSY_TIMEOUT", "soon")
+    with pytest.raises(ArchiveConfigError, match="NORMANDY_ARCHIVE_BUSY_TIMEOUT"):
+        current_settings()
+
+
+def test_off_archives_nothing_and_a_bad_setting_refuses(path, monkeypatch):
+    acc = config("window_manager", {"context_window": 20_000}).with_memory(
+        generate_session(4, 150, end_mid_round=True)
+    )
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", "off")
+    _, meta = run_compaction(acc, mid_round=True)
+    assert meta["compacted"] and "hook_errors" not in meta
+    assert not path.parent.exists()
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(path))
+    monkeypatch.setenv("NORMANDY_ARCHIVE_REQUIRED", "perhaps")
+    out, meta = run_compaction(acc, mid_round=True)  # a bad setting fails closed
+    assert out is acc and not meta["compacted"] and "NORMANDY_ARCHIVE_REQUIRED" in meta["error"]
 
 
 def test_cli_list_show_search(path, capsys):

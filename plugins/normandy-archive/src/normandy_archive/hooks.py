@@ -1,10 +1,18 @@
 """The ``archive`` hook plugin (entry point in ``normandy_core.hooks``): archive what was dropped.
 
 Loaded automatically once the distribution is installed; exclude it with
-``NORMANDY_DISABLE_PLUGINS=archive``. Each compaction is written in one transaction to
-:func:`~normandy_archive.archive_path`. A failure to write raises, so the boundary
-records it in ``meta["hook_errors"]`` and logs it: an archive that could not be written
-is never silent.
+``NORMANDY_DISABLE_PLUGINS=archive``, or turn it off with ``NORMANDY_ARCHIVE_PATH=off``.
+
+*Required* (the default): :func:`before_commit` writes the compaction's dropped entries
+in one committed transaction before the compaction takes effect. When that fails (disk
+full, the lock held past the busy wait, the file gone, no permission, not an archive),
+it raises with the archive's own error and the boundary refuses the compaction: the
+conversation is kept as it was, so nothing is removed without a record.
+
+*Best effort* (``required=false``: ``NORMANDY_ARCHIVE_REQUIRED=0``, or
+``configure(required=False)``): :func:`after_compact` writes after the compaction took
+effect; a failure is reported in ``meta["hook_errors"]`` with the number of entries
+that were not archived.
 """
 
 from __future__ import annotations
@@ -13,38 +21,42 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normandy_archive.paths import archive_path
+from normandy_archive.errors import ArchiveError
+from normandy_archive.settings import ArchiveSettings, current_settings
 from normandy_archive.store import Archive
 from normandy_core import hookimpl
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from normandy_core import AgentConfig, CompactionContext
 
-__all__ = ["after_compact"]
+__all__ = ["after_compact", "before_commit"]
 
 _lock = threading.Lock()
-_current: dict[Path, Archive] = {}  # only the archive in use: its connections stay open
+# only the archive in use: its connection stays open between compactions
+_current: dict[tuple[Path, float], Archive] = {}
 
 
-def _archive() -> Archive:
-    path = archive_path()
+def _archive(settings: ArchiveSettings) -> Archive:
+    assert settings.path is not None
+    key = (settings.path, settings.busy_timeout)
     with _lock:
-        hit = _current.get(path)
+        hit = _current.get(key)
         if hit is None:
-            _current.clear()  # a path no longer in use releases its connections
-            hit = _current[path] = Archive(path)
+            for old in _current.values():
+                old.close()  # a path no longer in use releases its connection
+            _current.clear()
+            hit = _current[key] = Archive(settings.path, timeout=settings.busy_timeout)
         return hit
 
 
-@hookimpl
-def after_compact(acc: AgentConfig, ctx: CompactionContext, meta: dict[str, Any]) -> None:
-    """Write every entry of ``meta["dropped"]`` to the archive, in one transaction."""
-    dropped = meta.get("dropped")
-    if not dropped:
-        return
+def _record(
+    settings: ArchiveSettings, acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]
+) -> str:
     strategy = meta.get("strategy")
-    _archive().record(
-        dropped,
+    return _archive(settings).record(
+        meta["dropped"],
         session_id=acc.session_id,
         compactor=acc.compactor,
         strategy=strategy if isinstance(strategy, str) else None,
@@ -52,3 +64,32 @@ def after_compact(acc: AgentConfig, ctx: CompactionContext, meta: dict[str, Any]
         mid_round=ctx.mid_round,
         meta=meta,
     )
+
+
+@hookimpl
+def before_commit(acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]) -> None:
+    """Required mode: write every dropped entry durably, or raise to refuse the compaction."""
+    if not meta.get("dropped"):
+        return
+    settings = current_settings()
+    if settings.off or not settings.required:
+        return
+    _record(settings, acc, ctx, meta)
+
+
+@hookimpl
+def after_compact(acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]) -> None:
+    """Best-effort mode: write every dropped entry now; a failure names how many were lost."""
+    dropped = meta.get("dropped")
+    if not dropped:
+        return
+    settings = current_settings()
+    if settings.off or settings.required:
+        return
+    try:
+        _record(settings, acc, ctx, meta)
+    except ArchiveError as exc:
+        raise ArchiveError(
+            f"{len(dropped)} dropped entries were NOT archived (the archive is best-effort, "
+            f"required=false, so the compaction stands): {exc}"
+        ) from exc

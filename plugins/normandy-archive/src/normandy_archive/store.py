@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 import uuid
@@ -30,7 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from normandy_archive.errors import ArchiveError, NotAnArchiveError
 from normandy_archive.paths import archive_path
+from normandy_archive.settings import current_settings
 from normandy_core import (
     Entry,
     TextBlock,
@@ -166,40 +169,138 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _secure_create(path: Path) -> None:
-    """Create the directory (0700) and the file (0600) before SQLite ever opens it."""
+    """Create the directory (0700) and the file (0600) before SQLite ever opens it.
+
+    Whatever sits at the path must be a regular file: a symbolic link (dangling or not)
+    is refused, so SQLite never creates or writes a file elsewhere with its own mode.
+    """
     parent = path.parent
     if not parent.exists():
         os.makedirs(parent, mode=0o700, exist_ok=True)
         with contextlib.suppress(OSError):
             os.chmod(parent, 0o700)
-    if not path.exists():
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            return  # another process created it first
-        os.close(fd)
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        what = f"archive {str(path)!r}" + ("" if p == path else f": {str(p)!r}")
+        if stat.S_ISLNK(st.st_mode):
+            raise ArchiveError(
+                f"{what} is a symbolic link; refusing to write through it (point the "
+                "archive path at a regular file)"
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise ArchiveError(f"{what} is not a regular file")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o600)
+    except FileExistsError:
+        return  # there already, or another process created it first
+    os.close(fd)
+    # A -wal or -shm beside a database file just created belongs to a file that was
+    # deleted or moved away: SQLite would replay its frames into the new one.
+    for p in (Path(f"{path}-wal"), Path(f"{path}-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+
+
+def _owner_only(path: Path) -> None:
+    """Take group and other permissions away from the archive's files (ours only)."""
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077 and st.st_uid == _euid():
+            os.chmod(p, stat.S_IMODE(st.st_mode) & 0o700)
+
+
+def _euid() -> int:
+    geteuid = getattr(os, "geteuid", None)
+    return geteuid() if geteuid is not None else -1
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the regular file at ``path`` (not followed), else ``None``."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: Write connections inherited over ``fork``: never used or closed in the child.
+_inherited: builtins.list[sqlite3.Connection] = []
 
 
 class Archive:
     """The archive file at ``path`` (default: :func:`~normandy_archive.archive_path`).
 
-    Each thread uses a connection of its own, kept open between calls (closing the last
-    connection of a WAL database checkpoints it, which would cost every compaction a
-    sync) and reopened after ``fork``, so an ``Archive`` may be shared by threads.
+    Writes go through one connection per process, kept open between calls (closing the
+    last connection of a WAL database checkpoints it, which would cost every compaction
+    a sync), reopened after ``fork`` and whenever the file at ``path`` is no longer the
+    one it has open (deleted or rotated), so nothing is written into an unlinked file.
+    Reads use a connection per thread, so an ``Archive`` may be shared by threads.
     Reading never creates the file.
+
+    ``timeout`` is the busy wait of a write, in seconds: how long it waits for another
+    writer's lock before it fails with the archive's error (default: the
+    ``busy_timeout`` setting, 5 s).
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0
+        self, path: str | os.PathLike[str] | None = None, *, timeout: float | None = None
     ) -> None:
         self.path = Path(path).expanduser() if path is not None else archive_path()
-        self.timeout = timeout
+        self.timeout = current_settings().busy_timeout if timeout is None else float(timeout)
         self._ready = False
         self._fts = True
         self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._wconn: sqlite3.Connection | None = None
+        self._wpid = 0
+        self._wid: tuple[int, int] | None = None
 
     def __repr__(self) -> str:
         return f"<Archive {str(self.path)!r}>"
+
+    def _error(self, exc: BaseException, doing: str = "") -> ArchiveError:
+        text = str(exc) or type(exc).__name__
+        name = getattr(exc, "sqlite_errorname", None)
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
+            text += (
+                f" (another writer held the lock for more than {self.timeout:g} s, the "
+                "busy_timeout setting)"
+            )
+        elif name in ("SQLITE_FULL", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC"):
+            text = f"{text} ({name})" + self._why_full()
+        what = f"archive {str(self.path)!r}"
+        return ArchiveError(f"{what}: {doing + ': ' if doing else ''}{text}")
+
+    def _why_full(self) -> str:
+        """What filled the disk, when it can be told: a file-size limit or no space left."""
+        try:
+            import resource
+
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
+            limit = -1
+        if limit >= 0 and limit != getattr(resource, "RLIM_INFINITY", -1):
+            sizes = []
+            for p in (self.path, Path(f"{self.path}-wal")):
+                with contextlib.suppress(OSError):
+                    sizes.append(p.stat().st_size)
+            return (
+                ": database or disk is full: this process may not write a file past "
+                f"{limit:,} bytes (RLIMIT_FSIZE); the archive's largest file has "
+                f"{max(sizes, default=0):,}"
+            )
+        with contextlib.suppress(OSError, AttributeError):
+            fs = os.statvfs(self.path.parent)
+            if fs.f_bavail == 0:
+                return ": database or disk is full: no space left on the file system"
+        return ""
 
     # -- connections ------------------------------------------------------------------
 
@@ -233,17 +334,129 @@ class Archive:
                 conn.close()
             raise
 
+    def _writer(self) -> sqlite3.Connection:
+        """The write connection, reopened when the file at the path is not the open one."""
+        conn = self._wconn
+        if conn is not None and self._wpid != os.getpid():
+            _inherited.append(conn)  # the parent's: never used nor closed here
+            conn = self._wconn = None
+        if conn is not None:
+            if _file_id(self.path) == self._wid:
+                return conn
+            # Deleted or rotated: what is left goes into the old file, then a new
+            # archive is opened at the path.
+            self._drop_writer(moved=True)
+        return self._open_writer()
+
+    def _open_writer(self) -> sqlite3.Connection:
+        try:
+            _secure_create(self.path)
+            before = _file_id(self.path)
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise self._error(exc, "cannot open it for writing") from exc
+        try:
+            if before is None or _file_id(self.path) != before:
+                raise ArchiveError(
+                    f"archive {str(self.path)!r}: the file was replaced while it was opened"
+                )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            self._init_schema(conn)
+            conn.execute("PRAGMA synchronous = FULL")
+            _owner_only(self.path)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, (OSError, sqlite3.Error)):
+                raise self._error(exc, "cannot open it for writing") from exc
+            raise
+        self._wconn, self._wpid, self._wid = conn, os.getpid(), before
+        return conn
+
+    def _drop_writer(self, *, moved: bool = False) -> None:
+        conn, self._wconn, self._wid = self._wconn, None, None
+        if conn is None:
+            return
+        if moved:
+            # SQLite does not checkpoint a moved file on close, and its -wal keeps the
+            # name the new file at the path will use: move the frames into the file
+            # they belong to (the rotated one) and empty the -wal now.
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """This process's turn to write, waited for at most the busy timeout."""
+        if not self._write_lock.acquire(timeout=max(self.timeout, 0.001)):
+            raise ArchiveError(
+                f"archive {str(self.path)!r}: another thread of this process held the write "
+                f"lock for more than {self.timeout:g} s (the busy_timeout setting)"
+            )
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    def _transaction(self, work: Any, doing: str) -> Any:
+        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer.
+
+        The real error is raised (as :class:`ArchiveError`), never one of the ROLLBACK
+        after it (a failed COMMIT has often rolled back already). When the file at the
+        path changed while it was written (deleted or rotated), the work is done again
+        in the file now there: nothing is left only in an unlinked file.
+        """
+        with self._writing():
+            for _ in range(3):
+                conn = self._writer()
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    result = work(conn)
+                    conn.execute("COMMIT")
+                except BaseException as exc:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    if isinstance(exc, sqlite3.Error):
+                        self._drop_writer()
+                        raise self._error(exc, doing) from exc
+                    raise
+                if _file_id(self.path) == self._wid:
+                    return result
+                self._drop_writer(moved=True)
+            raise ArchiveError(
+                f"archive {str(self.path)!r}: {doing}: the file kept being replaced while "
+                "it was written"
+            )
+
     def close(self) -> None:
-        """Close this thread's connection (another is opened on the next call)."""
+        """Close this thread's read connection and the write connection."""
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:
             conn.close()
+        with self._write_lock:
+            if self._wpid == os.getpid():
+                self._drop_writer()
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if version not in (0, SCHEMA_VERSION) or (
+            tables and not {"compactions", "entries"} <= tables
+        ):
+            raise NotAnArchiveError(
+                f"{str(self.path)!r} is not a Normandy archive (user_version {version}, "
+                f"tables {', '.join(sorted(tables)) or 'none'}); refusing to touch it"
+            )
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
             raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
+        if version == SCHEMA_VERSION:
+            self._ready = True
+            return
         conn.execute("BEGIN IMMEDIATE")
         try:
             for stmt in _SCHEMA:
@@ -260,7 +473,9 @@ class Archive:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             raise
         self._ready = True
 
@@ -279,10 +494,14 @@ class Archive:
         compaction_id: str | None = None,
         at: float | None = None,
     ) -> str:
-        """Archive one compaction's dropped entries in one transaction; return its id.
+        """Archive one compaction's dropped entries in one committed transaction; its id.
 
         All or nothing: a crash leaves either every entry of the compaction or none.
         Versions already archived for the session are skipped.
+
+        :raises ArchiveError: it could not be written (disk full, locked past the busy
+            timeout, permission, not an archive...), naming the archive and the cause;
+            nothing of it was written.
         """
         cid = compaction_id or uuid.uuid4().hex
         now = time.time() if at is None else at
@@ -295,36 +514,32 @@ class Archive:
             rows.append(
                 (session_id, e.id, digest, e.turn_id, e.role, data, searchable_text(e), cid, now)
             )
-        with self._connect(create=True) as conn:
-            assert conn is not None
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute(
-                    "INSERT INTO compactions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        cid,
-                        session_id,
-                        compactor,
-                        strategy,
-                        model,
-                        None if mid_round is None else int(mid_round),
-                        now,
-                        len(rows),
-                        _int_or_none(info.get("tokens_before")),
-                        _int_or_none(info.get("tokens_after")),
-                        meta_json,
-                    ),
-                )
-                conn.executemany(
-                    "INSERT OR IGNORE INTO entries (session_id, entry_id, content_hash, turn_id, "
-                    "role, entry_json, text, compaction_id, archived_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO compactions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    cid,
+                    session_id,
+                    compactor,
+                    strategy,
+                    model,
+                    None if mid_round is None else int(mid_round),
+                    now,
+                    len(rows),
+                    _int_or_none(info.get("tokens_before")),
+                    _int_or_none(info.get("tokens_after")),
+                    meta_json,
+                ),
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO entries (session_id, entry_id, content_hash, turn_id, "
+                "role, entry_json, text, compaction_id, archived_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+        self._transaction(work, f"could not record {len(rows)} entries")
         return cid
 
     # -- reading ----------------------------------------------------------------------

@@ -1,0 +1,205 @@
+"""The archive's settings: per call, in code, from the environment, or the defaults.
+
+Each setting is resolved at every compaction, first match wins:
+
+1. per call: ``with archive_settings(path=..., required=...): compact(...)`` (a context
+   variable, so it holds for the code run inside the ``with`` block, threads the
+   boundary starts included);
+2. in code, for the process: :func:`configure` (``configure(path=None)`` forgets a
+   value set there);
+3. the environment (:data:`ENV_PATH`, :data:`ENV_REQUIRED`, :data:`ENV_BUSY_TIMEOUT`);
+4. the defaults: the user data directory, required, a 5 s busy wait.
+
+``path`` is a file, or :data:`OFF` (``"off"``) for no archive at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from normandy_archive.errors import ArchiveConfigError
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT",
+    "ENV_BUSY_TIMEOUT",
+    "ENV_PATH",
+    "ENV_REQUIRED",
+    "OFF",
+    "ArchiveSettings",
+    "archive_settings",
+    "configure",
+    "current_settings",
+    "default_archive_path",
+]
+
+#: Environment variable naming the archive file (or ``off``).
+ENV_PATH = "NORMANDY_ARCHIVE_PATH"
+#: Environment variable: ``0``/``false``/``no``/``off`` makes the archive best-effort.
+ENV_REQUIRED = "NORMANDY_ARCHIVE_REQUIRED"
+#: Environment variable: seconds a write waits for another writer's lock (default 5).
+ENV_BUSY_TIMEOUT = "NORMANDY_ARCHIVE_BUSY_TIMEOUT"
+
+#: The value of ``path`` (and of :data:`ENV_PATH`) that turns the archive off.
+OFF = "off"
+#: Seconds a write waits for the lock of another writer before it fails.
+DEFAULT_BUSY_TIMEOUT = 5.0
+
+_KEYS = ("path", "required", "busy_timeout")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class ArchiveSettings:
+    """The settings in force: where to write, and what to do when it cannot be written."""
+
+    path: Path | None
+    """The archive file, or ``None`` when the archive is off."""
+    required: bool = True
+    """Refuse a compaction whose dropped entries cannot be recorded durably (default);
+    false: record after the fact, best effort, and report a loss in ``hook_errors``."""
+    busy_timeout: float = DEFAULT_BUSY_TIMEOUT
+    """Seconds a write waits for another writer's lock before it fails."""
+    source: str = "default"
+    """Where ``path`` came from (for messages): ``per call``, ``configure()``, an
+    environment variable, or ``default``."""
+
+    @property
+    def off(self) -> bool:
+        """Whether the archive is off."""
+        return self.path is None
+
+
+def default_archive_path() -> Path:
+    """``$XDG_DATA_HOME/normandy/archive.sqlite3`` (``~/.local/share`` when unset).
+
+    On Windows, ``%LOCALAPPDATA%\\normandy\\archive.sqlite3``.
+    """
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        base = Path(os.environ["LOCALAPPDATA"])
+    else:
+        xdg = os.environ.get("XDG_DATA_HOME")
+        base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".local" / "share"
+    return base / "normandy" / "archive.sqlite3"
+
+
+_configured: dict[str, Any] = {}
+_per_call: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "normandy_archive_settings", default=None
+)
+
+
+def _check(key: str, value: Any, where: str) -> Any:
+    """``value`` of setting ``key`` in its resolved form, or raise naming ``where``."""
+    if key == "path":
+        if isinstance(value, str) and value.strip().lower() == OFF:
+            return None
+        if value is False:
+            return None
+        if isinstance(value, (str, os.PathLike)) and str(value):
+            return Path(value).expanduser()
+        raise ArchiveConfigError(f"{where}: path must be a file path or {OFF!r}, got {value!r}")
+    if key == "required":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+            return value.strip().lower() in _TRUE
+        raise ArchiveConfigError(
+            f"{where}: required must be true or false (1/0, yes/no), got {value!r}"
+        )
+    if key == "busy_timeout":
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = math.nan
+        if isinstance(value, bool) or not (0 <= seconds < math.inf):
+            raise ArchiveConfigError(
+                f"{where}: busy_timeout must be a number of seconds >= 0, got {value!r}"
+            )
+        return seconds
+    raise ArchiveConfigError(f"{where}: unknown archive setting {key!r}")  # pragma: no cover
+
+
+def _changes(kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
+    unknown = sorted(set(kwargs) - set(_KEYS))
+    if unknown:
+        raise ArchiveConfigError(
+            f"{where}: unknown archive setting(s) {', '.join(unknown)}; known: {', '.join(_KEYS)}"
+        )
+    return {k: (None if v is None else _check(k, v, where)) for k, v in kwargs.items()}
+
+
+def configure(**settings: Any) -> None:
+    """Set archive settings for this process (``path``, ``required``, ``busy_timeout``).
+
+    ``path`` is a file or :data:`OFF`; a value of ``None`` forgets what was set here, so
+    the environment and the defaults apply again. Values are checked now.
+    """
+    for key, value in _changes(settings, "normandy_archive.configure()").items():
+        if settings[key] is None:
+            _configured.pop(key, None)
+        else:
+            _configured[key] = value
+
+
+@contextlib.contextmanager
+def archive_settings(**settings: Any) -> Iterator[ArchiveSettings]:
+    """Override archive settings for the code run inside the ``with`` block (per call).
+
+    ``with archive_settings(path="off"): compact(messages)`` compacts without archiving;
+    ``with archive_settings(path=p, required=False): ...`` writes to ``p``, best effort.
+    A value of ``None`` leaves that setting as it is. Yields the settings in force
+    inside the block.
+    """
+    checked = _changes(settings, "normandy_archive.archive_settings()")
+    changes = {k: v for k, v in checked.items() if settings[k] is not None}
+    outer = _per_call.get() or {}
+    token = _per_call.set({**outer, **changes})
+    try:
+        yield current_settings()
+    finally:
+        _per_call.reset(token)
+
+
+def _from_env(key: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
+    name = {"path": ENV_PATH, "required": ENV_REQUIRED, "busy_timeout": ENV_BUSY_TIMEOUT}[key]
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    return _check(key, raw, name), name
+
+
+def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
+    """The settings in force now (per call, then :func:`configure`, then the environment).
+
+    :raises ArchiveConfigError: an environment variable has a bad value (named).
+    """
+    env = os.environ if env is None else env
+    call = _per_call.get() or {}
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key in _KEYS:
+        if key in call:
+            values[key], sources[key] = call[key], "per call"
+        elif key in _configured:
+            values[key], sources[key] = _configured[key], "configure()"
+        else:
+            found = _from_env(key, env)
+            if found is not None:
+                values[key], sources[key] = found
+    if "path" not in sources:
+        values["path"], sources["path"] = default_archive_path(), "default"
+    return ArchiveSettings(
+        path=values["path"],
+        required=values.get("required", True),
+        busy_timeout=values.get("busy_timeout", DEFAULT_BUSY_TIMEOUT),
+        source=sources["path"],
+    )
