@@ -16,6 +16,7 @@ import pytest
 
 from normandy_archive import (
     Archive,
+    ArchiveBackend,
     ArchiveConfigError,
     ArchiveError,
     archive_path,
@@ -23,6 +24,7 @@ from normandy_archive import (
     configure,
     current_settings,
     main,
+    open_archive,
     register_cli,
     set_archive_path,
 )
@@ -255,6 +257,36 @@ def test_off_archives_nothing_and_a_bad_setting_refuses(path, monkeypatch):
     monkeypatch.setenv("NORMANDY_ARCHIVE_REQUIRED", "perhaps")
     out, meta = run_compaction(acc, mid_round=True)  # a bad setting fails closed
     assert out is acc and not meta["compacted"] and "NORMANDY_ARCHIVE_REQUIRED" in meta["error"]
+
+
+def test_open_archive_sqlite_postgres_url_and_off(path, monkeypatch):
+    archive = open_archive()
+    assert isinstance(archive, Archive) and isinstance(archive, ArchiveBackend)
+    assert archive.location == str(path)
+    assert open_archive(path).location == str(path) == open_archive(str(path)).location
+    import importlib.util
+
+    if importlib.util.find_spec("normandy_archive.pg") is None:  # this branch: no backend
+        with pytest.raises(ArchiveError, match=r"normandy-archive\[postgres\]"):
+            open_archive("postgresql://agent@db.example/archive")
+        monkeypatch.setenv("NORMANDY_ARCHIVE_URL", "postgresql://agent@db.example/archive")
+        assert current_settings().url == "postgresql://agent@db.example/archive"
+        with pytest.raises(ArchiveError, match="PostgreSQL"):
+            open_archive()
+        acc = config("window_manager", {"context_window": 20_000}).with_memory(
+            generate_session(4, 150, end_mid_round=True)
+        )
+        out, meta = run_compaction(acc, mid_round=True)  # required: refused, named
+        assert out is acc and "normandy-archive[postgres]" in meta["error"]
+    monkeypatch.setenv("NORMANDY_ARCHIVE_URL", "postgresql://agent@db.example/archive")
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", "off")  # off wins over the URL
+    assert current_settings().off
+    with pytest.raises(ArchiveError, match="off"):
+        open_archive()
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(path))
+    monkeypatch.setenv("NORMANDY_ARCHIVE_URL", "mysql://x")
+    with pytest.raises(ArchiveConfigError, match="NORMANDY_ARCHIVE_URL"):
+        current_settings()
 
 
 def test_cli_list_show_search(path, capsys):

@@ -17,6 +17,7 @@ refused (``NORMANDY_ARCHIVE_REQUIRED=0`` makes it best-effort).
 
 from __future__ import annotations
 
+from normandy_archive.backend import ArchiveBackend, open_archive
 from normandy_archive.cli import main, register_cli
 from normandy_archive.errors import ArchiveConfigError, ArchiveError, NotAnArchiveError
 from normandy_archive.paths import archive_path, set_archive_path
@@ -24,6 +25,7 @@ from normandy_archive.settings import (
     ENV_BUSY_TIMEOUT,
     ENV_PATH,
     ENV_REQUIRED,
+    ENV_URL,
     OFF,
     ArchiveSettings,
     archive_settings,
@@ -37,8 +39,10 @@ __all__ = [
     "ENV_BUSY_TIMEOUT",
     "ENV_PATH",
     "ENV_REQUIRED",
+    "ENV_URL",
     "OFF",
     "Archive",
+    "ArchiveBackend",
     "ArchiveConfigError",
     "ArchiveError",
     "ArchiveSettings",
@@ -51,6 +55,7 @@ __all__ = [
     "current_settings",
     "default_archive_path",
     "main",
+    "open_archive",
     "register_cli",
     "searchable_text",
     "set_archive_path",

@@ -21,9 +21,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from normandy_archive.backend import ArchiveBackend, open_archive
 from normandy_archive.errors import ArchiveError
 from normandy_archive.settings import ArchiveSettings, current_settings
-from normandy_archive.store import Archive
 from normandy_core import hookimpl
 
 if TYPE_CHECKING:
@@ -35,19 +35,20 @@ __all__ = ["after_compact", "before_commit"]
 
 _lock = threading.Lock()
 # only the archive in use: its connection stays open between compactions
-_current: dict[tuple[Path, float], Archive] = {}
+_current: dict[tuple[Path | str, float], ArchiveBackend] = {}
 
 
-def _archive(settings: ArchiveSettings) -> Archive:
-    assert settings.path is not None
-    key = (settings.path, settings.busy_timeout)
+def _archive(settings: ArchiveSettings) -> ArchiveBackend:
+    target = settings.target
+    assert target is not None
+    key = (target, settings.busy_timeout)
     with _lock:
         hit = _current.get(key)
         if hit is None:
             for old in _current.values():
-                old.close()  # a path no longer in use releases its connection
+                old.close()  # a target no longer in use releases its connection
             _current.clear()
-            hit = _current[key] = Archive(settings.path, timeout=settings.busy_timeout)
+            hit = _current[key] = open_archive(target, timeout=settings.busy_timeout)
         return hit
 
 

@@ -7,10 +7,12 @@ Each setting is resolved at every compaction, first match wins:
    boundary starts included);
 2. in code, for the process: :func:`configure` (``configure(path=None)`` forgets a
    value set there);
-3. the environment (:data:`ENV_PATH`, :data:`ENV_REQUIRED`, :data:`ENV_BUSY_TIMEOUT`);
+3. the environment (:data:`ENV_URL`, :data:`ENV_PATH`, :data:`ENV_REQUIRED`,
+   :data:`ENV_BUSY_TIMEOUT`);
 4. the defaults: the user data directory, required, a 5 s busy wait.
 
-``path`` is a file, or :data:`OFF` (``"off"``) for no archive at all.
+``path`` is an SQLite file, a ``postgresql://`` URL, or :data:`OFF` (``"off"``) for no
+archive at all. In the environment ``NORMANDY_ARCHIVE_PATH=off`` wins over a URL.
 """
 
 from __future__ import annotations
@@ -32,16 +34,20 @@ __all__ = [
     "ENV_BUSY_TIMEOUT",
     "ENV_PATH",
     "ENV_REQUIRED",
+    "ENV_URL",
     "OFF",
     "ArchiveSettings",
     "archive_settings",
     "configure",
     "current_settings",
     "default_archive_path",
+    "is_url",
 ]
 
 #: Environment variable naming the archive file (or ``off``).
 ENV_PATH = "NORMANDY_ARCHIVE_PATH"
+#: Environment variable naming a PostgreSQL archive (``postgresql://...``).
+ENV_URL = "NORMANDY_ARCHIVE_URL"
 #: Environment variable: ``0``/``false``/``no``/``off`` makes the archive best-effort.
 ENV_REQUIRED = "NORMANDY_ARCHIVE_REQUIRED"
 #: Environment variable: seconds a write waits for another writer's lock (default 5).
@@ -62,7 +68,9 @@ class ArchiveSettings:
     """The settings in force: where to write, and what to do when it cannot be written."""
 
     path: Path | None
-    """The archive file, or ``None`` when the archive is off."""
+    """The SQLite archive file (``None`` for a URL, or when the archive is off)."""
+    url: str | None = None
+    """The PostgreSQL archive's ``postgresql://`` URL, when that is the archive."""
     required: bool = True
     """Refuse a compaction whose dropped entries cannot be recorded durably (default);
     false: record after the fact, best effort, and report a loss in ``hook_errors``."""
@@ -75,7 +83,17 @@ class ArchiveSettings:
     @property
     def off(self) -> bool:
         """Whether the archive is off."""
-        return self.path is None
+        return self.path is None and self.url is None
+
+    @property
+    def target(self) -> Path | str | None:
+        """The URL or the file path; ``None`` when the archive is off."""
+        return self.url if self.url is not None else self.path
+
+
+def is_url(value: object) -> bool:
+    """Whether ``value`` is a PostgreSQL URL (``postgresql://`` or ``postgres://``)."""
+    return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
 
 
 def default_archive_path() -> Path:
@@ -100,13 +118,20 @@ _per_call: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.Contex
 def _check(key: str, value: Any, where: str) -> Any:
     """``value`` of setting ``key`` in its resolved form, or raise naming ``where``."""
     if key == "path":
-        if isinstance(value, str) and value.strip().lower() == OFF:
+        if value is False or (isinstance(value, str) and value.strip().lower() == OFF):
             return None
-        if value is False:
-            return None
+        if is_url(value):
+            return value
+        if isinstance(value, str) and "://" in value:
+            raise ArchiveConfigError(
+                f"{where}: {value.split('://')[0]}:// archives are not supported; give a "
+                "file path or a postgresql:// URL"
+            )
         if isinstance(value, (str, os.PathLike)) and str(value):
             return Path(value).expanduser()
-        raise ArchiveConfigError(f"{where}: path must be a file path or {OFF!r}, got {value!r}")
+        raise ArchiveConfigError(
+            f"{where}: path must be a file path, a postgresql:// URL or {OFF!r}, got {value!r}"
+        )
     if key == "required":
         if isinstance(value, bool):
             return value
@@ -171,8 +196,14 @@ def archive_settings(**settings: Any) -> Iterator[ArchiveSettings]:
 
 def _from_env(key: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
     name = {"path": ENV_PATH, "required": ENV_REQUIRED, "busy_timeout": ENV_BUSY_TIMEOUT}[key]
-    raw = env.get(name)
-    if raw is None or raw == "":
+    raw = env.get(name, "").strip()
+    if key == "path" and raw.lower() != OFF:  # off wins; then a URL; then a path
+        url = env.get(ENV_URL, "").strip()
+        if url:
+            if not is_url(url):
+                raise ArchiveConfigError(f"{ENV_URL} must be a postgresql:// URL, got {url!r}")
+            return url, ENV_URL
+    if not raw:
         return None
     return _check(key, raw, name), name
 
@@ -197,8 +228,10 @@ def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
                 values[key], sources[key] = found
     if "path" not in sources:
         values["path"], sources["path"] = default_archive_path(), "default"
+    target = values["path"]
     return ArchiveSettings(
-        path=values["path"],
+        path=target if isinstance(target, Path) else None,
+        url=target if isinstance(target, str) else None,
         required=values.get("required", True),
         busy_timeout=values.get("busy_timeout", DEFAULT_BUSY_TIMEOUT),
         source=sources["path"],

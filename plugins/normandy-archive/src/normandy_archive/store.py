@@ -265,6 +265,11 @@ class Archive:
     def __repr__(self) -> str:
         return f"<Archive {str(self.path)!r}>"
 
+    @property
+    def location(self) -> str:
+        """The archive file's path, for messages."""
+        return str(self.path)
+
     def _error(self, exc: BaseException, doing: str = "") -> ArchiveError:
         text = str(exc) or type(exc).__name__
         name = getattr(exc, "sqlite_errorname", None)
