@@ -54,6 +54,19 @@ LOCKED_COMPACTIONS = 3
 ROTATIONS = ("delete", "rotate")
 #: Agent sessions run against a read-only (0444) archive by a user the mode applies to.
 READ_ONLY_SESSIONS = 1
+#: Files at the archive path that are not an archive: another application's SQLite database
+#: (user_version 42) and a text file.
+FOREIGN_FILES = ("sqlite", "text")
+#: Symbolic links at the archive path.
+SYMLINKS = ("dangling", "to an archive")
+#: The two console scripts that read the archive.
+ARCHIVE_SCRIPTS = ("normandy archive", "normandy-archive")
+#: Full-text queries FTS5 refuses, given with --raw.
+FTS_RAW_ERRORS = ('"unbalanced', "AND", "foo AND", "NEAR(a b", "x:y", "*", "-x", "(")
+#: The same kinds of query without --raw (taken literally: never an error).
+ODD_QUERIES = ('"unbalanced', "AND", "NEAR(a b", "x:y", "*", "-x", "a\x00b", '"""')
+#: Bad values of --limit and --offset.
+BAD_NUMBERS = ("99999999999999999999", "-1", "abc", "1e3")
 #: Generated compactor results judged by both the conformance kit and the boundary.
 SEAM_VERDICTS = 60
 #: BaseExceptions raised by a compactor after appending to its input memory.
@@ -206,6 +219,43 @@ ROWS: tuple[Row, ...] = (
         "conversation kept; nothing lost; the archive untouched",
         "plugins/normandy-archive/tests/test_archive_faults.py"
         "::test_a_read_only_archive_refuses_compactions_and_loses_nothing",
+    ),
+    Row(
+        "Another application's file at the archive path (an SQLite database with "
+        "`user_version` 42, a text file), read by both commands and written by the hook",
+        f"{len(FOREIGN_FILES)} files x ({len(ARCHIVE_SCRIPTS)} commands x 3 reads + 1 compaction)",
+        "every read exit 2, one line (`is not a Normandy archive`); the compaction refused, "
+        "the conversation kept; not a byte of the file changed, no journal mode switched",
+        "plugins/normandy-archive/tests/test_archive_reads.py"
+        "::test_a_foreign_file_is_refused_and_left_untouched",
+    ),
+    Row(
+        "Symbolic link at the archive path: " + ", ".join(SYMLINKS),
+        f"{len(SYMLINKS)} links x ({len(ARCHIVE_SCRIPTS)} commands + 1 compaction)",
+        "refused for reading (exit 2, one line) and writing (compaction refused, conversation "
+        "kept); a dangling link's target never created",
+        "plugins/normandy-archive/tests/test_archive_reads.py"
+        "::test_a_symlink_at_the_archive_path_is_refused",
+    ),
+    Row(
+        "Read-only (0444) archive read by a user the mode applies to, in a writable and in a "
+        "read-only directory",
+        "2 directories",
+        "both read in full (`Archive` and `normandy-archive search`, exit 0)",
+        "plugins/normandy-archive/tests/test_archive_reads.py"
+        "::test_a_read_only_archive_can_be_read",
+    ),
+    Row(
+        "Bad queries and options for both archive commands: FTS5 syntax errors with `--raw`, "
+        "the same odd queries without it, `--limit`/`--offset` "
+        + ", ".join(f"`{n}`" for n in BAD_NUMBERS)
+        + ", a missing archive",
+        f"{len(ARCHIVE_SCRIPTS)} commands x ({len(FTS_RAW_ERRORS)} + {len(ODD_QUERIES)} "
+        f"queries, {2 * len(BAD_NUMBERS)} numbers, 3 reads of a missing file)",
+        "every error exit 2 with one line on stderr, never a traceback or an internal error; "
+        "odd queries without `--raw` answered (taken literally); nothing created",
+        "plugins/normandy-archive/tests/test_archive_reads.py"
+        "::test_bad_queries_and_options_exit_2_with_one_line",
     ),
     Row(
         "`NORMANDY_LOAD_PLUGINS` through `AgentConfig`, `compact()`, `run_turn` hooks, "

@@ -3,6 +3,11 @@
 The core's ``normandy`` command adds the ``archive`` command by calling
 :func:`register_cli` with its argparse subparsers; each parsed namespace carries the
 function to run as ``args.func`` (it returns the exit status).
+
+Both commands read the archive read-only and answer every problem the same way: one
+line on stderr and exit status 2 (no archive at the path, a file that is not an
+archive, a symbolic link, a full-text query FTS5 refuses, a limit out of range), or 1
+for ``show`` of an id that is not archived.
 """
 
 from __future__ import annotations
@@ -14,10 +19,31 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from normandy_archive.paths import ENV_PATH, archive_path
-from normandy_archive.store import Archive, ArchivedEntry
+from normandy_archive.backend import ArchiveBackend, open_archive
+from normandy_archive.errors import ArchiveError
+from normandy_archive.settings import ENV_PATH
+from normandy_archive.store import MAX_ROWS, Archive, ArchivedEntry
 
-__all__ = ["add_commands", "main", "register_cli", "run"]
+__all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "add_commands", "main", "register_cli", "run"]
+
+#: Exit status of a bad query or option, a missing or unreadable archive.
+EXIT_ERROR = 2
+#: Exit status of ``show`` for an id that is not archived.
+EXIT_NOT_FOUND = 1
+
+
+class _Refused(Exception):
+    """A problem reported as one line and :data:`EXIT_ERROR`."""
+
+
+def _count(text: str, option: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_ROWS:
+        raise _Refused(f"{option} must be a whole number from 0 to {MAX_ROWS}, got {text!r}")
+    return value
 
 
 def _preview(item: ArchivedEntry, width: int = 60) -> str:
@@ -41,26 +67,52 @@ def _print_rows(items: Sequence[ArchivedEntry], as_json: bool, out: TextIO) -> N
         )
 
 
+def _open(args: argparse.Namespace) -> ArchiveBackend:
+    archive = open_archive(args.path) if args.path else open_archive()
+    if isinstance(archive, Archive) and not archive.exists():
+        raise _Refused(
+            f"no archive at {str(archive.path)!r} (nothing archived there yet; name another "
+            f"with --path or {ENV_PATH})"
+        )
+    return archive
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run a parsed ``archive`` command; return the exit status."""
+    """Run a parsed ``archive`` command; return the exit status.
+
+    Every problem is one line on stderr and :data:`EXIT_ERROR`, never a traceback.
+    """
     out = out or sys.stdout
-    archive = Archive(args.path) if args.path else Archive(archive_path())
+    prog = f"{getattr(args, 'archive_prog', 'normandy archive')} {args.archive_command}"
+    try:
+        return _run(args, out, prog)
+    except (_Refused, ArchiveError, ValueError, OSError) as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        sys.stderr.write(f"{prog}: {text}\n")
+        return EXIT_ERROR
+
+
+def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
     cmd = args.archive_command
+    if cmd in ("list", "search"):
+        limit = _count(args.limit, "--limit")
+        offset = _count(args.offset, "--offset")
+    archive = _open(args)
     if cmd == "list":
-        _print_rows(archive.list(args.session, args.limit, args.offset), args.json, out)
+        _print_rows(archive.list(args.session, limit, offset), args.json, out)
         return 0
     if cmd == "search":
         query = " ".join(args.query)
         found = archive.search(
-            query, session_id=args.session, limit=args.limit, offset=args.offset, raw=args.raw
+            query, session_id=args.session, limit=limit, offset=offset, raw=args.raw
         )
         _print_rows(found, args.json, out)
         return 0
     if cmd == "show":
         versions = archive.versions(args.entry_id, args.session)
         if not versions:
-            sys.stderr.write(f"no archived entry {args.entry_id!r} in {archive.path}\n")
-            return 1
+            sys.stderr.write(f"{prog}: no archived entry {args.entry_id!r} in {archive.location}\n")
+            return EXIT_NOT_FOUND
         chosen = versions if args.all else versions[:1]
         for item in chosen:
             if args.json:
@@ -74,14 +126,16 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``--path`` and the ``list``, ``show`` and ``search`` commands to ``parser``."""
     parser.add_argument(
-        "--path", default=None, help=f"archive file (default: ${ENV_PATH} or the user data dir)"
+        "--path",
+        default=None,
+        help=f"archive file or postgresql:// URL (default: ${ENV_PATH} or the user data dir)",
     )
     sub = parser.add_subparsers(dest="archive_command", required=True, metavar="COMMAND")
 
     def paging(p: argparse.ArgumentParser) -> None:
         p.add_argument("--session", default=None, help="only this session id")
-        p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-        p.add_argument("--offset", type=int, default=0, help="skip this many first")
+        p.add_argument("--limit", default="50", help="at most this many (default 50)")
+        p.add_argument("--offset", default="0", help="skip this many first")
         p.add_argument("--json", action="store_true", help="one JSON object per line")
 
     p_list = sub.add_parser("list", help="list archived entries, oldest first")
@@ -95,7 +149,7 @@ def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p_search.add_argument("query", nargs="+")
     p_search.add_argument("--raw", action="store_true", help="the query is FTS5 syntax")
     paging(p_search)
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, archive_prog=parser.prog)
     return parser
 
 
@@ -114,5 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_commands(parser)
     args = parser.parse_args(argv)
-    status: int = args.func(args)
+    try:
+        status: int = args.func(args)
+    except KeyboardInterrupt:
+        sys.stderr.write("normandy-archive: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
     return status

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["ArchiveConfigError", "ArchiveError", "NotAnArchiveError"]
+__all__ = ["ArchiveConfigError", "ArchiveError", "ArchiveQueryError", "NotAnArchiveError"]
 
 
 class ArchiveError(Exception):
@@ -19,3 +19,8 @@ class NotAnArchiveError(ArchiveError):
 
 class ArchiveConfigError(ArchiveError, ValueError):
     """A setting (environment variable or argument) of the archive has a bad value."""
+
+
+class ArchiveQueryError(ArchiveError, ValueError):
+    """A read was asked something it cannot answer: a full-text query SQLite's FTS5
+    refuses (with ``raw``), a limit or offset out of range."""

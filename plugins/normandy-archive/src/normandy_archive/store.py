@@ -25,13 +25,14 @@ import sqlite3
 import stat
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from normandy_archive.errors import ArchiveError, NotAnArchiveError
+from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiveError
 from normandy_archive.paths import archive_path
 from normandy_archive.settings import current_settings
 from normandy_core import (
@@ -160,8 +161,16 @@ def searchable_text(entry: Entry) -> str:
 
 
 def _fts_query(query: str) -> str:
-    """Each whitespace-separated term as an FTS5 string (so punctuation is literal), ANDed."""
-    return " ".join('"' + t.replace('"', '""') + '"' for t in query.split())
+    """Each whitespace-separated term as an FTS5 string (so punctuation is literal), ANDed.
+
+    NUL, which would end an FTS5 string early, separates terms like whitespace.
+    """
+    terms = query.replace("\x00", " ").split()
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+#: Errors SQLite gives for a full-text query it cannot parse (with ``raw``).
+_QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -227,6 +236,66 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+#: The largest LIMIT or OFFSET SQLite takes (a signed 64-bit integer).
+MAX_ROWS = 2**63 - 1
+#: The schema versions this code reads.
+READABLE_VERSIONS = (SCHEMA_VERSION,)
+
+
+def _page(limit: int, offset: int) -> tuple[int, int]:
+    for name, value in (("limit", limit), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ROWS:
+            raise ArchiveQueryError(
+                f"{name} must be a whole number from 0 to {MAX_ROWS}, got {value!r}"
+            )
+    return limit, offset
+
+
+def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The archive's schema version (0: an empty file); refuse another application's file.
+
+    Reads only: ``user_version`` and the table names.
+    """
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc) or "malformed" in str(exc):
+            raise NotAnArchiveError(
+                f"{str(path)!r} is not a Normandy archive ({exc}); refusing to touch it"
+            ) from exc
+        raise
+    if version == 0 and not tables:
+        return 0
+    if version not in READABLE_VERSIONS or not {"compactions", "entries"} <= tables:
+        raise NotAnArchiveError(
+            f"{str(path)!r} is not a Normandy archive (SQLite user_version {version}, tables: "
+            f"{', '.join(sorted(tables)) or 'none'}); refusing to touch it"
+        )
+    return version
+
+
+def _check_path(path: Path) -> tuple[int, int] | None:
+    """The file id of the archive at ``path`` to read; ``None`` when there is none.
+
+    A symbolic link is refused (dangling or not), as is anything but a regular file.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ArchiveError(f"archive {str(path)!r}: {exc.strerror or exc}") from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise ArchiveError(
+            f"archive {str(path)!r} is a symbolic link; refusing to follow it (point the "
+            "archive path at the file itself)"
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise ArchiveError(f"archive {str(path)!r} is not a regular file")
+    return (st.st_dev, st.st_ino)
 
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -309,35 +378,78 @@ class Archive:
 
     # -- connections ------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection | None]:
-        """This thread's connection (opened on first use; reopened after ``fork``)."""
-        local = self._local
-        conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is None or local.pid != os.getpid():
-            if create:
-                _secure_create(self.path)
-            elif not self.path.exists():
-                yield None
-                return
-            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+    def exists(self) -> bool:
+        """Whether something is at the archive's path (a file, or a link that is refused)."""
+        return os.path.lexists(self.path)
+
+    def _open_reader(self) -> sqlite3.Connection | None:
+        """A read-only connection (``mode=ro``); ``None`` for an empty file.
+
+        It never creates, migrates or changes anything: no schema, no journal mode. A
+        read-only archive in a read-only directory, without the -wal and -shm files a
+        WAL reader needs, is read as an immutable snapshot.
+        """
+        base = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
+        uris = [base]
+        if not os.path.lexists(f"{self.path}-wal"):
+            uris.append(base + "&immutable=1")
+        for n, uri in enumerate(uris):
+            conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-                if not self._ready:
-                    self._init_schema(conn)
-                conn.execute("PRAGMA synchronous = FULL")
+                version = _archive_version(conn, self.path)
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                retry = "readonly" in str(exc) or "unable to open" in str(exc)
+                if n + 1 < len(uris) and retry:
+                    continue
+                raise
             except BaseException:
                 conn.close()
                 raise
-            local.conn, local.pid = conn, os.getpid()
+            if version == 0:
+                conn.close()
+                return None
+            return conn
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection | None]:
+        """This thread's read-only connection; ``None`` when there is no archive yet.
+
+        Reopened after ``fork`` and when the file at the path changed. A failure is
+        raised as :class:`ArchiveError` naming the archive.
+        """
+        local = self._local
+        fid = _check_path(self.path)
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is not None and (local.pid != os.getpid() or local.fid != fid):
+            if local.pid == os.getpid():
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            conn = local.conn = None
+        if fid is None:
+            yield None
+            return
+        if conn is None:
+            try:
+                conn = self._open_reader()
+            except sqlite3.Error as exc:
+                raise self._error(exc, "cannot read it") from exc
+            if conn is None:
+                yield None
+                return
+            local.conn, local.pid, local.fid = conn, os.getpid(), fid
         try:
             yield conn
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
             # a connection that failed is not trusted again; the next call reopens one
             local.conn = None
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
-            raise
+            if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(_QUERY_ERRORS):
+                raise ArchiveQueryError(f"bad full-text query: {exc}") from exc
+            raise self._error(exc, "cannot read it") from exc
 
     def _writer(self) -> sqlite3.Connection:
         """The write connection, reopened when the file at the path is not the open one."""
@@ -447,15 +559,7 @@ class Archive:
                 self._drop_writer()
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if version not in (0, SCHEMA_VERSION) or (
-            tables and not {"compactions", "entries"} <= tables
-        ):
-            raise NotAnArchiveError(
-                f"{str(self.path)!r} is not a Normandy archive (user_version {version}, "
-                f"tables {', '.join(sorted(tables)) or 'none'}); refusing to touch it"
-            )
+        version = _archive_version(conn, self.path)
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
             raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
@@ -561,11 +665,9 @@ class Archive:
             "JOIN compactions c ON c.compaction_id = e.compaction_id "
             f"WHERE {where} {tail}"
         )
-        with self._connect(create=False) as conn:
+        with self._connect() as conn:
             if conn is None:
                 return []
-            if "entries_fts" in source and not self._fts:  # pragma: no cover
-                raise RuntimeError("this SQLite has no FTS5: full-text search is unavailable")
             rows = conn.execute(sql, params).fetchall()
         return [
             ArchivedEntry(
@@ -607,7 +709,9 @@ class Archive:
         where, params = "1", []
         if session_id is not None:
             where, params = "e.session_id = ?", [session_id]
-        return self._select(where, [*params, limit, offset], "ORDER BY e.seq LIMIT ? OFFSET ?")
+        return self._select(
+            where, [*params, *_page(limit, offset)], "ORDER BY e.seq LIMIT ? OFFSET ?"
+        )
 
     def search(
         self,
@@ -623,6 +727,7 @@ class Archive:
         Each whitespace-separated term must occur (punctuation taken literally); with
         ``raw`` the query is FTS5 syntax (``"exact phrase"``, ``OR``, ``NEAR``, ``pre*``).
         """
+        _page(limit, offset)
         if not query.strip():
             return []
         text = query if raw else _fts_query(query)
@@ -643,7 +748,8 @@ class Archive:
         where, params = "1", []
         if session_id is not None:
             where, params = "session_id = ?", [session_id]
-        with self._connect(create=False) as conn:
+        limit, offset = _page(limit, offset)
+        with self._connect() as conn:
             if conn is None:
                 return []
             rows = conn.execute(
@@ -670,7 +776,7 @@ class Archive:
 
     def count(self, session_id: str | None = None) -> int:
         """How many entry versions are archived (in ``session_id``, or in all sessions)."""
-        with self._connect(create=False) as conn:
+        with self._connect() as conn:
             if conn is None:
                 return 0
             if session_id is None:
