@@ -28,7 +28,9 @@ from normandy_archive import (
     register_cli,
     set_archive_path,
 )
-from normandy_core import AgentConfig, AgentMemory, list_plugins, run_compaction
+from normandy_core import AgentConfig, AgentMemory, compact, list_plugins, run_compaction
+from normandy_core.cli import main as normandy_main
+from normandy_core.formats import to_openai
 from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
 
@@ -387,3 +389,30 @@ def test_sigkill_while_writing_leaves_every_completed_compaction(tmp_path):
     archive = Archive(path)
     for item in archive.list("k", limit=10**6):
         assert item.entry.model_dump_json() == item.entry_json
+
+
+def test_compact_and_the_command_say_where_the_dropped_content_went(path, tmp_path, capsys):
+    messages = to_openai(generate_session(7, 120))
+    result = compact(messages, window=20_000)
+    note = result.note("archive")
+    assert result.compacted and note is not None
+    assert note["path"] == str(path) and note["entries"] == len(result.dropped)
+    assert Archive(path).count(note["session"]) == len(result.dropped)
+    other = tmp_path / "per-call.sqlite3"
+    with archive_settings(path=other):  # per call
+        assert compact(messages, window=20_000).note("archive")["path"] == str(other)
+    with archive_settings(path="off"):  # explicitly off: said so, nothing written
+        off = compact(messages, window=20_000).note("archive")
+    assert off["path"] is None and "not archived: the archive is off" in off["message"]
+
+    source = tmp_path / "chat.json"
+    source.write_text(json.dumps(messages))
+    args = ["compact", str(source), "--window", "20000", "-o", str(tmp_path / "out.json")]
+    assert normandy_main(args) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[1].startswith("normandy compact: ")
+    assert f"dropped entries archived to {path} (session " in lines[1]
+    with archive_settings(path="off"):
+        assert normandy_main(args) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert "not archived: the archive is off (set by per call)" in lines[1]

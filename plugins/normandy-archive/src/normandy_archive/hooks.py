@@ -54,10 +54,13 @@ def _archive(settings: ArchiveSettings) -> ArchiveBackend:
 
 def _record(
     settings: ArchiveSettings, acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]
-) -> str:
+) -> dict[str, Any]:
+    """Write the compaction; the note saying where it went."""
     strategy = meta.get("strategy")
-    return _archive(settings).record(
-        meta["dropped"],
+    archive = _archive(settings)
+    dropped = meta["dropped"]
+    cid = archive.record(
+        dropped,
         session_id=acc.session_id,
         compactor=acc.compactor,
         strategy=strategy if isinstance(strategy, str) else None,
@@ -65,30 +68,56 @@ def _record(
         mid_round=ctx.mid_round,
         meta=meta,
     )
+    return {
+        "path": archive.location,
+        "session": acc.session_id,
+        "entries": len(dropped),
+        "compaction_id": cid,
+        "required": settings.required,
+        "message": f"{len(dropped)} dropped entries archived to {archive.location} "
+        f"(session {acc.session_id})",
+    }
 
 
 @hookimpl
-def before_commit(acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]) -> None:
-    """Required mode: write every dropped entry durably, or raise to refuse the compaction."""
+def before_commit(
+    acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Required mode: write every dropped entry durably, or raise to refuse the compaction.
+
+    Returns the note saying where they went (``meta["hook_notes"]``).
+    """
     if not meta.get("dropped"):
-        return
+        return None
     settings = current_settings()
     if settings.off or not settings.required:
-        return
-    _record(settings, acc, ctx, meta)
+        return None
+    return _record(settings, acc, ctx, meta)
 
 
 @hookimpl
-def after_compact(acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]) -> None:
-    """Best-effort mode: write every dropped entry now; a failure names how many were lost."""
+def after_compact(
+    acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Best-effort mode: write every dropped entry now; a failure names how many were lost.
+
+    With the archive off, the note says the dropped entries were not archived.
+    """
     dropped = meta.get("dropped")
     if not dropped:
-        return
+        return None
     settings = current_settings()
-    if settings.off or settings.required:
-        return
+    if settings.off:
+        return {
+            "path": None,
+            "entries": 0,
+            "message": f"{len(dropped)} dropped entries not archived: the archive is off "
+            f"(set by {settings.source})",
+        }
+    if settings.required:
+        return None
     try:
-        _record(settings, acc, ctx, meta)
+        return _record(settings, acc, ctx, meta)
     except ArchiveError as exc:
         raise ArchiveError(
             f"{len(dropped)} dropped entries were NOT archived (the archive is best-effort, "
