@@ -56,9 +56,9 @@ AGENT = textwrap.dedent(
     from normandy_core import AgentConfig, run_compaction
     from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
-    def h(e):  # see _digest
-        data = e.without_thinking().model_dump_json(exclude={"parent_id"})
-        return [e.id, hashlib.sha256(data.encode()).hexdigest()]
+    def h(e):  # see digest()
+        data = e.without_thinking().model_dump_json(include={"role", "content"})
+        return hashlib.sha256(data.encode()).hexdigest()
 
     acc = AgentConfig(
         model="claude-sonnet-4-5", system_prompt=SYSTEM_PROMPT, tools=TOOLS,
@@ -102,30 +102,29 @@ def agent(path: Path, session: str, seed: int, messages: int, **cfg: Any) -> dic
     return report
 
 
-def digest(e: Entry) -> tuple[str, str]:
-    """Identity and content, as the contract keeps them: a kept entry may be linked to a
-    new parent, and a mid-round compaction strips the thinking of the entries it keeps."""
-    data = e.without_thinking().model_dump_json(exclude={"parent_id"})
-    return (e.id, hashlib.sha256(data.encode()).hexdigest())
+def digest(e: Entry) -> str:
+    """An entry's content as the contract keeps it: a mid-round compaction strips the
+    thinking of the entries it keeps (and may link them to a new parent), and the archive
+    stores each content once, under the id it had when first dropped."""
+    data = e.without_thinking().model_dump_json(include={"role", "content"})
+    return hashlib.sha256(data.encode()).hexdigest()
 
 
-def archived(*paths: Path, session: str) -> set[tuple[str, str]]:
-    """:func:`_digest` of every version archived for ``session``, each checked byte for
-    byte against the JSON stored."""
-    found: set[tuple[str, str]] = set()
+def archived(*paths: Path) -> set[str]:
+    """:func:`digest` of every entry archived in the files ``paths`` (each checked byte
+    for byte against the JSON stored)."""
+    found: set[str] = set()
     for path in paths:
         if path.exists():
-            for item in Archive(path).list(session, limit=10**9):
+            for item in Archive(path).list(limit=10**9):
                 assert item.entry.model_dump_json() == item.entry_json
                 found.add(digest(item.entry))
     return found
 
 
-def lost(report: dict[str, Any], *paths: Path, session: str) -> set[tuple[str, str]]:
+def lost(report: dict[str, Any], *paths: Path) -> set[str]:
     """Appended entries that are neither in the final conversation nor archived."""
-    final = {tuple(x) for x in report["final"]}
-    found = archived(*paths, session=session)
-    return {tuple(x) for x in report["appended"]} - final - found  # type: ignore[misc]
+    return set(report["appended"]) - set(report["final"]) - archived(*paths)
 
 
 def config(session: str) -> AgentConfig:
@@ -152,7 +151,7 @@ class Replay:
         self.acc = config(session)
         self.session = session
         self.source = iter(generate_session(seed, messages))
-        self.appended: list[tuple[str, str]] = []
+        self.appended: list[str] = []
         self.metas: list[Any] = []
 
     def next_compaction(self) -> Any:
@@ -170,7 +169,7 @@ class Replay:
                     return meta
         raise AssertionError("the session ended without a compaction")
 
-    def lost(self, *paths: Path) -> set[tuple[str, str]]:
+    def lost(self, *paths: Path) -> set[str]:
         """Appended entries that are neither in the conversation nor archived."""
         final = {digest(e) for e in self.acc.memory}
-        return set(self.appended) - final - archived(*paths, session=self.session)
+        return set(self.appended) - final - archived(*paths)

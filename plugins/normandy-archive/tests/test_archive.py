@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import stat
@@ -28,7 +27,8 @@ from normandy_archive import (
     register_cli,
     set_archive_path,
 )
-from normandy_core import AgentConfig, AgentMemory, compact, list_plugins, run_compaction
+from normandy_archive.schema import content_hash, source_ids
+from normandy_core import AgentConfig, AgentMemory, Entry, compact, list_plugins, run_compaction
 from normandy_core.cli import main as normandy_main
 from normandy_core.formats import to_openai
 from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
@@ -65,8 +65,9 @@ def config(compactor: str, opts: dict) -> AgentConfig:
 
 READER = textwrap.dedent(
     """
-    import hashlib, json, os, sys, time
+    import json, os, sys, time
     from normandy_archive import Archive
+    from normandy_archive.schema import content_hash
     path, ready, stop = sys.argv[1:4]
     archive = Archive(path)
     open(ready, "w").close()
@@ -78,8 +79,7 @@ READER = textwrap.dedent(
         reads += 1
         for item in items:
             assert item.entry.model_dump_json() == item.entry_json
-            digest = hashlib.sha256(item.entry_json.encode()).hexdigest()
-            assert digest == item.content_hash
+            assert content_hash(item.entry) == item.content_hash
         counts.add(len(items))
         time.sleep(0.01)
         if done:
@@ -122,24 +122,26 @@ def test_long_sessions_compacted_many_times_are_recalled_byte_for_byte(path, tmp
     assert len(metas[acc.session_id]) >= 5 and len(metas[acc2.session_id]) >= 5
 
     archive = Archive(path)
-    expected: set[tuple[str, str, str]] = set()
-    first_seen: dict[tuple[str, str], str] = {}
+    stored = {item.content_hash: item for item in archive.list(limit=10**9)}
+    first: dict[str, tuple[str, Entry]] = {}  # content hash -> (session, first dropped)
+    storing = 0  # compactions that dropped content not archived before
     for session_id, session_metas in metas.items():
         for meta in session_metas:
+            new = {content_hash(e) for e in meta["dropped"]} - set(first)
+            storing += bool(new)
             for e in meta["dropped"]:
-                data = e.model_dump_json()
-                digest = hashlib.sha256(data.encode()).hexdigest()
-                expected.add((session_id, e.id, digest))
-                first_seen.setdefault((session_id, e.id), data)
-                versions = archive.versions(e.id, session_id)
-                match = [v for v in versions if v.entry_json == data]
-                assert len(match) == 1 and match[0].entry == e
-    for (session_id, entry_id), data in first_seen.items():
-        assert archive.recall(entry_id, session_id).model_dump_json() == data
+                first.setdefault(content_hash(e), (session_id, e))
+    for digest, (session_id, e) in first.items():
+        item = stored[digest]  # every dropped content is archived, once, byte for byte
+        assert item.entry_json == e.model_dump_json() and item.entry == e
+        assert item.session_id == session_id and item.source_ids == tuple(source_ids(e))
+        assert archive.recall(e.id, session_id) is not None
+    assert set(stored) == set(first)
     # clear_tool_results reported originals; window_manager later dropped cleared versions
-    assert archive.count(acc2.session_id) > len({k for k in first_seen if k[0] == acc2.session_id})
-    assert archive.count() == len(expected)
-    assert len(archive.compactions(limit=10**6)) == sum(len(m) for m in metas.values())
+    ids2 = {e.id for s, e in first.values() if s == acc2.session_id}
+    assert archive.count(acc2.session_id) > len(ids2)
+    assert len(archive.compactions(limit=10**6)) == storing
+    expected = {(item.session_id, item.entry.id, digest) for digest, item in stored.items()}
 
     # the second process read while the first wrote, and saw the same archive at the end
     report = json.loads(out)
@@ -330,12 +332,16 @@ WRITER = textwrap.dedent(
     """
     import sys
     from normandy_archive import Archive
+    from normandy_core import Entry
     from normandy_core.workload import generate_session
     path, tag, rounds, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     entries = list(generate_session(1, size))
     archive = Archive(path)
-    for i in range(rounds):
-        batch = [e.model_copy(update={"id": f"{tag}-{i}-{e.id}"}) for e in entries[:size]]
+    for i in range(rounds):  # content of its own for every round of every writer
+        batch = [
+            Entry(id=f"{tag}-{i}-{e.id}", role="user", content=f"{tag} {i}: {e.text()}")
+            for e in entries[:size]
+        ]
         cid = archive.record(batch, session_id=tag, compactor="test")
         print(cid, flush=True)
     """
@@ -411,7 +417,7 @@ def test_compact_and_the_command_say_where_the_dropped_content_went(path, tmp_pa
     assert normandy_main(args) == 0
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2 and lines[1].startswith("normandy compact: ")
-    assert f"dropped entries archived to {path} (session " in lines[1]
+    assert f"dropped entries archived to {path} (0 new, " in lines[1]  # stored before
     with archive_settings(path="off"):
         assert normandy_main(args) == 0
     lines = capsys.readouterr().err.splitlines()

@@ -25,6 +25,7 @@ from normandy_archive.settings import (
     ENV_BUSY_TIMEOUT,
     ENV_PATH,
     ENV_REQUIRED,
+    ENV_SESSION,
     ENV_URL,
     OFF,
     ArchiveSettings,
@@ -33,12 +34,19 @@ from normandy_archive.settings import (
     current_settings,
     default_archive_path,
 )
-from normandy_archive.store import Archive, ArchivedEntry, CompactionRecord, searchable_text
+from normandy_archive.store import (
+    Archive,
+    ArchivedEntry,
+    CompactionRecord,
+    Recorded,
+    searchable_text,
+)
 
 __all__ = [
     "ENV_BUSY_TIMEOUT",
     "ENV_PATH",
     "ENV_REQUIRED",
+    "ENV_SESSION",
     "ENV_URL",
     "OFF",
     "Archive",
@@ -49,6 +57,7 @@ __all__ = [
     "ArchivedEntry",
     "CompactionRecord",
     "NotAnArchiveError",
+    "Recorded",
     "archive_path",
     "archive_settings",
     "configure",

@@ -110,6 +110,9 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
         return 0
     if cmd == "show":
         versions = archive.versions(args.entry_id, args.session)
+        by_source = getattr(archive, "by_source_id", None)
+        if not versions and by_source is not None:  # a caller's id: a tool call's, say
+            versions = by_source(args.entry_id, args.session)
         if not versions:
             sys.stderr.write(f"{prog}: no archived entry {args.entry_id!r} in {archive.location}\n")
             return EXIT_NOT_FOUND
@@ -140,8 +143,12 @@ def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
     p_list = sub.add_parser("list", help="list archived entries, oldest first")
     paging(p_list)
-    p_show = sub.add_parser("show", help="print an archived entry as JSON, as it was dropped")
-    p_show.add_argument("entry_id")
+    p_show = sub.add_parser(
+        "show",
+        help="print an archived entry as JSON, as it was dropped (by entry id, or by a "
+        "tool-call / tool-use id it holds)",
+    )
+    p_show.add_argument("entry_id", metavar="ID")
     p_show.add_argument("--session", default=None, help="the session the entry belongs to")
     p_show.add_argument("--all", action="store_true", help="every archived version")
     p_show.add_argument("--json", action="store_true", help="with archive details")

@@ -59,23 +59,29 @@ def _record(
     strategy = meta.get("strategy")
     archive = _archive(settings)
     dropped = meta["dropped"]
+    session = settings.session or acc.session_id
     cid = archive.record(
         dropped,
-        session_id=acc.session_id,
+        session_id=session,
         compactor=acc.compactor,
         strategy=strategy if isinstance(strategy, str) else None,
         model=ctx.model,
         mid_round=ctx.mid_round,
         meta=meta,
     )
+    stored = getattr(cid, "entries", len(dropped))
+    existing = getattr(cid, "existing", 0)
+    said = f"{stored} new, {existing} already there" if existing else "all new"
     return {
         "path": archive.location,
-        "session": acc.session_id,
+        "session": session,
         "entries": len(dropped),
-        "compaction_id": cid,
+        "stored": stored,
+        "existing": existing,
+        "compaction_id": str(cid) if stored else None,
         "required": settings.required,
         "message": f"{len(dropped)} dropped entries archived to {archive.location} "
-        f"(session {acc.session_id})",
+        f"({said}; session {session})",
     }
 
 

@@ -8,8 +8,9 @@ Each setting is resolved at every compaction, first match wins:
 2. in code, for the process: :func:`configure` (``configure(path=None)`` forgets a
    value set there);
 3. the environment (:data:`ENV_URL`, :data:`ENV_PATH`, :data:`ENV_REQUIRED`,
-   :data:`ENV_BUSY_TIMEOUT`);
-4. the defaults: the user data directory, required, a 5 s busy wait.
+   :data:`ENV_BUSY_TIMEOUT`, :data:`ENV_SESSION`);
+4. the defaults: the user data directory, required, a 5 s busy wait, the agent
+   config's ``session_id`` as the session key.
 
 ``path`` is an SQLite file, a ``postgresql://`` URL, or :data:`OFF` (``"off"``) for no
 archive at all. In the environment ``NORMANDY_ARCHIVE_PATH=off`` wins over a URL.
@@ -34,6 +35,7 @@ __all__ = [
     "ENV_BUSY_TIMEOUT",
     "ENV_PATH",
     "ENV_REQUIRED",
+    "ENV_SESSION",
     "ENV_URL",
     "OFF",
     "ArchiveSettings",
@@ -52,13 +54,16 @@ ENV_URL = "NORMANDY_ARCHIVE_URL"
 ENV_REQUIRED = "NORMANDY_ARCHIVE_REQUIRED"
 #: Environment variable: seconds a write waits for another writer's lock (default 5).
 ENV_BUSY_TIMEOUT = "NORMANDY_ARCHIVE_BUSY_TIMEOUT"
+#: Environment variable: the session key archived rows carry (default: the config's
+#: ``session_id``, a fresh one for each ``compact()`` call).
+ENV_SESSION = "NORMANDY_ARCHIVE_SESSION"
 
 #: The value of ``path`` (and of :data:`ENV_PATH`) that turns the archive off.
 OFF = "off"
 #: Seconds a write waits for the lock of another writer before it fails.
 DEFAULT_BUSY_TIMEOUT = 5.0
 
-_KEYS = ("path", "required", "busy_timeout")
+_KEYS = ("path", "required", "busy_timeout", "session")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -76,6 +81,8 @@ class ArchiveSettings:
     false: record after the fact, best effort, and report a loss in ``hook_errors``."""
     busy_timeout: float = DEFAULT_BUSY_TIMEOUT
     """Seconds a write waits for another writer's lock before it fails."""
+    session: str | None = None
+    """The session key archived rows carry; ``None``: the agent config's ``session_id``."""
     source: str = "default"
     """Where ``path`` came from (for messages): ``per call``, ``configure()``, an
     environment variable, or ``default``."""
@@ -150,6 +157,10 @@ def _check(key: str, value: Any, where: str) -> Any:
                 f"{where}: busy_timeout must be a number of seconds >= 0, got {value!r}"
             )
         return seconds
+    if key == "session":
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        raise ArchiveConfigError(f"{where}: session must be a non-empty string, got {value!r}")
     raise ArchiveConfigError(f"{where}: unknown archive setting {key!r}")  # pragma: no cover
 
 
@@ -163,7 +174,8 @@ def _changes(kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 
 def configure(**settings: Any) -> None:
-    """Set archive settings for this process (``path``, ``required``, ``busy_timeout``).
+    """Set archive settings for this process (``path``, ``required``, ``busy_timeout``,
+    ``session``).
 
     ``path`` is a file or :data:`OFF`; a value of ``None`` forgets what was set here, so
     the environment and the defaults apply again. Values are checked now.
@@ -195,7 +207,12 @@ def archive_settings(**settings: Any) -> Iterator[ArchiveSettings]:
 
 
 def _from_env(key: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
-    name = {"path": ENV_PATH, "required": ENV_REQUIRED, "busy_timeout": ENV_BUSY_TIMEOUT}[key]
+    name = {
+        "path": ENV_PATH,
+        "required": ENV_REQUIRED,
+        "busy_timeout": ENV_BUSY_TIMEOUT,
+        "session": ENV_SESSION,
+    }[key]
     raw = env.get(name, "").strip()
     if key == "path" and raw.lower() != OFF:  # off wins; then a URL; then a path
         url = env.get(ENV_URL, "").strip()
@@ -234,5 +251,6 @@ def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
         url=target if isinstance(target, str) else None,
         required=values.get("required", True),
         busy_timeout=values.get("busy_timeout", DEFAULT_BUSY_TIMEOUT),
+        session=values.get("session"),
         source=sources["path"],
     )

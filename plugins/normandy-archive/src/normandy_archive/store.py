@@ -1,24 +1,16 @@
 """The SQLite archive of dropped entries: one transaction per compaction, WAL, owner-only file.
 
-Schema (version 1):
-
-* ``compactions``: one row per archived compaction (its own id, session, compactor,
-  strategy, model, mid-round flag, time, token figures, the meta without ``dropped``).
-* ``entries``: one row per distinct *version* of a dropped entry, unique on
-  ``(session_id, entry_id, content_hash)`` where the hash is the SHA-256 of the entry's
-  JSON. Writing the same entry twice is harmless (the second write is ignored); a
-  different version of the same id (a tool result cleared by ``clear_tool_results``,
-  then dropped by ``window_manager``) is kept beside the first, so nothing is lost. The
-  JSON is stored exactly as pydantic wrote it, so a recalled entry is equal, byte for
-  byte, to the one that was dropped.
-* ``entries_fts``: an FTS5 index over each version's searchable text.
+Entries are stored once by content (the schema is described in
+:mod:`normandy_archive.schema`): a compaction writes, in one committed transaction, the
+entries whose content the archive does not hold yet, with their session, the ids they
+had and the caller's ids found in them; then they are indexed for full-text search.
+Reads never write (``mode=ro``).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 import json
 import os
 import sqlite3
@@ -27,13 +19,15 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from normandy_archive import schema
 from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiveError
 from normandy_archive.paths import archive_path
+from normandy_archive.schema import SCHEMA_VERSION, content_hash, source_ids
 from normandy_archive.settings import current_settings
 from normandy_core import (
     Entry,
@@ -43,52 +37,11 @@ from normandy_core import (
     ToolUseBlock,
 )
 
-__all__ = ["Archive", "ArchivedEntry", "CompactionRecord", "searchable_text"]
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS compactions (
-        compaction_id TEXT PRIMARY KEY,
-        session_id    TEXT NOT NULL,
-        compactor     TEXT,
-        strategy      TEXT,
-        model         TEXT,
-        mid_round     INTEGER,
-        created_at    REAL NOT NULL,
-        entry_count   INTEGER NOT NULL,
-        tokens_before INTEGER,
-        tokens_after  INTEGER,
-        meta_json     TEXT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS entries (
-        seq           INTEGER PRIMARY KEY AUTOINCREMENT,
-        session_id    TEXT NOT NULL,
-        entry_id      TEXT NOT NULL,
-        content_hash  TEXT NOT NULL,
-        turn_id       TEXT,
-        role          TEXT NOT NULL,
-        entry_json    TEXT NOT NULL,
-        text          TEXT NOT NULL,
-        compaction_id TEXT NOT NULL REFERENCES compactions (compaction_id),
-        archived_at   REAL NOT NULL,
-        UNIQUE (session_id, entry_id, content_hash)
-    )""",
-    "CREATE INDEX IF NOT EXISTS entries_by_id ON entries (entry_id, seq)",
-    "CREATE INDEX IF NOT EXISTS entries_by_session ON entries (session_id, seq)",
-)
-
-_FTS = (
-    """CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts
-        USING fts5(text, content='entries', content_rowid='seq')""",
-    """CREATE TRIGGER IF NOT EXISTS entries_fts_insert AFTER INSERT ON entries BEGIN
-        INSERT INTO entries_fts (rowid, text) VALUES (new.seq, new.text);
-    END""",
-)
+__all__ = ["Archive", "ArchivedEntry", "CompactionRecord", "Recorded", "searchable_text"]
 
 _COLUMNS = (
     "e.seq, e.session_id, e.entry_json, e.content_hash, e.compaction_id, e.archived_at, "
-    "c.compactor, c.strategy"
+    "c.compactor, c.strategy, {source_ids}"
 )
 
 
@@ -109,6 +62,9 @@ class ArchivedEntry:
     strategy: str | None
     archived_at: float
     """Unix time of the compaction that archived it."""
+    source_ids: tuple[str, ...] = ()
+    """The caller's ids found in the entry: tool-use ids and the ids its tool results
+    answer (OpenAI tool-call ids, Anthropic tool-use ids)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the entry as JSON data)."""
@@ -123,6 +79,7 @@ class ArchivedEntry:
             "compactor": self.compactor,
             "strategy": self.strategy,
             "archived_at": self.archived_at,
+            "source_ids": list(self.source_ids),
             "entry": json.loads(self.entry_json),
         }
 
@@ -139,8 +96,35 @@ class CompactionRecord:
     mid_round: bool | None
     created_at: float
     entry_count: int
+    """Entries this compaction stored (content the archive did not hold yet)."""
     tokens_before: int | None
     tokens_after: int | None
+    dropped_count: int | None = None
+    """Entries the compaction dropped (stored now or already in the archive)."""
+
+
+class Recorded(str):
+    """What :meth:`Archive.record` returns: the compaction id (a ``str``), with counts.
+
+    ``entries`` were stored now; ``existing`` were already in the archive (their content
+    was archived before, by this session or another), so nothing was written for them;
+    ``stored`` says whether the compaction itself was recorded (only when it stored
+    something).
+    """
+
+    entries: int
+    existing: int
+
+    def __new__(cls, compaction_id: str, entries: int = 0, existing: int = 0) -> Recorded:
+        self = super().__new__(cls, compaction_id)
+        self.entries = entries
+        self.existing = existing
+        return self
+
+    @property
+    def stored(self) -> bool:
+        """Whether the compaction was recorded (it stored at least one entry)."""
+        return self.entries > 0
 
 
 def searchable_text(entry: Entry) -> str:
@@ -240,8 +224,8 @@ def _file_id(path: Path) -> tuple[int, int] | None:
 
 #: The largest LIMIT or OFFSET SQLite takes (a signed 64-bit integer).
 MAX_ROWS = 2**63 - 1
-#: The schema versions this code reads.
-READABLE_VERSIONS = (SCHEMA_VERSION,)
+#: The schema versions this code reads (a writer moves version 1 to version 2).
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
 
 
 def _page(limit: int, offset: int) -> tuple[int, int]:
@@ -323,8 +307,6 @@ class Archive:
     ) -> None:
         self.path = Path(path).expanduser() if path is not None else archive_path()
         self.timeout = current_settings().busy_timeout if timeout is None else float(timeout)
-        self._ready = False
-        self._fts = True
         self._local = threading.local()
         self._write_lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
@@ -347,7 +329,7 @@ class Archive:
                 f" (another writer held the lock for more than {self.timeout:g} s, the "
                 "busy_timeout setting)"
             )
-        elif name in ("SQLITE_FULL", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC"):
+        elif isinstance(name, str) and name.startswith(("SQLITE_FULL", "SQLITE_IOERR")):
             text = f"{text} ({name})" + self._why_full()
         what = f"archive {str(self.path)!r}"
         return ArchiveError(f"{what}: {doing + ': ' if doing else ''}{text}")
@@ -382,7 +364,7 @@ class Archive:
         """Whether something is at the archive's path (a file, or a link that is refused)."""
         return os.path.lexists(self.path)
 
-    def _open_reader(self) -> sqlite3.Connection | None:
+    def _open_reader(self) -> tuple[sqlite3.Connection, int] | None:
         """A read-only connection (``mode=ro``); ``None`` for an empty file.
 
         It never creates, migrates or changes anything: no schema, no journal mode. A
@@ -410,7 +392,7 @@ class Archive:
             if version == 0:
                 conn.close()
                 return None
-            return conn
+            return conn, version
         raise AssertionError("unreachable")  # pragma: no cover
 
     @contextlib.contextmanager
@@ -433,12 +415,13 @@ class Archive:
             return
         if conn is None:
             try:
-                conn = self._open_reader()
+                opened = self._open_reader()
             except sqlite3.Error as exc:
                 raise self._error(exc, "cannot read it") from exc
-            if conn is None:
+            if opened is None:
                 yield None
                 return
+            conn, local.version = opened
             local.conn, local.pid, local.fid = conn, os.getpid(), fid
         try:
             yield conn
@@ -559,34 +542,26 @@ class Archive:
                 self._drop_writer()
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
+        """Check the file is an archive (or empty), switch it to WAL, create or migrate."""
         version = _archive_version(conn, self.path)
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
             raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
         if version == SCHEMA_VERSION:
-            self._ready = True
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for stmt in _SCHEMA:
-                conn.execute(stmt)
-            conn.execute("SAVEPOINT fts")
-            try:
-                for stmt in _FTS:
-                    conn.execute(stmt)
-                conn.execute("RELEASE fts")
-            except sqlite3.OperationalError:  # pragma: no cover - SQLite built without FTS5
-                conn.execute("ROLLBACK TO fts")
-                conn.execute("RELEASE fts")
-                self._fts = False
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            version = _archive_version(conn, self.path)  # another writer may have been first
+            if version == 0:
+                schema.create(conn)
+            else:
+                schema.migrate(conn, version)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             raise
-        self._ready = True
 
     # -- writing ----------------------------------------------------------------------
 
@@ -602,11 +577,14 @@ class Archive:
         meta: Mapping[str, Any] | None = None,
         compaction_id: str | None = None,
         at: float | None = None,
-    ) -> str:
-        """Archive one compaction's dropped entries in one committed transaction; its id.
+    ) -> Recorded:
+        """Archive one compaction's dropped entries in one committed transaction.
 
-        All or nothing: a crash leaves either every entry of the compaction or none.
-        Versions already archived for the session are skipped.
+        Content the archive already holds (dropped before by this session or another, a
+        re-compaction of the same history) is not stored again; the compaction is
+        recorded only when it stored something. All or nothing: a crash leaves either
+        every entry it stored or none. Returns the compaction id with the counts
+        (:class:`Recorded`).
 
         :raises ArchiveError: it could not be written (disk full, locked past the busy
             timeout, permission, not an archive...), naming the archive and the cause;
@@ -614,19 +592,40 @@ class Archive:
         """
         cid = compaction_id or uuid.uuid4().hex
         now = time.time() if at is None else at
-        info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
-        meta_json = json.dumps(info, ensure_ascii=False, default=str)
-        rows = []
+        rows: dict[str, tuple[Any, ...]] = {}
         for e in dropped:
-            data = e.model_dump_json()
-            digest = hashlib.sha256(data.encode("utf-8")).hexdigest()
-            rows.append(
-                (session_id, e.id, digest, e.turn_id, e.role, data, searchable_text(e), cid, now)
-            )
+            digest = content_hash(e)
+            if digest not in rows:
+                ids = source_ids(e)
+                rows[digest] = (
+                    session_id,
+                    e.id,
+                    digest,
+                    e.turn_id,
+                    e.role,
+                    e.model_dump_json(),
+                    json.dumps(ids) if ids else None,
+                    cid,
+                    now,
+                )
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: sqlite3.Connection) -> int:
+            cur = conn.executemany(
+                "INSERT OR IGNORE INTO entries (session_id, entry_id, content_hash, turn_id, "
+                "role, entry_json, source_ids, compaction_id, archived_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows.values(),
+            )
+            stored = max(cur.rowcount, 0)
+            if not stored:
+                while schema.index_pending(conn):  # what a migration or a crash left
+                    pass
+                return 0
+            info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
             conn.execute(
-                "INSERT INTO compactions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO compactions (compaction_id, session_id, compactor, strategy, "
+                "model, mid_round, created_at, entry_count, tokens_before, tokens_after, "
+                "meta_json, dropped_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     cid,
                     session_id,
@@ -635,39 +634,45 @@ class Archive:
                     model,
                     None if mid_round is None else int(mid_round),
                     now,
-                    len(rows),
+                    stored,
                     _int_or_none(info.get("tokens_before")),
                     _int_or_none(info.get("tokens_after")),
-                    meta_json,
+                    json.dumps(info, ensure_ascii=False, default=str),
+                    len(dropped),
                 ),
             )
-            conn.executemany(
-                "INSERT OR IGNORE INTO entries (session_id, entry_id, content_hash, turn_id, "
-                "role, entry_json, text, compaction_id, archived_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
+            conn.execute(
+                "INSERT OR IGNORE INTO entry_sources (source_id, seq) SELECT j.value, e.seq "
+                "FROM entries e, json_each(e.source_ids) j "
+                "WHERE e.compaction_id = ? AND e.source_ids IS NOT NULL",
+                (cid,),
             )
+            while schema.index_pending(conn):
+                pass
+            return stored
 
-        self._transaction(work, f"could not record {len(rows)} entries")
-        return cid
+        stored = self._transaction(work, f"could not record {len(rows)} entries")
+        return Recorded(cid, stored, len(rows) - stored)
 
     # -- reading ----------------------------------------------------------------------
 
     def _select(
         self,
-        where: str,
+        where: str | Callable[[bool], str],
         params: Sequence[Any],
         tail: str,
         source: str = "entries e",
     ) -> builtins.list[ArchivedEntry]:
-        sql = (
-            f"SELECT {_COLUMNS} FROM {source} "
-            "JOIN compactions c ON c.compaction_id = e.compaction_id "
-            f"WHERE {where} {tail}"
-        )
         with self._connect() as conn:
             if conn is None:
                 return []
+            v1 = self._local.version == 1
+            columns = _COLUMNS.format(source_ids="NULL" if v1 else "e.source_ids")
+            sql = (
+                f"SELECT {columns} FROM {source} "
+                "JOIN compactions c ON c.compaction_id = e.compaction_id "
+                f"WHERE {where(v1) if callable(where) else where} {tail}"
+            )
             rows = conn.execute(sql, params).fetchall()
         return [
             ArchivedEntry(
@@ -680,6 +685,7 @@ class Archive:
                 archived_at=r[5],
                 compactor=r[6],
                 strategy=r[7],
+                source_ids=tuple(json.loads(r[8])) if r[8] else (),
             )
             for r in rows
         ]
@@ -697,10 +703,36 @@ class Archive:
         """The entry as it was first dropped (its original content), or ``None``.
 
         Ids are unique within a session; pass ``session_id`` when several sessions may
-        share one. :meth:`versions` gives every version.
+        share one. :meth:`versions` gives every version. Content is stored once: an
+        entry whose content was archived before under another id (another session, a
+        re-compaction of the same history) is found under that first id, by its
+        caller's ids (:meth:`by_source_id`) or by :meth:`search`.
         """
         found = self.versions(entry_id, session_id)
         return found[0].entry if found else None
+
+    def by_source_id(
+        self, source_id: str, session_id: str | None = None
+    ) -> builtins.list[ArchivedEntry]:
+        """The archived entries holding the caller's id ``source_id`` (a tool-use id: the
+        call and its result), oldest first."""
+
+        def where(v1: bool) -> str:
+            if v1:  # no index of the caller's ids in a version-1 archive: look in the JSON
+                return "instr(e.entry_json, ?) > 0"
+            return "e.seq IN (SELECT seq FROM entry_sources WHERE source_id = ?)"
+
+        params: builtins.list[Any] = [source_id]
+        with self._connect() as conn:
+            if conn is not None and self._local.version == 1:
+                params = [json.dumps(source_id)]
+        if session_id is not None:
+            return self._select(
+                lambda v1: where(v1) + " AND e.session_id = ?",
+                [*params, session_id],
+                "ORDER BY e.seq",
+            )
+        return self._select(where, params, "ORDER BY e.seq")
 
     def list(
         self, session_id: str | None = None, limit: int = 50, offset: int = 0
@@ -754,7 +786,9 @@ class Archive:
                 return []
             rows = conn.execute(
                 "SELECT compaction_id, session_id, compactor, strategy, model, mid_round, "
-                "created_at, entry_count, tokens_before, tokens_after FROM compactions "
+                "created_at, entry_count, tokens_before, tokens_after, "
+                f"{'entry_count' if self._local.version == 1 else 'dropped_count'} "
+                "FROM compactions "
                 f"WHERE {where} ORDER BY created_at, rowid LIMIT ? OFFSET ?",
                 [*params, limit, offset],
             ).fetchall()
@@ -770,6 +804,7 @@ class Archive:
                 entry_count=r[7],
                 tokens_before=r[8],
                 tokens_after=r[9],
+                dropped_count=r[10],
             )
             for r in rows
         ]

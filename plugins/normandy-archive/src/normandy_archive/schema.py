@@ -1,0 +1,211 @@
+"""The SQLite archive's schema (version 2), its full-text index, and the move from version 1.
+
+* ``compactions``: one row per compaction that stored something (its id, session,
+  compactor, strategy, model, mid-round flag, time, ``entry_count`` = entries it stored,
+  ``dropped_count`` = entries it dropped, token figures, the meta without ``dropped``).
+* ``entries``: one row per distinct *content*: ``content_hash`` is the SHA-256 of the
+  entry's role and content (:func:`content_hash`), unique across sessions, so content
+  dropped again (a re-compaction of the same history, another session replaying it) is
+  stored once. A row keeps the entry exactly as first dropped (``entry_json``, byte for
+  byte as pydantic wrote it: id, turn, metadata), its session and compaction, and the
+  caller's ids found in it (``source_ids``: tool-use and tool-result ids). A different
+  version of the same entry id (a tool result cleared, then dropped) is another content,
+  kept beside the first.
+* ``entry_sources``: ``source_id -> seq``, to find an entry by a caller's id.
+* ``entries_fts``: a contentless FTS5 index of each row's searchable text, computed in SQL
+  from ``entry_json`` (:data:`TEXT_SQL`); ``archive_state.indexed_seq`` is the last row
+  indexed, so indexing can follow the durable write in its own transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from normandy_core import Entry, ToolResultBlock, ToolUseBlock
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TEXT_SQL",
+    "content_hash",
+    "create",
+    "index_pending",
+    "migrate",
+    "source_ids",
+]
+
+SCHEMA_VERSION = 2
+
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS compactions (
+        compaction_id TEXT PRIMARY KEY,
+        session_id    TEXT NOT NULL,
+        compactor     TEXT,
+        strategy      TEXT,
+        model         TEXT,
+        mid_round     INTEGER,
+        created_at    REAL NOT NULL,
+        entry_count   INTEGER NOT NULL,
+        tokens_before INTEGER,
+        tokens_after  INTEGER,
+        meta_json     TEXT NOT NULL,
+        dropped_count INTEGER
+    )""",
+    """CREATE TABLE IF NOT EXISTS entries (
+        seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id    TEXT NOT NULL,
+        entry_id      TEXT NOT NULL,
+        content_hash  TEXT NOT NULL UNIQUE,
+        turn_id       TEXT,
+        role          TEXT NOT NULL,
+        entry_json    TEXT NOT NULL,
+        source_ids    TEXT,
+        compaction_id TEXT NOT NULL REFERENCES compactions (compaction_id),
+        archived_at   REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS entry_sources (
+        source_id TEXT NOT NULL,
+        seq       INTEGER NOT NULL,
+        PRIMARY KEY (source_id, seq)
+    ) WITHOUT ROWID""",
+    "CREATE TABLE IF NOT EXISTS archive_state (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
+    "CREATE INDEX IF NOT EXISTS entries_by_id ON entries (entry_id, seq)",
+    "CREATE INDEX IF NOT EXISTS entries_by_session ON entries (session_id, seq)",
+    "CREATE INDEX IF NOT EXISTS entries_by_compaction ON entries (compaction_id)",
+    "CREATE INDEX IF NOT EXISTS compactions_by_session ON compactions (session_id, created_at)",
+    "CREATE INDEX IF NOT EXISTS compactions_by_time ON compactions (created_at)",
+)
+
+_FTS = "CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(text, content='')"
+
+#: The searchable text of the row ``e`` (texts, thinking, tool names and inputs, tool
+#: result texts), computed from its JSON. The same expression indexes a row and takes it
+#: out of the contentless index again, so the two always agree.
+TEXT_SQL = """CASE json_type(e.entry_json, '$.content')
+    WHEN 'text' THEN json_extract(e.entry_json, '$.content')
+    ELSE (SELECT group_concat(CASE json_extract(b.value, '$.type')
+        WHEN 'text' THEN json_extract(b.value, '$.text')
+        WHEN 'thinking' THEN json_extract(b.value, '$.thinking')
+        WHEN 'tool_use' THEN
+            json_extract(b.value, '$.name') || ' ' || json_extract(b.value, '$.input')
+        WHEN 'tool_result' THEN CASE json_type(b.value, '$.content')
+            WHEN 'text' THEN json_extract(b.value, '$.content')
+            ELSE (SELECT group_concat(json_extract(p.value, '$.text'), char(10))
+                  FROM json_each(b.value, '$.content') AS p
+                  WHERE json_extract(p.value, '$.type') = 'text') END
+        END, char(10)) FROM json_each(e.entry_json, '$.content') AS b)
+END"""
+
+
+def content_hash(entry: Entry) -> str:
+    """SHA-256 of the entry's role and content (not its id, parent, turn or metadata)."""
+    data = entry.model_dump_json(include={"role", "content"})
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+def source_ids(entry: Entry) -> list[str]:
+    """The caller's ids found in ``entry``: its tool-use ids and the ids its tool results
+    answer (OpenAI tool-call ids, Anthropic tool-use ids), in order, once each."""
+    if isinstance(entry.content, str):
+        return []
+    found: dict[str, None] = {}
+    for b in entry.content:
+        if isinstance(b, ToolUseBlock):
+            found[b.id] = None
+        elif isinstance(b, ToolResultBlock):
+            found[b.tool_use_id] = None
+    return list(found)
+
+
+def create(conn: sqlite3.Connection) -> None:
+    """Create the version-2 schema in an empty database (inside the caller's transaction)."""
+    for stmt in _TABLES:
+        conn.execute(stmt)
+    conn.execute(_FTS)
+    conn.execute("INSERT OR IGNORE INTO archive_state VALUES ('indexed_seq', 0)")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def migrate(conn: sqlite3.Connection, version: int) -> None:
+    """Bring an archive of ``version`` to :data:`SCHEMA_VERSION` (in the caller's transaction).
+
+    Version 1 stored one row per ``(session, entry id, hash of the whole entry)`` with an
+    external-content FTS index kept by a trigger: its rows are moved to the version-2
+    table in archive order, the first of each content kept (it is what later readers
+    recall), and indexed again from scratch.
+    """
+    if version == SCHEMA_VERSION:
+        return
+    if version != 1:  # pragma: no cover - _archive_version refuses others first
+        raise sqlite3.DatabaseError(f"cannot migrate an archive of version {version}")
+    conn.execute("DROP TRIGGER IF EXISTS entries_fts_insert")
+    conn.execute("DROP TABLE IF EXISTS entries_fts")
+    conn.execute("ALTER TABLE entries RENAME TO entries_v1")
+    for index in ("entries_by_id", "entries_by_session"):
+        conn.execute(f"DROP INDEX IF EXISTS {index}")
+    conn.execute("ALTER TABLE compactions ADD COLUMN dropped_count INTEGER")
+    conn.execute("UPDATE compactions SET dropped_count = entry_count")
+    create(conn)
+    rows = conn.execute(
+        "SELECT seq, session_id, entry_id, turn_id, role, entry_json, compaction_id, "
+        "archived_at FROM entries_v1 ORDER BY seq"
+    )
+    _copy(conn, rows)
+    conn.execute("DROP TABLE entries_v1")
+    conn.execute(
+        "UPDATE compactions SET entry_count = "
+        "(SELECT count(*) FROM entries e WHERE e.compaction_id = compactions.compaction_id)"
+    )
+
+
+def _copy(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
+    insert = (
+        "INSERT OR IGNORE INTO entries (seq, session_id, entry_id, content_hash, turn_id, "
+        "role, entry_json, source_ids, compaction_id, archived_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    )
+    for seq, session, entry_id, turn_id, role, data, cid, at in rows:
+        entry = Entry.model_validate_json(data)
+        ids = source_ids(entry)
+        cur = conn.execute(
+            insert,
+            (
+                seq,
+                session,
+                entry_id,
+                content_hash(entry),
+                turn_id,
+                role,
+                data,
+                json.dumps(ids) if ids else None,
+                cid,
+                at,
+            ),
+        )
+        if cur.rowcount:
+            conn.executemany(
+                "INSERT OR IGNORE INTO entry_sources VALUES (?, ?)", [(i, seq) for i in ids]
+            )
+
+
+def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:
+    """Index up to ``batch`` rows written since the last indexing (inside the caller's
+    transaction); how many were indexed."""
+    row = conn.execute("SELECT value FROM archive_state WHERE key = 'indexed_seq'").fetchone()
+    done = int(row[0]) if row else 0
+    top = conn.execute(
+        "SELECT max(seq) FROM (SELECT seq FROM entries WHERE seq > ? ORDER BY seq LIMIT ?)",
+        (done, batch),
+    ).fetchone()[0]
+    if top is None:
+        return 0
+    cur = conn.execute(
+        f"INSERT INTO entries_fts (rowid, text) SELECT e.seq, {TEXT_SQL} "
+        "FROM entries e WHERE e.seq > ? AND e.seq <= ?",
+        (done, top),
+    )
+    conn.execute("UPDATE archive_state SET value = ? WHERE key = 'indexed_seq'", (top,))
+    return max(cur.rowcount, 0)
