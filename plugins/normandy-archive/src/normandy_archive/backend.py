@@ -91,6 +91,17 @@ class ArchiveBackend(Protocol):
         """How many entries are archived (in ``session_id``, or in all sessions)."""
         ...
 
+    def prune(
+        self,
+        *,
+        max_age_seconds: float | None = None,
+        max_sessions: int | None = None,
+        max_bytes: int | None = None,
+        dry_run: bool = False,
+    ) -> int:
+        """Remove whole sessions, oldest first, past the limits; entries removed."""
+        ...
+
     def close(self) -> None:
         """Release the connections (the next call opens new ones)."""
         ...

@@ -21,7 +21,14 @@ from typing import Any, TextIO
 
 from normandy_archive.backend import ArchiveBackend, open_archive
 from normandy_archive.errors import ArchiveError
-from normandy_archive.settings import ENV_PATH
+from normandy_archive.settings import (
+    ENV_MAX_AGE_DAYS,
+    ENV_MAX_BYTES,
+    ENV_MAX_SESSIONS,
+    ENV_PATH,
+    current_settings,
+    parse_size,
+)
 from normandy_archive.store import MAX_ROWS, Archive, ArchivedEntry
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "add_commands", "main", "register_cli", "run"]
@@ -67,6 +74,72 @@ def _print_rows(items: Sequence[ArchivedEntry], as_json: bool, out: TextIO) -> N
         )
 
 
+def _size(n: int) -> str:
+    for unit, step in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+        if n >= step:
+            return f"{n / step:.1f} {unit}"
+    return f"{n} B"
+
+
+def _prune(args: argparse.Namespace, archive: ArchiveBackend, out: TextIO, prog: str) -> int:
+    settings = current_settings()
+    try:
+        max_bytes = parse_size(args.max_bytes) if args.max_bytes is not None else None
+    except ValueError as exc:
+        raise _Refused(f"--max-bytes: {exc}") from None
+    if max_bytes is None:
+        max_bytes = settings.max_bytes
+    days = _number(args.max_age_days, "--max-age-days", settings.max_age_days)
+    sessions = (
+        _count(args.max_sessions, "--max-sessions")
+        if args.max_sessions is not None
+        else settings.max_sessions
+    )
+    if (max_bytes, days, sessions) == (None, None, None):
+        raise _Refused(
+            f"no limit: give --max-bytes, --max-age-days or --max-sessions (or set "
+            f"{ENV_MAX_BYTES}, {ENV_MAX_AGE_DAYS} or {ENV_MAX_SESSIONS})"
+        )
+    age = None if days is None else days * 86_400
+    verb = "would remove" if args.dry_run else "removed"
+    if not isinstance(archive, Archive):  # another backend: its own count
+        removed = archive.prune(
+            max_bytes=max_bytes, max_age_seconds=age, max_sessions=sessions, dry_run=args.dry_run
+        )
+        out.write(f"{prog}: {verb} {removed:,} entries from {archive.location}\n")
+        return 0
+    plan = archive.prune_plan(max_bytes=max_bytes, max_age_seconds=age, max_sessions=sessions)
+    for s in plan.sessions:
+        when = dt.datetime.fromtimestamp(s.last).isoformat(timespec="seconds")
+        out.write(f"{s.session_id}  last {when}  {s.entries:,} entries  ~{_size(s.bytes)}\n")
+    entries = plan.entries
+    if not args.dry_run:  # chosen again in the transaction that removes them
+        entries = archive.prune(
+            max_bytes=max_bytes,
+            max_age_seconds=age,
+            max_sessions=sessions,
+            vacuum=args.vacuum,
+        )
+    out.write(
+        f"{prog}: {verb} {len(plan.sessions):,} of {plan.total_sessions:,} sessions "
+        f"({entries:,} entries, ~{_size(plan.bytes)}) from {archive.location}; "
+        f"{_size(plan.used_bytes)} in use before\n"
+    )
+    return 0
+
+
+def _number(text: str | None, option: str, default: float | None) -> float | None:
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise _Refused(f"{option} must be a number >= 0, got {text!r}")
+    return value
+
+
 def _open(args: argparse.Namespace) -> ArchiveBackend:
     archive = open_archive(args.path) if args.path else open_archive()
     if isinstance(archive, Archive) and not archive.exists():
@@ -98,6 +171,8 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
         limit = _count(args.limit, "--limit")
         offset = _count(args.offset, "--offset")
     archive = _open(args)
+    if cmd == "prune":
+        return _prune(args, archive, out, prog)
     if cmd == "list":
         _print_rows(archive.list(args.session, limit, offset), args.json, out)
         return 0
@@ -156,6 +231,20 @@ def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p_search.add_argument("query", nargs="+")
     p_search.add_argument("--raw", action="store_true", help="the query is FTS5 syntax")
     paging(p_search)
+    p_prune = sub.add_parser(
+        "prune",
+        help="remove whole sessions, oldest first, past a size, age or count limit",
+        description="Remove whole sessions, oldest first (a session's age is that of its "
+        "latest compaction), past the limits given or set in the environment. The most "
+        "recent session is never removed for size.",
+    )
+    p_prune.add_argument("--max-bytes", metavar="SIZE", help=f"such as 500MB ({ENV_MAX_BYTES})")
+    p_prune.add_argument("--max-age-days", metavar="D", help=f"({ENV_MAX_AGE_DAYS})")
+    p_prune.add_argument("--max-sessions", metavar="N", help=f"({ENV_MAX_SESSIONS})")
+    p_prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    p_prune.add_argument(
+        "--vacuum", action="store_true", help="then give the space back to the file system"
+    )
     parser.set_defaults(func=run, archive_prog=parser.prog)
     return parser
 

@@ -13,11 +13,16 @@ conversation is kept as it was, so nothing is removed without a record.
 ``configure(required=False)``): :func:`after_compact` writes after the compaction took
 effect; a failure is reported in ``meta["hook_errors"]`` with the number of entries
 that were not archived.
+
+With a retention limit set (``max_bytes``, ``max_age_days``, ``max_sessions``), the
+archive is pruned after a compaction, at most once every :data:`PRUNE_EVERY` seconds.
 """
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,11 +36,15 @@ if TYPE_CHECKING:
 
     from normandy_core import AgentConfig, CompactionContext
 
-__all__ = ["after_compact", "before_commit"]
+__all__ = ["PRUNE_EVERY", "after_compact", "before_commit"]
+
+#: Seconds between two automatic prunings of one archive (when a limit is set).
+PRUNE_EVERY = 60.0
 
 _lock = threading.Lock()
 # only the archive in use: its connection stays open between compactions
 _current: dict[tuple[Path | str, float], ArchiveBackend] = {}
+_pruned: dict[str, float] = {}  # archive location -> time.monotonic() of the last pruning
 
 
 def _archive(settings: ArchiveSettings) -> ArchiveBackend:
@@ -85,6 +94,27 @@ def _record(
     }
 
 
+def _maintain(settings: ArchiveSettings) -> None:
+    """Prune the archive past its retention limits (at most once every PRUNE_EVERY s)."""
+    if not settings.limited:
+        return
+    archive = _archive(settings)
+    now = time.monotonic()
+    with _lock:
+        if now - _pruned.get(archive.location, -math.inf) < PRUNE_EVERY:
+            return
+        _pruned[archive.location] = now
+    days = settings.max_age_days
+    try:
+        archive.prune(
+            max_bytes=settings.max_bytes,
+            max_age_seconds=None if days is None else days * 86_400,
+            max_sessions=settings.max_sessions,
+        )
+    except ArchiveError as exc:
+        raise ArchiveError(f"the archive could not be pruned to its limits: {exc}") from exc
+
+
 @hookimpl
 def before_commit(
     acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]
@@ -121,11 +151,14 @@ def after_compact(
             f"(set by {settings.source})",
         }
     if settings.required:
+        _maintain(settings)
         return None
     try:
-        return _record(settings, acc, ctx, meta)
+        note = _record(settings, acc, ctx, meta)
     except ArchiveError as exc:
         raise ArchiveError(
             f"{len(dropped)} dropped entries were NOT archived (the archive is best-effort, "
             f"required=false, so the compaction stands): {exc}"
         ) from exc
+    _maintain(settings)
+    return note

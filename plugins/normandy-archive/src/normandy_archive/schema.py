@@ -12,6 +12,10 @@
   version of the same entry id (a tool result cleared, then dropped) is another content,
   kept beside the first.
 * ``entry_sources``: ``source_id -> seq``, to find an entry by a caller's id.
+* ``seen``: for each row, the session that last dropped its content and when (refreshed
+  when another session drops it, or the same one after :data:`SEEN_REFRESH` seconds).
+  Retention goes by it: pruning a session removes the content no more recent session
+  dropped; content it shares with a kept session stays, under that session.
 * ``entries_fts``: a contentless FTS5 index of each row's searchable text, computed in SQL
   from ``entry_json`` (:data:`TEXT_SQL`); ``archive_state.indexed_seq`` is the last row
   indexed, so indexing can follow the durable write in its own transaction.
@@ -29,6 +33,8 @@ from normandy_core import Entry, ToolResultBlock, ToolUseBlock
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SEEN_REFRESH",
+    "SEEN_SQL",
     "TEXT_SQL",
     "content_hash",
     "create",
@@ -38,6 +44,8 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 2
+#: Seconds after which the same session dropping a content again refreshes its ``seen``.
+SEEN_REFRESH = 3600.0
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS compactions (
@@ -72,6 +80,12 @@ _TABLES = (
         PRIMARY KEY (source_id, seq)
     ) WITHOUT ROWID""",
     "CREATE TABLE IF NOT EXISTS archive_state (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
+    """CREATE TABLE IF NOT EXISTS seen (
+        seq        INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        at         REAL NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS seen_by_session ON seen (session_id, at)",
     "CREATE INDEX IF NOT EXISTS entries_by_id ON entries (entry_id, seq)",
     "CREATE INDEX IF NOT EXISTS entries_by_session ON entries (session_id, seq)",
     "CREATE INDEX IF NOT EXISTS entries_by_compaction ON entries (compaction_id)",
@@ -80,6 +94,15 @@ _TABLES = (
 )
 
 _FTS = "CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(text, content='')"
+
+#: Records that ``session`` (first parameter) dropped the content of hash ``?3`` at time
+#: ``?2``: the row's ``seen`` moves to it unless the same session saw it recently.
+SEEN_SQL = (
+    "INSERT INTO seen (seq, session_id, at) SELECT seq, ?1, ?2 FROM entries "
+    "WHERE content_hash = ?3 ON CONFLICT (seq) DO UPDATE SET session_id = excluded.session_id, "
+    f"at = excluded.at WHERE seen.at <= excluded.at AND (seen.session_id != excluded.session_id "
+    f"OR seen.at < excluded.at - {SEEN_REFRESH})"
+)
 
 #: The searchable text of the row ``e`` (texts, thinking, tool names and inputs, tool
 #: result texts), computed from its JSON. The same expression indexes a row and takes it
@@ -189,6 +212,7 @@ def _copy(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
             conn.executemany(
                 "INSERT OR IGNORE INTO entry_sources VALUES (?, ?)", [(i, seq) for i in ids]
             )
+        conn.execute(SEEN_SQL, (session, at, content_hash(entry)))
 
 
 def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:

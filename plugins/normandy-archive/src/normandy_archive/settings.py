@@ -8,9 +8,10 @@ Each setting is resolved at every compaction, first match wins:
 2. in code, for the process: :func:`configure` (``configure(path=None)`` forgets a
    value set there);
 3. the environment (:data:`ENV_URL`, :data:`ENV_PATH`, :data:`ENV_REQUIRED`,
-   :data:`ENV_BUSY_TIMEOUT`, :data:`ENV_SESSION`);
+   :data:`ENV_BUSY_TIMEOUT`, :data:`ENV_SESSION`, :data:`ENV_MAX_BYTES`,
+   :data:`ENV_MAX_AGE_DAYS`, :data:`ENV_MAX_SESSIONS`);
 4. the defaults: the user data directory, required, a 5 s busy wait, the agent
-   config's ``session_id`` as the session key.
+   config's ``session_id`` as the session key, no limit.
 
 ``path`` is an SQLite file, a ``postgresql://`` URL, or :data:`OFF` (``"off"``) for no
 archive at all. In the environment ``NORMANDY_ARCHIVE_PATH=off`` wins over a URL.
@@ -33,6 +34,9 @@ from normandy_archive.errors import ArchiveConfigError
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
     "ENV_BUSY_TIMEOUT",
+    "ENV_MAX_AGE_DAYS",
+    "ENV_MAX_BYTES",
+    "ENV_MAX_SESSIONS",
     "ENV_PATH",
     "ENV_REQUIRED",
     "ENV_SESSION",
@@ -44,6 +48,7 @@ __all__ = [
     "current_settings",
     "default_archive_path",
     "is_url",
+    "parse_size",
 ]
 
 #: Environment variable naming the archive file (or ``off``).
@@ -57,13 +62,54 @@ ENV_BUSY_TIMEOUT = "NORMANDY_ARCHIVE_BUSY_TIMEOUT"
 #: Environment variable: the session key archived rows carry (default: the config's
 #: ``session_id``, a fresh one for each ``compact()`` call).
 ENV_SESSION = "NORMANDY_ARCHIVE_SESSION"
+#: Environment variable: the archive's size limit (``500MB``, ``2GiB``, bytes); the
+#: oldest sessions are pruned past it.
+ENV_MAX_BYTES = "NORMANDY_ARCHIVE_MAX_BYTES"
+#: Environment variable: sessions whose last compaction is older than this many days are
+#: pruned.
+ENV_MAX_AGE_DAYS = "NORMANDY_ARCHIVE_MAX_AGE_DAYS"
+#: Environment variable: at most this many sessions are kept, the most recent ones.
+ENV_MAX_SESSIONS = "NORMANDY_ARCHIVE_MAX_SESSIONS"
 
 #: The value of ``path`` (and of :data:`ENV_PATH`) that turns the archive off.
 OFF = "off"
 #: Seconds a write waits for the lock of another writer before it fails.
 DEFAULT_BUSY_TIMEOUT = 5.0
 
-_KEYS = ("path", "required", "busy_timeout", "session")
+_KEYS = (
+    "path",
+    "required",
+    "busy_timeout",
+    "session",
+    "max_bytes",
+    "max_age_days",
+    "max_sessions",
+)
+_ENV = {
+    "path": ENV_PATH,
+    "required": ENV_REQUIRED,
+    "busy_timeout": ENV_BUSY_TIMEOUT,
+    "session": ENV_SESSION,
+    "max_bytes": ENV_MAX_BYTES,
+    "max_age_days": ENV_MAX_AGE_DAYS,
+    "max_sessions": ENV_MAX_SESSIONS,
+}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -83,6 +129,18 @@ class ArchiveSettings:
     """Seconds a write waits for another writer's lock before it fails."""
     session: str | None = None
     """The session key archived rows carry; ``None``: the agent config's ``session_id``."""
+    max_bytes: int | None = None
+    """Size limit of the archive: past it the oldest sessions are pruned (``None``: none)."""
+    max_age_days: float | None = None
+    """Sessions whose last compaction is older than this are pruned (``None``: none)."""
+    max_sessions: int | None = None
+    """At most this many sessions are kept, the most recent (``None``: no limit)."""
+
+    @property
+    def limited(self) -> bool:
+        """Whether any retention limit is set."""
+        return (self.max_bytes, self.max_age_days, self.max_sessions) != (None, None, None)
+
     source: str = "default"
     """Where ``path`` came from (for messages): ``per call``, ``configure()``, an
     environment variable, or ``default``."""
@@ -96,6 +154,24 @@ class ArchiveSettings:
     def target(self) -> Path | str | None:
         """The URL or the file path; ``None`` when the archive is off."""
         return self.url if self.url is not None else self.path
+
+
+def parse_size(value: object) -> int:
+    """Bytes from ``500MB``, ``1.5GiB``, ``10k`` or a number (decimal and binary units).
+
+    :raises ValueError: not a size.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        number, unit = float(value), ""
+    else:
+        text = str(value).strip().lower().replace("_", "").replace(",", "")
+        digits = text.rstrip("abcdefghijklmnopqrstuvwxyz").strip()
+        number, unit = float(digits) if digits else math.nan, text[len(digits) :].strip()
+    if unit not in _UNITS or not (0 <= number < math.inf):
+        raise ValueError(f"not a size (such as 500MB, 2GiB or a number of bytes): {value!r}")
+    return int(number * _UNITS[unit])
 
 
 def is_url(value: object) -> bool:
@@ -161,6 +237,31 @@ def _check(key: str, value: Any, where: str) -> Any:
         if isinstance(value, str) and value.strip():
             return value.strip()
         raise ArchiveConfigError(f"{where}: session must be a non-empty string, got {value!r}")
+    if key == "max_bytes":
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            raise ArchiveConfigError(f"{where}: max_bytes: {exc}") from None
+    if key == "max_age_days":
+        try:
+            days = float(value)
+        except (TypeError, ValueError):
+            days = math.nan
+        if isinstance(value, bool) or not (0 <= days < math.inf):
+            raise ArchiveConfigError(
+                f"{where}: max_age_days must be a number of days >= 0, got {value!r}"
+            )
+        return days
+    if key == "max_sessions":
+        try:
+            count = int(value)
+        except (TypeError, ValueError):
+            count = -1
+        if isinstance(value, (bool, float)) or count < 0:
+            raise ArchiveConfigError(
+                f"{where}: max_sessions must be a whole number >= 0, got {value!r}"
+            )
+        return count
     raise ArchiveConfigError(f"{where}: unknown archive setting {key!r}")  # pragma: no cover
 
 
@@ -175,7 +276,7 @@ def _changes(kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def configure(**settings: Any) -> None:
     """Set archive settings for this process (``path``, ``required``, ``busy_timeout``,
-    ``session``).
+    ``session``, ``max_bytes``, ``max_age_days``, ``max_sessions``).
 
     ``path`` is a file or :data:`OFF`; a value of ``None`` forgets what was set here, so
     the environment and the defaults apply again. Values are checked now.
@@ -207,12 +308,7 @@ def archive_settings(**settings: Any) -> Iterator[ArchiveSettings]:
 
 
 def _from_env(key: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
-    name = {
-        "path": ENV_PATH,
-        "required": ENV_REQUIRED,
-        "busy_timeout": ENV_BUSY_TIMEOUT,
-        "session": ENV_SESSION,
-    }[key]
+    name = _ENV[key]
     raw = env.get(name, "").strip()
     if key == "path" and raw.lower() != OFF:  # off wins; then a URL; then a path
         url = env.get(ENV_URL, "").strip()
@@ -252,5 +348,8 @@ def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
         required=values.get("required", True),
         busy_timeout=values.get("busy_timeout", DEFAULT_BUSY_TIMEOUT),
         session=values.get("session"),
+        max_bytes=values.get("max_bytes"),
+        max_age_days=values.get("max_age_days"),
+        max_sessions=values.get("max_sessions"),
         source=sources["path"],
     )

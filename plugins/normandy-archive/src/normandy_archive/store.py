@@ -37,7 +37,15 @@ from normandy_core import (
     ToolUseBlock,
 )
 
-__all__ = ["Archive", "ArchivedEntry", "CompactionRecord", "Recorded", "searchable_text"]
+__all__ = [
+    "Archive",
+    "ArchivedEntry",
+    "CompactionRecord",
+    "PrunePlan",
+    "Recorded",
+    "SessionUsage",
+    "searchable_text",
+]
 
 _COLUMNS = (
     "e.seq, e.session_id, e.entry_json, e.content_hash, e.compaction_id, e.archived_at, "
@@ -101,6 +109,42 @@ class CompactionRecord:
     tokens_after: int | None
     dropped_count: int | None = None
     """Entries the compaction dropped (stored now or already in the archive)."""
+
+
+@dataclass(frozen=True)
+class SessionUsage:
+    """One session of the archive: when it last dropped content, and what it holds.
+
+    A content belongs to the session that last dropped it (``seen``), so content two
+    sessions share is counted, and kept, with the more recent one.
+    """
+
+    session_id: str
+    last: float
+    """Unix time it last dropped content (refreshed at most hourly for the same content)."""
+    entries: int
+    bytes: int
+    """Bytes of the file it takes, estimated (its share of the stored JSON)."""
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    """The sessions a retention limit removes (oldest first), and the archive's size."""
+
+    sessions: tuple[SessionUsage, ...]
+    used_bytes: int
+    """Bytes of the file in use now (its pages, less the free ones)."""
+    total_sessions: int
+
+    @property
+    def entries(self) -> int:
+        """Entries the removed sessions hold."""
+        return sum(s.entries for s in self.sessions)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the removed sessions take (estimated)."""
+        return sum(s.bytes for s in self.sessions)
 
 
 class Recorded(str):
@@ -617,6 +661,7 @@ class Archive:
                 rows.values(),
             )
             stored = max(cur.rowcount, 0)
+            conn.executemany(schema.SEEN_SQL, [(session_id, now, h) for h in rows])
             if not stored:
                 while schema.index_pending(conn):  # what a migration or a crash left
                     pass
@@ -654,6 +699,163 @@ class Archive:
         stored = self._transaction(work, f"could not record {len(rows)} entries")
         return Recorded(cid, stored, len(rows) - stored)
 
+    # -- retention --------------------------------------------------------------------
+
+    @staticmethod
+    def _plan(
+        conn: sqlite3.Connection,
+        *,
+        max_bytes: int | None,
+        max_age_seconds: float | None,
+        max_sessions: int | None,
+        now: float | None,
+    ) -> PrunePlan:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        used = (pages - free) * page_size
+        rows = conn.execute(
+            "SELECT s.session_id, max(s.at) AS last, count(*), "
+            "coalesce(sum(length(e.entry_json)), 0) FROM seen s JOIN entries e ON e.seq = s.seq "
+            "GROUP BY s.session_id ORDER BY last, s.session_id"
+        ).fetchall()
+        stored = sum(r[3] for r in rows) or 1
+        sessions = [SessionUsage(r[0], r[1], r[2], used * r[3] // stored) for r in rows]
+        doomed: dict[str, SessionUsage] = {}
+        if max_age_seconds is not None:
+            cutoff = (time.time() if now is None else now) - max_age_seconds
+            doomed.update((s.session_id, s) for s in sessions if s.last < cutoff)
+        if max_sessions is not None:
+            extra = max(len(sessions) - max_sessions, 0)
+            doomed.update((s.session_id, s) for s in sessions[:extra])
+        if max_bytes is not None:
+            left = used - sum(s.bytes for s in doomed.values())
+            for s in sessions[:-1]:  # oldest first, never the newest session
+                if left <= max_bytes:
+                    break
+                if s.session_id not in doomed:
+                    doomed[s.session_id] = s
+                    left -= s.bytes
+        chosen = tuple(sorted(doomed.values(), key=lambda s: (s.last, s.session_id)))
+        return PrunePlan(chosen, used, len(sessions))
+
+    def prune_plan(
+        self,
+        *,
+        max_bytes: int | None = None,
+        max_age_seconds: float | None = None,
+        max_sessions: int | None = None,
+        now: float | None = None,
+    ) -> PrunePlan:
+        """What :meth:`prune` would remove with these limits (read-only).
+
+        Whole sessions go, oldest first (a session's age is that of the last content it
+        dropped; a content belongs to the session that dropped it last): those older than
+        ``max_age_seconds``, all but the ``max_sessions`` most recent, and, while the
+        file's bytes in use exceed ``max_bytes``, the oldest others, never the most
+        recent session.
+        """
+        with self._connect() as conn:
+            if conn is None:
+                return PrunePlan((), 0, 0)
+            if self._local.version == 1:
+                raise ArchiveError(
+                    f"archive {self.location!r} is of version 1: it is moved to version 2 by "
+                    "the next write (prune it, or archive a compaction, first)"
+                )
+            return self._plan(
+                conn,
+                max_bytes=max_bytes,
+                max_age_seconds=max_age_seconds,
+                max_sessions=max_sessions,
+                now=now,
+            )
+
+    def prune(
+        self,
+        *,
+        max_age_seconds: float | None = None,
+        max_sessions: int | None = None,
+        max_bytes: int | None = None,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        now: float | None = None,
+    ) -> int:
+        """Remove whole sessions, oldest first; how many entries went (or would go).
+
+        The sessions are those of :meth:`prune_plan`, chosen and removed in one
+        transaction (the content they dropped last, with its caller ids and index
+        entries; their compactions once nothing of them is left), so a compaction
+        archived meanwhile is never half removed. Content a removed session archived
+        first but a kept session dropped since stays, listed under the kept session. With
+        no limit nothing goes. ``vacuum`` then rewrites the file to give the space back
+        to the file system (otherwise SQLite reuses it for what is archived next).
+        """
+        if (max_age_seconds, max_sessions, max_bytes) == (None, None, None):
+            return 0
+        if dry_run:
+            return self.prune_plan(
+                max_bytes=max_bytes,
+                max_age_seconds=max_age_seconds,
+                max_sessions=max_sessions,
+                now=now,
+            ).entries
+        if not os.path.lexists(self.path):
+            return 0
+
+        def work(conn: sqlite3.Connection) -> int:
+            plan = self._plan(
+                conn,
+                max_bytes=max_bytes,
+                max_age_seconds=max_age_seconds,
+                max_sessions=max_sessions,
+                now=now,
+            )
+            row = conn.execute(
+                "SELECT value FROM archive_state WHERE key = 'indexed_seq'"
+            ).fetchone()
+            indexed = int(row[0]) if row else 0
+            mine = "SELECT seq FROM seen WHERE session_id = ?"
+            for s in plan.sessions:
+                conn.execute(
+                    "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', e.seq, "
+                    f"{schema.TEXT_SQL} FROM entries e WHERE e.seq IN ({mine}) AND e.seq <= ?",
+                    (s.session_id, indexed),
+                )
+                conn.execute(f"DELETE FROM entry_sources WHERE seq IN ({mine})", (s.session_id,))
+                conn.execute(f"DELETE FROM entries WHERE seq IN ({mine})", (s.session_id,))
+                conn.execute("DELETE FROM seen WHERE session_id = ?", (s.session_id,))
+            if plan.sessions:
+                # what a removed session archived first and a kept one dropped since stays,
+                # under the kept session (its compaction_id still names the removed
+                # compaction that archived it first); compactions with nothing left go
+                doomed = [s.session_id for s in plan.sessions]
+                marks = ", ".join("?" * len(doomed))
+                conn.execute(
+                    "UPDATE entries SET session_id = "
+                    "(SELECT s.session_id FROM seen s WHERE s.seq = entries.seq) "
+                    f"WHERE session_id IN ({marks})",
+                    doomed,
+                )
+                conn.execute(f"DELETE FROM compactions WHERE session_id IN ({marks})", doomed)
+                conn.execute(
+                    "DELETE FROM compactions WHERE NOT EXISTS (SELECT 1 FROM entries e "
+                    "WHERE e.compaction_id = compactions.compaction_id)"
+                )
+            return plan.entries
+
+        removed: int = self._transaction(work, "could not prune")
+        if vacuum:
+            with self._writing():
+                try:
+                    conn = self._writer()
+                    conn.execute("VACUUM")
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the file shrinks now
+                except sqlite3.Error as exc:
+                    self._drop_writer()
+                    raise self._error(exc, "could not vacuum") from exc
+        return removed
+
     # -- reading ----------------------------------------------------------------------
 
     def _select(
@@ -670,7 +872,7 @@ class Archive:
             columns = _COLUMNS.format(source_ids="NULL" if v1 else "e.source_ids")
             sql = (
                 f"SELECT {columns} FROM {source} "
-                "JOIN compactions c ON c.compaction_id = e.compaction_id "
+                "LEFT JOIN compactions c ON c.compaction_id = e.compaction_id "
                 f"WHERE {where(v1) if callable(where) else where} {tail}"
             )
             rows = conn.execute(sql, params).fetchall()
