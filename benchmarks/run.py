@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks import core, peers, seam
+from benchmarks import archive, core, peers, seam
 from benchmarks.common import BUDGET, fmt_time, machine, median
 
 
@@ -344,6 +344,10 @@ def run(mode: Mode, log: Any = print) -> str:
             ],
             prow,
         ),
+    )
+    section(
+        "7. The archive: a compacting boundary with it on and off, writes, re-compaction",
+        archive.report(archive.run_in_subprocess(mode.name)),
     )
     section("Run", f"Total wall time: {time.perf_counter() - started:,.0f} s.")
     return "\n".join(parts)

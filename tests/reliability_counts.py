@@ -173,8 +173,9 @@ ROWS: tuple[Row, ...] = (
         "SIGKILL in the middle of a session of compactions with the archive hook, while "
         "other processes archive into the same file",
         f"{KILLED_PROCESSES} killed, {CONCURRENT_PROCESSES} running beside them",
-        "archive integrity ok; every completed compaction recallable byte for byte; "
-        "nothing of the surviving processes lost",
+        "archive integrity ok; every completed compaction recallable byte for byte and found "
+        "by search (indexed by the background writer or not yet); nothing of the surviving "
+        "processes lost; the next write indexes what the killed ones left",
         "plugins/normandy-archive/tests/test_archive_crash.py"
         "::test_sigkill_mid_compaction_with_concurrent_writers",
     ),

@@ -251,6 +251,11 @@ def test_settings_per_call_in_code_environment_and_off(path, tmp_path, monkeypat
     for bad in ({"required": "maybe"}, {"busy_timeout": -1}, {"colour": "red"}):
         with pytest.raises(ArchiveConfigError):
             configure(**bad)
+    assert current_settings().sync == "normal"
+    monkeypatch.setenv("NORMANDY_ARCHIVE_SYNC", "FULL")
+    assert current_settings().sync == "full" and Archive(path).sync == "full"
+    with pytest.raises(ValueError, match="sync must be"):
+        Archive(path, sync="sometimes")
     monkeypatch.setenv("NORMANDY_ARCHIVE_BUSY_TIMEOUT", "soon")
     with pytest.raises(ArchiveConfigError, match="NORMANDY_ARCHIVE_BUSY_TIMEOUT"):
         current_settings()
@@ -331,32 +336,55 @@ def test_cli_list_show_search(path, capsys):
 WRITER = textwrap.dedent(
     """
     import sys
-    from normandy_archive import Archive
+    from normandy_archive import Archive, maintenance
     from normandy_core import Entry
     from normandy_core.workload import generate_session
     path, tag, rounds, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    background = sys.argv[5] == "background"  # as the hook writes: index afterwards
     entries = list(generate_session(1, size))
     archive = Archive(path)
     for i in range(rounds):  # content of its own for every round of every writer
         batch = [
-            Entry(id=f"{tag}-{i}-{e.id}", role="user", content=f"{tag} {i}: {e.text()}")
-            for e in entries[:size]
+            Entry(id=f"{tag}-{i}-{e.id}", role="user",
+                  content=f"marker{tag}round{i} {n} {e.text()}")
+            for n, e in enumerate(entries[:size])
         ]
-        cid = archive.record(batch, session_id=tag, compactor="test")
+        cid = archive.record(batch, session_id=tag, compactor="test", index=not background)
+        if background:
+            maintenance.schedule(archive)
         print(cid, flush=True)
     """
 )
 
 
+def _marked(archive: Archive, tag: str, rounds: int) -> list[int]:
+    """How many entries a search finds for each round's marker word."""
+    return [len(archive.search(f"marker{tag}round{i}", limit=1000)) for i in range(rounds)]
+
+
+def _fully_indexed(path) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        indexed = conn.execute("SELECT value FROM archive_state WHERE key = 'indexed_seq'")
+        top = conn.execute("SELECT max(seq) FROM entries").fetchone()[0]
+        assert indexed.fetchone()[0] == top
+        conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('integrity-check')")
+    finally:
+        conn.close()
+
+
 def test_several_processes_archive_at_once_and_lose_nothing(tmp_path):
     path = tmp_path / "shared.sqlite3"
+    modes = ["background", "background", "inline"]  # the hook's way, and indexed at once
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(path), f"w{n}", "10", "8"],
+            [sys.executable, "-c", WRITER, str(path), f"w{n}", "10", "8", mode],
             stdout=subprocess.PIPE,
             text=True,
         )
-        for n in range(3)
+        for n, mode in enumerate(modes)
     ]
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0]
@@ -364,7 +392,9 @@ def test_several_processes_archive_at_once_and_lose_nothing(tmp_path):
     for n, out in enumerate(outs):
         assert len(out.split()) == 10
         assert archive.count(f"w{n}") == 10 * 8
+        assert _marked(archive, f"w{n}", 10) == [8] * 10  # each round found, whole, once
     assert len(archive.compactions(limit=1000)) == 30
+    _fully_indexed(path)  # the background writers were drained at exit
 
 
 def test_sigkill_while_writing_leaves_every_completed_compaction(tmp_path):
@@ -373,7 +403,7 @@ def test_sigkill_while_writing_leaves_every_completed_compaction(tmp_path):
 
     path = tmp_path / "killed.sqlite3"
     child = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(path), "k", "100000", "120"],
+        [sys.executable, "-c", WRITER, str(path), "k", "100000", "120", "background"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -395,6 +425,26 @@ def test_sigkill_while_writing_leaves_every_completed_compaction(tmp_path):
     archive = Archive(path)
     for item in archive.list("k", limit=10**6):
         assert item.entry.model_dump_json() == item.entry_json
+    # what the background writer had not indexed when it was killed is found all the same
+    rounds = len(rows)
+    assert _marked(archive, "k", rounds) == [120] * rounds
+    archive.index()  # the next writer indexes what was left
+    _fully_indexed(path)
+    assert _marked(archive, "k", rounds) == [120] * rounds
+
+
+def test_search_finds_what_is_not_indexed_yet(path):
+    entries = list(generate_session(8, 40))
+    archive = Archive(path)
+    archive.record(entries[:20], session_id="s", index=True)
+    archive.record(entries[20:], session_id="s", index=False)  # as a killed process left it
+    late = next(e for e in entries[20:] if e.role == "user" and isinstance(e.content, str))
+    word = max(late.text().split(), key=len).strip(".,")
+    assert late.id in {h.entry.id for h in archive.search(word, limit=100)}
+    raw = archive.search(f'"{word}"', raw=True, limit=100)  # raw FTS5 sees the index only
+    assert late.id not in {h.entry.id for h in raw}
+    assert archive.index() == len(entries) - 20
+    assert late.id in {h.entry.id for h in archive.search(f'"{word}"', raw=True, limit=100)}
 
 
 def test_compact_and_the_command_say_where_the_dropped_content_went(path, tmp_path, capsys):

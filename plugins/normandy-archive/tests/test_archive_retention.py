@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from normandy_archive import Archive, hooks, main
+from normandy_archive import Archive, main, maintenance
 from normandy_core import AgentConfig, Entry, run_compaction
 from normandy_core.cli import main as normandy_main
 from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
@@ -136,7 +136,7 @@ def test_the_prune_command_with_dry_run_and_limits(path, capsys, monkeypatch):
 
 def test_the_hook_prunes_past_the_limits(path, monkeypatch):
     monkeypatch.setenv("NORMANDY_ARCHIVE_MAX_SESSIONS", "2")
-    monkeypatch.setattr(hooks, "PRUNE_EVERY", 0.0)
+    monkeypatch.setattr(maintenance, "PRUNE_EVERY", 0.0)
     for n in range(4):
         acc = AgentConfig(
             model="claude-sonnet-4-5",
@@ -148,6 +148,7 @@ def test_the_hook_prunes_past_the_limits(path, monkeypatch):
         ).with_memory(generate_session(95 + n, 150, end_mid_round=True))
         _, meta = run_compaction(acc, mid_round=True)
         assert meta["compacted"] and "hook_errors" not in meta
+        assert maintenance.drain(30)  # the background writer prunes after each compaction
         time.sleep(0.01)  # distinct compaction times
     sessions = {c.session_id for c in Archive(path).compactions()}
     assert sessions == {"agent-2", "agent-3"}

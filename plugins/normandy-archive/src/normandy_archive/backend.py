@@ -121,14 +121,18 @@ def _postgres(url: str) -> ArchiveBackend:
 
 
 def open_archive(
-    target: str | os.PathLike[str] | None = None, *, timeout: float | None = None
+    target: str | os.PathLike[str] | None = None,
+    *,
+    timeout: float | None = None,
+    sync: str | None = None,
 ) -> ArchiveBackend:
     """The archive at ``target``: a ``postgresql://`` URL, or an SQLite file path.
 
     Without ``target``, the one the settings name (``NORMANDY_ARCHIVE_URL``, else
     ``NORMANDY_ARCHIVE_PATH``, else the user data directory; see
     :func:`~normandy_archive.current_settings`). ``timeout`` is the SQLite archive's busy
-    wait (default: the ``busy_timeout`` setting).
+    wait and ``sync`` how its commits reach the disk (default: the ``busy_timeout`` and
+    ``sync`` settings).
 
     :raises ArchiveError: the archive is off, or PostgreSQL was asked for and its backend
         (``normandy_archive.pg``, psycopg 3) is not installed.
@@ -144,7 +148,7 @@ def open_archive(
         if settings.url is not None:
             return _postgres(settings.url)
         assert settings.path is not None
-        return Archive(settings.path, timeout=timeout)
+        return Archive(settings.path, timeout=timeout, sync=sync)
     if isinstance(target, str) and is_url(target):
         return _postgres(target)
-    return Archive(Path(target), timeout=timeout)
+    return Archive(Path(target), timeout=timeout, sync=sync)

@@ -14,21 +14,23 @@ conversation is kept as it was, so nothing is removed without a record.
 effect; a failure is reported in ``meta["hook_errors"]`` with the number of entries
 that were not archived.
 
-With a retention limit set (``max_bytes``, ``max_age_days``, ``max_sessions``), the
-archive is pruned after a compaction, at most once every :data:`PRUNE_EVERY` seconds.
+Only the durable part runs in the boundary: indexing for full-text search, checkpoints
+and pruning past a retention limit (``max_bytes``, ``max_age_days``, ``max_sessions``)
+follow in the background writer (:mod:`normandy_archive.maintenance`), scheduled by
+:func:`after_compact` and drained when the interpreter exits.
 """
 
 from __future__ import annotations
 
-import math
 import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from normandy_archive import maintenance
 from normandy_archive.backend import ArchiveBackend, open_archive
 from normandy_archive.errors import ArchiveError
 from normandy_archive.settings import ArchiveSettings, current_settings
+from normandy_archive.store import Archive
 from normandy_core import hookimpl
 
 if TYPE_CHECKING:
@@ -36,28 +38,26 @@ if TYPE_CHECKING:
 
     from normandy_core import AgentConfig, CompactionContext
 
-__all__ = ["PRUNE_EVERY", "after_compact", "before_commit"]
-
-#: Seconds between two automatic prunings of one archive (when a limit is set).
-PRUNE_EVERY = 60.0
+__all__ = ["after_compact", "before_commit"]
 
 _lock = threading.Lock()
 # only the archive in use: its connection stays open between compactions
-_current: dict[tuple[Path | str, float], ArchiveBackend] = {}
-_pruned: dict[str, float] = {}  # archive location -> time.monotonic() of the last pruning
+_current: dict[tuple[Path | str, float, str], ArchiveBackend] = {}
 
 
 def _archive(settings: ArchiveSettings) -> ArchiveBackend:
     target = settings.target
     assert target is not None
-    key = (target, settings.busy_timeout)
+    key = (target, settings.busy_timeout, settings.sync)
     with _lock:
         hit = _current.get(key)
         if hit is None:
             for old in _current.values():
                 old.close()  # a target no longer in use releases its connection
             _current.clear()
-            hit = _current[key] = open_archive(target, timeout=settings.busy_timeout)
+            hit = _current[key] = open_archive(
+                target, timeout=settings.busy_timeout, sync=settings.sync
+            )
         return hit
 
 
@@ -69,7 +69,9 @@ def _record(
     archive = _archive(settings)
     dropped = meta["dropped"]
     session = settings.session or acc.session_id
-    cid = archive.record(
+    record: Any = archive.record
+    extra = {"index": False} if isinstance(archive, Archive) else {}  # indexed afterwards
+    cid = record(
         dropped,
         session_id=session,
         compactor=acc.compactor,
@@ -77,6 +79,7 @@ def _record(
         model=ctx.model,
         mid_round=ctx.mid_round,
         meta=meta,
+        **extra,
     )
     stored = getattr(cid, "entries", len(dropped))
     existing = getattr(cid, "existing", 0)
@@ -95,24 +98,20 @@ def _record(
 
 
 def _maintain(settings: ArchiveSettings) -> None:
-    """Prune the archive past its retention limits (at most once every PRUNE_EVERY s)."""
-    if not settings.limited:
-        return
+    """Index, checkpoint and prune in the background writer (SQLite; PostgreSQL indexes
+    as it writes)."""
     archive = _archive(settings)
-    now = time.monotonic()
-    with _lock:
-        if now - _pruned.get(archive.location, -math.inf) < PRUNE_EVERY:
-            return
-        _pruned[archive.location] = now
-    days = settings.max_age_days
-    try:
-        archive.prune(
+    if not isinstance(archive, Archive):
+        return
+    limits = None
+    if settings.limited:
+        days = settings.max_age_days
+        limits = maintenance.Limits(
             max_bytes=settings.max_bytes,
             max_age_seconds=None if days is None else days * 86_400,
             max_sessions=settings.max_sessions,
         )
-    except ArchiveError as exc:
-        raise ArchiveError(f"the archive could not be pruned to its limits: {exc}") from exc
+    maintenance.schedule(archive, limits)
 
 
 @hookimpl

@@ -11,7 +11,7 @@
   caller's ids found in it (``source_ids``: tool-use and tool-result ids). A different
   version of the same entry id (a tool result cleared, then dropped) is another content,
   kept beside the first.
-* ``entry_sources``: ``source_id -> seq``, to find an entry by a caller's id.
+* ``entry_sources``: ``source_id -> content_hash``, to find an entry by a caller's id.
 * ``seen``: for each row, the session that last dropped its content and when (refreshed
   when another session drops it, or the same one after :data:`SEEN_REFRESH` seconds).
   Retention goes by it: pruning a session removes the content no more recent session
@@ -75,9 +75,9 @@ _TABLES = (
         archived_at   REAL NOT NULL
     )""",
     """CREATE TABLE IF NOT EXISTS entry_sources (
-        source_id TEXT NOT NULL,
-        seq       INTEGER NOT NULL,
-        PRIMARY KEY (source_id, seq)
+        source_id    TEXT NOT NULL,
+        content_hash TEXT NOT NULL,
+        PRIMARY KEY (source_id, content_hash)
     ) WITHOUT ROWID""",
     "CREATE TABLE IF NOT EXISTS archive_state (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
     """CREATE TABLE IF NOT EXISTS seen (
@@ -85,10 +85,8 @@ _TABLES = (
         session_id TEXT NOT NULL,
         at         REAL NOT NULL
     )""",
-    "CREATE INDEX IF NOT EXISTS seen_by_session ON seen (session_id, at)",
     "CREATE INDEX IF NOT EXISTS entries_by_id ON entries (entry_id, seq)",
     "CREATE INDEX IF NOT EXISTS entries_by_session ON entries (session_id, seq)",
-    "CREATE INDEX IF NOT EXISTS entries_by_compaction ON entries (compaction_id)",
     "CREATE INDEX IF NOT EXISTS compactions_by_session ON compactions (session_id, created_at)",
     "CREATE INDEX IF NOT EXISTS compactions_by_time ON compactions (created_at)",
 )
@@ -123,10 +121,23 @@ TEXT_SQL = """CASE json_type(e.entry_json, '$.content')
 END"""
 
 
-def content_hash(entry: Entry) -> str:
-    """SHA-256 of the entry's role and content (not its id, parent, turn or metadata)."""
-    data = entry.model_dump_json(include={"role", "content"})
-    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+def content_hash(entry: Entry, data: str | None = None) -> str:
+    """SHA-256 of the entry's role and content (not its id, parent, turn or metadata).
+
+    ``data`` is ``entry.model_dump_json()`` when the caller has it: the content's JSON
+    is then cut out of it (pydantic writes the fields in their declared order, and the
+    strings before the content cannot hold an unescaped quote) instead of serialized
+    again. Both ways hash the same bytes.
+    """
+    tail = _TAILS[entry.pinned]
+    if data is not None and not entry.metadata and data.endswith(tail):
+        content = data[data.index(',"content":') + 11 : -len(tail)]
+    else:
+        content = entry.model_dump_json(include={"content"})[11:-1]
+    return hashlib.sha256(f"{entry.role}\n{content}".encode()).hexdigest()
+
+
+_TAILS = {False: ',"pinned":false,"metadata":{}}', True: ',"pinned":true,"metadata":{}}'}
 
 
 def source_ids(entry: Entry) -> list[str]:
@@ -179,9 +190,16 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
     _copy(conn, rows)
     conn.execute("DROP TABLE entries_v1")
     conn.execute(
-        "UPDATE compactions SET entry_count = "
-        "(SELECT count(*) FROM entries e WHERE e.compaction_id = compactions.compaction_id)"
+        "CREATE TEMP TABLE moved (compaction_id TEXT PRIMARY KEY, n INTEGER) WITHOUT ROWID"
     )
+    conn.execute(
+        "INSERT INTO moved SELECT compaction_id, count(*) FROM entries GROUP BY compaction_id"
+    )
+    conn.execute(
+        "UPDATE compactions SET entry_count = coalesce((SELECT n FROM moved m "
+        "WHERE m.compaction_id = compactions.compaction_id), 0)"
+    )
+    conn.execute("DROP TABLE moved")
 
 
 def _copy(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
@@ -193,26 +211,13 @@ def _copy(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
     for seq, session, entry_id, turn_id, role, data, cid, at in rows:
         entry = Entry.model_validate_json(data)
         ids = source_ids(entry)
-        cur = conn.execute(
-            insert,
-            (
-                seq,
-                session,
-                entry_id,
-                content_hash(entry),
-                turn_id,
-                role,
-                data,
-                json.dumps(ids) if ids else None,
-                cid,
-                at,
-            ),
+        digest = content_hash(entry, data)
+        values = (seq, session, entry_id, digest, turn_id, role, data)
+        conn.execute(insert, (*values, json.dumps(ids) if ids else None, cid, at))
+        conn.executemany(
+            "INSERT OR IGNORE INTO entry_sources VALUES (?, ?)", [(i, digest) for i in ids]
         )
-        if cur.rowcount:
-            conn.executemany(
-                "INSERT OR IGNORE INTO entry_sources VALUES (?, ?)", [(i, seq) for i in ids]
-            )
-        conn.execute(SEEN_SQL, (session, at, content_hash(entry)))
+        conn.execute(SEEN_SQL, (session, at, digest))
 
 
 def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:
@@ -220,16 +225,17 @@ def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:
     transaction); how many were indexed."""
     row = conn.execute("SELECT value FROM archive_state WHERE key = 'indexed_seq'").fetchone()
     done = int(row[0]) if row else 0
-    top = conn.execute(
-        "SELECT max(seq) FROM (SELECT seq FROM entries WHERE seq > ? ORDER BY seq LIMIT ?)",
+    top, count = conn.execute(
+        "SELECT max(seq), count(*) FROM "
+        "(SELECT seq FROM entries WHERE seq > ? ORDER BY seq LIMIT ?)",
         (done, batch),
-    ).fetchone()[0]
-    if top is None:
+    ).fetchone()
+    if not count:
         return 0
-    cur = conn.execute(
+    conn.execute(
         f"INSERT INTO entries_fts (rowid, text) SELECT e.seq, {TEXT_SQL} "
         "FROM entries e WHERE e.seq > ? AND e.seq <= ?",
         (done, top),
     )
     conn.execute("UPDATE archive_state SET value = ? WHERE key = 'indexed_seq'", (top,))
-    return max(cur.rowcount, 0)
+    return int(count)

@@ -9,7 +9,7 @@ Each setting is resolved at every compaction, first match wins:
    value set there);
 3. the environment (:data:`ENV_URL`, :data:`ENV_PATH`, :data:`ENV_REQUIRED`,
    :data:`ENV_BUSY_TIMEOUT`, :data:`ENV_SESSION`, :data:`ENV_MAX_BYTES`,
-   :data:`ENV_MAX_AGE_DAYS`, :data:`ENV_MAX_SESSIONS`);
+   :data:`ENV_MAX_AGE_DAYS`, :data:`ENV_MAX_SESSIONS`, :data:`ENV_SYNC`);
 4. the defaults: the user data directory, required, a 5 s busy wait, the agent
    config's ``session_id`` as the session key, no limit.
 
@@ -40,6 +40,7 @@ __all__ = [
     "ENV_PATH",
     "ENV_REQUIRED",
     "ENV_SESSION",
+    "ENV_SYNC",
     "ENV_URL",
     "OFF",
     "ArchiveSettings",
@@ -70,6 +71,9 @@ ENV_MAX_BYTES = "NORMANDY_ARCHIVE_MAX_BYTES"
 ENV_MAX_AGE_DAYS = "NORMANDY_ARCHIVE_MAX_AGE_DAYS"
 #: Environment variable: at most this many sessions are kept, the most recent ones.
 ENV_MAX_SESSIONS = "NORMANDY_ARCHIVE_MAX_SESSIONS"
+#: Environment variable: ``normal`` (the default) or ``full``, how a commit reaches the
+#: disk (see :attr:`ArchiveSettings.sync`).
+ENV_SYNC = "NORMANDY_ARCHIVE_SYNC"
 
 #: The value of ``path`` (and of :data:`ENV_PATH`) that turns the archive off.
 OFF = "off"
@@ -84,6 +88,7 @@ _KEYS = (
     "max_bytes",
     "max_age_days",
     "max_sessions",
+    "sync",
 )
 _ENV = {
     "path": ENV_PATH,
@@ -93,6 +98,7 @@ _ENV = {
     "max_bytes": ENV_MAX_BYTES,
     "max_age_days": ENV_MAX_AGE_DAYS,
     "max_sessions": ENV_MAX_SESSIONS,
+    "sync": ENV_SYNC,
 }
 _UNITS = {
     "": 1,
@@ -135,6 +141,12 @@ class ArchiveSettings:
     """Sessions whose last compaction is older than this are pruned (``None``: none)."""
     max_sessions: int | None = None
     """At most this many sessions are kept, the most recent (``None``: no limit)."""
+    sync: str = "normal"
+    """``normal``: a commit is written to the operating system before the compaction goes
+    on (it survives the process being killed; SQLite's WAL ``synchronous=NORMAL``), and
+    the write-ahead log is flushed to the disk at checkpoints, in the background;
+    ``full``: every commit is also flushed to the disk before the compaction goes on
+    (it survives a power loss too, at the cost of an fsync per compaction)."""
 
     @property
     def limited(self) -> bool:
@@ -237,6 +249,10 @@ def _check(key: str, value: Any, where: str) -> Any:
         if isinstance(value, str) and value.strip():
             return value.strip()
         raise ArchiveConfigError(f"{where}: session must be a non-empty string, got {value!r}")
+    if key == "sync":
+        if isinstance(value, str) and value.strip().lower() in ("normal", "full"):
+            return value.strip().lower()
+        raise ArchiveConfigError(f"{where}: sync must be 'normal' or 'full', got {value!r}")
     if key == "max_bytes":
         try:
             return parse_size(value)
@@ -276,7 +292,7 @@ def _changes(kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
 
 def configure(**settings: Any) -> None:
     """Set archive settings for this process (``path``, ``required``, ``busy_timeout``,
-    ``session``, ``max_bytes``, ``max_age_days``, ``max_sessions``).
+    ``session``, ``max_bytes``, ``max_age_days``, ``max_sessions``, ``sync``).
 
     ``path`` is a file or :data:`OFF`; a value of ``None`` forgets what was set here, so
     the environment and the defaults apply again. Values are checked now.
@@ -351,5 +367,6 @@ def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
         max_bytes=values.get("max_bytes"),
         max_age_days=values.get("max_age_days"),
         max_sessions=values.get("max_sessions"),
+        sync=values.get("sync", "normal"),
         source=sources["path"],
     )

@@ -197,6 +197,10 @@ def _fts_query(query: str) -> str:
     return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
+#: Rows written but not indexed yet, and one term found in a row's searchable text.
+_UNINDEXED = "e.seq > (SELECT value FROM archive_state WHERE key = 'indexed_seq') AND "
+_CONTAINS = f"instr(lower({schema.TEXT_SQL}), lower(?)) > 0"
+
 #: Errors SQLite gives for a full-text query it cannot parse (with ``raw``).
 _QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
 
@@ -264,6 +268,14 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     except FileNotFoundError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+#: Milliseconds a background transaction waits for another process's write lock.
+_BACKGROUND_WAIT_MS = 20
+
+
+class ArchiveBusyError(ArchiveError):
+    """Another process holds the archive's write lock (background work tries later)."""
 
 
 #: The largest LIMIT or OFFSET SQLite takes (a signed 64-bit integer).
@@ -343,19 +355,45 @@ class Archive:
 
     ``timeout`` is the busy wait of a write, in seconds: how long it waits for another
     writer's lock before it fails with the archive's error (default: the
-    ``busy_timeout`` setting, 5 s).
+    ``busy_timeout`` setting, 5 s). ``sync`` is how a commit reaches the disk,
+    ``"normal"`` or ``"full"`` (default: the ``sync`` setting, see
+    :attr:`~normandy_archive.ArchiveSettings.sync`).
     """
 
+    #: Size of the write-ahead log past which the background writer checkpoints it.
+    WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
+    #: Size past which a write checkpoints it itself (no background writer keeping up).
+    WAL_MAX_BYTES = 64 * 1024 * 1024
+
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, timeout: float | None = None
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        timeout: float | None = None,
+        sync: str | None = None,
     ) -> None:
+        if timeout is None or sync is None:
+            settings = current_settings()
+            timeout = settings.busy_timeout if timeout is None else timeout
+            sync = settings.sync if sync is None else sync
         self.path = Path(path).expanduser() if path is not None else archive_path()
-        self.timeout = current_settings().busy_timeout if timeout is None else float(timeout)
+        self.timeout = float(timeout)
+        self.sync = sync
+        if self.sync not in ("normal", "full"):
+            raise ValueError(f"sync must be 'normal' or 'full', got {self.sync!r}")
         self._local = threading.local()
         self._write_lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self._wpid = 0
         self._wid: tuple[int, int] | None = None
+        self._checkpoint_lock = threading.Lock()
+        self._ckpt: sqlite3.Connection | None = None
+        self._ckpt_pid = 0
+        self.writers_waiting = 0
+        """Foreground writes waiting for the write lock (the background writer yields)."""
+        self.last_write = 0.0
+        """:func:`time.monotonic` of the last :meth:`record` (the background writer waits
+        for a pause before it indexes)."""
 
     def __repr__(self) -> str:
         return f"<Archive {str(self.path)!r}>"
@@ -508,7 +546,11 @@ class Archive:
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             self._init_schema(conn)
-            conn.execute("PRAGMA synchronous = FULL")
+            conn.execute(f"PRAGMA synchronous = {self.sync.upper()}")
+            # checkpoints are the background writer's (or a write's past WAL_MAX_BYTES);
+            # once checkpointed, the log restarts and is cut back to WAL_CHECKPOINT_BYTES
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            conn.execute(f"PRAGMA journal_size_limit = {self.WAL_CHECKPOINT_BYTES}")
             _owner_only(self.path)
         except BaseException as exc:
             conn.close()
@@ -532,9 +574,20 @@ class Archive:
             conn.close()
 
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[None]:
-        """This process's turn to write, waited for at most the busy timeout."""
-        if not self._write_lock.acquire(timeout=max(self.timeout, 0.001)):
+    def _writing(self, *, foreground: bool = False) -> Iterator[None]:
+        """This process's turn to write, waited for at most the busy timeout.
+
+        A ``foreground`` write (a compaction's) is counted while it waits, so the
+        background writer lets it go first between two of its batches.
+        """
+        if foreground:
+            self.writers_waiting += 1
+        try:
+            got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
+        finally:
+            if foreground:
+                self.writers_waiting -= 1
+        if not got:
             raise ArchiveError(
                 f"archive {str(self.path)!r}: another thread of this process held the write "
                 f"lock for more than {self.timeout:g} s (the busy_timeout setting)"
@@ -544,7 +597,9 @@ class Archive:
         finally:
             self._write_lock.release()
 
-    def _transaction(self, work: Any, doing: str) -> Any:
+    def _transaction(
+        self, work: Any, doing: str, *, foreground: bool = False, background: bool = False
+    ) -> Any:
         """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer.
 
         The real error is raised (as :class:`ArchiveError`), never one of the ROLLBACK
@@ -552,9 +607,11 @@ class Archive:
         path changed while it was written (deleted or rotated), the work is done again
         in the file now there: nothing is left only in an unlinked file.
         """
-        with self._writing():
+        with self._writing(foreground=foreground):
             for _ in range(3):
                 conn = self._writer()
+                if background:  # never hold this process's writes up waiting for another's
+                    conn.execute(f"PRAGMA busy_timeout = {_BACKGROUND_WAIT_MS}")
                 try:
                     conn.execute("BEGIN IMMEDIATE")
                     result = work(conn)
@@ -564,9 +621,15 @@ class Archive:
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute("ROLLBACK")
                     if isinstance(exc, sqlite3.Error):
+                        if background and "locked" in str(exc):
+                            raise ArchiveBusyError(f"archive {self.location!r}: busy") from exc
                         self._drop_writer()
                         raise self._error(exc, doing) from exc
                     raise
+                finally:
+                    if background:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
                 if _file_id(self.path) == self._wid:
                     return result
                 self._drop_writer(moved=True)
@@ -584,6 +647,11 @@ class Archive:
         with self._write_lock:
             if self._wpid == os.getpid():
                 self._drop_writer()
+        with self._checkpoint_lock:
+            ckpt, self._ckpt = self._ckpt, None
+            if ckpt is not None and self._ckpt_pid == os.getpid():
+                with contextlib.suppress(sqlite3.Error):
+                    ckpt.close()
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
         """Check the file is an archive (or empty), switch it to WAL, create or migrate."""
@@ -621,6 +689,7 @@ class Archive:
         meta: Mapping[str, Any] | None = None,
         compaction_id: str | None = None,
         at: float | None = None,
+        index: bool = True,
     ) -> Recorded:
         """Archive one compaction's dropped entries in one committed transaction.
 
@@ -628,7 +697,9 @@ class Archive:
         re-compaction of the same history) is not stored again; the compaction is
         recorded only when it stored something. All or nothing: a crash leaves either
         every entry it stored or none. Returns the compaction id with the counts
-        (:class:`Recorded`).
+        (:class:`Recorded`). With ``index`` false, full-text indexing is left to a later
+        :meth:`index` (the hook's background writer does it), so the transaction holds
+        only the durable part.
 
         :raises ArchiveError: it could not be written (disk full, locked past the busy
             timeout, permission, not an archive...), naming the archive and the cause;
@@ -637,17 +708,20 @@ class Archive:
         cid = compaction_id or uuid.uuid4().hex
         now = time.time() if at is None else at
         rows: dict[str, tuple[Any, ...]] = {}
+        sources: builtins.list[tuple[str, str]] = []
         for e in dropped:
-            digest = content_hash(e)
+            data = e.model_dump_json()
+            digest = content_hash(e, data)
             if digest not in rows:
                 ids = source_ids(e)
+                sources += [(i, digest) for i in ids]
                 rows[digest] = (
                     session_id,
                     e.id,
                     digest,
                     e.turn_id,
                     e.role,
-                    e.model_dump_json(),
+                    data,
                     json.dumps(ids) if ids else None,
                     cid,
                     now,
@@ -662,9 +736,8 @@ class Archive:
             )
             stored = max(cur.rowcount, 0)
             conn.executemany(schema.SEEN_SQL, [(session_id, now, h) for h in rows])
+            conn.executemany("INSERT OR IGNORE INTO entry_sources VALUES (?, ?)", sources)
             if not stored:
-                while schema.index_pending(conn):  # what a migration or a crash left
-                    pass
                 return 0
             info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
             conn.execute(
@@ -686,18 +759,66 @@ class Archive:
                     len(dropped),
                 ),
             )
-            conn.execute(
-                "INSERT OR IGNORE INTO entry_sources (source_id, seq) SELECT j.value, e.seq "
-                "FROM entries e, json_each(e.source_ids) j "
-                "WHERE e.compaction_id = ? AND e.source_ids IS NOT NULL",
-                (cid,),
-            )
-            while schema.index_pending(conn):
-                pass
             return stored
 
-        stored = self._transaction(work, f"could not record {len(rows)} entries")
+        self.last_write = time.monotonic()
+        stored = self._transaction(
+            work, f"could not record {len(rows)} entries", foreground=not index
+        )
+        self.last_write = time.monotonic()
+        if index:
+            self.index()
+        self.checkpoint(if_over=self.WAL_CHECKPOINT_BYTES if index else self.WAL_MAX_BYTES)
         return Recorded(cid, stored, len(rows) - stored)
+
+    def index(self, *, batch: int = 16, yield_to_writers: bool = False) -> int:
+        """Index for full-text search what was written and not indexed yet; how many.
+
+        In transactions of at most ``batch`` entries, so a writer waits for one batch at
+        most; with ``yield_to_writers`` (the background writer), a compaction waiting to
+        write goes first between two batches. Rows a killed process left unindexed are
+        indexed too.
+        """
+        done = 0
+        while True:
+            while yield_to_writers and self.writers_waiting:
+                time.sleep(0.0005)
+            n: int = self._transaction(
+                lambda conn: schema.index_pending(conn, batch),
+                "could not index",
+                background=yield_to_writers,
+            )
+            done += n
+            if n < batch:
+                return done
+
+    def checkpoint(self, *, if_over: int = 0) -> bool:
+        """Copy the write-ahead log into the database file (when it holds more than
+        ``if_over`` bytes); whether it did. Readers are never waited for."""
+        try:
+            size = os.stat(f"{self.path}-wal").st_size
+        except OSError:
+            return False
+        if size <= if_over:
+            return False
+        # on a connection of its own: a checkpoint runs beside a write, so it never holds
+        # a compaction up
+        with self._checkpoint_lock:
+            conn = self._ckpt
+            if conn is None or self._ckpt_pid != os.getpid() or _check_path(self.path) is None:
+                try:
+                    conn = sqlite3.connect(self.path, timeout=0, check_same_thread=False)
+                except sqlite3.Error as exc:
+                    raise self._error(exc, "could not checkpoint") from exc
+                self._ckpt, self._ckpt_pid = conn, os.getpid()
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error as exc:
+                self._ckpt = None
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+                raise self._error(exc, "could not checkpoint") from exc
+        return True
 
     # -- retention --------------------------------------------------------------------
 
@@ -815,33 +936,37 @@ class Archive:
                 "SELECT value FROM archive_state WHERE key = 'indexed_seq'"
             ).fetchone()
             indexed = int(row[0]) if row else 0
-            mine = "SELECT seq FROM seen WHERE session_id = ?"
-            for s in plan.sessions:
-                conn.execute(
-                    "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', e.seq, "
-                    f"{schema.TEXT_SQL} FROM entries e WHERE e.seq IN ({mine}) AND e.seq <= ?",
-                    (s.session_id, indexed),
-                )
-                conn.execute(f"DELETE FROM entry_sources WHERE seq IN ({mine})", (s.session_id,))
-                conn.execute(f"DELETE FROM entries WHERE seq IN ({mine})", (s.session_id,))
-                conn.execute("DELETE FROM seen WHERE session_id = ?", (s.session_id,))
-            if plan.sessions:
-                # what a removed session archived first and a kept one dropped since stays,
-                # under the kept session (its compaction_id still names the removed
-                # compaction that archived it first); compactions with nothing left go
-                doomed = [s.session_id for s in plan.sessions]
-                marks = ", ".join("?" * len(doomed))
-                conn.execute(
-                    "UPDATE entries SET session_id = "
-                    "(SELECT s.session_id FROM seen s WHERE s.seq = entries.seq) "
-                    f"WHERE session_id IN ({marks})",
-                    doomed,
-                )
-                conn.execute(f"DELETE FROM compactions WHERE session_id IN ({marks})", doomed)
-                conn.execute(
-                    "DELETE FROM compactions WHERE NOT EXISTS (SELECT 1 FROM entries e "
-                    "WHERE e.compaction_id = compactions.compaction_id)"
-                )
+            if not plan.sessions:
+                return 0
+            doomed = json.dumps([s.session_id for s in plan.sessions])
+            sessions = "SELECT value FROM json_each(?)"
+            mine = f"SELECT seq FROM seen WHERE session_id IN ({sessions})"
+            conn.execute(
+                "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', e.seq, "
+                f"{schema.TEXT_SQL} FROM entries e WHERE e.seq IN ({mine}) AND e.seq <= ?",
+                (doomed, indexed),
+            )
+            conn.execute(
+                "DELETE FROM entry_sources WHERE content_hash IN "
+                f"(SELECT content_hash FROM entries WHERE seq IN ({mine}))",
+                (doomed,),
+            )
+            conn.execute(f"DELETE FROM entries WHERE seq IN ({mine})", (doomed,))
+            conn.execute(f"DELETE FROM seen WHERE session_id IN ({sessions})", (doomed,))
+            # what a removed session archived first and a kept one dropped since stays,
+            # under the kept session (its compaction_id still names the removed
+            # compaction that archived it first); compactions with nothing left go
+            conn.execute(
+                "UPDATE entries SET session_id = "
+                "(SELECT s.session_id FROM seen s WHERE s.seq = entries.seq) "
+                f"WHERE session_id IN ({sessions})",
+                (doomed,),
+            )
+            conn.execute(f"DELETE FROM compactions WHERE session_id IN ({sessions})", (doomed,))
+            conn.execute(
+                "DELETE FROM compactions WHERE compaction_id NOT IN "
+                "(SELECT compaction_id FROM entries)"
+            )
             return plan.entries
 
         removed: int = self._transaction(work, "could not prune")
@@ -922,7 +1047,7 @@ class Archive:
         def where(v1: bool) -> str:
             if v1:  # no index of the caller's ids in a version-1 archive: look in the JSON
                 return "instr(e.entry_json, ?) > 0"
-            return "e.seq IN (SELECT seq FROM entry_sources WHERE source_id = ?)"
+            return "e.content_hash IN (SELECT content_hash FROM entry_sources WHERE source_id = ?)"
 
         params: builtins.list[Any] = [source_id]
         with self._connect() as conn:
@@ -960,20 +1085,34 @@ class Archive:
 
         Each whitespace-separated term must occur (punctuation taken literally); with
         ``raw`` the query is FTS5 syntax (``"exact phrase"``, ``OR``, ``NEAR``, ``pre*``).
+        Entries written but not indexed yet (the background writer indexes them shortly
+        after each compaction) are found too, after the indexed ones, by a plain
+        case-insensitive substring match of every term (not with ``raw``).
         """
         _page(limit, offset)
-        if not query.strip():
+        terms = query.replace("\x00", " ").split()
+        if not terms:
             return []
         text = query if raw else _fts_query(query)
         where, params = "", []
         if session_id is not None:
             where, params = " AND e.session_id = ?", [session_id]
-        return self._select(
+        wanted = min(offset + limit, MAX_ROWS)
+        found = self._select(
             "entries_fts MATCH ?" + where,
-            [text, *params, limit, offset],
-            "ORDER BY f.rank, e.seq LIMIT ? OFFSET ?",
+            [text, *params, wanted],
+            "ORDER BY f.rank, e.seq LIMIT ?",
             source="entries_fts f JOIN entries e ON e.seq = f.rowid",
         )
+        v1 = getattr(self._local, "version", SCHEMA_VERSION) == 1  # all indexed at once
+        if not raw and not v1 and len(found) < wanted:
+            tail = self._select(
+                _UNINDEXED + " AND ".join(_CONTAINS for _ in terms),
+                [*terms, *params, wanted - len(found)],
+                where + " ORDER BY e.seq LIMIT ?",
+            )
+            found += tail
+        return found[offset : offset + limit]
 
     def compactions(
         self, session_id: str | None = None, limit: int = 50, offset: int = 0
