@@ -472,3 +472,48 @@ def test_compact_and_the_command_say_where_the_dropped_content_went(path, tmp_pa
         assert normandy_main(args) == 0
     lines = capsys.readouterr().err.splitlines()
     assert "not archived: the archive is off (set by per call)" in lines[1]
+
+
+FORK = textwrap.dedent(
+    """
+    import os, sys, threading, time
+    from normandy_archive import Archive
+    from normandy_core.workload import generate_session
+    entries = list(generate_session(9, 10))
+    archive = Archive(sys.argv[1], timeout=1.0)
+    archive.record(entries[:3], session_id="parent")
+    held = threading.Event()
+
+    def hold():  # another thread is writing when the process forks
+        with archive._write_lock:
+            held.set()
+            time.sleep(3)
+
+    threading.Thread(target=hold, daemon=True).start()
+    held.wait()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            archive.record(entries[3:], session_id="child")
+        except BaseException as exc:
+            print("child failed:", exc, flush=True)
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print("child", os.waitstatus_to_exitcode(status), flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_child_forked_while_another_thread_writes_can_write(tmp_path):
+    path = tmp_path / "forked.sqlite3"
+    done = subprocess.run(
+        [sys.executable, "-c", FORK, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("child 0"), done
+    assert Archive(path).count("child") == len(list(generate_session(9, 10))) - 3

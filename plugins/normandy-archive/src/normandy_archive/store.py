@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -341,6 +342,20 @@ def _check_path(path: Path) -> tuple[int, int] | None:
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 #: Write connections inherited over ``fork``: never used or closed in the child.
 _inherited: builtins.list[sqlite3.Connection] = []
+#: Every Archive of the process, so a child made by ``fork`` gets fresh locks.
+_instances: weakref.WeakSet[Archive] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In the child: a lock another thread held at the fork would stay held for ever."""
+    for archive in list(_instances):
+        archive._write_lock = threading.Lock()
+        archive._checkpoint_lock = threading.Lock()
+        archive.writers_waiting = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class Archive:
@@ -383,6 +398,7 @@ class Archive:
             raise ValueError(f"sync must be 'normal' or 'full', got {self.sync!r}")
         self._local = threading.local()
         self._write_lock = threading.Lock()
+        _instances.add(self)
         self._wconn: sqlite3.Connection | None = None
         self._wpid = 0
         self._wid: tuple[int, int] | None = None
