@@ -11,9 +11,9 @@ installed plugin, as an agent has it.
   fresh SQLite file, required, ``sync=normal``) and once off (``path="off"``: the hook is
   loaded and says so), in alternating order; the session goes on with the compacted
   memory. Only compacting boundaries are reported. Two windows (24k and 128k tokens), and
-  each with the boundaries back to back (the worst case: the background writer competes
-  with the next boundary) or with a pause after each compaction standing for the model
-  call that follows it.
+  each with the boundaries back to back (the worst case: the background writer gets no
+  pause, and competes with the next boundaries) or with a 50 ms pause after each
+  compaction standing for the model call that follows it (real ones take seconds).
 * ``throughput``: ``Archive.record`` of batches of distinct entries: the durable write
   (what a boundary waits for), the indexing that follows (the background writer's work),
   and the durable write with ``sync=full``.
@@ -182,13 +182,13 @@ def recompaction(messages: int) -> dict[str, Any]:
 MODES = {
     "quick": {
         "boundaries": [(1_500, 24_000), (3_000, 128_000)],
-        "pause": 0.02,
+        "pause": 0.05,
         "throughput": 4_000,
         "recompaction": 2_000,
     },
     "full": {
         "boundaries": [(3_000, 24_000), (6_000, 128_000)],
-        "pause": 0.02,
+        "pause": 0.05,
         "throughput": 20_000,
         "recompaction": 10_000,
     },
@@ -263,7 +263,8 @@ def report(found: dict[str, Any]) -> str:
         + "\n\nThe same boundary (same config and memory) run with the archive on and off, "
         "in alternating order, medians over the compacting boundaries. *On*: the hook "
         "commits the dropped entries (new content only) in the boundary, `sync=normal`; "
-        "indexing, checkpoints and pruning follow in the background writer. *Off*: "
+        "indexing, checkpoints, pruning and serializing the entries the next compaction "
+        "drops follow in the background writer, in the pause after each compaction. *Off*: "
         "`NORMANDY_ARCHIVE_PATH=off` (the hook is loaded and notes it). Target: <= 1.5x.\n\n"
     )
     rows = []

@@ -443,7 +443,10 @@ def test_search_finds_what_is_not_indexed_yet(path):
     assert late.id in {h.entry.id for h in archive.search(word, limit=100)}
     raw = archive.search(f'"{word}"', raw=True, limit=100)  # raw FTS5 sees the index only
     assert late.id not in {h.entry.id for h in raw}
+    tool = next(e for e in entries[20:] if e.tool_uses)  # its caller ids are found too
+    assert tool.id in {i.entry.id for i in archive.by_source_id(tool.tool_uses[0].id)}
     assert archive.index() == len(entries) - 20
+    assert tool.id in {i.entry.id for i in archive.by_source_id(tool.tool_uses[0].id)}
     assert late.id in {h.entry.id for h in archive.search(f'"{word}"', raw=True, limit=100)}
 
 
@@ -517,3 +520,17 @@ def test_a_child_forked_while_another_thread_writes_can_write(tmp_path):
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("child 0"), done
     assert Archive(path).count("child") == len(list(generate_session(9, 10))) - 3
+
+
+def test_entries_serialized_ahead_of_time_are_stored_byte_for_byte(path):
+    from normandy_archive import store
+
+    entries = list(generate_session(10, 30))
+    assert store.prepare(entries[:20]) == 20 and store.prepare(entries[:20]) == 0
+    archive = Archive(path)
+    archive.record(entries, session_id="s")  # 20 prepared, the rest serialized now
+    assert not {id(e) for e in entries} & set(store._prepared)  # used up
+    stored = {item.entry.id: item for item in archive.list("s", limit=100)}
+    for e in entries:
+        item = stored[e.id]
+        assert item.entry_json == e.model_dump_json() and item.content_hash == content_hash(e)

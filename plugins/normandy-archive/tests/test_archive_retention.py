@@ -153,3 +153,15 @@ def test_the_hook_prunes_past_the_limits(path, monkeypatch):
     sessions = {c.session_id for c in Archive(path).compactions()}
     assert sessions == {"agent-2", "agent-3"}
     _fts_ok(path)
+
+
+def test_prune_counts_what_is_not_indexed_yet(path):
+    archive = Archive(path)
+    for n in range(3):  # as the hook writes: indexed later, by the background writer
+        entries = list(generate_session(97 + n, 30))
+        archive.record(entries, session_id=f"p{n}", at=NOW - (3 - n) * DAY, index=False)
+    plan = archive.prune_plan(max_sessions=1)
+    assert [s.session_id for s in plan.sessions] == ["p0", "p1"]
+    assert archive.prune(max_sessions=1) == plan.entries > 0
+    assert {c.session_id for c in archive.compactions()} == {"p2"}
+    _fts_ok(path)

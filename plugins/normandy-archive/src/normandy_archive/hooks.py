@@ -97,9 +97,10 @@ def _record(
     }
 
 
-def _maintain(settings: ArchiveSettings) -> None:
-    """Index, checkpoint and prune in the background writer (SQLite; PostgreSQL indexes
-    as it writes)."""
+def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
+    """Index, checkpoint and prune in the background writer, and serialize the entries
+    the conversation keeps, the next compaction's dropped ones among them (SQLite;
+    PostgreSQL indexes as it writes)."""
     archive = _archive(settings)
     if not isinstance(archive, Archive):
         return
@@ -111,7 +112,7 @@ def _maintain(settings: ArchiveSettings) -> None:
             max_age_seconds=None if days is None else days * 86_400,
             max_sessions=settings.max_sessions,
         )
-    maintenance.schedule(archive, limits)
+    maintenance.schedule(archive, limits, acc.memory.entries())
 
 
 @hookimpl
@@ -150,7 +151,7 @@ def after_compact(
             f"(set by {settings.source})",
         }
     if settings.required:
-        _maintain(settings)
+        _maintain(settings, acc)
         return None
     try:
         note = _record(settings, acc, ctx, meta)
@@ -159,5 +160,5 @@ def after_compact(
             f"{len(dropped)} dropped entries were NOT archived (the archive is best-effort, "
             f"required=false, so the compaction stands): {exc}"
         ) from exc
-    _maintain(settings)
+    _maintain(settings, acc)
     return note

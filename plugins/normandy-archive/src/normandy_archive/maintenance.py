@@ -1,8 +1,9 @@
 """The archive's background writer: what follows a durable write, off the hot path.
 
 The hook commits a compaction's dropped entries in the boundary (that is what makes
-them durable); indexing them for full-text search, checkpointing the write-ahead log
-and pruning past the retention limits happen afterwards, in one daemon thread per
+them durable); indexing them (full text, caller ids), checkpointing the write-ahead log,
+pruning past the retention limits and serializing the entries the next compaction will
+drop (so that it does not have to) happen afterwards, in one daemon thread per
 process (:func:`schedule`). It waits for a pause in the compactions (:data:`IDLE`
 seconds without a write, at most :data:`MAX_DELAY` seconds after being asked), so a
 busy agent batches many compactions into few transactions, and it works in small
@@ -23,11 +24,13 @@ import math
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from normandy_archive.store import Archive
+    from normandy_core import Entry
 
 __all__ = ["DRAIN_TIMEOUT", "PRUNE_EVERY", "Limits", "drain", "schedule"]
 
@@ -38,7 +41,7 @@ DRAIN_TIMEOUT = 10.0
 #: Seconds between two prunings of one archive past its limits.
 PRUNE_EVERY = 60.0
 #: Seconds without a write the background writer waits for before it indexes.
-IDLE = 0.05
+IDLE = 0.01
 #: The longest it waits for such a pause, in seconds, before it indexes anyway.
 MAX_DELAY = 2.0
 
@@ -57,15 +60,15 @@ class _Writer:
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.pending: dict[int, tuple[Archive, Limits | None]] = {}
+        self.pending: dict[int, tuple[Archive, Limits | None, Sequence[Entry]]] = {}
         self.busy = False
         self.thread: threading.Thread | None = None
         self.pruned: dict[str, float] = {}
         self.hurry = False  # draining: no waiting for a pause
 
-    def schedule(self, archive: Archive, limits: Limits | None) -> None:
+    def schedule(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
         with self.cond:
-            self.pending[id(archive)] = (archive, limits)
+            self.pending[id(archive)] = (archive, limits, upcoming)
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(
                     target=self.run, name="normandy-archive-writer", daemon=True
@@ -96,14 +99,14 @@ class _Writer:
                 self.pending.clear()
                 self.busy = True
             try:
-                for archive, limits in work:
-                    self.serve(archive, limits)
+                for archive, limits, upcoming in work:
+                    self.serve(archive, limits, upcoming)
             finally:
                 with self.cond:
                     self.busy = False
                     self.cond.notify_all()
 
-    def serve(self, archive: Archive, limits: Limits | None) -> None:
+    def serve(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
         latest = time.monotonic() + MAX_DELAY
         while not self.hurry:  # wait for a pause in the compactions, but not for ever
             now = time.monotonic()
@@ -111,8 +114,12 @@ class _Writer:
             if pause >= IDLE or now >= latest:
                 break
             time.sleep(min(IDLE - pause, latest - now))
-        from normandy_archive.store import ArchiveBusyError
+        from normandy_archive.store import ArchiveBusyError, prepare
 
+        try:
+            prepare(upcoming)
+        except Exception as exc:  # pragma: no cover - serializing a checked entry
+            log.error("archive %s: preparing entries failed: %s", archive.location, exc)
         try:
             archive.index(yield_to_writers=True)
             archive.checkpoint(if_over=archive.WAL_CHECKPOINT_BYTES)
@@ -139,10 +146,13 @@ class _Writer:
 _writer = _Writer()
 
 
-def schedule(archive: Archive, limits: Limits | None = None) -> None:
-    """Index what ``archive`` committed, checkpoint it, prune it past ``limits``: soon,
-    in the background writer thread."""
-    _writer.schedule(archive, limits)
+def schedule(
+    archive: Archive, limits: Limits | None = None, upcoming: Sequence[Entry] = ()
+) -> None:
+    """Index what ``archive`` committed, checkpoint it, prune it past ``limits``, and
+    serialize ``upcoming`` (the entries a compaction may drop next): soon, in the
+    background writer thread."""
+    _writer.schedule(archive, limits, upcoming)
 
 
 def drain(timeout: float = DRAIN_TIMEOUT) -> bool:

@@ -17,8 +17,11 @@
   Retention goes by it: pruning a session removes the content no more recent session
   dropped; content it shares with a kept session stays, under that session.
 * ``entries_fts``: a contentless FTS5 index of each row's searchable text, computed in SQL
-  from ``entry_json`` (:data:`TEXT_SQL`); ``archive_state.indexed_seq`` is the last row
-  indexed, so indexing can follow the durable write in its own transaction.
+  from ``entry_json`` (:data:`TEXT_SQL`).
+
+``archive_state.indexed_seq`` is the last row whose index entries (full text, caller ids,
+first ``seen``) are written: :func:`index_pending` writes them after the durable write,
+in a transaction of its own; readers look at the rows past the mark directly.
 """
 
 from __future__ import annotations
@@ -222,7 +225,8 @@ def _copy(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
 
 def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:
     """Index up to ``batch`` rows written since the last indexing (inside the caller's
-    transaction); how many were indexed."""
+    transaction): their full text, their caller ids, and their ``seen`` row when no later
+    drop wrote one; how many were indexed."""
     row = conn.execute("SELECT value FROM archive_state WHERE key = 'indexed_seq'").fetchone()
     done = int(row[0]) if row else 0
     top, count = conn.execute(
@@ -235,6 +239,17 @@ def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:
     conn.execute(
         f"INSERT INTO entries_fts (rowid, text) SELECT e.seq, {TEXT_SQL} "
         "FROM entries e WHERE e.seq > ? AND e.seq <= ?",
+        (done, top),
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO entry_sources SELECT j.value, e.content_hash "
+        "FROM entries e, json_each(e.source_ids) j "
+        "WHERE e.seq > ? AND e.seq <= ? AND e.source_ids IS NOT NULL",
+        (done, top),
+    )
+    conn.execute(
+        "INSERT OR IGNORE INTO seen SELECT seq, session_id, archived_at FROM entries "
+        "WHERE seq > ? AND seq <= ?",
         (done, top),
     )
     conn.execute("UPDATE archive_state SET value = ? WHERE key = 'indexed_seq'", (top,))

@@ -271,6 +271,41 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
+#: Entries serialized ahead of the compaction that drops them (:func:`prepare`):
+#: ``id(entry) -> (entry, JSON, content hash)``, at most :data:`PREPARED_MAX` of them.
+_prepared: dict[int, tuple[Entry, str, str]] = {}
+_prepared_lock = threading.Lock()
+#: How many entries :func:`prepare` keeps serialized at most (the oldest go first).
+PREPARED_MAX = 20_000
+
+
+def prepare(entries: Sequence[Entry]) -> int:
+    """Serialize and hash ``entries`` ahead of time (the background writer does it while
+    the model call runs, for the entries a compaction would drop next), so a compaction
+    that drops them does not; how many were new."""
+    done = 0
+    for e in entries:
+        if id(e) in _prepared:
+            continue
+        data = e.model_dump_json()
+        with _prepared_lock:
+            _prepared[id(e)] = (e, data, content_hash(e, data))
+            while len(_prepared) > PREPARED_MAX:
+                del _prepared[next(iter(_prepared))]
+        done += 1
+    return done
+
+
+def _serialized(e: Entry) -> tuple[str, str]:
+    """The entry's JSON and content hash: prepared ahead of time, or now."""
+    with _prepared_lock:
+        hit = _prepared.pop(id(e), None)
+    if hit is not None and hit[0] is e:
+        return hit[1], hit[2]
+    data = e.model_dump_json()
+    return data, content_hash(e, data)
+
+
 #: Milliseconds a background transaction waits for another process's write lock.
 _BACKGROUND_WAIT_MS = 20
 
@@ -724,13 +759,10 @@ class Archive:
         cid = compaction_id or uuid.uuid4().hex
         now = time.time() if at is None else at
         rows: dict[str, tuple[Any, ...]] = {}
-        sources: builtins.list[tuple[str, str]] = []
         for e in dropped:
-            data = e.model_dump_json()
-            digest = content_hash(e, data)
+            data, digest = _serialized(e)
             if digest not in rows:
                 ids = source_ids(e)
-                sources += [(i, digest) for i in ids]
                 rows[digest] = (
                     session_id,
                     e.id,
@@ -751,8 +783,9 @@ class Archive:
                 rows.values(),
             )
             stored = max(cur.rowcount, 0)
-            conn.executemany(schema.SEEN_SQL, [(session_id, now, h) for h in rows])
-            conn.executemany("INSERT OR IGNORE INTO entry_sources VALUES (?, ?)", sources)
+            if stored < len(rows):  # content dropped before: this session saw it last
+                conn.executemany(schema.SEEN_SQL, [(session_id, now, h) for h in rows])
+            # (the caller ids and seen rows of new content are written with its index)
             if not stored:
                 return 0
             info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
@@ -852,9 +885,10 @@ class Archive:
         free = conn.execute("PRAGMA freelist_count").fetchone()[0]
         used = (pages - free) * page_size
         rows = conn.execute(
-            "SELECT s.session_id, max(s.at) AS last, count(*), "
-            "coalesce(sum(length(e.entry_json)), 0) FROM seen s JOIN entries e ON e.seq = s.seq "
-            "GROUP BY s.session_id ORDER BY last, s.session_id"
+            "SELECT coalesce(s.session_id, e.session_id) AS sid, "
+            "max(coalesce(s.at, e.archived_at)) AS last, count(*), "
+            "coalesce(sum(length(e.entry_json)), 0) FROM entries e "
+            "LEFT JOIN seen s ON s.seq = e.seq GROUP BY sid ORDER BY last, sid"
         ).fetchall()
         stored = sum(r[3] for r in rows) or 1
         sessions = [SessionUsage(r[0], r[1], r[2], used * r[3] // stored) for r in rows]
@@ -941,6 +975,8 @@ class Archive:
             return 0
 
         def work(conn: sqlite3.Connection) -> int:
+            while schema.index_pending(conn, 500):  # every row with its seen, first
+                pass
             plan = self._plan(
                 conn,
                 max_bytes=max_bytes,
@@ -1063,9 +1099,12 @@ class Archive:
         def where(v1: bool) -> str:
             if v1:  # no index of the caller's ids in a version-1 archive: look in the JSON
                 return "instr(e.entry_json, ?) > 0"
-            return "e.content_hash IN (SELECT content_hash FROM entry_sources WHERE source_id = ?)"
+            return (
+                "(e.content_hash IN (SELECT content_hash FROM entry_sources WHERE source_id = ?) "
+                "OR (" + _UNINDEXED + "instr(e.source_ids, ?) > 0))"
+            )
 
-        params: builtins.list[Any] = [source_id]
+        params: builtins.list[Any] = [source_id, json.dumps(source_id)]
         with self._connect() as conn:
             if conn is not None and self._local.version == 1:
                 params = [json.dumps(source_id)]
