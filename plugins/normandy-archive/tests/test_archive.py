@@ -530,6 +530,7 @@ def test_entries_serialized_ahead_of_time_are_stored_byte_for_byte(path):
     archive = Archive(path)
     archive.record(entries, session_id="s")  # 20 prepared, the rest serialized now
     assert not {id(e) for e in entries} & set(store._prepared)  # used up
+    assert store._prepared_bytes[0] == sum(len(x[1]) for x in store._prepared.values())
     stored = {item.entry.id: item for item in archive.list("s", limit=100)}
     for e in entries:
         item = stored[e.id]

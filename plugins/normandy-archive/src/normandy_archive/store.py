@@ -272,11 +272,13 @@ def _file_id(path: Path) -> tuple[int, int] | None:
 
 
 #: Entries serialized ahead of the compaction that drops them (:func:`prepare`):
-#: ``id(entry) -> (entry, JSON, content hash)``, at most :data:`PREPARED_MAX` of them.
+#: ``id(entry) -> (entry, JSON, content hash)``, at most :data:`PREPARED_MAX_BYTES` of
+#: JSON (the oldest go first; a write uses its entries up).
 _prepared: dict[int, tuple[Entry, str, str]] = {}
+_prepared_bytes = [0]
 _prepared_lock = threading.Lock()
-#: How many entries :func:`prepare` keeps serialized at most (the oldest go first).
-PREPARED_MAX = 20_000
+#: How much JSON :func:`prepare` keeps at most, in characters.
+PREPARED_MAX_BYTES = 16 * 1024 * 1024
 
 
 def prepare(entries: Sequence[Entry]) -> int:
@@ -288,10 +290,13 @@ def prepare(entries: Sequence[Entry]) -> int:
         if id(e) in _prepared:
             continue
         data = e.model_dump_json()
+        digest = content_hash(e, data)
         with _prepared_lock:
-            _prepared[id(e)] = (e, data, content_hash(e, data))
-            while len(_prepared) > PREPARED_MAX:
-                del _prepared[next(iter(_prepared))]
+            if id(e) not in _prepared:
+                _prepared[id(e)] = (e, data, digest)
+                _prepared_bytes[0] += len(data)
+            while _prepared_bytes[0] > PREPARED_MAX_BYTES and _prepared:
+                _prepared_bytes[0] -= len(_prepared.pop(next(iter(_prepared)))[1])
         done += 1
     return done
 
@@ -300,6 +305,8 @@ def _serialized(e: Entry) -> tuple[str, str]:
     """The entry's JSON and content hash: prepared ahead of time, or now."""
     with _prepared_lock:
         hit = _prepared.pop(id(e), None)
+        if hit is not None:
+            _prepared_bytes[0] -= len(hit[1])
     if hit is not None and hit[0] is e:
         return hit[1], hit[2]
     data = e.model_dump_json()
