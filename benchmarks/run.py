@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks import archive, core, peers, seam
+from benchmarks import archive, archive_backends, core, peers, seam
 from benchmarks.common import BUDGET, fmt_time, machine, median
 
 
@@ -351,13 +351,17 @@ def run(mode: Mode, log: Any = print) -> str:
             prow,
         ),
     )
+    section(
+        "7. The archive: a compacting boundary with it on and off, writes, re-compaction",
+        archive.report(archive.run_in_subprocess(mode.name)),
+    )
     section("Run", f"Total wall time: {time.perf_counter() - started:,.0f} s.")
     return "\n".join(parts)
 
 
 def archive_section(mode: Mode) -> tuple[str, str]:
     """Section 5b: archive write throughput, SQLite and PostgreSQL (title, markdown)."""
-    rows = archive.write_throughput(mode.archive_compactions, mode.archive_sizes)
+    rows = archive_backends.write_throughput(mode.archive_compactions, mode.archive_sizes)
     body = [
         [r["backend"], f"{r['size']:,}", "no server here", "-", "-"]
         if r["skipped"]

@@ -66,9 +66,12 @@ def _run_hooks(
     deadline: float | None,
     *,
     stop_at_first: bool,
+    notes: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, str]]:
     """Call ``hook`` on every hook plugin implementing it, each isolated from the others,
-    through pluggy's call path; one ``{"hook", "plugin", "error"}`` per failure."""
+    through pluggy's call path; one ``{"hook", "plugin", "error"}`` per failure. The notes
+    the hooks return (mappings) are appended to ``notes`` as ``{"hook", "plugin", "note"}``.
+    """
     pm = hook_manager()
     view = meta if isinstance(meta, CompactionMeta) else CompactionMeta(meta)
     errors: list[dict[str, str]] = []
@@ -84,10 +87,14 @@ def _run_hooks(
         what = describe_hook(impl.plugin_name)
         try:
             if deadline is None:
-                call_plugin(call)
+                returned = call_plugin(call)
             else:
                 share = max(deadline - time.monotonic(), 0.0) / (len(impls) - n)
-                run_bounded(call, share, f"normandy-hook-{impl.plugin_name}")
+                returned = run_bounded(call, share, f"normandy-hook-{impl.plugin_name}")
+            if notes is not None:
+                for note in returned or ():
+                    if isinstance(note, Mapping):
+                        notes.append({"hook": impl.plugin_name, "plugin": what, "note": dict(note)})
         except TimeoutError:
             text = "abandoned: it did not return within its share of compaction_timeout"
             log.error("%s of %s %s", hook, what, text)
@@ -107,6 +114,7 @@ def run_after_compact(
     meta: Mapping[str, Any],
     *,
     deadline: float | None = None,
+    notes: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, str]]:
     """Broadcast ``after_compact`` to every hook plugin, each isolated from the others.
 
@@ -115,9 +123,11 @@ def run_after_compact(
     ``deadline`` (a :func:`time.monotonic` value) each hook gets an equal share of the
     time left and is abandoned past it. Returns one
     ``{"hook": name, "plugin": description, "error": text}`` per hook that raised (any
-    exception, ``SystemExit`` included) or ran out of time, each also logged.
+    exception, ``SystemExit`` included) or ran out of time, each also logged. The notes
+    the hooks return are appended to ``notes`` (when given) as
+    ``{"hook": name, "plugin": description, "note": mapping}``.
     """
-    return _run_hooks("after_compact", acc, ctx, meta, deadline, stop_at_first=False)
+    return _run_hooks("after_compact", acc, ctx, meta, deadline, stop_at_first=False, notes=notes)
 
 
 def run_before_commit(
@@ -126,13 +136,16 @@ def run_before_commit(
     meta: Mapping[str, Any],
     *,
     deadline: float | None = None,
+    notes: list[dict[str, Any]] | None = None,
 ) -> dict[str, str] | None:
     """Ask every ``before_commit`` hook to record the compaction; the first refusal, or None.
 
     Every implementation is required: the first that raises or runs past its share of the
-    ``deadline`` stops the others and is returned as ``{"hook", "plugin", "error"}``.
+    ``deadline`` stops the others and is returned as ``{"hook", "plugin", "error"}``. The
+    notes the hooks return are appended to ``notes`` (when given), as for
+    :func:`run_after_compact`.
     """
-    errors = _run_hooks("before_commit", acc, ctx, meta, deadline, stop_at_first=True)
+    errors = _run_hooks("before_commit", acc, ctx, meta, deadline, stop_at_first=True, notes=notes)
     return errors[0] if errors else None
 
 
@@ -157,7 +170,8 @@ def run_compaction(
     ``tokens_removed`` with ``ctx.counter``. When something was dropped, every
     ``before_commit`` hook must accept it first (the first that raises refuses the
     compaction: the error path, the conversation kept), then the ``after_compact`` hooks
-    run; those that fail are listed in ``meta["hook_errors"]``.
+    run; those that fail are listed in ``meta["hook_errors"]``, and the notes hooks of
+    both kinds return in ``meta["hook_notes"]``.
 
     ``timeout`` (default: ``acc.compaction_timeout``; ``None``: unbounded) bounds the
     whole boundary, hooks included. Under it the compactor works on a private copy of the
@@ -204,7 +218,8 @@ def run_compaction(
         return result
     result = account(result, acc.memory, ctx)
     if result.meta.dropped:
-        refused = run_before_commit(result.acc, ctx, result.meta, deadline=deadline)
+        notes: list[dict[str, Any]] = []
+        refused = run_before_commit(result.acc, ctx, result.meta, deadline=deadline, notes=notes)
         if refused is not None:
             return _error(
                 acc,
@@ -212,9 +227,14 @@ def run_compaction(
                 f"{refused['plugin']} could not record the {len(result.meta.dropped)} dropped "
                 f"entries ({refused['error']}); the conversation is kept as it was",
             )
-        hook_errors = run_after_compact(result.acc, ctx, result.meta, deadline=deadline)
-        if hook_errors:
-            result = CompactionResult(result.acc, result.meta.replace(hook_errors=hook_errors))
+        hook_errors = run_after_compact(
+            result.acc, ctx, result.meta, deadline=deadline, notes=notes
+        )
+        if hook_errors or notes:
+            result = CompactionResult(
+                result.acc,
+                result.meta.replace(hook_errors=hook_errors or None, hook_notes=notes or None),
+            )
     return result
 
 

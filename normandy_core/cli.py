@@ -329,6 +329,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
         size = memory.tokens(counter)
         msg = f"not compacted: {size:,} tokens ({counter.name} count), 0 entries dropped"
     print(f"normandy compact: {src.name} ({fmt}, {len(memory)} entries): {msg}", file=sys.stderr)
+    for item in result.notes:  # what the hook plugins did with the dropped entries
+        message = item.get("note", {}).get("message")
+        if message:
+            print(f"normandy compact: {' '.join(str(message).split())}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -198,6 +198,11 @@ class CompactionMeta(dict[str, Any]):
         """One ``{"hook", "plugin", "error"}`` per ``after_compact`` hook that failed."""
         return tuple(dict.get(self, "hook_errors") or ())
 
+    @property
+    def hook_notes(self) -> tuple[Mapping[str, Any], ...]:
+        """One ``{"hook", "plugin", "note"}`` per note a hook returned, in the order run."""
+        return tuple(dict.get(self, "hook_notes") or ())
+
 
 class CompactionResult(NamedTuple):
     """A checked compaction: unpacks as the contract's ``(acc, meta)`` pair.

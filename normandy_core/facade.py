@@ -72,7 +72,8 @@ class CompactResult:
     ``messages``: the transcript in the format and shape it was given (a list, or a dict
     with ``messages`` and, for Anthropic, ``system``). ``meta``: the compactor's meta
     (``compacted``, and for ``window_manager`` ``tokens_before``, ``tokens_after``,
-    ``strategy``, ``dropped``...). ``memory``: the compacted conversation.
+    ``strategy``, ``dropped``...). ``memory``: the compacted conversation. :attr:`notes`:
+    what the hook plugins did with the dropped entries (an archive says where they went).
     """
 
     messages: Any
@@ -95,6 +96,23 @@ class CompactResult:
         """The compactor's error (the input is then returned unchanged), else ``None``."""
         err = self.meta.get("error")
         return None if err is None else str(err)
+
+    @property
+    def notes(self) -> tuple[Mapping[str, Any], ...]:
+        """What the hook plugins said they did with the dropped entries, in the order they
+        ran: one ``{"hook", "plugin", "note"}`` per note (``meta["hook_notes"]``). An
+        archive's note says where the dropped content went."""
+        return self.meta.hook_notes
+
+    def note(self, hook: str) -> Mapping[str, Any] | None:
+        """The last note of the hook plugin ``hook`` (its name, bare or qualified, such as
+        ``"archive"`` or ``"normandy_core.hooks:archive"``), or ``None``."""
+        found = None
+        for item in self.notes:
+            name = str(item.get("hook", ""))
+            if name == hook or name.rsplit(":", 1)[-1].split("@", 1)[0] == hook:
+                found = item.get("note")
+        return found
 
 
 def _as_dict(obj: Any) -> Any:

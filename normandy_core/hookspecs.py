@@ -159,7 +159,7 @@ class HookSpec:
     @hookspec
     def before_commit(
         acc: AgentConfig, ctx: CompactionContext, meta: CompactionMeta | Mapping[str, Any]
-    ) -> None:
+    ) -> Mapping[str, Any] | None:
         """Record what a compaction drops before it takes effect; raise to refuse it.
 
         Optional, for hook plugins that must not let a message go unrecorded (an archive
@@ -178,7 +178,12 @@ class HookSpec:
         :param acc: the config the compactor returned (the compacted conversation).
         :param ctx: the context the compactor was called with.
         :param meta: the checked result's meta, read-only, as :func:`after_compact` gets it.
-        :returns: nothing; return values are ignored.
+        :returns: ``None``, or a *note* for the caller: a mapping of JSON values saying what
+            the hook did (where it recorded the entries, how many), with an optional
+            ``"message"``, one line for people. When the compaction takes effect the
+            boundary lists every note in ``meta["hook_notes"]`` as ``{"hook": name,
+            "plugin": description, "note": note}`` (see :func:`after_compact`); a return
+            value that is not a mapping is ignored.
         :raises Exception: to refuse the compaction, with the reason in the message.
         """
         raise NotImplementedError  # pragma: no cover
@@ -187,7 +192,7 @@ class HookSpec:
     @hookspec
     def after_compact(
         acc: AgentConfig, ctx: CompactionContext, meta: CompactionMeta | Mapping[str, Any]
-    ) -> None:
+    ) -> Mapping[str, Any] | None:
         """React to a compaction that removed entries: archive them, log them, index them.
 
         Broadcast to every registered hook plugin (entry points in the
@@ -203,7 +208,15 @@ class HookSpec:
             (:class:`~normandy_core.CompactionMeta`): ``meta["dropped"]`` is a tuple of
             the removed entries (frozen), oldest first, each with the id it had and its
             original content. No hook can change what the next one receives.
-        :returns: nothing; return values are ignored.
+        :returns: ``None``, or a *note* for the caller: a mapping of JSON values saying what
+            the hook did (an archive says where it wrote the dropped entries), with an
+            optional ``"message"``, one line for people. The boundary lists the notes of
+            :func:`before_commit` and of this hook in ``meta["hook_notes"]``, in the order
+            the hooks ran, each as ``{"hook": name, "plugin": description, "note": note}``
+            (``name`` and ``description`` as in ``hook_errors``); ``compact()``'s result
+            gives them as :attr:`~normandy_core.CompactResult.notes` and the ``normandy
+            compact`` command prints each message on stderr. A return value that is not a
+            mapping is ignored.
 
         A hook that raises (any exception, ``SystemExit`` included) does not stop the others
         or the turn: the boundary logs the error and records it in ``meta["hook_errors"]``

@@ -46,6 +46,27 @@ CWD_INVOCATIONS = ("console script", "python -m")
 KILLED_PROCESSES = 2
 #: Processes compacting into one archive at once (alongside the killed ones).
 CONCURRENT_PROCESSES = 2
+#: File-size limits (RLIMIT_FSIZE, bytes) under which an agent archives until the disk is full.
+DISK_FULL_LIMITS = (256 * 1024, 600 * 1024)
+#: Compactions tried while another process holds the archive's write lock.
+LOCKED_COMPACTIONS = 3
+#: Ways the archive file disappears under a running agent.
+ROTATIONS = ("delete", "rotate")
+#: Agent sessions run against a read-only (0444) archive by a user the mode applies to.
+READ_ONLY_SESSIONS = 1
+#: Files at the archive path that are not an archive: another application's SQLite database
+#: (user_version 42) and a text file.
+FOREIGN_FILES = ("sqlite", "text")
+#: Symbolic links at the archive path.
+SYMLINKS = ("dangling", "to an archive")
+#: The two console scripts that read the archive.
+ARCHIVE_SCRIPTS = ("normandy archive", "normandy-archive")
+#: Full-text queries FTS5 refuses, given with --raw.
+FTS_RAW_ERRORS = ('"unbalanced', "AND", "foo AND", "NEAR(a b", "x:y", "*", "-x", "(")
+#: The same kinds of query without --raw (taken literally: never an error).
+ODD_QUERIES = ('"unbalanced', "AND", "NEAR(a b", "x:y", "*", "-x", "a\x00b", '"""')
+#: Bad values of --limit and --offset.
+BAD_NUMBERS = ("99999999999999999999", "-1", "abc", "1e3")
 #: Generated compactor results judged by both the conformance kit and the boundary.
 SEAM_VERDICTS = 60
 #: BaseExceptions raised by a compactor after appending to its input memory.
@@ -152,10 +173,90 @@ ROWS: tuple[Row, ...] = (
         "SIGKILL in the middle of a session of compactions with the archive hook, while "
         "other processes archive into the same file",
         f"{KILLED_PROCESSES} killed, {CONCURRENT_PROCESSES} running beside them",
-        "archive integrity ok; every completed compaction recallable byte for byte; "
-        "nothing of the surviving processes lost",
+        "archive integrity ok; every completed compaction recallable byte for byte and found "
+        "by search (indexed by the background writer or not yet); nothing of the surviving "
+        "processes lost; the next write indexes what the killed ones left",
         "plugins/normandy-archive/tests/test_archive_crash.py"
         "::test_sigkill_mid_compaction_with_concurrent_writers",
+    ),
+    Row(
+        "Disk full under a required archive: agents compacting with a file-size limit "
+        "(`RLIMIT_FSIZE`) of " + " and ".join(f"{n // 1024} KiB" for n in DISK_FULL_LIMITS),
+        f"{len(DISK_FULL_LIMITS)} sessions of 700 messages",
+        "every compaction the archive could not record refused with SQLite's own error "
+        "(`database or disk is full`, never `cannot rollback`), the conversation kept; "
+        "nothing lost",
+        "plugins/normandy-archive/tests/test_archive_faults.py"
+        "::test_disk_full_refuses_the_compaction_and_loses_nothing",
+    ),
+    Row(
+        "Disk full under a best-effort archive (`NORMANDY_ARCHIVE_REQUIRED=0`), same limits",
+        f"{len(DISK_FULL_LIMITS)} sessions of 700 messages",
+        "every compaction stands; every entry it could not archive is counted in "
+        "`hook_errors`, and nothing else is missing",
+        "plugins/normandy-archive/tests/test_archive_faults.py"
+        "::test_disk_full_best_effort_counts_every_lost_entry",
+    ),
+    Row(
+        "Archive write-locked by another process past the busy wait",
+        f"{LOCKED_COMPACTIONS} compactions",
+        f"all {LOCKED_COMPACTIONS} refused after the bounded wait (0.5 s here, 5 s by "
+        "default), the conversation kept; archived once the lock was gone; nothing lost",
+        "plugins/normandy-archive/tests/test_archive_faults.py"
+        "::test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing",
+    ),
+    Row(
+        "Archive file " + " or ".join(f"{w}d" for w in ROTATIONS) + " under a running agent",
+        f"{len(ROTATIONS)} sessions",
+        "a new archive opened at the path; nothing written into an unlinked file; a rotated "
+        "file keeps what it had, whole",
+        "plugins/normandy-archive/tests/test_archive_faults.py"
+        "::test_a_deleted_or_rotated_archive_is_reopened_and_nothing_is_lost",
+    ),
+    Row(
+        "Read-only (0444) archive, for a user the mode applies to",
+        f"{READ_ONLY_SESSIONS} session of 300 messages",
+        "every compaction refused (`attempt to write a readonly database`), the "
+        "conversation kept; nothing lost; the archive untouched",
+        "plugins/normandy-archive/tests/test_archive_faults.py"
+        "::test_a_read_only_archive_refuses_compactions_and_loses_nothing",
+    ),
+    Row(
+        "Another application's file at the archive path (an SQLite database with "
+        "`user_version` 42, a text file), read by both commands and written by the hook",
+        f"{len(FOREIGN_FILES)} files x ({len(ARCHIVE_SCRIPTS)} commands x 3 reads + 1 compaction)",
+        "every read exit 2, one line (`is not a Normandy archive`); the compaction refused, "
+        "the conversation kept; not a byte of the file changed, no journal mode switched",
+        "plugins/normandy-archive/tests/test_archive_reads.py"
+        "::test_a_foreign_file_is_refused_and_left_untouched",
+    ),
+    Row(
+        "Symbolic link at the archive path: " + ", ".join(SYMLINKS),
+        f"{len(SYMLINKS)} links x ({len(ARCHIVE_SCRIPTS)} commands + 1 compaction)",
+        "refused for reading (exit 2, one line) and writing (compaction refused, conversation "
+        "kept); a dangling link's target never created",
+        "plugins/normandy-archive/tests/test_archive_reads.py"
+        "::test_a_symlink_at_the_archive_path_is_refused",
+    ),
+    Row(
+        "Read-only (0444) archive read by a user the mode applies to, in a writable and in a "
+        "read-only directory",
+        "2 directories",
+        "both read in full (`Archive` and `normandy-archive search`, exit 0)",
+        "plugins/normandy-archive/tests/test_archive_reads.py"
+        "::test_a_read_only_archive_can_be_read",
+    ),
+    Row(
+        "Bad queries and options for both archive commands: FTS5 syntax errors with `--raw`, "
+        "the same odd queries without it, `--limit`/`--offset` "
+        + ", ".join(f"`{n}`" for n in BAD_NUMBERS)
+        + ", a missing archive",
+        f"{len(ARCHIVE_SCRIPTS)} commands x ({len(FTS_RAW_ERRORS)} + {len(ODD_QUERIES)} "
+        f"queries, {2 * len(BAD_NUMBERS)} numbers, 3 reads of a missing file)",
+        "every error exit 2 with one line on stderr, never a traceback or an internal error; "
+        "odd queries without `--raw` answered (taken literally); nothing created",
+        "plugins/normandy-archive/tests/test_archive_reads.py"
+        "::test_bad_queries_and_options_exit_2_with_one_line",
     ),
     Row(
         "`NORMANDY_LOAD_PLUGINS` through `AgentConfig`, `compact()`, `run_turn` hooks, "

@@ -28,6 +28,7 @@ from normandy_core import (
     OptionsError,
     abandoned_threads,
     check_compaction,
+    compact,
     get_counter,
     hookimpl,
     register_compactor,
@@ -522,6 +523,66 @@ def test_before_commit_sees_the_checked_meta_and_then_after_compact_runs():
     register_hook(Durable(), name="durable")
     _, meta = run_compaction(_acc(_cut_two, n=6), mid_round=False)
     assert meta.compacted and order == [("before", 2), ("after", 2)]
+
+
+def test_hooks_return_notes_the_caller_sees_in_meta_and_compact_result():
+    class Archiver:
+        @hookimpl
+        def before_commit(self, acc, ctx, meta):
+            return {"where": "/tmp/a", "entries": len(meta["dropped"]), "message": "kept 2"}
+
+        @hookimpl
+        def after_compact(self, acc, ctx, meta):
+            return None  # nothing to say
+
+    class Chatty:
+        @hookimpl
+        def after_compact(self, acc, ctx, meta):
+            return "a string is not a note"  # ignored
+
+    class Indexer:
+        @hookimpl
+        def after_compact(self, acc, ctx, meta):
+            return {"indexed": True}
+
+    register_hook(Archiver(), name="archiver")
+    register_hook(Chatty(), name="chatty")
+    register_hook(Indexer(), name="indexer")
+    _, meta = run_compaction(_acc(_cut_two, n=6), mid_round=False)
+    assert meta.compacted and "hook_errors" not in meta
+    ours = [n for n in meta.hook_notes if n["hook"].startswith("code:")]  # the archive's aside
+    assert [(n["hook"], n["note"]) for n in ours] == [
+        ("code:archiver", {"where": "/tmp/a", "entries": 2, "message": "kept 2"}),
+        ("code:indexer", {"indexed": True}),
+    ]
+    assert ours[0]["plugin"] == "hook plugin 'code:archiver' (<registered in code>)"
+    # compact() gives them to its caller; note() finds one by the hook's bare name
+    register_compactor("probe", _Probe(_cut_two), replace=True)
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(6)
+    ]
+    result = compact(messages, compactor="probe")
+    assert result.compacted and result.notes == result.meta.hook_notes
+    assert result.note("archiver") == {"where": "/tmp/a", "entries": 2, "message": "kept 2"}
+    assert result.note("code:indexer") == {"indexed": True}
+    assert result.note("nobody") is None
+
+
+def test_a_refused_compaction_has_no_notes():
+    class Noting:
+        @hookimpl
+        def before_commit(self, acc, ctx, meta):
+            return {"where": "somewhere"}
+
+    class Refusing:
+        @hookimpl
+        def before_commit(self, acc, ctx, meta):
+            raise OSError("disk full")
+
+    register_hook(Refusing(), name="refusing")
+    register_hook(Noting(), name="noting")
+    _, meta = run_compaction(_acc(_cut_two, n=6), mid_round=False)
+    assert not meta.compacted and "hook_notes" not in meta and meta.hook_notes == ()
 
 
 def test_a_slow_before_commit_past_the_timeout_refuses_the_compaction():

@@ -74,6 +74,9 @@ emit({
     )
     d = out.data
     figures = {k: d["meta"].pop(k) for k in ("tokens_before", "tokens_after", "tokens_removed")}
+    # the workspace's archive hook (installed beside it) says where the dropped entries went
+    (note,) = d["meta"].pop("hook_notes")
+    assert note["hook"] == "normandy_core.hooks:archive" and note["note"]["entries"] == 2
     assert d["meta"] == {"compacted": True, "strategy": "tail"}
     # The boundary computes the token figures every compactor shares.
     assert figures["tokens_before"] > figures["tokens_after"] > 0

@@ -8,24 +8,63 @@ this distribution is installed. Read the archive back with :class:`Archive`::
     page = Archive().list(session_id, limit=50, offset=0)
     hits = Archive().search("TypeError billing")
 
-The file is :func:`archive_path`: :func:`set_archive_path`, else ``$NORMANDY_ARCHIVE_PATH``,
-else ``~/.local/share/normandy/archive.sqlite3``.
+The file is :func:`archive_path`: a per-call :func:`archive_settings`, else
+:func:`configure` (or :func:`set_archive_path`), else ``$NORMANDY_ARCHIVE_PATH``, else
+``~/.local/share/normandy/archive.sqlite3``; ``off`` turns the archive off. By default the
+archive is *required*: a compaction whose dropped entries cannot be written durably is
+refused (``NORMANDY_ARCHIVE_REQUIRED=0`` makes it best-effort).
 """
 
 from __future__ import annotations
 
+from normandy_archive.backend import ArchiveBackend, open_archive
 from normandy_archive.cli import main, register_cli
-from normandy_archive.paths import ENV_PATH, archive_path, default_archive_path, set_archive_path
-from normandy_archive.store import Archive, ArchivedEntry, CompactionRecord, searchable_text
+from normandy_archive.errors import ArchiveConfigError, ArchiveError, NotAnArchiveError
+from normandy_archive.paths import archive_path, set_archive_path
+from normandy_archive.settings import (
+    ENV_BUSY_TIMEOUT,
+    ENV_PATH,
+    ENV_REQUIRED,
+    ENV_SESSION,
+    ENV_URL,
+    OFF,
+    ArchiveSettings,
+    archive_settings,
+    configure,
+    current_settings,
+    default_archive_path,
+)
+from normandy_archive.store import (
+    Archive,
+    ArchivedEntry,
+    CompactionRecord,
+    Recorded,
+    searchable_text,
+)
 
 __all__ = [
+    "ENV_BUSY_TIMEOUT",
     "ENV_PATH",
+    "ENV_REQUIRED",
+    "ENV_SESSION",
+    "ENV_URL",
+    "OFF",
     "Archive",
+    "ArchiveBackend",
+    "ArchiveConfigError",
+    "ArchiveError",
+    "ArchiveSettings",
     "ArchivedEntry",
     "CompactionRecord",
+    "NotAnArchiveError",
+    "Recorded",
     "archive_path",
+    "archive_settings",
+    "configure",
+    "current_settings",
     "default_archive_path",
     "main",
+    "open_archive",
     "register_cli",
     "searchable_text",
     "set_archive_path",

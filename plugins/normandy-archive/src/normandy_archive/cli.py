@@ -3,6 +3,11 @@
 The core's ``normandy`` command adds the ``archive`` command by calling
 :func:`register_cli` with its argparse subparsers; each parsed namespace carries the
 function to run as ``args.func`` (it returns the exit status).
+
+Both commands read the archive read-only and answer every problem the same way: one
+line on stderr and exit status 2 (no archive at the path, a file that is not an
+archive, a symbolic link, a full-text query FTS5 refuses, a limit out of range), or 1
+for ``show`` of an id that is not archived.
 """
 
 from __future__ import annotations
@@ -14,11 +19,38 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from normandy_archive import select
-from normandy_archive.paths import ENV_PATH
-from normandy_archive.store import Archive, ArchivedEntry
+from normandy_archive.backend import ArchiveBackend, open_archive
+from normandy_archive.errors import ArchiveError
+from normandy_archive.settings import (
+    ENV_MAX_AGE_DAYS,
+    ENV_MAX_BYTES,
+    ENV_MAX_SESSIONS,
+    ENV_PATH,
+    current_settings,
+    parse_size,
+)
+from normandy_archive.store import MAX_ROWS, Archive, ArchivedEntry
 
-__all__ = ["add_commands", "main", "register_cli", "run"]
+__all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "add_commands", "main", "register_cli", "run"]
+
+#: Exit status of a bad query or option, a missing or unreadable archive.
+EXIT_ERROR = 2
+#: Exit status of ``show`` for an id that is not archived.
+EXIT_NOT_FOUND = 1
+
+
+class _Refused(Exception):
+    """A problem reported as one line and :data:`EXIT_ERROR`."""
+
+
+def _count(text: str, option: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_ROWS:
+        raise _Refused(f"{option} must be a whole number from 0 to {MAX_ROWS}, got {text!r}")
+    return value
 
 
 def _preview(item: ArchivedEntry, width: int = 60) -> str:
@@ -42,39 +74,123 @@ def _print_rows(items: Sequence[ArchivedEntry], as_json: bool, out: TextIO) -> N
         )
 
 
-def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Run a parsed ``archive`` command; return the exit status."""
-    out = out or sys.stdout
+def _size(n: int) -> str:
+    for unit, step in (("GB", 1000**3), ("MB", 1000**2), ("kB", 1000)):
+        if n >= step:
+            return f"{n / step:.1f} {unit}"
+    return f"{n} B"
+
+
+def _prune(args: argparse.Namespace, archive: ArchiveBackend, out: TextIO, prog: str) -> int:
+    settings = current_settings()
     try:
-        archive = select.archive_for(getattr(args, "url", None), args.path)
+        max_bytes = parse_size(args.max_bytes) if args.max_bytes is not None else None
     except ValueError as exc:
-        sys.stderr.write(f"normandy-archive: error: {exc}\n")
-        return 2
+        raise _Refused(f"--max-bytes: {exc}") from None
+    if max_bytes is None:
+        max_bytes = settings.max_bytes
+    days = _number(args.max_age_days, "--max-age-days", settings.max_age_days)
+    sessions = (
+        _count(args.max_sessions, "--max-sessions")
+        if args.max_sessions is not None
+        else settings.max_sessions
+    )
+    if (max_bytes, days, sessions) == (None, None, None):
+        raise _Refused(
+            f"no limit: give --max-bytes, --max-age-days or --max-sessions (or set "
+            f"{ENV_MAX_BYTES}, {ENV_MAX_AGE_DAYS} or {ENV_MAX_SESSIONS})"
+        )
+    age = None if days is None else days * 86_400
+    verb = "would remove" if args.dry_run else "removed"
+    if not isinstance(archive, Archive):  # another backend: its own count
+        removed = archive.prune(
+            max_bytes=max_bytes, max_age_seconds=age, max_sessions=sessions, dry_run=args.dry_run
+        )
+        out.write(f"{prog}: {verb} {removed:,} entries from {archive.location}\n")
+        return 0
+    plan = archive.prune_plan(max_bytes=max_bytes, max_age_seconds=age, max_sessions=sessions)
+    for s in plan.sessions:
+        when = dt.datetime.fromtimestamp(s.last).isoformat(timespec="seconds")
+        out.write(f"{s.session_id}  last {when}  {s.entries:,} entries  ~{_size(s.bytes)}\n")
+    entries = plan.entries
+    if not args.dry_run:  # chosen again in the transaction that removes them
+        entries = archive.prune(
+            max_bytes=max_bytes,
+            max_age_seconds=age,
+            max_sessions=sessions,
+            vacuum=args.vacuum,
+        )
+    out.write(
+        f"{prog}: {verb} {len(plan.sessions):,} of {plan.total_sessions:,} sessions "
+        f"({entries:,} entries, ~{_size(plan.bytes)}) from {archive.location}; "
+        f"{_size(plan.used_bytes)} in use before\n"
+    )
+    return 0
+
+
+def _number(text: str | None, option: str, default: float | None) -> float | None:
+    if text is None:
+        return default
     try:
-        return _run(archive, args, out)
-    except select.unavailable() as exc:
-        sys.stderr.write(f"normandy-archive: error: {exc}\n")
-        return 2
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise _Refused(f"{option} must be a number >= 0, got {text!r}")
+    return value
 
 
-def _run(archive: select.AnyArchive, args: argparse.Namespace, out: TextIO) -> int:
+def _open(args: argparse.Namespace) -> ArchiveBackend:
+    archive = open_archive(args.path) if args.path else open_archive()
+    if isinstance(archive, Archive) and not archive.exists():
+        raise _Refused(
+            f"no archive at {str(archive.path)!r} (nothing archived there yet; name another "
+            f"with --path or {ENV_PATH})"
+        )
+    return archive
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run a parsed ``archive`` command; return the exit status.
+
+    Every problem is one line on stderr and :data:`EXIT_ERROR`, never a traceback.
+    """
+    out = out or sys.stdout
+    prog = f"{getattr(args, 'archive_prog', 'normandy archive')} {args.archive_command}"
+    try:
+        return _run(args, out, prog)
+    except (_Refused, ArchiveError, ValueError, OSError) as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        sys.stderr.write(f"{prog}: {text}\n")
+        return EXIT_ERROR
+
+
+def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
     cmd = args.archive_command
+    if cmd in ("list", "search"):
+        limit = _count(args.limit, "--limit")
+        offset = _count(args.offset, "--offset")
+    archive = _open(args)
+    if cmd == "prune":
+        return _prune(args, archive, out, prog)
     if cmd == "list":
-        _print_rows(archive.list(args.session, args.limit, args.offset), args.json, out)
+        _print_rows(archive.list(args.session, limit, offset), args.json, out)
         return 0
     if cmd == "search":
         query = " ".join(args.query)
         found = archive.search(
-            query, session_id=args.session, limit=args.limit, offset=args.offset, raw=args.raw
+            query, session_id=args.session, limit=limit, offset=offset, raw=args.raw
         )
         _print_rows(found, args.json, out)
         return 0
     if cmd == "show":
         versions = archive.versions(args.entry_id, args.session)
+        by_source = getattr(archive, "by_source_id", None)
+        if not versions and by_source is not None:  # a caller's id: a tool call's, say
+            versions = by_source(args.entry_id, args.session)
         if not versions:
-            where = archive.path if isinstance(archive, Archive) else archive.location
-            sys.stderr.write(f"no archived entry {args.entry_id!r} in {where}\n")
-            return 1
+            sys.stderr.write(f"{prog}: no archived entry {args.entry_id!r} in {archive.location}\n")
+            return EXIT_NOT_FOUND
         chosen = versions if args.all else versions[:1]
         for item in chosen:
             if args.json:
@@ -86,40 +202,58 @@ def _run(archive: select.AnyArchive, args: argparse.Namespace, out: TextIO) -> i
 
 
 def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add ``--path``/``--url`` and the ``list``, ``show`` and ``search`` commands to ``parser``."""
+    """Add ``--path`` and the ``list``, ``show`` and ``search`` commands to ``parser``."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
-        "--path", default=None, help=f"archive file (default: ${ENV_PATH} or the user data dir)"
+        "--path",
+        default=None,
+        help=f"archive file or postgresql:// URL (default: ${ENV_PATH} or the user data dir)",
     )
     where.add_argument(
         "--url",
+        dest="path",
         default=None,
-        help=f"PostgreSQL archive, postgresql://... (default: ${select.ENV_URL} when set)",
+        metavar="URL",
+        help="a postgresql:// URL (the same as --path URL; default: $NORMANDY_ARCHIVE_URL)",
     )
     sub = parser.add_subparsers(dest="archive_command", required=True, metavar="COMMAND")
 
     def paging(p: argparse.ArgumentParser) -> None:
         p.add_argument("--session", default=None, help="only this session id")
-        p.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
-        p.add_argument("--offset", type=int, default=0, help="skip this many first")
+        p.add_argument("--limit", default="50", help="at most this many (default 50)")
+        p.add_argument("--offset", default="0", help="skip this many first")
         p.add_argument("--json", action="store_true", help="one JSON object per line")
 
     p_list = sub.add_parser("list", help="list archived entries, oldest first")
     paging(p_list)
-    p_show = sub.add_parser("show", help="print an archived entry as JSON, as it was dropped")
-    p_show.add_argument("entry_id")
+    p_show = sub.add_parser(
+        "show",
+        help="print an archived entry as JSON, as it was dropped (by entry id, or by a "
+        "tool-call / tool-use id it holds)",
+    )
+    p_show.add_argument("entry_id", metavar="ID")
     p_show.add_argument("--session", default=None, help="the session the entry belongs to")
     p_show.add_argument("--all", action="store_true", help="every archived version")
     p_show.add_argument("--json", action="store_true", help="with archive details")
-    p_search = sub.add_parser("search", help="full-text search, best match first")
+    p_search = sub.add_parser("search", help="full-text search (FTS5), best match first")
     p_search.add_argument("query", nargs="+")
-    p_search.add_argument(
-        "--raw",
-        action="store_true",
-        help="the query is FTS5 syntax (PostgreSQL: web-search syntax)",
-    )
+    p_search.add_argument("--raw", action="store_true", help="the query is FTS5 syntax")
     paging(p_search)
-    parser.set_defaults(func=run)
+    p_prune = sub.add_parser(
+        "prune",
+        help="remove whole sessions, oldest first, past a size, age or count limit",
+        description="Remove whole sessions, oldest first (a session's age is that of its "
+        "latest compaction), past the limits given or set in the environment. The most "
+        "recent session is never removed for size.",
+    )
+    p_prune.add_argument("--max-bytes", metavar="SIZE", help=f"such as 500MB ({ENV_MAX_BYTES})")
+    p_prune.add_argument("--max-age-days", metavar="D", help=f"({ENV_MAX_AGE_DAYS})")
+    p_prune.add_argument("--max-sessions", metavar="N", help=f"({ENV_MAX_SESSIONS})")
+    p_prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    p_prune.add_argument(
+        "--vacuum", action="store_true", help="then give the space back to the file system"
+    )
+    parser.set_defaults(func=run, archive_prog=parser.prog)
     return parser
 
 
@@ -138,5 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_commands(parser)
     args = parser.parse_args(argv)
-    status: int = args.func(args)
+    try:
+        status: int = args.func(args)
+    except KeyboardInterrupt:
+        sys.stderr.write("normandy-archive: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
     return status

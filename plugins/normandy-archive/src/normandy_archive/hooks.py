@@ -1,43 +1,164 @@
 """The ``archive`` hook plugin (entry point in ``normandy_core.hooks``): archive what was dropped.
 
 Loaded automatically once the distribution is installed; exclude it with
-``NORMANDY_DISABLE_PLUGINS=archive``. Each compaction is written in one transaction to
-:func:`~normandy_archive.archive_path`, or to the PostgreSQL database of
-``NORMANDY_ARCHIVE_URL`` when it is set (:mod:`normandy_archive.select`). A failure to
-write raises, so the boundary records it in ``meta["hook_errors"]`` and logs it: an
-archive that could not be written is never silent.
+``NORMANDY_DISABLE_PLUGINS=archive``, or turn it off with ``NORMANDY_ARCHIVE_PATH=off``.
+
+*Required* (the default): :func:`before_commit` writes the compaction's dropped entries
+in one committed transaction before the compaction takes effect. When that fails (disk
+full, the lock held past the busy wait, the file gone, no permission, not an archive),
+it raises with the archive's own error and the boundary refuses the compaction: the
+conversation is kept as it was, so nothing is removed without a record.
+
+*Best effort* (``required=false``: ``NORMANDY_ARCHIVE_REQUIRED=0``, or
+``configure(required=False)``): :func:`after_compact` writes after the compaction took
+effect; a failure is reported in ``meta["hook_errors"]`` with the number of entries
+that were not archived.
+
+Only the durable part runs in the boundary: indexing for full-text search, checkpoints
+and pruning past a retention limit (``max_bytes``, ``max_age_days``, ``max_sessions``)
+follow in the background writer (:mod:`normandy_archive.maintenance`), scheduled by
+:func:`after_compact` and drained when the interpreter exits.
 """
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normandy_archive import select
+from normandy_archive import maintenance
+from normandy_archive.backend import ArchiveBackend, open_archive
+from normandy_archive.errors import ArchiveError
+from normandy_archive.settings import ArchiveSettings, current_settings
+from normandy_archive.store import Archive
 from normandy_core import hookimpl
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from normandy_core import AgentConfig, CompactionContext
 
-__all__ = ["after_compact"]
+__all__ = ["after_compact", "before_commit"]
+
+_lock = threading.Lock()
+# only the archive in use: its connection stays open between compactions
+_current: dict[tuple[Path | str, float, str], ArchiveBackend] = {}
 
 
-def _archive() -> select.AnyArchive:
-    return select.current()
+def _archive(settings: ArchiveSettings) -> ArchiveBackend:
+    target = settings.target
+    assert target is not None
+    key = (target, settings.busy_timeout, settings.sync)
+    with _lock:
+        hit = _current.get(key)
+        if hit is None:
+            for old in _current.values():
+                old.close()  # a target no longer in use releases its connection
+            _current.clear()
+            hit = _current[key] = open_archive(
+                target, timeout=settings.busy_timeout, sync=settings.sync
+            )
+        return hit
 
 
-@hookimpl
-def after_compact(acc: AgentConfig, ctx: CompactionContext, meta: dict[str, Any]) -> None:
-    """Write every entry of ``meta["dropped"]`` to the archive, in one transaction."""
-    dropped = meta.get("dropped")
-    if not dropped:
-        return
+def _record(
+    settings: ArchiveSettings, acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Write the compaction; the note saying where it went."""
     strategy = meta.get("strategy")
-    _archive().record(
+    archive = _archive(settings)
+    dropped = meta["dropped"]
+    session = settings.session or acc.session_id
+    record: Any = archive.record
+    extra = {"index": False} if isinstance(archive, Archive) else {}  # indexed afterwards
+    cid = record(
         dropped,
-        session_id=acc.session_id,
+        session_id=session,
         compactor=acc.compactor,
         strategy=strategy if isinstance(strategy, str) else None,
         model=ctx.model,
         mid_round=ctx.mid_round,
         meta=meta,
+        **extra,
     )
+    stored = getattr(cid, "entries", len(dropped))
+    existing = getattr(cid, "existing", 0)
+    said = f"{stored} new, {existing} already there" if existing else "all new"
+    return {
+        "path": archive.location,
+        "session": session,
+        "entries": len(dropped),
+        "stored": stored,
+        "existing": existing,
+        "compaction_id": str(cid) if stored else None,
+        "required": settings.required,
+        "message": f"{len(dropped)} dropped entries archived to {archive.location} "
+        f"({said}; session {session})",
+    }
+
+
+def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
+    """Index, checkpoint and prune in the background writer, and serialize the entries
+    the conversation keeps, the next compaction's dropped ones among them (SQLite;
+    PostgreSQL indexes as it writes)."""
+    archive = _archive(settings)
+    if not isinstance(archive, Archive):
+        return
+    limits = None
+    if settings.limited:
+        days = settings.max_age_days
+        limits = maintenance.Limits(
+            max_bytes=settings.max_bytes,
+            max_age_seconds=None if days is None else days * 86_400,
+            max_sessions=settings.max_sessions,
+        )
+    maintenance.schedule(archive, limits, acc.memory.entries())
+
+
+@hookimpl
+def before_commit(
+    acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Required mode: write every dropped entry durably, or raise to refuse the compaction.
+
+    Returns the note saying where they went (``meta["hook_notes"]``).
+    """
+    if not meta.get("dropped"):
+        return None
+    settings = current_settings()
+    if settings.off or not settings.required:
+        return None
+    return _record(settings, acc, ctx, meta)
+
+
+@hookimpl
+def after_compact(
+    acc: AgentConfig, ctx: CompactionContext, meta: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Best-effort mode: write every dropped entry now; a failure names how many were lost.
+
+    With the archive off, the note says the dropped entries were not archived.
+    """
+    dropped = meta.get("dropped")
+    if not dropped:
+        return None
+    settings = current_settings()
+    if settings.off:
+        return {
+            "path": None,
+            "entries": 0,
+            "message": f"{len(dropped)} dropped entries not archived: the archive is off "
+            f"(set by {settings.source})",
+        }
+    if settings.required:
+        _maintain(settings, acc)
+        return None
+    try:
+        note = _record(settings, acc, ctx, meta)
+    except ArchiveError as exc:
+        raise ArchiveError(
+            f"{len(dropped)} dropped entries were NOT archived (the archive is best-effort, "
+            f"required=false, so the compaction stands): {exc}"
+        ) from exc
+    _maintain(settings, acc)
+    return note

@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from normandy_archive.errors import ArchiveError
 from normandy_archive.store import ArchivedEntry, CompactionRecord, searchable_text
 from normandy_core import Entry
 
@@ -120,7 +121,7 @@ _MAX_BIGINT = 2**63 - 1
 _ATTEMPTS = 5
 
 
-class PostgresArchiveError(RuntimeError):
+class PostgresArchiveError(ArchiveError, RuntimeError):
     """The PostgreSQL archive cannot be used: no schema, a newer schema, or a database error.
 
     The message names the archive (its URL without the password); the driver's
@@ -485,19 +486,23 @@ class PostgresArchive:
         *,
         max_age_seconds: float | None = None,
         max_sessions: int | None = None,
+        max_bytes: int | None = None,
         dry_run: bool = False,
     ) -> int:
         """Remove whole sessions, oldest first; return how many entry versions went.
 
         A session's age is that of its latest archived compaction. Sessions older than
-        ``max_age_seconds`` go, and so do all but the ``max_sessions`` most recent ones;
-        with neither limit nothing goes. A compaction archived into a chosen session
-        while this runs is kept, with the entry versions it added. With ``dry_run``
+        ``max_age_seconds`` go, and so do all but the ``max_sessions`` most recent ones,
+        and the oldest ones whose entries' JSON takes the total past ``max_bytes`` (the
+        newest session always stays); with no limit nothing goes. A compaction archived
+        into a chosen session while this runs is kept, with the entry versions it added. With ``dry_run``
         nothing is removed and the count is what would go. One transaction.
         """
         if max_sessions is not None and max_sessions < 0:
             raise ValueError(f"max_sessions must be >= 0, got {max_sessions}")
-        if max_age_seconds is None and max_sessions is None:
+        if max_bytes is not None and max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        if max_age_seconds is None and max_sessions is None and max_bytes is None:
             return 0
         cutoff = None if max_age_seconds is None else time.time() - max_age_seconds
         with self._wrapped(), self._connect() as conn:
@@ -510,12 +515,28 @@ class PostgresArchive:
                         "{s}.compactions GROUP BY session_id ORDER BY last DESC, session_id"
                     )
                 ).fetchall()
-                doomed = [
-                    (sid, top)
-                    for rank, (sid, last, top) in enumerate(rows)
-                    if (max_sessions is not None and rank >= max_sessions)
-                    or (cutoff is not None and last < cutoff)
-                ]
+                sizes: dict[str, int] = {}
+                if max_bytes is not None:
+                    sizes = {
+                        str(sid): int(n or 0)
+                        for sid, n in conn.execute(
+                            self._q(
+                                "SELECT c.session_id, sum(octet_length(e.entry_json)) FROM "
+                                "{s}.entries e JOIN {s}.compactions c "
+                                "ON e.compaction_id = c.compaction_id GROUP BY c.session_id"
+                            )
+                        ).fetchall()
+                    }
+                held = 0
+                doomed = []
+                for rank, (sid, last, top) in enumerate(rows):
+                    held += sizes.get(sid, 0)
+                    if (
+                        (max_sessions is not None and rank >= max_sessions)
+                        or (cutoff is not None and last < cutoff)
+                        or (max_bytes is not None and rank > 0 and held > max_bytes)
+                    ):
+                        doomed.append((sid, top))
                 if not doomed:
                     return 0
                 # what the chosen sessions held when they were chosen (by archive order,

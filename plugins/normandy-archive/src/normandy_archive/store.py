@@ -1,36 +1,35 @@
 """The SQLite archive of dropped entries: one transaction per compaction, WAL, owner-only file.
 
-Schema (version 1):
-
-* ``compactions``: one row per archived compaction (its own id, session, compactor,
-  strategy, model, mid-round flag, time, token figures, the meta without ``dropped``).
-* ``entries``: one row per distinct *version* of a dropped entry, unique on
-  ``(session_id, entry_id, content_hash)`` where the hash is the SHA-256 of the entry's
-  JSON. Writing the same entry twice is harmless (the second write is ignored); a
-  different version of the same id (a tool result cleared by ``clear_tool_results``,
-  then dropped by ``window_manager``) is kept beside the first, so nothing is lost. The
-  JSON is stored exactly as pydantic wrote it, so a recalled entry is equal, byte for
-  byte, to the one that was dropped.
-* ``entries_fts``: an FTS5 index over each version's searchable text.
+Entries are stored once by content (the schema is described in
+:mod:`normandy_archive.schema`): a compaction writes, in one committed transaction, the
+entries whose content the archive does not hold yet, with their session, the ids they
+had and the caller's ids found in them; then they are indexed for full-text search.
+Reads never write (``mode=ro``).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
-import hashlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
+import urllib.parse
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from normandy_archive import schema
+from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiveError
 from normandy_archive.paths import archive_path
+from normandy_archive.schema import SCHEMA_VERSION, content_hash, source_ids
+from normandy_archive.settings import current_settings
 from normandy_core import (
     Entry,
     TextBlock,
@@ -39,52 +38,19 @@ from normandy_core import (
     ToolUseBlock,
 )
 
-__all__ = ["Archive", "ArchivedEntry", "CompactionRecord", "searchable_text"]
-
-SCHEMA_VERSION = 1
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS compactions (
-        compaction_id TEXT PRIMARY KEY,
-        session_id    TEXT NOT NULL,
-        compactor     TEXT,
-        strategy      TEXT,
-        model         TEXT,
-        mid_round     INTEGER,
-        created_at    REAL NOT NULL,
-        entry_count   INTEGER NOT NULL,
-        tokens_before INTEGER,
-        tokens_after  INTEGER,
-        meta_json     TEXT NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS entries (
-        seq           INTEGER PRIMARY KEY AUTOINCREMENT,
-        session_id    TEXT NOT NULL,
-        entry_id      TEXT NOT NULL,
-        content_hash  TEXT NOT NULL,
-        turn_id       TEXT,
-        role          TEXT NOT NULL,
-        entry_json    TEXT NOT NULL,
-        text          TEXT NOT NULL,
-        compaction_id TEXT NOT NULL REFERENCES compactions (compaction_id),
-        archived_at   REAL NOT NULL,
-        UNIQUE (session_id, entry_id, content_hash)
-    )""",
-    "CREATE INDEX IF NOT EXISTS entries_by_id ON entries (entry_id, seq)",
-    "CREATE INDEX IF NOT EXISTS entries_by_session ON entries (session_id, seq)",
-)
-
-_FTS = (
-    """CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts
-        USING fts5(text, content='entries', content_rowid='seq')""",
-    """CREATE TRIGGER IF NOT EXISTS entries_fts_insert AFTER INSERT ON entries BEGIN
-        INSERT INTO entries_fts (rowid, text) VALUES (new.seq, new.text);
-    END""",
-)
+__all__ = [
+    "Archive",
+    "ArchivedEntry",
+    "CompactionRecord",
+    "PrunePlan",
+    "Recorded",
+    "SessionUsage",
+    "searchable_text",
+]
 
 _COLUMNS = (
     "e.seq, e.session_id, e.entry_json, e.content_hash, e.compaction_id, e.archived_at, "
-    "c.compactor, c.strategy"
+    "c.compactor, c.strategy, {source_ids}"
 )
 
 
@@ -105,6 +71,9 @@ class ArchivedEntry:
     strategy: str | None
     archived_at: float
     """Unix time of the compaction that archived it."""
+    source_ids: tuple[str, ...] = ()
+    """The caller's ids found in the entry: tool-use ids and the ids its tool results
+    answer (OpenAI tool-call ids, Anthropic tool-use ids)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the entry as JSON data)."""
@@ -119,6 +88,7 @@ class ArchivedEntry:
             "compactor": self.compactor,
             "strategy": self.strategy,
             "archived_at": self.archived_at,
+            "source_ids": list(self.source_ids),
             "entry": json.loads(self.entry_json),
         }
 
@@ -135,8 +105,71 @@ class CompactionRecord:
     mid_round: bool | None
     created_at: float
     entry_count: int
+    """Entries this compaction stored (content the archive did not hold yet)."""
     tokens_before: int | None
     tokens_after: int | None
+    dropped_count: int | None = None
+    """Entries the compaction dropped (stored now or already in the archive)."""
+
+
+@dataclass(frozen=True)
+class SessionUsage:
+    """One session of the archive: when it last dropped content, and what it holds.
+
+    A content belongs to the session that last dropped it (``seen``), so content two
+    sessions share is counted, and kept, with the more recent one.
+    """
+
+    session_id: str
+    last: float
+    """Unix time it last dropped content (refreshed at most hourly for the same content)."""
+    entries: int
+    bytes: int
+    """Bytes of the file it takes, estimated (its share of the stored JSON)."""
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    """The sessions a retention limit removes (oldest first), and the archive's size."""
+
+    sessions: tuple[SessionUsage, ...]
+    used_bytes: int
+    """Bytes of the file in use now (its pages, less the free ones)."""
+    total_sessions: int
+
+    @property
+    def entries(self) -> int:
+        """Entries the removed sessions hold."""
+        return sum(s.entries for s in self.sessions)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the removed sessions take (estimated)."""
+        return sum(s.bytes for s in self.sessions)
+
+
+class Recorded(str):
+    """What :meth:`Archive.record` returns: the compaction id (a ``str``), with counts.
+
+    ``entries`` were stored now; ``existing`` were already in the archive (their content
+    was archived before, by this session or another), so nothing was written for them;
+    ``stored`` says whether the compaction itself was recorded (only when it stored
+    something).
+    """
+
+    entries: int
+    existing: int
+
+    def __new__(cls, compaction_id: str, entries: int = 0, existing: int = 0) -> Recorded:
+        self = super().__new__(cls, compaction_id)
+        self.entries = entries
+        self.existing = existing
+        return self
+
+    @property
+    def stored(self) -> bool:
+        """Whether the compaction was recorded (it stored at least one entry)."""
+        return self.entries > 0
 
 
 def searchable_text(entry: Entry) -> str:
@@ -157,8 +190,20 @@ def searchable_text(entry: Entry) -> str:
 
 
 def _fts_query(query: str) -> str:
-    """Each whitespace-separated term as an FTS5 string (so punctuation is literal), ANDed."""
-    return " ".join('"' + t.replace('"', '""') + '"' for t in query.split())
+    """Each whitespace-separated term as an FTS5 string (so punctuation is literal), ANDed.
+
+    NUL, which would end an FTS5 string early, separates terms like whitespace.
+    """
+    terms = query.replace("\x00", " ").split()
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+#: Rows written but not indexed yet, and one term found in a row's searchable text.
+_UNINDEXED = "e.seq > (SELECT value FROM archive_state WHERE key = 'indexed_seq') AND "
+_CONTAINS = f"instr(lower({schema.TEXT_SQL}), lower(?)) > 0"
+
+#: Errors SQLite gives for a full-text query it cannot parse (with ``raw``).
+_QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -166,103 +211,527 @@ def _int_or_none(value: Any) -> int | None:
 
 
 def _secure_create(path: Path) -> None:
-    """Create the directory (0700) and the file (0600) before SQLite ever opens it."""
+    """Create the directory (0700) and the file (0600) before SQLite ever opens it.
+
+    Whatever sits at the path must be a regular file: a symbolic link (dangling or not)
+    is refused, so SQLite never creates or writes a file elsewhere with its own mode.
+    """
     parent = path.parent
     if not parent.exists():
         os.makedirs(parent, mode=0o700, exist_ok=True)
         with contextlib.suppress(OSError):
             os.chmod(parent, 0o700)
-    if not path.exists():
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            return  # another process created it first
-        os.close(fd)
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        what = f"archive {str(path)!r}" + ("" if p == path else f": {str(p)!r}")
+        if stat.S_ISLNK(st.st_mode):
+            raise ArchiveError(
+                f"{what} is a symbolic link; refusing to write through it (point the "
+                "archive path at a regular file)"
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise ArchiveError(f"{what} is not a regular file")
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o600)
+    except FileExistsError:
+        return  # there already, or another process created it first
+    os.close(fd)
+    # A -wal or -shm beside a database file just created belongs to a file that was
+    # deleted or moved away: SQLite would replay its frames into the new one.
+    for p in (Path(f"{path}-wal"), Path(f"{path}-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
+
+
+def _owner_only(path: Path) -> None:
+    """Take group and other permissions away from the archive's files (ours only)."""
+    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            st = os.lstat(p)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077 and st.st_uid == _euid():
+            os.chmod(p, stat.S_IMODE(st.st_mode) & 0o700)
+
+
+def _euid() -> int:
+    geteuid = getattr(os, "geteuid", None)
+    return geteuid() if geteuid is not None else -1
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    """``(device, inode)`` of the regular file at ``path`` (not followed), else ``None``."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+#: Entries serialized ahead of the compaction that drops them (:func:`prepare`):
+#: ``id(entry) -> (entry, JSON, content hash)``, at most :data:`PREPARED_MAX_BYTES` of
+#: JSON (the oldest go first; a write uses its entries up).
+_prepared: dict[int, tuple[Entry, str, str]] = {}
+_prepared_bytes = [0]
+_prepared_lock = threading.Lock()
+#: How much JSON :func:`prepare` keeps at most, in characters.
+PREPARED_MAX_BYTES = 16 * 1024 * 1024
+
+
+def prepare(entries: Sequence[Entry]) -> int:
+    """Serialize and hash ``entries`` ahead of time (the background writer does it while
+    the model call runs, for the entries a compaction would drop next), so a compaction
+    that drops them does not; how many were new."""
+    done = 0
+    for e in entries:
+        if id(e) in _prepared:
+            continue
+        data = e.model_dump_json()
+        digest = content_hash(e, data)
+        with _prepared_lock:
+            if id(e) not in _prepared:
+                _prepared[id(e)] = (e, data, digest)
+                _prepared_bytes[0] += len(data)
+            while _prepared_bytes[0] > PREPARED_MAX_BYTES and _prepared:
+                _prepared_bytes[0] -= len(_prepared.pop(next(iter(_prepared)))[1])
+        done += 1
+    return done
+
+
+def _serialized(e: Entry) -> tuple[str, str]:
+    """The entry's JSON and content hash: prepared ahead of time, or now."""
+    with _prepared_lock:
+        hit = _prepared.pop(id(e), None)
+        if hit is not None:
+            _prepared_bytes[0] -= len(hit[1])
+    if hit is not None and hit[0] is e:
+        return hit[1], hit[2]
+    data = e.model_dump_json()
+    return data, content_hash(e, data)
+
+
+#: Milliseconds a background transaction waits for another process's write lock.
+_BACKGROUND_WAIT_MS = 20
+
+
+class ArchiveBusyError(ArchiveError):
+    """Another process holds the archive's write lock (background work tries later)."""
+
+
+#: The largest LIMIT or OFFSET SQLite takes (a signed 64-bit integer).
+MAX_ROWS = 2**63 - 1
+#: The schema versions this code reads (a writer moves version 1 to version 2).
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
+
+
+def _page(limit: int, offset: int) -> tuple[int, int]:
+    for name, value in (("limit", limit), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ROWS:
+            raise ArchiveQueryError(
+                f"{name} must be a whole number from 0 to {MAX_ROWS}, got {value!r}"
+            )
+    return limit, offset
+
+
+def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The archive's schema version (0: an empty file); refuse another application's file.
+
+    Reads only: ``user_version`` and the table names.
+    """
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc) or "malformed" in str(exc):
+            raise NotAnArchiveError(
+                f"{str(path)!r} is not a Normandy archive ({exc}); refusing to touch it"
+            ) from exc
+        raise
+    if version == 0 and not tables:
+        return 0
+    if version not in READABLE_VERSIONS or not {"compactions", "entries"} <= tables:
+        raise NotAnArchiveError(
+            f"{str(path)!r} is not a Normandy archive (SQLite user_version {version}, tables: "
+            f"{', '.join(sorted(tables)) or 'none'}); refusing to touch it"
+        )
+    return version
+
+
+def _check_path(path: Path) -> tuple[int, int] | None:
+    """The file id of the archive at ``path`` to read; ``None`` when there is none.
+
+    A symbolic link is refused (dangling or not), as is anything but a regular file.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ArchiveError(f"archive {str(path)!r}: {exc.strerror or exc}") from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise ArchiveError(
+            f"archive {str(path)!r} is a symbolic link; refusing to follow it (point the "
+            "archive path at the file itself)"
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise ArchiveError(f"archive {str(path)!r} is not a regular file")
+    return (st.st_dev, st.st_ino)
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: Write connections inherited over ``fork``: never used or closed in the child.
+_inherited: builtins.list[sqlite3.Connection] = []
+#: Every Archive of the process, so a child made by ``fork`` gets fresh locks.
+_instances: weakref.WeakSet[Archive] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In the child: a lock another thread held at the fork would stay held for ever."""
+    for archive in list(_instances):
+        archive._write_lock = threading.Lock()
+        archive._checkpoint_lock = threading.Lock()
+        archive.writers_waiting = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 class Archive:
     """The archive file at ``path`` (default: :func:`~normandy_archive.archive_path`).
 
-    Each thread uses a connection of its own, kept open between calls (closing the last
-    connection of a WAL database checkpoints it, which would cost every compaction a
-    sync) and reopened after ``fork``, so an ``Archive`` may be shared by threads.
+    Writes go through one connection per process, kept open between calls (closing the
+    last connection of a WAL database checkpoints it, which would cost every compaction
+    a sync), reopened after ``fork`` and whenever the file at ``path`` is no longer the
+    one it has open (deleted or rotated), so nothing is written into an unlinked file.
+    Reads use a connection per thread, so an ``Archive`` may be shared by threads.
     Reading never creates the file.
+
+    ``timeout`` is the busy wait of a write, in seconds: how long it waits for another
+    writer's lock before it fails with the archive's error (default: the
+    ``busy_timeout`` setting, 5 s). ``sync`` is how a commit reaches the disk,
+    ``"normal"`` or ``"full"`` (default: the ``sync`` setting, see
+    :attr:`~normandy_archive.ArchiveSettings.sync`).
     """
 
+    #: Size of the write-ahead log past which the background writer checkpoints it.
+    WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
+    #: Size past which a write checkpoints it itself (no background writer keeping up).
+    WAL_MAX_BYTES = 64 * 1024 * 1024
+
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        timeout: float | None = None,
+        sync: str | None = None,
     ) -> None:
+        if timeout is None or sync is None:
+            settings = current_settings()
+            timeout = settings.busy_timeout if timeout is None else timeout
+            sync = settings.sync if sync is None else sync
         self.path = Path(path).expanduser() if path is not None else archive_path()
-        self.timeout = timeout
-        self._ready = False
-        self._fts = True
+        self.timeout = float(timeout)
+        self.sync = sync
+        if self.sync not in ("normal", "full"):
+            raise ValueError(f"sync must be 'normal' or 'full', got {self.sync!r}")
         self._local = threading.local()
+        self._write_lock = threading.Lock()
+        _instances.add(self)
+        self._wconn: sqlite3.Connection | None = None
+        self._wpid = 0
+        self._wid: tuple[int, int] | None = None
+        self._checkpoint_lock = threading.Lock()
+        self._ckpt: sqlite3.Connection | None = None
+        self._ckpt_pid = 0
+        self.writers_waiting = 0
+        """Foreground writes waiting for the write lock (the background writer yields)."""
+        self.last_write = 0.0
+        """:func:`time.monotonic` of the last :meth:`record` (the background writer waits
+        for a pause before it indexes)."""
 
     def __repr__(self) -> str:
         return f"<Archive {str(self.path)!r}>"
 
+    @property
+    def location(self) -> str:
+        """The archive file's path, for messages."""
+        return str(self.path)
+
+    def _error(self, exc: BaseException, doing: str = "") -> ArchiveError:
+        text = str(exc) or type(exc).__name__
+        name = getattr(exc, "sqlite_errorname", None)
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
+            text += (
+                f" (another writer held the lock for more than {self.timeout:g} s, the "
+                "busy_timeout setting)"
+            )
+        elif isinstance(name, str) and name.startswith(("SQLITE_FULL", "SQLITE_IOERR")):
+            text = f"{text} ({name})" + self._why_full()
+        what = f"archive {str(self.path)!r}"
+        return ArchiveError(f"{what}: {doing + ': ' if doing else ''}{text}")
+
+    def _why_full(self) -> str:
+        """What filled the disk, when it can be told: a file-size limit or no space left."""
+        try:
+            import resource
+
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
+            limit = -1
+        if limit >= 0 and limit != getattr(resource, "RLIM_INFINITY", -1):
+            sizes = []
+            for p in (self.path, Path(f"{self.path}-wal")):
+                with contextlib.suppress(OSError):
+                    sizes.append(p.stat().st_size)
+            return (
+                ": database or disk is full: this process may not write a file past "
+                f"{limit:,} bytes (RLIMIT_FSIZE); the archive's largest file has "
+                f"{max(sizes, default=0):,}"
+            )
+        with contextlib.suppress(OSError, AttributeError):
+            fs = os.statvfs(self.path.parent)
+            if fs.f_bavail == 0:
+                return ": database or disk is full: no space left on the file system"
+        return ""
+
     # -- connections ------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _connect(self, *, create: bool) -> Iterator[sqlite3.Connection | None]:
-        """This thread's connection (opened on first use; reopened after ``fork``)."""
-        local = self._local
-        conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is None or local.pid != os.getpid():
-            if create:
-                _secure_create(self.path)
-            elif not self.path.exists():
-                yield None
-                return
-            conn = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+    def exists(self) -> bool:
+        """Whether something is at the archive's path (a file, or a link that is refused)."""
+        return os.path.lexists(self.path)
+
+    def _open_reader(self) -> tuple[sqlite3.Connection, int] | None:
+        """A read-only connection (``mode=ro``); ``None`` for an empty file.
+
+        It never creates, migrates or changes anything: no schema, no journal mode. A
+        read-only archive in a read-only directory, without the -wal and -shm files a
+        WAL reader needs, is read as an immutable snapshot.
+        """
+        base = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
+        uris = [base]
+        if not os.path.lexists(f"{self.path}-wal"):
+            uris.append(base + "&immutable=1")
+        for n, uri in enumerate(uris):
+            conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
             try:
                 conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-                if not self._ready:
-                    self._init_schema(conn)
-                conn.execute("PRAGMA synchronous = FULL")
+                version = _archive_version(conn, self.path)
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                retry = "readonly" in str(exc) or "unable to open" in str(exc)
+                if n + 1 < len(uris) and retry:
+                    continue
+                raise
             except BaseException:
                 conn.close()
                 raise
-            local.conn, local.pid = conn, os.getpid()
+            if version == 0:
+                conn.close()
+                return None
+            return conn, version
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection | None]:
+        """This thread's read-only connection; ``None`` when there is no archive yet.
+
+        Reopened after ``fork`` and when the file at the path changed. A failure is
+        raised as :class:`ArchiveError` naming the archive.
+        """
+        local = self._local
+        fid = _check_path(self.path)
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is not None and (local.pid != os.getpid() or local.fid != fid):
+            if local.pid == os.getpid():
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+            conn = local.conn = None
+        if fid is None:
+            yield None
+            return
+        if conn is None:
+            try:
+                opened = self._open_reader()
+            except sqlite3.Error as exc:
+                raise self._error(exc, "cannot read it") from exc
+            if opened is None:
+                yield None
+                return
+            conn, local.version = opened
+            local.conn, local.pid, local.fid = conn, os.getpid(), fid
         try:
             yield conn
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
             # a connection that failed is not trusted again; the next call reopens one
             local.conn = None
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
+            if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(_QUERY_ERRORS):
+                raise ArchiveQueryError(f"bad full-text query: {exc}") from exc
+            raise self._error(exc, "cannot read it") from exc
+
+    def _writer(self) -> sqlite3.Connection:
+        """The write connection, reopened when the file at the path is not the open one."""
+        conn = self._wconn
+        if conn is not None and self._wpid != os.getpid():
+            _inherited.append(conn)  # the parent's: never used nor closed here
+            conn = self._wconn = None
+        if conn is not None:
+            if _file_id(self.path) == self._wid:
+                return conn
+            # Deleted or rotated: what is left goes into the old file, then a new
+            # archive is opened at the path.
+            self._drop_writer(moved=True)
+        return self._open_writer()
+
+    def _open_writer(self) -> sqlite3.Connection:
+        try:
+            _secure_create(self.path)
+            before = _file_id(self.path)
+            conn = sqlite3.connect(
+                self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+        except (OSError, sqlite3.Error) as exc:
+            raise self._error(exc, "cannot open it for writing") from exc
+        try:
+            if before is None or _file_id(self.path) != before:
+                raise ArchiveError(
+                    f"archive {str(self.path)!r}: the file was replaced while it was opened"
+                )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            self._init_schema(conn)
+            conn.execute(f"PRAGMA synchronous = {self.sync.upper()}")
+            # checkpoints are the background writer's (or a write's past WAL_MAX_BYTES);
+            # once checkpointed, the log restarts and is cut back to WAL_CHECKPOINT_BYTES
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
+            conn.execute(f"PRAGMA journal_size_limit = {self.WAL_CHECKPOINT_BYTES}")
+            _owner_only(self.path)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, (OSError, sqlite3.Error)):
+                raise self._error(exc, "cannot open it for writing") from exc
             raise
+        self._wconn, self._wpid, self._wid = conn, os.getpid(), before
+        return conn
+
+    def _drop_writer(self, *, moved: bool = False) -> None:
+        conn, self._wconn, self._wid = self._wconn, None, None
+        if conn is None:
+            return
+        if moved:
+            # SQLite does not checkpoint a moved file on close, and its -wal keeps the
+            # name the new file at the path will use: move the frames into the file
+            # they belong to (the rotated one) and empty the -wal now.
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
+
+    @contextlib.contextmanager
+    def _writing(self, *, foreground: bool = False) -> Iterator[None]:
+        """This process's turn to write, waited for at most the busy timeout.
+
+        A ``foreground`` write (a compaction's) is counted while it waits, so the
+        background writer lets it go first between two of its batches.
+        """
+        if foreground:
+            self.writers_waiting += 1
+        try:
+            got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
+        finally:
+            if foreground:
+                self.writers_waiting -= 1
+        if not got:
+            raise ArchiveError(
+                f"archive {str(self.path)!r}: another thread of this process held the write "
+                f"lock for more than {self.timeout:g} s (the busy_timeout setting)"
+            )
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    def _transaction(
+        self, work: Any, doing: str, *, foreground: bool = False, background: bool = False
+    ) -> Any:
+        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer.
+
+        The real error is raised (as :class:`ArchiveError`), never one of the ROLLBACK
+        after it (a failed COMMIT has often rolled back already). When the file at the
+        path changed while it was written (deleted or rotated), the work is done again
+        in the file now there: nothing is left only in an unlinked file.
+        """
+        with self._writing(foreground=foreground):
+            for _ in range(3):
+                conn = self._writer()
+                if background:  # never hold this process's writes up waiting for another's
+                    conn.execute(f"PRAGMA busy_timeout = {_BACKGROUND_WAIT_MS}")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    result = work(conn)
+                    conn.execute("COMMIT")
+                except BaseException as exc:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                    if isinstance(exc, sqlite3.Error):
+                        if background and "locked" in str(exc):
+                            raise ArchiveBusyError(f"archive {self.location!r}: busy") from exc
+                        self._drop_writer()
+                        raise self._error(exc, doing) from exc
+                    raise
+                finally:
+                    if background:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+                if _file_id(self.path) == self._wid:
+                    return result
+                self._drop_writer(moved=True)
+            raise ArchiveError(
+                f"archive {str(self.path)!r}: {doing}: the file kept being replaced while "
+                "it was written"
+            )
 
     def close(self) -> None:
-        """Close this thread's connection (another is opened on the next call)."""
+        """Close this thread's read connection and the write connection."""
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:
             conn.close()
+        with self._write_lock:
+            if self._wpid == os.getpid():
+                self._drop_writer()
+        with self._checkpoint_lock:
+            ckpt, self._ckpt = self._ckpt, None
+            if ckpt is not None and self._ckpt_pid == os.getpid():
+                with contextlib.suppress(sqlite3.Error):
+                    ckpt.close()
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
+        """Check the file is an archive (or empty), switch it to WAL, create or migrate."""
+        version = _archive_version(conn, self.path)
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
             raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
+        if version == SCHEMA_VERSION:
+            return
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for stmt in _SCHEMA:
-                conn.execute(stmt)
-            conn.execute("SAVEPOINT fts")
-            try:
-                for stmt in _FTS:
-                    conn.execute(stmt)
-                conn.execute("RELEASE fts")
-            except sqlite3.OperationalError:  # pragma: no cover - SQLite built without FTS5
-                conn.execute("ROLLBACK TO fts")
-                conn.execute("RELEASE fts")
-                self._fts = False
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            version = _archive_version(conn, self.path)  # another writer may have been first
+            if version == 0:
+                schema.create(conn)
+            else:
+                schema.migrate(conn, version)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
             raise
-        self._ready = True
 
     # -- writing ----------------------------------------------------------------------
 
@@ -278,74 +747,318 @@ class Archive:
         meta: Mapping[str, Any] | None = None,
         compaction_id: str | None = None,
         at: float | None = None,
-    ) -> str:
-        """Archive one compaction's dropped entries in one transaction; return its id.
+        index: bool = True,
+    ) -> Recorded:
+        """Archive one compaction's dropped entries in one committed transaction.
 
-        All or nothing: a crash leaves either every entry of the compaction or none.
-        Versions already archived for the session are skipped.
+        Content the archive already holds (dropped before by this session or another, a
+        re-compaction of the same history) is not stored again; the compaction is
+        recorded only when it stored something. All or nothing: a crash leaves either
+        every entry it stored or none. Returns the compaction id with the counts
+        (:class:`Recorded`). With ``index`` false, full-text indexing is left to a later
+        :meth:`index` (the hook's background writer does it), so the transaction holds
+        only the durable part.
+
+        :raises ArchiveError: it could not be written (disk full, locked past the busy
+            timeout, permission, not an archive...), naming the archive and the cause;
+            nothing of it was written.
         """
         cid = compaction_id or uuid.uuid4().hex
         now = time.time() if at is None else at
-        info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
-        meta_json = json.dumps(info, ensure_ascii=False, default=str)
-        rows = []
+        rows: dict[str, tuple[Any, ...]] = {}
         for e in dropped:
-            data = e.model_dump_json()
-            digest = hashlib.sha256(data.encode("utf-8")).hexdigest()
-            rows.append(
-                (session_id, e.id, digest, e.turn_id, e.role, data, searchable_text(e), cid, now)
+            data, digest = _serialized(e)
+            if digest not in rows:
+                ids = source_ids(e)
+                rows[digest] = (
+                    session_id,
+                    e.id,
+                    digest,
+                    e.turn_id,
+                    e.role,
+                    data,
+                    json.dumps(ids) if ids else None,
+                    cid,
+                    now,
+                )
+
+        def work(conn: sqlite3.Connection) -> int:
+            cur = conn.executemany(
+                "INSERT OR IGNORE INTO entries (session_id, entry_id, content_hash, turn_id, "
+                "role, entry_json, source_ids, compaction_id, archived_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows.values(),
             )
-        with self._connect(create=True) as conn:
-            assert conn is not None
-            conn.execute("BEGIN IMMEDIATE")
+            stored = max(cur.rowcount, 0)
+            if stored < len(rows):  # content dropped before: this session saw it last
+                conn.executemany(schema.SEEN_SQL, [(session_id, now, h) for h in rows])
+            # (the caller ids and seen rows of new content are written with its index)
+            if not stored:
+                return 0
+            info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
+            conn.execute(
+                "INSERT INTO compactions (compaction_id, session_id, compactor, strategy, "
+                "model, mid_round, created_at, entry_count, tokens_before, tokens_after, "
+                "meta_json, dropped_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    cid,
+                    session_id,
+                    compactor,
+                    strategy,
+                    model,
+                    None if mid_round is None else int(mid_round),
+                    now,
+                    stored,
+                    _int_or_none(info.get("tokens_before")),
+                    _int_or_none(info.get("tokens_after")),
+                    json.dumps(info, ensure_ascii=False, default=str),
+                    len(dropped),
+                ),
+            )
+            return stored
+
+        self.last_write = time.monotonic()
+        stored = self._transaction(
+            work, f"could not record {len(rows)} entries", foreground=not index
+        )
+        self.last_write = time.monotonic()
+        if index:
+            self.index()
+        self.checkpoint(if_over=self.WAL_CHECKPOINT_BYTES if index else self.WAL_MAX_BYTES)
+        return Recorded(cid, stored, len(rows) - stored)
+
+    def index(self, *, batch: int = 16, yield_to_writers: bool = False) -> int:
+        """Index for full-text search what was written and not indexed yet; how many.
+
+        In transactions of at most ``batch`` entries, so a writer waits for one batch at
+        most; with ``yield_to_writers`` (the background writer), a compaction waiting to
+        write goes first between two batches. Rows a killed process left unindexed are
+        indexed too.
+        """
+        done = 0
+        while True:
+            while yield_to_writers and self.writers_waiting:
+                time.sleep(0.0005)
+            n: int = self._transaction(
+                lambda conn: schema.index_pending(conn, batch),
+                "could not index",
+                background=yield_to_writers,
+            )
+            done += n
+            if n < batch:
+                return done
+
+    def checkpoint(self, *, if_over: int = 0) -> bool:
+        """Copy the write-ahead log into the database file (when it holds more than
+        ``if_over`` bytes); whether it did. Readers are never waited for."""
+        try:
+            size = os.stat(f"{self.path}-wal").st_size
+        except OSError:
+            return False
+        if size <= if_over:
+            return False
+        # on a connection of its own: a checkpoint runs beside a write, so it never holds
+        # a compaction up
+        with self._checkpoint_lock:
+            conn = self._ckpt
+            if conn is None or self._ckpt_pid != os.getpid() or _check_path(self.path) is None:
+                try:
+                    conn = sqlite3.connect(self.path, timeout=0, check_same_thread=False)
+                except sqlite3.Error as exc:
+                    raise self._error(exc, "could not checkpoint") from exc
+                self._ckpt, self._ckpt_pid = conn, os.getpid()
             try:
-                conn.execute(
-                    "INSERT INTO compactions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        cid,
-                        session_id,
-                        compactor,
-                        strategy,
-                        model,
-                        None if mid_round is None else int(mid_round),
-                        now,
-                        len(rows),
-                        _int_or_none(info.get("tokens_before")),
-                        _int_or_none(info.get("tokens_after")),
-                        meta_json,
-                    ),
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error as exc:
+                self._ckpt = None
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+                raise self._error(exc, "could not checkpoint") from exc
+        return True
+
+    # -- retention --------------------------------------------------------------------
+
+    @staticmethod
+    def _plan(
+        conn: sqlite3.Connection,
+        *,
+        max_bytes: int | None,
+        max_age_seconds: float | None,
+        max_sessions: int | None,
+        now: float | None,
+    ) -> PrunePlan:
+        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+        used = (pages - free) * page_size
+        rows = conn.execute(
+            "SELECT coalesce(s.session_id, e.session_id) AS sid, "
+            "max(coalesce(s.at, e.archived_at)) AS last, count(*), "
+            "coalesce(sum(length(e.entry_json)), 0) FROM entries e "
+            "LEFT JOIN seen s ON s.seq = e.seq GROUP BY sid ORDER BY last, sid"
+        ).fetchall()
+        stored = sum(r[3] for r in rows) or 1
+        sessions = [SessionUsage(r[0], r[1], r[2], used * r[3] // stored) for r in rows]
+        doomed: dict[str, SessionUsage] = {}
+        if max_age_seconds is not None:
+            cutoff = (time.time() if now is None else now) - max_age_seconds
+            doomed.update((s.session_id, s) for s in sessions if s.last < cutoff)
+        if max_sessions is not None:
+            extra = max(len(sessions) - max_sessions, 0)
+            doomed.update((s.session_id, s) for s in sessions[:extra])
+        if max_bytes is not None:
+            left = used - sum(s.bytes for s in doomed.values())
+            for s in sessions[:-1]:  # oldest first, never the newest session
+                if left <= max_bytes:
+                    break
+                if s.session_id not in doomed:
+                    doomed[s.session_id] = s
+                    left -= s.bytes
+        chosen = tuple(sorted(doomed.values(), key=lambda s: (s.last, s.session_id)))
+        return PrunePlan(chosen, used, len(sessions))
+
+    def prune_plan(
+        self,
+        *,
+        max_bytes: int | None = None,
+        max_age_seconds: float | None = None,
+        max_sessions: int | None = None,
+        now: float | None = None,
+    ) -> PrunePlan:
+        """What :meth:`prune` would remove with these limits (read-only).
+
+        Whole sessions go, oldest first (a session's age is that of the last content it
+        dropped; a content belongs to the session that dropped it last): those older than
+        ``max_age_seconds``, all but the ``max_sessions`` most recent, and, while the
+        file's bytes in use exceed ``max_bytes``, the oldest others, never the most
+        recent session.
+        """
+        with self._connect() as conn:
+            if conn is None:
+                return PrunePlan((), 0, 0)
+            if self._local.version == 1:
+                raise ArchiveError(
+                    f"archive {self.location!r} is of version 1: it is moved to version 2 by "
+                    "the next write (prune it, or archive a compaction, first)"
                 )
-                conn.executemany(
-                    "INSERT OR IGNORE INTO entries (session_id, entry_id, content_hash, turn_id, "
-                    "role, entry_json, text, compaction_id, archived_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        return cid
+            return self._plan(
+                conn,
+                max_bytes=max_bytes,
+                max_age_seconds=max_age_seconds,
+                max_sessions=max_sessions,
+                now=now,
+            )
+
+    def prune(
+        self,
+        *,
+        max_age_seconds: float | None = None,
+        max_sessions: int | None = None,
+        max_bytes: int | None = None,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        now: float | None = None,
+    ) -> int:
+        """Remove whole sessions, oldest first; how many entries went (or would go).
+
+        The sessions are those of :meth:`prune_plan`, chosen and removed in one
+        transaction (the content they dropped last, with its caller ids and index
+        entries; their compactions once nothing of them is left), so a compaction
+        archived meanwhile is never half removed. Content a removed session archived
+        first but a kept session dropped since stays, listed under the kept session. With
+        no limit nothing goes. ``vacuum`` then rewrites the file to give the space back
+        to the file system (otherwise SQLite reuses it for what is archived next).
+        """
+        if (max_age_seconds, max_sessions, max_bytes) == (None, None, None):
+            return 0
+        if dry_run:
+            return self.prune_plan(
+                max_bytes=max_bytes,
+                max_age_seconds=max_age_seconds,
+                max_sessions=max_sessions,
+                now=now,
+            ).entries
+        if not os.path.lexists(self.path):
+            return 0
+
+        def work(conn: sqlite3.Connection) -> int:
+            while schema.index_pending(conn, 500):  # every row with its seen, first
+                pass
+            plan = self._plan(
+                conn,
+                max_bytes=max_bytes,
+                max_age_seconds=max_age_seconds,
+                max_sessions=max_sessions,
+                now=now,
+            )
+            row = conn.execute(
+                "SELECT value FROM archive_state WHERE key = 'indexed_seq'"
+            ).fetchone()
+            indexed = int(row[0]) if row else 0
+            if not plan.sessions:
+                return 0
+            doomed = json.dumps([s.session_id for s in plan.sessions])
+            sessions = "SELECT value FROM json_each(?)"
+            mine = f"SELECT seq FROM seen WHERE session_id IN ({sessions})"
+            conn.execute(
+                "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', e.seq, "
+                f"{schema.TEXT_SQL} FROM entries e WHERE e.seq IN ({mine}) AND e.seq <= ?",
+                (doomed, indexed),
+            )
+            conn.execute(
+                "DELETE FROM entry_sources WHERE content_hash IN "
+                f"(SELECT content_hash FROM entries WHERE seq IN ({mine}))",
+                (doomed,),
+            )
+            conn.execute(f"DELETE FROM entries WHERE seq IN ({mine})", (doomed,))
+            conn.execute(f"DELETE FROM seen WHERE session_id IN ({sessions})", (doomed,))
+            # what a removed session archived first and a kept one dropped since stays,
+            # under the kept session (its compaction_id still names the removed
+            # compaction that archived it first); compactions with nothing left go
+            conn.execute(
+                "UPDATE entries SET session_id = "
+                "(SELECT s.session_id FROM seen s WHERE s.seq = entries.seq) "
+                f"WHERE session_id IN ({sessions})",
+                (doomed,),
+            )
+            conn.execute(f"DELETE FROM compactions WHERE session_id IN ({sessions})", (doomed,))
+            conn.execute(
+                "DELETE FROM compactions WHERE compaction_id NOT IN "
+                "(SELECT compaction_id FROM entries)"
+            )
+            return plan.entries
+
+        removed: int = self._transaction(work, "could not prune")
+        if vacuum:
+            with self._writing():
+                try:
+                    conn = self._writer()
+                    conn.execute("VACUUM")
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the file shrinks now
+                except sqlite3.Error as exc:
+                    self._drop_writer()
+                    raise self._error(exc, "could not vacuum") from exc
+        return removed
 
     # -- reading ----------------------------------------------------------------------
 
     def _select(
         self,
-        where: str,
+        where: str | Callable[[bool], str],
         params: Sequence[Any],
         tail: str,
         source: str = "entries e",
     ) -> builtins.list[ArchivedEntry]:
-        sql = (
-            f"SELECT {_COLUMNS} FROM {source} "
-            "JOIN compactions c ON c.compaction_id = e.compaction_id "
-            f"WHERE {where} {tail}"
-        )
-        with self._connect(create=False) as conn:
+        with self._connect() as conn:
             if conn is None:
                 return []
-            if "entries_fts" in source and not self._fts:  # pragma: no cover
-                raise RuntimeError("this SQLite has no FTS5: full-text search is unavailable")
+            v1 = self._local.version == 1
+            columns = _COLUMNS.format(source_ids="NULL" if v1 else "e.source_ids")
+            sql = (
+                f"SELECT {columns} FROM {source} "
+                "LEFT JOIN compactions c ON c.compaction_id = e.compaction_id "
+                f"WHERE {where(v1) if callable(where) else where} {tail}"
+            )
             rows = conn.execute(sql, params).fetchall()
         return [
             ArchivedEntry(
@@ -358,6 +1071,7 @@ class Archive:
                 archived_at=r[5],
                 compactor=r[6],
                 strategy=r[7],
+                source_ids=tuple(json.loads(r[8])) if r[8] else (),
             )
             for r in rows
         ]
@@ -375,10 +1089,39 @@ class Archive:
         """The entry as it was first dropped (its original content), or ``None``.
 
         Ids are unique within a session; pass ``session_id`` when several sessions may
-        share one. :meth:`versions` gives every version.
+        share one. :meth:`versions` gives every version. Content is stored once: an
+        entry whose content was archived before under another id (another session, a
+        re-compaction of the same history) is found under that first id, by its
+        caller's ids (:meth:`by_source_id`) or by :meth:`search`.
         """
         found = self.versions(entry_id, session_id)
         return found[0].entry if found else None
+
+    def by_source_id(
+        self, source_id: str, session_id: str | None = None
+    ) -> builtins.list[ArchivedEntry]:
+        """The archived entries holding the caller's id ``source_id`` (a tool-use id: the
+        call and its result), oldest first."""
+
+        def where(v1: bool) -> str:
+            if v1:  # no index of the caller's ids in a version-1 archive: look in the JSON
+                return "instr(e.entry_json, ?) > 0"
+            return (
+                "(e.content_hash IN (SELECT content_hash FROM entry_sources WHERE source_id = ?) "
+                "OR (" + _UNINDEXED + "instr(e.source_ids, ?) > 0))"
+            )
+
+        params: builtins.list[Any] = [source_id, json.dumps(source_id)]
+        with self._connect() as conn:
+            if conn is not None and self._local.version == 1:
+                params = [json.dumps(source_id)]
+        if session_id is not None:
+            return self._select(
+                lambda v1: where(v1) + " AND e.session_id = ?",
+                [*params, session_id],
+                "ORDER BY e.seq",
+            )
+        return self._select(where, params, "ORDER BY e.seq")
 
     def list(
         self, session_id: str | None = None, limit: int = 50, offset: int = 0
@@ -387,7 +1130,9 @@ class Archive:
         where, params = "1", []
         if session_id is not None:
             where, params = "e.session_id = ?", [session_id]
-        return self._select(where, [*params, limit, offset], "ORDER BY e.seq LIMIT ? OFFSET ?")
+        return self._select(
+            where, [*params, *_page(limit, offset)], "ORDER BY e.seq LIMIT ? OFFSET ?"
+        )
 
     def search(
         self,
@@ -402,19 +1147,34 @@ class Archive:
 
         Each whitespace-separated term must occur (punctuation taken literally); with
         ``raw`` the query is FTS5 syntax (``"exact phrase"``, ``OR``, ``NEAR``, ``pre*``).
+        Entries written but not indexed yet (the background writer indexes them shortly
+        after each compaction) are found too, after the indexed ones, by a plain
+        case-insensitive substring match of every term (not with ``raw``).
         """
-        if not query.strip():
+        _page(limit, offset)
+        terms = query.replace("\x00", " ").split()
+        if not terms:
             return []
         text = query if raw else _fts_query(query)
         where, params = "", []
         if session_id is not None:
             where, params = " AND e.session_id = ?", [session_id]
-        return self._select(
+        wanted = min(offset + limit, MAX_ROWS)
+        found = self._select(
             "entries_fts MATCH ?" + where,
-            [text, *params, limit, offset],
-            "ORDER BY f.rank, e.seq LIMIT ? OFFSET ?",
+            [text, *params, wanted],
+            "ORDER BY f.rank, e.seq LIMIT ?",
             source="entries_fts f JOIN entries e ON e.seq = f.rowid",
         )
+        v1 = getattr(self._local, "version", SCHEMA_VERSION) == 1  # all indexed at once
+        if not raw and not v1 and len(found) < wanted:
+            tail = self._select(
+                _UNINDEXED + " AND ".join(_CONTAINS for _ in terms),
+                [*terms, *params, wanted - len(found)],
+                where + " ORDER BY e.seq LIMIT ?",
+            )
+            found += tail
+        return found[offset : offset + limit]
 
     def compactions(
         self, session_id: str | None = None, limit: int = 50, offset: int = 0
@@ -423,12 +1183,15 @@ class Archive:
         where, params = "1", []
         if session_id is not None:
             where, params = "session_id = ?", [session_id]
-        with self._connect(create=False) as conn:
+        limit, offset = _page(limit, offset)
+        with self._connect() as conn:
             if conn is None:
                 return []
             rows = conn.execute(
                 "SELECT compaction_id, session_id, compactor, strategy, model, mid_round, "
-                "created_at, entry_count, tokens_before, tokens_after FROM compactions "
+                "created_at, entry_count, tokens_before, tokens_after, "
+                f"{'entry_count' if self._local.version == 1 else 'dropped_count'} "
+                "FROM compactions "
                 f"WHERE {where} ORDER BY created_at, rowid LIMIT ? OFFSET ?",
                 [*params, limit, offset],
             ).fetchall()
@@ -444,13 +1207,14 @@ class Archive:
                 entry_count=r[7],
                 tokens_before=r[8],
                 tokens_after=r[9],
+                dropped_count=r[10],
             )
             for r in rows
         ]
 
     def count(self, session_id: str | None = None) -> int:
         """How many entry versions are archived (in ``session_id``, or in all sessions)."""
-        with self._connect(create=False) as conn:
+        with self._connect() as conn:
             if conn is None:
                 return 0
             if session_id is None:

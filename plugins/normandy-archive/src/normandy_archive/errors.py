@@ -1,0 +1,26 @@
+"""The archive's errors: one message naming the archive and the real cause."""
+
+from __future__ import annotations
+
+__all__ = ["ArchiveConfigError", "ArchiveError", "ArchiveQueryError", "NotAnArchiveError"]
+
+
+class ArchiveError(Exception):
+    """The archive could not be read or written; the message names it and the cause.
+
+    The underlying error (``sqlite3.OperationalError: database or disk is full``, an
+    ``OSError``...) is chained as ``__cause__``.
+    """
+
+
+class NotAnArchiveError(ArchiveError):
+    """The file at the archive path is not a Normandy archive (another application's file)."""
+
+
+class ArchiveConfigError(ArchiveError, ValueError):
+    """A setting (environment variable or argument) of the archive has a bad value."""
+
+
+class ArchiveQueryError(ArchiveError, ValueError):
+    """A read was asked something it cannot answer: a full-text query SQLite's FTS5
+    refuses (with ``raw``), a limit or offset out of range."""

@@ -1,0 +1,180 @@
+"""The archive's background writer: what follows a durable write, off the hot path.
+
+The hook commits a compaction's dropped entries in the boundary (that is what makes
+them durable); indexing them (full text, caller ids), checkpointing the write-ahead log,
+pruning past the retention limits and serializing the entries the next compaction will
+drop (so that it does not have to) happen afterwards, in one daemon thread per
+process (:func:`schedule`). It waits for a pause in the compactions (:data:`IDLE`
+seconds without a write, at most :data:`MAX_DELAY` seconds after being asked), so a
+busy agent batches many compactions into few transactions, and it works in small
+transactions on the archive's own write connection, under the same lock as the hook's
+writes, letting a waiting compaction go first between two batches. It is drained when
+the interpreter exits (at most
+:data:`DRAIN_TIMEOUT` seconds, :func:`drain`); what a killed process left unindexed is
+indexed by the next writer, and searches meanwhile also look at the rows not yet
+indexed. A failure is logged (``normandy_archive`` logger) and tried again next time:
+nothing committed depends on it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from normandy_archive.store import Archive
+    from normandy_core import Entry
+
+__all__ = ["DRAIN_TIMEOUT", "PRUNE_EVERY", "Limits", "drain", "schedule"]
+
+log = logging.getLogger("normandy_archive")
+
+#: Seconds the interpreter's exit waits for the background writer to finish.
+DRAIN_TIMEOUT = 10.0
+#: Seconds between two prunings of one archive past its limits.
+PRUNE_EVERY = 60.0
+#: Seconds without a write the background writer waits for before it indexes.
+IDLE = 0.01
+#: The longest it waits for such a pause, in seconds, before it indexes anyway.
+MAX_DELAY = 2.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Retention limits to prune an archive to (``None``: no such limit)."""
+
+    max_bytes: int | None = None
+    max_age_seconds: float | None = None
+    max_sessions: int | None = None
+
+
+class _Writer:
+    """One daemon thread serving every archive of the process that has work."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.pending: dict[int, tuple[Archive, Limits | None, Sequence[Entry]]] = {}
+        self.busy = False
+        self.thread: threading.Thread | None = None
+        self.pruned: dict[str, float] = {}
+        self.hurry = False  # draining: no waiting for a pause
+
+    def schedule(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
+        with self.cond:
+            self.pending[id(archive)] = (archive, limits, upcoming)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self.run, name="normandy-archive-writer", daemon=True
+                )
+                self.thread.start()
+            self.cond.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            self.hurry = True
+            try:
+                while self.pending or self.busy:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self.thread is None or not self.thread.is_alive():
+                        return not (self.pending or self.busy)
+                    self.cond.wait(left)
+            finally:
+                self.hurry = False
+        return True
+
+    def run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending:
+                    self.cond.wait()
+                work = list(self.pending.values())
+                self.pending.clear()
+                self.busy = True
+            try:
+                for archive, limits, upcoming in work:
+                    self.serve(archive, limits, upcoming)
+            finally:
+                with self.cond:
+                    self.busy = False
+                    self.cond.notify_all()
+
+    def serve(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
+        latest = time.monotonic() + MAX_DELAY
+        while not self.hurry:  # wait for a pause in the compactions, but not for ever
+            now = time.monotonic()
+            pause = now - archive.last_write
+            if pause >= IDLE or now >= latest:
+                break
+            time.sleep(min(IDLE - pause, latest - now))
+        from normandy_archive.store import ArchiveBusyError, prepare
+
+        try:
+            prepare(upcoming)
+        except Exception as exc:  # pragma: no cover - serializing a checked entry
+            log.error("archive %s: preparing entries failed: %s", archive.location, exc)
+        try:
+            archive.index(yield_to_writers=True)
+            archive.checkpoint(if_over=archive.WAL_CHECKPOINT_BYTES)
+        except ArchiveBusyError:  # another process is writing: it indexes, or we do later
+            log.debug("archive %s: busy, indexing later", archive.location)
+        except Exception as exc:
+            log.error("archive %s: indexing failed (tried again later): %s", archive.location, exc)
+        if limits is None:
+            return
+        now = time.monotonic()
+        if now - self.pruned.get(archive.location, -math.inf) < PRUNE_EVERY:
+            return
+        self.pruned[archive.location] = now
+        try:
+            archive.prune(
+                max_bytes=limits.max_bytes,
+                max_age_seconds=limits.max_age_seconds,
+                max_sessions=limits.max_sessions,
+            )
+        except Exception as exc:
+            log.error("archive %s: pruning to its limits failed: %s", archive.location, exc)
+
+
+_writer = _Writer()
+
+
+def schedule(
+    archive: Archive, limits: Limits | None = None, upcoming: Sequence[Entry] = ()
+) -> None:
+    """Index what ``archive`` committed, checkpoint it, prune it past ``limits``, and
+    serialize ``upcoming`` (the entries a compaction may drop next): soon, in the
+    background writer thread."""
+    _writer.schedule(archive, limits, upcoming)
+
+
+def drain(timeout: float = DRAIN_TIMEOUT) -> bool:
+    """Wait (at most ``timeout`` seconds) until the background writer has nothing left
+    to do; whether it finished."""
+    return _writer.drain(timeout)
+
+
+def _at_exit() -> None:
+    if not drain(DRAIN_TIMEOUT):
+        log.warning(
+            "the archive's background writer did not finish within %g s; what it left "
+            "unindexed is indexed by the next write",
+            DRAIN_TIMEOUT,
+        )
+
+
+def _after_fork() -> None:
+    global _writer
+    _writer = _Writer()  # the parent's thread does not exist here
+
+
+atexit.register(_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)

@@ -1,0 +1,175 @@
+"""Scenario helpers of the archive's tests: agents replaying generated sessions.
+
+An agent appends a generated session entry by entry and compacts after every tool batch
+with ``window_manager`` (the archive hook installed for real); at the end every entry it
+appended must be in its conversation or in the archive (:func:`lost`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from normandy_archive import Archive
+from normandy_core import AgentConfig, Entry, run_compaction
+from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+
+#: Run first in a subprocess as root: drop the capabilities that let root ignore file
+#: permissions, so a 0444 file is read-only for it too (a no-op for other users).
+DROP_DAC = textwrap.dedent(
+    """
+    import ctypes, os
+    if os.geteuid() == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        class _Hdr(ctypes.Structure):
+            _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+        class _Data(ctypes.Structure):
+            _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                        ("inheritable", ctypes.c_uint32)]
+        hdr, data = _Hdr(0x20080522, 0), (_Data * 2)()
+        if libc.capget(ctypes.byref(hdr), data) != 0:
+            raise OSError(ctypes.get_errno(), "capget")
+        keep = ~((1 << 1) | (1 << 2)) & 0xFFFFFFFF  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        data[0].effective &= keep
+        data[0].permitted &= keep
+        if libc.capset(ctypes.byref(hdr), data) != 0:
+            raise OSError(ctypes.get_errno(), "capset")
+    """
+)
+
+AGENT = textwrap.dedent(
+    """
+    import hashlib, json, os, sys
+    cfg = json.loads(sys.argv[1])
+    if cfg.get("fsize"):
+        import resource, signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails: EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["fsize"], cfg["fsize"]))
+    if cfg.get("drop_dac"):
+        exec(cfg["drop_dac"])
+    from normandy_core import AgentConfig, run_compaction
+    from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+
+    def h(e):  # see digest()
+        data = e.without_thinking().model_dump_json(include={"role", "content"})
+        return hashlib.sha256(data.encode()).hexdigest()
+
+    acc = AgentConfig(
+        model="claude-sonnet-4-5", system_prompt=SYSTEM_PROMPT, tools=TOOLS,
+        compactor="window_manager", session_id=cfg["session"],
+        compactor_opts={"context_window": 20_000, "reserved_tokens": 1_000,
+                        "trigger": 0.9, "target": 0.5, "counter": "cl100k_base"},
+    )
+    appended, boundaries = [], []
+    for e in generate_session(cfg["seed"], cfg["messages"]):
+        acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
+        appended.append(h(acc.memory[e.id]))
+        if e.role == "user" and e.tool_results:
+            acc, meta = run_compaction(acc, mid_round=True)
+            if meta["compacted"] or meta.get("error"):
+                boundaries.append({
+                    "compacted": meta["compacted"],
+                    "error": meta.get("error"),
+                    "hook_errors": [dict(x) for x in meta.get("hook_errors", ())],
+                    "dropped": [h(d) for d in meta.get("dropped", ())],
+                })
+    print(json.dumps({"appended": appended, "final": [h(x) for x in acc.memory],
+                      "boundaries": boundaries}))
+    """
+)
+
+
+def agent(path: Path, session: str, seed: int, messages: int, **cfg: Any) -> dict[str, Any]:
+    env = {**os.environ, "NORMANDY_ARCHIVE_PATH": str(path)}
+    env.update(cfg.pop("env", {}))
+    args = json.dumps({"session": session, "seed": seed, "messages": messages, **cfg})
+    proc = subprocess.run(
+        [sys.executable, "-c", AGENT, args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    return report
+
+
+def digest(e: Entry) -> str:
+    """An entry's content as the contract keeps it: a mid-round compaction strips the
+    thinking of the entries it keeps (and may link them to a new parent), and the archive
+    stores each content once, under the id it had when first dropped."""
+    data = e.without_thinking().model_dump_json(include={"role", "content"})
+    return hashlib.sha256(data.encode()).hexdigest()
+
+
+def archived(*paths: Path) -> set[str]:
+    """:func:`digest` of every entry archived in the files ``paths`` (each checked byte
+    for byte against the JSON stored)."""
+    found: set[str] = set()
+    for path in paths:
+        if path.exists():
+            for item in Archive(path).list(limit=10**9):
+                assert item.entry.model_dump_json() == item.entry_json
+                found.add(digest(item.entry))
+    return found
+
+
+def lost(report: dict[str, Any], *paths: Path) -> set[str]:
+    """Appended entries that are neither in the final conversation nor archived."""
+    return set(report["appended"]) - set(report["final"]) - archived(*paths)
+
+
+def config(session: str) -> AgentConfig:
+    return AgentConfig(
+        model="claude-sonnet-4-5",
+        system_prompt=SYSTEM_PROMPT,
+        tools=TOOLS,
+        compactor="window_manager",
+        session_id=session,
+        compactor_opts={
+            "context_window": 20_000,
+            "reserved_tokens": 1_000,
+            "trigger": 0.9,
+            "target": 0.5,
+            "counter": "cl100k_base",
+        },
+    )
+
+
+class Replay:
+    """An agent replaying a generated session, one compaction per tool batch."""
+
+    def __init__(self, session: str, seed: int, messages: int) -> None:
+        self.acc = config(session)
+        self.session = session
+        self.source = iter(generate_session(seed, messages))
+        self.appended: list[str] = []
+        self.metas: list[Any] = []
+
+    def next_compaction(self) -> Any:
+        """Append until a boundary compacts or refuses; its meta."""
+        for e in self.source:
+            self.acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
+            self.appended.append(digest(self.acc.memory[e.id]))
+            if e.role == "user" and e.tool_results:
+                before = self.acc
+                self.acc, meta = run_compaction(self.acc, mid_round=True)
+                if meta["compacted"] or meta.get("error"):
+                    if not meta["compacted"]:
+                        assert self.acc is before  # the conversation kept as it was
+                    self.metas.append(meta)
+                    return meta
+        raise AssertionError("the session ended without a compaction")
+
+    def lost(self, *paths: Path) -> set[str]:
+        """Appended entries that are neither in the conversation nor archived."""
+        final = {digest(e) for e in self.acc.memory}
+        return set(self.appended) - final - archived(*paths)
