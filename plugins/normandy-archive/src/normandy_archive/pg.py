@@ -495,8 +495,9 @@ class PostgresArchive:
         ``max_age_seconds`` go, and so do all but the ``max_sessions`` most recent ones,
         and the oldest ones whose entries' JSON takes the total past ``max_bytes`` (the
         newest session always stays); with no limit nothing goes. A compaction archived
-        into a chosen session while this runs is kept, with the entry versions it added. With ``dry_run``
-        nothing is removed and the count is what would go. One transaction.
+        into a chosen session while this runs is kept, with the entry versions it added.
+        With ``dry_run`` nothing is removed and the count is what would go. One
+        transaction.
         """
         if max_sessions is not None and max_sessions < 0:
             raise ValueError(f"max_sessions must be >= 0, got {max_sessions}")
