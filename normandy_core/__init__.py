@@ -30,6 +30,7 @@ _LAZY: dict[str, str] = {
     "ToolResultBlock": "memory",
     "ImageBlock": "memory",
     "DocumentBlock": "memory",
+    "OpaqueBlock": "memory",
     "drop_thinking": "memory",
     "new_id": "memory",
     # structure
@@ -124,6 +125,7 @@ __all__ = [
     "ContractViolation",
     "CounterSpec",
     "DocumentBlock",
+    "OpaqueBlock",
     "Entry",
     "EstimateCounter",
     "HOOK_GROUP",

@@ -28,6 +28,7 @@ __all__ = [
     "DocumentBlock",
     "Entry",
     "ImageBlock",
+    "OpaqueBlock",
     "RedactedThinkingBlock",
     "Role",
     "TextBlock",
@@ -85,6 +86,28 @@ class DocumentBlock(_Block):
     title: str | None = None
 
 
+class OpaqueBlock(_Block):
+    """A provider block or item the conversation carries without interpreting it.
+
+    ``format`` is the wire format it came in (``"anthropic"``, ``"openai"`` for Chat
+    Completions, ``"responses"`` for the OpenAI Responses API), ``kind`` its type there
+    (``"server_tool_use"``, ``"mcp_call"``, ``"compaction"``...) and ``data`` the block
+    as given, as JSON. It moves with its entry and is never altered. ``use_id`` marks a
+    call answered in a later entry by an opaque block whose ``answers`` is that id (the
+    Responses API's ``computer_call`` and ``computer_call_output``, for instance): the
+    pair is kept or dropped together, like a tool use and its result. ``reasoning``
+    marks provider reasoning that stripping thinking may remove.
+    """
+
+    type: Literal["opaque"] = "opaque"
+    format: str
+    kind: str
+    data: dict[str, Any]
+    use_id: str | None = None
+    answers: str | None = None
+    reasoning: bool = False
+
+
 ResultPart = Annotated[TextBlock | ImageBlock | DocumentBlock, Field(discriminator="type")]
 
 
@@ -119,13 +142,18 @@ Block = Annotated[
     | ToolUseBlock
     | ToolResultBlock
     | ImageBlock
-    | DocumentBlock,
+    | DocumentBlock
+    | OpaqueBlock,
     Field(discriminator="type"),
 ]
 #: An entry's content: plain text, or a tuple of typed blocks.
 Content = str | tuple[Block, ...]
 
 _THINKING = (ThinkingBlock, RedactedThinkingBlock)
+
+
+def _is_thinking(block: object) -> bool:
+    return isinstance(block, _THINKING) or (isinstance(block, OpaqueBlock) and block.reasoning)
 
 
 def new_id() -> str:
@@ -177,7 +205,7 @@ class Entry(BaseModel):
         """Whether the entry holds a thinking or redacted-thinking block."""
         if isinstance(self.content, str):
             return False
-        return any(isinstance(b, _THINKING) for b in self.content)
+        return any(_is_thinking(b) for b in self.content)
 
     def text(self) -> str:
         """The entry's text, tool-result texts included, joined by newlines."""
@@ -196,7 +224,7 @@ class Entry(BaseModel):
         if not self.has_thinking:
             return self
         assert not isinstance(self.content, str)
-        kept = tuple(b for b in self.content if not isinstance(b, _THINKING))
+        kept = tuple(b for b in self.content if not _is_thinking(b))
         return self.model_copy(update={"content": kept})
 
 
@@ -210,6 +238,7 @@ _BLOCK_TYPES = (
     ToolResultBlock,
     ImageBlock,
     DocumentBlock,
+    OpaqueBlock,
 )
 #: Token counts kept per entry id and counter (content variants of one id).
 _COUNT_VARIANTS = 4

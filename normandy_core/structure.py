@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from normandy_core.memory import ToolResultBlock, ToolUseBlock
+from normandy_core.memory import OpaqueBlock, ToolResultBlock, ToolUseBlock
 
 if TYPE_CHECKING:
     from normandy_core.memory import Entry
@@ -20,26 +20,41 @@ __all__ = ["carries_results", "group_units", "pairing_problems", "tool_result_id
 
 
 def tool_use_ids(entry: Entry) -> list[str]:
-    """Ids of the tool uses in ``entry``, in order."""
+    """Ids of the tool uses in ``entry``, in order (opaque calls with a ``use_id`` too)."""
     c = entry.content
     if isinstance(c, str):
         return []
-    return [b.id for b in c if isinstance(b, ToolUseBlock)]
+    out: list[str] = []
+    for b in c:
+        if isinstance(b, ToolUseBlock):
+            out.append(b.id)
+        elif isinstance(b, OpaqueBlock) and b.use_id is not None:
+            out.append(b.use_id)
+    return out
 
 
 def tool_result_ids(entry: Entry) -> list[str]:
-    """``tool_use_id`` of each tool result in ``entry``, in order."""
+    """``tool_use_id`` of each tool result in ``entry``, in order (opaque ``answers`` too)."""
     c = entry.content
     if isinstance(c, str):
         return []
-    return [b.tool_use_id for b in c if isinstance(b, ToolResultBlock)]
+    out: list[str] = []
+    for b in c:
+        if isinstance(b, ToolResultBlock):
+            out.append(b.tool_use_id)
+        elif isinstance(b, OpaqueBlock) and b.answers is not None:
+            out.append(b.answers)
+    return out
 
 
 def carries_results(entry: Entry) -> bool:
     """Whether ``entry`` is a user or tool message holding at least one tool result."""
     if entry.role not in ("user", "tool") or isinstance(entry.content, str):
         return False
-    return any(isinstance(b, ToolResultBlock) for b in entry.content)
+    return any(
+        isinstance(b, ToolResultBlock) or (isinstance(b, OpaqueBlock) and b.answers is not None)
+        for b in entry.content
+    )
 
 
 def group_units(entries: Sequence[Entry]) -> list[tuple[int, int]]:

@@ -84,6 +84,7 @@ def _blocks() -> list[Any]:
                 m.ToolResultBlock,
                 m.ImageBlock,
                 m.DocumentBlock,
+                m.OpaqueBlock,
             )
         )
     return _BLOCKS
@@ -95,7 +96,7 @@ def _entry_parts(entry: Entry) -> tuple[list[str], int]:
         return [entry.content], MESSAGE_OVERHEAD
     b_ = _blocks()
     TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock = b_[:4]
-    ToolResultBlock, ImageBlock, DocumentBlock = b_[4:]
+    ToolResultBlock, ImageBlock, DocumentBlock, OpaqueBlock = b_[4:]
     texts: list[str] = []
     fixed = MESSAGE_OVERHEAD
     for b in entry.content:
@@ -123,7 +124,19 @@ def _entry_parts(entry: Entry) -> tuple[list[str], int]:
             fixed += IMAGE_TOKENS
         elif isinstance(b, DocumentBlock):
             fixed += _document_tokens(b)
+        elif isinstance(b, OpaqueBlock):
+            texts.append(_opaque_text(b.data))
     return texts, fixed
+
+
+def _opaque_text(data: Any) -> str:
+    """What an opaque block is counted as: its JSON as given (keys, values, punctuation).
+
+    An over-estimate for most blocks (the provider does not bill the punctuation);
+    encrypted payloads (reasoning, compaction items) are counted as text, which is the
+    closest published figure available for them.
+    """
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 def _document_tokens(block: Any) -> int:
