@@ -43,6 +43,7 @@ from normandy_core.memory import (
     DocumentBlock,
     Entry,
     ImageBlock,
+    OpaqueBlock,
     RedactedThinkingBlock,
     Role,
     TextBlock,
@@ -301,6 +302,8 @@ def block_to_anthropic(block: Block) -> dict[str, Any]:
         return out
     if isinstance(block, ImageBlock):
         return {"type": "image", "source": dict(block.source)}
+    if isinstance(block, OpaqueBlock):
+        return dict(block.data)
     doc: dict[str, Any] = {"type": "document", "source": dict(block.source)}
     if block.title is not None:
         doc["title"] = block.title
