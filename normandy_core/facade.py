@@ -20,16 +20,17 @@ Rules for odd input (each raises :class:`~normandy_core.formats.TranscriptError`
 Any other Unicode is kept as given: NUL, right-to-left marks, emoji and characters of
 every plane come back unchanged. An empty list is a transcript with nothing to compact.
 
-Provider-specific decorations the conversation model does not carry (``cache_control``,
-a message's ``name``, ...) are kept when nothing is compacted, because the input is then
-returned unchanged; a compacted transcript is regenerated from the conversation and
-lacks them, as does anything :func:`~normandy_core.formats.to_openai` documents as not
-representable.
+Nothing is regenerated: every message the compactor keeps comes back as the very object
+it was given (the same dict, the same SDK object, every field and unknown block), and
+only what compaction creates or changes (markers, summaries, shortened results,
+stripped thinking) is rendered anew, in the input's format, keeping the fields of the
+message it changes. The shapes read, and what happens to each field, are listed in
+:mod:`normandy_core.transcript` and docs/compact.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,25 +38,18 @@ from normandy_core.boundary import run_compaction
 from normandy_core.config import AgentConfig
 from normandy_core.contract import CompactionMeta
 from normandy_core.errors import NormandyError, OptionsError
-from normandy_core.formats import (
-    TranscriptError,
-    detect_format,
-    from_anthropic,
-    from_openai,
-    to_anthropic,
-    to_openai,
-    value_problem,
-)
+from normandy_core.formats import TranscriptError, value_problem
 from normandy_core.memory import AgentMemory, Entry
 from normandy_core.structure import pairing_problems
+from normandy_core.transcript import Transcript, read, write
 
 __all__ = ["ENTRY", "CompactResult", "CompactionError", "compact", "parse_transcript"]
 
 #: The entry point named in option errors raised by :func:`compact`.
 ENTRY = "normandy_core.compact()"
 
-FormatName = Literal["auto", "openai", "anthropic", "normandy"]
-_FORMATS = ("auto", "openai", "anthropic", "normandy")
+FormatName = Literal["auto", "openai", "anthropic", "responses", "normandy"]
+_FORMATS = ("auto", "openai", "anthropic", "responses", "normandy")
 
 
 class CompactionError(NormandyError):
@@ -122,35 +116,6 @@ def _as_dict(obj: Any) -> Any:
     return dump(mode="json", exclude_none=True) if callable(dump) else obj
 
 
-def _check_unique_tool_ids(messages: Sequence[Any], fmt: str) -> None:
-    seen: dict[str, tuple[int, str]] = {}
-    for i, raw in enumerate(messages):
-        m = _as_dict(raw)
-        if not isinstance(m, Mapping):
-            continue
-        found: list[tuple[str, str]] = []
-        if fmt == "openai":
-            for j, c in enumerate(m.get("tool_calls") or []):
-                c = _as_dict(c)
-                if isinstance(c, Mapping) and isinstance(c.get("id"), str):
-                    found.append((c["id"], f"tool_calls[{j}].id"))
-        elif isinstance(m.get("content"), list):
-            for j, b in enumerate(m["content"]):
-                b = _as_dict(b)
-                if isinstance(b, Mapping) and b.get("type") == "tool_use":
-                    found.append((str(b.get("id")), f"content[{j}].id"))
-        for tool_id, where in found:
-            if tool_id in seen:
-                first, first_field = seen[tool_id]
-                raise TranscriptError(
-                    i,
-                    where,
-                    f"tool-use id {tool_id!r} is already used by message {first} "
-                    f"({first_field}); tool-use ids must be unique in a transcript",
-                )
-            seen[tool_id] = (i, where)
-
-
 def _check_values(messages: Sequence[Any]) -> None:
     """Refuse deep nesting and lone surrogates, naming the message and the field."""
     for i, raw in enumerate(messages):
@@ -159,22 +124,18 @@ def _check_values(messages: Sequence[Any]) -> None:
             raise TranscriptError(i, bad[0] or None, bad[1])
 
 
-def parse_transcript(data: Any, format: FormatName = "auto") -> tuple[str, AgentMemory]:
-    """``(format, memory)`` for a transcript, under the rules of this module.
-
-    ``data`` is a list of messages, a dict with ``messages`` (and ``system`` for
-    Anthropic), a Normandy memory dump (``AgentMemory.dump()``) or an
-    :class:`~normandy_core.AgentMemory`. Raises :class:`TranscriptError` naming the
-    message index and field at fault.
+def read_transcript(data: Any, format: FormatName = "auto") -> Transcript | AgentMemory:
+    """The transcript ``data`` read under the rules of this module: a
+    :class:`~normandy_core.transcript.Transcript` (with where each entry came from), or
+    the memory of a Normandy dump or :class:`~normandy_core.AgentMemory`.
     """
     if format not in _FORMATS:
         raise ValueError(f"{ENTRY}: format must be one of {', '.join(_FORMATS)}, got {format!r}")
     if isinstance(data, AgentMemory):
-        return "normandy", data
-    fmt = detect_format(data) if format == "auto" else format
-    if fmt == "normandy":
-        if not isinstance(data, Mapping):
-            raise TranscriptError(None, None, "a Normandy transcript is a memory dump object")
+        return data
+    if isinstance(data, Mapping) and (
+        format == "normandy" or (format == "auto" and data.get("format") == "normandy.memory")
+    ):
         entries = data.get("entries")
         if isinstance(entries, list):
             _check_values(entries)
@@ -183,26 +144,44 @@ def parse_transcript(data: Any, format: FormatName = "auto") -> tuple[str, Agent
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
             raise TranscriptError(None, "entries", str(exc)) from exc
         _check_memory(memory)
-        return fmt, memory
+        return memory
+    if format == "normandy":
+        raise TranscriptError(None, None, "a Normandy transcript is a memory dump object")
     system: Any = None
     messages = data
     if isinstance(data, Mapping):
         if "messages" not in data:
-            raise TranscriptError(None, "messages", "missing")
+            raise TranscriptError(
+                None, None, "an object must be a Normandy dump or hold 'messages'"
+            )
         messages = data["messages"]
         system = data.get("system")
-        if fmt == "openai" and system is not None:
-            raise TranscriptError(
-                None, "system", "the OpenAI format puts the system prompt in a message"
-            )
-    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise TranscriptError(None, "messages", "expected a list of messages")
-    if system is not None and (bad := value_problem(system)) is not None:
-        raise TranscriptError(None, "system" + (f" {bad[0]}" if bad[0] else ""), bad[1])
-    _check_values(messages)
-    memory = from_anthropic(messages, system) if fmt == "anthropic" else from_openai(messages)
-    _check_unique_tool_ids(messages, fmt)
-    return fmt, memory
+        if system is not None and (bad := value_problem(system)) is not None:
+            raise TranscriptError(None, "system" + (f" {bad[0]}" if bad[0] else ""), bad[1])
+    if not isinstance(messages, (str, bytes, bytearray, Mapping, Sequence)) and isinstance(
+        messages, Iterable
+    ):
+        messages = list(messages)  # a generator or another iterable, read once
+    if isinstance(messages, Sequence) and not isinstance(messages, (str, bytes, bytearray)):
+        _check_values(messages)
+    t = read(messages, format, system=system)
+    if isinstance(data, Mapping) or messages is not data:
+        t.container = data if isinstance(data, Mapping) else messages
+    return t
+
+
+def parse_transcript(data: Any, format: FormatName = "auto") -> tuple[str, AgentMemory]:
+    """``(format, memory)`` for a transcript, under the rules of this module.
+
+    ``data`` is a list of messages (or any iterable of them), a dict with ``messages``
+    (and ``system`` for Anthropic), a Normandy memory dump (``AgentMemory.dump()``) or an
+    :class:`~normandy_core.AgentMemory`. Raises :class:`TranscriptError` naming the
+    message index and field at fault.
+    """
+    t = read_transcript(data, format)
+    if isinstance(t, AgentMemory):
+        return "normandy", t
+    return t.format, t.memory
 
 
 def _check_memory(memory: AgentMemory) -> None:
@@ -249,35 +228,25 @@ def keep_other_branches(original: AgentMemory, compacted: AgentMemory) -> AgentM
 
 
 def render_transcript(memory: AgentMemory, fmt: str, like: Any) -> Any:
-    """``memory`` in ``fmt``, in the container shape of ``like`` (the input it came from)."""
+    """``memory`` in ``fmt``, in the container shape of ``like`` (a Normandy dump or memory).
+
+    Provider formats are written by :func:`normandy_core.transcript.write`, which needs
+    the :class:`~normandy_core.transcript.Transcript` the input was read into.
+    """
     if fmt == "normandy":
         return memory if isinstance(like, AgentMemory) else memory.dump()
-    if fmt == "anthropic":
-        system, messages = to_anthropic(memory)
-        if isinstance(like, Mapping):
-            out = dict(like)
-            out["messages"] = messages
-            if system is None:
-                out.pop("system", None)
-            else:
-                out["system"] = system
-            return out
-        if system is not None:
-            # A list has no place for a system prompt; a system entry can only come from a
-            # dict input, so this is a compactor inserting one.
-            raise CompactionError("the compacted Anthropic transcript has a system prompt")
-        return messages
-    messages_oa = to_openai(memory)
-    if isinstance(like, Mapping):
-        return {**like, "messages": messages_oa}
-    return messages_oa
+    if isinstance(like, Transcript):
+        return write(like, memory)
+    raise ValueError(f"render_transcript: {fmt!r} needs the Transcript the input was read into")
 
 
-def _unchanged(data: Any) -> Any:
+def _unchanged(data: Any, read: Transcript | AgentMemory) -> Any:
     if isinstance(data, AgentMemory):
         return data
     if isinstance(data, Mapping):
         return dict(data)
+    if isinstance(read, Transcript) and isinstance(read.container, list):
+        return list(read.container)
     return list(data)
 
 
@@ -357,10 +326,12 @@ def compact_with(
     acc: AgentConfig, messages: Any, *, mid_round: bool = False, format: FormatName = "auto"
 ) -> CompactResult:
     """Compact ``messages`` once with the prepared config ``acc`` (see :func:`compact`)."""
-    fmt, memory = parse_transcript(messages, format)
+    t = read_transcript(messages, format)
+    memory = t if isinstance(t, AgentMemory) else t.memory
+    fmt = "normandy" if isinstance(t, AgentMemory) else t.format
     new_acc, meta = run_compaction(acc.with_memory(memory), mid_round=mid_round)
     if not meta.get("compacted"):
-        return CompactResult(_unchanged(messages), meta, fmt, memory)
+        return CompactResult(_unchanged(messages, t), meta, fmt, memory)
     # The boundary's contract check refuses broken pairs when the input had none; the
     # input may hold an open round, which that check leaves to the transcript rules.
     problems = pairing_problems(new_acc.memory.entries(), allow_pending=True)
@@ -370,6 +341,9 @@ def compact_with(
             "pairs: " + "; ".join(problems)
         )
     out = new_acc.memory
-    if fmt == "normandy":
+    if isinstance(t, AgentMemory):
         out = keep_other_branches(memory, out)
-    return CompactResult(render_transcript(out, fmt, messages), meta, fmt, out)
+        rendered = out if isinstance(messages, AgentMemory) else out.dump()
+    else:
+        rendered = write(t, out)
+    return CompactResult(rendered, meta, fmt, out)

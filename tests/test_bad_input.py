@@ -19,7 +19,7 @@ from reliability_counts import FACADE_BAD_CASES, FUZZ_ARBITRARY, FUZZ_BYTES, FUZ
 
 from normandy_core import AgentMemory, compact, get_counter, pairing_problems
 from normandy_core.cli import CliError, main, read_source
-from normandy_core.facade import parse_transcript, render_transcript
+from normandy_core.facade import parse_transcript
 from normandy_core.formats import MAX_NESTING, TranscriptError, to_anthropic, to_openai
 from normandy_core.memory import RedactedThinkingBlock, ThinkingBlock
 from normandy_core.testing.strategies import conversations
@@ -52,14 +52,14 @@ def _dump_with_duplicate_ids() -> dict[str, Any]:
 BAD: dict[str, tuple[Any, dict[str, Any], tuple[int | None, str | None] | None]] = {
     "unknown role": ([{"role": "robot", "content": "x"}], {}, (0, "role")),
     "unknown block type": (
-        [{"role": "user", "content": [{"type": "hologram"}]}],
+        [{"role": "user", "content": [{"hologram": True}]}],
         {"format": "anthropic"},
         (0, "content[0].type"),
     ),
     "tool result whose tool use is missing": (
         [{"role": "user", "content": "go"}, {"role": "user", "content": [RESULT]}],
         {"format": "anthropic"},
-        (1, "tool_result[0].tool_use_id"),
+        (1, "content[0].tool_use_id"),
     ),
     "duplicate tool-use ids": (
         [
@@ -199,7 +199,7 @@ def test_generated_transcripts_lose_nothing_unreported():
             else:
                 assert eid in {e.id for e in kept}, "an entry vanished without being reported"
         # and it goes back to the format it came in
-        out = render_transcript(result.memory, fmt, data)
+        out = result.messages
         parse_transcript(out, fmt)  # type: ignore[arg-type]
 
     check()

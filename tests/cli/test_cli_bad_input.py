@@ -74,17 +74,17 @@ CASES: dict[str, tuple[str | bytes, list[str], int, list[str]]] = {
         2,
         ["line 3 (message 2)", "lone surrogate"],
     ),
-    "unknown block type": (
-        json.dumps([{"role": "user", "content": [{"type": "hologram", "data": 1}]}]),
+    "block without a type": (
+        json.dumps([{"role": "user", "content": [{"text": "a block with no type"}]}]),
         ["--format", "anthropic"],
         2,
-        ["(message 0), field 'content[0].type'", "unsupported block type 'hologram'"],
+        ["(message 0), field 'content[0].type'", "missing or not a string"],
     ),
     "tool result whose tool use is missing": (
         json.dumps([{"role": "user", "content": "go"}, {"role": "user", "content": [RESULT]}]),
         [],
         2,
-        ["(message 1)", "'t1' answers no tool use"],
+        ["(message 1)", "'t1' answers no call"],
     ),
     "duplicate message ids": (_dup_dump(), [], 2, ["field 'entries'", "same"]),
     "not UTF-8": (b'[{"role": "user", "content": "caf\xe9"}]', [], 2, ["line 1: not UTF-8"]),

@@ -147,7 +147,7 @@ def test_openai_round_trip_keeps_tool_pairs():
                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "zz"}]},
             ],
             1,
-            "tool_result[0].tool_use_id",
+            "content[0].tool_use_id",
         ),
         (
             [
@@ -156,9 +156,9 @@ def test_openai_round_trip_keeps_tool_pairs():
                 {"role": "user", "content": "no results"},
             ],
             1,
-            "tool_use",
+            "content[0].id",
         ),
-        ([{"role": "user", "content": [{"type": "weird"}]}], 0, "content[0].type"),
+        ([{"role": "user", "content": [{"kind": "weird"}]}], 0, "content[0].type"),
         ([{"role": "assistant", "content": [{"type": "text"}]}], 0, "content[0].text"),
     ],
 )
@@ -189,7 +189,7 @@ def test_from_anthropic_errors_name_index_and_field(messages, index, field):
         (
             [{"role": "tool", "tool_call_id": "nope", "content": "r"}],
             0,
-            "tool_result[0].tool_use_id",
+            "tool_call_id",
         ),
         ([{"role": "tool", "content": "r"}], 0, "tool_call_id"),
         ([{"role": "user", "content": [{"type": "audio"}]}], 0, "content[0].type"),
