@@ -1409,7 +1409,9 @@ def _responses_changed(
         for x, _, _ in item_blocks:
             if isinstance(x, TextBlock):
                 parts.append(
-                    {"type": "output_text" if role == "assistant" else "input_text", "text": x.text}
+                    {"type": "output_text", "text": x.text, "annotations": []}
+                    if role == "assistant"
+                    else {"type": "input_text", "text": x.text}
                 )
         return {**d, "content": parts}
     return d
@@ -1428,11 +1430,7 @@ def _responses_fresh(role: str, b: Block) -> dict[str, Any]:
     if isinstance(b, ToolResultBlock):
         return {"type": "function_call_output", "call_id": b.tool_use_id, "output": b.text()}
     text = b.text if isinstance(b, TextBlock) else json.dumps(b.model_dump(), ensure_ascii=False)
-    if role == "assistant":
-        return {
-            "type": "message",
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": text}],
-        }
+    if role == "assistant":  # an easy input message: an output message needs an id
+        return {"type": "message", "role": "assistant", "content": text}
     r = "system" if role == "system" else "user"
     return {"type": "message", "role": r, "content": [{"type": "input_text", "text": text}]}
