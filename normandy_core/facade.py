@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from normandy_core.boundary import run_compaction
 from normandy_core.config import AgentConfig
@@ -68,12 +68,16 @@ class CompactResult:
     (``compacted``, and for ``window_manager`` ``tokens_before``, ``tokens_after``,
     ``strategy``, ``dropped``...). ``memory``: the compacted conversation. :attr:`notes`:
     what the hook plugins did with the dropped entries (an archive says where they went).
+    ``continued``: the list extended one an earlier call compacted, and was compacted as
+    its continuation (:mod:`normandy_core.continuation`): earlier cuts are kept and
+    ``meta`` reports only what this call did.
     """
 
     messages: Any
     meta: CompactionMeta
     format: str
     memory: AgentMemory = field(repr=False)
+    continued: bool = False
 
     @property
     def compacted(self) -> bool:
@@ -260,6 +264,7 @@ def compact(
     mid_round: bool = False,
     format: FormatName = "auto",
     timeout: float | None = None,
+    fresh: bool = False,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
@@ -275,18 +280,36 @@ def compact(
     ``timeout`` bounds the compactor's time in seconds (``compaction_timeout``): past it
     the compactor is abandoned and the result is the error path.
 
-    When nothing is compacted (or the compactor reports an error, see
-    :attr:`CompactResult.error`) ``messages`` comes back unchanged. Raises
+    Called before every request on a list that grew since the last call (the full
+    history, or the list the last call returned plus new messages), only the new
+    messages are read and counted, and the list is compacted as the continuation of the
+    last call (:mod:`normandy_core.continuation`, :attr:`CompactResult.continued`);
+    ``fresh=True`` compacts from scratch.
+
+    When nothing is compacted by a call that does not continue an earlier one (or the
+    compactor reports an error, see :attr:`CompactResult.error`) ``messages`` comes back
+    unchanged. Raises
     :class:`~normandy_core.formats.TranscriptError` for odd input (see the module
     docstring), :class:`~normandy_core.OptionsError` or
     :class:`~normandy_core.WindowUnknownError` for a bad config,
     :class:`~normandy_core.PluginError` for an unknown or broken compactor, and
     :class:`CompactionError` when a compactor breaks the tool pairs.
     """
+    from normandy_core import continuation
+
+    key = (
+        None if fresh else continuation.config_key(compactor, opts, model, window, timeout, format)
+    )
+    hit = continuation.resume(key, messages, mid_round)
+    if hit is not None:
+        return cast("CompactResult", hit)
     acc = prepare_config(
         compactor=compactor, opts=opts, model=model, window=window, timeout=timeout, entry=ENTRY
     )
-    return compact_with(acc, messages, mid_round=mid_round, format=format)
+    result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
+    if key is not None and isinstance(t, Transcript):
+        continuation.remember(key, acc, t, result.memory, messages, result.messages)
+    return result
 
 
 def prepare_config(
@@ -326,12 +349,18 @@ def compact_with(
     acc: AgentConfig, messages: Any, *, mid_round: bool = False, format: FormatName = "auto"
 ) -> CompactResult:
     """Compact ``messages`` once with the prepared config ``acc`` (see :func:`compact`)."""
+    return _compact_read(acc, messages, mid_round=mid_round, format=format)[0]
+
+
+def _compact_read(
+    acc: AgentConfig, messages: Any, *, mid_round: bool, format: FormatName
+) -> tuple[CompactResult, Transcript | AgentMemory]:
     t = read_transcript(messages, format)
     memory = t if isinstance(t, AgentMemory) else t.memory
     fmt = "normandy" if isinstance(t, AgentMemory) else t.format
     new_acc, meta = run_compaction(acc.with_memory(memory), mid_round=mid_round)
     if not meta.get("compacted"):
-        return CompactResult(_unchanged(messages, t), meta, fmt, memory)
+        return CompactResult(_unchanged(messages, t), meta, fmt, memory), t
     # The boundary's contract check refuses broken pairs when the input had none; the
     # input may hold an open round, which that check leaves to the transcript rules.
     problems = pairing_problems(new_acc.memory.entries(), allow_pending=True)
@@ -346,4 +375,4 @@ def compact_with(
         rendered = out if isinstance(messages, AgentMemory) else out.dump()
     else:
         rendered = write(t, out)
-    return CompactResult(rendered, meta, fmt, out)
+    return CompactResult(rendered, meta, fmt, out), t

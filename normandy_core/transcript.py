@@ -128,6 +128,11 @@ class Transcript:
     container: Any
     system: Any = None
     system_id: str | None = None
+    #: What reading more messages after these needs: turn numbering, the tool-use ids
+    #: seen (id -> index and field) and the calls of the last message still open.
+    turns: _Turns = field(default_factory=lambda: _Turns())
+    seen: dict[str, tuple[int, str]] = field(default_factory=dict)
+    pending: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 # -- shared helpers -------------------------------------------------------------------
@@ -371,8 +376,8 @@ def _system_text(system: Any) -> str:
     )
 
 
-def _stage_anthropic(messages: Sequence[Any]) -> Iterator[_Staged]:
-    for i, raw in enumerate(messages):
+def _stage_anthropic(messages: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
+    for i, raw in enumerate(messages, start):
         m = as_mapping(raw, i, None)
         role = m.get("role")
         if role not in ("user", "assistant"):
@@ -543,9 +548,9 @@ def _chat_user_part(raw: Any, index: int, j: int) -> Block:
     )
 
 
-def _stage_chat(messages: Sequence[Any]) -> Iterator[_Staged]:
+def _stage_chat(messages: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
     tools: _Staged | None = None
-    for i, raw in enumerate(messages):
+    for i, raw in enumerate(messages, start):
         m = as_mapping(raw, i, None)
         role = m.get("role")
         if role == "tool":
@@ -758,7 +763,7 @@ def _output_text(output: Any, index: int) -> str | tuple[Any, ...]:
     )
 
 
-def _stage_responses(items: Sequence[Any]) -> Iterator[_Staged]:
+def _stage_responses(items: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
     model: _Staged | None = None  # consecutive model-side items
     outs: _Staged | None = None  # consecutive outputs
 
@@ -774,7 +779,7 @@ def _stage_responses(items: Sequence[Any]) -> Iterator[_Staged]:
             yield outs
             outs = None
 
-    for i, raw in enumerate(items):
+    for i, raw in enumerate(items, start):
         m = as_mapping(raw, i, None)
         kind = m.get("type")
         role = m.get("role")
@@ -1028,41 +1033,49 @@ def read(
         raise TranscriptError(
             None, "system", f"{_FORMAT_NAMES[fmt]} puts the system prompt in a message"
         )
-    staged: Iterable[_Staged]
+    staged = list(stage(fmt, items))
+    return _build(fmt, staged, messages, system, allow_pending)
+
+
+def stage(fmt: WireFormat, items: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
+    """The messages ``items`` (positions from ``start``) as staged entries of ``fmt``."""
     if fmt == "anthropic":
-        staged = _stage_anthropic(items)
-    elif fmt == "openai":
-        staged = _stage_chat(items)
-    else:
-        staged = _stage_responses(items)
-    return _build(fmt, list(staged), messages, system, allow_pending)
+        return _stage_anthropic(items, start)
+    if fmt == "openai":
+        return _stage_chat(items, start)
+    return _stage_responses(items, start)
 
 
 def _build(
     fmt: WireFormat, staged: list[_Staged], container: Any, system: Any, allow_pending: bool
 ) -> Transcript:
     mem = AgentMemory()
-    sources: dict[str, Source] = {}
-    t = Transcript(format=fmt, memory=mem, sources=sources, container=container)
+    t = Transcript(format=fmt, memory=mem, sources={}, container=container)
     if system is not None:
         text = _system_text(system)
         if text:
             e = mem.add_message("system", text, turn_id=None)
             t.system, t.system_id = system, e.id
-    turns = _Turns()
-    newest_compaction = max(
-        (k for k, st in enumerate(staged) if st.meta.get(PROVIDER_COMPACTION)), default=-1
-    )
-    _check_tools(fmt, staged, allow_pending)
+    newest = max((k for k, st in enumerate(staged) if st.meta.get(PROVIDER_COMPACTION)), default=-1)
+    t.pending = check_tools(staged, allow_pending, t.seen, {})
+    extend(t, mem, staged, pin=newest)
+    return t
+
+
+def extend(t: Transcript, mem: AgentMemory, staged: list[_Staged], *, pin: int = -1) -> None:
+    """Append ``staged`` to ``mem`` as entries, recording their sources in ``t``.
+
+    ``pin`` is the position in ``staged`` of the entry to pin (the newest provider
+    compaction), or -1.
+    """
+    sources = t.sources
+    turns = t.turns
     for k, st in enumerate(staged):
         content = st.content()
         role: Role = "user" if st.role == "tool" else cast("Role", st.role)
         group = st.meta.pop("_group", None)
-        meta = dict(st.meta)
         turn = None if role == "system" else turns.next(role, content)
-        e = mem.add_message(
-            role, content, turn_id=turn, pinned=k == newest_compaction, metadata=meta
-        )
+        e = mem.add_message(role, content, turn_id=turn, pinned=k == pin, metadata=st.meta)
         sources[e.id] = Source(
             index=st.index,
             raws=st.raws,
@@ -1071,13 +1084,21 @@ def _build(
             parts=st.parts,
             group=group,
         )
-    return t
 
 
-def _check_tools(fmt: WireFormat, staged: list[_Staged], allow_pending: bool) -> None:
-    """Pairing and unique ids, with errors in the input's own vocabulary."""
-    seen: dict[str, tuple[int, str]] = {}
-    pending: dict[str, tuple[int, str]] = {}
+def check_tools(
+    staged: list[_Staged],
+    allow_pending: bool,
+    seen: dict[str, tuple[int, str]],
+    pending: dict[str, tuple[int, str]],
+) -> dict[str, tuple[int, str]]:
+    """Check pairing and unique ids, with errors in the input's own vocabulary.
+
+    ``seen`` (tool-use ids so far) is updated in place; ``pending`` holds the calls the
+    messages before ``staged`` left open. Returns the calls the last message leaves open
+    (only when ``allow_pending``).
+    """
+    pending = dict(pending)
     answered = 0
     last = len(staged) - 1
     for k, st in enumerate(staged):
@@ -1123,9 +1144,10 @@ def _check_tools(fmt: WireFormat, staged: list[_Staged], allow_pending: bool) ->
                 elif isinstance(b, OpaqueBlock) and b.use_id:
                     pending[b.use_id] = at
             if pending and k == last and allow_pending:
-                return
+                return pending
     if pending:
         _unanswered(pending, answered, "nothing answers it")
+    return {}
 
 
 def _unanswered(pending: dict[str, tuple[int, str]], answered: int, why: str) -> None:

@@ -458,10 +458,11 @@ def test_compact_and_the_command_say_where_the_dropped_content_went(path, tmp_pa
     assert note["path"] == str(path) and note["entries"] == len(result.dropped)
     assert Archive(path).count(note["session"]) == len(result.dropped)
     other = tmp_path / "per-call.sqlite3"
+    # (fresh: the same list again would be compacted as a continuation, dropping nothing new)
     with archive_settings(path=other):  # per call
-        assert compact(messages, window=20_000).note("archive")["path"] == str(other)
+        assert compact(messages, window=20_000, fresh=True).note("archive")["path"] == str(other)
     with archive_settings(path="off"):  # explicitly off: said so, nothing written
-        off = compact(messages, window=20_000).note("archive")
+        off = compact(messages, window=20_000, fresh=True).note("archive")
     assert off["path"] is None and "not archived: the archive is off" in off["message"]
 
     source = tmp_path / "chat.json"

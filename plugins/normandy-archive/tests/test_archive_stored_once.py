@@ -43,12 +43,15 @@ def test_recompacting_the_same_history_archives_nothing_new(path):
     note = first.note("archive")
     assert note["stored"] == len({content_hash(e) for e in first.dropped}) > 0
     before = _rows(path)
-    for _ in range(3):  # compact() before every request, on the same history
-        again = compact(messages, window=20_000)
+    for _ in range(3):  # compacted from scratch again (fresh), on the same history
+        again = compact(messages, window=20_000, fresh=True)
         assert again.compacted and again.note("archive")["stored"] == 0
         assert again.note("archive")["existing"] == note["stored"]
     assert _rows(path) == before  # not one row more: entries, compactions, sources
-    # the history grew: only what is new is stored
+    # before every request (a continuation): nothing dropped again, nothing written
+    again = compact(messages, window=20_000)
+    assert again.continued and not again.dropped and _rows(path) == before
+    # the history grew (a new list, not an extension): only what is new is stored
     longer = to_openai(generate_session(81, 600))
     grown = compact(longer, window=20_000)
     stored = grown.note("archive")["stored"]

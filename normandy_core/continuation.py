@@ -1,0 +1,282 @@
+"""``compact()`` before every request: a growing list is compacted as a continuation.
+
+Users of other frameworks call :func:`normandy_core.compact` before each model request on
+the list their framework holds, which has grown by one tool batch since the last call
+(their full history, or the list the last call returned plus the new messages). Reading,
+checking and counting the whole list every time would cost the whole history per call.
+
+This module remembers, per process, the last few compactions (:data:`MAX_STATES`, at most
+:data:`MAX_MESSAGES` messages in all): the messages they were given and returned, and the
+compacted conversation with its token counts. A call whose list *extends* one of those
+lists (the same messages first, compared by content, then new ones) reads, checks and
+counts only the new messages and runs the compactor on the remembered compacted
+conversation plus the new entries, exactly as the turn loop does between two
+boundaries. The result therefore keeps the earlier cut points (a stable prefix, which
+keeps the provider's prompt cache warm), ``meta["dropped"]`` reports only what this call
+newly dropped (what earlier calls dropped was reported by them), and
+:attr:`~normandy_core.facade.CompactResult.continued` is true. ``compact(..., fresh=True)``
+compacts the list from scratch instead.
+
+A list that does not extend a remembered one (a message changed in place, a different
+config, a different format) takes the full path; nothing is ever guessed. Entries
+are compared by value (``==`` against private deep copies made when they were first
+seen), so a message changed in place after a call is seen as changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from normandy_core.transcript import (
+    PROVIDER_COMPACTION,
+    Transcript,
+    check_tools,
+    detect,
+    extend,
+    stage,
+)
+
+if TYPE_CHECKING:
+    from normandy_core.config import AgentConfig
+    from normandy_core.memory import AgentMemory
+
+__all__ = ["MAX_MESSAGES", "MAX_STATES", "clear", "config_key"]
+
+#: How many compactions are remembered (the most recently used are kept).
+MAX_STATES = 8
+#: How many messages the remembered lists may hold in all; beyond, the oldest go.
+MAX_MESSAGES = 400_000
+
+
+@dataclass(slots=True)
+class _State:
+    """One remembered compaction: what continues it, and what it left."""
+
+    key: tuple[Any, ...]
+    acc: AgentConfig  # the prepared config (same session id for every continuation)
+    transcript: Transcript  # sources of every entry of ``memory``, turn numbering, ids
+    memory: AgentMemory  # the compacted conversation (token counts cached)
+    given: list[Any]  # the messages as given (identity); empty when continuing ``out``
+    snapshot: list[Any]  # private deep copies of ``given`` (content)
+    out: list[Any]  # the messages returned
+    out_snapshot: list[Any]  # private deep copies of ``out``
+
+
+_lock = threading.Lock()
+_states: OrderedDict[int, _State] = OrderedDict()
+_count = 0
+
+
+def clear() -> None:
+    """Forget every remembered compaction."""
+    global _count
+    with _lock:
+        _states.clear()
+        _count = 0
+
+
+def _opaque(obj: Any) -> str:
+    return f"<{type(obj).__qualname__} at {id(obj):#x}>"
+
+
+def config_key(
+    compactor: str,
+    opts: Mapping[str, Any] | None,
+    model: str | None,
+    window: int | None,
+    timeout: float | None,
+    format: str,
+) -> tuple[Any, ...] | None:
+    """What a continuation must share with the call it continues, or ``None`` (no memo)."""
+    from normandy_core import plugins
+
+    try:
+        frozen = json.dumps(opts or {}, sort_keys=True, default=_opaque)
+    except (TypeError, ValueError):
+        return None
+    handle = plugins._REG.resolved.get(compactor)
+    return (compactor, frozen, model, window, timeout, format, id(plugins._REG), id(handle))
+
+
+def _take(key: tuple[Any, ...], messages: Sequence[Any]) -> tuple[_State, int, bool] | None:
+    """The remembered state ``messages`` extends, removed from the memo, and its length."""
+    n = len(messages)
+    with _lock:
+        for sid, st in reversed(_states.items()):
+            for given, snapshot in ((st.given, st.snapshot), (st.out, st.out_snapshot)):
+                k = len(given)
+                if st.key != key or k == 0 or k > n or messages[k - 1] is not given[k - 1]:
+                    continue
+                head = messages[:k]
+                if given != head or snapshot != head:  # identity, then content, in C
+                    continue  # another list, or a message changed in place since seen
+                del _states[sid]
+                _forget(st)
+                return st, k, given is st.given
+    return None
+
+
+def _forget(st: _State) -> None:
+    global _count
+    _count -= len(st.given) + len(st.out)
+
+
+def _remember(st: _State) -> None:
+    global _count
+    size = len(st.given) + len(st.out)
+    if size > MAX_MESSAGES:
+        return
+    with _lock:
+        _states[id(st)] = st
+        _count += size
+        while _states and (len(_states) > MAX_STATES or _count > MAX_MESSAGES):
+            _, old = _states.popitem(last=False)
+            _forget(old)
+
+
+def remember(
+    key: tuple[Any, ...] | None,
+    acc: AgentConfig,
+    t: Transcript,
+    memory: AgentMemory,
+    given: Any,
+    out: Any,
+) -> None:
+    """Remember a compaction of the list ``given`` that returned ``out``."""
+    if key is None or not isinstance(given, list) or not isinstance(out, list):
+        return
+    if t.system is not None or t.container is not given:
+        return
+    try:
+        snapshot = copy.deepcopy(given)
+        out_snapshot = _snapshot_of(out, given, snapshot)
+    except Exception:  # an object that cannot be copied: no memo for it
+        return
+    _remember(_State(key, acc, t, memory.copy(), list(given), snapshot, list(out), out_snapshot))
+
+
+def _snapshot_of(out: list[Any], given: list[Any], snapshot: list[Any]) -> list[Any]:
+    """Deep copies aligned with ``out``, reusing those of ``given`` (same objects)."""
+    if len(out) == len(given) and all(a is b for a, b in zip(out, given, strict=True)):
+        return snapshot
+    copies = {id(g): c for g, c in zip(given, snapshot, strict=True)}
+    return [copies[id(m)] if id(m) in copies else copy.deepcopy(m) for m in out]
+
+
+def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
+    """Whether the first new message would join the entry of the last remembered one."""
+    from normandy_core.transcript import as_mapping
+
+    if t.format == "anthropic":
+        return False
+    a = as_mapping(last, None, None)
+    b = as_mapping(first, None, None)
+    if t.format == "openai":
+        return a.get("role") == "tool" and b.get("role") == "tool"
+
+    def side(m: Mapping[str, Any]) -> str:
+        kind = m.get("type") or "message"
+        if kind == "message":
+            return "model" if m.get("role") == "assistant" else "input"
+        if kind.endswith("_output") or kind == "mcp_approval_response":
+            return "outputs"
+        return "model"
+
+    sa, sb = side(a), side(b)
+    return sa == sb and sa != "input"
+
+
+def resume(key: tuple[Any, ...] | None, messages: Any, mid_round: bool) -> Any:
+    """The result of compacting ``messages`` as a continuation, or ``None`` (full path).
+
+    Raises :class:`~normandy_core.formats.TranscriptError` for bad new messages, naming
+    their position in ``messages``.
+    """
+    if key is None or not isinstance(messages, list) or not _states:
+        return None
+    hit = _take(key, messages)
+    if hit is None:
+        return None
+    st, k, full = hit
+    new = messages[k:]
+    if new and _tail_merges(st.transcript, messages[k - 1], new[0]):
+        return None
+    return _continue(st, messages, k, new, mid_round, full)
+
+
+def _continue(
+    st: _State, messages: list[Any], k: int, new: list[Any], mid_round: bool, full: bool
+) -> Any:
+    """``full``: ``messages`` extends the list given last time, not the one returned."""
+    from normandy_core.boundary import run_compaction
+    from normandy_core.facade import CompactionError, CompactResult, _check_values
+    from normandy_core.structure import pairing_problems
+    from normandy_core.transcript import write
+
+    t = st.transcript
+    if new:
+        _check_values_at(new, k, _check_values)
+        fmt = detect(new)
+        if fmt != t.format and fmt != "openai":  # evidence of another format
+            return None
+        staged = list(stage(t.format, new, k))
+        if any(s.meta.get(PROVIDER_COMPACTION) for s in staged):
+            return None  # a newer provider compaction moves the pin: read it all again
+        t.pending = check_tools(staged, True, t.seen, t.pending)
+        memory = st.memory.copy()
+        extend(t, memory, staged)
+    else:
+        memory = st.memory.copy()
+    t.container = messages
+    new_acc, meta = run_compaction(st.acc.with_memory(memory), mid_round=mid_round)
+    if meta.get("compacted"):
+        problems = pairing_problems(new_acc.memory.entries(), allow_pending=True)
+        if problems:
+            raise CompactionError(
+                f"{st.acc.compactor_handle.describe()} returned a conversation with broken "
+                "tool pairs: " + "; ".join(problems)
+            )
+        kept = new_acc.memory
+        out = write(t, kept)
+    else:
+        kept = memory
+        out = [*st.out, *new]
+    _prune_sources(t, kept)
+    result = CompactResult(out, meta, t.format, kept, continued=True)
+    fresh = copy.deepcopy(new)
+    if meta.get("compacted"):
+        copies = {id(m): c for m, c in zip(st.out, st.out_snapshot, strict=True)}
+        copies.update({id(m): c for m, c in zip(new, fresh, strict=True)})
+        out_snapshot = [copies[id(m)] if id(m) in copies else copy.deepcopy(m) for m in out]
+    else:
+        out_snapshot = [*st.out_snapshot, *fresh]
+    if full:  # the caller keeps its whole history: remember that list too
+        given, snapshot = list(messages), [*st.snapshot, *fresh]
+    else:
+        given, snapshot = [], []
+    _remember(_State(st.key, st.acc, t, kept.copy(), given, snapshot, list(out), out_snapshot))
+    return result
+
+
+def _check_values_at(new: list[Any], k: int, check: Any) -> None:
+    from normandy_core.formats import TranscriptError
+
+    try:
+        check(new)
+    except TranscriptError as exc:
+        raise TranscriptError(
+            None if exc.index is None else exc.index + k, exc.field, exc.problem
+        ) from None
+
+
+def _prune_sources(t: Transcript, memory: AgentMemory) -> None:
+    """Keep the sources of live entries only, so the memo holds what the output needs."""
+    if len(t.sources) > 2 * len(memory) + 64:
+        live = {e.id for e in memory}
+        t.sources = {eid: s for eid, s in t.sources.items() if eid in live}
