@@ -96,12 +96,12 @@ class Source:
         return f"{self.name}: message {index}"
 
 
-def _line_of(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
-
-
 def _array_lines(text: str) -> list[int] | None:
-    """Line numbers of the elements of a top-level JSON array (``None`` if not an array)."""
+    """Line numbers of the elements of a top-level JSON array (``None`` if not an array).
+
+    One pass: the newlines are counted from the previous element's start, never from
+    the top of the text again (counting from the top made reading quadratic).
+    """
     dec = json.JSONDecoder()
     i = len(text) - len(text.lstrip())
     if not text.startswith("[", i):
@@ -109,12 +109,15 @@ def _array_lines(text: str) -> list[int] | None:
     i += 1
     lines: list[int] = []
     n = len(text)
+    line, counted = 1, 0  # ``line`` is the line of position ``counted``
     while True:
         while i < n and text[i] in " \t\r\n,":
             i += 1
         if i >= n or text[i] == "]":
             return lines
-        lines.append(_line_of(text, i))
+        line += text.count("\n", counted, i)
+        counted = i
+        lines.append(line)
         try:
             _, i = dec.raw_decode(text, i)
         except json.JSONDecodeError:
