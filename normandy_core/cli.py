@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -96,12 +97,12 @@ class Source:
         return f"{self.name}: message {index}"
 
 
-def _line_of(text: str, pos: int) -> int:
-    return text.count("\n", 0, pos) + 1
-
-
 def _array_lines(text: str) -> list[int] | None:
-    """Line numbers of the elements of a top-level JSON array (``None`` if not an array)."""
+    """Line numbers of the elements of a top-level JSON array (``None`` if not an array).
+
+    One pass: the newlines are counted from the previous element's start, never from
+    the top of the text again (counting from the top made reading quadratic).
+    """
     dec = json.JSONDecoder()
     i = len(text) - len(text.lstrip())
     if not text.startswith("[", i):
@@ -109,16 +110,42 @@ def _array_lines(text: str) -> list[int] | None:
     i += 1
     lines: list[int] = []
     n = len(text)
+    line, counted = 1, 0  # ``line`` is the line of position ``counted``
     while True:
         while i < n and text[i] in " \t\r\n,":
             i += 1
         if i >= n or text[i] == "]":
             return lines
-        lines.append(_line_of(text, i))
+        line += text.count("\n", counted, i)
+        counted = i
+        lines.append(line)
         try:
             _, i = dec.raw_decode(text, i)
         except json.JSONDecodeError:
             return None
+
+
+class _NumberRefused(Exception):
+    """Raised by the reader's decoder on a number it will not read (see :data:`_DECODER`)."""
+
+
+def _refuse_constant(literal: str) -> Any:
+    raise _NumberRefused(literal)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise _NumberRefused(literal)
+    return value
+
+
+#: The reader's JSON decoder: ``NaN``, ``Infinity`` and ``-Infinity`` (which ``json``
+#: accepts though they are not JSON) and numbers that overflow a float (``1e400``) are
+#: refused, since they would be written back as ``Infinity`` or ``NaN``; an integer
+#: with more digits than ``sys.get_int_max_str_digits()`` makes the decoder itself raise
+#: ``ValueError``. :func:`_bad_number` then finds the literal's line and column.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 
 
 def read_source(path: str) -> Source:
@@ -136,7 +163,7 @@ def read_source(path: str) -> Source:
     if not text.strip():
         raise CliError(f"{name}: empty input; expected a JSON array or JSON Lines")
     try:
-        data = json.loads(text)
+        data = _DECODER.decode(text)
     except RecursionError:
         raise CliError(_too_deep(name, text, 0)) from None
     except json.JSONDecodeError as exc:
@@ -146,13 +173,15 @@ def read_source(path: str) -> Source:
         raise CliError(
             f"{name}: line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}"
         ) from exc
+    except (_NumberRefused, ValueError) as exc:
+        raise CliError(_bad_number(name, text, 0, exc)) from None
     return Source(name, data, "json", _array_lines(text) if isinstance(data, list) else None)
 
 
 def _is_object(line: str) -> bool:
     try:
-        return isinstance(json.loads(line), dict)
-    except (json.JSONDecodeError, RecursionError):
+        return isinstance(_DECODER.decode(line), dict)
+    except (ValueError, RecursionError, _NumberRefused):
         return False
 
 
@@ -180,6 +209,54 @@ def _too_deep(name: str, text: str, line_offset: int) -> str:
     return f"{name}: JSON nested too deeply to read; refused"
 
 
+#: A JSON string (skipped whole, so digits inside strings are never taken for numbers)
+#: or a number, including the non-JSON constants the ``json`` module reads.
+_JSON_NUMBER = re.compile(
+    r'"[^"\\]*(?:\\.[^"\\]*)*"'
+    r"|-?Infinity|NaN|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
+)
+
+
+def _number_literal_problem(literal: str) -> str | None:
+    """Why the reader refuses a number ``literal``, or ``None``."""
+    if literal in ("NaN", "Infinity", "-Infinity"):
+        return f"{literal} is not a JSON number (it would not be written back as given); refused"
+    shown = literal if len(literal) <= 24 else f"{literal[:12]}...{literal[-6:]}"
+    if any(c in literal for c in ".eE"):
+        if not math.isinf(float(literal)):
+            return None
+        return (
+            f"the number {shown} is too large for a float (it would be written back as "
+            "Infinity, which is not JSON); refused"
+        )
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+    digits = len(literal.lstrip("-"))
+    if not limit or digits <= limit:
+        return None
+    return (
+        f"an integer of {digits:,} digits, more than this interpreter converts "
+        f"(sys.get_int_max_str_digits() is {limit:,}); refused"
+    )
+
+
+def _bad_number(name: str, text: str, line_offset: int, exc: Exception) -> str:
+    """``FILE: line L, column C: ...`` for the first number in ``text`` the reader refuses.
+
+    Called once the decoder refused a number: everything before it is valid JSON, so the
+    first refused literal found scanning from the top is the one.
+    """
+    for m in _JSON_NUMBER.finditer(text):
+        literal = m.group()
+        if literal.startswith('"'):
+            continue
+        problem = _number_literal_problem(literal)
+        if problem is not None:
+            line = text.count("\n", 0, m.start()) + 1
+            col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+            return f"{name}: line {line + line_offset}, column {col}: {problem}"
+    return f"{name}: not readable as JSON: {exc}"
+
+
 def _read_jsonl(name: str, text: str) -> Source:
     items: list[Any] = []
     lines: list[int] = []
@@ -187,13 +264,15 @@ def _read_jsonl(name: str, text: str) -> Source:
         if not line.strip():
             continue
         try:
-            item = json.loads(line)
+            item = _DECODER.decode(line)
         except RecursionError:
             raise CliError(_too_deep(name, line, n - 1)) from None
         except json.JSONDecodeError as exc:
             raise CliError(
                 f"{name}: line {n}, column {exc.colno}: not valid JSON Lines: {exc.msg}"
             ) from exc
+        except (_NumberRefused, ValueError) as exc:
+            raise CliError(_bad_number(name, line, n - 1, exc)) from None
         if not isinstance(item, dict):
             raise CliError(
                 f"{name}: line {n}: expected a JSON object per line, got {type(item).__name__}"

@@ -30,7 +30,9 @@ images inside tool results (sent in a user message right after the tool messages
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -85,12 +87,51 @@ def _surrogate_problem(text: str) -> str | None:
     )
 
 
+#: Integers of at most this many bits convert to text under any limit the interpreter
+#: allows (at least 640 digits, ``sys.int_info.str_digits_check_threshold``; and
+#: 2**(3d) < 10**d), so only wider ones are looked at closely.
+_ALWAYS_CONVERTED_BITS = 3 * getattr(sys.int_info, "str_digits_check_threshold", 640)
+
+
+def _number_problem(value: int | float) -> str | None:
+    """Why ``value`` cannot be written back as the same JSON number, or ``None``.
+
+    A non-finite float has no JSON form (``json.dumps`` writes ``Infinity``, ``NaN``), and
+    an integer with more decimal digits than the interpreter converts
+    (``sys.get_int_max_str_digits()``) cannot be written at all. The digits are judged
+    from ``bit_length`` (and one comparison near the limit), never by ``str()``.
+    """
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return None
+        return (
+            f"is a non-finite number ({value!r}), which JSON cannot represent; "
+            "it would not be written back as given"
+        )
+    max_digits = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+    bits = value.bit_length()
+    # 2**(3d) < 10**d <= 2**(4d - 1): up to 3d bits an integer has at most d digits, past
+    # 4d bits more; in between, one comparison decides.
+    if max_digits <= 0 or bits <= 3 * max_digits:
+        return None
+    if bits <= 4 * max_digits and abs(value) < 10**max_digits:
+        return None
+    return (
+        f"is an integer of more than {max_digits:,} decimal digits (about "
+        f"{int(bits * math.log10(2)):,}), over this interpreter's limit "
+        "(sys.get_int_max_str_digits()); it cannot be written back"
+    )
+
+
 def value_problem(value: Any, limit: int = MAX_NESTING) -> tuple[str, str] | None:
     """``(field, problem)`` for the first part of ``value`` no transcript may hold, or ``None``.
 
-    Refused: nesting deeper than ``limit`` (objects and arrays) and strings (or object
-    keys) with a lone surrogate, as a ``\\udXXX`` JSON escape gives. Iterative, so deep
-    input cannot exhaust the stack; ``field`` is a path such as ``content[0].input``.
+    Refused: nesting deeper than ``limit`` (objects and arrays), strings (or object
+    keys) with a lone surrogate, as a ``\\udXXX`` JSON escape gives, and numbers that
+    cannot be written back as given: non-finite floats (``inf``, ``nan``; what JSON's
+    ``1e400`` or ``NaN`` read as) and integers with more digits than the interpreter
+    converts. Iterative, so deep input cannot exhaust the stack; ``field`` is a path such
+    as ``content[0].input``.
     """
     stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     while stack:
@@ -106,10 +147,17 @@ def value_problem(value: Any, limit: int = MAX_NESTING) -> tuple[str, str] | Non
             for k, x in v.items():
                 if isinstance(k, str) and (problem := _surrogate_problem(k)) is not None:
                     return path, f"a key {problem}"
+                if isinstance(k, (int, float)) and (problem := _number_problem(k)) is not None:
+                    return path, f"a key {problem}"
                 children.append((f"{path}.{k}" if path else str(k), x))
         elif isinstance(v, (list, tuple)):
             children = [(f"{path}[{i}]", x) for i, x in enumerate(v)]
         else:
+            if (
+                (isinstance(v, float) and not math.isfinite(v))
+                or (isinstance(v, int) and v.bit_length() > _ALWAYS_CONVERTED_BITS)
+            ) and (problem := _number_problem(v)) is not None:
+                return path, problem
             continue
         if depth >= limit and children:
             where = re.match(r"[^\[.]*(?:[.\[][^\[.]*){0,2}", path)
