@@ -198,6 +198,11 @@ def _parse_arguments(args: Any, index: int, where: str, *, vocabulary: str) -> d
         raise TranscriptError(index, where, str(exc)) from exc
     if not isinstance(parsed, dict):
         raise TranscriptError(index, where, "must encode a JSON object")
+    from normandy_core.formats import value_problem
+
+    bad = value_problem(parsed)
+    if bad is not None:
+        raise TranscriptError(index, where + (f" {bad[0]}" if bad[0] else ""), bad[1])
     return parsed
 
 
