@@ -16,6 +16,7 @@ import tiktoken
 from hypothesis import HealthCheck, given, settings
 
 from normandy_core import (
+    AgentConfig,
     AgentMemory,
     DocumentBlock,
     Entry,
@@ -25,8 +26,11 @@ from normandy_core import (
     TiktokenCounter,
     ToolResultBlock,
     ToolUseBlock,
+    build_context,
     get_counter,
+    run_compaction,
 )
+from normandy_core.calibration import CalibratedCounter
 from normandy_core.formats import to_openai
 from normandy_core.tokens import (
     IMAGE_TOKENS,
@@ -271,3 +275,37 @@ def test_a_generated_session_is_counted_exactly_but_for_the_documented_margins(c
         margin += sum(tok(b.thinking) for b in e.blocks if isinstance(b, ThinkingBlock))
     ours = memory.tokens(counter) + counter.request_tokens
     assert ours - canonical(to_openai(memory)) == margin
+
+
+# -- the reply's priming is in the budget --------------------------------------------------
+
+
+def test_the_reply_priming_is_counted_once_per_request():
+    acc = AgentConfig(
+        compactor="window_manager",
+        compactor_opts={"context_window": 10_000, "reserved_tokens": 0, "counter": "cl100k_base"},
+        system_prompt="x" * 400,
+    )
+    ctx = build_context(acc, mid_round=True)
+    assert ctx.prompt_tokens == acc.prompt_tokens + REPLY_PRIMING
+    assert ctx.counter.request_tokens == REPLY_PRIMING
+    assert build_context(AgentConfig(), mid_round=True).prompt_tokens == 0  # no window
+    # a counter that is not resolved yet answers without loading a tokenizer
+    assert CalibratedCounter("o200k_base", "gpt-4o").request_tokens == REPLY_PRIMING
+
+
+def test_a_conversation_that_fits_only_without_the_priming_is_compacted():
+    memory = generate_session(6, 40, end_mid_round=True)
+    size = memory.tokens(get_counter("cl100k_base"))
+    opts = {
+        "context_window": size + REPLY_PRIMING - 1,
+        "reserved_tokens": 0,
+        "counter": "cl100k_base",
+    }
+    acc = AgentConfig(compactor="window_manager", compactor_opts=opts).with_memory(memory)
+    _, meta = run_compaction(acc, mid_round=True)
+    assert meta.compacted
+    opts["context_window"] = size + REPLY_PRIMING
+    acc = AgentConfig(compactor="window_manager", compactor_opts=opts).with_memory(memory)
+    _, meta = run_compaction(acc, mid_round=True)
+    assert not meta.compacted
