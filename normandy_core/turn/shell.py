@@ -230,8 +230,10 @@ class _Runner:
         }
 
     def estimate(self) -> int:
-        """Raw (uncalibrated) tokens of the request about to be sent."""
-        return self.acc.prompt_tokens + self.acc.memory.tokens(self.base)
+        """Raw (uncalibrated) tokens of the request about to be sent (its priming included)."""
+        return (
+            self.acc.prompt_tokens + self.counter.request_tokens + self.acc.memory.tokens(self.base)
+        )
 
     def replied(self, eff: CallModel, reply: ModelReply, estimated: int) -> Event:
         """Account for a reply (usage, calibration, client events); its core event."""

