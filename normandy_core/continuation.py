@@ -17,10 +17,13 @@ newly dropped (what earlier calls dropped was reported by them), and
 :attr:`~normandy_core.facade.CompactResult.continued` is true. ``compact(..., fresh=True)``
 compacts the list from scratch instead.
 
-A list that does not extend a remembered one (a message changed in place, a different
-config, a different format) takes the full path; nothing is ever guessed. Entries
-are compared by value (``==`` against private deep copies made when they were first
-seen), so a message changed in place after a call is seen as changed.
+A list that does not extend a remembered one (other messages, a different config, a
+different format) takes the full path; nothing is ever guessed. The remembered prefix is
+compared by identity (the same objects, in C), and the messages still live in the
+compacted conversation by value, against private deep copies made when they were
+returned: a kept message changed in place after a call sends the next call down the
+full path. (A message the conversation no longer holds cannot change the continuation,
+so its content is not compared.)
 """
 
 from __future__ import annotations
@@ -63,9 +66,8 @@ class _State:
     transcript: Transcript  # sources of every entry of ``memory``, turn numbering, ids
     memory: AgentMemory  # the compacted conversation (token counts cached)
     given: list[Any]  # the messages as given (identity); empty when continuing ``out``
-    snapshot: list[Any]  # private deep copies of ``given`` (content)
-    out: list[Any]  # the messages returned
-    out_snapshot: list[Any]  # private deep copies of ``out``
+    out: list[Any]  # the messages returned: the live ones
+    out_snapshot: list[Any]  # private deep copies of ``out`` (content)
 
 
 _lock = threading.Lock()
@@ -101,6 +103,11 @@ def config_key(
     except (TypeError, ValueError):
         return None
     handle = plugins._REG.resolved.get(compactor)
+    if handle is None:
+        try:
+            handle = plugins.resolve_compactor(compactor)
+        except Exception:  # the full path reports it
+            return None
     return (compactor, frozen, model, window, timeout, format, id(plugins._REG), id(handle))
 
 
@@ -109,13 +116,14 @@ def _take(key: tuple[Any, ...], messages: Sequence[Any]) -> tuple[_State, int, b
     n = len(messages)
     with _lock:
         for sid, st in reversed(_states.items()):
-            for given, snapshot in ((st.given, st.snapshot), (st.out, st.out_snapshot)):
+            for given in (st.given, st.out):
                 k = len(given)
                 if st.key != key or k == 0 or k > n or messages[k - 1] is not given[k - 1]:
                     continue
-                head = messages[:k]
-                if given != head or snapshot != head:  # identity, then content, in C
-                    continue  # another list, or a message changed in place since seen
+                if given != messages[:k]:  # the same messages (identity first), in C
+                    continue
+                if st.out_snapshot != st.out:
+                    continue  # a live message was changed in place since it was seen
                 del _states[sid]
                 _forget(st)
                 return st, k, given is st.given
@@ -154,19 +162,10 @@ def remember(
     if t.system is not None or t.container is not given:
         return
     try:
-        snapshot = copy.deepcopy(given)
-        out_snapshot = _snapshot_of(out, given, snapshot)
+        out_snapshot = copy.deepcopy(out)
     except Exception:  # an object that cannot be copied: no memo for it
         return
-    _remember(_State(key, acc, t, memory.copy(), list(given), snapshot, list(out), out_snapshot))
-
-
-def _snapshot_of(out: list[Any], given: list[Any], snapshot: list[Any]) -> list[Any]:
-    """Deep copies aligned with ``out``, reusing those of ``given`` (same objects)."""
-    if len(out) == len(given) and all(a is b for a, b in zip(out, given, strict=True)):
-        return snapshot
-    copies = {id(g): c for g, c in zip(given, snapshot, strict=True)}
-    return [copies[id(m)] if id(m) in copies else copy.deepcopy(m) for m in out]
+    _remember(_State(key, acc, t, memory.copy(), list(given), list(out), out_snapshot))
 
 
 def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
@@ -256,11 +255,8 @@ def _continue(
         out_snapshot = [copies[id(m)] if id(m) in copies else copy.deepcopy(m) for m in out]
     else:
         out_snapshot = [*st.out_snapshot, *fresh]
-    if full:  # the caller keeps its whole history: remember that list too
-        given, snapshot = list(messages), [*st.snapshot, *fresh]
-    else:
-        given, snapshot = [], []
-    _remember(_State(st.key, st.acc, t, kept.copy(), given, snapshot, list(out), out_snapshot))
+    given = list(messages) if full else []  # the caller keeps its whole history
+    _remember(_State(st.key, st.acc, t, kept.copy(), given, list(out), out_snapshot))
     return result
 
 
@@ -277,6 +273,6 @@ def _check_values_at(new: list[Any], k: int, check: Any) -> None:
 
 def _prune_sources(t: Transcript, memory: AgentMemory) -> None:
     """Keep the sources of live entries only, so the memo holds what the output needs."""
-    if len(t.sources) > 2 * len(memory) + 64:
+    if len(t.sources) > 4 * len(memory) + 1024:
         live = {e.id for e in memory}
         t.sources = {eid: s for eid, s in t.sources.items() if eid in live}
