@@ -90,6 +90,7 @@ _LAZY: dict[str, str] = {
     "hook_manager": "plugins",
     # the one-call facade and transcripts
     "compact": "facade",
+    "acompact": "facade",
     "CompactResult": "facade",
     "CompactionError": "facade",
     "TranscriptError": "formats",
@@ -158,6 +159,7 @@ __all__ = [
     "call_compactor",
     "carries_results",
     "check_compaction",
+    "acompact",
     "compact",
     "default_catalog",
     "default_counter_for",

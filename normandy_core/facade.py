@@ -43,7 +43,14 @@ from normandy_core.memory import AgentMemory, Entry
 from normandy_core.structure import pairing_problems
 from normandy_core.transcript import Transcript, read, write
 
-__all__ = ["ENTRY", "CompactResult", "CompactionError", "compact", "parse_transcript"]
+__all__ = [
+    "ENTRY",
+    "CompactResult",
+    "CompactionError",
+    "acompact",
+    "compact",
+    "parse_transcript",
+]
 
 #: The entry point named in option errors raised by :func:`compact`.
 ENTRY = "normandy_core.compact()"
@@ -310,6 +317,18 @@ def compact(
     if key is not None and isinstance(t, Transcript):
         continuation.remember(key, acc, t, result.memory, messages, result.messages)
     return result
+
+
+async def acompact(messages: Any, **kwargs: Any) -> CompactResult:
+    """:func:`compact` for async code: the same arguments and result.
+
+    The work runs in a worker thread (with the caller's context variables, so per-call
+    settings such as ``archive_settings`` apply), so the event loop keeps serving other
+    tasks while a compactor counts, summarizes or the archive writes.
+    """
+    import asyncio
+
+    return await asyncio.to_thread(compact, messages, **kwargs)
 
 
 def prepare_config(

@@ -184,3 +184,35 @@ def test_continuation_property(seed: int, start: int, steps: int, keep_full: boo
         assert {e.id for e in r.dropped} <= before | {e.id for e in r.memory}
         entries_seen += fresh_entries
     assert entries_seen > 0
+
+
+def test_acompact_gives_what_compact_gives_and_leaves_the_loop_free() -> None:
+    import asyncio
+    import threading
+
+    from normandy_core import acompact
+
+    msgs, cuts = _session(300)
+    live = msgs[: cuts[15]]
+    loop_thread: list[int] = []
+
+    async def main() -> CompactResult:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        loop_thread.append(threading.get_ident())
+        task = asyncio.create_task(ticker())
+        result = await acompact(live, window=WINDOW, model="gpt-4o", opts=OPTS, fresh=True)
+        task.cancel()
+        assert ticks > 1  # the loop ran the ticker while the compaction ran elsewhere
+        return result
+
+    result = asyncio.run(main())
+    same = _call(live, fresh=True)
+    assert result.messages == same.messages
+    assert [e.content for e in result.dropped] == [e.content for e in same.dropped]
