@@ -10,7 +10,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks import archive, archive_backends, core, peers, seam
+from benchmarks import (
+    archive,
+    archive_backends,
+    canonical,
+    cli_read,
+    compact_calls,
+    core,
+    peers,
+    seam,
+)
 from benchmarks.common import BUDGET, fmt_time, machine, median
 
 
@@ -354,6 +363,17 @@ def run(mode: Mode, log: Any = print) -> str:
     section(
         "7. The archive: a compacting boundary with it on and off, writes, re-compaction",
         archive.report(archive.run_in_subprocess(mode.name)),
+    )
+    block = compact_calls.run_mode(compact_calls.QUICK)  # titled "8. compact() before ..."
+    parts.append(block)
+    log(block)
+    section(
+        "9. Counted as the provider counts: overruns judged by an independent canonical count",
+        canonical.report(1_000 if mode.name == "quick" else 4_000),
+    )
+    section(
+        "10. `normandy compact` reading a JSON array (linear)",
+        cli_read.cli_read_scaling(repeat=1 if mode.name == "quick" else 3)["table"],
     )
     section("Run", f"Total wall time: {time.perf_counter() - started:,.0f} s.")
     return "\n".join(parts)
