@@ -55,6 +55,7 @@ from normandy_core.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from normandy_core.tokens import NAME_KEY
 
 __all__ = [
     "PROVIDER_COMPACTION",
@@ -576,6 +577,9 @@ def _stage_chat(messages: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
             yield tools
             tools = None
         st = _Staged(role="user", index=i, raws=[raw])
+        name = m.get("name")
+        if isinstance(name, str) and name:
+            st.meta[NAME_KEY] = name  # counted: the provider bills a message's name
         if role in ("system", "developer"):
             st.role = "system"
             text = _chat_text_parts(m.get("content"), i, role)

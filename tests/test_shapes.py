@@ -615,3 +615,18 @@ def test_round_trip_property_every_shape() -> None:
         assert len(out_ids) == len(out)
 
     check()
+
+
+def test_a_chat_message_name_is_counted() -> None:
+    from normandy_core import get_counter
+
+    plain = compact([{"role": "user", "content": "hi"}], window=9_000, format="openai")
+    named = compact(
+        [{"role": "user", "content": "hi", "name": "alice_in_accounting"}],
+        window=9_000,
+        format="openai",
+    )
+    counter = get_counter("cl100k_base")
+    a = counter.count_entry(plain.memory.entries()[0])
+    b = counter.count_entry(named.memory.entries()[0])
+    assert b == a + counter.count_text("alice_in_accounting") + 1
