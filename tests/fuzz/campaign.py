@@ -71,6 +71,7 @@ from normandy_core import (
 )
 from normandy_core.facade import CompactionError, CompactResult, parse_transcript
 from normandy_core.memory import DocumentBlock
+from normandy_core.tokens import REPLY_PRIMING as REQUEST_TOKENS
 from normandy_core.tokens import default_counter_for
 
 __all__ = [
@@ -294,10 +295,13 @@ def _draw_case(
         opts = {"steps": steps}
         if counter_opt is not None:
             opts["counter"] = counter_opt
+    # The request's own cost (the reply's priming, every counter's ``request_tokens``) is
+    # part of the budget (contract: ``ctx.prompt_tokens``).
     if compactor == "window_manager":
-        usable = window - int(opts.get("reserved_tokens", 4096))
+        usable = window - int(opts.get("reserved_tokens", 4096)) - REQUEST_TOKENS
     elif compactor == "pipeline":
-        usable = window - int(opts["steps"][1]["opts"].get("reserved_tokens", 4096))
+        reserved = int(opts["steps"][1]["opts"].get("reserved_tokens", 4096))
+        usable = window - reserved - REQUEST_TOKENS
     report.compactor = label
     report.format = fmt
     report.session_tokens = tokens
