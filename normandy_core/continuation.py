@@ -53,8 +53,10 @@ __all__ = ["MAX_MESSAGES", "MAX_STATES", "clear", "config_key"]
 
 #: How many compactions are remembered (the most recently used are kept).
 MAX_STATES = 8
-#: How many messages the remembered lists may hold in all; beyond, the oldest go.
-MAX_MESSAGES = 400_000
+#: How many messages the remembered lists may hold in all; beyond, the oldest go. The
+#: memo holds references to these messages (and deep copies of the live ones), so this
+#: bounds what it keeps alive; :func:`clear` releases everything.
+MAX_MESSAGES = 200_000
 
 
 @dataclass(slots=True)

@@ -315,7 +315,8 @@ def to_openai(
     ``tool_calls`` (arguments JSON-encoded). Each tool result becomes a ``tool`` message,
     in order, before any other content of its entry, which follows as a user message.
     Not representable, hence dropped: thinking blocks (Chat Completions does not replay
-    reasoning), ``is_error`` (the result text is kept), and images or files inside tool
+    reasoning), ``is_error`` (the result text is kept), opaque blocks of another format
+    (an Anthropic server tool round, a Responses item), and images or files inside tool
     results, which are sent in a user message right after the tool messages.
     """
     out: list[dict[str, Any]] = []
