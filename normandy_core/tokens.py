@@ -57,6 +57,7 @@ __all__ = [
     "ENCODING_LOAD_TIMEOUT",
     "IMAGE_TOKENS",
     "MESSAGE_OVERHEAD",
+    "ARGUMENTS_KEY",
     "NAME_KEY",
     "OFFLINE_ENCODING",
     "PARALLEL_CALLS_OVERHEAD",
@@ -99,6 +100,10 @@ PARALLEL_CALLS_OVERHEAD = 19
 #: The metadata key under which an entry may carry its message's ``name`` (OpenAI's
 #: ``name`` field), which the counters then count.
 NAME_KEY = "name"
+#: The metadata key under which an entry read from a transcript keeps the arguments
+#: strings of its tool calls (by call id) where they differ from ``json.dumps`` of the
+#: parsed input: a kept message is sent as given, so those strings are what is billed.
+ARGUMENTS_KEY = "normandy.arguments"
 #: Fixed estimate for an image (Anthropic bills about width*height/750, capped near 1,600;
 #: OpenAI at most 85 + 170 per 512-pixel tile of the scaled image, 1,445 at high detail).
 IMAGE_TOKENS = 1600
@@ -225,7 +230,12 @@ def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[lis
         elif isinstance(b, ToolUseBlock):
             calls += 1
             texts.append(b.name)
-            texts.append(json.dumps(b.input, ensure_ascii=False))
+            wire = json.dumps(b.input, ensure_ascii=False)
+            given = entry.metadata.get(ARGUMENTS_KEY)
+            if given and isinstance(given.get(b.id), str):
+                # the caller's own arguments string, sent as given: count the longer
+                wire = max(wire, given[b.id], key=len)
+            texts.append(wire)
         elif isinstance(b, ThinkingBlock):
             texts.append(b.thinking)
         elif isinstance(b, RedactedThinkingBlock):

@@ -55,7 +55,7 @@ from normandy_core.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from normandy_core.tokens import NAME_KEY
+from normandy_core.tokens import ARGUMENTS_KEY, NAME_KEY
 
 __all__ = [
     "PROVIDER_COMPACTION",
@@ -205,6 +205,12 @@ def _parse_arguments(args: Any, index: int, where: str, *, vocabulary: str) -> d
     if bad is not None:
         raise TranscriptError(index, where + (f" {bad[0]}" if bad[0] else ""), bad[1])
     return parsed
+
+
+def _keep_arguments(st: _Staged, call_id: str, given: Any, parsed: dict[str, Any]) -> None:
+    """Record a call's own arguments string where it is longer than ours (it is sent)."""
+    if isinstance(given, str) and len(given) > len(json.dumps(parsed, ensure_ascii=False)):
+        st.meta.setdefault(ARGUMENTS_KEY, {})[call_id] = given
 
 
 def _source_from_url(url: str, index: int, where: str) -> dict[str, Any]:
@@ -670,6 +676,7 @@ def _stage_chat_assistant(m: Mapping[str, Any], raw: Any, st: _Staged, i: int) -
                 vocabulary="Chat Completions sends arguments as a string",
             )
             use = ToolUseBlock(id=cid, name=fn["name"], input=args)
+            _keep_arguments(st, cid, fn.get("arguments"), args)
         else:
             raise TranscriptError(
                 i, f"tool_calls[{j}].type", f"expected 'function' or 'custom', got {kind!r}"
@@ -890,6 +897,7 @@ def _stage_model_item(
         args = _parse_arguments(
             m.get("arguments"), i, "arguments", vocabulary="the Responses API sends a string"
         )
+        _keep_arguments(st, cid, m.get("arguments"), args)
         st.add(ToolUseBlock(id=cid, name=name, input=args), pos, raw, (i, "call_id"))
         return
     if kind == "custom_tool_call":

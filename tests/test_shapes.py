@@ -630,3 +630,46 @@ def test_a_chat_message_name_is_counted() -> None:
     a = counter.count_entry(plain.memory.entries()[0])
     b = counter.count_entry(named.memory.entries()[0])
     assert b == a + counter.count_text("alice_in_accounting") + 1
+
+
+def test_a_callers_own_arguments_string_is_what_is_counted() -> None:
+    import tiktoken  # noqa: F401  (the counter's tokenizer; never mocked)
+
+    from normandy_core import get_counter
+
+    pretty = json.dumps({"path": "src/a.py", "lines": [1, 2, 3]}, indent=4)
+    msgs = [
+        {"role": "user", "content": "read it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": pretty}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    counter = get_counter("cl100k_base")
+    result = compact(msgs, window=9_000, format="openai")
+    entry = result.memory.entries()[1]
+    compact_form = compact(
+        [
+            msgs[0],
+            {
+                **msgs[1],
+                "tool_calls": [
+                    {
+                        **msgs[1]["tool_calls"][0],
+                        "function": {"name": "read", "arguments": json.dumps(json.loads(pretty))},
+                    }
+                ],
+            },
+            msgs[2],
+        ],
+        window=9_000,
+        format="openai",
+    ).memory.entries()[1]
+    extra = counter.count_text(pretty) - counter.count_text(json.dumps(json.loads(pretty)))
+    assert extra > 0
+    assert counter.count_entry(entry) == counter.count_entry(compact_form) + extra
+    assert result.messages[1] is msgs[1]  # and it is sent as given
