@@ -216,8 +216,7 @@ def _continue(
 ) -> Any:
     """``full``: ``messages`` extends the list given last time, not the one returned."""
     from normandy_core.boundary import run_compaction
-    from normandy_core.facade import CompactionError, CompactResult, _check_values
-    from normandy_core.structure import pairing_problems
+    from normandy_core.facade import CompactResult, _check_values, check_pairs
     from normandy_core.transcript import write
 
     t = st.transcript
@@ -237,12 +236,7 @@ def _continue(
     t.container = messages
     new_acc, meta = run_compaction(st.acc.with_memory(memory), mid_round=mid_round)
     if meta.get("compacted"):
-        problems = pairing_problems(new_acc.memory.entries(), allow_pending=True)
-        if problems:
-            raise CompactionError(
-                f"{st.acc.compactor_handle.describe()} returned a conversation with broken "
-                "tool pairs: " + "; ".join(problems)
-            )
+        check_pairs(st.acc, new_acc.memory)
         kept = new_acc.memory
         out = write(t, kept)
     else:

@@ -371,6 +371,20 @@ def compact_with(
     return _compact_read(acc, messages, mid_round=mid_round, format=format)[0]
 
 
+def check_pairs(acc: AgentConfig, memory: AgentMemory) -> None:
+    """Refuse a compacted conversation with broken tool pairs, naming the compactor.
+
+    The boundary's contract check refuses broken pairs when the input had none; the input
+    may hold an open round, which that check leaves to the transcript rules.
+    """
+    problems = pairing_problems(memory.entries(), allow_pending=True)
+    if problems:
+        raise CompactionError(
+            f"{acc.compactor_handle.describe()} returned a conversation with broken tool "
+            "pairs: " + "; ".join(problems)
+        )
+
+
 def _compact_read(
     acc: AgentConfig, messages: Any, *, mid_round: bool, format: FormatName
 ) -> tuple[CompactResult, Transcript | AgentMemory]:
@@ -380,14 +394,7 @@ def _compact_read(
     new_acc, meta = run_compaction(acc.with_memory(memory), mid_round=mid_round)
     if not meta.get("compacted"):
         return CompactResult(_unchanged(messages, t), meta, fmt, memory), t
-    # The boundary's contract check refuses broken pairs when the input had none; the
-    # input may hold an open round, which that check leaves to the transcript rules.
-    problems = pairing_problems(new_acc.memory.entries(), allow_pending=True)
-    if problems:
-        raise CompactionError(
-            f"{acc.compactor_handle.describe()} returned a conversation with broken tool "
-            "pairs: " + "; ".join(problems)
-        )
+    check_pairs(acc, new_acc.memory)
     out = new_acc.memory
     if isinstance(t, AgentMemory):
         out = keep_other_branches(memory, out)

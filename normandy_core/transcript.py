@@ -291,29 +291,6 @@ _ANTHROPIC_KEYS = {
     "image": ("type", "source"),
     "document": ("type", "source", "title"),
 }
-#: Block types only Anthropic defines (evidence of the format).
-ANTHROPIC_ONLY = frozenset(
-    {
-        "tool_use",
-        "tool_result",
-        "thinking",
-        "redacted_thinking",
-        "image",
-        "document",
-        "server_tool_use",
-        "web_search_tool_result",
-        "web_fetch_tool_result",
-        "code_execution_tool_result",
-        "bash_code_execution_tool_result",
-        "text_editor_code_execution_tool_result",
-        "tool_search_tool_result",
-        "mcp_tool_use",
-        "mcp_tool_result",
-        "container_upload",
-        "search_result",
-        "compaction",
-    }
-)
 # Blocks an assistant message may hold that are only carried (server-side tool rounds:
 # the use and its result sit in the same message).
 _ANTHROPIC_ASSISTANT_OPAQUE = frozenset(
@@ -329,6 +306,12 @@ _ANTHROPIC_ASSISTANT_OPAQUE = frozenset(
         "mcp_tool_result",
         "compaction",
     }
+)
+#: Block types only Anthropic defines (evidence of the format).
+ANTHROPIC_ONLY = (
+    frozenset(_ANTHROPIC_TYPED) - {"text"}
+    | _ANTHROPIC_ASSISTANT_OPAQUE
+    | {"container_upload", "search_result"}
 )
 _ANTHROPIC_SERVER_USES = frozenset({"server_tool_use", "mcp_tool_use"})
 
