@@ -19,7 +19,8 @@ compacts the list from scratch instead.
 
 A list that does not extend a remembered one (other messages, a different config, a
 different format) takes the full path; nothing is ever guessed. The remembered prefix is
-compared by identity (the same objects, in C), and the messages still live in the
+compared by identity (the very same objects, in C: an equal copy is another list, so kept
+messages always come back as the caller's own objects), and the messages still live in the
 compacted conversation by value, against private deep copies made when they were
 returned: a kept message changed in place after a call sends the next call down the
 full path. (A message the conversation no longer holds cannot change the continuation,
@@ -34,6 +35,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import is_
 from typing import TYPE_CHECKING, Any
 
 from normandy_core.transcript import (
@@ -122,7 +124,7 @@ def _take(key: tuple[Any, ...], messages: Sequence[Any]) -> tuple[_State, int, b
                 k = len(given)
                 if st.key != key or k == 0 or k > n or messages[k - 1] is not given[k - 1]:
                     continue
-                if given != messages[:k]:  # the same messages (identity first), in C
+                if not all(map(is_, given, messages)):  # the very same objects, in C
                     continue
                 if st.out_snapshot != st.out:
                     continue  # a live message was changed in place since it was seen

@@ -219,3 +219,14 @@ def test_acompact_gives_what_compact_gives_and_leaves_the_loop_free() -> None:
     same = _call(live, fresh=True)
     assert result.messages == same.messages
     assert [e.content for e in result.dropped] == [e.content for e in same.dropped]
+
+
+def test_an_equal_copy_of_a_message_is_not_taken_for_the_remembered_one() -> None:
+    msgs, cuts = _session(300)
+    live = msgs[: cuts[15]]
+    _call(live)
+    twin = copy.deepcopy(live[-1])  # equal, another object
+    again = [*live[:-1], twin, *msgs[cuts[15] : cuts[16]]]
+    r = _call(again)
+    assert not r.continued
+    assert any(m is twin for m in r.messages)  # the caller's own object comes back
