@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
 
     counts: Counter[tuple[str, str]] = Counter()
     outcomes: Counter[tuple[str, str]] = Counter()
+    modes: Counter[tuple[str, str]] = Counter()
+    calls = continued = 0
     by_check: Counter[str] = Counter()
     groups: dict[tuple[str, str], list[Finding]] = defaultdict(list)
     slowest: CaseReport | None = None
@@ -131,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
             n += 1
             counts[(report.compactor, report.format)] += 1
             outcomes[(report.compactor, report.outcome)] += 1
+            modes[(report.mode, report.format)] += 1
+            calls += report.calls
+            continued += report.continued
             if report.est_ratio is not None:
                 ratios.append(report.est_ratio)
             if slowest is None or report.seconds > slowest.seconds:
@@ -160,6 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     kinds = ("compacted", "skipped", "error", "raised", "rejected")
     print("\noutcomes per compactor:")
     print(_matrix(outcomes, labels, kinds))
+    print("\ncases per mode and format (continuation sequences: compact() at every request):")
+    print(_matrix(modes, ("single", "continue-full", "continue-replace"), FORMATS))
+    print(
+        f"continuation sequences: {calls:,} compact() calls, {continued:,} compacted as the "
+        "continuation of the call before"
+    )
     if ratios:
         over = sum(1 for r in ratios if r > 1.0)
         print(

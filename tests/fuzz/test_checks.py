@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from fuzz.campaign import run_indexed
+from fuzz.generators import FORMATS, PROVIDER_FORMATS
 from normandy_core import AgentConfig, group_units, hookimpl, register_compactor
 
 
@@ -64,7 +65,7 @@ def test_the_core_refuses_unreported_loss_in_every_format(fn: Any) -> None:
         assert r.outcome != "compacted", r
         if r.outcome == "error":
             errors.setdefault(r.format, set()).update(f.message for f in r.findings)
-    assert set(errors) == {"openai", "anthropic", "normandy"}
+    assert set(errors) == set(FORMATS)
     assert all(any("lost silently" in e for e in es) for es in errors.values()), errors
 
 
@@ -83,5 +84,7 @@ def test_unreported_loss_is_found_in_every_format(fn: Any, monkeypatch: pytest.M
         r = run_indexed(3, i, compactor="fuzz_faulty")
         if r.outcome == "compacted":
             found.setdefault(r.format, set()).update(f.check for f in r.findings)
-    assert set(found) == {"openai", "anthropic", "normandy"}
+    assert set(found) == set(FORMATS)
     assert all("loss" in checks for checks in found.values()), found
+    # the entry accounting of the provider formats finds it too, independently
+    assert all("accounting" in found[f] for f in PROVIDER_FORMATS), found
