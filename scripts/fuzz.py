@@ -49,10 +49,13 @@ _SHORT = {
 
 
 def _matrix(
-    counts: Counter[tuple[str, str]], compactors: tuple[str, ...], formats: tuple[str, ...]
+    counts: Counter[tuple[str, str]],
+    compactors: tuple[str, ...],
+    formats: tuple[str, ...],
+    rows: str = "compactor",
 ) -> str:
-    width = max(len(c) for c in compactors)
-    head = f"  {'compactor':<{width}}  " + "  ".join(f"{f:>9}" for f in formats) + "      total"
+    width = max(len(c) for c in (*compactors, rows))
+    head = f"  {rows:<{width}}  " + "  ".join(f"{f:>9}" for f in formats) + "      total"
     lines = [head]
     for comp in compactors:
         row = [counts[(comp, f)] for f in formats]
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\noutcomes per compactor:")
     print(_matrix(outcomes, labels, kinds))
     print("\ncases per mode and format (continuation sequences: compact() at every request):")
-    print(_matrix(modes, ("single", "continue-full", "continue-replace"), FORMATS))
+    print(_matrix(modes, ("single", "continue-full", "continue-replace"), FORMATS, "mode"))
     print(
         f"continuation sequences: {calls:,} compact() calls, {continued:,} compacted as the "
         "continuation of the call before"
