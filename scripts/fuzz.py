@@ -49,10 +49,13 @@ _SHORT = {
 
 
 def _matrix(
-    counts: Counter[tuple[str, str]], compactors: tuple[str, ...], formats: tuple[str, ...]
+    counts: Counter[tuple[str, str]],
+    compactors: tuple[str, ...],
+    formats: tuple[str, ...],
+    rows: str = "compactor",
 ) -> str:
-    width = max(len(c) for c in compactors)
-    head = f"  {'compactor':<{width}}  " + "  ".join(f"{f:>9}" for f in formats) + "      total"
+    width = max(len(c) for c in (*compactors, rows))
+    head = f"  {rows:<{width}}  " + "  ".join(f"{f:>9}" for f in formats) + "      total"
     lines = [head]
     for comp in compactors:
         row = [counts[(comp, f)] for f in formats]
@@ -104,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
 
     counts: Counter[tuple[str, str]] = Counter()
     outcomes: Counter[tuple[str, str]] = Counter()
+    modes: Counter[tuple[str, str]] = Counter()
+    calls = continued = 0
     by_check: Counter[str] = Counter()
     groups: dict[tuple[str, str], list[Finding]] = defaultdict(list)
     slowest: CaseReport | None = None
@@ -131,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
             n += 1
             counts[(report.compactor, report.format)] += 1
             outcomes[(report.compactor, report.outcome)] += 1
+            modes[(report.mode, report.format)] += 1
+            calls += report.calls
+            continued += report.continued
             if report.est_ratio is not None:
                 ratios.append(report.est_ratio)
             if slowest is None or report.seconds > slowest.seconds:
@@ -160,6 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     kinds = ("compacted", "skipped", "error", "raised", "rejected")
     print("\noutcomes per compactor:")
     print(_matrix(outcomes, labels, kinds))
+    print("\ncases per mode and format (continuation sequences: compact() at every request):")
+    print(_matrix(modes, ("single", "continue-full", "continue-replace"), FORMATS, "mode"))
+    print(
+        f"continuation sequences: {calls:,} compact() calls, {continued:,} compacted as the "
+        "continuation of the call before"
+    )
     if ratios:
         over = sum(1 for r in ratios if r > 1.0)
         print(

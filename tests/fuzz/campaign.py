@@ -3,20 +3,42 @@
 A case is reproducible from ``(seed, index)`` alone (:func:`case_rng`); :func:`run_indexed`
 runs it and returns a :class:`CaseReport`, :func:`run_case` only its findings.
 
+A case is one call (``single``), or, for :data:`_SEQUENCES` of the provider-format cases,
+a continuation sequence (:func:`_run_sequence`): the list an agent holds grown batch by
+batch, ``compact()`` called at every model request, the agent keeping its full history
+(``continue-full``) or replacing its list with ``result.messages`` (``continue-replace``).
+
 Checks (the ``check`` of a :class:`Finding`):
 
 - ``validity``: the output passes the independent validator of its format
-  (:mod:`fuzz.validators`); a ``CompactionError`` (the core refusing a compactor's broken
-  tool pairs) counts here too;
+  (:mod:`fuzz.validators`) and, for the provider formats, the official SDK's typed params
+  (``validate_sdk``); a ``CompactionError`` (the core refusing a compactor's broken tool
+  pairs) counts here too;
+- ``identity`` (provider formats): every output message that is not new is the very
+  object given, in the input's order; a new object equal to a message given (other than
+  a marker or summary put where an equal one was dropped) is a message rebuilt for
+  nothing;
+- ``accounting`` (provider formats): the entries of the input are the kept ones plus the
+  dropped ones, an entry kept changed (``meta["shortened"]``, a cleared result) counted
+  in both, each dropped one with its content, in order;
+- ``provider_compaction``: the newest provider compaction (Anthropic's ``compaction``
+  block, the Responses ``compaction`` item) is in the output, as the object given;
+- ``not_continued``: a call of a sequence after the first was not compacted as a
+  continuation (``result.continued``), though its batch brought no provider compaction;
+- ``dropped_twice``: a call of a sequence reports an entry an earlier call reported
+  dropped (and no longer kept);
 - ``fit``: a window-sized compactor (``window_manager``, ``pipeline``) that compacted
-  reports ``tokens_after`` within the usable window (window minus ``reserved_tokens``)
+  reports ``tokens_after`` within the usable window (window minus ``reserved_tokens``,
+  less what every request costs once: the reply's priming, ``counter.request_tokens``)
   plus a tolerance;
 - ``skipped_over_window``: a window-sized compactor skipped (no error) while the
-  conversation is over the usable window;
+  conversation is over the usable window (in a sequence: counted afresh from the
+  output, as ``fit`` is there);
 - ``mid_round_compacted_fitting``: it compacted at a mid-round boundary while the
   conversation fit the usable window (the contract's mid-round rule);
-- ``error_path``: on the error or skip path the transcript did not come back unchanged,
-  or ``dropped`` is not empty;
+- ``error_path``: on the error or skip path the transcript did not come back unchanged
+  (in a sequence: as given, or continued, the last output plus the new messages, as the
+  very objects), or ``dropped`` is not empty;
 - ``unexpected_error``: an error other than "cannot fit the context window" or a failed
   summary (``clear_tool_results`` and ``noop`` have no reason to fail at all);
 - ``needless_error``: ``window_manager`` (alone or in the pipeline) reported that nothing
@@ -55,8 +77,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from fuzz.generators import FORMATS, Session, draw_session, render
-from fuzz.validators import validate
+from fuzz.generators import (
+    FORMATS,
+    PROVIDER_FORMATS,
+    Session,
+    draw_session,
+    render,
+    request_points,
+)
+from fuzz.validators import validate, validate_sdk
 from normandy_core import (
     AgentMemory,
     Entry,
@@ -70,8 +99,7 @@ from normandy_core import (
     get_counter,
 )
 from normandy_core.facade import CompactionError, CompactResult, parse_transcript
-from normandy_core.memory import DocumentBlock
-from normandy_core.tokens import REPLY_PRIMING as REQUEST_TOKENS
+from normandy_core.memory import DocumentBlock, OpaqueBlock
 from normandy_core.tokens import default_counter_for
 
 __all__ = [
@@ -103,6 +131,8 @@ _MARKER_COUNT = re.compile(r"^\[(\d+) earlier messages? removed")
 _MARKER_ALLOWANCE = 40
 #: The errors a window-sized compactor may report for a valid transcript.
 _EXPECTED_ERRORS = ("cannot fit the context window", "window_manager summarize:")
+#: The share of provider-format cases run as continuation sequences.
+_SEQUENCES = 0.3
 
 
 @dataclass(frozen=True)
@@ -119,6 +149,7 @@ class Finding:
     mid_round: bool
     model: str | None
     options: dict[str, Any]
+    mode: str = "single"  # or a continuation sequence: continue-full, continue-replace
 
     def to_json(self) -> str:
         """The finding as one JSON line."""
@@ -126,8 +157,9 @@ class Finding:
 
     def reproducer(self) -> str:
         """A one-line reproducer."""
+        mode = "" if self.mode == "single" else f"{self.mode} "
         return (
-            f"seed={self.seed} index={self.index} {self.compactor} {self.format} "
+            f"seed={self.seed} index={self.index} {mode}{self.compactor} {self.format} "
             f"window={self.window} mid_round={self.mid_round} model={self.model} "
             f"opts={json.dumps(self.options, default=str)}"
         )
@@ -142,6 +174,9 @@ class CaseReport:
     compactor: str = ""
     format: str = ""
     outcome: str = ""  # compacted, skipped, error, raised
+    mode: str = "single"  # single, or a continuation sequence: continue-full, continue-replace
+    calls: int = 0  # compact() calls of a continuation sequence
+    continued: int = 0  # of which compacted as the continuation of the one before
     findings: list[Finding] = field(default_factory=list)
     seconds: float = 0.0
     session_tokens: int = 0
@@ -163,10 +198,11 @@ class _Case:
     mid_round: bool
     model: str | None
     counter: str
-    usable: int | None  # window minus reserved_tokens, for window-sized compactors
+    usable: int | None  # window - reserved_tokens - request_tokens (window-sized compactors)
     memory: AgentMemory
     session_tokens: int
     report: CaseReport
+    mode: str = "single"
     findings: list[Finding] = field(default_factory=list)
 
     def find(self, check: str, message: str, **extra: Any) -> None:
@@ -183,6 +219,7 @@ class _Case:
                 self.mid_round,
                 self.model,
                 opts,
+                self.mode,
             )
         )
 
@@ -266,6 +303,14 @@ def _draw_case(
 ) -> _Case:
     fmt = rng.choice(FORMATS)
     session = draw_session(rng, fmt)
+    mode = "single"
+    if fmt in PROVIDER_FORMATS and rng.random() < _SEQUENCES:
+        # A continuation sequence: the list an agent holds, grown batch by batch (a list,
+        # so an Anthropic system prompt is left out: a request dict is not continued).
+        mode = rng.choice(("continue-full", "continue-replace"))
+        session.shape["dict"] = False
+        if fmt == "anthropic":
+            session.system = None
     data = render(session)
     label = rng.choices(COMPACTORS, weights=_WEIGHTS)[0]
     if compactor is not None:
@@ -295,19 +340,20 @@ def _draw_case(
         opts = {"steps": steps}
         if counter_opt is not None:
             opts["counter"] = counter_opt
-    # The request's own cost (the reply's priming, every counter's ``request_tokens``) is
-    # part of the budget (contract: ``ctx.prompt_tokens``).
+    # What every request costs once whatever its messages (the reply's priming, documented
+    # in normandy_core.tokens): the room left for the messages is the usable window less it.
+    fixed = int(getattr(get_counter(counter), "request_tokens", 3))
     if compactor == "window_manager":
-        usable = window - int(opts.get("reserved_tokens", 4096)) - REQUEST_TOKENS
+        usable = window - int(opts.get("reserved_tokens", 4096)) - fixed
     elif compactor == "pipeline":
-        reserved = int(opts["steps"][1]["opts"].get("reserved_tokens", 4096))
-        usable = window - reserved - REQUEST_TOKENS
+        usable = window - int(opts["steps"][1]["opts"].get("reserved_tokens", 4096)) - fixed
     report.compactor = label
     report.format = fmt
     report.session_tokens = tokens
+    report.mode = mode
     return _Case(
         seed, index, session, data, label, compactor, opts, window, mid_round, model,
-        counter, usable, memory, tokens, report,
+        counter, usable, memory, tokens, report, mode,
     )  # fmt: skip
 
 
@@ -322,6 +368,7 @@ class _Atoms:
     uses: dict[str, tuple[str, Any]] = field(default_factory=dict)
     results: dict[str, tuple[str, tuple[Any, ...]]] = field(default_factory=dict)
     media: Counter[Any] = field(default_factory=Counter)
+    opaque: Counter[str] = field(default_factory=Counter)  # carried blocks and items, as JSON
 
     def text(self, role: str, text: str) -> None:
         if text:
@@ -353,9 +400,15 @@ def _oa_text(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "\n".join(
-            str(p.get("text", "")) for p in content if isinstance(p, Mapping) and "text" in p
+            str(p.get("text", p.get("refusal", "")))
+            for p in content
+            if isinstance(p, Mapping) and ("text" in p or "refusal" in p)
         )
     return ""
+
+
+def _opaque_key(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def _openai_atoms(data: Any) -> _Atoms:
@@ -367,8 +420,14 @@ def _openai_atoms(data: Any) -> _Atoms:
         if role == "tool":
             a.results[m["tool_call_id"]] = (_oa_text(content), ())
         elif role == "assistant":
-            a.text("assistant", _oa_text(content))
+            for part in content if isinstance(content, list) else [content]:
+                a.text("assistant", _oa_text(part if isinstance(part, str) else [part]))
+            if isinstance(m.get("refusal"), str):
+                a.text("assistant", m["refusal"])
             for c in m.get("tool_calls") or []:
+                if c.get("type") == "custom":
+                    a.uses[c["id"]] = (c["custom"]["name"], {"input": c["custom"]["input"]})
+                    continue
                 a.uses[c["id"]] = (c["function"]["name"], json.loads(c["function"]["arguments"]))
         elif role == "user" and isinstance(content, list):
             for p in content:
@@ -385,9 +444,23 @@ def _anthropic_result(b: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
     content = b.get("content", "")
     if isinstance(content, str):
         return content, ()
-    texts = [p["text"] for p in content if p.get("type") == "text"]
-    media = tuple(_media_key(p["source"], p["type"]) for p in content if p.get("type") != "text")
+    # Parts other than text and media (search results) are carried as their JSON text.
+    texts = [
+        p["text"] if p.get("type") == "text" else json.dumps(p, ensure_ascii=False)
+        for p in content
+        if p.get("type") not in ("image", "document")
+    ]
+    media = tuple(
+        _media_key(p["source"], p["type"])
+        for p in content
+        if p.get("type") in ("image", "document")
+    )
     return "\n".join(texts), media
+
+
+_AN_INTERPRETED = frozenset(
+    ("text", "tool_use", "tool_result", "image", "document", "thinking", "redacted_thinking")
+)
 
 
 def _anthropic_atoms(data: Any) -> _Atoms:
@@ -416,6 +489,51 @@ def _anthropic_atoms(data: Any) -> _Atoms:
                 a.results[b["tool_use_id"]] = _anthropic_result(b)
             elif kind in ("image", "document"):
                 a.media[_media_key(b["source"], kind)] += 1
+            elif kind not in _AN_INTERPRETED:
+                a.opaque[_opaque_key(b)] += 1
+    return a
+
+
+def _rs_parts(role: str, parts: list[Any], a: _Atoms) -> None:
+    for p in parts:
+        kind = p.get("type")
+        if kind in ("input_text", "output_text"):
+            a.text(role, p["text"])
+        elif kind == "refusal":
+            a.text(role, p["refusal"])
+        elif kind == "input_image":
+            a.media[_url_key(p["image_url"])] += 1
+        elif kind == "input_file":
+            a.media[("document", str(p["file_data"]).partition(",")[2])] += 1
+
+
+def _responses_atoms(data: Any) -> _Atoms:
+    """Atoms of a Responses item list: reasoning items are thinking (a compaction strips
+    them); every item the conversation does not interpret is an opaque atom."""
+    a = _Atoms()
+    for m in data:
+        kind = m.get("type") or "message"
+        if kind == "message":
+            role = m.get("role")
+            role = "system" if role in ("system", "developer") else role
+            if isinstance(m["content"], str):
+                a.text(role, m["content"])
+            else:
+                _rs_parts(role, m["content"], a)
+        elif kind == "function_call":
+            a.uses[m["call_id"]] = (m["name"], json.loads(m["arguments"] or "{}"))
+        elif kind == "custom_tool_call":
+            a.uses[m["call_id"]] = (m["name"], {"input": m["input"]})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            out = m["output"]
+            if isinstance(out, str):
+                a.results[m["call_id"]] = (out, ())
+            else:
+                texts = [p["text"] for p in out if p.get("type") == "input_text"]
+                media = tuple(_url_key(p["image_url"]) for p in out if p["type"] == "input_image")
+                a.results[m["call_id"]] = ("\n".join(texts), media)
+        elif kind != "reasoning":
+            a.opaque[_opaque_key(m)] += 1
     return a
 
 
@@ -442,20 +560,21 @@ def _entry_atoms(entries: list[Entry]) -> _Atoms:
                 a.results[b.tool_use_id] = (b.text(), media)
             elif isinstance(b, (ImageBlock, DocumentBlock)):
                 a.media[_media_key(b.source, b.type)] += 1
+            elif isinstance(b, OpaqueBlock) and not b.reasoning:
+                a.opaque[_opaque_key(b.data)] += 1
     return a
 
 
 def _atoms(fmt: str, data: Any) -> _Atoms:
+    if fmt == "responses":
+        return _responses_atoms(data)
     return _openai_atoms(data) if fmt == "openai" else _anthropic_atoms(data)
 
 
 def _message_atoms(fmt: str, data: Any) -> list[_Atoms]:
-    """The atoms of each caller message (OpenAI and Anthropic), in order."""
-    if fmt == "openai":
-        messages = data["messages"] if isinstance(data, Mapping) else data
-        return [_openai_atoms([m]) for m in messages]
+    """The atoms of each caller message (OpenAI, Anthropic, Responses), in order."""
     messages = data["messages"] if isinstance(data, Mapping) else data
-    return [_anthropic_atoms([m]) for m in messages]
+    return [_atoms(fmt, [m]) for m in messages]
 
 
 def _present(a: _Atoms, out: _Atoms) -> bool:
@@ -524,6 +643,9 @@ def _check_loss_atoms(c: _Case, result: CompactResult) -> None:
     for key, n in src.media.items():
         if out.media[key] + gone.media[key] < n:
             problems.append(f"{key[0]} {key[1][:24]!r}")
+    for okey, n in src.opaque.items():
+        if out.opaque[okey] + gone.opaque[okey] < n:
+            problems.append(f"opaque {okey[:60]}")
     if problems:
         c.find(
             "loss",
@@ -659,7 +781,7 @@ def _own_estimate(fmt: str, data: Any) -> int:
         if isinstance(v, str):
             total += len(v) // 3
         elif isinstance(v, Mapping):
-            if v.get("type") in ("image", "image_url"):
+            if v.get("type") in ("image", "image_url", "input_image"):
                 total += 1600
                 continue
             if v.get("type") == "base64":
@@ -671,9 +793,182 @@ def _own_estimate(fmt: str, data: Any) -> int:
     return total
 
 
+# -- provider formats: identity, accounting, the provider's compaction ----------------------
+
+
+def _messages_of(data: Any) -> list[Any]:
+    return list(data["messages"]) if isinstance(data, Mapping) else list(data)
+
+
+def _made(e: Entry) -> bool:
+    return bool(e.metadata.get(_MARKER_KEY) or e.metadata.get(_SUMMARY_KEY))
+
+
+def _check_identity(
+    c: _Case, given: list[Any], out: list[Any], result: CompactResult, where: str = ""
+) -> None:
+    """Every output message that is not new is the very object given, in the input's order;
+    a new object equal to a message given is a message rebuilt for nothing (the caller's
+    SDK objects and unknown fields would not survive that), unless it is a marker or
+    summary inserted in the place of an equal one this call dropped."""
+    pos = {id(m): k for k, m in enumerate(given)}
+    last = -1
+    seen: set[int] = set()
+    replaced = [d.text() for d in result.dropped if _made(d)]
+    for j, m in enumerate(out):
+        k = pos.get(id(m))
+        if k is None:
+            twin = next((i for i, g in enumerate(given) if g == m), None)
+            if twin is not None and replaced:
+                texts = _atoms(c.session.format, [m]).blob()
+                if any(t and t in texts for t in replaced):
+                    continue  # a marker or summary dropped, and an equal one inserted
+            if twin is not None:
+                c.find(
+                    "identity",
+                    f"{where}output message {j} equals input message {twin} but is a new "
+                    f"object: {json.dumps(m, default=str)[:120]}",
+                )
+                return
+            continue
+        if k in seen:
+            c.find("identity", f"{where}input message {k} comes back twice (output {j})")
+            return
+        if k < last:
+            c.find("identity", f"{where}input message {k} comes back before message {last}")
+            return
+        seen.add(k)
+        last = k
+
+
+def _align(inputs: list[Entry], kept: list[Entry], dropped: list[Entry]) -> str | None:
+    """Whether every input entry is kept (as it was, at most without thinking), or reported
+    in ``dropped`` with its content (and then kept changed, under its id, or gone), in order.
+
+    ``kept`` is the compacted conversation: entries inserted by the compaction (markers,
+    summaries) may sit anywhere in it. Returns the first problem.
+    """
+
+    def same(k: Entry, e: Entry) -> bool:
+        return k.role == e.role and k.content in (e.content, _strip_thinking(e))
+
+    ki = di = 0
+    for n, e in enumerate(inputs):
+        d = dropped[di] if di < len(dropped) else None
+        if d is not None and d.role == e.role and d.content == e.content:
+            di += 1
+            j = ki
+            while j < len(kept) and _made(kept[j]) and kept[j].id != d.id:
+                j += 1  # a marker or summary inserted before it
+            if j < len(kept) and kept[j].id == d.id:
+                ki = j
+                if kept[ki].content in (d.content, _strip_thinking(d)):
+                    return f"input entry {n} is reported dropped and kept unchanged"
+                ki += 1  # kept changed (a shortened or cleared result), reported
+            continue
+        while ki < len(kept) and _made(kept[ki]) and not same(kept[ki], e):
+            ki += 1
+        if ki < len(kept) and same(kept[ki], e):
+            ki += 1
+            continue
+        return (
+            f"input entry {n} ({e.role}: {e.text()[:60]!r}) is neither kept nor reported in "
+            f"dropped ({len(inputs)} input entries, {len(kept)} kept, {len(dropped)} dropped)"
+        )
+    rest = [k for k in kept[ki:] if not _made(k)]
+    if rest:
+        return f"{len(rest)} kept entries are no input entry: {rest[0].text()[:60]!r}"
+    if di < len(dropped):
+        d = dropped[di]
+        return (
+            f"{len(dropped) - di} dropped entries are no input entry (or out of order): "
+            f"{d.role} {d.text()[:60]!r}"
+        )
+    return None
+
+
+def _check_accounting(
+    c: _Case, inputs: list[Entry], result: CompactResult, where: str = ""
+) -> None:
+    """Entries of the input = kept + dropped, counting the changed entries (reported in
+    ``dropped`` and kept changed, as ``meta["shortened"]`` lists them) in both."""
+    kept = result.memory.entries()
+    dropped = list(result.dropped)
+    problem = _align(inputs, kept, dropped)
+    if problem:
+        c.find("accounting", where + problem)
+        return
+    if c.compactor == "window_manager" and result.compacted:
+        both = {e.id for e in kept} & {e.id for e in dropped}
+        shortened = set(result.meta.get("shortened") or ())
+        if both != shortened:
+            c.find(
+                "accounting",
+                f"{where}{len(both)} entries are kept changed and reported dropped, "
+                f"meta['shortened'] lists {len(shortened)}",
+            )
+
+
+def _newest_compaction(fmt: str, given: list[Any]) -> Any:
+    """The newest provider compaction of ``given``: the block or item object, or ``None``."""
+    for m in reversed(given):
+        if fmt == "responses" and m.get("type") == "compaction":
+            return m
+        content = m.get("content") if fmt == "anthropic" else None
+        if isinstance(content, list):
+            for b in reversed(content):
+                if isinstance(b, Mapping) and b.get("type") == "compaction":
+                    return b
+    return None
+
+
+def _check_provider_compaction(c: _Case, given: list[Any], out: list[Any], where: str) -> None:
+    newest = _newest_compaction(c.session.format, given)
+    if newest is None:
+        return
+    if c.session.format == "responses":
+        kept = any(m is newest for m in out)
+    else:
+        kept = any(
+            isinstance(m.get("content"), list) and any(b is newest for b in m["content"])
+            for m in out
+        )
+    if not kept:
+        c.find(
+            "provider_compaction",
+            f"{where}the newest provider compaction is not in the output: "
+            f"{json.dumps(newest, default=str)[:100]}",
+        )
+
+
+def _check_valid(c: _Case, out: Any, where: str = "") -> None:
+    problems = validate(c.session.format, out)
+    if c.session.format in PROVIDER_FORMATS:
+        problems += validate_sdk(c.session.format, out)
+    if problems:
+        c.find("validity", where + "; ".join(problems[:3]))
+
+
+def _check_provider(c: _Case, result: CompactResult) -> None:
+    """Checks (a), (b) and (d) of a single call in a provider format."""
+    given = _messages_of(c.data)
+    out = _messages_of(result.messages)
+    _check_identity(c, given, out, result)
+    if isinstance(c.data, Mapping) and isinstance(result.messages, Mapping):
+        system = c.data.get("system")
+        back = result.messages.get("system")
+        if system is not None and back == system and back is not system:
+            c.find("identity", "the request's system comes back as a new object")
+    if result.error is None:
+        _check_accounting(c, c.memory.entries(), result)
+    _check_provider_compaction(c, given, out, "")
+
+
 def _check_result(c: _Case, result: CompactResult) -> None:
     fmt = c.session.format
     meta = result.meta
+    if fmt in PROVIDER_FORMATS:
+        _check_provider(c, result)
     if result.error is not None or not result.compacted:
         if result.messages != c.data and not (
             fmt == "normandy" and isinstance(result.messages, AgentMemory)
@@ -704,9 +999,7 @@ def _check_result(c: _Case, result: CompactResult) -> None:
                 )
         return
     c.report.outcome = "compacted"
-    problems = validate(fmt, result.messages)
-    if problems:
-        c.find("validity", "; ".join(problems[:3]))
+    _check_valid(c, result.messages)
     if c.usable is not None:
         after = int(meta.get("tokens_after", 0))
         before = int(meta.get("tokens_before", 0))
@@ -755,8 +1048,8 @@ def _check_idempotent(c: _Case, first: CompactResult) -> None:
             f"dropped: {again[0].text()[:80]!r}",
         )
         return
-    if second.compacted and (problems := validate(c.session.format, second.messages)):
-        c.find("validity", "second pass: " + "; ".join(problems[:3]))
+    if second.compacted:
+        _check_valid(c, second.messages, "second pass: ")
     if second.error is not None:
         c.find("idempotence", f"the second pass failed: {second.error[:200]}")
     elif second.compacted and second.messages != first.messages:
@@ -818,6 +1111,191 @@ def _check_summarize_vs_oldest(c: _Case, main: CompactResult) -> None:
         )
 
 
+# -- continuation sequences -------------------------------------------------------------------
+
+
+def _ekey(e: Entry) -> str:
+    content: Any = e.content
+    if not isinstance(content, str):
+        content = [b.model_dump(mode="json") for b in content]
+    return json.dumps([e.role, content], sort_keys=True, ensure_ascii=False)
+
+
+def _fresh(c: _Case, messages: list[Any]) -> AgentMemory:
+    """``messages`` read from scratch (``fresh=True`` is not needed: reading is not compacting)."""
+    return parse_transcript(messages, c.session.format)[1]
+
+
+def _has_compaction(fmt: str, batch: list[Any]) -> bool:
+    return _newest_compaction(fmt, batch) is not None
+
+
+def _check_window(c: _Case, r: CompactResult, out: list[Any], where: str) -> None:
+    """The output within the usable window, by a fresh count of what is returned."""
+    if c.usable is None or r.error is not None:
+        return
+    fresh = _fresh(c, out).tokens(get_counter(c.counter))
+    tolerance = max(16, c.usable // 50)
+    if fresh <= c.usable + tolerance:
+        return
+    if r.compacted:
+        c.find(
+            "fit",
+            f"{where}the output counts {fresh} tokens afresh (tokens_after "
+            f"{r.meta.get('tokens_after')}) over the usable window {c.usable} (+{tolerance}); "
+            f"continued={r.continued} target_met={r.meta.get('target_met')}",
+        )
+    else:
+        c.find(
+            "skipped_over_window",
+            f"{where}skipped at {fresh} tokens (counted afresh) against a usable window of "
+            f"{c.usable}; continued={r.continued}",
+        )
+
+
+def _sequence_error(c: _Case, r: CompactResult, where: str) -> None:
+    assert r.error is not None
+    if c.compactor in ("window_manager", "pipeline") and any(
+        p in r.error for p in _EXPECTED_ERRORS
+    ):
+        return
+    c.find("unexpected_error", where + r.error)
+
+
+def _run_sequence(c: _Case) -> None:
+    """Grow the case's list batch by batch, calling ``compact()`` at every model request.
+
+    ``continue-full``: the agent keeps its full history and appends to it;
+    ``continue-replace``: it replaces its list with ``result.messages`` (extended in
+    place, or copied) and appends. Each result is checked like a single call (validity,
+    identity, accounting, the provider's compaction) and, across the calls: compacted as a
+    continuation after the first call (unless a batch brings a newer provider compaction,
+    which the continuation sends down the full path), within the window by a fresh count,
+    the skip and error paths returning the list continued, and no entry reported dropped
+    twice.
+    """
+    fmt = c.session.format
+    full = list(c.data)
+    pristine = copy.deepcopy(full)
+    points = request_points(fmt, full)
+    rng = random.Random(f"normandy-fuzz-sequence:{c.seed}:{c.index}")
+    hist: list[Any] = []
+    cur: list[Any] = []
+    prev: CompactResult | None = None
+    prev_out: list[Any] = []
+    gone: Counter[str] = Counter()  # entries reported dropped and no longer kept
+    gone_ids: set[str] = set()
+    outcomes: Counter[str] = Counter()
+    start = 0
+    for n, (end, mid) in enumerate(points):
+        batch = full[start:end]
+        start = end
+        if c.mode == "continue-full":
+            hist.extend(batch)
+            holder = hist
+        elif prev is None:
+            cur = list(batch)
+            holder = cur
+        elif rng.random() < 0.5:
+            holder = prev.messages  # extended in place, as an agent would
+            holder.extend(batch)
+        else:
+            holder = [*prev.messages, *batch]
+        given = list(holder)
+        where = f"call {n + 1} of {len(points)} (mid_round={mid}): "
+        try:
+            r = c.call(holder, mid_round=mid)
+        except CompactionError as exc:
+            c.find("validity", f"{where}CompactionError: {exc}")
+            outcomes["raised"] += 1
+            break
+        except TranscriptError as exc:
+            c.find("rejected", f"{where}TranscriptError for a valid transcript: {exc}")
+            outcomes["raised"] += 1
+            break
+        except OptionsError as exc:
+            outcomes["refused" if "leave nothing of the" in str(exc) else "raised"] += 1
+            if "leave nothing of the" not in str(exc):
+                c.find("harness", f"OptionsError: {exc}")
+            break
+        c.report.calls += 1
+        c.report.continued += int(r.continued)
+        out = list(r.messages)
+        outcomes["compacted" if r.compacted else "error" if r.error else "skipped"] += 1
+        # (e) a continuation after the first call, unless a newer provider compaction came
+        if n > 0 and not r.continued and not _has_compaction(fmt, batch):
+            c.find("not_continued", f"{where}the call was not compacted as a continuation")
+        if r.compacted:
+            _check_valid(c, out, where)
+        else:
+            _check_hand(c, out, where)
+        _check_identity(c, given, out, r, where)
+        _check_provider_compaction(c, given, out, where)
+        # (b) accounting, against the entries this call had: the ones the last call left
+        # and the new ones (a continuation), or the list read afresh
+        if r.continued and prev is not None:
+            k = len(given) - len(batch)
+            new = _fresh(c, given).entries()[len(_fresh(c, given[:k]).entries()) :]
+            inputs = [*prev.memory.entries(), *new]
+        else:
+            inputs = _fresh(c, given).entries()
+        _check_accounting(c, inputs, r, where)
+        # no entry reported dropped twice: by id along a continuation (ids live on in the
+        # remembered conversation); read afresh, by content, where every entry of the
+        # list with that content was dropped before (only the full history holds those)
+        dropped = [d for d in r.dropped if not _made(d)]
+        if r.continued:
+            twice = [d for d in dropped if d.id in gone_ids]
+        elif c.mode == "continue-full":
+            counts = Counter(_ekey(e) for e in inputs)
+            twice = [d for d in dropped if gone[_ekey(d)] >= counts[_ekey(d)] > 0]
+        else:
+            twice = []
+        if twice:
+            c.find(
+                "dropped_twice",
+                f"{where}{len(twice)} entries reported dropped by an earlier call are reported "
+                f"again (continued={r.continued}), the first {twice[0].role} "
+                f"{twice[0].text()[:60]!r}",
+            )
+        kept_ids = {e.id for e in r.memory.entries()}
+        for d in dropped:
+            if d.id not in kept_ids:
+                gone[_ekey(d)] += 1
+                gone_ids.add(d.id)
+        # the skip and error paths: the list comes back as given (continued: as returned
+        # last time plus the new messages)
+        if not r.compacted:
+            expected = [*prev_out, *batch] if r.continued else given
+            if len(out) != len(expected) or any(
+                a is not b for a, b in zip(out, expected, strict=True)
+            ):
+                c.find(
+                    "error_path",
+                    f"{where}the {'error' if r.error else 'skip'} path did not return the "
+                    f"{'continued' if r.continued else 'given'} list as it was",
+                )
+            if r.dropped:
+                c.find("error_path", f"{where}{len(r.dropped)} entries dropped without compacting")
+        if r.error is not None:
+            _sequence_error(c, r, where)
+        _check_window(c, r, out, where)
+        prev = r
+        prev_out = list(r.messages)
+    if full != pristine:
+        c.find("mutation", "compact() changed the caller's messages during the sequence")
+    c.report.outcome = next(
+        (k for k in ("raised", "compacted", "error", "refused") if outcomes[k]), "skipped"
+    )
+
+
+def _check_hand(c: _Case, out: Any, where: str) -> None:
+    """The hand-written validator only (an output that was not compacted is the input)."""
+    problems = validate(c.session.format, out)
+    if problems:
+        c.find("validity", where + "; ".join(problems[:3]))
+
+
 def run_case(
     rng: random.Random,
     *,
@@ -844,8 +1322,19 @@ def run_case(
         )
         return report.findings
     problems = validate(c.session.format, c.data)
+    if c.session.format in PROVIDER_FORMATS:
+        problems += validate_sdk(c.session.format, c.data)
     if problems:
         c.find("harness", "the generator drew an invalid transcript: " + "; ".join(problems[:3]))
+        report.findings = c.findings
+        return c.findings
+    if c.mode != "single":
+        try:
+            _run_sequence(c)
+        except Exception as exc:
+            report.outcome = "raised"
+            c.find("exception", f"{type(exc).__name__}: {exc}")
+        report.seconds = time.perf_counter() - t0
         report.findings = c.findings
         return c.findings
     original = copy.deepcopy(c.data)

@@ -1,9 +1,13 @@
-"""A bounded, deterministic slice of the fuzz campaign (issue 12), plus a hypothesis wrapper.
+"""A bounded, deterministic slice of the fuzz campaign (issues 12 and 13), plus a hypothesis
+wrapper.
 
-The slice runs :data:`CASES` cases of seed :data:`SEED` (a few seconds). No finding is
-allowed. The defects the campaign found (:mod:`fuzz.known`) are all fixed; each keeps a
-test of its own that its check never fires again (they fired in this slice before their
-fixes). The long campaign is ``make fuzz``.
+The slice runs :data:`CASES` cases of seed :data:`SEED` (a few seconds), every format
+(the Responses API too) and, for a share of the provider-format cases, continuation
+sequences. No finding is allowed but those of the open defects (:data:`OPEN`, each with
+a strict xfail reproducer in ``test_findings_13.py``). The defects of issue 12
+(:mod:`fuzz.known`) are all fixed; each keeps a test of its own that its check never
+fires again (they fired in this slice before their fixes). The long campaign is
+``make fuzz``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fuzz.campaign import COMPACTORS, CaseReport, Finding, case_rng, run_case, run_indexed
-from fuzz.generators import FORMATS
+from fuzz.generators import FORMATS, PROVIDER_FORMATS
 from fuzz.known import DEFECTS, classify
 from normandy_core import plugins
 
@@ -28,7 +32,11 @@ CASES = 300
 #: case #1 33, #2 3, #3 38, #4 41, #5 225, #6 156, #9 0, new-thinking 139,
 #: new-clear-inputs 191, new-offbranch 11; #10 never did: the in-tree compactors insert a
 #: marker, and the core's contract check now refuses a result that would not).
-FIRING: set[str] = set()
+FIRING: set[str] = {"13-identity"}
+#: Open defects (issue 13): findings they explain are allowed anywhere until they are fixed;
+#: each has a strict xfail reproducer in test_findings_13.py. 13-redrop needs a provider
+#: compaction in a continue-full sequence, which this slice does not draw.
+OPEN: set[str] = {"13-identity", "13-redrop"}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +57,12 @@ def _show(findings: list[Finding]) -> str:
     return "\n".join(f"{f.check}: {f.message[:200]}\n    {f.reproducer()}" for f in findings[:8])
 
 
+def _unexplained(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if classify(f) not in OPEN]
+
+
 def test_no_finding_at_all(reports: list[CaseReport]) -> None:
-    found = [f for r in reports for f in r.findings]
+    found = _unexplained([f for r in reports for f in r.findings])
     assert not found, f"{len(found)} findings:\n{_show(found)}"
 
 
@@ -79,6 +91,13 @@ def test_the_slice_covers_every_compactor_format_and_path(reports: list[CaseRepo
     outcomes = Counter(r.outcome for r in reports)
     assert outcomes["compacted"] and outcomes["skipped"] and outcomes["error"], outcomes
     assert not outcomes["raised"] and not outcomes["rejected"], outcomes
+    modes = Counter((r.mode, r.format) for r in reports if r.outcome == "compacted")
+    sequences = [(m, f) for m in ("continue-full", "continue-replace") for f in PROVIDER_FORMATS]
+    assert all(modes[cell] for cell in sequences), modes
+    calls = sum(r.calls for r in reports)
+    continued = sum(r.continued for r in reports)
+    sequenced = sum(1 for r in reports if r.mode != "single")
+    assert continued >= (calls - sequenced) * 0.9, (calls, continued, sequenced)
 
 
 def test_a_case_is_reproducible_from_seed_and_index() -> None:
@@ -97,5 +116,5 @@ def test_a_case_is_reproducible_from_seed_and_index() -> None:
 @given(seed=st.integers(0, 2**31), index=st.integers(0, 10**6))
 def test_fuzz_case_under_hypothesis(seed: int, index: int) -> None:
     """Cases hypothesis picks (derandomized under the CI profile): no finding."""
-    findings = run_case(case_rng(seed, index), seed=seed, index=index)
+    findings = _unexplained(run_case(case_rng(seed, index), seed=seed, index=index))
     assert not findings, _show(findings)

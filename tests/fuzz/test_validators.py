@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -14,6 +15,8 @@ from fuzz.validators import (
     validate_anthropic,
     validate_normandy,
     validate_openai,
+    validate_responses,
+    validate_sdk,
 )
 from normandy_core import AgentMemory
 
@@ -232,3 +235,209 @@ def test_generated_sessions_are_valid(fmt: Any) -> None:
     for _ in range(25):
         session = draw_session(rng, fmt)
         assert validate(fmt, render(session)) == []
+
+
+# -- decorated Chat Completions and Anthropic ------------------------------------------
+
+
+def test_openai_custom_tool_calls() -> None:
+    custom = {"id": "c9", "type": "custom", "custom": {"name": "patch", "input": "*** x"}}
+    ok = [
+        {"role": "user", "content": "go", "name": "alice"},
+        {"role": "assistant", "content": None, "tool_calls": [custom]},
+        {"role": "tool", "tool_call_id": "c9", "content": "applied"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "no"}]},
+    ]
+    assert validate_openai(ok) == []
+    bad = {**custom, "custom": {"name": "patch", "input": {"x": 1}}}
+    problems = validate_openai([ok[0], {**ok[1], "tool_calls": [bad]}, ok[2]])
+    assert any("custom.input is not a string" in p for p in problems)
+
+
+SERVER = [
+    {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search", "input": {"q": "x"}},
+    {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": []},
+    {"type": "mcp_tool_use", "id": "mcptoolu_1", "name": "f", "server_name": "s", "input": {}},
+    {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_1", "content": "ok"},
+]
+
+
+def test_anthropic_accepts_server_tools_search_results_and_future_blocks() -> None:
+    request = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}},
+                {
+                    "type": "search_result",
+                    "source": "https://x",
+                    "title": "X",
+                    "content": [{"type": "text", "text": "body"}],
+                },
+                {"type": "container_upload", "file_id": "file_1"},
+                {"type": "fuzz_future_block", "payload": 1},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "compaction", "content": "earlier: greetings"},
+                *SERVER,
+                {
+                    "type": "text",
+                    "text": "done",
+                    "citations": [{"type": "char_location", "cited_text": "b"}],
+                },
+            ],
+        },
+    ]
+    assert validate_anthropic(request) == []
+
+
+@pytest.mark.parametrize(
+    ("case", "blocks", "expected"),
+    [
+        ("server use without result", SERVER[:1], "has no result in its assistant turn"),
+        ("result before its use", [SERVER[1], SERVER[0]], "answers no server or MCP tool use"),
+        (
+            "result of another tool",
+            [SERVER[0], {**SERVER[1], "type": "web_fetch_tool_result"}],
+            "answers a 'web_search' tool use",
+        ),
+        ("bad server id", [{**SERVER[0], "id": "toolu_1"}, SERVER[1]], "does not match"),
+        ("mcp result twice", [*SERVER[2:], SERVER[3]], "answers its tool use twice"),
+        (
+            "bad cache_control",
+            [{"type": "text", "text": "x", "cache_control": {"type": "x"}}],
+            "cache_control",
+        ),
+    ],
+)
+def test_anthropic_rejects_broken_server_tools(case: str, blocks: Any, expected: str) -> None:
+    problems = validate_anthropic(
+        [{"role": "user", "content": "go"}, {"role": "assistant", "content": blocks}]
+    )
+    assert any(expected in p for p in problems), (case, problems)
+
+
+# -- OpenAI Responses -----------------------------------------------------------------
+
+
+def _fc(cid: str, n: int = 0) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": f"fc_{cid}",
+        "call_id": cid,
+        "name": "read",
+        "arguments": json.dumps({"n": n}),
+    }
+
+
+def _out(cid: str, kind: str = "function_call_output") -> dict[str, Any]:
+    return {"type": kind, "call_id": cid, "output": "ok"}
+
+
+REASONING = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"}
+RESPONSES_OK: list[dict[str, Any]] = [
+    {"role": "developer", "content": "be brief"},
+    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]},
+    {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA"},
+    REASONING,
+    _fc("c1"),
+    {"type": "custom_tool_call", "call_id": "c2", "name": "grep", "input": "TODO"},
+    _out("c2", "custom_tool_call_output"),
+    _out("c1"),
+    {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "done", "annotations": []}],
+    },
+    {"role": "user", "content": "again"},
+    {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search"}},
+    _fc("c3"),
+]
+
+
+def test_responses_accepts_a_valid_list_with_an_open_round() -> None:
+    assert validate_responses(RESPONSES_OK) == []
+    assert validate_sdk("responses", RESPONSES_OK) == []
+    problems = validate_responses(RESPONSES_OK, allow_open_round=False)
+    assert any("never answered" in p for p in problems)
+
+
+R = RESPONSES_OK
+
+
+@pytest.mark.parametrize(
+    ("case", "items", "expected"),
+    [
+        ("output without its call", [R[1], _out("zz")], "has no function_call before it"),
+        ("call unanswered before the user", [R[1], _fc("c1"), R[9]], "have no output before"),
+        ("output twice", [R[1], _fc("c1"), _out("c1"), _out("c1")], "answered twice"),
+        (
+            "output of another type",
+            [R[1], _fc("c1"), _out("c1", "custom_tool_call_output")],
+            "answers a function_call",
+        ),
+        ("call id twice", [R[1], _fc("c1"), _out("c1"), _fc("c1", 1), _out("c1")], "also used"),
+        ("reasoning without its item", [R[1], REASONING, R[9]], "without its required following"),
+        ("reasoning last", [R[1], REASONING], "without its required following"),
+        (
+            "reasoning before an output",
+            [R[1], _fc("c1"), REASONING, _out("c1")],
+            "without its required following",
+        ),
+        ("partly answered batch", [R[1], _fc("a"), _fc("b"), _out("a")], "never answered"),
+        ("unknown item", [R[1], {"type": "function_result"}], "not a Responses input item"),
+        ("call without name", [R[1], {**_fc("c1"), "name": None}, _out("c1")], "without 'name'"),
+        ("arguments not JSON", [R[1], {**_fc("c1"), "arguments": "{"}, _out("c1")], "not JSON"),
+        ("reasoning id prefix", [R[1], {**REASONING, "id": "x1"}, _fc("c1")], "begin with"),
+        (
+            "input part in an assistant message",
+            [R[1], {**R[8], "content": [{"type": "input_text", "text": "x"}]}],
+            "not allowed in an assistant message",
+        ),
+        (
+            "output message without id",
+            [R[1], {k: v for k, v in R[8].items() if k != "id"}],
+            "without an id",
+        ),
+        (
+            "image without detail",
+            [
+                {
+                    "role": "user",
+                    "content": [{"type": "input_image", "image_url": "https://x/a.png"}],
+                }
+            ],
+            "detail",
+        ),
+        ("no items", [], "empty"),
+    ],
+)
+def test_responses_rejects(case: str, items: list[Any], expected: str) -> None:
+    problems = validate_responses(items)
+    assert any(expected in p for p in problems), (case, problems)
+
+
+def test_the_sdk_oracle_checks_in_depth() -> None:
+    """The SDKs type arrays as ``Iterable``: without consuming them nothing inside is checked."""
+    bad_block = [{"role": "user", "content": [{"type": "tool_result"}]}]
+    assert validate_sdk("anthropic", bad_block)
+    bad_call = [{"role": "assistant", "tool_calls": [{"id": "x", "type": "function"}]}]
+    assert validate_sdk("openai", bad_call)
+    assert validate_sdk("responses", [{"type": "function_call", "call_id": "x"}])
+    future = [{"role": "user", "content": [{"type": "fuzz_future_block", "x": 1}]}]
+    assert validate_sdk("anthropic", future) == []
+    assert validate_sdk("openai", OPENAI_OK) == []
+    assert validate_sdk("anthropic", ANTHROPIC_OK) == []
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic", "responses"])
+def test_generated_sessions_pass_the_sdk_oracle(fmt: Any) -> None:
+    rng = random.Random(f"sdk:{fmt}")
+    for _ in range(25):
+        data = render(draw_session(rng, fmt))
+        assert validate_sdk(fmt, data) == []

@@ -13,7 +13,8 @@ OpenAI Chat Completions (``messages`` of ``/v1/chat/completions``):
   refusal for assistant); an assistant message may omit ``content`` only with
   ``tool_calls``;
 - ``tool_calls`` a non-empty array of ``{id, type: "function", function: {name,
-  arguments}}`` with ``arguments`` a JSON string; tool-call ids unique in the request;
+  arguments}}`` with ``arguments`` a JSON string, or ``{id, type: "custom", custom:
+  {name, input}}`` with ``input`` a string; tool-call ids unique in the request;
 - an assistant message with ``tool_calls`` is followed directly by one ``tool`` message
   per call (``tool_call_id`` matching, in any order, nothing in between); a ``tool``
   message answers a call of that assistant message, once.
@@ -26,14 +27,24 @@ Anthropic Messages (``system`` and ``messages`` of ``/v1/messages``):
   the rules below apply to the combined turns;
 - content is a non-empty string or a non-empty array of blocks; text is never empty or
   only whitespace (only the final assistant message may have empty content);
-- user turns hold text, image, document and tool_result blocks; assistant turns text,
-  thinking (with a signature), redacted_thinking and tool_use (id matching
-  ``^[a-zA-Z0-9_-]+$``, unique in the request, ``input`` an object);
+- user turns hold text, image, document, tool_result, search_result and
+  container_upload blocks; assistant turns text, thinking (with a signature),
+  redacted_thinking, tool_use (id matching ``^[a-zA-Z0-9_-]+$``, unique in the request,
+  ``input`` an object), compaction (``content`` a string), and the server-side tool
+  blocks: ``server_tool_use`` (id ``^srvtoolu_[a-zA-Z0-9_]+$``) and ``mcp_tool_use``,
+  each answered by its result block (``web_search_tool_result``, ``web_fetch_tool_result``,
+  the code execution results; ``mcp_tool_result``) later in the same assistant turn;
+- text blocks may carry ``citations`` (each with a ``type`` and ``cited_text``) and any
+  block ``cache_control`` (``{"type": "ephemeral"}``, with an optional ``ttl``);
+- block types named ``fuzz_future_*`` stand for types the API adds after this was
+  written: accepted in either role (the campaign draws them to check they are carried);
 - every tool_use of an assistant turn is answered by a tool_result in the user turn
   right after it, whose tool_result blocks come before any other block; a tool_result
   answers a tool_use of the assistant turn right before it, once.
 
-Both accept, with ``allow_open_round`` (the default), tool calls of the *last* message
+OpenAI Responses (``input`` item list of ``/v1/responses``), see :func:`validate_responses`.
+
+Each accepts, with ``allow_open_round`` (the default), tool calls of the *last* message
 without results: the state of a transcript whose round still waits for its tools
 (``mid_round``), which gets its results before it is sent.
 
@@ -54,9 +65,13 @@ __all__ = [
     "validate_anthropic",
     "validate_normandy",
     "validate_openai",
+    "validate_responses",
+    "validate_sdk",
 ]
 
 FIRST_USER = "first message must use the user role"
+#: Block and item types standing for what a provider adds later (see the module docs).
+FUTURE_PREFIX = "fuzz_future_"
 
 _TOOL_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 _TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -153,8 +168,19 @@ def _openai_tool_call_problems(calls: Any) -> tuple[list[str], list[str]]:
             problems.append(f"{where}.id is missing")
         else:
             ids.append(cid)
+        if c.get("type") == "custom":
+            custom = c.get("custom")
+            if not isinstance(custom, Mapping):
+                problems.append(f"{where}.custom is missing")
+                continue
+            name = custom.get("name")
+            if not isinstance(name, str) or not _TOOL_NAME.match(name):
+                problems.append(f"{where}.custom.name {name!r} is not a valid tool name")
+            if not isinstance(custom.get("input"), str):
+                problems.append(f"{where}.custom.input is not a string")
+            continue
         if c.get("type") != "function":
-            problems.append(f"{where}.type is {c.get('type')!r}, not 'function'")
+            problems.append(f"{where}.type is {c.get('type')!r}, not 'function' or 'custom'")
         fn = c.get("function")
         if not isinstance(fn, Mapping):
             problems.append(f"{where}.function is missing")
@@ -255,8 +281,28 @@ def validate_openai(messages: Any, *, allow_open_round: bool = True) -> list[str
 
 # -- Anthropic ------------------------------------------------------------------------
 
-_USER_BLOCKS = {"text", "image", "document", "tool_result", "search_result"}
-_ASSISTANT_BLOCKS = {"text", "thinking", "redacted_thinking", "tool_use"}
+_USER_BLOCKS = {"text", "image", "document", "tool_result", "search_result", "container_upload"}
+#: Server tool results, by the name of the server tool whose ``server_tool_use`` they answer.
+_SERVER_RESULTS = {
+    "web_search_tool_result": "web_search",
+    "web_fetch_tool_result": "web_fetch",
+    "code_execution_tool_result": "code_execution",
+    "bash_code_execution_tool_result": "bash_code_execution",
+    "text_editor_code_execution_tool_result": "text_editor_code_execution",
+}
+_ASSISTANT_BLOCKS = {
+    "text",
+    "thinking",
+    "redacted_thinking",
+    "tool_use",
+    "server_tool_use",
+    "mcp_tool_use",
+    "mcp_tool_result",
+    "compaction",
+    *_SERVER_RESULTS,
+}
+_SERVER_ID = re.compile(r"^srvtoolu_[a-zA-Z0-9_]+$")
+_CACHE_TTLS = {"5m", "1h"}
 #: A combined turn of an Anthropic request: role, and (message index, block) pairs.
 Turn = tuple[str, list[tuple[int, Mapping[str, Any]]]]
 
@@ -290,20 +336,110 @@ def _source_problem(source: Any, kind: str) -> str | None:
     return f"{kind} source type {stype!r} is not allowed"
 
 
+def _cache_problem(b: Mapping[str, Any]) -> str | None:
+    cc = b.get("cache_control")
+    if cc is None:
+        return None
+    if not isinstance(cc, Mapping) or cc.get("type") != "ephemeral":
+        return f"cache_control {cc!r} is not {{'type': 'ephemeral'}}"
+    if "ttl" in cc and cc["ttl"] not in _CACHE_TTLS:
+        return f"cache_control ttl {cc['ttl']!r} is not one of {sorted(_CACHE_TTLS)}"
+    return None
+
+
+def _citations_problem(citations: Any) -> str | None:
+    if citations is None:
+        return None
+    if not isinstance(citations, list):
+        return "text citations is not an array"
+    for j, c in enumerate(citations):
+        if not (
+            isinstance(c, Mapping)
+            and isinstance(c.get("type"), str)
+            and isinstance(c.get("cited_text"), str)
+        ):
+            return f"citations[{j}] is not a citation with a type and cited_text"
+    return None
+
+
+def _server_block_problem(b: Mapping[str, Any], kind: str) -> str | None:
+    """Fields of the server-side tool blocks (``server_tool_use``, MCP, their results)."""
+    if kind in ("server_tool_use", "mcp_tool_use"):
+        uid = b.get("id")
+        pattern = _SERVER_ID if kind == "server_tool_use" else _TOOL_ID
+        if not isinstance(uid, str) or not pattern.match(uid):
+            return f"{kind} id {uid!r} does not match {pattern.pattern}"
+        if not isinstance(b.get("name"), str) or not b["name"]:
+            return f"{kind} without a name"
+        if not isinstance(b.get("input"), Mapping):
+            return f"{kind} input is not an object"
+        if kind == "mcp_tool_use" and not isinstance(b.get("server_name"), str):
+            return "mcp_tool_use without a server_name"
+        return None
+    if kind == "compaction":
+        content = b.get("content")
+        return None if content is None or isinstance(content, str) else "compaction content"
+    # a result block
+    if not isinstance(b.get("tool_use_id"), str):
+        return f"{kind} without tool_use_id"
+    if "content" not in b:
+        return f"{kind} without content"
+    if kind == "mcp_tool_result":
+        content = b["content"]
+        if "is_error" in b and not isinstance(b["is_error"], bool):
+            return "mcp_tool_result is_error is not a boolean"
+        if isinstance(content, str):
+            return None
+        if not isinstance(content, list) or not all(
+            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content
+        ):
+            return "mcp_tool_result content is neither a string nor text blocks"
+    return None
+
+
+def _search_result_problem(b: Mapping[str, Any]) -> str | None:
+    if not isinstance(b.get("source"), str) or not isinstance(b.get("title"), str):
+        return "search_result without a string source and title"
+    content = b.get("content")
+    if not isinstance(content, list) or not content:
+        return "search_result content is not a non-empty array of text blocks"
+    for p in content:
+        if not (isinstance(p, Mapping) and p.get("type") == "text"):
+            return "search_result content holds a block that is not text"
+        if not isinstance(p.get("text"), str) or _blank(p["text"]):
+            return "search_result text block is empty"
+    return None
+
+
 def _anthropic_block_problem(b: Any, role: str, final: bool) -> str | None:
     if not isinstance(b, Mapping):
         return f"block is {type(b).__name__}, not an object"
     kind = b.get("type")
+    if isinstance(kind, str) and kind.startswith(FUTURE_PREFIX):
+        return None
     allowed = _USER_BLOCKS if role == "user" else _ASSISTANT_BLOCKS
     if kind not in allowed:
         return f"block type {kind!r} is not allowed in a {role} message"
+    cache = _cache_problem(b)
+    if cache:
+        return cache
     if kind == "text":
         text = b.get("text")
         if not isinstance(text, str):
             return "text block without a string text"
         if _blank(text):
             return "text block is empty or only whitespace"
-        return None
+        return _citations_problem(b.get("citations"))
+    if kind == "search_result":
+        return _search_result_problem(b)
+    if kind == "container_upload":
+        ok = isinstance(b.get("file_id"), str) and b["file_id"]
+        return None if ok else "container_upload without a file_id"
+    if kind in ("server_tool_use", "mcp_tool_use", "mcp_tool_result", "compaction") or (
+        kind in _SERVER_RESULTS
+    ):
+        return _server_block_problem(b, kind)
     if kind in ("image", "document"):
         return _source_problem(b.get("source"), kind)
     if kind == "thinking":
@@ -425,14 +561,20 @@ def _turn_problems(turns: list[Turn], allow_open_round: bool) -> list[str]:
     answered: set[str] = set()
     for t, (role, turn_blocks) in enumerate(turns):
         if role == "assistant":
+            server_ids = [
+                (at, b["id"])
+                for at, b in turn_blocks
+                if b.get("type") in ("server_tool_use", "mcp_tool_use")
+            ]
             uses = [(at, b["id"]) for at, b in turn_blocks if b.get("type") == "tool_use"]
-            for at, uid in uses:
+            for at, uid in [*server_ids, *uses]:
                 if uid in seen_uses:
                     problems.append(
                         f"messages[{at}]: tool_use id {uid!r} is also used by "
                         f"messages[{seen_uses[uid]}]"
                     )
                 seen_uses[uid] = at
+            problems.extend(_server_pair_problems(turn_blocks))
             if not uses:
                 continue
             last_turn = t == len(turns) - 1
@@ -474,6 +616,446 @@ def _turn_problems(turns: list[Turn], allow_open_round: bool) -> list[str]:
                     "has no tool_use block in the previous message"
                 )
             answered.add(str(rid))
+    return problems
+
+
+def _server_pair_problems(turn_blocks: list[tuple[int, Mapping[str, Any]]]) -> list[str]:
+    """Server and MCP tool uses answered, once each, later in the same assistant turn."""
+    problems: list[str] = []
+    open_: dict[str, tuple[int, str]] = {}  # id -> (message index, use kind or tool name)
+    done: set[str] = set()
+    for at, b in turn_blocks:
+        kind = b.get("type")
+        if kind == "server_tool_use":
+            open_[b["id"]] = (at, str(b.get("name")))
+        elif kind == "mcp_tool_use":
+            open_[b["id"]] = (at, "mcp")
+        elif kind in _SERVER_RESULTS or kind == "mcp_tool_result":
+            rid = b.get("tool_use_id")
+            want = "mcp" if kind == "mcp_tool_result" else _SERVER_RESULTS[str(kind)]
+            if rid in done:
+                problems.append(f"messages[{at}]: {kind} {rid!r} answers its tool use twice")
+            elif rid not in open_:
+                problems.append(
+                    f"messages[{at}]: {kind} {rid!r} answers no server or MCP tool use "
+                    "earlier in this assistant turn"
+                )
+            elif open_[rid][1] != want:
+                problems.append(
+                    f"messages[{at}]: {kind} {rid!r} answers a {open_[rid][1]!r} tool use"
+                )
+            else:
+                del open_[rid]
+                done.add(str(rid))
+    for uid, (at, _) in open_.items():
+        problems.append(
+            f"messages[{at}]: server or MCP tool use {uid!r} has no result in its assistant turn"
+        )
+    return problems
+
+
+# -- OpenAI Responses ------------------------------------------------------------------
+
+#: Output item type -> the call item type it answers (by ``call_id``).
+RESPONSES_OUTPUTS = {
+    "function_call_output": "function_call",
+    "custom_tool_call_output": "custom_tool_call",
+    "computer_call_output": "computer_call",
+    "shell_call_output": "shell_call",
+    "apply_patch_call_output": "apply_patch_call",
+}
+#: Required fields (beside ``type``) of the items the model produces, from the API reference.
+_RESPONSES_MODEL_ITEMS: dict[str, tuple[str, ...]] = {
+    "reasoning": ("id", "summary"),
+    "function_call": ("call_id", "name", "arguments"),
+    "custom_tool_call": ("call_id", "name", "input"),
+    "web_search_call": ("id", "status", "action"),
+    "file_search_call": ("id", "queries", "status"),
+    "computer_call": ("id", "call_id", "action", "pending_safety_checks", "status"),
+    "code_interpreter_call": ("id", "code", "container_id", "outputs", "status"),
+    "image_generation_call": ("id", "result", "status"),
+    "shell_call": ("call_id", "action"),
+    "apply_patch_call": ("call_id", "operation", "status"),
+    "mcp_call": ("id", "arguments", "name", "server_label"),
+    "mcp_list_tools": ("id", "server_label", "tools"),
+    "mcp_approval_request": ("id", "arguments", "name", "server_label"),
+}
+_RESPONSES_OTHER_ITEMS: dict[str, tuple[str, ...]] = {
+    "function_call_output": ("call_id", "output"),
+    "custom_tool_call_output": ("call_id", "output"),
+    "computer_call_output": ("call_id", "output"),
+    "shell_call_output": ("call_id", "output"),
+    "apply_patch_call_output": ("call_id", "status"),
+    "mcp_approval_response": ("approval_request_id", "approve"),
+    "compaction": ("encrypted_content",),
+    "item_reference": ("id",),
+}
+_RESPONSES_STATUS = {"in_progress", "completed", "incomplete"}
+#: Every status an item may have (the call items add their own).
+_ITEM_STATUS = _RESPONSES_STATUS | {"searching", "failed", "generating", "interpreting"}
+#: Item id prefixes the API checks when an item is given back with its id.
+_RESPONSES_ID_PREFIX = {"reasoning": "rs_", "function_call": "fc_", "message": "msg_"}
+_INPUT_PARTS = {"input_text", "input_image", "input_file"}
+
+
+def _input_part_problem(part: Any) -> str | None:
+    if not isinstance(part, Mapping):
+        return f"content part is {type(part).__name__}, not an object"
+    kind = part.get("type")
+    if kind == "input_text":
+        return None if isinstance(part.get("text"), str) else "input_text without a string text"
+    if kind == "input_image":
+        url, fid = part.get("image_url"), part.get("file_id")
+        if not (isinstance(url, str) and url) and not (isinstance(fid, str) and fid):
+            return "input_image without image_url or file_id"
+        if isinstance(url, str) and not url.startswith(("data:image/", "http://", "https://")):
+            return f"input_image image_url is neither http(s) nor an image data URL: {url[:40]!r}"
+        if part.get("detail") not in ("low", "high", "auto", "original"):
+            return f"input_image detail {part.get('detail')!r} is not low, high, auto or original"
+        return None
+    if kind == "input_file":
+        if not any(isinstance(part.get(k), str) for k in ("file_data", "file_id", "file_url")):
+            return "input_file without file_data, file_id or file_url"
+        return None
+    return f"content part type {kind!r} is not an input part ({sorted(_INPUT_PARTS)})"
+
+
+def _output_part_problem(part: Any) -> str | None:
+    if not isinstance(part, Mapping):
+        return f"content part is {type(part).__name__}, not an object"
+    kind = part.get("type")
+    if kind == "output_text":
+        if not isinstance(part.get("text"), str):
+            return "output_text without a string text"
+        if not isinstance(part.get("annotations"), list):
+            return "output_text without an annotations array"
+        return None
+    if kind == "refusal":
+        ok = isinstance(part.get("refusal"), str)
+        return None if ok else "refusal part without a string refusal"
+    return f"content part type {kind!r} is not allowed in an assistant message"
+
+
+def _responses_message_problems(m: Mapping[str, Any]) -> list[str]:
+    role = m.get("role")
+    if role not in ("user", "system", "developer", "assistant"):
+        return [f"message role {role!r} is not user, system, developer or assistant"]
+    content = m.get("content")
+    if isinstance(content, str):
+        return []
+    if not isinstance(content, list):
+        return [f"message content is {type(content).__name__}, not a string or an array"]
+    problems: list[str] = []
+    check = _output_part_problem if role == "assistant" else _input_part_problem
+    for j, part in enumerate(content):
+        problem = check(part)
+        if problem:
+            problems.append(f"content[{j}]: {problem}")
+    if role == "assistant":
+        # An assistant message given with content parts is an output message: id, status.
+        if not isinstance(m.get("id"), str):
+            problems.append("an assistant output message without an id")
+        if m.get("status") not in _RESPONSES_STATUS:
+            problems.append(f"an assistant output message with status {m.get('status')!r}")
+    elif not content:
+        problems.append("message content is an empty array")
+    return problems
+
+
+def _responses_item_problems(m: Mapping[str, Any], kind: str) -> list[str]:
+    """The fields of one item, as the API reference lists them."""
+    if kind == "message":
+        problems = _responses_message_problems(m)
+    else:
+        required = _RESPONSES_MODEL_ITEMS.get(kind) or _RESPONSES_OTHER_ITEMS.get(kind)
+        if required is None:
+            return [f"item type {kind!r} is not a Responses input item"]
+        problems = [f"{kind} without {k!r}" for k in required if m.get(k) is None]
+        for k in ("call_id", "approval_request_id"):
+            if k in required and not (isinstance(m.get(k), str) and m[k]):
+                problems.append(f"{kind} {k} is not a non-empty string")
+    status = m.get("status")
+    if status is not None and status not in _ITEM_STATUS:
+        problems.append(f"{kind} status {status!r} is not an item status")
+    prefix = _RESPONSES_ID_PREFIX.get(kind)
+    if prefix and "id" in m and not (isinstance(m["id"], str) and m["id"].startswith(prefix)):
+        problems.append(f"{kind} id {m['id']!r} does not begin with {prefix!r}")
+    if kind == "function_call" and isinstance(m.get("arguments"), str):
+        try:
+            args = json.loads(m["arguments"])
+        except ValueError:
+            problems.append("function_call arguments is not JSON")
+        else:
+            if not isinstance(args, dict):
+                problems.append("function_call arguments is not a JSON object")
+    if kind in ("function_call", "custom_tool_call"):
+        name = m.get("name")
+        if not isinstance(name, str) or not _TOOL_NAME.match(name):
+            problems.append(f"{kind} name {name!r} is not a valid function name")
+    if kind == "custom_tool_call" and not isinstance(m.get("input"), str):
+        problems.append("custom_tool_call input is not a string")
+    if kind in ("function_call_output", "custom_tool_call_output"):
+        out = m.get("output")
+        if isinstance(out, list):
+            for j, part in enumerate(out):
+                problem = _input_part_problem(part)
+                if problem:
+                    problems.append(f"output[{j}]: {problem}")
+        elif not isinstance(out, str):
+            problems.append(f"{kind} output is neither a string nor an array of input parts")
+    if kind == "reasoning":
+        summary = m.get("summary")
+        if not isinstance(summary, list) or not all(
+            isinstance(x, Mapping)
+            and x.get("type") == "summary_text"
+            and isinstance(x.get("text"), str)
+            for x in summary
+        ):
+            problems.append("reasoning summary is not an array of summary_text parts")
+        enc = m.get("encrypted_content")
+        if enc is not None and not isinstance(enc, str):
+            problems.append("reasoning encrypted_content is not a string")
+    if kind == "compaction" and not isinstance(m.get("encrypted_content"), str):
+        problems.append("compaction encrypted_content is not a string")
+    if kind == "mcp_approval_response" and not isinstance(m.get("approve"), bool):
+        problems.append("mcp_approval_response approve is not a boolean")
+    return problems
+
+
+def _responses_kind(m: Mapping[str, Any]) -> str | None:
+    kind = m.get("type")
+    if kind is None and "role" in m:
+        return "message"  # an easy input message
+    return kind if isinstance(kind, str) else None
+
+
+def _model_side(m: Any, *, reasoning: bool) -> bool:
+    """An item the model produces (an assistant message, a call, a reasoning item)."""
+    if not isinstance(m, Mapping):
+        return False
+    kind = _responses_kind(m)
+    if kind == "message":
+        return m.get("role") == "assistant"
+    if kind == "reasoning":
+        return reasoning
+    return kind in _RESPONSES_MODEL_ITEMS or kind == "item_reference"
+
+
+def validate_responses(items: Any, *, allow_open_round: bool = True) -> list[str]:
+    """Problems of an OpenAI Responses ``input`` item list (empty when valid).
+
+    From the API reference and the errors it documents:
+
+    - every item has a known ``type`` (a message may omit it) and the fields the
+      reference marks required; messages have role ``user``, ``system``, ``developer``
+      (input parts: ``input_text``, ``input_image`` with ``detail``, ``input_file``) or
+      ``assistant`` (a string, or ``output_text`` with ``annotations`` and ``refusal``
+      parts, then with ``id`` and ``status``: an output message); item ids the API
+      checks begin with their prefix (``rs_``, ``fc_``, ``msg_``);
+    - every ``function_call``, ``custom_tool_call`` and other call with a ``call_id``
+      and an output type (``computer_call``, ``shell_call``, ``apply_patch_call``) is
+      answered by exactly one output item of its type with that ``call_id``, after it
+      and before the next user, system or developer message ("No tool output found for
+      function call ..."); no output without its call ("No tool call found for function
+      call output ..."); call ids unique; an ``mcp_approval_response`` answers an
+      ``mcp_approval_request`` before it, once;
+    - a ``reasoning`` item is directly followed by another item of the model's turn
+      (a call or an assistant message, possibly after more reasoning): "Item 'rs_...'
+      of type 'reasoning' was provided without its required following item";
+    - with ``allow_open_round``, calls after the last output and the last input message
+      may be unanswered (the round waits for its tools), never a partly answered batch.
+    """
+    if isinstance(items, Mapping) and "input" in items:
+        items = items["input"]
+    if not isinstance(items, list):
+        return [f"input is {type(items).__name__}, not an array"]
+    if not items:
+        return ["input is empty"]
+    problems: list[str] = []
+    pending: dict[str, tuple[int, str]] = {}  # call id -> (index, call type)
+    seen_calls: dict[str, int] = {}
+    answered: set[str] = set()
+    approvals: dict[str, int] = {}  # mcp approval request id -> index
+    approved: set[str] = set()
+    last_closing = -1  # index of the last output item or input message
+    for i, m in enumerate(items):
+        where = f"input[{i}]"
+        if not isinstance(m, Mapping):
+            problems.append(f"{where}: not an object")
+            continue
+        kind = _responses_kind(m)
+        if kind is None:
+            problems.append(f"{where}: type is missing or not a string")
+            continue
+        if kind.startswith(FUTURE_PREFIX):
+            continue
+        problems.extend(f"{where}: {p}" for p in _responses_item_problems(m, kind))
+        if kind == "message" and m.get("role") != "assistant":
+            if pending:
+                first = min(at for at, _ in pending.values())
+                problems.append(
+                    f"input[{first}]: calls {sorted(pending)} have no output before the "
+                    f"{m.get('role')} message at {where}"
+                )
+                pending = {}
+            last_closing = i
+        elif kind in RESPONSES_OUTPUTS:
+            last_closing = i
+            cid = m.get("call_id")
+            if cid in answered:
+                problems.append(f"{where}: call {cid!r} is answered twice")
+            elif cid not in pending:
+                problems.append(
+                    f"{where}: {kind} {cid!r} has no {RESPONSES_OUTPUTS[kind]} before it"
+                )
+            elif pending[cid][1] != RESPONSES_OUTPUTS[kind]:
+                problems.append(f"{where}: {kind} {cid!r} answers a {pending[cid][1]}")
+                del pending[cid]
+            else:
+                del pending[cid]
+                answered.add(str(cid))
+        elif kind == "mcp_approval_response":
+            last_closing = i
+            rid = m.get("approval_request_id")
+            if rid in approved:
+                problems.append(f"{where}: approval request {rid!r} is answered twice")
+            elif rid not in approvals:
+                problems.append(f"{where}: approval response {rid!r} answers no request before it")
+            approved.add(str(rid))
+        elif kind == "reasoning":
+            j = i + 1
+            while (
+                j < len(items)
+                and isinstance(items[j], Mapping)
+                and items[j].get("type") == ("reasoning")
+            ):
+                j += 1
+            if j >= len(items) or not _model_side(items[j], reasoning=False):
+                problems.append(
+                    f"{where}: reasoning item {m.get('id')!r} was provided without its required "
+                    "following item"
+                )
+        elif kind == "mcp_approval_request":
+            if m.get("id") in approvals:
+                problems.append(f"{where}: approval request id {m.get('id')!r} is used twice")
+            approvals[str(m.get("id"))] = i
+        elif f"{kind}_output" in RESPONSES_OUTPUTS:
+            cid = m.get("call_id")
+            if isinstance(cid, str) and cid:
+                if cid in seen_calls:
+                    problems.append(
+                        f"{where}: call id {cid!r} is also used by input[{seen_calls[cid]}]"
+                    )
+                seen_calls[cid] = i
+                pending[cid] = (i, kind)
+    if pending:
+        first = min(at for at, _ in pending.values())
+        if not (allow_open_round and first > last_closing):
+            problems.append(f"input[{first}]: calls {sorted(pending)} are never answered")
+    return problems
+
+
+# -- the official SDKs' typed request params, as a second oracle --------------------------
+
+_ADAPTERS: dict[str, Any] = {}
+
+
+def _adapter(fmt: str) -> Any:
+    """The SDK's type adapter of one message (item) of ``fmt``."""
+    if fmt not in _ADAPTERS:
+        from pydantic import TypeAdapter
+
+        if fmt == "openai":
+            from openai.types.chat import ChatCompletionMessageParam
+
+            _ADAPTERS[fmt] = TypeAdapter(ChatCompletionMessageParam)
+        elif fmt == "anthropic":
+            from anthropic.types.beta import BetaMessageParam
+
+            _ADAPTERS[fmt] = TypeAdapter(BetaMessageParam)
+        else:
+            from openai.types.responses import ResponseInputItemParam
+
+            _ADAPTERS[fmt] = TypeAdapter(ResponseInputItemParam)
+    return _ADAPTERS[fmt]
+
+
+def _future(x: Any) -> bool:
+    return isinstance(x, Mapping) and str(x.get("type", "")).startswith(FUTURE_PREFIX)
+
+
+def _force(value: Any) -> None:
+    """Consume what pydantic validates lazily: the SDKs type arrays as ``Iterable``, whose
+    items pydantic validates only when iterated."""
+    if isinstance(value, Mapping):
+        for v in value.values():
+            _force(v)
+    elif isinstance(value, (list, tuple)) or type(value).__name__ == "ValidatorIterator":
+        for v in value:
+            _force(v)
+
+
+def _best_error(errors: list[Any]) -> Any:
+    """The error of the union member named like the block or item it was given.
+
+    A union reports every member's error; the telling one is where the input's ``type``
+    (``tool_result``) names the member (``BetaToolResultBlockParam``).
+    """
+
+    def norm(x: Any) -> str:
+        return re.sub(r"[^a-z]", "", str(x).lower())
+
+    best, best_extra = errors[0], None
+    for e in errors:
+        kind = e.get("input", {}).get("type") if isinstance(e.get("input"), Mapping) else None
+        if not isinstance(kind, str):
+            continue
+        for seg in e["loc"]:
+            if isinstance(seg, str) and norm(kind) in norm(seg):
+                extra = len(norm(seg)) - len(norm(kind))
+                if best_extra is None or extra < best_extra:
+                    best, best_extra = e, extra
+    return best
+
+
+def validate_sdk(fmt: str, data: Any) -> list[str]:
+    """Problems the official SDK's typed params find (``pydantic`` validation errors).
+
+    Chat Completions: ``list[openai.types.chat.ChatCompletionMessageParam]``; Anthropic:
+    ``list[anthropic.types.beta.BetaMessageParam]``; Responses:
+    ``list[openai.types.responses.ResponseInputItemParam]``; each message validated alone
+    and in depth (the SDKs type arrays as ``Iterable``, which pydantic checks only when
+    iterated, so every array is consumed). A second oracle beside the hand-written
+    validators: the SDK checks each message's shape, not the pairing. The
+    ``fuzz_future_*`` stand-ins are left out (no SDK knows them yet).
+    """
+    if fmt not in ("openai", "anthropic", "responses"):
+        return []
+    messages = data
+    if isinstance(data, Mapping):
+        messages = data.get("messages", data.get("input"))
+    if not isinstance(messages, list):
+        return [f"sdk: messages is {type(messages).__name__}"]
+    from pydantic import ValidationError
+
+    adapter = _adapter(fmt)
+    problems: list[str] = []
+    for i, m in enumerate(messages):
+        if _future(m):
+            continue
+        content = m.get("content") if isinstance(m, Mapping) else None
+        if isinstance(content, list) and any(_future(b) for b in content):
+            m = {**m, "content": [b for b in content if not _future(b)]}
+        try:
+            _force(adapter.validate_python(m))
+        except ValidationError as exc:
+            errors = exc.errors()
+            first = _best_error(errors)
+            loc = ".".join(str(x) for x in first["loc"])
+            problems.append(
+                f"sdk: messages[{i}] does not validate ({len(errors)} errors, first at "
+                f"{loc}: {first['msg']})"
+            )
     return problems
 
 
@@ -575,11 +1157,14 @@ def validate_normandy(dump: Any, *, allow_open_round: bool = True) -> list[str]:
 
 
 def validate(fmt: str, data: Any, *, allow_open_round: bool = True) -> list[str]:
-    """Problems of ``data`` under the validator of ``fmt`` (openai, anthropic or normandy)."""
+    """Problems of ``data`` under the validator of ``fmt`` (openai, anthropic, responses or
+    normandy)."""
     if fmt == "openai":
         return validate_openai(data, allow_open_round=allow_open_round)
     if fmt == "anthropic":
         return validate_anthropic(data, allow_open_round=allow_open_round)
     if fmt == "normandy":
         return validate_normandy(data, allow_open_round=allow_open_round)
+    if fmt == "responses":
+        return validate_responses(data, allow_open_round=allow_open_round)
     raise ValueError(f"unknown format {fmt!r}")

@@ -1,0 +1,96 @@
+"""What the fuzz campaign found once it covered the Responses API, decorated transcripts and
+continuations (issue 13): a minimal reproducer each, failing until the defect is fixed.
+
+Each test is ``xfail(strict=True)``: it fails today; when a fix makes it pass, pytest
+reports the unexpected pass and the mark comes off. The campaign case that found it is
+named in the docstring (``python scripts/fuzz.py --seed S --start I --max-cases 1``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from normandy_core import compact
+
+LONG = "the build log says the test suite failed in module parser at line 88. " * 30
+
+
+def _chat_round(n: int) -> list[dict[str, Any]]:
+    cid = f"call_{n}"
+    call = {"id": cid, "type": "function", "function": {"name": "read", "arguments": "{}"}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": cid, "content": f"{LONG}{n}"},
+    ]
+
+
+def _responses_round(n: int) -> list[dict[str, Any]]:
+    return [
+        {"type": "function_call", "call_id": f"call_{n}", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": f"call_{n}", "output": f"{LONG}{n}"},
+    ]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a continuation renders anew every message an earlier call changed or inserted "
+        "(cleared results, stripped thinking, markers, summaries): the caller gives back "
+        "the object the last call returned and gets an equal new one (the sources of what "
+        "write() rendered are not remembered); fresh=True returns the very objects"
+    ),
+)
+def test_a_message_an_earlier_call_changed_comes_back_as_the_object_given() -> None:
+    """Campaign: seed 7, indices 181 (pipeline, Responses: a cleared output), 178
+    (window_manager, Anthropic: an assistant message without its thinking), 149 and 34
+    (a summary and a marker), all ``continue-replace``; check ``identity``."""
+    opts = {"trigger_tokens": 1_000, "keep": 1}
+    messages = [{"role": "user", "content": "read the logs"}]
+    for n in range(4):
+        messages += _chat_round(n)
+    first = compact(messages, compactor="clear_tool_results", opts=opts)
+    assert first.compacted and first.meta["cleared"] == ["call_0", "call_1", "call_2"]
+    rewritten = [m for m in first.messages if all(m is not g for g in messages)]
+    assert len(rewritten) == 3  # the three cleared tool messages
+
+    given = [*first.messages, *_chat_round(4)]  # the list returned, plus the next round
+    second = compact(given, compactor="clear_tool_results", opts=opts)
+    assert second.continued and second.compacted and second.meta["cleared"] == ["call_3"]
+    for m in rewritten:  # kept unchanged by this call: the very object given
+        assert any(x == m for x in second.messages)
+        assert any(x is m for x in second.messages)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a batch bringing a newer provider compaction sends a continuation down the full "
+        "path; with the caller's full history that re-reads and drops again what earlier "
+        "calls dropped and reported, so hooks (the archive) receive those entries twice"
+    ),
+)
+def test_a_newer_provider_compaction_does_not_report_earlier_drops_again() -> None:
+    """Campaign: seed 7, indices 96 (pipeline, Responses) and 134 (window_manager
+    summarize, Anthropic), ``continue-full``; check ``dropped_twice``."""
+    kw: dict[str, Any] = {
+        "window": 2_000,
+        "opts": {"counter": "cl100k_base", "reserved_tokens": 0},
+        "format": "responses",
+    }
+    history: list[dict[str, Any]] = [{"role": "user", "content": "read the logs"}]
+    for n in range(6):
+        history += _responses_round(n)
+    first = compact(history, mid_round=True, **kw)
+    assert first.compacted and first.dropped
+    reported = {e.text() for e in first.dropped}
+
+    history += [  # the agent keeps its full history; the provider compacted it meanwhile
+        {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-summary"},
+        {"role": "assistant", "content": "Noted."},
+        {"role": "user", "content": "go on"},
+    ]
+    second = compact(history, **kw)
+    again = [e.text()[-12:] for e in second.dropped if e.text() in reported]
+    assert not again, f"{len(again)} entries reported dropped by both calls: {again}"
