@@ -228,11 +228,20 @@ def _continue(
         if fmt != t.format and fmt != "openai":  # evidence of another format
             return None
         staged = list(stage(t.format, new, k))
-        if any(s.meta.get(PROVIDER_COMPACTION) for s in staged):
-            return None  # a newer provider compaction moves the pin: read it all again
         t.pending = check_tools(staged, True, t.seen, t.pending)
-        memory = st.memory.copy()
-        extend(t, memory, staged)
+        newest = max(
+            (j for j, s in enumerate(staged) if s.meta.get(PROVIDER_COMPACTION)), default=-1
+        )
+        if newest < 0:
+            memory = st.memory.copy()
+        else:  # a newer provider compaction: the pin moves to it
+            memory = st.memory.derive(
+                e.model_copy(update={"pinned": False})
+                if e.pinned and e.metadata.get(PROVIDER_COMPACTION)
+                else e
+                for e in st.memory
+            )
+        extend(t, memory, staged, pin=newest)
     else:
         memory = st.memory.copy()
     t.container = messages

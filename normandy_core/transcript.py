@@ -1207,7 +1207,16 @@ def write(t: Transcript, memory: AgentMemory) -> Any:
         elif e.role == "system" and t.format == "anthropic":
             system_texts.append(e.text())
         else:
-            out.extend(_rebuild(t.format, e, src))
+            emitted = _rebuild(t.format, e, src)
+            out.extend(emitted)
+            # What was rendered is now the caller's: given back unchanged, it is kept as is.
+            t.sources[e.id] = Source(
+                index=-1,
+                raws=emitted,
+                role=e.role,
+                content=e.content,
+                parts=_rendered_parts(t.format, e.content, emitted),
+            )
         k += 1
     return _container(t, out, system_out, system_texts)
 
@@ -1230,6 +1239,22 @@ def _container(t: Transcript, out: list[Any], system_out: Any, system_texts: lis
     if isinstance(like, Mapping):
         return {**like, "messages": out}
     return out
+
+
+def _rendered_parts(
+    fmt: WireFormat, content: Content, emitted: list[Any]
+) -> list[tuple[Block, int, Any]]:
+    """Each block of ``content`` with the rendered part it became, where they align."""
+    if isinstance(content, str) or not emitted:
+        return []
+    if fmt == "anthropic" and len(emitted) == 1:
+        parts = emitted[0].get("content")
+        if isinstance(parts, list) and len(parts) == len(content):
+            return [(b, 0, p) for b, p in zip(content, parts, strict=True)]
+    elif len(emitted) == len(content) and all(isinstance(b, ToolResultBlock) for b in content):
+        # one tool message or output item per result
+        return [(b, k, m) for k, (b, m) in enumerate(zip(content, emitted, strict=True))]
+    return []
 
 
 def _match(

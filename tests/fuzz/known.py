@@ -1,10 +1,9 @@
 """Defects the campaign has found: issue 12's list, and what the campaign itself found.
 
-Issue 12's are fixed; issue 13's (the Responses API, decorated transcripts and
-continuations) are open, each with a strict xfail reproducer in
-``tests/fuzz/test_findings_13.py``. :func:`classify` names the defect a finding would be
-explained by, so ``make fuzz`` can say when an old defect comes back; the CI slice allows
-no other finding.
+Issue 12's are fixed, and so are issue 13's (the Responses API, decorated transcripts
+and continuations), each with a regression test in ``tests/fuzz/test_findings_13.py``.
+:func:`classify` names the defect a finding would be explained by, so ``make fuzz`` can
+say when an old defect comes back; the CI slice allows no finding.
 """
 
 from __future__ import annotations
@@ -98,7 +97,7 @@ DEFECTS: tuple[Defect, ...] = (
             and _clears_inputs(f)
         ),
     ),
-    # Found once the campaign covered issue 13 (open; see tests/fuzz/test_findings_13.py):
+    # Found once the campaign covered issue 13 (fixed; see tests/fuzz/test_findings_13.py):
     Defect(
         "13-identity",
         "a continuation renders anew every message an earlier call changed or inserted "

@@ -1,16 +1,15 @@
 """What the fuzz campaign found once it covered the Responses API, decorated transcripts and
 continuations (issue 13): a minimal reproducer each, failing until the defect is fixed.
 
-Each test is ``xfail(strict=True)``: it fails today; when a fix makes it pass, pytest
-reports the unexpected pass and the mark comes off. The campaign case that found it is
+Each was an ``xfail(strict=True)`` reproducer until its fix landed; both are fixed now
+(the sources of what ``write()`` renders are remembered; a newer provider compaction
+moves the pin within the continuation). The campaign case that found it is
 named in the docstring (``python scripts/fuzz.py --seed S --start I --max-cases 1``).
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-import pytest
 
 from normandy_core import compact
 
@@ -33,15 +32,6 @@ def _responses_round(n: int) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a continuation renders anew every message an earlier call changed or inserted "
-        "(cleared results, stripped thinking, markers, summaries): the caller gives back "
-        "the object the last call returned and gets an equal new one (the sources of what "
-        "write() rendered are not remembered); fresh=True returns the very objects"
-    ),
-)
 def test_a_message_an_earlier_call_changed_comes_back_as_the_object_given() -> None:
     """Campaign: seed 7, indices 181 (pipeline, Responses: a cleared output), 178
     (window_manager, Anthropic: an assistant message without its thinking), 149 and 34
@@ -63,14 +53,6 @@ def test_a_message_an_earlier_call_changed_comes_back_as_the_object_given() -> N
         assert any(x is m for x in second.messages)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a batch bringing a newer provider compaction sends a continuation down the full "
-        "path; with the caller's full history that re-reads and drops again what earlier "
-        "calls dropped and reported, so hooks (the archive) receive those entries twice"
-    ),
-)
 def test_a_newer_provider_compaction_does_not_report_earlier_drops_again() -> None:
     """Campaign: seed 7, indices 96 (pipeline, Responses) and 134 (window_manager
     summarize, Anthropic), ``continue-full``; check ``dropped_twice``."""

@@ -32,11 +32,10 @@ CASES = 300
 #: case #1 33, #2 3, #3 38, #4 41, #5 225, #6 156, #9 0, new-thinking 139,
 #: new-clear-inputs 191, new-offbranch 11; #10 never did: the in-tree compactors insert a
 #: marker, and the core's contract check now refuses a result that would not).
-FIRING: set[str] = {"13-identity"}
-#: Open defects (issue 13): findings they explain are allowed anywhere until they are fixed;
-#: each has a strict xfail reproducer in test_findings_13.py. 13-redrop needs a provider
-#: compaction in a continue-full sequence, which this slice does not draw.
-OPEN: set[str] = {"13-identity", "13-redrop"}
+FIRING: set[str] = set()
+#: Open defects: findings they explain are allowed anywhere until they are fixed (none;
+#: issue 13's two, 13-identity and 13-redrop, are fixed: see test_findings_13.py).
+OPEN: set[str] = set()
 
 
 @pytest.fixture(scope="module")
