@@ -1251,8 +1251,9 @@ def _rendered_parts(
         parts = emitted[0].get("content")
         if isinstance(parts, list) and len(parts) == len(content):
             return [(b, 0, p) for b, p in zip(content, parts, strict=True)]
-    elif len(emitted) == len(content) and all(isinstance(b, ToolResultBlock) for b in content):
-        # one tool message or output item per result
+    elif len(emitted) == len(content) and (
+        fmt == "responses" or all(isinstance(b, ToolResultBlock) for b in content)
+    ):  # one item (Responses), or one tool message per result (Chat), per block
         return [(b, k, m) for k, (b, m) in enumerate(zip(content, emitted, strict=True))]
     return []
 

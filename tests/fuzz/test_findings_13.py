@@ -76,3 +76,33 @@ def test_a_newer_provider_compaction_does_not_report_earlier_drops_again() -> No
     second = compact(history, **kw)
     again = [e.text()[-12:] for e in second.dropped if e.text() in reported]
     assert not again, f"{len(again)} entries reported dropped by both calls: {again}"
+
+
+def test_an_item_kept_beside_a_result_cleared_twice_stays_the_object_given() -> None:
+    """Campaign: seed 21, index 31 (clear_tool_results, Responses, ``continue-full``): a
+    results entry holding an ``mcp_approval_response`` beside outputs, cleared over two
+    calls; the second rebuild rendered the approval anew. Check ``identity``."""
+    opts = {"trigger_tokens": 1_000, "keep": 2}  # a, then b, cleared in later calls
+    approval = {"type": "mcp_approval_response", "approval_request_id": "mcpr_1", "approve": True}
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        {
+            "type": "mcp_approval_request",
+            "id": "mcpr_1",
+            "server_label": "s",
+            "name": "t",
+            "arguments": "{}",
+        },
+        {"type": "function_call", "call_id": "a", "name": "read", "arguments": "{}"},
+        {"type": "function_call", "call_id": "b", "name": "read", "arguments": "{}"},
+        approval,
+        {"type": "function_call_output", "call_id": "a", "output": LONG + "a"},
+        {"type": "function_call_output", "call_id": "b", "output": LONG + "b"},
+    ]
+    cleared: list[str] = []
+    for n in range(3):
+        history += [{"role": "user", "content": f"more {n}"}, *_responses_round(n)]
+        result = compact(history, compactor="clear_tool_results", opts=opts, format="responses")
+        cleared += result.meta.get("cleared", [])
+        assert any(m is approval for m in result.messages)
+    assert cleared[:2] == ["a", "b"] and result.continued
