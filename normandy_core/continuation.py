@@ -187,7 +187,7 @@ def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
         kind = m.get("type") or "message"
         if kind == "message":
             return "model" if m.get("role") == "assistant" else "input"
-        if kind.endswith("_output") or kind == "mcp_approval_response":
+        if kind.endswith("_output") or kind == "mcp_approval_response":  # outputs side
             return "outputs"
         return "model"
 

@@ -695,8 +695,33 @@ RESPONSES_ITEMS = frozenset(
         "mcp_list_tools",
         "mcp_approval_request",
         "mcp_approval_response",
+        "tool_search_call",
+        "tool_search_output",
     }
 )
+#: Output items and the field naming the call they answer (the call's ``call_id``, or the
+#: ``id`` of an approval request).
+_RESPONSES_OUTPUTS = {
+    "function_call_output": "call_id",
+    "custom_tool_call_output": "call_id",
+    "computer_call_output": "call_id",
+    "local_shell_call_output": "id",
+    "shell_call_output": "call_id",
+    "apply_patch_call_output": "call_id",
+    "tool_search_output": "call_id",
+    "mcp_approval_response": "approval_request_id",
+}
+#: Call items answered by an output item, and the field naming them.
+_RESPONSES_CALLS = {
+    "function_call": "call_id",
+    "custom_tool_call": "call_id",
+    "computer_call": "call_id",
+    "local_shell_call": "call_id",
+    "shell_call": "call_id",
+    "apply_patch_call": "call_id",
+    "tool_search_call": "call_id",
+    "mcp_approval_request": "id",
+}
 _RESPONSES_PARTS = frozenset(
     {"input_text", "output_text", "input_image", "input_file", "input_audio", "refusal"}
 )
@@ -812,7 +837,7 @@ def _stage_responses(items: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
                 )
             yield st
             continue
-        is_output = kind.endswith("_output") or kind == "mcp_approval_response"
+        is_output = kind in _RESPONSES_OUTPUTS or kind.endswith("_output")
         if is_output:
             yield from flush_model()
             if outs is None:
@@ -823,8 +848,8 @@ def _stage_responses(items: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
                 cid = _nonempty_id(m, "call_id", i, "call_id")
                 body = _output_text(m.get("output", ""), i)
                 outs.add(ToolResultBlock(tool_use_id=cid, content=body), pos, raw, (i, "call_id"))
-            else:
-                key = "approval_request_id" if kind == "mcp_approval_response" else "call_id"
+            elif kind in _RESPONSES_OUTPUTS:
+                key = _RESPONSES_OUTPUTS[kind]
                 cid = _nonempty_id(m, key, i, key)
                 outs.add(
                     OpaqueBlock(format="responses", kind=kind, data=dict(m), answers=cid),
@@ -832,6 +857,9 @@ def _stage_responses(items: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
                     raw,
                     (i, key),
                 )
+            else:  # an output item this version does not know: carried, unpaired
+                block = OpaqueBlock(format="responses", kind=kind, data=dict(m))
+                outs.add(block, pos, raw, (i, "type"))
             continue
         if kind == "message" and role != "assistant":
             raise TranscriptError(
@@ -892,10 +920,8 @@ def _stage_model_item(
         st.add(ToolUseBlock(id=cid, name=name, input={"input": text}), pos, raw, (i, "call_id"))
         return
     use_id = None
-    if kind.endswith("_call") and f"{kind}_output" in RESPONSES_ITEMS:
-        use_id = _nonempty_id(m, "call_id", i, "call_id")
-    elif kind == "mcp_approval_request":
-        use_id = _nonempty_id(m, "id", i, "id")
+    if kind in _RESPONSES_CALLS:
+        use_id = _nonempty_id(m, _RESPONSES_CALLS[kind], i, _RESPONSES_CALLS[kind])
     block = OpaqueBlock(
         format="responses",
         kind=kind,
@@ -903,7 +929,7 @@ def _stage_model_item(
         use_id=use_id,
         reasoning=kind == "reasoning",
     )
-    st.add(block, pos, raw, (i, "call_id" if use_id else "type"))
+    st.add(block, pos, raw, (i, _RESPONSES_CALLS.get(kind, "type")))
 
 
 # -- detection --------------------------------------------------------------------------

@@ -676,6 +676,8 @@ def _check_pinned(c: _Case, result: CompactResult) -> None:
 def _minimal_tokens(c: _Case, *, thinking: bool) -> int:
     """Tokens of what no compaction may drop: system, pinned, the newest unit.
 
+    A pinned entry that calls tools (the entry holding a provider compaction) keeps the
+    entries carrying its results: a tool use never goes without its result.
     ``thinking``: counted with their thinking blocks (else without, as a compaction
     leaves them).
     """
@@ -686,11 +688,18 @@ def _minimal_tokens(c: _Case, *, thinking: bool) -> int:
         start -= 1
     if start < len(entries) - 1 and not entries[start].tool_uses:
         start = len(entries) - 1  # trailing results without their assistant: not a unit
-    total = 0
+    keep = [i >= start or e.pinned or e.role == "system" for i, e in enumerate(entries)]
     for i, e in enumerate(entries):
-        if i >= start or e.pinned or e.role == "system":
-            total += counter.count_entry(e if thinking else e.without_thinking())
-    return total
+        if e.pinned and e.tool_uses:
+            j = i + 1
+            while j < len(entries) and entries[j].tool_results:
+                keep[j] = True
+                j += 1
+    return sum(
+        counter.count_entry(e if thinking else e.without_thinking())
+        for e, k in zip(entries, keep, strict=True)
+        if k
+    )
 
 
 def _check_error(c: _Case, error: str, opts: Mapping[str, Any]) -> None:

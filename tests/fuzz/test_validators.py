@@ -422,6 +422,20 @@ def test_responses_rejects(case: str, items: list[Any], expected: str) -> None:
     assert any(expected in p for p in problems), (case, problems)
 
 
+def test_responses_local_shell_outputs_name_their_call_by_id() -> None:
+    call = {
+        "type": "local_shell_call",
+        "id": "lsh_1",
+        "call_id": "call_ls1",
+        "status": "completed",
+        "action": {"type": "exec", "command": ["ls"], "env": {}},
+    }
+    out = {"type": "local_shell_call_output", "id": "call_ls1", "output": "{}"}
+    assert validate_responses([R[1], call, out]) == []
+    problems = validate_responses([R[1], call, {**out, "id": "lsh_1"}])
+    assert any("has no local_shell_call before it" in p for p in problems)
+
+
 def test_the_sdk_oracle_checks_in_depth() -> None:
     """The SDKs type arrays as ``Iterable``: without consuming them nothing inside is checked."""
     bad_block = [{"role": "user", "content": [{"type": "tool_result"}]}]

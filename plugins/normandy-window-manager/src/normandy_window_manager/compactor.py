@@ -261,7 +261,7 @@ def _compact(
     if total > limit:
         return acc, {
             "compacted": False,
-            "error": _irreducible_message(plan, sizes, ctx, o, usable, total),
+            "error": _irreducible_message(plan, sizes, ctx, o, usable, total, counter),
             "irreducible_tokens": total + ctx.prompt_tokens,
         }
 
@@ -406,23 +406,29 @@ def _irreducible_message(
     o: WindowManagerOptions,
     usable: int,
     total: int,
+    counter: CalibratedCounter,
 ) -> str:
     system = pinned = newest = 0
     for i, e in enumerate(plan.entries):
         if not plan.keep[i]:
             continue
-        size = sizes[i] if i not in plan.replaced else 0
+        # a shortened result counts what is left of it
+        size = sizes[i] if i not in plan.replaced else counter.count_entry(plan.replaced[i])
         if e.role == "system":
             system += size
         elif e.pinned:
             pinned += size
         else:
             newest += size
+    inserted = ""
+    if plan.inserted is not None:
+        what = "summary" if plan.inserted.metadata.get(SUMMARY_KEY) else "marker"
+        inserted = f"; the {what} {counter.count_entry(plan.inserted):,}"
     return (
         f"cannot fit the context window: {total + ctx.prompt_tokens:,} tokens are irreducible "
         f"(system prompt and tool definitions {ctx.prompt_tokens:,}; system entries {system:,}; "
         f"pinned entries {pinned:,}; newest unit and other kept entries {newest:,}, after "
-        f"shortening tool results) against a usable window of {usable:,} "
+        f"shortening tool results{inserted}) against a usable window of {usable:,} "
         f"(window {ctx.window:,} minus reserved_tokens {o.reserved_tokens:,})"
     )
 
