@@ -214,7 +214,7 @@ def _continue(
 ) -> Any:
     """``full``: ``messages`` extends the list given last time, not the one returned."""
     from normandy_core.boundary import run_compaction
-    from normandy_core.facade import CompactionError, CompactResult, _check_values
+    from normandy_core.facade import CompactionError, CompactResult, _check_values, result_fields
     from normandy_core.structure import pairing_problems
     from normandy_core.transcript import write
 
@@ -247,7 +247,7 @@ def _continue(
         kept = memory
         out = [*st.out, *new]
     _prune_sources(t, kept)
-    result = CompactResult(out, meta, t.format, kept, continued=True)
+    result = CompactResult(out, meta, t.format, kept, continued=True, **result_fields(st.acc))
     fresh = copy.deepcopy(new)
     if meta.get("compacted"):
         copies = {id(m): c for m, c in zip(st.out, st.out_snapshot, strict=True)}
