@@ -56,6 +56,8 @@ __all__ = [
 
 #: The entry point named in option errors raised by :func:`compact`.
 ENTRY = "normandy_core.compact()"
+#: How :func:`compact` is given a window, for :class:`~normandy_core.WindowUnknownError`.
+COMPACT_HINT = "pass window=<tokens> to compact(), or model= a model the catalog knows"
 
 log = logging.getLogger("normandy_core.facade")
 
@@ -403,6 +405,7 @@ def compact(
             window=window,
             timeout=timeout,
             entry=ENTRY,
+            hint=COMPACT_HINT,
         )
         result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
         if key is not None and isinstance(t, Transcript):
