@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
@@ -57,6 +58,10 @@ def validate_options(
 
         normandy_core.AgentConfig(): compactor 'window_manager' refused its options:
           option 'trigger': Input should be less than or equal to 1 (got 1.5)
+
+    A rule across options (a model validator) names the options its message mentions::
+
+          options 'target' and 'trigger': target (0.9) must not exceed trigger (0.5): ...
     """
     opts = options_mapping(opts, entry=entry, compactor=compactor)
     try:
@@ -65,11 +70,51 @@ def validate_options(
         allowed = ", ".join(sorted(model.model_fields)) or "none"
         lines = []
         for err in exc.errors():
-            where = ".".join(str(p) for p in err["loc"]) or "(options)"
+            where = ".".join(str(p) for p in err["loc"])
+            text = _message(err)
             if err["type"] == "extra_forbidden":
                 lines.append(f"  option {where!r}: unknown option; allowed options: {allowed}")
+            elif not where:  # a rule across options
+                names = _mentioned(text, model) or sorted(opts)
+                lines.append(f"  {_options_label(names)}: {text}")
             else:
-                lines.append(f"  option {where!r}: {err['msg']} (got {err.get('input')!r})")
+                lines.append(f"  option {where!r}: {text} (got {err.get('input')!r})")
         raise OptionsError(
             f"{entry}: compactor {compactor!r} refused its options:\n" + "\n".join(lines)
         ) from exc
+
+
+#: Prefixes pydantic puts before the text of an exception raised by a validator.
+_PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def _message(err: Any) -> str:
+    """The error's text; a validator's own exception without pydantic's prefix."""
+    text = str(err["msg"])
+    if err["type"] in ("value_error", "assertion_error"):
+        raised = (err.get("ctx") or {}).get("error")
+        if raised is not None and str(raised):
+            return str(raised)
+    for prefix in _PYDANTIC_PREFIXES:
+        text = text.removeprefix(prefix)
+    return text
+
+
+def _mentioned(text: str, model: type[BaseModel]) -> list[str]:
+    """The options of ``model`` that ``text`` names (as whole words), in order of mention."""
+    found = []
+    for name in model.model_fields:
+        m = re.search(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", text)
+        if m is not None:
+            found.append((m.start(), name))
+    return [name for _, name in sorted(found)]
+
+
+def _options_label(names: list[str]) -> str:
+    """``option 'a'``, ``options 'a' and 'b'``, ``options 'a', 'b' and 'c'``, ``options``."""
+    quoted = [repr(n) for n in names]
+    if not quoted:
+        return "options"
+    if len(quoted) == 1:
+        return f"option {quoted[0]}"
+    return f"options {', '.join(quoted[:-1])} and {quoted[-1]}"
