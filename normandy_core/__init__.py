@@ -93,6 +93,7 @@ _LAZY: dict[str, str] = {
     "acompact": "facade",
     "CompactResult": "facade",
     "CompactionError": "facade",
+    "CannotFitError": "facade",
     "TranscriptError": "formats",
     # errors
     "NormandyError": "errors",
@@ -113,6 +114,7 @@ __all__ = [
     "COMPACTOR_GROUP",
     "CalibratedCounter",
     "Calibration",
+    "CannotFitError",
     "CompactResult",
     "CompactionContext",
     "CompactionError",
@@ -231,7 +233,13 @@ if TYPE_CHECKING:
         UnknownCompactorError,
         WindowUnknownError,
     )
-    from normandy_core.facade import CompactionError, CompactResult, compact
+    from normandy_core.facade import (
+        CannotFitError,
+        CompactionError,
+        CompactResult,
+        acompact,
+        compact,
+    )
     from normandy_core.faults import PluginFault, abandoned_threads
     from normandy_core.formats import TranscriptError
     from normandy_core.memory import (

@@ -1,9 +1,9 @@
-"""The ``normandy`` command: ``plugins``, ``compact`` and ``demo``.
+"""The ``normandy`` command: ``plugins`` (and ``plugins show NAME``), ``compact`` and ``demo``.
 
 Exit status: 0 success; 1 the compactor reported an error (nothing written) or an
 internal error; 2 bad input or options (the message names the file and the line, or the
 option, at fault); 3 a plugin error (unknown compactor with the installed names listed,
-or a broken plugin named).
+or a broken plugin named; ``normandy plugins`` when any plugin failed to load).
 
 Other distributions add subcommands through entry points in the group
 ``normandy_core.commands`` (``name = "module:register"``): ``register(subparsers)`` is
@@ -314,13 +314,25 @@ def _json_default(obj: Any) -> Any:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    """``normandy plugins [--json]``."""
+    """``normandy plugins [--json]``: every plugin once, each problem once; exit 3 on any."""
     from normandy_core.plugins import list_plugins
 
-    rows = list_plugins(load=True)
+    # The listing reports every load failure itself: the loader's log line would repeat it.
+    loader = logging.getLogger("normandy_core.plugins")
+    silenced, loader.disabled = loader.disabled, True
+    try:
+        rows = list_plugins(load=True)
+    finally:
+        loader.disabled = silenced
     status = EXIT_PLUGIN if any(r.failed for r in rows) else EXIT_OK
+    # One line per distinct problem (a conflict is one problem however many rows show it).
+    problems = dict.fromkeys(
+        f"{r.kind} {r.name!r} ({r.status}): {r.error}" for r in rows if r.error
+    )
     if args.json:
         print(json.dumps([r.as_dict() for r in rows], indent=2))
+        for line in problems:  # stdout is JSON: the problems go to stderr, once
+            print(f"normandy plugins: {line}", file=sys.stderr)
         return status
     if not rows:
         print("no Normandy plugins installed")
@@ -329,15 +341,94 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
     table = [[r.kind, r.name, r.distribution, r.version, r.module, r.status] for r in rows]
     print(format_table(table, ["KIND", "NAME", "DISTRIBUTION", "VERSION", "MODULE", "STATUS"]))
-    # One line per distinct problem (a conflict is one problem however many rows show it).
-    problems = dict.fromkeys(
-        f"{r.kind} {r.name!r} ({r.status}): {r.error}" for r in rows if r.error
-    )
     if problems:
         print()
         for line in problems:
             print(line)
     return status
+
+
+def cmd_plugins_show(args: argparse.Namespace) -> int:
+    """``normandy plugins show NAME [--json]``: a compactor's options, from its options model."""
+    import textwrap
+
+    from normandy_core.errors import UnknownCompactorError
+    from normandy_core.options import describe_options, model_description
+    from normandy_core.plugins import list_plugins, resolve_compactor
+
+    try:
+        comp = resolve_compactor(args.name)
+    except UnknownCompactorError as exc:
+        kinds = {r.kind for r in list_plugins() if r.name == args.name}
+        what = [text for k, text in _KIND_NAMES if k in kinds]
+        if what:
+            raise CliError(
+                f"{args.name!r} is {' and '.join(what)}, not a compactor: only compactors "
+                "take options. "
+                f"Installed compactors: {', '.join(repr(n) for n in exc.installed)}",
+                EXIT_PLUGIN,
+            ) from None
+        raise
+    model = comp.options_model
+    options = describe_options(model) if model is not None else None
+    about = model_description(model) if model is not None else ""
+    if args.json:
+        data = {
+            "name": comp.name,
+            "kind": "compactor",
+            "distribution": comp.distribution,
+            "version": comp.version,
+            "module": comp.module,
+            "description": about,
+            "options": options,
+        }
+        print(json.dumps(data, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    lines = [f"compactor {comp.name!r} from {comp.distribution} {comp.version} ({comp.module})"]
+    if about:
+        lines += ["", *_plain(about).splitlines()]
+    lines.append("")
+    if options is None:
+        lines.append(
+            "It declares no options model (no options_model hook): its options are given "
+            "to it as a read-only mapping and checked by its validate_opts, if it has one."
+        )
+    elif not options:
+        lines.append("It takes no options.")
+    else:
+        lines += textwrap.wrap(
+            "Options (--opt KEY=VALUE on the command line, opts={...} for compact(), "
+            "compactor_opts={...} for AgentConfig):",
+            width=88,
+        )
+        for o in options:
+            value = "(required)" if o["required"] else f"= {_python_literal(o['default'])}"
+            lines += ["", f"  {o['name']}: {o['type']} {value}"]
+            if o["description"]:
+                for para in _plain(o["description"]).split("\n\n"):
+                    lines += textwrap.wrap(
+                        " ".join(para.split()),
+                        width=88,
+                        initial_indent="      ",
+                        subsequent_indent="      ",
+                        break_on_hyphens=False,
+                    )
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+#: How ``plugins show`` names what is not a compactor.
+_KIND_NAMES = (("hook", "a hook plugin"), ("command", "a command"))
+
+
+def _plain(text: str) -> str:
+    """Docstring text for a terminal: ``x`` (reStructuredText literals) as `x`."""
+    return text.replace("``", "`")
+
+
+def _python_literal(value: Any) -> str:
+    """A JSON-ready default as Python writes it (``None``, ``True``, ``'text'``)."""
+    return repr(value)
 
 
 # -- compact ------------------------------------------------------------------------
@@ -410,12 +501,33 @@ def cmd_compact(args: argparse.Namespace) -> int:
             f"not compacted: {size:,} tokens (counted by {counter_description(counter)}), "
             "0 entries dropped"
         )
-    print(f"normandy compact: {src.name} ({fmt}, {len(memory)} entries): {msg}", file=sys.stderr)
+    given = _given(src.data, fmt)
+    print(f"normandy compact: {src.name} ({fmt}, {given}): {msg}", file=sys.stderr)
     for item in result.notes:  # what the hook plugins did with the dropped entries
         message = item.get("note", {}).get("message")
         if message:
             print(f"normandy compact: {' '.join(str(message).split())}", file=sys.stderr)
     return EXIT_OK
+
+
+def _given(data: Any, fmt: str) -> str:
+    """How much the input held, in its own terms: its messages (or a Normandy dump's
+    entries on the active branch), whatever the compactor did with them."""
+    if fmt == "normandy" and isinstance(data, dict):
+        parents = {
+            e.get("id"): e.get("parent_id")
+            for e in data.get("entries") or []
+            if isinstance(e, dict)
+        }
+        n, node, seen = 0, data.get("head"), set()
+        while node is not None and node in parents and node not in seen:
+            seen.add(node)
+            n += 1
+            node = parents[node]
+        return f"{n:,} entr{'y' if n == 1 else 'ies'}"
+    items = data.get("messages") if isinstance(data, dict) else data
+    n = len(items) if isinstance(items, list) else 0
+    return f"{n:,} message{'' if n == 1 else 's'}"
 
 
 def _meta_for_file(meta: dict[str, Any]) -> dict[str, Any]:
@@ -435,6 +547,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from normandy_core.demo import DEMO_WINDOW
 
     opts = parse_opts(args.opt)
+    if args.plot:  # checked first: the chart is written only after the whole replay
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError as exc:
+            raise CliError(
+                f"--plot needs matplotlib ({exc}): pip install 'normandy-core[plot]'"
+            ) from exc
     if args.window is None and "context_window" not in opts:
         args.window = DEMO_WINDOW
     _prepare(args.compactor, opts, "normandy demo", args.window, args.model)
@@ -493,8 +612,13 @@ def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) 
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser, with extension subcommands registered."""
+def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
+    """The argument parser, with extension subcommands registered.
+
+    An extension that fails to load or register is skipped; its message is appended to
+    ``problems`` when given (:func:`main` prints it, except for ``normandy plugins``,
+    which lists it), else printed on stderr.
+    """
     from normandy_core.demo import DEMO_MODEL, DEMO_WINDOW
 
     parser = _Parser(
@@ -502,11 +626,32 @@ def build_parser() -> argparse.ArgumentParser:
         description="Keep an LLM agent's conversation inside its model's context window.",
     )
     parser.add_argument("--version", action="version", version=f"normandy {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=_Parser, help="the command to run"
+    )
 
-    p = sub.add_parser("plugins", help="list installed compactors and hook plugins")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p = sub.add_parser(
+        "plugins",
+        help="list installed compactors and hook plugins; show a compactor's options",
+        description="List every installed compactor, hook plugin and command extension "
+        "(read from the entry points, so a broken one is listed with its error), or show "
+        "one compactor's options with 'normandy plugins show NAME'. Exits 3 when any "
+        "plugin failed to load.",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=cmd_plugins)
+    psub = p.add_subparsers(
+        dest="plugins_command", metavar="COMMAND", parser_class=_Parser, help="what to show"
+    )
+    show = psub.add_parser(
+        "show",
+        help="a compactor's options: types, defaults and descriptions",
+        description="Print a compactor's options from its options model: each option's "
+        "type (with its constraints), default and description.",
+    )
+    show.add_argument("name", metavar="NAME", help="the compactor's name, as configured")
+    show.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    show.set_defaults(func=cmd_plugins_show)
 
     p = sub.add_parser(
         "compact",
@@ -515,7 +660,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("input", metavar="INPUT", help="transcript file, or - for stdin")
     p.add_argument("-o", "--output", metavar="OUT", help="write here (default: stdout)")
-    p.add_argument("--format", choices=["auto", "openai", "anthropic", "normandy"], default="auto")
+    p.add_argument(
+        "--format",
+        choices=["auto", "openai", "anthropic", "responses", "normandy"],
+        default="auto",
+        help="transcript format of INPUT (default: auto, detected from the messages)",
+    )
     _add_compactor_args(p, None)
     p.add_argument("--model", metavar="M", help="model id (token counter, catalog window)")
     p.add_argument("--mid-round", action="store_true", help="the last tool round is still open")
@@ -546,16 +696,28 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="draw the progress bar even when stderr is not a terminal",
     )
-    prog.add_argument("--no-progress", dest="progress", action="store_const", const=False)
+    prog.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_const",
+        const=False,
+        help="never draw the progress bar (default: drawn when stderr is a terminal)",
+    )
     p.add_argument("--quiet", action="store_true", help="no line per compaction")
     p.set_defaults(func=cmd_demo)
 
-    _register_extensions(sub)
+    _register_extensions(sub, problems)
     return parser
 
 
-def _register_extensions(sub: Any) -> None:
+def _register_extensions(sub: Any, problems: list[str] | None = None) -> None:
     from normandy_core.plugins import command_registrars, mark_command_failed
+
+    def report(message: str) -> None:
+        if problems is None:
+            print(f"normandy: {message}", file=sys.stderr)
+        else:
+            problems.append(message)
 
     try:
         registrars = command_registrars()
@@ -564,14 +726,14 @@ def _register_extensions(sub: Any) -> None:
         return
     for name, register in registrars:
         if isinstance(register, Exception):
-            print(f"normandy: {register}", file=sys.stderr)
+            report(str(register))
             continue
         try:
             register(sub)
         except Exception as exc:
             message = f"command extension {name!r} failed to register: {type(exc).__name__}: {exc}"
             mark_command_failed(name, message)
-            print(f"normandy: {message}", file=sys.stderr)
+            report(message)
 
 
 class _OneLineFormatter(logging.Formatter):
@@ -603,8 +765,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     from normandy_core.errors import OptionsError, PluginError, WindowUnknownError
 
     _log_to_stderr()
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    problems: list[str] = []
+    parser = build_parser(problems)
+
+    def say_problems() -> None:
+        for message in problems:
+            print(f"normandy: {message}", file=sys.stderr)
+
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:
+        say_problems()  # with --help, or a command the broken extension would have added
+        raise
+    if args.command != "plugins":  # which lists them itself
+        say_problems()
     func: Handler | None = getattr(args, "func", None)
     if func is None:
         parser.print_help()

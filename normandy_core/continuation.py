@@ -218,7 +218,7 @@ def _continue(
 ) -> Any:
     """``full``: ``messages`` extends the list given last time, not the one returned."""
     from normandy_core.boundary import run_compaction
-    from normandy_core.facade import CompactResult, _check_values, check_pairs
+    from normandy_core.facade import CompactResult, _check_values, check_pairs, result_fields
     from normandy_core.transcript import write
 
     t = st.transcript
@@ -254,7 +254,7 @@ def _continue(
         kept = memory
         out = [*st.out, *new]
     _prune_sources(t, kept)
-    result = CompactResult(out, meta, t.format, kept, continued=True)
+    result = CompactResult(out, meta, t.format, kept, continued=True, **result_fields(st.acc))
     fresh = copy.deepcopy(new)
     if meta.get("compacted"):
         copies = {id(m): c for m, c in zip(st.out, st.out_snapshot, strict=True)}

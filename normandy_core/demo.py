@@ -102,7 +102,11 @@ def load_session(path: str | Path | None = None) -> DemoSession:
 
 @dataclass(frozen=True)
 class Boundary:
-    """One boundary of the replay: the context before and after it (prompt included)."""
+    """One boundary of the replay: the context before and after it (prompt included).
+
+    ``after`` is what the next model call was sent (the turn loop's estimate); ``before``
+    adds back what the boundary removed (its ``tokens_before - tokens_after``).
+    """
 
     index: int
     turn: int
@@ -219,9 +223,11 @@ class _Replay:
             meta, mid_round = self.pending
             self.pending = None
             after = int(event["estimated_input_tokens"])
-            before = after
-            if meta.get("compacted") and "tokens_before" in meta:
-                before = int(meta["tokens_before"]) + report.prompt_tokens
+            # What the boundary took out, from the figures every boundary event carries
+            # (the turn loop counts them where the compactor and the boundary did not).
+            was, now = meta.get("tokens_before"), meta.get("tokens_after")
+            removed = was - now if isinstance(was, int) and isinstance(now, int) else 0
+            before = after + max(removed, 0)
             b = Boundary(len(report.boundaries), self.turn, mid_round, before, after, meta)
             report.boundaries.append(b)
             report.batches += int(mid_round)

@@ -30,6 +30,7 @@ message it changes. The shapes read, and what happens to each field, are listed 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -45,6 +46,7 @@ from normandy_core.transcript import Transcript, read, write
 
 __all__ = [
     "ENTRY",
+    "CannotFitError",
     "CompactResult",
     "CompactionError",
     "acompact",
@@ -54,16 +56,41 @@ __all__ = [
 
 #: The entry point named in option errors raised by :func:`compact`.
 ENTRY = "normandy_core.compact()"
+#: How :func:`compact` is given a window, for :class:`~normandy_core.WindowUnknownError`.
+COMPACT_HINT = "pass window=<tokens> to compact(), or model= a model the catalog knows"
+
+log = logging.getLogger("normandy_core.facade")
 
 FormatName = Literal["auto", "openai", "anthropic", "responses", "normandy"]
 _FORMATS = ("auto", "openai", "anthropic", "responses", "normandy")
 
 
 class CompactionError(NormandyError):
-    """A compactor returned a conversation a provider would reject (tool pairs broken).
+    """:func:`compact` has no transcript fit to send.
 
-    Raised instead of returning it; the message names the compactor and each problem.
+    Raised itself when a compactor returned a conversation a provider would reject (tool
+    pairs broken): it is refused, never returned; the message names the compactor and
+    each problem. :class:`CannotFitError` is the compactor's own error, on request.
     """
+
+
+class CannotFitError(CompactionError):
+    """The compactor reported an error, so the transcript came back unchanged and may not
+    fit the window (``window_manager``'s "cannot fit the context window", a compactor
+    that raised or timed out, an archive that refused the compaction...).
+
+    Raised by :meth:`CompactResult.check` and by ``compact(..., raise_on_error=True)``;
+    the message names the compactor and its error. ``result`` is the
+    :class:`CompactResult` (its ``messages`` are the input, unchanged).
+    """
+
+    def __init__(self, result: CompactResult) -> None:
+        self.result = result
+        who = result._compactor or "the compactor"
+        super().__init__(
+            f"{who} could not compact the transcript, which is returned unchanged and may "
+            f"not fit the window: {result.error}"
+        )
 
 
 @dataclass(frozen=True)
@@ -71,13 +98,17 @@ class CompactResult:
     """What :func:`compact` returns.
 
     ``messages``: the transcript in the format and shape it was given (a list, or a dict
-    with ``messages`` and, for Anthropic, ``system``). ``meta``: the compactor's meta
-    (``compacted``, and for ``window_manager`` ``tokens_before``, ``tokens_after``,
-    ``strategy``, ``dropped``...). ``memory``: the compacted conversation. :attr:`notes`:
-    what the hook plugins did with the dropped entries (an archive says where they went).
+    with ``messages`` and, for Anthropic, ``system``). ``meta``: the compactor's meta as
+    the boundary checked it (``compacted``, the token figures of a compaction,
+    ``strategy``, ``dropped``...). ``memory``: the compacted conversation.
     ``continued``: the list extended one an earlier call compacted, and was compacted as
     its continuation (:mod:`normandy_core.continuation`): earlier cuts are kept and
     ``meta`` reports only what this call did.
+
+    The typed fields are always there, whatever happened: :attr:`compacted`,
+    :attr:`tokens_before`, :attr:`tokens_after`, :attr:`tokens_removed` (ints),
+    :attr:`dropped` (a list), :attr:`error` and :attr:`archive` (``None`` when there is
+    none). :meth:`check` raises :class:`CannotFitError` for an error result.
     """
 
     messages: Any
@@ -85,11 +116,50 @@ class CompactResult:
     format: str
     memory: AgentMemory = field(repr=False)
     continued: bool = False
+    #: The compactor's description (``compactor 'x' (group ...) from dist 1.0``).
+    _compactor: str | None = field(default=None, repr=False, compare=False)
+    #: The counter the boundary sized with (``ctx.counter``), for the figures of a result
+    #: that did not compact.
+    _counter: Any = field(default=None, repr=False, compare=False)
+    _counted: list[int] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def compacted(self) -> bool:
         """Whether the compactor compacted."""
         return bool(self.meta.get("compacted"))
+
+    def _count(self) -> int:
+        """Tokens of :attr:`memory`'s active branch, with the boundary's counter (cached:
+        the memory keeps its counts, so this is free once the compactor has counted)."""
+        if not self._counted:
+            counter = self._counter
+            if counter is None:
+                from normandy_core.calibration import CalibratedCounter
+
+                counter = CalibratedCounter(None, None)
+            self._counted.append(int(counter.memory_tokens(self.memory)))
+        return self._counted[0]
+
+    @property
+    def tokens_before(self) -> int:
+        """Tokens of the conversation the compactor was given (the boundary's count with the
+        compactor's counter, ``ctx.counter``). When nothing was compacted it equals
+        :attr:`tokens_after`: the input's count."""
+        value = self.meta.tokens_before
+        return value if value is not None else self._count()
+
+    @property
+    def tokens_after(self) -> int:
+        """Tokens of the conversation returned (:attr:`memory`), with the same counter."""
+        value = self.meta.tokens_after
+        return value if value is not None else self._count()
+
+    @property
+    def tokens_removed(self) -> int:
+        """Tokens of the running turn's messages that compaction removed (the newest
+        message's turn outside a turn loop); 0 when nothing was compacted."""
+        value = self.meta.tokens_removed
+        return value if value is not None else 0
 
     @property
     def dropped(self) -> list[Entry]:
@@ -101,6 +171,20 @@ class CompactResult:
         """The compactor's error (the input is then returned unchanged), else ``None``."""
         err = self.meta.get("error")
         return None if err is None else str(err)
+
+    @property
+    def archive(self) -> Mapping[str, Any] | None:
+        """The note of the ``archive`` hook plugin (``path``, ``session``, ``entries``,
+        ``message``...): where the dropped entries went; ``None`` when nothing was
+        archived (nothing dropped, or no archive installed)."""
+        return self.note("archive")
+
+    def check(self) -> CompactResult:
+        """This result, or :class:`CannotFitError` when the compactor reported an error
+        (the transcript is then the input, unchanged, and may not fit the window)."""
+        if self.error is not None:
+            raise CannotFitError(self)
+        return self
 
     @property
     def notes(self) -> tuple[Mapping[str, Any], ...]:
@@ -272,6 +356,7 @@ def compact(
     format: FormatName = "auto",
     timeout: float | None = None,
     fresh: bool = False,
+    raise_on_error: bool = False,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
@@ -295,7 +380,9 @@ def compact(
 
     When nothing is compacted by a call that does not continue an earlier one (or the
     compactor reports an error, see :attr:`CompactResult.error`) ``messages`` comes back
-    unchanged. Raises
+    unchanged. An error result is logged as a warning (logger ``normandy_core.facade``)
+    naming the compactor; ``raise_on_error=True`` raises :class:`CannotFitError` for it
+    instead of returning it (as :meth:`CompactResult.check` does). Raises
     :class:`~normandy_core.formats.TranscriptError` for odd input (see the module
     docstring), :class:`~normandy_core.OptionsError` or
     :class:`~normandy_core.WindowUnknownError` for a bad config,
@@ -309,18 +396,36 @@ def compact(
     )
     hit = continuation.resume(key, messages, mid_round)
     if hit is not None:
-        return cast("CompactResult", hit)
-    acc = prepare_config(
-        compactor=compactor, opts=opts, model=model, window=window, timeout=timeout, entry=ENTRY
-    )
-    result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
-    if key is not None and isinstance(t, Transcript):
-        continuation.remember(key, acc, t, result.memory, messages, result.messages)
+        result = cast("CompactResult", hit)
+    else:
+        acc = prepare_config(
+            compactor=compactor,
+            opts=opts,
+            model=model,
+            window=window,
+            timeout=timeout,
+            entry=ENTRY,
+            hint=COMPACT_HINT,
+        )
+        result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
+        if key is not None and isinstance(t, Transcript):
+            continuation.remember(key, acc, t, result.memory, messages, result.messages)
+    if result.error is not None:
+        log.warning(
+            "%s: %s reported an error; the transcript is returned unchanged and may not fit "
+            "the window: %s",
+            ENTRY,
+            result._compactor or f"compactor {compactor!r}",
+            result.error,
+        )
+        if raise_on_error:
+            result.check()
     return result
 
 
 async def acompact(messages: Any, **kwargs: Any) -> CompactResult:
-    """:func:`compact` for async code: the same arguments and result.
+    """:func:`compact` for async code: the same arguments (``raise_on_error`` included) and
+    result.
 
     The work runs in a worker thread (with the caller's context variables, so per-call
     settings such as ``archive_settings`` apply), so the event loop keeps serving other
@@ -392,8 +497,9 @@ def _compact_read(
     memory = t if isinstance(t, AgentMemory) else t.memory
     fmt = "normandy" if isinstance(t, AgentMemory) else t.format
     new_acc, meta = run_compaction(acc.with_memory(memory), mid_round=mid_round)
+    typed = result_fields(acc)
     if not meta.get("compacted"):
-        return CompactResult(_unchanged(messages, t), meta, fmt, memory), t
+        return CompactResult(_unchanged(messages, t), meta, fmt, memory, **typed), t
     check_pairs(acc, new_acc.memory)
     out = new_acc.memory
     if isinstance(t, AgentMemory):
@@ -401,4 +507,13 @@ def _compact_read(
         rendered = out if isinstance(messages, AgentMemory) else out.dump()
     else:
         rendered = write(t, out)
-    return CompactResult(rendered, meta, fmt, out), t
+    return CompactResult(rendered, meta, fmt, out, **typed), t
+
+
+def result_fields(acc: AgentConfig) -> dict[str, Any]:
+    """The private fields of a :class:`CompactResult` made with the prepared ``acc``: the
+    compactor's description and the counter its boundary sized with (``ctx.counter``)."""
+    return {
+        "_compactor": acc.compactor_handle.describe(),
+        "_counter": acc.prepared.counter_for(acc.model),
+    }

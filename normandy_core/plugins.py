@@ -352,6 +352,41 @@ def _register_checked(
                     "hook implementation on its own, so declare it without wrapper=True or "
                     "hookwrapper=True"
                 )
+    unmarked = _unmarked(pm, plugin, group)
+    if unmarked:
+        pm.unregister(plugin)
+        raise PluginLoadError(
+            f"{what} has "
+            + "; ".join(f"a {name} that {why}" for name, why in unmarked)
+            + f": decorate {'it' if len(unmarked) == 1 else 'each'} with "
+            "@normandy_core.hookimpl (from normandy_core import hookimpl), or it is never called"
+        )
+
+
+def _unmarked(pm: pluggy.PluginManager, plugin: Any, group: str) -> list[tuple[str, str]]:
+    """``(hook, why)`` for each callable of ``plugin`` named like a hook of its kind that
+    pluggy did not register: a function left without ``@hookimpl``, or marked with the
+    ``hookimpl`` of another project (pytest's, say)."""
+    implemented = {caller.name for caller in pm.get_hookcallers(plugin) or []}
+    found = []
+    for name, specs in hookspecs.SPEC_SETS.items():
+        if _group_of(specs) != group or name in implemented:
+            continue
+        try:
+            attr = getattr(plugin, name, None)
+        except Exception:  # a property that raises: not a hook function
+            continue
+        if not callable(attr):
+            continue
+        ours = f"{hookspecs.PROJECT_NAME}_impl"
+        others = sorted(a[: -len("_impl")] for a in dir(attr) if a.endswith("_impl") and a != ours)
+        why = (
+            f"is marked by the hookimpl of {others[0]!r}, not Normandy's"
+            if others
+            else "is not marked as a hook"
+        )
+        found.append((name, why))
+    return found
 
 
 def _group_of(specs: type) -> str:
@@ -369,10 +404,11 @@ def _make_compactor(
         comp._impl = (impls[0].function, tuple(impls[0].argnames))
     if not impls:
         hint = ""
-        if callable(getattr(obj, "maybe_compact", None)):
+        if inspect.isroutine(obj):
             hint = (
-                "; it has a maybe_compact that is not marked as a hook: decorate it with "
-                "@normandy_core.hookimpl"
+                f"; it is a function ({getattr(obj, '__name__', '?')}), and a plugin is a "
+                "module or class (or instance) holding functions decorated with "
+                "@normandy_core.hookimpl: name the module or class instead"
             )
         raise PluginLoadError(f"{what} does not implement the required hook 'maybe_compact'{hint}")
     if comp._pm.hook.options_model.get_hookimpls():

@@ -153,9 +153,12 @@ def _window(
     if fallback is not None:
         return fallback
     if model is None:
+        # The config's own hint says how to pin a window; a caller's (compact(), the
+        # command line) names its model argument too.
+        lead = "set model=... or " if hint == CONFIG_HINT else ""
         raise WindowUnknownError(
             f"{entry}: compactor {name!r} sizes against the model's context window, but the "
-            f"config names no model; set model=... or {hint}"
+            f"config names no model; {lead}{hint}"
         )
     if catalog is None:
         raise WindowUnknownError(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from project_paths import project_pythonpath
 
 from normandy_core import plugins
 
@@ -70,6 +71,8 @@ class ThirdPartyVenv:
             if (not k.startswith("NORMANDY_") or k == "NORMANDY_ARCHIVE_PATH")
             and k not in ("PYTHONPATH", "VIRTUAL_ENV")
         }
+        # the project as this test run imports it (the venv's own site has the rest)
+        environ["PYTHONPATH"] = project_pythonpath()
         environ.update(env or {})
         proc = subprocess.run(
             [str(self.python), "-c", _PRELUDE + textwrap.dedent(code)],

@@ -56,8 +56,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, NoReturn
 
-import pytest
-from hypothesis import HealthCheck, given, reject, settings
+try:
+    import pytest
+    from hypothesis import HealthCheck, given, reject, settings
+except ImportError as exc:  # ModuleNotFoundError included
+    raise ImportError(
+        "normandy_core.testing (the compactor conformance kit) needs pytest and hypothesis, "
+        f"which the 'testing' extra installs: pip install 'normandy-core[testing]' ({exc})",
+        name=exc.name,
+    ) from exc
 
 from normandy_core.config import AgentConfig
 from normandy_core.contract import (

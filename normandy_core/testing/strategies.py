@@ -11,7 +11,14 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
-from hypothesis import strategies as st
+try:
+    from hypothesis import strategies as st
+except ImportError as exc:  # ModuleNotFoundError included
+    raise ImportError(
+        "normandy_core.testing.strategies needs hypothesis, which the 'testing' extra "
+        f"installs: pip install 'normandy-core[testing]' ({exc})",
+        name=exc.name,
+    ) from exc
 
 from normandy_core.memory import (
     AgentMemory,

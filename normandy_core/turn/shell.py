@@ -80,7 +80,14 @@ class TurnResult:
     ``text`` is the final answer; ``acc`` the agent config after the turn (compacted
     where a boundary compacted); ``events`` everything the turn reported, in order;
     ``usage`` the provider-reported tokens summed over the turn's calls; ``budget`` the
-    task budget at the end (``None`` without one); ``reason`` why the turn ended.
+    task budget at the end (``None`` without one); ``reason`` why the turn ended;
+    ``boundaries`` the meta of each of the turn's boundaries, in order (with the dropped
+    entries in full, and ``tokens_before`` and ``tokens_after`` on every one).
+
+    The typed fields sum up the turn's boundaries and are always there, as on
+    :class:`~normandy_core.CompactResult`: :attr:`compacted`, :attr:`tokens_before`,
+    :attr:`tokens_after`, :attr:`tokens_removed`, :attr:`dropped`, :attr:`error`,
+    :attr:`archive`.
     """
 
     text: str
@@ -91,10 +98,60 @@ class TurnResult:
     usage: Usage = field(default_factory=Usage)
     budget: Budget | None = None
     state: TurnState | None = None
+    boundaries: list[Mapping[str, Any]] = field(default_factory=list)
 
     def events_of(self, kind: str) -> list[dict[str, Any]]:
         """The events whose ``type`` is ``kind``."""
         return [e for e in self.events if e.get("type") == kind]
+
+    @property
+    def compacted(self) -> bool:
+        """Whether any boundary of the turn compacted."""
+        return any(bool(m.get("compacted")) for m in self.boundaries)
+
+    @property
+    def tokens_before(self) -> int:
+        """Tokens of the conversation at the turn's first boundary, before it compacted (the
+        history and the user's message), counted with the compactor's counter."""
+        return int(self.boundaries[0].get("tokens_before") or 0) if self.boundaries else 0
+
+    @property
+    def tokens_after(self) -> int:
+        """Tokens of the conversation after the turn's last boundary: what its last model
+        call was sent (without the system prompt and tools), before the final reply."""
+        return int(self.boundaries[-1].get("tokens_after") or 0) if self.boundaries else 0
+
+    @property
+    def tokens_removed(self) -> int:
+        """Tokens of this turn's messages its compactions removed, summed (they stay
+        counted as spent in the task budget)."""
+        return sum(int(m.get("tokens_removed") or 0) for m in self.boundaries)
+
+    @property
+    def dropped(self) -> list[Entry]:
+        """Every entry the turn's compactions removed, in the order they were dropped."""
+        return [e for m in self.boundaries for e in (m.get("dropped") or ())]
+
+    @property
+    def error(self) -> str | None:
+        """The first error a boundary of the turn reported (that boundary left the
+        conversation as it was), else ``None``."""
+        for m in self.boundaries:
+            if m.get("error") is not None:
+                return str(m["error"])
+        return None
+
+    @property
+    def archive(self) -> Mapping[str, Any] | None:
+        """The ``archive`` hook plugin's note of the turn's last compaction it recorded
+        (where the dropped entries went), else ``None``."""
+        found = None
+        for m in self.boundaries:
+            for item in m.get("hook_notes") or ():
+                name = str(item.get("hook", ""))
+                if name.rsplit(":", 1)[-1].split("@", 1)[0] == "archive":
+                    found = item.get("note")
+        return found
 
 
 def tool_result(call: ToolUseBlock, output: Any) -> ToolResultBlock:
@@ -160,6 +217,7 @@ class _Runner:
         self._pending: tuple[Content, str] | None = None
         self.on_event = on_event
         self.events: list[dict[str, Any]] = []
+        self.boundaries: list[Mapping[str, Any]] = []
         self.usage = Usage()
         self.result: tuple[str, FinishReason] | None = None
 
@@ -210,7 +268,23 @@ class _Runner:
         return out
 
     def compacted(self, acc: AgentConfig, meta: Mapping[str, Any]) -> Event:
-        """Put the boundary's acc in place; the event that reports it to the core."""
+        """Put the boundary's acc in place; the event that reports it to the core.
+
+        A boundary that reports no ``tokens_before`` or ``tokens_after`` (nothing was
+        compacted) gets them here, counted with the compactor's counter (``ctx.counter``)
+        from the memory's cached counts: the conversation as it was given.
+        """
+        if "tokens_before" not in meta or "tokens_after" not in meta:
+            counter = self.acc.prepared.counter_for(self.acc.model, self.calibration)
+            before = counter.memory_tokens(self.acc.memory)
+            changed = acc is not self.acc and bool(meta.get("compacted"))
+            after = counter.memory_tokens(acc.memory) if changed else before
+            meta = {
+                **meta,
+                "tokens_before": meta.get("tokens_before", before),
+                "tokens_after": meta.get("tokens_after", after),
+            }
+        self.boundaries.append(meta)
         self.acc = acc
         if acc.model is not None and "calibration" not in meta:
             meta = {**meta, "calibration": self.calibration.snapshot(acc.model, self.base.name)}
@@ -276,6 +350,7 @@ class _Runner:
             usage=self.usage,
             budget=self.state.budget,
             state=self.state,
+            boundaries=self.boundaries,
         )
 
     def abort(self, exc: BaseException) -> TurnAborted:

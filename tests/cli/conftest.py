@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from project_paths import with_project_path
 
 from normandy_core.formats import to_anthropic, to_openai
 from normandy_core.workload import generate_session
@@ -30,9 +31,15 @@ class Run:
 
 
 def run_cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> Run:
-    """Run the installed ``normandy`` script in a subprocess."""
+    """Run the installed ``normandy`` script in a subprocess.
+
+    A ``PYTHONPATH`` in ``env`` (fake distributions) goes before the project's packages as
+    this test run imports them, so the script runs the code under test.
+    """
     assert BIN.exists(), f"the console script is not installed at {BIN}"
-    full_env = {**os.environ, **(env or {})}
+    env = dict(env or {})
+    env["PYTHONPATH"] = with_project_path(*([env["PYTHONPATH"]] if "PYTHONPATH" in env else []))
+    full_env = {**os.environ, **env}
     full_env.pop("NORMANDY_LOAD_PLUGINS", None)
     proc = subprocess.run(
         [str(BIN), *args],

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from project_paths import with_project_path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -90,7 +91,7 @@ def test_plugin_guide_distribution_installs_and_passes_its_tests(tmp_path: Path)
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
         cwd=tmp_path,
         env={
-            "PYTHONPATH": str(tmp_path / "src"),
+            "PYTHONPATH": with_project_path(str(tmp_path / "src")),
             "PATH": "/usr/bin:/bin",
             # The archive hook is installed beside the example: keep it out of the home.
             "NORMANDY_ARCHIVE_PATH": str(tmp_path / "archive.sqlite3"),

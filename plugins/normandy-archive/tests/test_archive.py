@@ -309,7 +309,8 @@ def test_cli_list_show_search(path, capsys):
     entries = list(generate_session(5, 20))
     Archive().record(entries, session_id="sess-1", compactor="window_manager")
     assert main(["list", "--limit", "3"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:2] == ["SEQ", "ARCHIVED"]
     assert len(lines) == 3 and entries[0].id in lines[0]
     assert main(["--path", str(path), "show", entries[4].id]) == 0
     assert capsys.readouterr().out == entries[4].model_dump_json() + "\n"

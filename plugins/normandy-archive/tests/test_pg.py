@@ -386,7 +386,8 @@ def test_archive_commands_against_postgres(url, monkeypatch, capsys, tmp_path):
     entries = [*_tricky(), *generate_session(5, 20)]
     PostgresArchive(url).record(entries, session_id="sess-1", compactor="window_manager")
     assert main(["--url", url, "list", "--limit", "3"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[0] == "SEQ"
     assert len(lines) == 3 and entries[0].id in lines[0] and "sess-1" in lines[0]
     assert main(["--url", url, "show", "t-1"]) == 0
     assert capsys.readouterr().out == entries[0].model_dump_json() + "\n"

@@ -60,18 +60,37 @@ def _preview(item: ArchivedEntry, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+#: The columns of ``list`` and ``search``: the archive's sequence number, when the entry
+#: was archived, its session (the first 12 characters), the entry's id, role and turn,
+#: the strategy (or compactor) that dropped it, and the start of its text.
+HEADER = ("SEQ", "ARCHIVED", "SESSION", "ENTRY", "ROLE", "TURN", "DROPPED BY", "TEXT")
+
+
 def _print_rows(items: Sequence[ArchivedEntry], as_json: bool, out: TextIO) -> None:
     if as_json:
         for item in items:
             out.write(json.dumps(item.as_dict(), ensure_ascii=False) + "\n")
         return
-    for item in items:
-        when = dt.datetime.fromtimestamp(item.archived_at).isoformat(timespec="seconds")
-        out.write(
-            f"{item.seq:>6}  {when}  {item.session_id[:12]:<12}  {item.entry.id}  "
-            f"{item.entry.role:<9}  {item.entry.turn_id or '-'}  "
-            f"{item.strategy or item.compactor or '-'}  {_preview(item)}\n"
-        )
+    if not items:
+        return
+    rows = [
+        [
+            str(item.seq),
+            dt.datetime.fromtimestamp(item.archived_at).isoformat(timespec="seconds"),
+            item.session_id[:12],
+            item.entry.id,
+            item.entry.role,
+            item.entry.turn_id or "-",
+            item.strategy or item.compactor or "-",
+            _preview(item),
+        ]
+        for item in items
+    ]
+    widths = [max(len(row[i]) for row in [list(HEADER), *rows]) for i in range(len(HEADER))]
+    for row in [list(HEADER), *rows]:
+        first = row[0].rjust(max(widths[0], 6))
+        rest = [cell.ljust(widths[i + 1]) for i, cell in enumerate(row[1:-1])]
+        out.write("  ".join([first, *rest, row[-1]]) + "\n")
 
 
 def _size(n: int) -> str:
@@ -174,14 +193,17 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
     if cmd == "prune":
         return _prune(args, archive, out, prog)
     if cmd == "list":
-        _print_rows(archive.list(args.session, limit, offset), args.json, out)
+        listed = archive.list(args.session, limit, offset)
+        _print_rows(listed, args.json, out)
+        if not listed:
+            _nothing(prog, "no archived entries", archive, args.session, offset)
         return 0
     if cmd == "search":
         query = " ".join(args.query)
         found = archive.search(
             query, session_id=args.session, limit=limit, offset=offset, raw=args.raw
         )
-        _print_rows(found, args.json, out)
+        _print_rows(found, args.json, out)  # no match: nothing printed, as grep does
         return 0
     if cmd == "show":
         versions = archive.versions(args.entry_id, args.session)
@@ -201,54 +223,106 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
     raise AssertionError(cmd)  # pragma: no cover - argparse requires a command
 
 
-def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add ``--path`` and the ``list``, ``show`` and ``search`` commands to ``parser``."""
+def _nothing(
+    prog: str, what: str, archive: ArchiveBackend, session: str | None, offset: int
+) -> None:
+    """Say on stderr that ``list`` found nothing (stdout stays empty: nothing to parse)."""
+    scope = f" of session {session!r}" if session else ""
+    skipped = f" past the first {offset:,}" if offset else ""
+    sys.stderr.write(f"{prog}: {what}{scope}{skipped} in {archive.location}\n")
+
+
+def _where(parser: argparse.ArgumentParser, default: Any) -> None:
+    """``--path`` and ``--url`` (one or the other) on ``parser``."""
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--path",
-        default=None,
+        default=default,
         help=f"archive file or postgresql:// URL (default: ${ENV_PATH} or the user data dir)",
     )
     where.add_argument(
         "--url",
         dest="path",
-        default=None,
+        default=default,
         metavar="URL",
         help="a postgresql:// URL (the same as --path URL; default: $NORMANDY_ARCHIVE_URL)",
     )
-    sub = parser.add_subparsers(dest="archive_command", required=True, metavar="COMMAND")
+
+
+def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``--path`` and the ``list``, ``show``, ``search`` and ``prune`` commands to
+    ``parser``; ``--path`` (or ``--url``) is accepted before or after the command."""
+    _where(parser, None)
+    sub = parser.add_subparsers(
+        dest="archive_command", required=True, metavar="COMMAND", help="what to do"
+    )
+
+    def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description)
+        # after the command too; not given there, it leaves the one before it in place
+        _where(p, argparse.SUPPRESS)
+        return p
 
     def paging(p: argparse.ArgumentParser) -> None:
         p.add_argument("--session", default=None, help="only this session id")
         p.add_argument("--limit", default="50", help="at most this many (default 50)")
         p.add_argument("--offset", default="0", help="skip this many first")
-        p.add_argument("--json", action="store_true", help="one JSON object per line")
+        p.add_argument("--json", action="store_true", help="one JSON object per line (no header)")
 
-    p_list = sub.add_parser("list", help="list archived entries, oldest first")
-    paging(p_list)
-    p_show = sub.add_parser(
-        "show",
-        help="print an archived entry as JSON, as it was dropped (by entry id, or by a "
-        "tool-call / tool-use id it holds)",
+    p_list = command(
+        "list",
+        "list archived entries, oldest first",
+        "List archived entries, oldest first, one per line under a header: sequence "
+        "number, when archived, session, entry id, role, turn, the strategy or compactor "
+        "that dropped it, and the start of its text.",
     )
-    p_show.add_argument("entry_id", metavar="ID")
+    paging(p_list)
+    p_show = command(
+        "show",
+        "print an archived entry as JSON, as it was dropped (by entry id, or by a "
+        "tool-call / tool-use id it holds)",
+        "Print an archived entry as JSON, exactly as it was dropped. Exit 1 when it is "
+        "not archived.",
+    )
+    p_show.add_argument(
+        "entry_id", metavar="ID", help="an entry id, or a tool-call / tool-use id it holds"
+    )
     p_show.add_argument("--session", default=None, help="the session the entry belongs to")
     p_show.add_argument("--all", action="store_true", help="every archived version")
     p_show.add_argument("--json", action="store_true", help="with archive details")
-    p_search = sub.add_parser("search", help="full-text search (FTS5), best match first")
-    p_search.add_argument("query", nargs="+")
+    p_search = command(
+        "search",
+        "full-text search (FTS5), best match first",
+        "Search the archived text (SQLite FTS5; PostgreSQL full-text search for a "
+        "postgresql:// archive), best match first, in the columns of 'list'.",
+    )
+    p_search.add_argument(
+        "query", nargs="+", metavar="WORDS", help="words to find (all of them), taken literally"
+    )
     p_search.add_argument("--raw", action="store_true", help="the query is FTS5 syntax")
     paging(p_search)
-    p_prune = sub.add_parser(
+    p_prune = command(
         "prune",
-        help="remove whole sessions, oldest first, past a size, age or count limit",
-        description="Remove whole sessions, oldest first (a session's age is that of its "
+        "remove whole sessions, oldest first, past a size, age or count limit",
+        "Remove whole sessions, oldest first (a session's age is that of its "
         "latest compaction), past the limits given or set in the environment. The most "
         "recent session is never removed for size.",
     )
-    p_prune.add_argument("--max-bytes", metavar="SIZE", help=f"such as 500MB ({ENV_MAX_BYTES})")
-    p_prune.add_argument("--max-age-days", metavar="D", help=f"({ENV_MAX_AGE_DAYS})")
-    p_prune.add_argument("--max-sessions", metavar="N", help=f"({ENV_MAX_SESSIONS})")
+    p_prune.add_argument(
+        "--max-bytes",
+        metavar="SIZE",
+        help=f"keep the archive under SIZE, such as 500MB (default: ${ENV_MAX_BYTES})",
+    )
+    p_prune.add_argument(
+        "--max-age-days",
+        metavar="D",
+        help=f"remove sessions last compacted more than D days ago (default: ${ENV_MAX_AGE_DAYS})",
+    )
+    p_prune.add_argument(
+        "--max-sessions",
+        metavar="N",
+        help=f"keep only the N most recent sessions (default: ${ENV_MAX_SESSIONS})",
+    )
     p_prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
     p_prune.add_argument(
         "--vacuum", action="store_true", help="then give the space back to the file system"
@@ -260,7 +334,10 @@ def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``archive`` command to an argparse ``subparsers`` object (the core CLI's)."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
-        "archive", help="list, show and search what compaction removed"
+        "archive",
+        help="list, show and search what compaction removed",
+        description="List, show, search and prune the archive of entries compaction "
+        "dropped (normandy-archive). Every problem is one line on stderr and exit 2.",
     )
     return add_commands(parser)
 

@@ -1,0 +1,57 @@
+"""The demo's summary shows the real token figures whoever computes them."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from normandy_core import hookimpl, register_compactor, unregister_compactor
+from normandy_core.cli_demo import summary_rows
+from normandy_core.demo import load_session, replay
+
+support = sys.modules["normandy_turn_test_support"]  # loaded by conftest.py
+
+
+class Bare(support.KeepTail):
+    """KeepTail without any token figure in its meta."""
+
+    @hookimpl
+    def maybe_compact(self, acc: Any, ctx: Any, opts: dict[str, Any]) -> Any:
+        new, meta = support.KeepTail.maybe_compact(self, acc, ctx, opts)
+        return new, {k: v for k, v in meta.items() if not k.startswith("tokens_")}
+
+
+@pytest.fixture
+def bare():
+    register_compactor("bare_tail_test", Bare(), replace=True)
+    yield "bare_tail_test"
+    unregister_compactor("bare_tail_test")
+
+
+def _history(report: Any) -> int:
+    return report.final_tokens + report.tokens_removed
+
+
+@pytest.mark.parametrize("boundary_figures", [True, False])
+def test_the_demo_counts_what_a_compactor_does_not_report(
+    bare: str, boundary_figures: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not boundary_figures:  # not even the boundary adds them: the turn loop counts
+        import normandy_core.boundary as boundary
+
+        monkeypatch.setattr(boundary, "account", lambda result, before, ctx: result)
+    session = load_session()
+    report = replay(session, compactor=bare, window=12_000, turns=8)
+    reference = replay(session, compactor="noop", window=12_000, turns=8)
+    comps = report.compactions
+    assert comps and all(b.before > b.after for b in comps)
+    for b in report.boundaries:
+        assert isinstance(b.meta["tokens_before"], int)
+    # the same session was replayed: the history the table shows is about what noop sent (less
+    # the thinking of the replies a stripped round had answered with thinking disabled)
+    assert abs(_history(report) - _history(reference)) <= 0.1 * _history(reference)
+    rows = dict((k, v) for k, v in summary_rows(report))
+    before, after = rows["tokens before -> after"].split(" per ")[0].split(" -> ")
+    assert int(before.replace(",", "")) > int(after.replace(",", ""))
