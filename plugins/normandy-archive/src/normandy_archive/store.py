@@ -45,6 +45,7 @@ __all__ = [
     "PrunePlan",
     "Recorded",
     "SessionUsage",
+    "choose_sessions",
     "searchable_text",
 ]
 
@@ -170,6 +171,44 @@ class Recorded(str):
     def stored(self) -> bool:
         """Whether the compaction was recorded (it stored at least one entry)."""
         return self.entries > 0
+
+
+def choose_sessions(
+    rows: Sequence[Sequence[Any]],
+    used: int,
+    *,
+    max_bytes: int | None,
+    max_age_seconds: float | None,
+    max_sessions: int | None,
+    now: float | None,
+) -> PrunePlan:
+    """The sessions retention removes, oldest first, from ``rows`` of ``(session, last,
+    entries, stored JSON bytes)`` in order of ``last`` (each session's bytes estimated
+    as its share of ``used``, the archive's bytes in use).
+
+    Those older than ``max_age_seconds``, all but the ``max_sessions`` most recent, and,
+    while the bytes in use exceed ``max_bytes``, the oldest others, never the most
+    recent session.
+    """
+    stored = sum(r[3] for r in rows) or 1
+    sessions = [SessionUsage(r[0], r[1], r[2], used * r[3] // stored) for r in rows]
+    doomed: dict[str, SessionUsage] = {}
+    if max_age_seconds is not None:
+        cutoff = (time.time() if now is None else now) - max_age_seconds
+        doomed.update((s.session_id, s) for s in sessions if s.last < cutoff)
+    if max_sessions is not None:
+        extra = max(len(sessions) - max_sessions, 0)
+        doomed.update((s.session_id, s) for s in sessions[:extra])
+    if max_bytes is not None:
+        left = used - sum(s.bytes for s in doomed.values())
+        for s in sessions[:-1]:  # oldest first, never the newest session
+            if left <= max_bytes:
+                break
+            if s.session_id not in doomed:
+                doomed[s.session_id] = s
+                left -= s.bytes
+    chosen = tuple(sorted(doomed.values(), key=lambda s: (s.last, s.session_id)))
+    return PrunePlan(chosen, used, len(sessions))
 
 
 def searchable_text(entry: Entry) -> str:
@@ -897,25 +936,14 @@ class Archive:
             "coalesce(sum(length(e.entry_json)), 0) FROM entries e "
             "LEFT JOIN seen s ON s.seq = e.seq GROUP BY sid ORDER BY last, sid"
         ).fetchall()
-        stored = sum(r[3] for r in rows) or 1
-        sessions = [SessionUsage(r[0], r[1], r[2], used * r[3] // stored) for r in rows]
-        doomed: dict[str, SessionUsage] = {}
-        if max_age_seconds is not None:
-            cutoff = (time.time() if now is None else now) - max_age_seconds
-            doomed.update((s.session_id, s) for s in sessions if s.last < cutoff)
-        if max_sessions is not None:
-            extra = max(len(sessions) - max_sessions, 0)
-            doomed.update((s.session_id, s) for s in sessions[:extra])
-        if max_bytes is not None:
-            left = used - sum(s.bytes for s in doomed.values())
-            for s in sessions[:-1]:  # oldest first, never the newest session
-                if left <= max_bytes:
-                    break
-                if s.session_id not in doomed:
-                    doomed[s.session_id] = s
-                    left -= s.bytes
-        chosen = tuple(sorted(doomed.values(), key=lambda s: (s.last, s.session_id)))
-        return PrunePlan(chosen, used, len(sessions))
+        return choose_sessions(
+            rows,
+            used,
+            max_bytes=max_bytes,
+            max_age_seconds=max_age_seconds,
+            max_sessions=max_sessions,
+            now=now,
+        )
 
     def prune_plan(
         self,
