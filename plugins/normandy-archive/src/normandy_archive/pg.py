@@ -58,6 +58,7 @@ from normandy_archive.store import (
     CompactionRecord,
     PrunePlan,
     Recorded,
+    _page,
     _serialized,
     choose_sessions,
     searchable_text,
@@ -258,12 +259,6 @@ def _websearch(query: str, raw: bool) -> str:
 def _int_or_none(value: Any) -> int | None:
     ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_BIGINT
     return value if ok else None
-
-
-def _page(limit: int, offset: int) -> tuple[int | None, int]:
-    """SQLite's paging, in PostgreSQL: a negative limit is no limit, a negative offset 0."""
-    lim = None if limit < 0 else min(limit, _MAX_BIGINT)
-    return lim, max(0, min(offset, _MAX_BIGINT))
 
 
 def _lock_key(schema: str) -> int:
@@ -870,6 +865,7 @@ class PostgresArchive:
         the index does); with ``raw`` the query is web-search syntax (``"exact phrase"``,
         ``OR``, ``-word``). No input is an error: ``websearch_to_tsquery`` parses any.
         """
+        page = _page(limit, offset)
         text = _websearch(_clean(query), raw)
         if not text.strip():
             return []
@@ -878,7 +874,7 @@ class PostgresArchive:
             where, params = where + " AND e.session_id = %s", [*params, session_id]
         return self._select(
             where,
-            [*params, *_page(limit, offset)],
+            [*params, *page],
             "ORDER BY ts_rank(e.tsv, q.q, 1) DESC, e.seq LIMIT %s OFFSET %s",
             source="websearch_to_tsquery('simple', %s) AS q(q) JOIN {s}.entries e ON e.tsv @@ q.q",
         )
