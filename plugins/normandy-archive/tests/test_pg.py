@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from reliability_counts import PG_KILLS, PG_SAME_CONTENT_WRITERS, PG_WRITERS_BESIDE
 
 psycopg = pytest.importorskip("psycopg", reason="the 'postgres' extra is not installed")
 
@@ -244,7 +245,8 @@ def test_writers_of_the_same_content_at_once_store_it_once(url):
     from normandy_archive.schema import content_hash
 
     PostgresArchive(url).create_schema()
-    tags = {"fwd-0": "forward", "fwd-1": "forward", "rev-0": "reversed", "rev-1": "reversed"}
+    tags = {f"{order[:3]}-{n}": order for n, order in enumerate(PG_SAME_CONTENT_WRITERS)}
+    assert sorted(tags.values()) == ["forward", "forward", "reversed", "reversed"]
     start = time.time() + 3.0
     procs = {
         tag: subprocess.Popen(
@@ -587,12 +589,14 @@ def test_three_writers_at_once_and_kill_9_at_random_moments(url, pg_server_log):
     rng = random.Random(seed)
     outputs: dict[str, list[str]] = {}
     # the same session replayed by both: they write the same contents at the same moments
-    survivors = {f"alive-{k}": _agent(url, f"alive-{k}", 40, 1000) for k in range(2)}
+    survivors = {
+        f"alive-{k}": _agent(url, f"alive-{k}", 40, 1000) for k in range(PG_WRITERS_BESIDE)
+    }
     killed: list[str] = []
     overlapped = 0  # kills while both other writers were still writing
     log = pg_server_log
     open_before = log.read_text(errors="replace").count(_OPEN_TX) if log else 0
-    for k, how in enumerate(["delay", "transaction", "delay", "transaction"]):
+    for k, how in enumerate(PG_KILLS):
         tag = f"killed-{k}"
         killed.append(tag)
         proc = _agent(url, tag, 30 + k % 2, 400)  # the third writer, again and again
@@ -605,7 +609,7 @@ def test_three_writers_at_once_and_kill_9_at_random_moments(url, pg_server_log):
         assert p.returncode == 0, (seed, tag)
         outputs[tag] = out.splitlines()
         assert outputs[tag][-1] == "end"
-    assert len(killed) == 4 and overlapped >= 3, (seed, overlapped)
+    assert len(killed) == len(PG_KILLS) and overlapped >= len(PG_KILLS) - 1, (seed, overlapped)
 
     archive = PostgresArchive(url)
     with psycopg.connect(url) as conn:
