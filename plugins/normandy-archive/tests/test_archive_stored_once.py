@@ -228,3 +228,34 @@ def test_a_version_1_archive_is_read_as_it_is_and_moved_by_the_first_write(path)
     assert next(i.entry for i in archive.by_source_id(tool.tool_uses[0].id)) == tool
     counts = {c.session_id: c.entry_count for c in archive.compactions()}
     assert counts == {"old-a": len(entries), "old-b": 0}
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_sessions": -1},
+        {"max_bytes": -1},
+        {"max_age_seconds": -1.0},
+        {"max_age_seconds": float("nan")},
+        {"max_sessions": True},
+        {"max_sessions": 1.5},
+        {"max_bytes": "500MB"},
+    ],
+)
+def test_both_backends_refuse_the_same_bad_retention_limits(target, limits):
+    """A retention limit must be a number >= 0 (sessions and bytes whole numbers): the
+    same ValueError from both backends, for prune, its dry run and prune_plan, and
+    nothing removed (a negative session count used to remove every session)."""
+    archive = open_archive(target)
+    for n in range(3):
+        archive.record(list(generate_session(60 + n, 12)), session_id=f"s{n}", at=1000.0 + n)
+    before = archive.count()
+    name = next(iter(limits))
+    for call in (
+        lambda: archive.prune(**limits),
+        lambda: archive.prune(**limits, dry_run=True),
+        lambda: archive.prune_plan(**limits),
+    ):
+        with pytest.raises(ValueError, match=f"^{name} must be"):
+            call()
+    assert archive.count() == before

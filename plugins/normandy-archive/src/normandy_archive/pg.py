@@ -60,6 +60,7 @@ from normandy_archive.store import (
     Recorded,
     _page,
     _serialized,
+    check_limits,
     choose_sessions,
     searchable_text,
 )
@@ -674,6 +675,7 @@ class PostgresArchive:
     ) -> PrunePlan:
         """What :meth:`prune` would remove with these limits (read-only), as in SQLite;
         the bytes are those of the stored JSON."""
+        check_limits(max_bytes, max_age_seconds, max_sessions)
         with self._wrapped(), self._connect() as conn:
             if self._require(conn) == 1:
                 raise self._error(
@@ -707,10 +709,7 @@ class PostgresArchive:
         ``timeout``), so no compaction is half removed and no content a writer found
         already archived goes while it commits. With no limit nothing goes.
         """
-        if max_sessions is not None and max_sessions < 0:
-            raise ValueError(f"max_sessions must be >= 0, got {max_sessions}")
-        if max_bytes is not None and max_bytes < 0:
-            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        check_limits(max_bytes, max_age_seconds, max_sessions)
         if max_age_seconds is None and max_sessions is None and max_bytes is None:
             return 0
         limits: dict[str, Any] = {

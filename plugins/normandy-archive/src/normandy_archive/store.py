@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import json
+import math
 import os
 import sqlite3
 import stat
@@ -45,6 +46,7 @@ __all__ = [
     "PrunePlan",
     "Recorded",
     "SessionUsage",
+    "check_limits",
     "choose_sessions",
     "searchable_text",
 ]
@@ -171,6 +173,27 @@ class Recorded(str):
     def stored(self) -> bool:
         """Whether the compaction was recorded (it stored at least one entry)."""
         return self.entries > 0
+
+
+def check_limits(
+    max_bytes: object = None, max_age_seconds: object = None, max_sessions: object = None
+) -> None:
+    """Refuse a retention limit that is not a number >= 0 (``max_bytes`` and
+    ``max_sessions`` whole numbers); ``None`` is no limit.
+
+    :raises ValueError: naming the limit and the value.
+    """
+    for name, value, whole in (
+        ("max_bytes", max_bytes, True),
+        ("max_age_seconds", max_age_seconds, False),
+        ("max_sessions", max_sessions, True),
+    ):
+        if value is None:
+            continue
+        kinds = (int,) if whole else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or not 0 <= value < math.inf:
+            what = "a whole number" if whole else "a number"
+            raise ValueError(f"{name} must be {what} >= 0, got {value!r}")
 
 
 def choose_sessions(
@@ -961,6 +984,7 @@ class Archive:
         file's bytes in use exceed ``max_bytes``, the oldest others, never the most
         recent session.
         """
+        check_limits(max_bytes, max_age_seconds, max_sessions)
         with self._connect() as conn:
             if conn is None:
                 return PrunePlan((), 0, 0)
@@ -997,6 +1021,7 @@ class Archive:
         no limit nothing goes. ``vacuum`` then rewrites the file to give the space back
         to the file system (otherwise SQLite reuses it for what is archived next).
         """
+        check_limits(max_bytes, max_age_seconds, max_sessions)
         if (max_age_seconds, max_sessions, max_bytes) == (None, None, None):
             return 0
         if dry_run:
