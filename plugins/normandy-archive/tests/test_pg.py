@@ -501,6 +501,17 @@ def test_archive_commands_against_postgres(url, monkeypatch, capsys, tmp_path):
         json.loads(entries[0].model_dump_json())
     ]
 
+    # prune: the plan listed, then removed, as for SQLite (exit 2 without a limit)
+    monkeypatch.delenv("NORMANDY_ARCHIVE_URL")
+    PostgresArchive(url).record(list(generate_session(6, 10)), session_id="sess-0", at=1000.0)
+    assert main(["--url", url, "prune", "--max-sessions", "1", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("sess-0  last ") and "would remove 1 of 2 sessions" in out
+    assert main(["--url", url, "prune", "--max-sessions", "1"]) == 0
+    assert "removed 1 of 2 sessions" in capsys.readouterr().out
+    assert PostgresArchive(url).count("sess-0") == 0 and PostgresArchive(url).count() > 0
+    assert main(["--url", url, "prune"]) == 2 and "no limit" in capsys.readouterr().err
+
 
 AGENT = textwrap.dedent(
     """

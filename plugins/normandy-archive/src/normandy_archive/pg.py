@@ -47,23 +47,12 @@ import random
 import re
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
+from normandy_archive import base
 from normandy_archive.errors import ArchiveError
 from normandy_archive.schema import SEEN_REFRESH, content_hash, source_ids
-from normandy_archive.store import (
-    ArchivedEntry,
-    CompactionRecord,
-    PrunePlan,
-    Recorded,
-    _page,
-    _serialized,
-    check_limits,
-    choose_sessions,
-    searchable_text,
-)
 from normandy_core import Entry
 
 try:
@@ -187,11 +176,6 @@ ON CONFLICT (seq) DO UPDATE SET session_id = excluded.session_id, at = excluded.
 WHERE s.at <= excluded.at
     AND (s.session_id <> excluded.session_id OR s.at < excluded.at - {SEEN_REFRESH})"""
 
-_COLUMNS = (
-    "e.seq, e.session_id, e.entry_json, e.content_hash, e.compaction_id, e.archived_at, "
-    "c.compactor, c.strategy"
-)
-
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _MAX_BIGINT = 2**63 - 1
 _ATTEMPTS = 5
@@ -257,11 +241,6 @@ def _websearch(query: str, raw: bool) -> str:
     return kept.translate(_RAW_TABLE)
 
 
-def _int_or_none(value: Any) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_BIGINT
-    return value if ok else None
-
-
 def _lock_key(schema: str) -> int:
     digest = hashlib.sha256(f"normandy_archive.schema:{schema}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
@@ -296,7 +275,30 @@ def _disown(conn: psycopg.Connection[Any]) -> None:
         conn.close()
 
 
-class PostgresArchive:
+class _Postgres(base.Dialect):
+    """The SQL of the queries both backends share, as PostgreSQL writes it."""
+
+    param = "%s"
+    json_size = "octet_length"
+    source_ids = "array_to_json(e.source_ids)::text"
+    compaction_order = "seq"
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema  # a plain identifier (checked), quoted as one
+
+    def table(self, name: str) -> str:
+        return f'"{self.schema}".{name}'
+
+    def by_source_id(self, source_id: str, version: int) -> tuple[str, builtins.list[Any]]:
+        if version == 1:  # no caller ids in a version-1 schema: look in the JSON
+            return "strpos(e.entry_json, to_json(%s::text)::text) > 0", [source_id]
+        return "e.source_ids @> ARRAY[%s]::text[]", [source_id]
+
+
+T = TypeVar("T")
+
+
+class PostgresArchive(base.ArchiveBackend):
     """The archive in the PostgreSQL database at ``url`` (``postgresql://user@host/db``).
 
     Tables live in the PostgreSQL schema ``schema`` (default ``normandy``). Each thread
@@ -315,8 +317,8 @@ class PostgresArchive:
         self.schema = schema
         self.timeout = timeout
         self._lock_timeout = f"{max(1, int(timeout * 1000))}"
-        self.location = _display(url)
-        """The URL without its password, for messages."""
+        self._location = _display(url)
+        self.dialect = _Postgres(schema)
         self._ready = False  # the schema is known to exist at our version (writes)
         self._checked = False  # the schema is known to exist (reads)
         self._read_version = SCHEMA_VERSION  # its version, once checked
@@ -333,7 +335,12 @@ class PostgresArchive:
             hit = self._sql[text] = sql.SQL(text).format(s=sql.Identifier(self.schema))
         return hit
 
-    def _error(self, message: str) -> PostgresArchiveError:
+    @property
+    def location(self) -> str:
+        """The URL without its password, for messages."""
+        return self._location
+
+    def _failure(self, message: str) -> PostgresArchiveError:
         return PostgresArchiveError(f"PostgreSQL archive {self.location}: {message}")
 
     # -- connections ------------------------------------------------------------------
@@ -400,7 +407,7 @@ class PostgresArchive:
 
     def _check_version(self, version: int | None) -> None:
         if version is not None and version > SCHEMA_VERSION:
-            raise self._error(
+            raise self._failure(
                 f"schema {self.schema!r} is at version {version}; this normandy-archive "
                 f"reads versions up to {SCHEMA_VERSION}: upgrade normandy-archive"
             )
@@ -537,7 +544,7 @@ class PostgresArchive:
             return self._read_version
         version = self._version(conn)
         if version is None:
-            raise self._error(
+            raise self._failure(
                 f"no Normandy archive here (schema {self.schema!r} has no archive tables); "
                 "the first archived compaction creates it"
             )
@@ -552,65 +559,45 @@ class PostgresArchive:
             yield
         except (pg_errors.UndefinedTable, pg_errors.UndefinedColumn) as exc:
             self._checked = self._ready = False
-            raise self._error(f"the archive tables are gone or changed ({exc})") from exc
+            raise self._failure(f"the archive tables are gone or changed ({exc})") from exc
         except psycopg.Error as exc:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            raise self._error("; ".join(lines) or type(exc).__name__) from exc
+            raise self._failure("; ".join(lines) or type(exc).__name__) from exc
 
     # -- writing ----------------------------------------------------------------------
 
-    def record(
+    def _write(
         self,
-        dropped: Sequence[Entry],
+        rows: Sequence[base.Prepared],
+        compaction: base.CompactionRecord,
+        meta_json: str,
         *,
-        session_id: str,
-        compactor: str | None = None,
-        strategy: str | None = None,
-        model: str | None = None,
-        mid_round: bool | None = None,
-        meta: Mapping[str, Any] | None = None,
-        compaction_id: str | None = None,
-        at: float | None = None,
-    ) -> Recorded:
-        """Archive one compaction's dropped entries in one committed transaction.
-
-        Content the archive already holds (dropped before by this session or another,
-        by this agent or another) is not stored again; the compaction is recorded only
-        when it stored something. All or nothing: a crash leaves either every entry it
-        stored or none. Writers of the same content at the same moment wait for each
-        other's commit, and the one that commits first stores it. Returns the compaction
-        id with the counts (:class:`~normandy_archive.Recorded`).
-        """
-        cid = compaction_id or uuid.uuid4().hex
-        now = time.time() if at is None else at
-        info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
-        rows: dict[str, tuple[Any, ...]] = {}
-        for e in dropped:
-            data, digest = _serialized(e)
-            if digest not in rows:
-                ids = source_ids(e)
-                text = _words(_clean(searchable_text(e)))
-                rows[digest] = (e.id, digest, e.turn_id, e.role, data, ids, text)
-        cols = builtins.list(zip(*rows.values(), strict=True)) or [()] * 7
+        index: bool,
+    ) -> int:
+        """One statement stores the new contents with their first ``seen`` and the
+        compaction row; a second moves ``seen`` for the content that was there before.
+        Writers of the same content at the same moment wait for each other's commit, and
+        the one that commits first stores it."""
+        c = compaction
         params = {
-            "ids": builtins.list(cols[0]),
-            "hashes": builtins.list(cols[1]),
-            "turns": builtins.list(cols[2]),
-            "roles": builtins.list(cols[3]),
-            "jsons": builtins.list(cols[4]),
-            "sources": [json.dumps(i) if i else None for i in cols[5]],
-            "texts": builtins.list(cols[6]),
-            "session": session_id,
-            "cid": cid,
-            "at": now,
-            "compactor": compactor,
-            "strategy": strategy,
-            "model": model,
-            "mid_round": mid_round,
-            "tokens_before": _int_or_none(info.get("tokens_before")),
-            "tokens_after": _int_or_none(info.get("tokens_after")),
-            "meta": _clean(json.dumps(info, ensure_ascii=False, default=str)),
-            "dropped": len(dropped),
+            "ids": [r.entry.id for r in rows],
+            "hashes": [r.content_hash for r in rows],
+            "turns": [r.entry.turn_id for r in rows],
+            "roles": [r.entry.role for r in rows],
+            "jsons": [r.entry_json for r in rows],
+            "sources": [json.dumps(r.source_ids) if r.source_ids else None for r in rows],
+            "texts": [_words(_clean(base.searchable_text(r.entry))) for r in rows],
+            "session": c.session_id,
+            "cid": c.compaction_id,
+            "at": c.created_at,
+            "compactor": c.compactor,
+            "strategy": c.strategy,
+            "model": c.model,
+            "mid_round": c.mid_round,
+            "tokens_before": c.tokens_before,
+            "tokens_after": c.tokens_after,
+            "meta": _clean(meta_json),
+            "dropped": c.dropped_count,
         }
         stored = 0
         with self._wrapped():
@@ -635,98 +622,22 @@ class PostgresArchive:
                     if attempt == _ATTEMPTS or not _retryable(exc, conn):
                         raise
                     time.sleep(random.uniform(0.01, 0.05) * attempt)
-        return Recorded(cid, stored, len(rows) - stored)
+        return stored
 
     # -- retention --------------------------------------------------------------------
 
-    def _plan(
-        self,
-        conn: psycopg.Connection[Any],
-        *,
-        max_bytes: int | None,
-        max_age_seconds: float | None,
-        max_sessions: int | None,
-        now: float | None,
-    ) -> PrunePlan:
-        rows = conn.execute(
-            self._q(
-                "SELECT coalesce(s.session_id, e.session_id) AS sid, "
-                "max(coalesce(s.at, e.archived_at)) AS last, count(*), "
-                "coalesce(sum(octet_length(e.entry_json)), 0) FROM {s}.entries e "
-                "LEFT JOIN {s}.seen s ON s.seq = e.seq GROUP BY sid ORDER BY last, sid"
-            )
-        ).fetchall()
-        return choose_sessions(
-            rows,
-            sum(int(r[3]) for r in rows),
-            max_bytes=max_bytes,
-            max_age_seconds=max_age_seconds,
-            max_sessions=max_sessions,
-            now=now,
-        )
-
-    def prune_plan(
-        self,
-        *,
-        max_bytes: int | None = None,
-        max_age_seconds: float | None = None,
-        max_sessions: int | None = None,
-        now: float | None = None,
-    ) -> PrunePlan:
-        """What :meth:`prune` would remove with these limits (read-only), as in SQLite;
-        the bytes are those of the stored JSON."""
-        check_limits(max_bytes, max_age_seconds, max_sessions)
+    def _remove(self, limits: base.Limits, *, vacuum: bool) -> int:
+        """Chosen and removed in one transaction that holds the writers back meanwhile
+        (they wait, as for any lock, at most ``timeout``), so no content a writer just
+        found already archived goes while it commits. ``vacuum`` is left to PostgreSQL's
+        autovacuum."""
         with self._wrapped(), self._connect() as conn:
-            if self._require(conn) == 1:
-                raise self._error(
-                    f"schema {self.schema!r} is of version 1: it is moved to version 2 by the "
-                    "next write (prune it, or archive a compaction, first)"
-                )
-            return self._plan(
-                conn,
-                max_bytes=max_bytes,
-                max_age_seconds=max_age_seconds,
-                max_sessions=max_sessions,
-                now=now,
-            )
-
-    def prune(
-        self,
-        *,
-        max_age_seconds: float | None = None,
-        max_sessions: int | None = None,
-        max_bytes: int | None = None,
-        dry_run: bool = False,
-        now: float | None = None,
-    ) -> int:
-        """Remove whole sessions, oldest first; how many entries went (or would go).
-
-        As in SQLite: a session's age is that of the last content it dropped, and a
-        content belongs to the session that dropped it last, so content a removed
-        session shares with a kept one stays, listed under the kept session. The
-        sessions are those of :meth:`prune_plan`, chosen and removed in one transaction
-        that holds writers back meanwhile (they wait, as for any lock, at most
-        ``timeout``), so no compaction is half removed and no content a writer found
-        already archived goes while it commits. With no limit nothing goes.
-        """
-        check_limits(max_bytes, max_age_seconds, max_sessions)
-        if max_age_seconds is None and max_sessions is None and max_bytes is None:
-            return 0
-        limits: dict[str, Any] = {
-            "max_bytes": max_bytes,
-            "max_age_seconds": max_age_seconds,
-            "max_sessions": max_sessions,
-            "now": now,
-        }
-        if dry_run:
-            return self.prune_plan(**limits).entries
-        with self._wrapped(), self._connect() as conn:
-            if not self._ready:
-                self._create(conn)
+            if self._require(conn) != SCHEMA_VERSION:
+                self._create(conn)  # a version-1 schema is moved first
             with conn.transaction():
                 self._begin(conn)
                 conn.execute(self._q("LOCK TABLE {s}.entries IN SHARE ROW EXCLUSIVE MODE"))
-                plan = self._plan(conn, **limits)
+                plan = self._plan(lambda q, p: conn.execute(q, p).fetchall(), limits)
                 if not plan.sessions:
                     return 0
                 doomed = [[s.session_id for s in plan.sessions]]
@@ -761,162 +672,24 @@ class PostgresArchive:
 
     # -- reading ----------------------------------------------------------------------
 
-    def _rows(
-        self, query: str | Callable[[int], str], params: Sequence[Any]
-    ) -> builtins.list[tuple[Any, ...]]:
+    def _read(self, work: Callable[[int, base.Run], T]) -> T | None:
         with self._wrapped(), self._connect() as conn:
             version = self._require(conn)
-            text = query(version) if callable(query) else query
-            return conn.execute(self._q(text), params).fetchall()
+            return work(version, lambda q, p: conn.execute(q, p).fetchall())
 
-    def _select(
-        self,
-        where: str | Callable[[int], str],
-        params: Sequence[Any],
-        tail: str,
-        source: str = "{s}.entries e",
-    ) -> builtins.list[ArchivedEntry]:
-        def query(version: int) -> str:
-            ids = "NULL" if version == 1 else "e.source_ids"
-            return (
-                f"SELECT {_COLUMNS}, {ids} FROM {source} "
-                "LEFT JOIN {s}.compactions c ON c.compaction_id = e.compaction_id "
-                f"WHERE {where(version) if callable(where) else where} {tail}"
-            )
-
-        return [
-            ArchivedEntry(
-                seq=r[0],
-                session_id=r[1],
-                entry=Entry.model_validate_json(r[2]),
-                entry_json=r[2],
-                content_hash=r[3],
-                compaction_id=r[4],
-                archived_at=r[5],
-                compactor=r[6],
-                strategy=r[7],
-                source_ids=tuple(r[8] or ()),
-            )
-            for r in self._rows(query, params)
-        ]
-
-    def versions(
-        self, entry_id: str, session_id: str | None = None
-    ) -> builtins.list[ArchivedEntry]:
-        """Every archived version of ``entry_id``, oldest first."""
-        where, params = "e.entry_id = %s", [entry_id]
-        if session_id is not None:
-            where, params = where + " AND e.session_id = %s", [*params, session_id]
-        return self._select(where, params, "ORDER BY e.seq")
-
-    def recall(self, entry_id: str, session_id: str | None = None) -> Entry | None:
-        """The entry as it was first dropped (its original content), or ``None``.
-
-        Content is stored once: an entry whose content was archived before under another
-        id is found under that first id, by its caller's ids (:meth:`by_source_id`) or
-        by :meth:`search`.
-        """
-        found = self.versions(entry_id, session_id)
-        return found[0].entry if found else None
-
-    def by_source_id(
-        self, source_id: str, session_id: str | None = None
-    ) -> builtins.list[ArchivedEntry]:
-        """The archived entries holding the caller's id ``source_id`` (a tool-use id: the
-        call and its result), oldest first."""
-
-        def where(version: int) -> str:
-            if version == 1:  # no caller ids in a version-1 schema: look in the JSON
-                return "strpos(e.entry_json, to_json(%s::text)::text) > 0"
-            return "e.source_ids @> ARRAY[%s]::text[]"
-
-        if session_id is not None:
-            return self._select(
-                lambda v: where(v) + " AND e.session_id = %s",
-                [source_id, session_id],
-                "ORDER BY e.seq",
-            )
-        return self._select(where, [source_id], "ORDER BY e.seq")
-
-    def list(
-        self, session_id: str | None = None, limit: int = 50, offset: int = 0
-    ) -> builtins.list[ArchivedEntry]:
-        """Archived versions in archive order (oldest first), a page at a time."""
-        where, params = "true", []
-        if session_id is not None:
-            where, params = "e.session_id = %s", [session_id]
-        return self._select(
-            where, [*params, *_page(limit, offset)], "ORDER BY e.seq LIMIT %s OFFSET %s"
-        )
-
-    def search(
-        self,
-        query: str,
-        *,
-        session_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        raw: bool = False,
-    ) -> builtins.list[ArchivedEntry]:
-        """Full-text search (``tsvector``, ranked by ``ts_rank``), best match first.
-
-        Each whitespace-separated term must occur (its punctuation separates words, as
-        the index does); with ``raw`` the query is web-search syntax (``"exact phrase"``,
-        ``OR``, ``-word``). No input is an error: ``websearch_to_tsquery`` parses any.
-        """
-        page = _page(limit, offset)
+    def _search(
+        self, query: str, *, session_id: str | None, limit: int, offset: int, raw: bool
+    ) -> builtins.list[base.ArchivedEntry]:
+        """``tsvector``, ranked by ``ts_rank``: each term's punctuation separates words,
+        as the index does. No input is an error: ``websearch_to_tsquery`` parses any."""
         text = _websearch(_clean(query), raw)
         if not text.strip():
             return []
-        where, params = "e.tsv @@ q.q", [text]
-        if session_id is not None:
-            where, params = where + " AND e.session_id = %s", [*params, session_id]
+        where, params = self._in_session("e.tsv @@ q.q", [text], session_id)
         return self._select(
             where,
-            [*params, *page],
+            [*params, limit, offset],
             "ORDER BY ts_rank(e.tsv, q.q, 1) DESC, e.seq LIMIT %s OFFSET %s",
-            source="websearch_to_tsquery('simple', %s) AS q(q) JOIN {s}.entries e ON e.tsv @@ q.q",
+            source="websearch_to_tsquery('simple', %s) AS q(q) "
+            f"JOIN {self.dialect.table('entries')} e ON e.tsv @@ q.q",
         )
-
-    def compactions(
-        self, session_id: str | None = None, limit: int = 50, offset: int = 0
-    ) -> builtins.list[CompactionRecord]:
-        """Archived compactions, oldest first."""
-        where, params = "true", []
-        if session_id is not None:
-            where, params = "session_id = %s", [session_id]
-        rows = self._rows(
-            lambda version: (
-                "SELECT compaction_id, session_id, compactor, strategy, model, mid_round, "
-                "created_at, entry_count, tokens_before, tokens_after, "
-                f"{'entry_count' if version == 1 else 'dropped_count'} FROM {{s}}.compactions "
-                f"WHERE {where} ORDER BY created_at, seq LIMIT %s OFFSET %s"
-            ),
-            [*params, *_page(limit, offset)],
-        )
-        return [
-            CompactionRecord(
-                compaction_id=r[0],
-                session_id=r[1],
-                compactor=r[2],
-                strategy=r[3],
-                model=r[4],
-                mid_round=r[5],
-                created_at=r[6],
-                entry_count=r[7],
-                tokens_before=r[8],
-                tokens_after=r[9],
-                dropped_count=r[10],
-            )
-            for r in rows
-        ]
-
-    def count(self, session_id: str | None = None) -> int:
-        """How many entries are archived (in ``session_id``, or in all sessions)."""
-        if session_id is None:
-            rows = self._rows("SELECT count(*) FROM {s}.entries", [])
-        else:
-            rows = self._rows(
-                "SELECT count(*) FROM {s}.entries WHERE session_id = %s", [session_id]
-            )
-        return int(rows[0][0])
