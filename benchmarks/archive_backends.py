@@ -60,12 +60,15 @@ def postgres_server() -> Iterator[str | None]:
         shutil.rmtree(runtime, ignore_errors=True)
 
 
-def _fresh(e: Entry, c: int) -> Entry:
-    """``e`` under a fresh id, with content of its own (both archives store content once):
-    a text block (or a line) naming the compaction added to it."""
-    mark = f"compaction {c}"
+def _fresh(e: Entry, c: int, k: int) -> Entry:
+    """``e`` under a fresh id, with content of its own (both archives store a content
+    once, and the workload repeats some): a text block (or a line) naming the compaction
+    and the entry's place in it added."""
+    mark = f"compaction {c}, entry {k}"
     content = (
-        f"{e.content}\n{mark}" if isinstance(e.content, str) else (*e.content, TextBlock(text=mark))
+        e.content + f"\n{mark}"
+        if isinstance(e.content, str)
+        else (*e.content, TextBlock(text=mark))
     )
     return e.model_copy(update={"id": f"c{c}-{e.id}", "content": content})
 
@@ -76,7 +79,7 @@ def _batches(compactions: int, size: int) -> list[list[Entry]]:
     out = []
     for c in range(compactions):
         start = (c * size) % max(len(pool) - size, 1)
-        out.append([_fresh(e, c) for e in pool[start : start + size]])
+        out.append([_fresh(e, c, k) for k, e in enumerate(pool[start : start + size])])
     return out
 
 
