@@ -1,7 +1,8 @@
 """Archive write throughput: SQLite and PostgreSQL side by side.
 
 One writer records compactions one after another, each in its own transaction, as the
-``archive`` hook does: every compaction's entries are fresh (new ids), taken from the
+``archive`` hook does: every compaction's entries are fresh (new ids, content of their
+own: both backends store a content once), taken from the
 generated workload (real tool outputs, thinking and code). Both backends run with their
 durable defaults: SQLite in WAL with ``synchronous=FULL``, PostgreSQL with ``fsync`` and
 ``synchronous_commit`` on. PostgreSQL is the server at ``NORMANDY_BENCH_POSTGRES_URL``,
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from normandy_core import Entry
+from normandy_core import Entry, TextBlock
 from normandy_core.workload import generate_session
 
 __all__ = ["postgres_server", "write_throughput"]
@@ -59,15 +60,26 @@ def postgres_server() -> Iterator[str | None]:
         shutil.rmtree(runtime, ignore_errors=True)
 
 
+def _fresh(e: Entry, c: int, k: int) -> Entry:
+    """``e`` under a fresh id, with content of its own (both archives store a content
+    once, and the workload repeats some): a text block (or a line) naming the compaction
+    and the entry's place in it added."""
+    mark = f"compaction {c}, entry {k}"
+    content = (
+        e.content + f"\n{mark}"
+        if isinstance(e.content, str)
+        else (*e.content, TextBlock(text=mark))
+    )
+    return e.model_copy(update={"id": f"c{c}-{e.id}", "content": content})
+
+
 def _batches(compactions: int, size: int) -> list[list[Entry]]:
-    """``compactions`` lists of ``size`` workload entries, each under fresh ids."""
+    """``compactions`` lists of ``size`` workload entries, each fresh (ids and content)."""
     pool = generate_session(11, max(size, 200)).entries()
     out = []
     for c in range(compactions):
         start = (c * size) % max(len(pool) - size, 1)
-        out.append(
-            [e.model_copy(update={"id": f"c{c}-{e.id}"}) for e in pool[start : start + size]]
-        )
+        out.append([_fresh(e, c, k) for k, e in enumerate(pool[start : start + size])])
     return out
 
 

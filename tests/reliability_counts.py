@@ -46,6 +46,14 @@ CWD_INVOCATIONS = ("console script", "python -m")
 KILLED_PROCESSES = 2
 #: Processes compacting into one archive at once (alongside the killed ones).
 CONCURRENT_PROCESSES = 2
+#: How an agent archiving into PostgreSQL is SIGKILLed, one agent each: after a random delay
+#: in a compaction, or as soon as the server shows its archive transaction open.
+PG_KILLS = ("delay", "transaction", "delay", "transaction")
+#: Agents archiving the same contents into that database to the end, beside the killed ones.
+PG_WRITERS_BESIDE = 2
+#: Processes writing the same contents into PostgreSQL at the same moment, in the order
+#: dropped or the reverse (their inserts cross).
+PG_SAME_CONTENT_WRITERS = ("forward", "forward", "reversed", "reversed")
 #: File-size limits (RLIMIT_FSIZE, bytes) under which an agent archives until the disk is full.
 DISK_FULL_LIMITS = (256 * 1024, 600 * 1024)
 #: Compactions tried while another process holds the archive's write lock.
@@ -178,6 +186,26 @@ ROWS: tuple[Row, ...] = (
         "processes lost; the next write indexes what the killed ones left",
         "plugins/normandy-archive/tests/test_archive_crash.py"
         "::test_sigkill_mid_compaction_with_concurrent_writers",
+    ),
+    Row(
+        "SIGKILL of an agent archiving into PostgreSQL (after a random delay in a compaction, "
+        "or as soon as the server shows its transaction open), while other agents archive "
+        "the same contents into the same database",
+        f"{len(PG_KILLS)} killed, {PG_WRITERS_BESIDE} running beside them",
+        "every completed compaction recallable byte for byte; each content stored once; "
+        "every compaction row with all it stored; the server saw a writer vanish inside its "
+        "transaction; nothing of the surviving agents lost",
+        "plugins/normandy-archive/tests/test_pg.py"
+        "::test_three_writers_at_once_and_kill_9_at_random_moments",
+    ),
+    Row(
+        "Processes writing the same contents into one PostgreSQL archive at the same moment, "
+        "in crossing orders",
+        f"{len(PG_SAME_CONTENT_WRITERS)} processes",
+        "none failed (deadlocks retried); each content stored once, by the writer that "
+        "committed it first; each told what it stored and what was there already",
+        "plugins/normandy-archive/tests/test_pg.py"
+        "::test_writers_of_the_same_content_at_once_store_it_once",
     ),
     Row(
         "Disk full under a required archive: agents compacting with a file-size limit "

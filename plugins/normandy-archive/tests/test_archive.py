@@ -525,14 +525,14 @@ def test_a_child_forked_while_another_thread_writes_can_write(tmp_path):
 
 
 def test_entries_serialized_ahead_of_time_are_stored_byte_for_byte(path):
-    from normandy_archive import store
+    from normandy_archive import base, store
 
     entries = list(generate_session(10, 30))
     assert store.prepare(entries[:20]) == 20 and store.prepare(entries[:20]) == 0
     archive = Archive(path)
     archive.record(entries, session_id="s")  # 20 prepared, the rest serialized now
-    assert not {id(e) for e in entries} & set(store._prepared)  # used up
-    assert store._prepared_bytes[0] == sum(len(x[1]) for x in store._prepared.values())
+    assert not {id(e) for e in entries} & set(base._prepared)  # used up
+    assert base._prepared_bytes[0] == sum(len(x[1]) for x in base._prepared.values())
     stored = {item.entry.id: item for item in archive.list("s", limit=100)}
     for e in entries:
         item = stored[e.id]

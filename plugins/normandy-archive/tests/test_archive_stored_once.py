@@ -1,6 +1,11 @@
 """Stored once: content deduplicated across sessions and repeated compact() calls, rows
 traceable to their source (the caller's tool ids, a session key the caller sets), and a
-version-1 archive read as it is and moved to version 2 by the first write."""
+version-1 archive read as it is and moved to version 2 by the first write.
+
+The same tests run against both backends: the SQLite file and PostgreSQL (a real server,
+see conftest.py); several processes writing the same content into PostgreSQL at once
+are in test_pg.py.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from normandy_archive import Archive, archive_settings, main, maintenance
+from normandy_archive import Archive, archive_settings, main, maintenance, open_archive
 from normandy_archive.schema import SCHEMA_VERSION, content_hash
 from normandy_core import AgentConfig, compact, run_compaction
 from normandy_core.formats import to_anthropic, to_openai
@@ -24,9 +29,36 @@ def path(tmp_path, monkeypatch):
     return p
 
 
-def _rows(path: Path) -> dict[str, int]:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request, tmp_path, monkeypatch) -> str:
+    """The archive the hook and the commands use: an SQLite file, or a PostgreSQL URL."""
+    monkeypatch.delenv("NORMANDY_ARCHIVE_URL", raising=False)
+    if request.param == "sqlite":
+        p = tmp_path / "archive.sqlite3"
+        monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(p))
+        return str(p)
+    url: str = request.getfixturevalue("pg_url")
+    monkeypatch.setenv("NORMANDY_ARCHIVE_URL", url)
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "unused.sqlite3"))
+    return url
+
+
+def _rows(target: str) -> dict[str, int]:
+    """Rows of the archive: contents, compactions and caller ids (id -> content pairs)."""
     assert maintenance.drain(30)  # the index rows the background writer adds, too
-    conn = sqlite3.connect(path)
+    if target.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(target) as pg:
+            one = lambda sql: pg.execute(sql).fetchone()[0]  # noqa: E731
+            return {
+                "entries": one("SELECT count(*) FROM normandy.entries"),
+                "compactions": one("SELECT count(*) FROM normandy.compactions"),
+                "entry_sources": one(
+                    "SELECT count(*) FROM normandy.entries, unnest(source_ids) AS s"
+                ),
+            }
+    conn = sqlite3.connect(target)
     try:
         return {
             t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
@@ -36,31 +68,31 @@ def _rows(path: Path) -> dict[str, int]:
         conn.close()
 
 
-def test_recompacting_the_same_history_archives_nothing_new(path):
+def test_recompacting_the_same_history_archives_nothing_new(target):
     messages = to_openai(generate_session(81, 400))
     first = compact(messages, window=20_000)  # a fresh session id and fresh entry ids
     assert first.compacted
     note = first.note("archive")
     assert note["stored"] == len({content_hash(e) for e in first.dropped}) > 0
-    before = _rows(path)
+    before = _rows(target)
     for _ in range(3):  # compacted from scratch again (fresh), on the same history
         again = compact(messages, window=20_000, fresh=True)
         assert again.compacted and again.note("archive")["stored"] == 0
         assert again.note("archive")["existing"] == note["stored"]
-    assert _rows(path) == before  # not one row more: entries, compactions, sources
+    assert _rows(target) == before  # not one row more: entries, compactions, sources
     # before every request (a continuation): nothing dropped again, nothing written
     again = compact(messages, window=20_000)
-    assert again.continued and not again.dropped and _rows(path) == before
+    assert again.continued and not again.dropped and _rows(target) == before
     # the history grew (a new list, not an extension): only what is new is stored
     longer = to_openai(generate_session(81, 600))
     grown = compact(longer, window=20_000)
     stored = grown.note("archive")["stored"]
     assert 0 < stored < len(grown.dropped)
-    assert _rows(path)["entries"] == before["entries"] + stored
-    assert _rows(path)["compactions"] == before["compactions"] + 1
+    assert _rows(target)["entries"] == before["entries"] + stored
+    assert _rows(target)["compactions"] == before["compactions"] + 1
 
 
-def test_content_is_stored_once_across_sessions(path):
+def test_content_is_stored_once_across_sessions(target):
     memory = generate_session(82, 150, end_mid_round=True)
     opts = {"context_window": 20_000, "counter": "cl100k_base"}
     results = []
@@ -76,13 +108,14 @@ def test_content_is_stored_once_across_sessions(path):
         _, meta = run_compaction(acc, mid_round=True)
         results.append(meta.hook_notes[0]["note"])
     assert results[0]["stored"] > 0 and results[1]["stored"] == 0
-    archive = Archive(path)
+    assert results[1]["existing"] == results[0]["stored"]
+    archive = open_archive(target)
     assert archive.count("agent-a") == results[0]["stored"] and archive.count("agent-b") == 0
     assert len(archive.compactions()) == 1  # the second stored nothing: no compaction row
 
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])
-def test_rows_carry_the_callers_ids_and_the_session_key(path, fmt, capsys, monkeypatch):
+def test_rows_carry_the_callers_ids_and_the_session_key(target, fmt, capsys, monkeypatch):
     session = generate_session(83, 200)
     if fmt == "openai":
         messages = to_openai(session)
@@ -92,7 +125,7 @@ def test_rows_carry_the_callers_ids_and_the_session_key(path, fmt, capsys, monke
     with archive_settings(session="ticket-4711"):
         result = compact(messages, window=20_000)
     assert result.note("archive")["session"] == "ticket-4711"
-    archive = Archive(path)
+    archive = open_archive(target)
     assert archive.count("ticket-4711") == result.note("archive")["stored"] > 0
     use = next(e for e in result.dropped if e.tool_uses)
     call_id = use.tool_uses[0].id  # the provider's id, as the caller gave it
@@ -195,3 +228,34 @@ def test_a_version_1_archive_is_read_as_it_is_and_moved_by_the_first_write(path)
     assert next(i.entry for i in archive.by_source_id(tool.tool_uses[0].id)) == tool
     counts = {c.session_id: c.entry_count for c in archive.compactions()}
     assert counts == {"old-a": len(entries), "old-b": 0}
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"max_sessions": -1},
+        {"max_bytes": -1},
+        {"max_age_seconds": -1.0},
+        {"max_age_seconds": float("nan")},
+        {"max_sessions": True},
+        {"max_sessions": 1.5},
+        {"max_bytes": "500MB"},
+    ],
+)
+def test_both_backends_refuse_the_same_bad_retention_limits(target, limits):
+    """A retention limit must be a number >= 0 (sessions and bytes whole numbers): the
+    same ValueError from both backends, for prune, its dry run and prune_plan, and
+    nothing removed (a negative session count used to remove every session)."""
+    archive = open_archive(target)
+    for n in range(3):
+        archive.record(list(generate_session(60 + n, 12)), session_id=f"s{n}", at=1000.0 + n)
+    before = archive.count()
+    name = next(iter(limits))
+    for call in (
+        lambda: archive.prune(**limits),
+        lambda: archive.prune(**limits, dry_run=True),
+        lambda: archive.prune_plan(**limits),
+    ):
+        with pytest.raises(ValueError, match=f"^{name} must be"):
+            call()
+    assert archive.count() == before

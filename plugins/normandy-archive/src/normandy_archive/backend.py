@@ -1,6 +1,7 @@
 """What every archive backend offers, and the one function that opens the one in force.
 
-:class:`ArchiveBackend` is the public API both backends implement: the embedded SQLite
+:class:`ArchiveBackend` (defined in :mod:`normandy_archive.base`) is the public API both
+backends implement, and the base class they share: the embedded SQLite
 :class:`~normandy_archive.Archive` and, for fleets of agents, the PostgreSQL
 ``PostgresArchive`` (module ``normandy_archive.pg``, imported only when a
 ``postgresql://`` URL asks for it, so psycopg is needed only then).
@@ -8,103 +9,14 @@
 
 from __future__ import annotations
 
-import builtins
 import os
-from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from normandy_archive.base import ArchiveBackend
 from normandy_archive.errors import ArchiveError
 from normandy_archive.settings import current_settings, is_url
 
-if TYPE_CHECKING:
-    from normandy_archive.store import ArchivedEntry, CompactionRecord
-    from normandy_core import Entry
-
 __all__ = ["ArchiveBackend", "open_archive"]
-
-
-@runtime_checkable
-class ArchiveBackend(Protocol):
-    """The archive's public API, as the hook and the ``normandy archive`` commands use it.
-
-    Additions to it are keyword arguments with defaults, so callers written for the
-    first API keep working with every backend.
-    """
-
-    @property
-    def location(self) -> str:
-        """Where the archive is, for messages (a file path, or a URL without password)."""
-        ...
-
-    def record(
-        self,
-        dropped: Sequence[Entry],
-        *,
-        session_id: str,
-        compactor: str | None = None,
-        strategy: str | None = None,
-        model: str | None = None,
-        mid_round: bool | None = None,
-        meta: Mapping[str, Any] | None = None,
-        compaction_id: str | None = None,
-        at: float | None = None,
-    ) -> str:
-        """Archive one compaction's dropped entries in one committed transaction; its id."""
-        ...
-
-    def recall(self, entry_id: str, session_id: str | None = None) -> Entry | None:
-        """The entry as it was first dropped, or ``None``."""
-        ...
-
-    def versions(
-        self, entry_id: str, session_id: str | None = None
-    ) -> builtins.list[ArchivedEntry]:
-        """Every archived version of ``entry_id``, oldest first."""
-        ...
-
-    def list(
-        self, session_id: str | None = None, limit: int = 50, offset: int = 0
-    ) -> builtins.list[ArchivedEntry]:
-        """Archived entries in archive order (oldest first), a page at a time."""
-        ...
-
-    def search(
-        self,
-        query: str,
-        *,
-        session_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        raw: bool = False,
-    ) -> builtins.list[ArchivedEntry]:
-        """Full-text search, best match first."""
-        ...
-
-    def compactions(
-        self, session_id: str | None = None, limit: int = 50, offset: int = 0
-    ) -> builtins.list[CompactionRecord]:
-        """Archived compactions, oldest first."""
-        ...
-
-    def count(self, session_id: str | None = None) -> int:
-        """How many entries are archived (in ``session_id``, or in all sessions)."""
-        ...
-
-    def prune(
-        self,
-        *,
-        max_age_seconds: float | None = None,
-        max_sessions: int | None = None,
-        max_bytes: int | None = None,
-        dry_run: bool = False,
-    ) -> int:
-        """Remove whole sessions, oldest first, past the limits; entries removed."""
-        ...
-
-    def close(self) -> None:
-        """Release the connections (the next call opens new ones)."""
-        ...
 
 
 def _postgres(url: str) -> ArchiveBackend:

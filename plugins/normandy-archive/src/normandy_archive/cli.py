@@ -121,12 +121,6 @@ def _prune(args: argparse.Namespace, archive: ArchiveBackend, out: TextIO, prog:
         )
     age = None if days is None else days * 86_400
     verb = "would remove" if args.dry_run else "removed"
-    if not isinstance(archive, Archive):  # another backend: its own count
-        removed = archive.prune(
-            max_bytes=max_bytes, max_age_seconds=age, max_sessions=sessions, dry_run=args.dry_run
-        )
-        out.write(f"{prog}: {verb} {removed:,} entries from {archive.location}\n")
-        return 0
     plan = archive.prune_plan(max_bytes=max_bytes, max_age_seconds=age, max_sessions=sessions)
     for s in plan.sessions:
         when = dt.datetime.fromtimestamp(s.last).isoformat(timespec="seconds")
@@ -207,9 +201,8 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
         return 0
     if cmd == "show":
         versions = archive.versions(args.entry_id, args.session)
-        by_source = getattr(archive, "by_source_id", None)
-        if not versions and by_source is not None:  # a caller's id: a tool call's, say
-            versions = by_source(args.entry_id, args.session)
+        if not versions:  # a caller's id: a tool call's, say
+            versions = archive.by_source_id(args.entry_id, args.session)
         if not versions:
             sys.stderr.write(f"{prog}: no archived entry {args.entry_id!r} in {archive.location}\n")
             return EXIT_NOT_FOUND

@@ -69,9 +69,7 @@ def _record(
     archive = _archive(settings)
     dropped = meta["dropped"]
     session = settings.session or acc.session_id
-    record: Any = archive.record
-    extra = {"index": False} if isinstance(archive, Archive) else {}  # indexed afterwards
-    cid = record(
+    cid = archive.record(
         dropped,
         session_id=session,
         compactor=acc.compactor,
@@ -79,10 +77,9 @@ def _record(
         model=ctx.model,
         mid_round=ctx.mid_round,
         meta=meta,
-        **extra,
+        index=False,  # SQLite indexes afterwards, in the background writer
     )
-    stored = getattr(cid, "entries", len(dropped))
-    existing = getattr(cid, "existing", 0)
+    stored, existing = cid.entries, cid.existing
     said = f"{stored} new, {existing} already there" if existing else "all new"
     return {
         "path": archive.location,

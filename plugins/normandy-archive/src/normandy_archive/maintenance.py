@@ -114,7 +114,8 @@ class _Writer:
             if pause >= IDLE or now >= latest:
                 break
             time.sleep(min(IDLE - pause, latest - now))
-        from normandy_archive.store import ArchiveBusyError, prepare
+        from normandy_archive.base import prepare
+        from normandy_archive.store import ArchiveBusyError
 
         try:
             prepare(upcoming)

@@ -5,23 +5,32 @@
 ``close``, and ``prune``) and stores the same records, so the same commands read it.
 It needs psycopg 3: ``pip install 'normandy-archive[postgres]'``.
 
-Schema (version 1), in a PostgreSQL schema of its own (``normandy`` by default):
+Schema (version 2), in a PostgreSQL schema of its own (``normandy`` by default), with the
+records and semantics of the SQLite archive's (:mod:`normandy_archive.schema`):
 
-* ``schema_version``: the versions applied (one row, ``1``).
-* ``compactions``: one row per archived compaction, as in SQLite, plus ``seq`` (archive
-  order among compactions of the same time).
-* ``entries``: one row per distinct version of a dropped entry, unique on
-  ``(session_id, entry_id, content_hash)``; ``entry_json`` holds the JSON exactly as
-  pydantic wrote it, so a recalled entry is equal byte for byte. ``text`` is the
-  searchable text with ASCII punctuation made blanks (a separator, as for SQLite's
-  ``unicode61`` tokenizer; done here rather than in SQL, where it would double the cost
-  of indexing); ``tsv`` is a generated ``tsvector`` column over it (configuration
-  ``simple``: no stemming, no stop words, any language), searched through a GIN index.
+* ``schema_version``: the versions applied.
+* ``compactions``: one row per compaction that stored something, as in SQLite, plus
+  ``seq`` (archive order among compactions of the same time).
+* ``entries``: one row per distinct *content*, unique on ``content_hash`` (SHA-256 of the
+  entry's role and content, :func:`~normandy_archive.schema.content_hash`) across
+  sessions, so content dropped again (a re-compaction of the same history, another
+  session, another agent of the fleet) is stored once. ``entry_json`` holds the entry
+  exactly as first dropped, so a recalled entry is equal byte for byte; ``source_ids``
+  the caller's ids found in it (a GIN index); ``text`` is the searchable text with ASCII
+  punctuation made blanks (a separator, as for SQLite's ``unicode61`` tokenizer; done here
+  rather than in SQL, where it would double the cost of indexing); ``tsv`` is a generated
+  ``tsvector`` column over it (configuration ``simple``: no stemming, no stop words, any
+  language), searched through a GIN index.
+* ``seen``: for each content, the session that dropped it last and when; retention goes
+  by it, as in SQLite.
+
+A version-1 schema (one row per version of an entry in a session) is read as it is and
+moved to version 2 by the first write.
 
 Writes are safe from many processes on many machines at once: one transaction per
-compaction, every insert ``ON CONFLICT DO NOTHING`` (writing the same compaction or the
-same entry version again changes nothing, so a write whose commit was not acknowledged
-is retried), deadlocks and serialization failures retried. The schema is created by the
+compaction, every insert ``ON CONFLICT`` (writing the same content again changes nothing,
+whoever wrote it first, so a write whose commit was not acknowledged is retried),
+deadlocks and serialization failures retried. The schema is created by the
 first write (``CREATE ... IF NOT EXISTS`` in one transaction under an advisory lock, so
 concurrent first writers do not collide); reads never create it, and a missing schema is
 a :class:`PostgresArchiveError` that says so.
@@ -38,12 +47,12 @@ import random
 import re
 import threading
 import time
-import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
+from normandy_archive import base
 from normandy_archive.errors import ArchiveError
-from normandy_archive.store import ArchivedEntry, CompactionRecord, searchable_text
+from normandy_archive.schema import SEEN_REFRESH, content_hash, source_ids
 from normandy_core import Entry
 
 try:
@@ -58,7 +67,9 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 __all__ = ["SCHEMA_VERSION", "PostgresArchive", "PostgresArchiveError", "is_postgres_url"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: The schema versions this code reads (a writer moves version 1 to version 2).
+READABLE_VERSIONS = (1, SCHEMA_VERSION)
 
 #: How much of an entry's searchable text is indexed: a ``tsvector`` holds at most 1 MiB,
 #: and 100,000 characters of words stay far below that in any script.
@@ -70,6 +81,15 @@ _RAW_TABLE = str.maketrans({ord(c): " " for c in _PUNCT if c not in '"-'})
 _TSV = f"to_tsvector('simple'::regconfig, left(text, {INDEXED_CHARS}))"
 
 # {s} is the schema (an identifier); each statement is idempotent.
+_SEEN_DDL = (
+    """CREATE TABLE IF NOT EXISTS {s}.seen (
+        seq        bigint PRIMARY KEY REFERENCES {s}.entries (seq) ON DELETE CASCADE,
+        session_id text NOT NULL,
+        at         double precision NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS seen_by_session ON {s}.seen (session_id)",
+    "CREATE INDEX IF NOT EXISTS entries_by_source ON {s}.entries USING gin (source_ids)",
+)
 _DDL = (
     """CREATE TABLE IF NOT EXISTS {s}.schema_version (
         version    integer PRIMARY KEY,
@@ -87,34 +107,74 @@ _DDL = (
         entry_count   integer NOT NULL,
         tokens_before bigint,
         tokens_after  bigint,
-        meta_json     text NOT NULL
+        meta_json     text NOT NULL,
+        dropped_count integer
     )""",
     "CREATE INDEX IF NOT EXISTS compactions_by_session ON {s}.compactions (session_id, created_at)",
     "CREATE INDEX IF NOT EXISTS compactions_by_time ON {s}.compactions (created_at, seq)",
+    # compaction_id names the compaction that first stored the content; retention may
+    # remove that compaction while a more recent session keeps the content (as in SQLite)
     f"""CREATE TABLE IF NOT EXISTS {{s}}.entries (
         seq           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
         session_id    text NOT NULL,
         entry_id      text NOT NULL,
-        content_hash  text NOT NULL,
+        content_hash  text NOT NULL UNIQUE,
         turn_id       text,
         role          text NOT NULL,
         entry_json    text NOT NULL,
+        source_ids    text[],
         text          text NOT NULL,
-        compaction_id text NOT NULL REFERENCES {{s}}.compactions (compaction_id),
+        compaction_id text NOT NULL,
         archived_at   double precision NOT NULL,
-        tsv           tsvector GENERATED ALWAYS AS ({_TSV}) STORED,
-        UNIQUE (session_id, entry_id, content_hash)
+        tsv           tsvector GENERATED ALWAYS AS ({_TSV}) STORED
     )""",
     "CREATE INDEX IF NOT EXISTS entries_by_id ON {s}.entries (entry_id, seq)",
     "CREATE INDEX IF NOT EXISTS entries_by_session ON {s}.entries (session_id, seq)",
     "CREATE INDEX IF NOT EXISTS entries_by_compaction ON {s}.entries (compaction_id)",
     "CREATE INDEX IF NOT EXISTS entries_tsv ON {s}.entries USING gin (tsv)",
+    *_SEEN_DDL,
 )
 
-_COLUMNS = (
-    "e.seq, e.session_id, e.entry_json, e.content_hash, e.compaction_id, e.archived_at, "
-    "c.compactor, c.strategy"
+#: Records one compaction (one statement): its new contents, in the order dropped, each
+#: with its first ``seen``; the compaction row when it stored something; the count stored.
+_RECORD = """WITH t AS (
+    SELECT * FROM unnest(%(ids)s::text[], %(hashes)s::text[], %(turns)s::text[],
+        %(roles)s::text[], %(jsons)s::text[], %(sources)s::text[], %(texts)s::text[])
+        WITH ORDINALITY AS t(entry_id, content_hash, turn_id, role, entry_json, source_ids,
+        text, n)
+), ins AS (
+    INSERT INTO {s}.entries (session_id, entry_id, content_hash, turn_id, role, entry_json,
+        source_ids, text, compaction_id, archived_at)
+    SELECT %(session)s, t.entry_id, t.content_hash, t.turn_id, t.role, t.entry_json,
+        CASE WHEN t.source_ids IS NOT NULL
+            THEN ARRAY(SELECT json_array_elements_text(t.source_ids::json)) END,
+        t.text, %(cid)s, %(at)s
+    FROM t ORDER BY t.n
+    ON CONFLICT (content_hash) DO NOTHING
+    RETURNING seq
+), compaction AS (
+    INSERT INTO {s}.compactions (compaction_id, session_id, compactor, strategy, model,
+        mid_round, created_at, entry_count, tokens_before, tokens_after, meta_json,
+        dropped_count)
+    SELECT %(cid)s, %(session)s, %(compactor)s, %(strategy)s, %(model)s, %(mid_round)s,
+        %(at)s, stored.n, %(tokens_before)s, %(tokens_after)s, %(meta)s, %(dropped)s
+    FROM (SELECT count(*) AS n FROM ins) AS stored WHERE stored.n > 0
+    ON CONFLICT (compaction_id) DO NOTHING
+), first_seen AS (
+    INSERT INTO {s}.seen (seq, session_id, at) SELECT seq, %(session)s, %(at)s FROM ins
 )
+SELECT count(*) FROM ins"""
+
+#: Content this compaction dropped that was there before: its ``seen`` moves to this
+#: session unless the same session saw it recently (a statement of its own, so it sees
+#: content another writer committed while this one waited for it).
+_SEEN = f"""INSERT INTO {{s}}.seen AS s (seq, session_id, at)
+SELECT e.seq, %(session)s, %(at)s FROM {{s}}.entries e
+WHERE e.content_hash = ANY(%(hashes)s::text[]) AND e.compaction_id <> %(cid)s
+ORDER BY e.seq
+ON CONFLICT (seq) DO UPDATE SET session_id = excluded.session_id, at = excluded.at
+WHERE s.at <= excluded.at
+    AND (s.session_id <> excluded.session_id OR s.at < excluded.at - {SEEN_REFRESH})"""
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _MAX_BIGINT = 2**63 - 1
@@ -181,17 +241,6 @@ def _websearch(query: str, raw: bool) -> str:
     return kept.translate(_RAW_TABLE)
 
 
-def _int_or_none(value: Any) -> int | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _MAX_BIGINT
-    return value if ok else None
-
-
-def _page(limit: int, offset: int) -> tuple[int | None, int]:
-    """SQLite's paging, in PostgreSQL: a negative limit is no limit, a negative offset 0."""
-    lim = None if limit < 0 else min(limit, _MAX_BIGINT)
-    return lim, max(0, min(offset, _MAX_BIGINT))
-
-
 def _lock_key(schema: str) -> int:
     digest = hashlib.sha256(f"normandy_archive.schema:{schema}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
@@ -226,7 +275,30 @@ def _disown(conn: psycopg.Connection[Any]) -> None:
         conn.close()
 
 
-class PostgresArchive:
+class _Postgres(base.Dialect):
+    """The SQL of the queries both backends share, as PostgreSQL writes it."""
+
+    param = "%s"
+    json_size = "octet_length"
+    source_ids = "array_to_json(e.source_ids)::text"
+    compaction_order = "seq"
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema  # a plain identifier (checked), quoted as one
+
+    def table(self, name: str) -> str:
+        return f'"{self.schema}".{name}'
+
+    def by_source_id(self, source_id: str, version: int) -> tuple[str, builtins.list[Any]]:
+        if version == 1:  # no caller ids in a version-1 schema: look in the JSON
+            return "strpos(e.entry_json, to_json(%s::text)::text) > 0", [source_id]
+        return "e.source_ids @> ARRAY[%s]::text[]", [source_id]
+
+
+T = TypeVar("T")
+
+
+class PostgresArchive(base.ArchiveBackend):
     """The archive in the PostgreSQL database at ``url`` (``postgresql://user@host/db``).
 
     Tables live in the PostgreSQL schema ``schema`` (default ``normandy``). Each thread
@@ -245,10 +317,11 @@ class PostgresArchive:
         self.schema = schema
         self.timeout = timeout
         self._lock_timeout = f"{max(1, int(timeout * 1000))}"
-        self.location = _display(url)
-        """The URL without its password, for messages."""
+        self._location = _display(url)
+        self.dialect = _Postgres(schema)
         self._ready = False  # the schema is known to exist at our version (writes)
         self._checked = False  # the schema is known to exist (reads)
+        self._read_version = SCHEMA_VERSION  # its version, once checked
         self._local = threading.local()
         self._sql: dict[str, sql.Composed] = {}
 
@@ -262,7 +335,12 @@ class PostgresArchive:
             hit = self._sql[text] = sql.SQL(text).format(s=sql.Identifier(self.schema))
         return hit
 
-    def _error(self, message: str) -> PostgresArchiveError:
+    @property
+    def location(self) -> str:
+        """The URL without its password, for messages."""
+        return self._location
+
+    def _failure(self, message: str) -> PostgresArchiveError:
         return PostgresArchiveError(f"PostgreSQL archive {self.location}: {message}")
 
     # -- connections ------------------------------------------------------------------
@@ -329,13 +407,14 @@ class PostgresArchive:
 
     def _check_version(self, version: int | None) -> None:
         if version is not None and version > SCHEMA_VERSION:
-            raise self._error(
+            raise self._failure(
                 f"schema {self.schema!r} is at version {version}; this normandy-archive "
-                f"reads version {SCHEMA_VERSION}: upgrade normandy-archive"
+                f"reads versions up to {SCHEMA_VERSION}: upgrade normandy-archive"
             )
 
     def create_schema(self) -> None:
-        """Create the schema, tables and indexes if they are missing (idempotent).
+        """Create the schema, tables and indexes if they are missing, or move a version-1
+        schema to version 2 (idempotent).
 
         The first write does this by itself; call it once as the database owner when
         the agents' role may not create schemas.
@@ -345,12 +424,14 @@ class PostgresArchive:
 
     def _create(self, conn: psycopg.Connection[Any]) -> None:
         version = self._version(conn)
-        if version is None:
+        self._check_version(version)
+        if version != SCHEMA_VERSION:
             with conn.transaction():
                 self._begin(conn)
                 # concurrent CREATE ... IF NOT EXISTS can still collide: one creator at a time
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(self.schema)])
                 version = self._version(conn)
+                self._check_version(version)
                 if version is None:
                     # a schema made by the database owner for the agents' role is used as
                     # it is: CREATE SCHEMA would need CREATE on the database even then
@@ -360,106 +441,165 @@ class PostgresArchive:
                         conn.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
                     for stmt in _DDL:
                         conn.execute(self._q(stmt))
-                    conn.execute(
-                        self._q(
-                            "INSERT INTO {s}.schema_version (version) VALUES (%s) "
-                            "ON CONFLICT DO NOTHING"
-                        ),
-                        [SCHEMA_VERSION],
-                    )
-                    version = SCHEMA_VERSION
-        self._check_version(version)
+                elif version == 1:
+                    self._migrate(conn)
+                conn.execute(
+                    self._q(
+                        "INSERT INTO {s}.schema_version (version) VALUES (%s) "
+                        "ON CONFLICT DO NOTHING"
+                    ),
+                    [SCHEMA_VERSION],
+                )
         self._ready = self._checked = True
+        self._read_version = SCHEMA_VERSION
 
-    def _require(self, conn: psycopg.Connection[Any]) -> None:
-        """Refuse to read a database without the archive schema (never create it)."""
+    def _migrate(self, conn: psycopg.Connection[Any]) -> None:
+        """Move a version-1 schema to version 2 (in the caller's transaction).
+
+        Version 1 stored one row per ``(session, entry id, hash of the whole entry)``: the
+        rows are kept in archive order, the first of each content (what later readers
+        recall), with the caller's ids found in it; its ``seen`` is the session that
+        dropped that content last, as SQLite's move to version 2 does.
+        """
+        conn.execute(
+            self._q("ALTER TABLE {s}.compactions ADD COLUMN IF NOT EXISTS dropped_count integer")
+        )
+        conn.execute(self._q("UPDATE {s}.compactions SET dropped_count = entry_count"))
+        names = conn.execute(
+            "SELECT conname FROM pg_catalog.pg_constraint WHERE conrelid = %s::regclass "
+            "AND contype IN ('u', 'f')",
+            [f'"{self.schema}".entries'],
+        ).fetchall()
+        for (name,) in names:  # unique per session and id; the reference to compactions
+            conn.execute(
+                sql.SQL("ALTER TABLE {s}.entries DROP CONSTRAINT {c}").format(
+                    s=sql.Identifier(self.schema), c=sql.Identifier(name)
+                )
+            )
+        conn.execute(self._q("ALTER TABLE {s}.entries ADD COLUMN source_ids text[]"))
+        first: dict[str, int] = {}  # content -> the row kept
+        owner: dict[str, tuple[str, float]] = {}  # content -> (last session, when)
+        ids: dict[int, builtins.list[str]] = {}
+        rows = conn.execute(
+            self._q("SELECT seq, session_id, entry_json, archived_at FROM {s}.entries ORDER BY seq")
+        )
+        for seq, session, data, at in rows:
+            entry = Entry.model_validate_json(data)
+            digest = content_hash(entry, data)
+            first.setdefault(digest, seq)
+            if first[digest] == seq and (found := source_ids(entry)):
+                ids[seq] = found
+            last = owner.get(digest)
+            if last is None or (
+                last[1] <= at and (last[0] != session or last[1] < at - SEEN_REFRESH)
+            ):
+                owner[digest] = (session, at)
+        keep = {seq: digest for digest, seq in first.items()}
+        conn.execute(
+            self._q("DELETE FROM {s}.entries WHERE NOT (seq = ANY(%s::bigint[]))"), [list(keep)]
+        )
+        conn.execute(
+            self._q(
+                "UPDATE {s}.entries e SET content_hash = t.h, source_ids = CASE WHEN t.src "
+                "IS NOT NULL THEN ARRAY(SELECT json_array_elements_text(t.src::json)) END "
+                "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS t(seq, h, src) "
+                "WHERE e.seq = t.seq"
+            ),
+            [
+                list(keep),
+                list(keep.values()),
+                [json.dumps(ids[q]) if q in ids else None for q in keep],
+            ],
+        )
+        conn.execute(
+            self._q(
+                "ALTER TABLE {s}.entries ADD CONSTRAINT entries_content_hash_key "
+                "UNIQUE (content_hash)"
+            )
+        )
+        for stmt in _SEEN_DDL:
+            conn.execute(self._q(stmt))
+        conn.execute(
+            self._q(
+                "INSERT INTO {s}.seen (seq, session_id, at) "
+                "SELECT * FROM unnest(%s::bigint[], %s::text[], %s::float8[])"
+            ),
+            [
+                list(keep),
+                [owner[d][0] for d in keep.values()],
+                [owner[d][1] for d in keep.values()],
+            ],
+        )
+        conn.execute(
+            self._q(
+                "UPDATE {s}.compactions c SET entry_count = (SELECT count(*) FROM "
+                "{s}.entries e WHERE e.compaction_id = c.compaction_id)"
+            )
+        )
+
+    def _require(self, conn: psycopg.Connection[Any]) -> int:
+        """The schema version to read; refuse a database without the archive schema
+        (never create it)."""
         if self._checked:
-            return
+            return self._read_version
         version = self._version(conn)
         if version is None:
-            raise self._error(
+            raise self._failure(
                 f"no Normandy archive here (schema {self.schema!r} has no archive tables); "
                 "the first archived compaction creates it"
             )
         self._check_version(version)
-        self._checked = True
+        self._checked, self._read_version = True, version
+        return version
 
     @contextlib.contextmanager
     def _wrapped(self) -> Iterator[None]:
         """Database errors as :class:`PostgresArchiveError` naming the archive."""
         try:
             yield
-        except pg_errors.UndefinedTable as exc:
+        except (pg_errors.UndefinedTable, pg_errors.UndefinedColumn) as exc:
             self._checked = self._ready = False
-            raise self._error(f"the archive tables are gone ({exc})") from exc
+            raise self._failure(f"the archive tables are gone or changed ({exc})") from exc
         except psycopg.Error as exc:
             lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-            raise self._error("; ".join(lines) or type(exc).__name__) from exc
+            raise self._failure("; ".join(lines) or type(exc).__name__) from exc
 
     # -- writing ----------------------------------------------------------------------
 
-    def record(
+    def _write(
         self,
-        dropped: Sequence[Entry],
+        rows: Sequence[base.Prepared],
+        compaction: base.CompactionRecord,
+        meta_json: str,
         *,
-        session_id: str,
-        compactor: str | None = None,
-        strategy: str | None = None,
-        model: str | None = None,
-        mid_round: bool | None = None,
-        meta: Mapping[str, Any] | None = None,
-        compaction_id: str | None = None,
-        at: float | None = None,
-    ) -> str:
-        """Archive one compaction's dropped entries in one transaction; return its id.
-
-        All or nothing: a crash leaves either every entry of the compaction or none.
-        Versions already archived for the session are skipped, and so is a compaction
-        id already archived (a retried write changes nothing).
-        """
-        cid = compaction_id or uuid.uuid4().hex
-        now = time.time() if at is None else at
-        info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
-        meta_json = _clean(json.dumps(info, ensure_ascii=False, default=str))
-        seen: set[tuple[str, str]] = set()
-        cols: tuple[list[Any], ...] = ([], [], [], [], [], [])
-        for e in dropped:
-            data = e.model_dump_json()
-            digest = hashlib.sha256(data.encode("utf-8")).hexdigest()
-            if (e.id, digest) in seen:
-                continue
-            seen.add((e.id, digest))
-            values = (e.id, digest, e.turn_id, e.role, data, _words(_clean(searchable_text(e))))
-            for col, value in zip(cols, values, strict=True):
-                col.append(value)
-        compaction = (
-            cid,
-            session_id,
-            compactor,
-            strategy,
-            model,
-            mid_round,
-            now,
-            len(dropped),
-            _int_or_none(info.get("tokens_before")),
-            _int_or_none(info.get("tokens_after")),
-            meta_json,
-        )
-        insert_compaction = self._q(
-            "INSERT INTO {s}.compactions (compaction_id, session_id, compactor, strategy, "
-            "model, mid_round, created_at, entry_count, tokens_before, tokens_after, "
-            "meta_json) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (compaction_id) DO NOTHING"
-        )
-        insert_entries = self._q(
-            "INSERT INTO {s}.entries (session_id, entry_id, content_hash, turn_id, role, "
-            "entry_json, text, compaction_id, archived_at) "
-            "SELECT %s, t.entry_id, t.content_hash, t.turn_id, t.role, t.entry_json, t.text, "
-            "%s, %s FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::text[], "
-            "%s::text[]) WITH ORDINALITY "
-            "AS t(entry_id, content_hash, turn_id, role, entry_json, text, n) "
-            "ORDER BY t.n ON CONFLICT (session_id, entry_id, content_hash) DO NOTHING"
-        )
+        index: bool,
+    ) -> int:
+        """One statement stores the new contents with their first ``seen`` and the
+        compaction row; a second moves ``seen`` for the content that was there before.
+        Writers of the same content at the same moment wait for each other's commit, and
+        the one that commits first stores it."""
+        c = compaction
+        params = {
+            "ids": [r.entry.id for r in rows],
+            "hashes": [r.content_hash for r in rows],
+            "turns": [r.entry.turn_id for r in rows],
+            "roles": [r.entry.role for r in rows],
+            "jsons": [r.entry_json for r in rows],
+            "sources": [json.dumps(r.source_ids) if r.source_ids else None for r in rows],
+            "texts": [_words(_clean(base.searchable_text(r.entry))) for r in rows],
+            "session": c.session_id,
+            "cid": c.compaction_id,
+            "at": c.created_at,
+            "compactor": c.compactor,
+            "strategy": c.strategy,
+            "model": c.model,
+            "mid_round": c.mid_round,
+            "tokens_before": c.tokens_before,
+            "tokens_after": c.tokens_after,
+            "meta": _clean(meta_json),
+            "dropped": c.dropped_count,
+        }
+        stored = 0
         with self._wrapped():
             for attempt in range(1, _ATTEMPTS + 1):
                 conn: psycopg.Connection[Any] | None = None
@@ -467,234 +607,89 @@ class PostgresArchive:
                     with self._connect() as conn:
                         if not self._ready:
                             self._create(conn)
+                        if not rows:
+                            break
                         # two round trips (BEGIN and the statements together, then COMMIT)
-                        # where one at a time would take five
+                        # where one at a time would take four
                         with _pipeline(conn), conn.transaction():
                             self._begin(conn)
-                            conn.execute(insert_compaction, compaction)
-                            if cols[0]:
-                                conn.execute(insert_entries, [session_id, cid, now, *cols])
+                            cur = conn.execute(self._q(_RECORD), params)
+                            conn.execute(self._q(_SEEN), params)
+                        row = cur.fetchone()
+                        stored = int(row[0]) if row else 0
                     break
                 except psycopg.Error as exc:
                     if attempt == _ATTEMPTS or not _retryable(exc, conn):
                         raise
                     time.sleep(random.uniform(0.01, 0.05) * attempt)
-        return cid
+        return stored
 
-    def prune(
-        self,
-        *,
-        max_age_seconds: float | None = None,
-        max_sessions: int | None = None,
-        max_bytes: int | None = None,
-        dry_run: bool = False,
-    ) -> int:
-        """Remove whole sessions, oldest first; return how many entry versions went.
+    # -- retention --------------------------------------------------------------------
 
-        A session's age is that of its latest archived compaction. Sessions older than
-        ``max_age_seconds`` go, and so do all but the ``max_sessions`` most recent ones,
-        and the oldest ones whose entries' JSON takes the total past ``max_bytes`` (the
-        newest session always stays); with no limit nothing goes. A compaction archived
-        into a chosen session while this runs is kept, with the entry versions it added.
-        With ``dry_run`` nothing is removed and the count is what would go. One
-        transaction.
-        """
-        if max_sessions is not None and max_sessions < 0:
-            raise ValueError(f"max_sessions must be >= 0, got {max_sessions}")
-        if max_bytes is not None and max_bytes < 0:
-            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
-        if max_age_seconds is None and max_sessions is None and max_bytes is None:
-            return 0
-        cutoff = None if max_age_seconds is None else time.time() - max_age_seconds
+    def _remove(self, limits: base.Limits, *, vacuum: bool) -> int:
+        """Chosen and removed in one transaction that holds the writers back meanwhile
+        (they wait, as for any lock, at most ``timeout``), so no content a writer just
+        found already archived goes while it commits. ``vacuum`` is left to PostgreSQL's
+        autovacuum."""
         with self._wrapped(), self._connect() as conn:
-            self._require(conn)
+            if self._require(conn) != SCHEMA_VERSION:
+                self._create(conn)  # a version-1 schema is moved first
             with conn.transaction():
                 self._begin(conn)
-                rows = conn.execute(
-                    self._q(
-                        "SELECT session_id, max(created_at) AS last, max(seq) FROM "
-                        "{s}.compactions GROUP BY session_id ORDER BY last DESC, session_id"
-                    )
-                ).fetchall()
-                sizes: dict[str, int] = {}
-                if max_bytes is not None:
-                    sizes = {
-                        str(sid): int(n or 0)
-                        for sid, n in conn.execute(
-                            self._q(
-                                "SELECT c.session_id, sum(octet_length(e.entry_json)) FROM "
-                                "{s}.entries e JOIN {s}.compactions c "
-                                "ON e.compaction_id = c.compaction_id GROUP BY c.session_id"
-                            )
-                        ).fetchall()
-                    }
-                held = 0
-                doomed = []
-                for rank, (sid, last, top) in enumerate(rows):
-                    held += sizes.get(sid, 0)
-                    if (
-                        (max_sessions is not None and rank >= max_sessions)
-                        or (cutoff is not None and last < cutoff)
-                        or (max_bytes is not None and rank > 0 and held > max_bytes)
-                    ):
-                        doomed.append((sid, top))
-                if not doomed:
+                conn.execute(self._q("LOCK TABLE {s}.entries IN SHARE ROW EXCLUSIVE MODE"))
+                plan = self._plan(lambda q, p: conn.execute(q, p).fetchall(), limits)
+                if not plan.sessions:
                     return 0
-                # what the chosen sessions held when they were chosen (by archive order,
-                # not by the writers' clocks): a compaction archived since stays
-                chosen = (
-                    "WITH s(session_id, top) AS (SELECT * FROM unnest(%s::text[], "
-                    "%s::bigint[])), d AS (SELECT c.compaction_id FROM {s}.compactions c "
-                    "JOIN s ON c.session_id = s.session_id AND c.seq <= s.top) "
-                )
-                params = [[d[0] for d in doomed], [d[1] for d in doomed]]
-                if dry_run:
-                    row = conn.execute(
-                        self._q(
-                            chosen + "SELECT count(*) FROM {s}.entries e "
-                            "JOIN d ON e.compaction_id = d.compaction_id"
-                        ),
-                        params,
-                    ).fetchone()
-                    return int(row[0]) if row else 0
-                row = conn.execute(
+                doomed = [[s.session_id for s in plan.sessions]]
+                gone = conn.execute(
                     self._q(
-                        chosen + ", gone AS (DELETE FROM {s}.entries e USING d "
-                        "WHERE e.compaction_id = d.compaction_id RETURNING 1) "
-                        "SELECT count(*) FROM gone"
+                        "WITH gone AS (DELETE FROM {s}.entries WHERE seq IN (SELECT seq FROM "
+                        "{s}.seen WHERE session_id = ANY(%s)) RETURNING compaction_id) "
+                        "SELECT DISTINCT compaction_id FROM gone"
                     ),
-                    params,
-                ).fetchone()
+                    doomed,
+                ).fetchall()
+                # (their seen rows went with them) what a removed session archived first
+                # and a kept one dropped since stays, under the kept session (its
+                # compaction_id still names the removed compaction that archived it first);
+                # compactions with nothing left go
                 conn.execute(
                     self._q(
-                        "DELETE FROM {s}.compactions c USING unnest(%s::text[], %s::bigint[]) "
-                        "AS s(session_id, top) WHERE c.session_id = s.session_id "
-                        "AND c.seq <= s.top"
+                        "UPDATE {s}.entries e SET session_id = s.session_id FROM {s}.seen s "
+                        "WHERE s.seq = e.seq AND e.session_id = ANY(%s)"
                     ),
-                    params,
+                    doomed,
                 )
-                return int(row[0]) if row else 0
+                conn.execute(
+                    self._q(
+                        "DELETE FROM {s}.compactions c WHERE c.session_id = ANY(%s) OR "
+                        "(c.compaction_id = ANY(%s) AND NOT EXISTS (SELECT 1 FROM "
+                        "{s}.entries e WHERE e.compaction_id = c.compaction_id))"
+                    ),
+                    [doomed[0], [r[0] for r in gone]],
+                )
+                return plan.entries
 
     # -- reading ----------------------------------------------------------------------
 
-    def _rows(self, query: sql.Composed, params: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
+    def _read(self, work: Callable[[int, base.Run], T]) -> T | None:
         with self._wrapped(), self._connect() as conn:
-            self._require(conn)
-            return conn.execute(query, params).fetchall()
+            version = self._require(conn)
+            return work(version, lambda q, p: conn.execute(q, p).fetchall())
 
-    def _select(
-        self, where: str, params: Sequence[Any], tail: str, source: str = "{s}.entries e"
-    ) -> builtins.list[ArchivedEntry]:
-        query = self._q(
-            f"SELECT {_COLUMNS} FROM {source} "
-            "JOIN {s}.compactions c ON c.compaction_id = e.compaction_id "
-            f"WHERE {where} {tail}"
-        )
-        return [
-            ArchivedEntry(
-                seq=r[0],
-                session_id=r[1],
-                entry=Entry.model_validate_json(r[2]),
-                entry_json=r[2],
-                content_hash=r[3],
-                compaction_id=r[4],
-                archived_at=r[5],
-                compactor=r[6],
-                strategy=r[7],
-            )
-            for r in self._rows(query, params)
-        ]
-
-    def versions(
-        self, entry_id: str, session_id: str | None = None
-    ) -> builtins.list[ArchivedEntry]:
-        """Every archived version of ``entry_id``, oldest first."""
-        where, params = "e.entry_id = %s", [entry_id]
-        if session_id is not None:
-            where, params = where + " AND e.session_id = %s", [*params, session_id]
-        return self._select(where, params, "ORDER BY e.seq")
-
-    def recall(self, entry_id: str, session_id: str | None = None) -> Entry | None:
-        """The entry as it was first dropped (its original content), or ``None``."""
-        found = self.versions(entry_id, session_id)
-        return found[0].entry if found else None
-
-    def list(
-        self, session_id: str | None = None, limit: int = 50, offset: int = 0
-    ) -> builtins.list[ArchivedEntry]:
-        """Archived versions in archive order (oldest first), a page at a time."""
-        where, params = "true", []
-        if session_id is not None:
-            where, params = "e.session_id = %s", [session_id]
-        return self._select(
-            where, [*params, *_page(limit, offset)], "ORDER BY e.seq LIMIT %s OFFSET %s"
-        )
-
-    def search(
-        self,
-        query: str,
-        *,
-        session_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        raw: bool = False,
-    ) -> builtins.list[ArchivedEntry]:
-        """Full-text search (``tsvector``, ranked by ``ts_rank``), best match first.
-
-        Each whitespace-separated term must occur (its punctuation separates words, as
-        the index does); with ``raw`` the query is web-search syntax (``"exact phrase"``,
-        ``OR``, ``-word``). No input is an error: ``websearch_to_tsquery`` parses any.
-        """
+    def _search(
+        self, query: str, *, session_id: str | None, limit: int, offset: int, raw: bool
+    ) -> builtins.list[base.ArchivedEntry]:
+        """``tsvector``, ranked by ``ts_rank``: each term's punctuation separates words,
+        as the index does. No input is an error: ``websearch_to_tsquery`` parses any."""
         text = _websearch(_clean(query), raw)
         if not text.strip():
             return []
-        where, params = "e.tsv @@ q.q", [text]
-        if session_id is not None:
-            where, params = where + " AND e.session_id = %s", [*params, session_id]
+        where, params = self._in_session("e.tsv @@ q.q", [text], session_id)
         return self._select(
             where,
-            [*params, *_page(limit, offset)],
+            [*params, limit, offset],
             "ORDER BY ts_rank(e.tsv, q.q, 1) DESC, e.seq LIMIT %s OFFSET %s",
-            source="websearch_to_tsquery('simple', %s) AS q(q) JOIN {s}.entries e ON e.tsv @@ q.q",
+            source="websearch_to_tsquery('simple', %s) AS q(q) "
+            f"JOIN {self.dialect.table('entries')} e ON e.tsv @@ q.q",
         )
-
-    def compactions(
-        self, session_id: str | None = None, limit: int = 50, offset: int = 0
-    ) -> builtins.list[CompactionRecord]:
-        """Archived compactions, oldest first."""
-        where, params = "true", []
-        if session_id is not None:
-            where, params = "session_id = %s", [session_id]
-        rows = self._rows(
-            self._q(
-                "SELECT compaction_id, session_id, compactor, strategy, model, mid_round, "
-                "created_at, entry_count, tokens_before, tokens_after FROM {s}.compactions "
-                f"WHERE {where} ORDER BY created_at, seq LIMIT %s OFFSET %s"
-            ),
-            [*params, *_page(limit, offset)],
-        )
-        return [
-            CompactionRecord(
-                compaction_id=r[0],
-                session_id=r[1],
-                compactor=r[2],
-                strategy=r[3],
-                model=r[4],
-                mid_round=r[5],
-                created_at=r[6],
-                entry_count=r[7],
-                tokens_before=r[8],
-                tokens_after=r[9],
-            )
-            for r in rows
-        ]
-
-    def count(self, session_id: str | None = None) -> int:
-        """How many entry versions are archived (in ``session_id``, or in all sessions)."""
-        if session_id is None:
-            rows = self._rows(self._q("SELECT count(*) FROM {s}.entries"), [])
-        else:
-            rows = self._rows(
-                self._q("SELECT count(*) FROM {s}.entries WHERE session_id = %s"), [session_id]
-            )
-        return int(rows[0][0])

@@ -18,175 +18,55 @@ import stat
 import threading
 import time
 import urllib.parse
-import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from normandy_archive import schema
+from normandy_archive.base import (
+    MAX_ROWS,
+    PREPARED_MAX_BYTES,
+    ArchiveBackend,
+    ArchivedEntry,
+    CompactionRecord,
+    Dialect,
+    Limits,
+    Prepared,
+    PrunePlan,
+    Recorded,
+    Run,
+    SessionUsage,
+    check_limits,
+    choose_sessions,
+    prepare,
+    searchable_text,
+)
 from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiveError
 from normandy_archive.paths import archive_path
-from normandy_archive.schema import SCHEMA_VERSION, content_hash, source_ids
+from normandy_archive.schema import SCHEMA_VERSION
 from normandy_archive.settings import current_settings
-from normandy_core import (
-    Entry,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-)
 
 __all__ = [
+    "MAX_ROWS",
+    "PREPARED_MAX_BYTES",
     "Archive",
+    "ArchiveBusyError",
     "ArchivedEntry",
     "CompactionRecord",
     "PrunePlan",
     "Recorded",
     "SessionUsage",
+    "check_limits",
+    "choose_sessions",
+    "prepare",
     "searchable_text",
 ]
 
-_COLUMNS = (
-    "e.seq, e.session_id, e.entry_json, e.content_hash, e.compaction_id, e.archived_at, "
-    "c.compactor, c.strategy, {source_ids}"
-)
+# (the records, the preparation of entries and the rules both backends share are in
+# normandy_archive.base, and importable from here as before)
 
-
-@dataclass(frozen=True)
-class ArchivedEntry:
-    """One archived version of a dropped entry and where it came from."""
-
-    seq: int
-    """Archive order (grows with every version written)."""
-    session_id: str
-    entry: Entry
-    """The entry exactly as it was dropped."""
-    entry_json: str
-    """The stored JSON; ``entry.model_dump_json()`` gives the same string."""
-    content_hash: str
-    compaction_id: str
-    compactor: str | None
-    strategy: str | None
-    archived_at: float
-    """Unix time of the compaction that archived it."""
-    source_ids: tuple[str, ...] = ()
-    """The caller's ids found in the entry: tool-use ids and the ids its tool results
-    answer (OpenAI tool-call ids, Anthropic tool-use ids)."""
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (the entry as JSON data)."""
-        return {
-            "seq": self.seq,
-            "session_id": self.session_id,
-            "entry_id": self.entry.id,
-            "turn_id": self.entry.turn_id,
-            "role": self.entry.role,
-            "content_hash": self.content_hash,
-            "compaction_id": self.compaction_id,
-            "compactor": self.compactor,
-            "strategy": self.strategy,
-            "archived_at": self.archived_at,
-            "source_ids": list(self.source_ids),
-            "entry": json.loads(self.entry_json),
-        }
-
-
-@dataclass(frozen=True)
-class CompactionRecord:
-    """One archived compaction."""
-
-    compaction_id: str
-    session_id: str
-    compactor: str | None
-    strategy: str | None
-    model: str | None
-    mid_round: bool | None
-    created_at: float
-    entry_count: int
-    """Entries this compaction stored (content the archive did not hold yet)."""
-    tokens_before: int | None
-    tokens_after: int | None
-    dropped_count: int | None = None
-    """Entries the compaction dropped (stored now or already in the archive)."""
-
-
-@dataclass(frozen=True)
-class SessionUsage:
-    """One session of the archive: when it last dropped content, and what it holds.
-
-    A content belongs to the session that last dropped it (``seen``), so content two
-    sessions share is counted, and kept, with the more recent one.
-    """
-
-    session_id: str
-    last: float
-    """Unix time it last dropped content (refreshed at most hourly for the same content)."""
-    entries: int
-    bytes: int
-    """Bytes of the file it takes, estimated (its share of the stored JSON)."""
-
-
-@dataclass(frozen=True)
-class PrunePlan:
-    """The sessions a retention limit removes (oldest first), and the archive's size."""
-
-    sessions: tuple[SessionUsage, ...]
-    used_bytes: int
-    """Bytes of the file in use now (its pages, less the free ones)."""
-    total_sessions: int
-
-    @property
-    def entries(self) -> int:
-        """Entries the removed sessions hold."""
-        return sum(s.entries for s in self.sessions)
-
-    @property
-    def bytes(self) -> int:
-        """Bytes the removed sessions take (estimated)."""
-        return sum(s.bytes for s in self.sessions)
-
-
-class Recorded(str):
-    """What :meth:`Archive.record` returns: the compaction id (a ``str``), with counts.
-
-    ``entries`` were stored now; ``existing`` were already in the archive (their content
-    was archived before, by this session or another), so nothing was written for them;
-    ``stored`` says whether the compaction itself was recorded (only when it stored
-    something).
-    """
-
-    entries: int
-    existing: int
-
-    def __new__(cls, compaction_id: str, entries: int = 0, existing: int = 0) -> Recorded:
-        self = super().__new__(cls, compaction_id)
-        self.entries = entries
-        self.existing = existing
-        return self
-
-    @property
-    def stored(self) -> bool:
-        """Whether the compaction was recorded (it stored at least one entry)."""
-        return self.entries > 0
-
-
-def searchable_text(entry: Entry) -> str:
-    """What full-text search sees: texts, thinking, tool names and inputs, tool-result texts."""
-    if isinstance(entry.content, str):
-        return entry.content
-    parts: list[str] = []
-    for b in entry.content:
-        if isinstance(b, TextBlock):
-            parts.append(b.text)
-        elif isinstance(b, ThinkingBlock):
-            parts.append(b.thinking)
-        elif isinstance(b, ToolUseBlock):
-            parts.append(f"{b.name} {json.dumps(b.input, ensure_ascii=False)}")
-        elif isinstance(b, ToolResultBlock):
-            parts.append(b.text())
-    return "\n".join(parts)
+T = TypeVar("T")
 
 
 def _fts_query(query: str) -> str:
@@ -204,10 +84,6 @@ _CONTAINS = f"instr(lower({schema.TEXT_SQL}), lower(?)) > 0"
 
 #: Errors SQLite gives for a full-text query it cannot parse (with ``raw``).
 _QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _secure_create(path: Path) -> None:
@@ -271,48 +147,6 @@ def _file_id(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
-#: Entries serialized ahead of the compaction that drops them (:func:`prepare`):
-#: ``id(entry) -> (entry, JSON, content hash)``, at most :data:`PREPARED_MAX_BYTES` of
-#: JSON (the oldest go first; a write uses its entries up).
-_prepared: dict[int, tuple[Entry, str, str]] = {}
-_prepared_bytes = [0]
-_prepared_lock = threading.Lock()
-#: How much JSON :func:`prepare` keeps at most, in characters.
-PREPARED_MAX_BYTES = 16 * 1024 * 1024
-
-
-def prepare(entries: Sequence[Entry]) -> int:
-    """Serialize and hash ``entries`` ahead of time (the background writer does it while
-    the model call runs, for the entries a compaction would drop next), so a compaction
-    that drops them does not; how many were new."""
-    done = 0
-    for e in entries:
-        if id(e) in _prepared:
-            continue
-        data = e.model_dump_json()
-        digest = content_hash(e, data)
-        with _prepared_lock:
-            if id(e) not in _prepared:
-                _prepared[id(e)] = (e, data, digest)
-                _prepared_bytes[0] += len(data)
-            while _prepared_bytes[0] > PREPARED_MAX_BYTES and _prepared:
-                _prepared_bytes[0] -= len(_prepared.pop(next(iter(_prepared)))[1])
-        done += 1
-    return done
-
-
-def _serialized(e: Entry) -> tuple[str, str]:
-    """The entry's JSON and content hash: prepared ahead of time, or now."""
-    with _prepared_lock:
-        hit = _prepared.pop(id(e), None)
-        if hit is not None:
-            _prepared_bytes[0] -= len(hit[1])
-    if hit is not None and hit[0] is e:
-        return hit[1], hit[2]
-    data = e.model_dump_json()
-    return data, content_hash(e, data)
-
-
 #: Milliseconds a background transaction waits for another process's write lock.
 _BACKGROUND_WAIT_MS = 20
 
@@ -321,19 +155,8 @@ class ArchiveBusyError(ArchiveError):
     """Another process holds the archive's write lock (background work tries later)."""
 
 
-#: The largest LIMIT or OFFSET SQLite takes (a signed 64-bit integer).
-MAX_ROWS = 2**63 - 1
 #: The schema versions this code reads (a writer moves version 1 to version 2).
 READABLE_VERSIONS = (1, SCHEMA_VERSION)
-
-
-def _page(limit: int, offset: int) -> tuple[int, int]:
-    for name, value in (("limit", limit), ("offset", offset)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ROWS:
-            raise ArchiveQueryError(
-                f"{name} must be a whole number from 0 to {MAX_ROWS}, got {value!r}"
-            )
-    return limit, offset
 
 
 def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
@@ -400,7 +223,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-class Archive:
+class _SQLite(Dialect):
+    """The SQL of the queries both backends share, as SQLite writes it."""
+
+    def by_source_id(self, source_id: str, version: int) -> tuple[str, builtins.list[Any]]:
+        if version == 1:  # no index of the caller's ids in a version-1 archive: the JSON
+            return "instr(e.entry_json, ?) > 0", [json.dumps(source_id)]
+        return (
+            "(e.content_hash IN (SELECT content_hash FROM entry_sources WHERE source_id = ?) "
+            "OR (" + _UNINDEXED + "instr(e.source_ids, ?) > 0))"
+        ), [source_id, json.dumps(source_id)]
+
+
+class Archive(ArchiveBackend):
     """The archive file at ``path`` (default: :func:`~normandy_archive.archive_path`).
 
     Writes go through one connection per process, kept open between calls (closing the
@@ -416,6 +251,8 @@ class Archive:
     ``"normal"`` or ``"full"`` (default: the ``sync`` setting, see
     :attr:`~normandy_archive.ArchiveSettings.sync`).
     """
+
+    dialect = _SQLite()
 
     #: Size of the write-ahead log past which the background writer checkpoints it.
     WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
@@ -460,6 +297,9 @@ class Archive:
     def location(self) -> str:
         """The archive file's path, for messages."""
         return str(self.path)
+
+    def _failure(self, message: str) -> ArchiveError:
+        return ArchiveError(f"archive {str(self.path)!r}: {message}")
 
     def _error(self, exc: BaseException, doing: str = "") -> ArchiveError:
         text = str(exc) or type(exc).__name__
@@ -735,97 +575,70 @@ class Archive:
 
     # -- writing ----------------------------------------------------------------------
 
-    def record(
-        self,
-        dropped: Sequence[Entry],
-        *,
-        session_id: str,
-        compactor: str | None = None,
-        strategy: str | None = None,
-        model: str | None = None,
-        mid_round: bool | None = None,
-        meta: Mapping[str, Any] | None = None,
-        compaction_id: str | None = None,
-        at: float | None = None,
-        index: bool = True,
-    ) -> Recorded:
-        """Archive one compaction's dropped entries in one committed transaction.
-
-        Content the archive already holds (dropped before by this session or another, a
-        re-compaction of the same history) is not stored again; the compaction is
-        recorded only when it stored something. All or nothing: a crash leaves either
-        every entry it stored or none. Returns the compaction id with the counts
-        (:class:`Recorded`). With ``index`` false, full-text indexing is left to a later
-        :meth:`index` (the hook's background writer does it), so the transaction holds
-        only the durable part.
-
-        :raises ArchiveError: it could not be written (disk full, locked past the busy
-            timeout, permission, not an archive...), naming the archive and the cause;
-            nothing of it was written.
-        """
-        cid = compaction_id or uuid.uuid4().hex
-        now = time.time() if at is None else at
-        rows: dict[str, tuple[Any, ...]] = {}
-        for e in dropped:
-            data, digest = _serialized(e)
-            if digest not in rows:
-                ids = source_ids(e)
-                rows[digest] = (
-                    session_id,
-                    e.id,
-                    digest,
-                    e.turn_id,
-                    e.role,
-                    data,
-                    json.dumps(ids) if ids else None,
-                    cid,
-                    now,
-                )
+    def _write(
+        self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str, *, index: bool
+    ) -> int:
+        c = compaction
+        values = [
+            (
+                c.session_id,
+                r.entry.id,
+                r.content_hash,
+                r.entry.turn_id,
+                r.entry.role,
+                r.entry_json,
+                json.dumps(builtins.list(r.source_ids)) if r.source_ids else None,
+                c.compaction_id,
+                c.created_at,
+            )
+            for r in rows
+        ]
 
         def work(conn: sqlite3.Connection) -> int:
             cur = conn.executemany(
                 "INSERT OR IGNORE INTO entries (session_id, entry_id, content_hash, turn_id, "
                 "role, entry_json, source_ids, compaction_id, archived_at) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows.values(),
+                values,
             )
             stored = max(cur.rowcount, 0)
             if stored < len(rows):  # content dropped before: this session saw it last
-                conn.executemany(schema.SEEN_SQL, [(session_id, now, h) for h in rows])
+                conn.executemany(
+                    schema.SEEN_SQL, [(c.session_id, c.created_at, r.content_hash) for r in rows]
+                )
             # (the caller ids and seen rows of new content are written with its index)
             if not stored:
                 return 0
-            info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
             conn.execute(
                 "INSERT INTO compactions (compaction_id, session_id, compactor, strategy, "
                 "model, mid_round, created_at, entry_count, tokens_before, tokens_after, "
                 "meta_json, dropped_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    cid,
-                    session_id,
-                    compactor,
-                    strategy,
-                    model,
-                    None if mid_round is None else int(mid_round),
-                    now,
+                    c.compaction_id,
+                    c.session_id,
+                    c.compactor,
+                    c.strategy,
+                    c.model,
+                    None if c.mid_round is None else int(c.mid_round),
+                    c.created_at,
                     stored,
-                    _int_or_none(info.get("tokens_before")),
-                    _int_or_none(info.get("tokens_after")),
-                    json.dumps(info, ensure_ascii=False, default=str),
-                    len(dropped),
+                    c.tokens_before,
+                    c.tokens_after,
+                    meta_json,
+                    c.dropped_count,
                 ),
             )
             return stored
 
         self.last_write = time.monotonic()
-        stored = self._transaction(
+        stored: int = self._transaction(
             work, f"could not record {len(rows)} entries", foreground=not index
         )
         self.last_write = time.monotonic()
         if index:
             self.index()
         self.checkpoint(if_over=self.WAL_CHECKPOINT_BYTES if index else self.WAL_MAX_BYTES)
-        return Recorded(cid, stored, len(rows) - stored)
+        return stored
 
     def index(self, *, batch: int = 16, yield_to_writers: bool = False) -> int:
         """Index for full-text search what was written and not indexed yet; how many.
@@ -878,119 +691,21 @@ class Archive:
 
     # -- retention --------------------------------------------------------------------
 
-    @staticmethod
-    def _plan(
-        conn: sqlite3.Connection,
-        *,
-        max_bytes: int | None,
-        max_age_seconds: float | None,
-        max_sessions: int | None,
-        now: float | None,
-    ) -> PrunePlan:
-        page_size = conn.execute("PRAGMA page_size").fetchone()[0]
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-        free = conn.execute("PRAGMA freelist_count").fetchone()[0]
-        used = (pages - free) * page_size
-        rows = conn.execute(
-            "SELECT coalesce(s.session_id, e.session_id) AS sid, "
-            "max(coalesce(s.at, e.archived_at)) AS last, count(*), "
-            "coalesce(sum(length(e.entry_json)), 0) FROM entries e "
-            "LEFT JOIN seen s ON s.seq = e.seq GROUP BY sid ORDER BY last, sid"
-        ).fetchall()
-        stored = sum(r[3] for r in rows) or 1
-        sessions = [SessionUsage(r[0], r[1], r[2], used * r[3] // stored) for r in rows]
-        doomed: dict[str, SessionUsage] = {}
-        if max_age_seconds is not None:
-            cutoff = (time.time() if now is None else now) - max_age_seconds
-            doomed.update((s.session_id, s) for s in sessions if s.last < cutoff)
-        if max_sessions is not None:
-            extra = max(len(sessions) - max_sessions, 0)
-            doomed.update((s.session_id, s) for s in sessions[:extra])
-        if max_bytes is not None:
-            left = used - sum(s.bytes for s in doomed.values())
-            for s in sessions[:-1]:  # oldest first, never the newest session
-                if left <= max_bytes:
-                    break
-                if s.session_id not in doomed:
-                    doomed[s.session_id] = s
-                    left -= s.bytes
-        chosen = tuple(sorted(doomed.values(), key=lambda s: (s.last, s.session_id)))
-        return PrunePlan(chosen, used, len(sessions))
+    def _used_bytes(self, run: Run, rows: Sequence[Sequence[Any]]) -> int:
+        """The file's bytes in use (its pages, less the free ones)."""
+        page_size = run("PRAGMA page_size", ())[0][0]
+        pages = run("PRAGMA page_count", ())[0][0]
+        free = run("PRAGMA freelist_count", ())[0][0]
+        return int((pages - free) * page_size)
 
-    def prune_plan(
-        self,
-        *,
-        max_bytes: int | None = None,
-        max_age_seconds: float | None = None,
-        max_sessions: int | None = None,
-        now: float | None = None,
-    ) -> PrunePlan:
-        """What :meth:`prune` would remove with these limits (read-only).
-
-        Whole sessions go, oldest first (a session's age is that of the last content it
-        dropped; a content belongs to the session that dropped it last): those older than
-        ``max_age_seconds``, all but the ``max_sessions`` most recent, and, while the
-        file's bytes in use exceed ``max_bytes``, the oldest others, never the most
-        recent session.
-        """
-        with self._connect() as conn:
-            if conn is None:
-                return PrunePlan((), 0, 0)
-            if self._local.version == 1:
-                raise ArchiveError(
-                    f"archive {self.location!r} is of version 1: it is moved to version 2 by "
-                    "the next write (prune it, or archive a compaction, first)"
-                )
-            return self._plan(
-                conn,
-                max_bytes=max_bytes,
-                max_age_seconds=max_age_seconds,
-                max_sessions=max_sessions,
-                now=now,
-            )
-
-    def prune(
-        self,
-        *,
-        max_age_seconds: float | None = None,
-        max_sessions: int | None = None,
-        max_bytes: int | None = None,
-        dry_run: bool = False,
-        vacuum: bool = False,
-        now: float | None = None,
-    ) -> int:
-        """Remove whole sessions, oldest first; how many entries went (or would go).
-
-        The sessions are those of :meth:`prune_plan`, chosen and removed in one
-        transaction (the content they dropped last, with its caller ids and index
-        entries; their compactions once nothing of them is left), so a compaction
-        archived meanwhile is never half removed. Content a removed session archived
-        first but a kept session dropped since stays, listed under the kept session. With
-        no limit nothing goes. ``vacuum`` then rewrites the file to give the space back
-        to the file system (otherwise SQLite reuses it for what is archived next).
-        """
-        if (max_age_seconds, max_sessions, max_bytes) == (None, None, None):
-            return 0
-        if dry_run:
-            return self.prune_plan(
-                max_bytes=max_bytes,
-                max_age_seconds=max_age_seconds,
-                max_sessions=max_sessions,
-                now=now,
-            ).entries
+    def _remove(self, limits: Limits, *, vacuum: bool) -> int:
         if not os.path.lexists(self.path):
             return 0
 
         def work(conn: sqlite3.Connection) -> int:
             while schema.index_pending(conn, 500):  # every row with its seen, first
                 pass
-            plan = self._plan(
-                conn,
-                max_bytes=max_bytes,
-                max_age_seconds=max_age_seconds,
-                max_sessions=max_sessions,
-                now=now,
-            )
+            plan = self._plan(lambda q, p: conn.execute(q, p).fetchall(), limits)
             row = conn.execute(
                 "SELECT value FROM archive_state WHERE key = 'indexed_seq'"
             ).fetchone()
@@ -1042,116 +757,19 @@ class Archive:
 
     # -- reading ----------------------------------------------------------------------
 
-    def _select(
-        self,
-        where: str | Callable[[bool], str],
-        params: Sequence[Any],
-        tail: str,
-        source: str = "entries e",
-    ) -> builtins.list[ArchivedEntry]:
+    def _read(self, work: Callable[[int, Run], T]) -> T | None:
         with self._connect() as conn:
             if conn is None:
-                return []
-            v1 = self._local.version == 1
-            columns = _COLUMNS.format(source_ids="NULL" if v1 else "e.source_ids")
-            sql = (
-                f"SELECT {columns} FROM {source} "
-                "LEFT JOIN compactions c ON c.compaction_id = e.compaction_id "
-                f"WHERE {where(v1) if callable(where) else where} {tail}"
-            )
-            rows = conn.execute(sql, params).fetchall()
-        return [
-            ArchivedEntry(
-                seq=r[0],
-                session_id=r[1],
-                entry=Entry.model_validate_json(r[2]),
-                entry_json=r[2],
-                content_hash=r[3],
-                compaction_id=r[4],
-                archived_at=r[5],
-                compactor=r[6],
-                strategy=r[7],
-                source_ids=tuple(json.loads(r[8])) if r[8] else (),
-            )
-            for r in rows
-        ]
+                return None
+            return work(self._local.version, lambda q, p: conn.execute(q, p).fetchall())
 
-    def versions(
-        self, entry_id: str, session_id: str | None = None
+    def _search(
+        self, query: str, *, session_id: str | None, limit: int, offset: int, raw: bool
     ) -> builtins.list[ArchivedEntry]:
-        """Every archived version of ``entry_id``, oldest first."""
-        where, params = "e.entry_id = ?", [entry_id]
-        if session_id is not None:
-            where, params = where + " AND e.session_id = ?", [*params, session_id]
-        return self._select(where, params, "ORDER BY e.seq")
-
-    def recall(self, entry_id: str, session_id: str | None = None) -> Entry | None:
-        """The entry as it was first dropped (its original content), or ``None``.
-
-        Ids are unique within a session; pass ``session_id`` when several sessions may
-        share one. :meth:`versions` gives every version. Content is stored once: an
-        entry whose content was archived before under another id (another session, a
-        re-compaction of the same history) is found under that first id, by its
-        caller's ids (:meth:`by_source_id`) or by :meth:`search`.
-        """
-        found = self.versions(entry_id, session_id)
-        return found[0].entry if found else None
-
-    def by_source_id(
-        self, source_id: str, session_id: str | None = None
-    ) -> builtins.list[ArchivedEntry]:
-        """The archived entries holding the caller's id ``source_id`` (a tool-use id: the
-        call and its result), oldest first."""
-
-        def where(v1: bool) -> str:
-            if v1:  # no index of the caller's ids in a version-1 archive: look in the JSON
-                return "instr(e.entry_json, ?) > 0"
-            return (
-                "(e.content_hash IN (SELECT content_hash FROM entry_sources WHERE source_id = ?) "
-                "OR (" + _UNINDEXED + "instr(e.source_ids, ?) > 0))"
-            )
-
-        params: builtins.list[Any] = [source_id, json.dumps(source_id)]
-        with self._connect() as conn:
-            if conn is not None and self._local.version == 1:
-                params = [json.dumps(source_id)]
-        if session_id is not None:
-            return self._select(
-                lambda v1: where(v1) + " AND e.session_id = ?",
-                [*params, session_id],
-                "ORDER BY e.seq",
-            )
-        return self._select(where, params, "ORDER BY e.seq")
-
-    def list(
-        self, session_id: str | None = None, limit: int = 50, offset: int = 0
-    ) -> builtins.list[ArchivedEntry]:
-        """Archived versions in archive order (oldest first), a page at a time."""
-        where, params = "1", []
-        if session_id is not None:
-            where, params = "e.session_id = ?", [session_id]
-        return self._select(
-            where, [*params, *_page(limit, offset)], "ORDER BY e.seq LIMIT ? OFFSET ?"
-        )
-
-    def search(
-        self,
-        query: str,
-        *,
-        session_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-        raw: bool = False,
-    ) -> builtins.list[ArchivedEntry]:
-        """Full-text search (FTS5), best match first.
-
-        Each whitespace-separated term must occur (punctuation taken literally); with
-        ``raw`` the query is FTS5 syntax (``"exact phrase"``, ``OR``, ``NEAR``, ``pre*``).
-        Entries written but not indexed yet (the background writer indexes them shortly
-        after each compaction) are found too, after the indexed ones, by a plain
-        case-insensitive substring match of every term (not with ``raw``).
-        """
-        _page(limit, offset)
+        """FTS5, ranked. Entries written but not indexed yet (the background writer
+        indexes them shortly after each compaction) are found too, after the indexed
+        ones, by a plain case-insensitive substring match of every term (not with
+        ``raw``)."""
         terms = query.replace("\x00", " ").split()
         if not terms:
             return []
@@ -1175,52 +793,3 @@ class Archive:
             )
             found += tail
         return found[offset : offset + limit]
-
-    def compactions(
-        self, session_id: str | None = None, limit: int = 50, offset: int = 0
-    ) -> builtins.list[CompactionRecord]:
-        """Archived compactions, oldest first."""
-        where, params = "1", []
-        if session_id is not None:
-            where, params = "session_id = ?", [session_id]
-        limit, offset = _page(limit, offset)
-        with self._connect() as conn:
-            if conn is None:
-                return []
-            rows = conn.execute(
-                "SELECT compaction_id, session_id, compactor, strategy, model, mid_round, "
-                "created_at, entry_count, tokens_before, tokens_after, "
-                f"{'entry_count' if self._local.version == 1 else 'dropped_count'} "
-                "FROM compactions "
-                f"WHERE {where} ORDER BY created_at, rowid LIMIT ? OFFSET ?",
-                [*params, limit, offset],
-            ).fetchall()
-        return [
-            CompactionRecord(
-                compaction_id=r[0],
-                session_id=r[1],
-                compactor=r[2],
-                strategy=r[3],
-                model=r[4],
-                mid_round=None if r[5] is None else bool(r[5]),
-                created_at=r[6],
-                entry_count=r[7],
-                tokens_before=r[8],
-                tokens_after=r[9],
-                dropped_count=r[10],
-            )
-            for r in rows
-        ]
-
-    def count(self, session_id: str | None = None) -> int:
-        """How many entry versions are archived (in ``session_id``, or in all sessions)."""
-        with self._connect() as conn:
-            if conn is None:
-                return 0
-            if session_id is None:
-                row = conn.execute("SELECT count(*) FROM entries").fetchone()
-            else:
-                row = conn.execute(
-                    "SELECT count(*) FROM entries WHERE session_id = ?", [session_id]
-                ).fetchone()
-        return int(row[0])

@@ -1,0 +1,730 @@
+"""What both archive backends share, written once: the public API and its rules.
+
+:class:`ArchiveBackend` is the archive's public API (``record``, ``recall``,
+``versions``, ``by_source_id``, ``list``, ``search``, ``compactions``, ``count``,
+``prune_plan``, ``prune``, ``close``), implemented here for both backends: the embedded
+SQLite :class:`~normandy_archive.Archive` (:mod:`normandy_archive.store`) and
+``PostgresArchive`` (:mod:`normandy_archive.pg`) for fleets of agents. What they share
+is here: the records they return, how a compaction's dropped entries are prepared
+(serialized, hashed by content, their caller's ids found), the paging and retention
+rules and the validation of every argument, and the read queries, written once over a
+small :class:`Dialect` for the SQL the two write differently. A backend provides the
+connections, the transaction that writes a compaction, full-text search and the
+removal of pruned sessions.
+"""
+
+from __future__ import annotations
+
+import abc
+import builtins
+import json
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from normandy_archive.errors import ArchiveError, ArchiveQueryError
+from normandy_archive.schema import content_hash, source_ids
+from normandy_core import (
+    Entry,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+
+__all__ = [
+    "MAX_ROWS",
+    "PREPARED_MAX_BYTES",
+    "ArchiveBackend",
+    "ArchivedEntry",
+    "CompactionRecord",
+    "Dialect",
+    "Limits",
+    "Prepared",
+    "PrunePlan",
+    "Recorded",
+    "SessionUsage",
+    "check_limits",
+    "choose_sessions",
+    "int_or_none",
+    "page",
+    "prepare",
+    "searchable_text",
+]
+
+T = TypeVar("T")
+#: Runs one statement on the connection at hand: ``run(sql, params)`` returns its rows.
+Run = Callable[[str, Sequence[Any]], builtins.list[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True)
+class ArchivedEntry:
+    """One archived version of a dropped entry and where it came from."""
+
+    seq: int
+    """Archive order (grows with every version written)."""
+    session_id: str
+    entry: Entry
+    """The entry exactly as it was dropped."""
+    entry_json: str
+    """The stored JSON; ``entry.model_dump_json()`` gives the same string."""
+    content_hash: str
+    compaction_id: str
+    compactor: str | None
+    strategy: str | None
+    archived_at: float
+    """Unix time of the compaction that archived it."""
+    source_ids: tuple[str, ...] = ()
+    """The caller's ids found in the entry: tool-use ids and the ids its tool results
+    answer (OpenAI tool-call ids, Anthropic tool-use ids)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the entry as JSON data)."""
+        return {
+            "seq": self.seq,
+            "session_id": self.session_id,
+            "entry_id": self.entry.id,
+            "turn_id": self.entry.turn_id,
+            "role": self.entry.role,
+            "content_hash": self.content_hash,
+            "compaction_id": self.compaction_id,
+            "compactor": self.compactor,
+            "strategy": self.strategy,
+            "archived_at": self.archived_at,
+            "source_ids": list(self.source_ids),
+            "entry": json.loads(self.entry_json),
+        }
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    """One archived compaction."""
+
+    compaction_id: str
+    session_id: str
+    compactor: str | None
+    strategy: str | None
+    model: str | None
+    mid_round: bool | None
+    created_at: float
+    entry_count: int
+    """Entries this compaction stored (content the archive did not hold yet)."""
+    tokens_before: int | None
+    tokens_after: int | None
+    dropped_count: int | None = None
+    """Entries the compaction dropped (stored now or already in the archive)."""
+
+
+@dataclass(frozen=True)
+class SessionUsage:
+    """One session of the archive: when it last dropped content, and what it holds.
+
+    A content belongs to the session that last dropped it (``seen``), so content two
+    sessions share is counted, and kept, with the more recent one.
+    """
+
+    session_id: str
+    last: float
+    """Unix time it last dropped content (refreshed at most hourly for the same content)."""
+    entries: int
+    bytes: int
+    """Bytes of the file it takes, estimated (its share of the stored JSON)."""
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    """The sessions a retention limit removes (oldest first), and the archive's size."""
+
+    sessions: tuple[SessionUsage, ...]
+    used_bytes: int
+    """Bytes of the file in use now (its pages, less the free ones)."""
+    total_sessions: int
+
+    @property
+    def entries(self) -> int:
+        """Entries the removed sessions hold."""
+        return sum(s.entries for s in self.sessions)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the removed sessions take (estimated)."""
+        return sum(s.bytes for s in self.sessions)
+
+
+class Recorded(str):
+    """What :meth:`Archive.record` returns: the compaction id (a ``str``), with counts.
+
+    ``entries`` were stored now; ``existing`` were already in the archive (their content
+    was archived before, by this session or another), so nothing was written for them;
+    ``stored`` says whether the compaction itself was recorded (only when it stored
+    something).
+    """
+
+    entries: int
+    existing: int
+
+    def __new__(cls, compaction_id: str, entries: int = 0, existing: int = 0) -> Recorded:
+        self = super().__new__(cls, compaction_id)
+        self.entries = entries
+        self.existing = existing
+        return self
+
+    @property
+    def stored(self) -> bool:
+        """Whether the compaction was recorded (it stored at least one entry)."""
+        return self.entries > 0
+
+
+def check_limits(
+    max_bytes: object = None, max_age_seconds: object = None, max_sessions: object = None
+) -> None:
+    """Refuse a retention limit that is not a number >= 0 (``max_bytes`` and
+    ``max_sessions`` whole numbers); ``None`` is no limit.
+
+    :raises ValueError: naming the limit and the value.
+    """
+    for name, value, whole in (
+        ("max_bytes", max_bytes, True),
+        ("max_age_seconds", max_age_seconds, False),
+        ("max_sessions", max_sessions, True),
+    ):
+        if value is None:
+            continue
+        kinds = (int,) if whole else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds) or not 0 <= value < math.inf:
+            what = "a whole number" if whole else "a number"
+            raise ValueError(f"{name} must be {what} >= 0, got {value!r}")
+
+
+def choose_sessions(
+    rows: Sequence[Sequence[Any]],
+    used: int,
+    *,
+    max_bytes: int | None,
+    max_age_seconds: float | None,
+    max_sessions: int | None,
+    now: float | None,
+) -> PrunePlan:
+    """The sessions retention removes, oldest first, from ``rows`` of ``(session, last,
+    entries, stored JSON bytes)`` in order of ``last`` (each session's bytes estimated
+    as its share of ``used``, the archive's bytes in use).
+
+    Those older than ``max_age_seconds``, all but the ``max_sessions`` most recent, and,
+    while the bytes in use exceed ``max_bytes``, the oldest others, never the most
+    recent session.
+    """
+    stored = sum(r[3] for r in rows) or 1
+    sessions = [SessionUsage(r[0], r[1], r[2], used * r[3] // stored) for r in rows]
+    doomed: dict[str, SessionUsage] = {}
+    if max_age_seconds is not None:
+        cutoff = (time.time() if now is None else now) - max_age_seconds
+        doomed.update((s.session_id, s) for s in sessions if s.last < cutoff)
+    if max_sessions is not None:
+        extra = max(len(sessions) - max_sessions, 0)
+        doomed.update((s.session_id, s) for s in sessions[:extra])
+    if max_bytes is not None:
+        left = used - sum(s.bytes for s in doomed.values())
+        for s in sessions[:-1]:  # oldest first, never the newest session
+            if left <= max_bytes:
+                break
+            if s.session_id not in doomed:
+                doomed[s.session_id] = s
+                left -= s.bytes
+    chosen = tuple(sorted(doomed.values(), key=lambda s: (s.last, s.session_id)))
+    return PrunePlan(chosen, used, len(sessions))
+
+
+def searchable_text(entry: Entry) -> str:
+    """What full-text search sees: texts, thinking, tool names and inputs, tool-result texts."""
+    if isinstance(entry.content, str):
+        return entry.content
+    parts: list[str] = []
+    for b in entry.content:
+        if isinstance(b, TextBlock):
+            parts.append(b.text)
+        elif isinstance(b, ThinkingBlock):
+            parts.append(b.thinking)
+        elif isinstance(b, ToolUseBlock):
+            parts.append(f"{b.name} {json.dumps(b.input, ensure_ascii=False)}")
+        elif isinstance(b, ToolResultBlock):
+            parts.append(b.text())
+    return "\n".join(parts)
+
+
+#: Entries serialized ahead of the compaction that drops them (:func:`prepare`):
+#: ``id(entry) -> (entry, JSON, content hash)``, at most :data:`PREPARED_MAX_BYTES` of
+#: JSON (the oldest go first; a write uses its entries up).
+_prepared: dict[int, tuple[Entry, str, str]] = {}
+_prepared_bytes = [0]
+_prepared_lock = threading.Lock()
+#: How much JSON :func:`prepare` keeps at most, in characters.
+PREPARED_MAX_BYTES = 16 * 1024 * 1024
+
+
+def prepare(entries: Sequence[Entry]) -> int:
+    """Serialize and hash ``entries`` ahead of time (the background writer does it while
+    the model call runs, for the entries a compaction would drop next), so a compaction
+    that drops them does not; how many were new."""
+    done = 0
+    for e in entries:
+        if id(e) in _prepared:
+            continue
+        data = e.model_dump_json()
+        digest = content_hash(e, data)
+        with _prepared_lock:
+            if id(e) not in _prepared:
+                _prepared[id(e)] = (e, data, digest)
+                _prepared_bytes[0] += len(data)
+            while _prepared_bytes[0] > PREPARED_MAX_BYTES and _prepared:
+                _prepared_bytes[0] -= len(_prepared.pop(next(iter(_prepared)))[1])
+        done += 1
+    return done
+
+
+def _serialized(e: Entry) -> tuple[str, str]:
+    """The entry's JSON and content hash: prepared ahead of time, or now."""
+    with _prepared_lock:
+        hit = _prepared.pop(id(e), None)
+        if hit is not None:
+            _prepared_bytes[0] -= len(hit[1])
+    if hit is not None and hit[0] is e:
+        return hit[1], hit[2]
+    data = e.model_dump_json()
+    return data, content_hash(e, data)
+
+
+#: The largest LIMIT or OFFSET either database takes (a signed 64-bit integer).
+MAX_ROWS = 2**63 - 1
+
+
+def page(limit: int, offset: int) -> tuple[int, int]:
+    """``(limit, offset)``, each a whole number from 0 to :data:`MAX_ROWS`.
+
+    :raises ArchiveQueryError: naming the one that is not, in one line.
+    """
+    for name, value in (("limit", limit), ("offset", offset)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ROWS:
+            raise ArchiveQueryError(
+                f"{name} must be a whole number from 0 to {MAX_ROWS}, got {value!r}"
+            )
+    return limit, offset
+
+
+def int_or_none(value: Any) -> int | None:
+    """``value`` when it is an integer either database can store (64 bits), else ``None``."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) <= MAX_ROWS
+    return value if ok else None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Retention limits (``None``: no such limit), checked by :func:`check_limits`;
+    ``now`` is the time ages are measured from (default: the current time)."""
+
+    max_bytes: int | None = None
+    max_age_seconds: float | None = None
+    max_sessions: int | None = None
+    now: float | None = None
+
+    def __post_init__(self) -> None:
+        check_limits(self.max_bytes, self.max_age_seconds, self.max_sessions)
+
+    @property
+    def none(self) -> bool:
+        """Whether there is no limit at all (nothing is ever removed)."""
+        return (self.max_bytes, self.max_age_seconds, self.max_sessions) == (None, None, None)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One content a compaction dropped, ready to be written."""
+
+    entry: Entry
+    """The entry as dropped (the first of the compaction's entries with this content)."""
+    entry_json: str
+    content_hash: str
+    source_ids: tuple[str, ...]
+
+
+class Dialect(abc.ABC):
+    """The SQL the two backends write differently, for the queries they share (the
+    defaults are SQLite's)."""
+
+    #: A statement's parameter.
+    param = "?"
+    #: The function giving the size of a stored JSON, for retention by size.
+    json_size = "length"
+    #: The caller's ids of the row ``e`` as a JSON array (text), or NULL.
+    source_ids = "e.source_ids"
+    #: What orders the compactions of the same time (archive order).
+    compaction_order = "rowid"
+
+    def table(self, name: str) -> str:
+        """The table ``name`` as a statement names it."""
+        return name
+
+    @abc.abstractmethod
+    def by_source_id(self, source_id: str, version: int) -> tuple[str, builtins.list[Any]]:
+        """The condition (and its parameters) on the row ``e`` holding the caller's id, in
+        an archive of schema ``version``."""
+
+
+_COLUMNS = (
+    "e.seq, e.session_id, e.entry_json, e.content_hash, e.compaction_id, e.archived_at, "
+    "c.compactor, c.strategy, {source_ids}"
+)
+
+
+class ArchiveBackend(abc.ABC):
+    """The archive's public API, as the hook and the ``normandy archive`` commands use it.
+
+    Both backends derive from it: what they share is written here once, the connections,
+    the write transaction, full-text search and the removal of pruned sessions are
+    theirs. Additions to the API are keyword arguments with defaults, so callers written
+    for the first API keep working with every backend. Reading never creates or changes
+    anything.
+    """
+
+    dialect: Dialect
+    """The SQL this backend writes its own way."""
+
+    @property
+    @abc.abstractmethod
+    def location(self) -> str:
+        """Where the archive is, for messages (a file path, or a URL without password)."""
+
+    # -- what each backend provides -----------------------------------------------------
+
+    @abc.abstractmethod
+    def _read(self, work: Callable[[int, Run], T]) -> T | None:
+        """``work(version, run)`` on a read connection (``version``: the archive's schema
+        version); ``None`` when there is nothing to read yet (no archive file)."""
+
+    @abc.abstractmethod
+    def _write(
+        self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str, *, index: bool
+    ) -> int:
+        """Store the contents of ``rows`` the archive does not hold yet, and the compaction
+        (with ``meta_json``, the meta without ``dropped``) when it stored some, its
+        ``entry_count`` what it stored, in one committed transaction; how many it stored."""
+
+    @abc.abstractmethod
+    def _search(
+        self, query: str, *, session_id: str | None, limit: int, offset: int, raw: bool
+    ) -> builtins.list[ArchivedEntry]:
+        """:meth:`search`, its page checked."""
+
+    @abc.abstractmethod
+    def _remove(self, limits: Limits, *, vacuum: bool) -> int:
+        """Remove the sessions of :meth:`_plan` (chosen in the transaction that removes
+        them); how many entries went."""
+
+    @abc.abstractmethod
+    def _failure(self, message: str) -> ArchiveError:
+        """The error to raise, its message naming the archive."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the connections (the next call opens new ones)."""
+
+    # -- writing ----------------------------------------------------------------------
+
+    def record(
+        self,
+        dropped: Sequence[Entry],
+        *,
+        session_id: str,
+        compactor: str | None = None,
+        strategy: str | None = None,
+        model: str | None = None,
+        mid_round: bool | None = None,
+        meta: Mapping[str, Any] | None = None,
+        compaction_id: str | None = None,
+        at: float | None = None,
+        index: bool = True,
+    ) -> Recorded:
+        """Archive one compaction's dropped entries in one committed transaction.
+
+        Content the archive already holds (dropped before by this session or another, a
+        re-compaction of the same history, another agent writing to the same database)
+        is not stored again; the compaction is recorded only when it stored something.
+        All or nothing: a crash leaves either every entry it stored or none. Returns the
+        compaction id with the counts (:class:`Recorded`). With ``index`` false, SQLite
+        leaves full-text indexing to a later ``index()`` (the hook's background writer
+        does it), so the transaction holds only the durable part; PostgreSQL indexes as
+        it writes.
+
+        :raises ArchiveError: it could not be written (disk full, locked past the busy
+            timeout, permission, not an archive, the database refused...), naming the
+            archive and the cause; nothing of it was written.
+        """
+        cid = compaction_id or uuid.uuid4().hex
+        rows: dict[str, Prepared] = {}
+        for e in dropped:
+            data, digest = _serialized(e)
+            if digest not in rows:
+                rows[digest] = Prepared(e, data, digest, tuple(source_ids(e)))
+        info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
+        compaction = CompactionRecord(
+            compaction_id=cid,
+            session_id=session_id,
+            compactor=compactor,
+            strategy=strategy,
+            model=model,
+            mid_round=mid_round,
+            created_at=time.time() if at is None else at,
+            entry_count=len(rows),  # at most; the row says what was stored
+            tokens_before=int_or_none(info.get("tokens_before")),
+            tokens_after=int_or_none(info.get("tokens_after")),
+            dropped_count=len(dropped),
+        )
+        meta_json = json.dumps(info, ensure_ascii=False, default=str)
+        stored = self._write(builtins.list(rows.values()), compaction, meta_json, index=index)
+        return Recorded(cid, stored, len(rows) - stored)
+
+    # -- retention --------------------------------------------------------------------
+
+    def _used_bytes(self, run: Run, rows: Sequence[Sequence[Any]]) -> int:
+        """The archive's bytes in use, for ``max_bytes``: here the stored JSON's."""
+        return sum(int(r[3]) for r in rows)
+
+    def _plan(self, run: Run, limits: Limits) -> PrunePlan:
+        """The sessions ``limits`` remove, read with ``run`` (in the caller's transaction)."""
+        e, s = self.dialect.table("entries"), self.dialect.table("seen")
+        rows = run(
+            "SELECT coalesce(s.session_id, e.session_id) AS sid, "
+            "max(coalesce(s.at, e.archived_at)) AS last, count(*), "
+            f"coalesce(sum({self.dialect.json_size}(e.entry_json)), 0) FROM {e} e "
+            f"LEFT JOIN {s} s ON s.seq = e.seq GROUP BY sid ORDER BY last, sid",
+            (),
+        )
+        return choose_sessions(
+            rows,
+            self._used_bytes(run, rows),
+            max_bytes=limits.max_bytes,
+            max_age_seconds=limits.max_age_seconds,
+            max_sessions=limits.max_sessions,
+            now=limits.now,
+        )
+
+    def prune_plan(
+        self,
+        *,
+        max_bytes: int | None = None,
+        max_age_seconds: float | None = None,
+        max_sessions: int | None = None,
+        now: float | None = None,
+    ) -> PrunePlan:
+        """What :meth:`prune` would remove with these limits (read-only).
+
+        Whole sessions go, oldest first (a session's age is that of the last content it
+        dropped; a content belongs to the session that dropped it last): those older than
+        ``max_age_seconds``, all but the ``max_sessions`` most recent, and, while the
+        archive's bytes in use (SQLite: the file's; PostgreSQL: the stored JSON's) exceed
+        ``max_bytes``, the oldest others, never the most recent session.
+        """
+        limits = Limits(max_bytes, max_age_seconds, max_sessions, now)
+
+        def plan(version: int, run: Run) -> PrunePlan:
+            if version == 1:
+                raise self._failure(
+                    "it is of version 1: it is moved to version 2 by the next write (prune "
+                    "it, or archive a compaction, first)"
+                )
+            return self._plan(run, limits)
+
+        found = self._read(plan)
+        return PrunePlan((), 0, 0) if found is None else found
+
+    def prune(
+        self,
+        *,
+        max_age_seconds: float | None = None,
+        max_sessions: int | None = None,
+        max_bytes: int | None = None,
+        dry_run: bool = False,
+        vacuum: bool = False,
+        now: float | None = None,
+    ) -> int:
+        """Remove whole sessions, oldest first; how many entries went (or would go).
+
+        The sessions are those of :meth:`prune_plan`, chosen and removed in one
+        transaction (the content they dropped last, with its caller ids and index
+        entries; their compactions once nothing of them is left), so a compaction
+        archived meanwhile is never half removed. Content a removed session archived
+        first but a kept session dropped since stays, listed under the kept session. With
+        no limit nothing goes; ``dry_run`` removes nothing. ``vacuum`` then gives the
+        space back to the file system (SQLite rewrites the file; otherwise it reuses the
+        space for what is archived next; PostgreSQL's autovacuum does this by itself).
+        """
+        limits = Limits(max_bytes, max_age_seconds, max_sessions, now)
+        if limits.none:
+            return 0
+        if dry_run:
+            return self.prune_plan(
+                max_bytes=max_bytes,
+                max_age_seconds=max_age_seconds,
+                max_sessions=max_sessions,
+                now=now,
+            ).entries
+        return self._remove(limits, vacuum=vacuum)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def _select(
+        self,
+        where: str,
+        params: Sequence[Any],
+        tail: str = "ORDER BY e.seq",
+        *,
+        source: str | None = None,
+        v1: tuple[str, Sequence[Any]] | None = None,
+    ) -> builtins.list[ArchivedEntry]:
+        """The archived entries of ``source`` (the entries ``e``) matching ``where``;
+        ``v1`` is the condition to use instead in a version-1 archive."""
+        d = self.dialect
+
+        def select(version: int, run: Run) -> builtins.list[tuple[Any, ...]]:
+            cond, values = (where, params) if v1 is None or version != 1 else v1
+            ids = "NULL" if version == 1 else d.source_ids
+            return run(
+                f"SELECT {_COLUMNS.format(source_ids=ids)} "
+                f"FROM {source or d.table('entries') + ' e'} "
+                f"LEFT JOIN {d.table('compactions')} c ON c.compaction_id = e.compaction_id "
+                f"WHERE {cond} {tail}",
+                values,
+            )
+
+        return [
+            ArchivedEntry(
+                seq=r[0],
+                session_id=r[1],
+                entry=Entry.model_validate_json(r[2]),
+                entry_json=r[2],
+                content_hash=r[3],
+                compaction_id=r[4],
+                archived_at=r[5],
+                compactor=r[6],
+                strategy=r[7],
+                source_ids=tuple(json.loads(r[8])) if r[8] else (),
+            )
+            for r in self._read(select) or ()
+        ]
+
+    def _in_session(
+        self, where: str, params: Sequence[Any], session_id: str | None
+    ) -> tuple[str, builtins.list[Any]]:
+        """``where`` and ``params``, limited to ``session_id`` when one is given."""
+        if session_id is None:
+            return where, builtins.list(params)
+        return f"{where} AND e.session_id = {self.dialect.param}", [*params, session_id]
+
+    def versions(
+        self, entry_id: str, session_id: str | None = None
+    ) -> builtins.list[ArchivedEntry]:
+        """Every archived version of ``entry_id``, oldest first."""
+        return self._select(
+            *self._in_session(f"e.entry_id = {self.dialect.param}", [entry_id], session_id)
+        )
+
+    def recall(self, entry_id: str, session_id: str | None = None) -> Entry | None:
+        """The entry as it was first dropped (its original content), or ``None``.
+
+        Ids are unique within a session; pass ``session_id`` when several sessions may
+        share one. :meth:`versions` gives every version. Content is stored once: an
+        entry whose content was archived before under another id (another session, a
+        re-compaction of the same history) is found under that first id, by its
+        caller's ids (:meth:`by_source_id`) or by :meth:`search`.
+        """
+        found = self.versions(entry_id, session_id)
+        return found[0].entry if found else None
+
+    def by_source_id(
+        self, source_id: str, session_id: str | None = None
+    ) -> builtins.list[ArchivedEntry]:
+        """The archived entries holding the caller's id ``source_id`` (a tool-use id: the
+        call and its result), oldest first."""
+        return self._select(
+            *self._in_session(*self.dialect.by_source_id(source_id, 2), session_id),
+            v1=self._in_session(*self.dialect.by_source_id(source_id, 1), session_id),
+        )
+
+    def list(
+        self, session_id: str | None = None, limit: int = 50, offset: int = 0
+    ) -> builtins.list[ArchivedEntry]:
+        """Archived entries in archive order (oldest first), a page at a time."""
+        p = self.dialect.param
+        where, params = self._in_session("1 = 1", [], session_id)
+        return self._select(
+            where, [*params, *page(limit, offset)], f"ORDER BY e.seq LIMIT {p} OFFSET {p}"
+        )
+
+    def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        raw: bool = False,
+    ) -> builtins.list[ArchivedEntry]:
+        """Full-text search, best match first.
+
+        Each whitespace-separated term must occur, its punctuation taken literally (so
+        nothing a user types is syntax); with ``raw`` the query is the backend's own
+        syntax: SQLite's FTS5 (``"exact phrase"``, ``OR``, ``NEAR``, ``pre*``), or
+        PostgreSQL's web search (``"exact phrase"``, ``OR``, ``-word``).
+        """
+        limit, offset = page(limit, offset)
+        return self._search(query, session_id=session_id, limit=limit, offset=offset, raw=raw)
+
+    def compactions(
+        self, session_id: str | None = None, limit: int = 50, offset: int = 0
+    ) -> builtins.list[CompactionRecord]:
+        """Archived compactions, oldest first."""
+        d = self.dialect
+        where, params = (
+            ("", []) if session_id is None else (f"WHERE session_id = {d.param}", [session_id])
+        )
+        limit, offset = page(limit, offset)
+
+        def select(version: int, run: Run) -> builtins.list[tuple[Any, ...]]:
+            dropped = "entry_count" if version == 1 else "dropped_count"
+            return run(
+                "SELECT compaction_id, session_id, compactor, strategy, model, mid_round, "
+                f"created_at, entry_count, tokens_before, tokens_after, {dropped} "
+                f"FROM {d.table('compactions')} {where} "
+                f"ORDER BY created_at, {d.compaction_order} LIMIT {d.param} OFFSET {d.param}",
+                [*params, limit, offset],
+            )
+
+        return [
+            CompactionRecord(
+                compaction_id=r[0],
+                session_id=r[1],
+                compactor=r[2],
+                strategy=r[3],
+                model=r[4],
+                mid_round=None if r[5] is None else bool(r[5]),
+                created_at=r[6],
+                entry_count=r[7],
+                tokens_before=r[8],
+                tokens_after=r[9],
+                dropped_count=r[10],
+            )
+            for r in self._read(select) or ()
+        ]
+
+    def count(self, session_id: str | None = None) -> int:
+        """How many entries are archived (in ``session_id``, or in all sessions)."""
+        where, params = self._in_session("1 = 1", [], session_id)
+        rows = self._read(
+            lambda version, run: run(
+                f"SELECT count(*) FROM {self.dialect.table('entries')} e WHERE {where}", params
+            )
+        )
+        return int(rows[0][0]) if rows else 0
