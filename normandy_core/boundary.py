@@ -27,6 +27,7 @@ from normandy_core.contract import (
 from normandy_core.faults import (
     AbandonedLimitError,
     PluginFault,
+    PluginTimeoutError,
     abandoned_threads,
     call_plugin,
     run_bounded,
@@ -181,7 +182,7 @@ def _run_hooks(
                 for note in returned or ():
                     if isinstance(note, Mapping):
                         notes.append({"hook": impl.plugin_name, "plugin": what, "note": dict(note)})
-        except TimeoutError:
+        except PluginTimeoutError:
             text = "abandoned: it did not return within its share of compaction_timeout"
             log.error("%s of %s %s", hook, what, text)
             errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
@@ -437,7 +438,7 @@ def _resolve(
             result = call_plugin(call_compactor, comp, acc, ctx, prepared.options)
         else:
             result = _call_bounded(acc, ctx, prepared, limit)
-    except TimeoutError:
+    except PluginTimeoutError:
         return _error(
             acc,
             f"{comp.describe()} did not return within {limit:g} s (compaction_timeout); its "
