@@ -109,6 +109,8 @@ def test_a_skipped_boundary_is_observed_with_the_callers_acc_and_meta():
     assert 0 <= info.compactor_start <= info.duration
     assert 0 <= info.compactor_duration <= info.duration
     assert abs(info.start_ns - time.time_ns()) < 60 * 10**9
+    with pytest.raises(AttributeError):
+        info.outcome = "compacted"  # type: ignore[misc]  # shared by every observer
 
 
 def test_a_compaction_is_observed_after_its_other_hooks_with_the_final_meta():
