@@ -66,8 +66,10 @@ _LAZY: dict[str, str] = {
     "build_context": "contract",
     "call_compactor": "contract",
     "check_compaction": "contract",
+    "BoundaryInfo": "boundary",
     "CompactionTimeoutError": "boundary",
     "run_compaction": "boundary",
+    "run_on_boundary": "boundary",
     "run_after_compact": "boundary",
     "run_before_commit": "boundary",
     "abandoned_threads": "faults",
@@ -111,6 +113,7 @@ __all__ = [
     "AgentMemory",
     "BaseCounter",
     "Block",
+    "BoundaryInfo",
     "COMPACTOR_GROUP",
     "CalibratedCounter",
     "Calibration",
@@ -183,6 +186,7 @@ __all__ = [
     "run_after_compact",
     "run_before_commit",
     "run_compaction",
+    "run_on_boundary",
     "tool_result_ids",
     "tool_use_ids",
     "unregister_compactor",
@@ -206,10 +210,12 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from normandy_core.boundary import (
+        BoundaryInfo,
         CompactionTimeoutError,
         run_after_compact,
         run_before_commit,
         run_compaction,
+        run_on_boundary,
     )
     from normandy_core.calibration import CalibratedCounter, Calibration
     from normandy_core.catalog import ModelCatalog, StaticCatalog, default_catalog

@@ -1,11 +1,17 @@
-"""The one boundary function: build ``ctx``, call the selected compactor, check, run hooks."""
+"""The one boundary function: build ``ctx``, call the selected compactor, check, run hooks.
+
+Every boundary is observable: it is logged on the ``normandy_core.boundary`` logger
+(DEBUG when the compactor skipped, INFO when it compacted, WARNING when it failed, each
+line naming the compactor and its distribution) and reported to the ``on_boundary``
+hook of every hook plugin with a :class:`BoundaryInfo`, once its result is final.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from normandy_core.config import AgentConfig
 from normandy_core.contract import (
@@ -20,6 +26,7 @@ from normandy_core.contract import (
 from normandy_core.faults import (
     AbandonedLimitError,
     PluginFault,
+    PluginTimeoutError,
     abandoned_threads,
     call_plugin,
     run_bounded,
@@ -30,12 +37,14 @@ if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
 
 __all__ = [
+    "BoundaryInfo",
     "CompactionContext",
     "CompactionTimeoutError",
     "build_context",
     "run_after_compact",
     "run_before_commit",
     "run_compaction",
+    "run_on_boundary",
 ]
 
 log = logging.getLogger("normandy_core.boundary")
@@ -45,11 +54,79 @@ class CompactionTimeoutError(Exception):
     """A compactor did not return within the configured ``compaction_timeout``."""
 
 
-def _error(acc: AgentConfig, reason: str, exc: BaseException | None = None) -> CompactionResult:
-    if exc is not None:
-        log.error("%s", reason, exc_info=exc)
-    else:
-        log.error("%s", reason)
+#: What a boundary came to: the compactor compacted, skipped, or the boundary failed.
+Outcome = Literal["compacted", "skipped", "failed"]
+
+
+class BoundaryInfo(NamedTuple):
+    """What one boundary did, beyond its ``meta``: who ran, how it ended, how long it took.
+
+    The ``on_boundary`` hook receives it at every boundary. ``outcome`` is
+    ``"compacted"``, ``"skipped"`` or ``"failed"`` (the error path). ``compactor`` is the
+    configured name, ``distribution`` and ``version`` where it comes from
+    (``"<registered in code>"`` and ``"-"`` for one registered in code) and ``plugin``
+    the description error messages use. ``start_ns`` is the wall-clock time the boundary
+    began (:func:`time.time_ns`), ``duration`` its length in seconds, hooks included;
+    ``compactor_start`` (seconds after ``start_ns``) and ``compactor_duration`` time the
+    compactor's ``maybe_compact`` with the contract check, ``None`` when it was not
+    called. ``error_type`` says briefly why a boundary failed, for grouping:
+    ``"reported"`` (the compactor returned the error path), ``"contract"`` (its result
+    broke the contract), ``"timeout"`` (``compaction_timeout`` passed), ``"refused"`` (a
+    ``before_commit`` hook refused to record the dropped entries), ``"abandoned_limit"``
+    (too many abandoned threads to call it), ``"context"`` (the boundary's ``ctx``
+    could not be built), or the name of the exception the compactor raised
+    (``"RuntimeError"``, ``"mypackage.BusyError"``); ``None`` unless it failed.
+
+    Immutable (a named tuple: made at every observed boundary, it must be cheap), so no
+    hook can change what the next one receives.
+    """
+
+    outcome: Outcome
+    compactor: str
+    distribution: str
+    version: str
+    plugin: str
+    start_ns: int
+    duration: float
+    compactor_start: float | None = None
+    compactor_duration: float | None = None
+    error_type: str | None = None
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the boundary compacted."""
+        return self.outcome == "compacted"
+
+    @property
+    def failed(self) -> bool:
+        """Whether the boundary took the error path."""
+        return self.outcome == "failed"
+
+
+class _Probe:
+    """What :func:`_resolve` learns on the way, for the log line and ``on_boundary``."""
+
+    __slots__ = ("comp", "ctx", "error_type", "exc", "started", "took")
+
+    def __init__(self) -> None:
+        self.comp: Any = None
+        self.ctx: CompactionContext | None = None
+        self.error_type: str | None = None
+        self.exc: BaseException | None = None
+        self.started: float | None = None
+        self.took: float | None = None
+
+
+def _error(
+    acc: AgentConfig,
+    reason: str,
+    probe: _Probe,
+    kind: str,
+    exc: BaseException | None = None,
+) -> CompactionResult:
+    """The error path; logged (at WARNING) once the boundary ends, by :func:`_log`."""
+    probe.error_type = kind
+    probe.exc = exc
     return CompactionResult(acc, CompactionMeta({"compacted": False, "error": reason}))
 
 
@@ -58,31 +135,39 @@ def _fault_text(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {cause}"
 
 
+def _type_name(exc: BaseException) -> str:
+    cause = exc.__cause__ if isinstance(exc, PluginFault) and exc.__cause__ else exc
+    kind = type(cause)
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
 def _run_hooks(
     hook: str,
     acc: AgentConfig,
-    ctx: CompactionContext,
+    ctx: CompactionContext | None,
     meta: Mapping[str, Any],
     deadline: float | None,
     *,
     stop_at_first: bool,
     notes: list[dict[str, Any]] | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> list[dict[str, str]]:
     """Call ``hook`` on every hook plugin implementing it, each isolated from the others,
     through pluggy's call path; one ``{"hook", "plugin", "error"}`` per failure. The notes
     the hooks return (mappings) are appended to ``notes`` as ``{"hook", "plugin", "note"}``.
     """
     pm = hook_manager()
-    view = meta if isinstance(meta, CompactionMeta) else CompactionMeta(meta)
-    errors: list[dict[str, str]] = []
     impls = list(reversed(getattr(pm.hook, hook).get_hookimpls()))
-    plugins = [impl.plugin for impl in impls]
-    for n, impl in enumerate(impls):
-        others = [p for p in plugins if p is not impl.plugin]
-        caller = pm.subset_hook_caller(hook, remove_plugins=others)
+    if not impls:
+        return []
+    view = meta if isinstance(meta, CompactionMeta) else CompactionMeta(meta)
+    kwargs = {"acc": acc, "ctx": ctx, "meta": view, **(extra or {})}
+    errors: list[dict[str, str]] = []
+    for n, (impl, caller) in enumerate(zip(impls, _callers(pm, hook, impls), strict=True)):
 
         def call(caller: Any = caller) -> Any:
-            return caller(acc=acc, ctx=ctx, meta=view)
+            return caller(**kwargs)
 
         what = describe_hook(impl.plugin_name)
         try:
@@ -95,7 +180,7 @@ def _run_hooks(
                 for note in returned or ():
                     if isinstance(note, Mapping):
                         notes.append({"hook": impl.plugin_name, "plugin": what, "note": dict(note)})
-        except TimeoutError:
+        except PluginTimeoutError:
             text = "abandoned: it did not return within its share of compaction_timeout"
             log.error("%s of %s %s", hook, what, text)
             errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
@@ -106,6 +191,37 @@ def _run_hooks(
         if errors and stop_at_first:
             break
     return errors
+
+
+#: Per hook, the callers of its implementations (one plugin each), with the manager and
+#: implementations they were made for: reused while those stay the same.
+_subsets: dict[str, tuple[Any, tuple[Any, ...], list[Any]]] = {}
+
+
+def _callers(pm: Any, hook: str, impls: list[Any]) -> list[Any]:
+    """A caller per implementation, each through pluggy's call path and calling only its
+    own plugin (a subset caller); the hook's own caller when it has one implementation.
+
+    Made once per set of implementations: building subset callers at every boundary was
+    most of what an observed boundary that skips cost.
+    """
+    if len(impls) == 1:
+        return [getattr(pm.hook, hook)]
+    cached = _subsets.get(hook)
+    if (
+        cached is not None
+        and cached[0] is pm
+        and len(cached[1]) == len(impls)
+        and all(a is b for a, b in zip(cached[1], impls, strict=True))
+    ):
+        return cached[2]
+    plugins = [impl.plugin for impl in impls]
+    callers = [
+        pm.subset_hook_caller(hook, remove_plugins=[p for p in plugins if p is not impl.plugin])
+        for impl in impls
+    ]
+    _subsets[hook] = (pm, tuple(impls), callers)
+    return callers
 
 
 def run_after_compact(
@@ -149,6 +265,26 @@ def run_before_commit(
     return errors[0] if errors else None
 
 
+def run_on_boundary(
+    acc: AgentConfig,
+    ctx: CompactionContext | None,
+    meta: Mapping[str, Any],
+    info: BoundaryInfo,
+    *,
+    deadline: float | None = None,
+) -> list[dict[str, str]]:
+    """Report a finished boundary to every ``on_boundary`` hook, each isolated.
+
+    Called like :func:`run_after_compact` (pluggy's call path, a read-only ``meta``, an
+    equal share of the time left before ``deadline`` each); what the hooks return is
+    ignored. Returns one ``{"hook", "plugin", "error"}`` per hook that raised or ran out
+    of time, each also logged at ERROR.
+    """
+    return _run_hooks(
+        "on_boundary", acc, ctx, meta, deadline, stop_at_first=False, extra={"info": info}
+    )
+
+
 def run_compaction(
     acc: AgentConfig,
     *,
@@ -173,19 +309,144 @@ def run_compaction(
     run; those that fail are listed in ``meta["hook_errors"]``, and the notes hooks of
     both kinds return in ``meta["hook_notes"]``.
 
+    Once the result is final, the boundary is logged on the ``normandy_core.boundary``
+    logger (DEBUG skipped, INFO compacted, WARNING failed, naming the compactor and its
+    distribution) and every ``on_boundary`` hook gets the result's ``acc`` and ``meta``
+    with a :class:`BoundaryInfo`; a hook that fails there is logged and changes nothing.
+
     ``timeout`` (default: ``acc.compaction_timeout``; ``None``: unbounded) bounds the
     whole boundary, hooks included. Under it the compactor works on a private copy of the
     memory in a worker thread, so a compactor abandoned past the limit can never reach
     the live memory or its token totals; at most
     :data:`~normandy_core.faults.MAX_ABANDONED` abandoned threads may be alive, past which
-    the boundary is skipped with an error. This function does not raise for a faulty
-    compactor or hook; only a genuine Ctrl-C of the user's process propagates (with the
-    memory restored).
+    the boundary is skipped with an error. The ``on_boundary`` hooks share a time limit
+    of their own of the same length (a boundary that ran out of time is still reported).
+    This function does not raise for a faulty compactor or hook; only a genuine Ctrl-C of
+    the user's process propagates (with the memory restored).
     """
+    start_ns = time.time_ns()
+    t0 = time.perf_counter()
     limit = timeout if timeout is not None else acc.compaction_timeout
+    probe = _Probe()
+    result = _resolve(acc, probe, limit, mid_round, turn_id, calibration, t0)
+    duration = time.perf_counter() - t0
+    meta = result.meta
+    outcome: Outcome = "compacted" if meta.compacted else "failed" if "error" in meta else "skipped"
+    logged = log.isEnabledFor(_LEVELS[outcome])
+    observed = bool(hook_manager().hook.on_boundary.get_hookimpls())
+    if not (logged or observed):
+        return result  # the hot path: a skip nobody watches costs no more than this
+    info = _info(acc, outcome, probe, start_ns, duration)
+    if logged:
+        _log(result, probe, info)
+    if observed:
+        deadline = None if limit is None else time.monotonic() + limit
+        run_on_boundary(result.acc, probe.ctx, meta, info, deadline=deadline)
+    return result
+
+
+#: The level of each outcome's log line.
+_LEVELS = {"skipped": logging.DEBUG, "compacted": logging.INFO, "failed": logging.WARNING}
+
+
+def _info(
+    acc: AgentConfig, outcome: Outcome, probe: _Probe, start_ns: int, duration: float
+) -> BoundaryInfo:
+    comp = probe.comp
+    error_type = probe.error_type if outcome == "failed" else None
+    if outcome == "failed" and error_type is None:
+        error_type = "reported"
+    return BoundaryInfo(
+        outcome=outcome,
+        compactor=acc.compactor if comp is None else comp.name,
+        distribution="?" if comp is None else comp.distribution,
+        version="?" if comp is None else comp.version,
+        plugin=f"compactor {acc.compactor!r}" if comp is None else comp.describe(),
+        start_ns=start_ns,
+        duration=duration,
+        compactor_start=probe.started,
+        compactor_duration=probe.took,
+        error_type=error_type,
+    )
+
+
+def _log(result: CompactionResult, probe: _Probe, info: BoundaryInfo) -> None:
+    """The boundary's one log line: DEBUG skipped, INFO compacted, WARNING failed."""
+    ctx = probe.ctx
+    meta = result.meta
+    model = None if ctx is None else ctx.model
+    where = f"model {model}" if model else "no model"
+    if ctx is not None:
+        where += ", mid-round" if ctx.mid_round else ", turn start"
+    took = f"{info.duration * 1000:.1f} ms"
+    extra = {
+        "normandy_outcome": info.outcome,
+        "normandy_compactor": info.compactor,
+        "normandy_distribution": info.distribution,
+        "normandy_version": info.version,
+        "normandy_model": model,
+        "normandy_duration": info.duration,
+    }
+    if info.outcome == "skipped":
+        log.debug("%s skipped the boundary (%s; %s)", info.plugin, where, took, extra=extra)
+    elif info.outcome == "compacted":
+        dropped = len(meta.dropped)
+        extra.update(
+            normandy_tokens_before=meta.tokens_before,
+            normandy_tokens_after=meta.tokens_after,
+            normandy_tokens_removed=meta.tokens_removed,
+            normandy_strategy=meta.strategy,
+            normandy_dropped=dropped,
+        )
+        hook_errors = len(meta.hook_errors)
+        log.info(
+            "%s compacted: %s -> %s tokens (%s of this turn removed), strategy %s, "
+            "%d entr%s dropped (%s; %s)%s",
+            info.plugin,
+            _n(meta.tokens_before),
+            _n(meta.tokens_after),
+            _n(meta.tokens_removed),
+            meta.strategy or "not reported",
+            dropped,
+            "y" if dropped == 1 else "ies",
+            where,
+            took,
+            f"; {hook_errors} hook error(s)" if hook_errors else "",
+            extra=extra,
+        )
+    else:
+        extra.update(normandy_error=meta.error, normandy_error_type=info.error_type)
+        error = meta.error or ""
+        # The boundary's own reasons name the compactor; what a compactor reports is its own.
+        text = error if probe.error_type is not None else f"{info.plugin} failed: {error}"
+        log.warning(
+            "%s (%s; %s)",
+            text,
+            where,
+            took,
+            exc_info=probe.exc,
+            extra=extra,
+        )
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else f"{value:,}"
+
+
+def _resolve(
+    acc: AgentConfig,
+    probe: _Probe,
+    limit: float | None,
+    mid_round: bool,
+    turn_id: str | None,
+    calibration: Calibration | None,
+    t0: float,
+) -> CompactionResult:
+    """The boundary itself (see :func:`run_compaction`), noting what it learns in ``probe``."""
     deadline = None if limit is None else time.monotonic() + limit
     try:
         prepared = acc.prepared
+        probe.comp = prepared.compactor
         ctx = build_context(
             prepared,
             model=acc.model,
@@ -195,25 +456,35 @@ def run_compaction(
             calibration=calibration,
         )
     except Exception as exc:
-        return _error(acc, f"compactor {acc.compactor!r} could not be prepared: {exc}", exc)
+        return _error(
+            acc, f"compactor {acc.compactor!r} could not be prepared: {exc}", probe, "context", exc
+        )
+    probe.ctx = ctx
     comp = prepared.compactor
+    probe.started = time.perf_counter() - t0
     try:
         if limit is None:
             result = call_plugin(call_compactor, comp, acc, ctx, prepared.options)
         else:
             result = _call_bounded(acc, ctx, prepared, limit)
-    except TimeoutError:
+    except PluginTimeoutError:
         return _error(
             acc,
             f"{comp.describe()} did not return within {limit:g} s (compaction_timeout); its "
             f"result will be ignored ({abandoned_threads()} abandoned thread(s) running)",
+            probe,
+            "timeout",
         )
     except AbandonedLimitError as exc:
-        return _error(acc, f"{comp.describe()} was not called: {exc}")
+        return _error(acc, f"{comp.describe()} was not called: {exc}", probe, "abandoned_limit")
     except ContractViolation as exc:
-        return _error(acc, str(exc))
+        return _error(acc, str(exc), probe, "contract")
     except Exception as exc:
-        return _error(acc, f"{comp.describe()} raised {_fault_text(exc)}", exc)
+        return _error(
+            acc, f"{comp.describe()} raised {_fault_text(exc)}", probe, _type_name(exc), exc
+        )
+    finally:
+        probe.took = time.perf_counter() - t0 - probe.started
     if not result.meta.compacted:
         return result
     result = account(result, acc.memory, ctx)
@@ -226,6 +497,8 @@ def run_compaction(
                 f"{comp.describe()} compacted, but the compaction was refused: "
                 f"{refused['plugin']} could not record the {len(result.meta.dropped)} dropped "
                 f"entries ({refused['error']}); the conversation is kept as it was",
+                probe,
+                "refused",
             )
         hook_errors = run_after_compact(
             result.acc, ctx, result.meta, deadline=deadline, notes=notes

@@ -749,14 +749,24 @@ class _OneLineFormatter(logging.Formatter):
         return super().format(record)
 
 
+def _not_an_outcome(record: logging.LogRecord) -> bool:
+    """Whether ``record`` is not a boundary's outcome line (the commands report those)."""
+    return not hasattr(record, "normandy_outcome")
+
+
 def _log_to_stderr() -> None:
-    """Send warnings and errors to stderr as one line each (unless logging is configured)."""
+    """Send warnings and errors to stderr as one line each (unless logging is configured).
+
+    A boundary's own outcome line (a failed compaction is a warning) is left out: every
+    command reports the outcome itself, in its own words, once.
+    """
     root = logging.getLogger()
     if root.handlers:
         return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_OneLineFormatter("normandy: %(message)s"))
     handler.setLevel(logging.WARNING)
+    handler.addFilter(_not_an_outcome)
     root.addHandler(handler)
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_ABANDONED",
     "AbandonedLimitError",
     "PluginFault",
+    "PluginTimeoutError",
     "abandoned_threads",
     "call_plugin",
     "run_bounded",
@@ -43,6 +44,14 @@ class PluginFault(Exception):
 
 class AbandonedLimitError(RuntimeError):
     """:data:`MAX_ABANDONED` abandoned plugin threads are still running."""
+
+
+class PluginTimeoutError(TimeoutError):
+    """Plugin code did not return within its time limit; its thread was abandoned.
+
+    A ``TimeoutError`` of its own kind, so a plugin that raises ``TimeoutError`` itself
+    (a model call that timed out) is not taken for the limit.
+    """
 
 
 _MAIN = threading.main_thread().ident
@@ -113,7 +122,8 @@ def run_bounded(fn: Callable[[], T], timeout: float, name: str) -> T:
 
     Returns its result or re-raises what it raised (``BaseException`` as a
     :class:`PluginFault`). Past ``timeout`` the thread is abandoned, counted until it ends,
-    and ``TimeoutError`` is raised; its late result is dropped.
+    and :class:`PluginTimeoutError` (a ``TimeoutError``) is raised; its late result is
+    dropped.
 
     :raises AbandonedLimitError: :data:`MAX_ABANDONED` abandoned threads are still
         running, so no new one is started.
@@ -150,7 +160,7 @@ def run_bounded(fn: Callable[[], T], timeout: float, name: str) -> T:
         if not state.get("done"):
             state["abandoned"] = True
             _abandoned += 1
-            raise TimeoutError(f"did not return within {timeout:g} s")
+            raise PluginTimeoutError(f"did not return within {timeout:g} s")
     if "error" in box:
         exc = box["error"]
         if isinstance(exc, Exception):

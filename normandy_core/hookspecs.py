@@ -18,6 +18,7 @@ import pluggy
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from normandy_core.boundary import BoundaryInfo
     from normandy_core.config import AgentConfig
     from normandy_core.contract import CompactionContext, CompactionMeta
 
@@ -225,7 +226,53 @@ class HookSpec:
         as ``{"hook": name, "plugin": description, "error": text}``, where ``plugin`` names
         the entry point and its distribution. Under ``compaction_timeout`` the hooks share
         what the compactor left of it; a hook past its share is abandoned and recorded the
-        same way.
+        same way. To see every boundary, not only those that drop, implement
+        :func:`on_boundary`.
+        """
+        raise NotImplementedError  # pragma: no cover
+
+    @staticmethod
+    @hookspec
+    def on_boundary(
+        acc: AgentConfig,
+        ctx: CompactionContext | None,
+        meta: CompactionMeta | Mapping[str, Any],
+        info: BoundaryInfo,
+    ) -> None:
+        """Observe every boundary, whatever it came to: compacted, skipped or failed.
+
+        Optional, for hook plugins that log, trace or measure (the ``normandy-otel``
+        distribution emits spans and metrics from it). Called on every hook plugin that
+        implements it, through pluggy's call path and each isolated from the others, at
+        every boundary :func:`normandy_core.run_compaction` resolves (the turn loop's,
+        :func:`normandy_core.compact`'s, the ``normandy compact`` command's), once its
+        result is final: after the contract check, the :func:`before_commit` and
+        :func:`after_compact` hooks, and the boundary's own log line, just before the
+        result is handed back. It runs on every boundary, so keep it cheap: a skipped
+        boundary is the hot path.
+
+        :param acc: the config the turn continues with: the compacted conversation, or
+            the caller's own ``acc`` when the boundary skipped or failed.
+        :param ctx: the context the compactor was called with; ``None`` only when the
+            boundary failed before it could be built.
+        :param meta: the result's meta, read-only, exactly as the caller gets it:
+            ``compacted``, and on a compaction ``tokens_before``, ``tokens_after``,
+            ``tokens_removed``, ``dropped``, ``strategy``, ``hook_errors`` and
+            ``hook_notes``; on the error path ``error``; on the skip path only the keys
+            the compactor added, if any.
+        :param info: what the meta does not say (:class:`~normandy_core.BoundaryInfo`):
+            ``outcome`` (``"compacted"``, ``"skipped"`` or ``"failed"``), the compactor's
+            name, distribution and version, when the boundary started (``start_ns``,
+            wall clock) and how long it and the compactor's own call took (seconds), and
+            on failure a short ``error_type`` for grouping.
+        :returns: nothing; a return value is ignored.
+
+        A hook that raises (any exception, ``SystemExit`` included) does not stop the
+        others or the turn and changes nothing in the result: the boundary logs the error
+        at ERROR, naming the hook plugin and its distribution. Under ``compaction_timeout``
+        these hooks share a time limit of the same length of their own (so a boundary
+        that ran out of time is still observed); a hook past its share is abandoned and
+        logged the same way.
         """
         raise NotImplementedError  # pragma: no cover
 
@@ -238,4 +285,5 @@ SPEC_SETS: dict[str, type] = {
     "validate_opts": CompactorSpec,
     "before_commit": HookSpec,
     "after_compact": HookSpec,
+    "on_boundary": HookSpec,
 }

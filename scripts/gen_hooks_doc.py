@@ -126,6 +126,7 @@ def render() -> str:
         "validate_opts": "compactors (optional)",
         "before_commit": "hook plugins that must record (optional; required when present)",
         "after_compact": "hook plugins",
+        "on_boundary": "hook plugins that observe every boundary (optional)",
     }
     for n in names:
         spec = getattr(_spec(n), f"{hookspecs.PROJECT_NAME}_spec")

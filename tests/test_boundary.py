@@ -120,7 +120,7 @@ def test_misbehaving_compactor_becomes_the_error_path_with_acc_untouched(case, c
     memory = acc.memory
     before = memory.dump()
     before_entries = memory.entries()
-    with caplog.at_level(logging.ERROR, logger="normandy_core.boundary"):
+    with caplog.at_level(logging.WARNING, logger="normandy_core.boundary"):
         out, meta = run_compaction(acc, mid_round=False)
     assert out is acc
     assert acc.memory is memory
@@ -132,7 +132,9 @@ def test_misbehaving_compactor_becomes_the_error_path_with_acc_untouched(case, c
     assert expected in meta["error"]
     assert meta["error"].startswith("compactor 'probe' (group normandy_core.compactors)")
     assert calls == []  # no after_compact on the error path
-    assert any(expected in r.getMessage() for r in caplog.records)
+    # a failed compaction is a warning (the turn goes on with its conversation), once
+    (record,) = [r for r in caplog.records if expected in r.getMessage()]
+    assert record.levelno == logging.WARNING
     # The restored memory is fully usable: appends and token totals behave.
     memory.add_message("user", "next")
     assert [e.id for e in memory][:6] == [f"m{i}" for i in range(6)]

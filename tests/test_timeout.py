@@ -73,3 +73,62 @@ def test_a_fast_compactor_under_a_timeout_runs_normally():
 def test_a_bad_timeout_is_refused_at_config_time(bad):
     with pytest.raises(ValueError, match="compaction_timeout must be a positive number"):
         AgentConfig(compaction_timeout=bad)
+
+
+class RaisesTimeout:
+    """A compactor whose own work timed out (a model call, say): its error, not the limit."""
+
+    @hookimpl
+    def needs_window(self, opts):
+        return False
+
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        raise TimeoutError("the summary request timed out")
+
+
+@pytest.mark.parametrize("limit", [None, 5.0], ids=["unbounded", "bounded"])
+def test_a_compactors_own_timeout_error_is_its_error_not_the_limit(limit):
+    register_compactor("raises_timeout", RaisesTimeout(), replace=True)
+    try:
+        acc = AgentConfig(compactor="raises_timeout", compaction_timeout=limit)
+        acc.memory.add_message("user", "hello")
+        new_acc, meta = run_compaction(acc, mid_round=False)
+    finally:
+        unregister_compactor("raises_timeout")
+    assert new_acc is acc
+    assert "raised TimeoutError: the summary request timed out" in meta["error"]
+    assert "compaction_timeout" not in meta["error"]
+
+
+def test_a_hooks_own_timeout_error_is_its_error_not_the_limit():
+    from normandy_core import register_hook
+
+    class Hook:
+        @hookimpl
+        def after_compact(self):
+            raise TimeoutError("index server timed out")
+
+    class DropFirst:
+        @hookimpl
+        def needs_window(self, opts):
+            return False
+
+        @hookimpl
+        def maybe_compact(self, acc, ctx, opts):
+            entries = acc.memory.entries()
+            new = acc.with_memory(acc.memory.derive(entries[2:]))
+            return new, {"compacted": True, "dropped": entries[:2]}
+
+    register_hook(Hook(), name="times_out")
+    register_compactor("drop_first_two", DropFirst(), replace=True)
+    try:
+        acc = AgentConfig(compactor="drop_first_two", compaction_timeout=5.0)
+        for i in range(4):
+            acc.memory.add_message("user" if i % 2 == 0 else "assistant", f"m{i}")
+        _, meta = run_compaction(acc, mid_round=False)
+    finally:
+        unregister_compactor("drop_first_two")
+    assert meta["compacted"] is True
+    (error,) = meta["hook_errors"]
+    assert error["error"] == "TimeoutError: index server timed out"

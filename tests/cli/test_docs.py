@@ -37,6 +37,7 @@ def test_every_hookspec_is_in_the_hook_reference() -> None:
         "validate_opts",
         "before_commit",
         "after_compact",
+        "on_boundary",
     }
     for specs in (hookspecs.CompactorSpec, hookspecs.HookSpec):
         for name in dir(specs):

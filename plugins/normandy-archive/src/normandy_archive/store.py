@@ -162,9 +162,15 @@ READABLE_VERSIONS = (1, SCHEMA_VERSION)
 def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     """The archive's schema version (0: an empty file); refuse another application's file.
 
-    Reads only: ``user_version`` and the table names.
+    Reads only: ``user_version`` and the table names, both from one snapshot (in one
+    read transaction unless the caller's is open): read apart, a writer creating the
+    schema in between made a new archive look like another application's file
+    (``user_version`` 0 with tables).
     """
+    own = not conn.in_transaction
     try:
+        if own:
+            conn.execute("BEGIN")
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
@@ -173,6 +179,10 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
                 f"{str(path)!r} is not a Normandy archive ({exc}); refusing to touch it"
             ) from exc
         raise
+    finally:
+        if own and conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")  # a read: nothing to keep
     if version == 0 and not tables:
         return 0
     if version not in READABLE_VERSIONS or not {"compactions", "entries"} <= tables:
