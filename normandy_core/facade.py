@@ -30,7 +30,6 @@ message it changes. The shapes read, and what happens to each field, are listed 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
@@ -59,7 +58,6 @@ ENTRY = "normandy_core.compact()"
 #: How :func:`compact` is given a window, for :class:`~normandy_core.WindowUnknownError`.
 COMPACT_HINT = "pass window=<tokens> to compact(), or model= a model the catalog knows"
 
-log = logging.getLogger("normandy_core.facade")
 
 FormatName = Literal["auto", "openai", "anthropic", "responses", "normandy"]
 _FORMATS = ("auto", "openai", "anthropic", "responses", "normandy")
@@ -380,7 +378,7 @@ def compact(
 
     When nothing is compacted by a call that does not continue an earlier one (or the
     compactor reports an error, see :attr:`CompactResult.error`) ``messages`` comes back
-    unchanged. An error result is logged as a warning (logger ``normandy_core.facade``)
+    unchanged. An error result is logged as a warning (logger ``normandy_core.boundary``)
     naming the compactor; ``raise_on_error=True`` raises :class:`CannotFitError` for it
     instead of returning it (as :meth:`CompactResult.check` does). Raises
     :class:`~normandy_core.formats.TranscriptError` for odd input (see the module
@@ -410,16 +408,9 @@ def compact(
         result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
         if key is not None and isinstance(t, Transcript):
             continuation.remember(key, acc, t, result.memory, messages, result.messages)
-    if result.error is not None:
-        log.warning(
-            "%s: %s reported an error; the transcript is returned unchanged and may not fit "
-            "the window: %s",
-            ENTRY,
-            result._compactor or f"compactor {compactor!r}",
-            result.error,
-        )
-        if raise_on_error:
-            result.check()
+    # The boundary logs the failure (WARNING, naming the compactor and its distribution).
+    if result.error is not None and raise_on_error:
+        result.check()
     return result
 
 
