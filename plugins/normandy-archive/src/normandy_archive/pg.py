@@ -178,7 +178,10 @@ WHERE s.at <= excluded.at
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 _MAX_BIGINT = 2**63 - 1
-_ATTEMPTS = 5
+#: Attempts at a write that meets a deadlock or serialization failure (writers of the same
+#: content in crossing orders wait on each other's unique keys; PostgreSQL aborts one),
+#: with jittered exponential backoff between them (50 ms doubling, at most 1 s).
+_ATTEMPTS = 10
 
 
 class PostgresArchiveError(ArchiveError, RuntimeError):
@@ -621,7 +624,7 @@ class PostgresArchive(base.ArchiveBackend):
                 except psycopg.Error as exc:
                     if attempt == _ATTEMPTS or not _retryable(exc, conn):
                         raise
-                    time.sleep(random.uniform(0.01, 0.05) * attempt)
+                    time.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
         return stored
 
     # -- retention --------------------------------------------------------------------
