@@ -875,7 +875,9 @@ def _stage_responses(items: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
         pos = len(model.raws) - 1
         _stage_model_item(model, m, raw, kind, i, pos)
         if kind == "compaction":
+            # an entry of its own: what follows is not pinned with it
             model.meta[PROVIDER_COMPACTION] = True
+            yield from flush_model()
     yield from flush_model()
     yield from flush_outs()
 

@@ -673,3 +673,18 @@ def test_a_callers_own_arguments_string_is_what_is_counted() -> None:
     assert extra > 0
     assert counter.count_entry(entry) == counter.count_entry(compact_form) + extra
     assert result.messages[1] is msgs[1]  # and it is sent as given
+
+
+def test_a_responses_compaction_item_is_an_entry_of_its_own() -> None:
+    """Calls after a compaction item are not pinned with it (campaign seed 23, case 56379:
+    window_manager called the calls and their outputs irreducible)."""
+    items = [
+        {"role": "user", "content": "go"},
+        {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA"},
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "x"},
+    ]
+    memory = read(items, "responses").memory
+    entries = memory.entries()
+    assert [e.pinned for e in entries] == [False, True, False, False]
+    assert len(entries[1].content) == 1  # the compaction item alone
