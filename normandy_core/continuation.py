@@ -223,7 +223,7 @@ def _continue(
 
     t = st.transcript
     if new:
-        _check_values_at(new, k, _check_values)
+        _check_values(new, k)
         fmt = detect(new)
         if fmt != t.format and fmt != "openai":  # evidence of another format
             return None
@@ -265,17 +265,6 @@ def _continue(
     given = list(messages) if full else []  # the caller keeps its whole history
     _remember(_State(st.key, st.acc, t, kept.copy(), given, list(out), out_snapshot))
     return result
-
-
-def _check_values_at(new: list[Any], k: int, check: Any) -> None:
-    from normandy_core.formats import TranscriptError
-
-    try:
-        check(new)
-    except TranscriptError as exc:
-        raise TranscriptError(
-            None if exc.index is None else exc.index + k, exc.field, exc.problem
-        ) from None
 
 
 def _prune_sources(t: Transcript, memory: AgentMemory) -> None:

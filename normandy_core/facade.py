@@ -209,9 +209,10 @@ def _as_dict(obj: Any) -> Any:
     return dump(mode="json", exclude_none=True) if callable(dump) else obj
 
 
-def _check_values(messages: Sequence[Any]) -> None:
-    """Refuse deep nesting and lone surrogates, naming the message and the field."""
-    for i, raw in enumerate(messages):
+def _check_values(messages: Sequence[Any], start: int = 0) -> None:
+    """Refuse deep nesting and lone surrogates, naming the message (numbered from
+    ``start``) and the field."""
+    for i, raw in enumerate(messages, start):
         bad = value_problem(_as_dict(raw))
         if bad is not None:
             raise TranscriptError(i, bad[0] or None, bad[1])

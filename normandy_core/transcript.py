@@ -101,13 +101,12 @@ class Source:
     """Where one entry came from: the raw messages as given and each block's raw part.
 
     ``raws`` are the input objects (one message; several ``tool`` messages of one batch;
-    several Responses items), ``index`` the position of the first. ``parts`` pairs each
-    block of ``content`` with the position in ``raws`` it came from and its raw part
-    (the block dict, the tool call, the item). ``group`` numbers the entries read from
-    one Anthropic message that held a marker or summary between other blocks.
+    several Responses items). ``parts`` pairs each block of ``content`` with the position
+    in ``raws`` it came from and its raw part (the block dict, the tool call, the item).
+    ``group`` numbers the entries read from one Anthropic message that held a marker or
+    summary between other blocks.
     """
 
-    index: int
     raws: list[Any]
     role: str
     content: Content
@@ -1105,7 +1104,6 @@ def extend(t: Transcript, mem: AgentMemory, staged: list[_Staged], *, pin: int =
         turn = None if role == "system" else turns.next(role, content)
         e = mem.add_message(role, content, turn_id=turn, pinned=k == pin, metadata=st.meta)
         sources[e.id] = Source(
-            index=st.index,
             raws=st.raws,
             role=role,
             content=e.content,
@@ -1239,7 +1237,6 @@ def write(t: Transcript, memory: AgentMemory) -> Any:
             out.extend(emitted)
             # What was rendered is now the caller's: given back unchanged, it is kept as is.
             t.sources[e.id] = Source(
-                index=-1,
                 raws=emitted,
                 role=e.role,
                 content=e.content,
