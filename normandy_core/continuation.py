@@ -19,12 +19,13 @@ compacts the list from scratch instead.
 
 A list that does not extend a remembered one (other messages, a different config, a
 different format) takes the full path; nothing is ever guessed. The remembered prefix is
-compared by identity (the very same objects, in C: an equal copy is another list, so kept
-messages always come back as the caller's own objects), and the messages still live in the
-compacted conversation by value, against private deep copies made when they were
-returned: a kept message changed in place after a call sends the next call down the
-full path. (A message the conversation no longer holds cannot change the continuation,
-so its content is not compared.)
+compared in C as a list (``==``: the same objects cost one pointer comparison each),
+and kept messages always come back as the caller's own objects: each message the last
+call returned must be the very object the caller now holds at its position (an equal
+copy sends the call down the full path, which returns the caller's objects), and its
+content is compared against a private deep copy made when it was returned, so a kept
+message changed in place after a call also takes the full path. (A message the
+conversation no longer holds cannot change the continuation, so it only has to be equal.)
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ class _State:
     acc: AgentConfig  # the prepared config (same session id for every continuation)
     transcript: Transcript  # sources of every entry of ``memory``, turn numbering, ids
     memory: AgentMemory  # the compacted conversation (token counts cached)
-    given: list[Any]  # the messages as given (identity); empty when continuing ``out``
+    given: list[Any]  # the messages as given; empty when continuing ``out``
     out: list[Any]  # the messages returned: the live ones
+    out_pos: list[int]  # where each of ``out`` sits in ``given`` (-1: an object of ours)
     out_snapshot: list[Any]  # private deep copies of ``out`` (content)
 
 
@@ -124,7 +126,10 @@ def _take(key: tuple[Any, ...], messages: Sequence[Any]) -> tuple[_State, int, b
                 k = len(given)
                 if st.key != key or k == 0 or k > n or messages[k - 1] is not given[k - 1]:
                     continue
-                if not all(map(is_, given, messages)):  # the very same objects, in C
+                if given is st.out:
+                    if not all(map(is_, given, messages)):  # the very same objects, in C
+                        continue
+                elif not _same_prefix(given, messages, st.out, st.out_pos):
                     continue
                 if st.out_snapshot != st.out:
                     continue  # a live message was changed in place since it was seen
@@ -132,6 +137,24 @@ def _take(key: tuple[Any, ...], messages: Sequence[Any]) -> tuple[_State, int, b
                 _forget(st)
                 return st, k, given is st.given
     return None
+
+
+def _same_prefix(
+    given: list[Any], messages: Sequence[Any], out: list[Any], out_pos: list[int]
+) -> bool:
+    """Whether ``messages`` starts with ``given`` (equal, in C: the same objects cost a
+    pointer comparison) and holds the very objects of ``out`` at their positions."""
+    try:
+        if messages[: len(given)] != given:
+            return False
+    except Exception:  # an object whose comparison raises: not a continuation
+        return False
+    return all(p < 0 or messages[p] is m for p, m in zip(out_pos, out, strict=True))
+
+
+def _positions(out: Sequence[Any], known: Mapping[int, int]) -> list[int]:
+    """Where each of ``out`` sits in the caller's list (``known``: id to position)."""
+    return [known.get(id(m), -1) for m in out]
 
 
 def _forget(st: _State) -> None:
@@ -169,7 +192,9 @@ def remember(
         out_snapshot = copy.deepcopy(out)
     except Exception:  # an object that cannot be copied: no memo for it
         return
-    _remember(_State(key, acc, t, memory.copy(), list(given), list(out), out_snapshot))
+    known = {id(m): i for i, m in enumerate(given)}
+    pos = _positions(out, known)
+    _remember(_State(key, acc, t, memory.copy(), list(given), list(out), pos, out_snapshot))
 
 
 def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
@@ -262,8 +287,18 @@ def _continue(
         out_snapshot = [copies[id(m)] if id(m) in copies else copy.deepcopy(m) for m in out]
     else:
         out_snapshot = [*st.out_snapshot, *fresh]
-    given = list(messages) if full else []  # the caller keeps its whole history
-    _remember(_State(st.key, st.acc, t, kept.copy(), given, list(out), out_snapshot))
+    if full:  # the caller keeps its whole history: remember where the live messages sit
+        given = list(messages)
+        old_pos = st.out_pos
+        if meta.get("compacted"):
+            known = {id(m): p for m, p in zip(st.out, old_pos, strict=True)}
+            known.update({id(m): k + j for j, m in enumerate(new)})
+            out_pos = _positions(out, known)
+        else:
+            out_pos = [*old_pos, *range(k, k + len(new))]
+    else:  # continued from the list returned: matched by identity against ``out``
+        given, out_pos = [], [-1] * len(out)
+    _remember(_State(st.key, st.acc, t, kept.copy(), given, list(out), out_pos, out_snapshot))
     return result
 
 
