@@ -106,3 +106,41 @@ def test_plugin_guide_distribution_installs_and_passes_its_tests(tmp_path: Path)
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "4 passed" in proc.stdout
+
+
+def _api_directives() -> dict[str, set[str]]:
+    """Each ``::: identifier`` of docs/api/, with the members its options list (if any)."""
+    found: dict[str, set[str]] = {}
+    for page in sorted((DOCS / "api").glob("*.md")):
+        text = page.read_text(encoding="utf-8")
+        for m in re.finditer(r"^::: (\S+)\n((?:    .*\n)*)", text, flags=re.M):
+            found[m.group(1)] = set(re.findall(r"^ +- (\w+)$", m.group(2), flags=re.M))
+    return found
+
+
+@pytest.mark.parametrize(
+    "module", ["normandy_core", "normandy_core.clients", "normandy_core.turn"]
+)
+def test_every_public_name_is_in_the_api_reference(module: str) -> None:
+    import importlib
+
+    names = set(importlib.import_module(module).__all__) - {"__version__"}
+    directives = _api_directives()
+    missing = sorted(n for n in names if f"{module}.{n}" not in directives)
+    assert not missing, f"not in docs/api/: {', '.join(f'{module}.{n}' for n in missing)}"
+
+
+def test_the_conformance_kit_is_in_the_api_reference() -> None:
+    import normandy_core.testing
+    import normandy_core.testing.strategies
+
+    directives = _api_directives()
+    assert set(normandy_core.testing.__all__) <= directives["normandy_core.testing"]
+    assert directives["normandy_core.testing.strategies"] == set()  # the whole module
+
+
+def test_every_api_page_is_in_the_nav() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = sorted(p.relative_to(DOCS).as_posix() for p in (DOCS / "api").glob("*.md"))
+    assert len(pages) >= 9
+    assert [p for p in pages if f": {p}\n" not in nav] == []
