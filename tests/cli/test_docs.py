@@ -118,9 +118,7 @@ def _api_directives() -> dict[str, set[str]]:
     return found
 
 
-@pytest.mark.parametrize(
-    "module", ["normandy_core", "normandy_core.clients", "normandy_core.turn"]
-)
+@pytest.mark.parametrize("module", ["normandy_core", "normandy_core.clients", "normandy_core.turn"])
 def test_every_public_name_is_in_the_api_reference(module: str) -> None:
     import importlib
 
