@@ -142,3 +142,44 @@ def test_every_api_page_is_in_the_nav() -> None:
     pages = sorted(p.relative_to(DOCS).as_posix() for p in (DOCS / "api").glob("*.md"))
     assert len(pages) >= 9
     assert [p for p in pages if f": {p}\n" not in nav] == []
+
+
+def _results_sections() -> dict[str, str]:
+    """benchmarks/RESULTS.md by section number ("1", "1b", "8"...)."""
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text(encoding="utf-8")
+    sections: dict[str, str] = {}
+    for part in re.split(r"^## ", text, flags=re.M)[1:]:
+        m = re.match(r"(\d+[a-z]?)\.", part)
+        if m:
+            sections[m.group(1)] = sections.get(m.group(1), "") + part
+    return sections
+
+
+_FIGURE = re.compile(r"(?<![\w.])\d(?:[\d,]*\d)?(?:\.\d+)?")
+
+
+def test_every_figure_of_the_choosing_page_is_in_the_section_it_cites() -> None:
+    """docs/choosing.md invents no number: each figure of a paragraph or table (outside
+    code spans) is in a section of benchmarks/RESULTS.md that the block, or the paragraph
+    introducing a table, cites as §N."""
+    sections = _results_sections()
+    text = (DOCS / "choosing.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.split(r"\n\s*\n", text) if not b.startswith("#")]
+    checked = 0
+    previous_cites: list[str] = []
+    for block in blocks:
+        cites = re.findall(r"§(\d+[a-z]?)", block)
+        if not cites and block.startswith("|"):
+            cites = previous_cites  # a table cited by the paragraph that introduces it
+        assert all(c in sections for c in cites), f"no such section in RESULTS.md: {cites}"
+        figures = _FIGURE.findall(re.sub(r"`[^`]*`|§\d+[a-z]?", "", block))
+        if figures:
+            assert cites, f"figures without a citation: {figures} in\n{block}"
+        source = "".join(sections[c] for c in cites)
+        for figure in figures:
+            assert re.search(rf"(?<![\d,.]){re.escape(figure)}(?![\d,]|\.\d)", source), (
+                f"{figure} is not in RESULTS.md section(s) {', '.join(cites)}:\n{block}"
+            )
+            checked += 1
+        previous_cites = cites
+    assert checked > 80
