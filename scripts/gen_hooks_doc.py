@@ -24,6 +24,23 @@ _ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):`(~?)([^`]+)`")
 _FIELD = re.compile(r"^:(param|returns|raises)\s*([^:]*):\s*(.*)$")
 
 
+#: The imports the rendered signatures need, shown once at the top of the page.
+_IMPORTS = [
+    "from collections.abc import Mapping",
+    "from typing import Any",
+    "",
+    "from pydantic import BaseModel",
+    "",
+    "from normandy_core import (",
+    "    AgentConfig,",
+    "    BoundaryInfo,",
+    "    CompactionContext,",
+    "    CompactionMeta,",
+    "    hookimpl,",
+    ")",
+]
+
+
 def _role(match: re.Match[str]) -> str:
     target = match.group(2)
     if match.group(1):
@@ -76,7 +93,7 @@ def _section(name: str) -> str:
         if opts.get("firstresult")
         else "broadcast (every registered hook plugin is called)"
     )
-    out = [f"## `{name}`", "", "```python", f"def {name}{sig}", "```", ""]
+    out = [f"## `{name}`", "", "```python", "@hookimpl", f"def {name}{sig}: ...", "```", ""]
     out.append(f"*Calling convention:* {calling}.")
     out.append("")
     paragraphs = "\n".join(body).strip().split("\n\n")
@@ -115,6 +132,13 @@ def render() -> str:
         "signature is checked against the spec below when the plugin is loaded (it may take",
         "fewer arguments than the spec, pluggy's convention), and a hook of the other set",
         "is refused there, since it would never be called.",
+        "",
+        "The signatures below are written as implementations; these are the names they use",
+        "(the documentation tests run this page's blocks, so the names are all importable):",
+        "",
+        "```python",
+        *_IMPORTS,
+        "```",
         "",
         "| hook | who implements it | calling convention |",
         "| --- | --- | --- |",
