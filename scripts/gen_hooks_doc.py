@@ -54,6 +54,20 @@ def _inline(text: str) -> str:
     return re.sub(r"``([^`]+)``", r"`\1`", text)
 
 
+def _stub(name: str, fn: Any, width: int = 100) -> list[str]:
+    """``def name(...) -> ...: ...`` wrapped as ``ruff format`` wraps it (it checks docs)."""
+    sig = inspect.signature(fn)
+    params = [str(p).replace("'", "") for p in sig.parameters.values()]
+    returns = str(sig.return_annotation).replace("'", "")
+    one = f"def {name}({', '.join(params)}) -> {returns}: ..."
+    if len(one) <= width:
+        return [one]
+    inner = "    " + ", ".join(params)
+    if len(inner) <= width:
+        return [f"def {name}(", inner, f") -> {returns}: ..."]
+    return [f"def {name}(", *(f"    {p}," for p in params), f") -> {returns}: ..."]
+
+
 def _spec(name: str) -> Any:
     return getattr(hookspecs.SPEC_SETS[name], name)
 
@@ -73,7 +87,6 @@ def _section(name: str) -> str:
     fn: Any = _spec(name)
     opts = getattr(fn, f"{hookspecs.PROJECT_NAME}_spec")
     doc = inspect.getdoc(fn) or ""
-    sig = str(inspect.signature(fn)).replace("'", "")
     body: list[str] = []
     fields: list[tuple[str, str, str]] = []
     in_field = False
@@ -93,7 +106,7 @@ def _section(name: str) -> str:
         if opts.get("firstresult")
         else "broadcast (every registered hook plugin is called)"
     )
-    out = [f"## `{name}`", "", "```python", "@hookimpl", f"def {name}{sig}: ...", "```", ""]
+    out = [f"## `{name}`", "", "```python", "@hookimpl", *_stub(name, fn), "```", ""]
     out.append(f"*Calling convention:* {calling}.")
     out.append("")
     paragraphs = "\n".join(body).strip().split("\n\n")
