@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from contextlib import ExitStack
@@ -76,10 +77,13 @@ def test_the_markers_are_known_and_skips_are_few_with_reasons() -> None:
 
 
 def test_python_blocks_are_fenced_as_python() -> None:
-    """No Python block escapes the runner under another fence name."""
+    """No Python block escapes the runner under another fence name, or by being indented
+    (a fence inside a list item, which the block reader does not look for)."""
     for page in PAGES:
         for block in blocks(page):
             assert block.lang not in ("py", "python3", "pycon", "ipython"), block.where
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"^[ \t]+```", text, flags=re.M), f"an indented fence in {page}"
 
 
 def test_every_page_with_python_blocks_is_run() -> None:
