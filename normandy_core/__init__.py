@@ -255,6 +255,7 @@ if TYPE_CHECKING:
         DocumentBlock,
         Entry,
         ImageBlock,
+        OpaqueBlock,
         RedactedThinkingBlock,
         TextBlock,
         ThinkingBlock,

@@ -579,7 +579,7 @@ def resolve_compactor(name: str) -> Compactor:
 
 
 def register_compactor(name: str, plugin: Any, *, replace: bool = False) -> Compactor:
-    """Register a compactor in code (a module, a class or an instance with ``@hookimpl``\\ s).
+    """Register a compactor in code: a module, class or instance whose hooks carry ``@hookimpl``.
 
     It is validated like an entry point and then selectable by ``name``. Raises
     ``ValueError`` when the name is taken and ``replace`` is false.
@@ -677,7 +677,7 @@ def describe_hook(qualified_name: str) -> str:
 
 
 def register_hook(plugin: Any, name: str | None = None) -> str:
-    """Register a hook plugin in code (module, class or instance with ``@hookimpl``\\ s).
+    """Register a hook plugin in code: a module, class or instance whose hooks carry ``@hookimpl``.
 
     Returns the qualified name to pass to :func:`unregister_hook`. Signatures are validated
     now: a mismatch raises :class:`~normandy_core.PluginLoadError`.
