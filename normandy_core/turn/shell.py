@@ -65,7 +65,8 @@ Tool = Callable[..., Any]
 
 
 class TurnAborted(TurnError):
-    """The model client failed mid-turn. ``acc`` and ``events`` hold the turn so far."""
+    """The model client failed mid-turn. ``acc`` and ``events`` hold the turn so far (the
+    config given to the turn is unchanged)."""
 
     def __init__(self, message: str, acc: AgentConfig, events: list[dict[str, Any]]) -> None:
         super().__init__(message)
@@ -77,8 +78,9 @@ class TurnAborted(TurnError):
 class TurnResult:
     """What a turn produced.
 
-    ``text`` is the final answer; ``acc`` the agent config after the turn (compacted
-    where a boundary compacted); ``events`` everything the turn reported, in order;
+    ``text`` is the final answer; ``acc`` the agent config after the turn (its memory
+    holds the turn's messages, compacted where a boundary compacted; the config given
+    to the turn is never changed); ``events`` everything the turn reported, in order;
     ``usage`` the provider-reported tokens summed over the turn's calls; ``budget`` the
     task budget at the end (``None`` without one); ``reason`` why the turn ended;
     ``boundaries`` the meta of each of the turn's boundaries, in order (with the dropped
@@ -200,7 +202,9 @@ class _Runner:
         calibration: Calibration | None,
         on_event: Callable[[dict[str, Any]], None] | None,
     ) -> None:
-        self.acc = acc
+        # The turn runs on a config of its own: the caller's config and memory are never
+        # changed (the memory is copied; its entries are frozen and shared).
+        self.acc = acc.with_memory(acc.memory.copy())
         self.tools = dict(tools or {})
         self.turn_id = turn_id or new_id()
         self.state = start(self.turn_id, max_iterations=max_iterations, budget=budget)
@@ -387,8 +391,9 @@ def run_turn(
 ) -> TurnResult:
     """Run one agent turn synchronously and return its :class:`TurnResult`.
 
-    ``acc`` is the agent (its memory is extended in place until a compaction replaces
-    it; use the result's ``acc`` afterwards). ``tools`` maps tool names to callables
+    ``acc`` is the agent; it is never changed (configs are frozen, and the turn works on
+    a copy of its memory): the agent after the turn, with the turn's messages, is the
+    result's ``acc``. ``tools`` maps tool names to callables
     taking the tool input as keyword arguments (an async tool is run with
     :func:`asyncio.run`); the definitions the model sees are ``acc.tools``. The calls
     of one reply run in order as one batch and their results are appended together.
