@@ -182,3 +182,37 @@ def test_acompact_runs_an_async_clients_summary_on_the_callers_loop() -> None:
     assert result.error is None, result.error
     assert result.compacted and summary_of(result).endswith("\n" + SUMMARY)
     assert provider.refusals == [] and len(provider.requests) == 1
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+def test_normandy_compact_client_asks_the_provider_its_sdk_is_pointed_at(
+    kind: str, tmp_path: Any
+) -> None:
+    """``normandy compact --client KIND``: the SDK reads its key and URL from its own
+    environment variables, here pointing at the loopback provider."""
+    pytest.importorskip(kind, reason=f"needs the {kind} extra")
+    from tests.cli.conftest import run_cli, write_json
+
+    model = "claude-sonnet-4-5" if kind == "anthropic" else "gpt-4o"
+    src = write_json(tmp_path / "in.json", chat())
+    out = tmp_path / "out.json"
+    args = ["compact", str(src), "-o", str(out), "--model", model, "--window", str(WINDOW)]
+    args += [f"--opt={k}={v}" for k, v in OPTS.items()]
+    prefix = kind.upper()
+    with servers.FakeProvider(kind, [{"text": SUMMARY}]) as provider:
+        env = {f"{prefix}_API_KEY": "test-key", f"{prefix}_BASE_URL": provider.base_url}
+        r = run_cli(*args, "--client", kind, env=env)
+    assert r.code == 0, r
+    assert "(strategy summarize)" in r.err
+    assert provider.refusals == [] and len(provider.requests) == 1
+    assert provider.requests[0]["model"] == model
+    written = json.loads(out.read_text())
+    summary = [m["content"] for m in written if "[normandy:summary]" in str(m.get("content"))]
+    assert len(summary) == 1 and summary[0].endswith("\n" + SUMMARY)
+
+    # without --client the model summarizer has no client: exit 1, nothing written
+    r = run_cli(*args[:3], str(tmp_path / "none.json"), *args[4:])
+    assert r.code == 1 and "needs a model client" in r.err, r
+    assert not (tmp_path / "none.json").exists()
+    r = run_cli("compact", str(src), "--client", kind, "--opt=strategy=summarize")
+    assert r.code == 2 and f"--client {kind} needs --model" in r.err, r
