@@ -445,6 +445,7 @@ def _prepare(
     window: int | None,
     model: str | None,
     timeout: float | None = None,
+    client: Any = None,
 ) -> Any:
     """The prepared config (compactor resolved, options validated, window found), up front."""
     from normandy_core.facade import prepare_config
@@ -457,7 +458,35 @@ def _prepare(
         timeout=timeout,
         entry=entry,
         hint=_CLI_HINT,
+        client=client,
     )
+
+
+#: ``--client`` choices: the provider SDK reads its key and URL from these variables.
+_CLIENT_ENV = {
+    "anthropic": "ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL",
+    "openai": "OPENAI_API_KEY, OPENAI_BASE_URL",
+}
+
+
+def _client(provider: str | None, model: str | None) -> Any:
+    """The model client ``--client`` asks for (``None`` without it), for ``--model``."""
+    if provider is None:
+        return None
+    if not model:
+        raise CliError(f"--client {provider} needs --model (the model that writes summaries)")
+    from normandy_core.clients import ModelClientError
+
+    try:
+        if provider == "anthropic":
+            from normandy_core.clients.anthropic import AnthropicClient
+
+            return AnthropicClient(model)
+        from normandy_core.clients.openai import OpenAIClient
+
+        return OpenAIClient(model)
+    except ModelClientError as exc:  # the SDK is not installed
+        raise CliError(f"--client {provider}: {exc}") from exc
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
@@ -467,7 +496,10 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from normandy_core.tokens import counter_description, default_counter_for, get_counter
 
     opts = parse_opts(args.opt)
-    acc = _prepare(args.compactor, opts, "normandy compact", args.window, args.model, args.timeout)
+    client = _client(args.client, args.model)
+    acc = _prepare(
+        args.compactor, opts, "normandy compact", args.window, args.model, args.timeout, client
+    )
     src = read_source(args.input)
     try:
         result = compact_with(acc, src.data, mid_round=args.mid_round, format=args.format)
@@ -675,6 +707,14 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
         type=_positive_float,
         metavar="S",
         help="abandon a compactor that takes longer than S seconds (exit 1, nothing written)",
+    )
+    p.add_argument(
+        "--client",
+        choices=sorted(_CLIENT_ENV),
+        help="a model client for a compactor that asks the model (--opt summarizer=model), "
+        "calling --model; the provider's SDK (extra normandy-core[anthropic] or [openai]) "
+        "reads its key and URL from "
+        + "; ".join(f"{k}: {v}" for k, v in sorted(_CLIENT_ENV.items())),
     )
     p.set_defaults(func=cmd_compact)
 

@@ -26,7 +26,11 @@ _CREATE = "normandy_core.AgentConfig()"
 class AgentConfig:
     """The running agent config: model, prompt, tools, conversation and compactor settings.
 
-    ``compactor`` defaults to ``"noop"`` (default off: nothing changes, nothing is spent),
+    ``tools`` are the tool definitions the model sees (``{"name", "description",
+    "input_schema"}``, or OpenAI's ``function`` form); the turn shells add a definition
+    derived from each tool callable they are given that has none
+    (:func:`normandy_core.turn.tool_definition`) to the config they return, never to this
+    one. ``compactor`` defaults to ``"noop"`` (default off: nothing changes, nothing is spent),
     which ships with ``normandy-core`` itself. ``compaction_timeout`` bounds each boundary
     in seconds, hooks included (``None``: unbounded); past it the boundary gives up and
     keeps the conversation as it was. ``client`` is the agent's model client (see

@@ -101,8 +101,14 @@ def config_key(
     window: int | None,
     timeout: float | None,
     format: str,
+    client: Any = None,
 ) -> tuple[Any, ...] | None:
-    """What a continuation must share with the call it continues, or ``None`` (no memo)."""
+    """What a continuation must share with the call it continues, or ``None`` (no memo).
+
+    ``client`` counts by identity: a call with another client object (or none) never
+    continues one made with this one. Its ``id`` cannot be reused by another object while
+    the remembered state lives, since the state's config holds the client.
+    """
     from normandy_core import plugins
 
     try:
@@ -115,7 +121,17 @@ def config_key(
             handle = plugins.resolve_compactor(compactor)
         except Exception:  # the full path reports it
             return None
-    return (compactor, frozen, model, window, timeout, format, id(plugins._REG), id(handle))
+    return (
+        compactor,
+        frozen,
+        model,
+        window,
+        timeout,
+        format,
+        id(plugins._REG),
+        id(handle),
+        id(client),
+    )
 
 
 def _take(key: tuple[Any, ...], messages: list[Any]) -> tuple[_State, int, bool] | None:

@@ -356,6 +356,7 @@ def compact(
     timeout: float | None = None,
     fresh: bool = False,
     raise_on_error: bool = False,
+    client: Any = None,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
@@ -369,7 +370,10 @@ def compact(
     that sizes against one; otherwise the model catalog gives the window of ``model``.
     ``mid_round`` says the last assistant message's tool round is still open.
     ``timeout`` bounds the compactor's time in seconds (``compaction_timeout``): past it
-    the compactor is abandoned and the result is the error path.
+    the compactor is abandoned and the result is the error path. ``client`` is a model
+    client (:mod:`normandy_core.clients`) for a compactor that asks the model, such as
+    ``window_manager``'s ``summarizer="model"``: it becomes the config's ``client``, as
+    the turn loop's compactor gets it from :class:`~normandy_core.AgentConfig`.
 
     Called before every request on a list that grew since the last call (the full
     history, or the list the last call returned plus new messages), only the new
@@ -391,7 +395,9 @@ def compact(
     from normandy_core import continuation
 
     key = (
-        None if fresh else continuation.config_key(compactor, opts, model, window, timeout, format)
+        None
+        if fresh
+        else continuation.config_key(compactor, opts, model, window, timeout, format, client)
     )
     hit = continuation.resume(key, messages, mid_round)
     if hit is not None:
@@ -405,6 +411,7 @@ def compact(
             timeout=timeout,
             entry=ENTRY,
             hint=COMPACT_HINT,
+            client=client,
         )
         result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
         if key is not None and isinstance(t, Transcript):
@@ -416,16 +423,22 @@ def compact(
 
 
 async def acompact(messages: Any, **kwargs: Any) -> CompactResult:
-    """:func:`compact` for async code: the same arguments (``raise_on_error`` included) and
-    result.
+    """:func:`compact` for async code: the same arguments (``raise_on_error`` and
+    ``client`` included) and result.
 
     The work runs in a worker thread (with the caller's context variables, so per-call
     settings such as ``archive_settings`` apply), so the event loop keeps serving other
-    tasks while a compactor counts, summarizes or the archive writes.
+    tasks while a compactor counts, summarizes or the archive writes. A coroutine the
+    compactor needs there (an async ``client``'s model summary) runs on the caller's
+    event loop, where the client's connections live, as under
+    :func:`~normandy_core.turn.arun_turn` (:func:`normandy_core.eventloop.turn_loop`).
     """
     import asyncio
 
-    return await asyncio.to_thread(compact, messages, **kwargs)
+    from normandy_core.eventloop import bind_turn_loop
+
+    with bind_turn_loop(asyncio.get_running_loop()):
+        return await asyncio.to_thread(compact, messages, **kwargs)
 
 
 def prepare_config(
@@ -437,12 +450,14 @@ def prepare_config(
     timeout: float | None,
     entry: str,
     hint: str | None = None,
+    client: Any = None,
 ) -> AgentConfig:
     """The config :func:`compact` runs with, prepared once (empty memory).
 
     ``window`` pins ``context_window`` for a compactor that sizes against one (refused
     when it contradicts a pinned one). ``entry`` and ``hint`` phrase the errors for the
-    caller (the ``normandy`` command passes its own).
+    caller (the ``normandy`` command passes its own). ``client`` is the config's model
+    client (for a compactor that asks the model).
     """
     from normandy_core.preparation import CONFIG_HINT, pin_if_needed
 
@@ -456,6 +471,7 @@ def prepare_config(
         compactor=compactor,
         compactor_opts=options,
         compaction_timeout=timeout,
+        client=client,
         _entry=entry,
         _hint=hint or CONFIG_HINT,
     )

@@ -13,7 +13,7 @@ kind that may implement it.
 
 ``NORMANDY_LOAD_PLUGINS`` (comma-separated names; set but empty means none) is an
 allow-list and ``NORMANDY_DISABLE_PLUGINS`` a deny-list. A name may be qualified by its
-group (``compactors:window_manager``, ``hooks:archive``, ``commands:archive``, or the
+group (``compactors:window_manager``, ``hooks:archive``, ``commands:archive-cli``, or the
 full group name, ``normandy_core.hooks:archive``). A bare name in the deny-list disables
 that name in every group; in the allow-list it allows it in every group only while all
 the entry points of that name come from one distribution, so it never reaches into an
