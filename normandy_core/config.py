@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from normandy_core.preparation import CONFIG_HINT, Prepared, prepare
 if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
     from normandy_core.plugins import Compactor
+    from normandy_core.settings import Settings
 
 __all__ = ["AgentConfig"]
 
@@ -137,6 +139,68 @@ class AgentConfig:
         if any(k in changes for k in ("system_prompt", "tools")):
             changes["_prompt_tokens"] = []
         return dataclasses.replace(self, _entry=entry, **changes)
+
+    @classmethod
+    def from_env(cls, *, window: int | None = None, **fields: Any) -> AgentConfig:
+        """A config whose compactor settings come from the configuration: the
+        environment (``NORMANDY_COMPACTOR``, ``NORMANDY_COMPACTOR_OPTS``), then
+        ``normandy.toml`` or ``pyproject.toml``'s ``[tool.normandy]`` found from the current
+        directory upward (see :mod:`normandy_core.settings`).
+
+        ``fields`` are the config's fields; ``compactor``, ``compactor_opts``, ``model``
+        and ``compaction_timeout`` given here win over the configuration, and ``window``
+        (or the configured ``window``) pins the ``context_window`` option of a compactor
+        that sizes against one. With nothing configured it is ``AgentConfig(**fields)``
+        (compactor ``noop``). Errors name the file or variable and the key at fault.
+        """
+        from normandy_core.settings import current_settings
+
+        return cls._configured(
+            current_settings(), "normandy_core.AgentConfig.from_env()", window, fields
+        )
+
+    @classmethod
+    def from_file(
+        cls, path: str | os.PathLike[str], *, window: int | None = None, **fields: Any
+    ) -> AgentConfig:
+        """:meth:`from_env` with the settings of the one file ``path`` only (a
+        ``normandy.toml``, or a ``pyproject.toml``'s ``[tool.normandy]`` table), without
+        the environment or a look-up."""
+        from normandy_core.settings import read_settings_file
+
+        return cls._configured(
+            read_settings_file(path), "normandy_core.AgentConfig.from_file()", window, fields
+        )
+
+    @classmethod
+    def _configured(
+        cls, settings: Settings, entry: str, window: int | None, fields: dict[str, Any]
+    ) -> AgentConfig:
+        from normandy_core.errors import OptionsError, WindowUnknownError
+        from normandy_core.preparation import pin_if_needed
+
+        s = settings.resolve(
+            "noop",
+            compactor=fields.pop("compactor", None),
+            opts=fields.pop("compactor_opts", None),
+            model=fields.pop("model", None),
+            window=window,
+            timeout=fields.pop("compaction_timeout", None),
+        )
+        try:
+            options = pin_if_needed(s.compactor, s.opts or {}, s.window, entry=entry)
+            return cls(
+                model=s.model,
+                compactor=s.compactor,
+                compactor_opts=options,
+                compaction_timeout=s.timeout,
+                _entry=entry,
+                **fields,
+            )
+        except (OptionsError, WindowUnknownError) as exc:
+            if not s.configured:
+                raise
+            raise type(exc)(f"{exc}\n  ({s.note()})") from exc
 
     def with_compactor(self, name: str, opts: Mapping[str, Any] | None = None) -> AgentConfig:
         """A copy using compactor ``name`` with ``opts``, prepared where it is made."""

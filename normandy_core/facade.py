@@ -37,9 +37,10 @@ from typing import Any, Literal, cast
 from normandy_core.boundary import run_compaction
 from normandy_core.config import AgentConfig
 from normandy_core.contract import CompactionMeta
-from normandy_core.errors import NormandyError, OptionsError
+from normandy_core.errors import NormandyError, OptionsError, WindowUnknownError
 from normandy_core.formats import TranscriptError, value_problem
 from normandy_core.memory import AgentMemory, Entry
+from normandy_core.settings import Resolved, current_settings
 from normandy_core.structure import pairing_problems
 from normandy_core.transcript import Transcript, read, write
 
@@ -347,7 +348,7 @@ def _unchanged(data: Any, read: Transcript | AgentMemory) -> Any:
 def compact(
     messages: Any,
     *,
-    compactor: str = "window_manager",
+    compactor: str | None = None,
     opts: Mapping[str, Any] | None = None,
     model: str | None = None,
     window: int | None = None,
@@ -375,6 +376,11 @@ def compact(
     ``window_manager``'s ``summarizer="model"``: it becomes the config's ``client``, as
     the turn loop's compactor gets it from :class:`~normandy_core.AgentConfig`.
 
+    ``compactor``, ``opts``, ``model``, ``window`` and ``timeout`` left out (``None``)
+    are taken from the configuration when it sets them: ``NORMANDY_COMPACTOR``,
+    ``NORMANDY_COMPACTOR_OPTS``, ``normandy.toml`` or ``pyproject.toml``'s
+    ``[tool.normandy]`` (:mod:`normandy_core.settings`; arguments given always win).
+
     Called before every request on a list that grew since the last call (the full
     history, or the list the last call returned plus new messages), only the new
     messages are read and counted, and the list is compacted as the continuation of the
@@ -389,30 +395,32 @@ def compact(
     :class:`~normandy_core.formats.TranscriptError` for odd input (see the module
     docstring), :class:`~normandy_core.OptionsError` or
     :class:`~normandy_core.WindowUnknownError` for a bad config,
-    :class:`~normandy_core.PluginError` for an unknown or broken compactor, and
-    :class:`CompactionError` when a compactor breaks the tool pairs.
+    :class:`~normandy_core.SettingsError` for a bad configuration source (naming the file
+    or variable and the key), :class:`~normandy_core.PluginError` for an unknown or broken
+    compactor, and :class:`CompactionError` when a compactor breaks the tool pairs.
     """
     from normandy_core import continuation
 
+    s = current_settings().resolve(
+        "window_manager",
+        compactor=compactor,
+        opts=opts,
+        model=model,
+        window=window,
+        timeout=timeout,
+    )
     key = (
         None
         if fresh
-        else continuation.config_key(compactor, opts, model, window, timeout, format, client)
+        else continuation.config_key(
+            s.compactor, s.opts, s.model, s.window, s.timeout, format, client
+        )
     )
     hit = continuation.resume(key, messages, mid_round)
     if hit is not None:
         result = cast("CompactResult", hit)
     else:
-        acc = prepare_config(
-            compactor=compactor,
-            opts=opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            entry=ENTRY,
-            hint=COMPACT_HINT,
-            client=client,
-        )
+        acc = prepare_resolved(s, entry=ENTRY, hint=COMPACT_HINT, client=client)
         result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
         if key is not None and isinstance(t, Transcript):
             continuation.remember(key, acc, t, result.memory, messages, result.messages)
@@ -475,6 +483,29 @@ def prepare_config(
         _entry=entry,
         _hint=hint or CONFIG_HINT,
     )
+
+
+def prepare_resolved(
+    settings: Resolved, *, entry: str, hint: str | None = None, client: Any = None
+) -> AgentConfig:
+    """:func:`prepare_config` with resolved ``settings`` (and ``client``); a refusal of
+    values that came from a configuration source says which source gave each
+    (``settings: opts from NORMANDY_COMPACTOR_OPTS``)."""
+    try:
+        return prepare_config(
+            compactor=settings.compactor,
+            opts=settings.opts,
+            model=settings.model,
+            window=settings.window,
+            timeout=settings.timeout,
+            entry=entry,
+            hint=hint,
+            client=client,
+        )
+    except (OptionsError, WindowUnknownError) as exc:
+        if not settings.configured:
+            raise
+        raise type(exc)(f"{exc}\n  ({settings.note()})") from exc
 
 
 def compact_with(
