@@ -16,7 +16,6 @@ and skipped; it never breaks the other commands.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import math
@@ -505,6 +504,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     settings = _settings(args, parse_opts(args.opt))
     client = _client(args.client, settings.model)
     acc = _prepare(settings, "normandy compact", client)
+    if settings.configured:  # say where what the command line did not give came from
+        print(f"normandy compact: {settings.note()}", file=sys.stderr)
     src = read_source(args.input)
     try:
         result = compact_with(acc, src.data, mid_round=args.mid_round, format=args.format)
@@ -596,7 +597,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.window is None and "context_window" not in opts:
         args.window = DEMO_WINDOW
     _prepare(
-        dataclasses.replace(settings, opts=opts, model=args.model, window=args.window),
+        settings._replace(opts=opts, model=args.model, window=args.window),
         "normandy demo",
     )
     if settings.configured:

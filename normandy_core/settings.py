@@ -25,8 +25,8 @@ or, when it names none, the one the nearest source below it names, or else which
 compactor is in use; the options used are those of the highest source whose compactor
 is the compactor in use, taken whole (options are not merged key by key). So
 ``NORMANDY_COMPACTOR_OPTS`` alone tunes the file's compactor, and ``NORMANDY_COMPACTOR``
-naming another compactor sets the file's options aside. A ``window`` and a ``context_window`` option from different sources: the
-higher source wins.
+naming another compactor sets the file's options aside. A ``window`` and a
+``context_window`` option from different sources: the higher source wins.
 
 Everything is checked where it is loaded: a file that is not TOML (with its line), an
 unknown key, a value of the wrong type, ``NORMANDY_COMPACTOR_OPTS`` that is not a JSON
@@ -48,11 +48,13 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
+from normandy_core import plugins
 from normandy_core.errors import PluginError, SettingsError, UnknownCompactorError
 
 __all__ = [
@@ -101,8 +103,7 @@ class Layer:
     path: Path | None = None
 
 
-@dataclass(frozen=True)
-class Resolved:
+class Resolved(NamedTuple):
     """The settings a call runs with, after precedence: what it passes on to prepare.
 
     ``opts`` is ``None`` when no source gives options. ``origins`` maps each key whose
@@ -115,7 +116,7 @@ class Resolved:
     model: str | None
     window: int | None
     timeout: float | None
-    origins: Mapping[str, str] = field(default_factory=dict)
+    origins: Mapping[str, str] = MappingProxyType({})
 
     @property
     def configured(self) -> bool:
@@ -127,9 +128,28 @@ class Resolved:
         return "settings: " + "; ".join(f"{k} from {v}" for k, v in self.origins.items())
 
 
-_NO_ORIGINS: Mapping[str, str] = {}
+_NO_ORIGINS: Mapping[str, str] = MappingProxyType({})
 #: One level of precedence: the values it sets and where each came from.
 _Level = tuple[Mapping[str, Any], Mapping[str, str]]
+#: In a :class:`_Plan`: the call's own argument is used.
+_ARG: Any = object()
+#: How many plans a :class:`Settings` keeps (one per kind of call; beyond, it starts over).
+_MAX_PLANS = 256
+
+
+class _Plan(NamedTuple):
+    """What a kind of call takes from the sources: per key a value or :data:`_ARG`."""
+
+    compactor: str
+    opts: Any
+    model: Any
+    window: Any
+    timeout: Any
+    origins: Mapping[str, str]
+    #: The window comes from a source and the options are the call's: options that pin
+    #: ``context_window`` win over it (an argument is higher than any source).
+    window_yields: bool
+    origins_without_window: Mapping[str, str]
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,6 +162,9 @@ class Settings:
     layers: tuple[Layer, ...] = ()
     #: (default compactor, plugin registry) pairs already checked against the plugins.
     _checked: set[tuple[str, int]] = field(default_factory=set, repr=False)
+    #: Per kind of call (default, keys, compactor argument, which arguments were given,
+    #: plugin registry): what it takes from the sources.
+    _plans: dict[tuple[Any, ...], _Plan] = field(default_factory=dict, repr=False)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -163,19 +186,58 @@ class Settings:
         over ``default`` (the caller's default compactor).
 
         ``keys`` are those the sources may supply (``normandy demo`` takes only the
-        compactor and its options). The first call per ``default`` checks every source
-        against the installed plugins (:meth:`check`).
+        compactor and its options). The sources are checked against the installed
+        plugins (:meth:`check`) the first time; what a kind of call takes from them is
+        worked out once, so a call costs about a microsecond after the first.
         """
         if not self.layers:
-            return Resolved(compactor or default, opts, model, window, timeout)
+            return Resolved(compactor or default, opts, model, window, timeout, _NO_ORIGINS)
+        token = (
+            default,
+            keys,
+            compactor,
+            opts is None,
+            model is None,
+            window is None,
+            timeout is None,
+            id(plugins._REG),
+        )
+        plan = self._plans.get(token)
+        if plan is None:
+            plan = self._plan(default, keys, compactor, opts, model, window, timeout)
+            if len(self._plans) >= _MAX_PLANS:
+                self._plans.clear()
+            self._plans[token] = plan
+        chosen = opts if plan.opts is _ARG else plan.opts
+        if chosen is not None and plan.opts is not _ARG:
+            chosen = dict(chosen)  # a copy: nobody changes the settings through it
+        origins = plan.origins
+        resolved_window = window if plan.window is _ARG else plan.window
+        if plan.window_yields and isinstance(chosen, Mapping) and "context_window" in chosen:
+            resolved_window, origins = None, plan.origins_without_window
+        return Resolved(
+            plan.compactor,
+            chosen,
+            model if plan.model is _ARG else plan.model,
+            resolved_window,
+            timeout if plan.timeout is _ARG else plan.timeout,
+            origins,
+        )
+
+    def _plan(
+        self,
+        default: str,
+        keys: tuple[str, ...],
+        compactor: str | None,
+        opts: Any,
+        model: Any,
+        window: Any,
+        timeout: Any,
+    ) -> _Plan:
+        """Work out, once per kind of call, what it takes from the sources."""
         self.check()
-        given: dict[str, Any] = {
-            "compactor": compactor,
-            "opts": opts,
-            "model": model,
-            "window": window,
-            "timeout": timeout,
-        }
+        given = {"compactor": compactor, "opts": opts, "model": model, "window": window}
+        given["timeout"] = timeout
         levels: list[_Level] = [({k: v for k, v in given.items() if v is not None}, _NO_ORIGINS)]
         for layer in self.layers:
             levels.append(({k: v for k, v in layer.values.items() if k in keys}, layer.origins))
@@ -185,40 +247,41 @@ class Settings:
         out: dict[str, Any] = {}
         rank: dict[str, int] = {}
         origins: dict[str, str] = {}
-        for key in ("model", "window", "timeout"):
+        for key in ("model", "window", "timeout", "compactor"):
+            out[key] = None
             for i, (values, where) in enumerate(levels):
                 if key in values:
-                    out[key], rank[key] = values[key], i
+                    out[key], rank[key] = (values[key] if i else _ARG), i
                     if i:
                         origins[key] = where[key]
                     break
-        for i, (values, where) in enumerate(levels):
-            if "compactor" in values:
-                if i:
-                    origins["compactor"] = where["compactor"]
-                break
         chosen: Any = None
         for i, (values, where) in enumerate(levels):
             if "opts" in values and effective[i] == final:
-                # the caller's own options as given (prepare checks them); a copy of a
-                # source's, so nobody changes the settings through them
-                chosen, rank["opts"] = (dict(values["opts"]) if i else values["opts"]), i
+                chosen, rank["opts"] = (values["opts"] if i else _ARG), i
                 if i:
                     origins["opts"] = where["opts"]
                 break
-        if isinstance(chosen, Mapping) and "window" in rank and "context_window" in chosen:
-            if rank["window"] < rank["opts"]:  # the window's source is higher
-                chosen = {k: v for k, v in chosen.items() if k != "context_window"}
-            elif rank["window"] > rank["opts"]:  # the options' pinned window is higher
-                del out["window"]
-                origins.pop("window", None)
-        return Resolved(
+        window_yields = False
+        if "window" in rank and "opts" in rank:
+            if rank["opts"] == 0:
+                window_yields = rank["window"] > 0
+            elif "context_window" in chosen:
+                if rank["window"] < rank["opts"]:  # the window's source is higher
+                    chosen = {k: v for k, v in chosen.items() if k != "context_window"}
+                elif rank["window"] > rank["opts"]:  # the options' pinned window is higher
+                    out["window"] = None
+                    origins.pop("window", None)
+        ordered = {k: origins[k] for k in KEYS if k in origins}
+        return _Plan(
             final,
-            chosen,
-            out.get("model"),
-            out.get("window"),
-            out.get("timeout"),
-            origins,
+            MappingProxyType(dict(chosen)) if isinstance(chosen, Mapping) else chosen,
+            out["model"],
+            out["window"],
+            out["timeout"],
+            MappingProxyType(ordered),
+            window_yields,
+            MappingProxyType({k: v for k, v in ordered.items() if k != "window"}),
         )
 
     def check(self) -> None:
@@ -228,8 +291,6 @@ class Settings:
         that does is given its window where the config is prepared). Options no source
         ties to a compactor are checked against the compactor in use, when it is known
         (:meth:`resolve`). Errors begin with the source."""
-        from normandy_core import plugins
-
         token = ("", id(plugins._REG))
         if token in self._checked:
             return
@@ -245,8 +306,6 @@ class Settings:
 
     def _check_floating(self, final: str) -> None:
         """Check the options that no source ties to a compactor against ``final``."""
-        from normandy_core import plugins
-
         token = (final, id(plugins._REG))
         if token in self._checked:
             return
@@ -283,10 +342,8 @@ def _effective(levels: Sequence[_Level], final: str | None) -> list[str | None]:
 
 def _resolve(name: str, source: str) -> Any:
     """The compactor ``name``; a plugin error is raised again prefixed with ``source``."""
-    from normandy_core.plugins import resolve_compactor
-
     try:
-        return resolve_compactor(name)
+        return plugins.resolve_compactor(name)
     except UnknownCompactorError as exc:
         raise UnknownCompactorError(exc.name, exc.installed, exc.suggestion, source=source) from exc
     except PluginError as exc:
@@ -528,7 +585,36 @@ def load_settings(environ: Mapping[str, str], cwd: str | None) -> Settings:
     return Settings(tuple(layers))
 
 
-_last: tuple[tuple[str | None, ...], Settings] | None = None
+_last: tuple[tuple[Any, ...], Settings] | None = None
+_ENV_NAMES = (ENV_COMPACTOR, ENV_OPTS, ENV_CONFIG)
+#: The ``os.environ`` object :data:`_env_values` reads, and how.
+_env_source: tuple[Any, Callable[[], tuple[Any, ...]]] | None = None
+
+
+def _env_values() -> tuple[Any, ...]:
+    """The raw values of the three variables (``None`` when unset), for the cache key.
+
+    ``os.environ.get`` of an unset name costs most of a microsecond (it raises and
+    catches a ``KeyError``); where ``os.environ`` keeps its encoded mapping (CPython's
+    ``_data``, which every change through ``os.environ`` updates) it is read directly.
+    """
+    global _env_source
+    environ = os.environ
+    source = _env_source
+    if source is None or source[0] is not environ:
+        data = getattr(environ, "_data", None)
+        encode = getattr(environ, "encodekey", None)
+        if isinstance(data, dict) and callable(encode):
+            get, names = data.get, tuple(encode(n) for n in _ENV_NAMES)
+        else:
+            get, names = environ.get, _ENV_NAMES
+        a, b, c = names
+
+        def read() -> tuple[Any, ...]:
+            return (get(a), get(b), get(c))
+
+        source = _env_source = (environ, read)
+    return source[1]()
 
 
 def current_settings() -> Settings:
@@ -536,17 +622,16 @@ def current_settings() -> Settings:
 
     Read on first use and again whenever the working directory or one of
     ``NORMANDY_COMPACTOR``, ``NORMANDY_COMPACTOR_OPTS`` and ``NORMANDY_CONFIG`` changes;
-    otherwise a few microseconds (files edited meanwhile: :func:`reload_settings`). A bad
-    source raises (:class:`~normandy_core.SettingsError` and kin) on every call until it
-    is fixed.
+    otherwise about a microsecond (files edited meanwhile: :func:`reload_settings`). A
+    bad source raises (:class:`~normandy_core.SettingsError` and kin) on every call
+    until it is fixed.
     """
     global _last
-    get = os.environ.get
     try:
         cwd: str | None = os.getcwd()
     except OSError:  # the working directory was removed
         cwd = None
-    key = (cwd, get(ENV_COMPACTOR), get(ENV_OPTS), get(ENV_CONFIG))
+    key = (cwd, *_env_values())
     last = _last
     if last is not None and last[0] == key:
         return last[1]

@@ -267,9 +267,7 @@ def test_options_belong_to_their_compactor(here: Path, monkeypatch: pytest.Monke
     # an argument naming another compactor sets the file's options aside
     assert s.resolve("window_manager", compactor="noop").opts is None
     # naming the same one keeps them
-    assert s.resolve("window_manager", compactor="window_manager").opts == {
-        "strategy": "summarize"
-    }
+    assert s.resolve("window_manager", compactor="window_manager").opts == {"strategy": "summarize"}
     monkeypatch.setenv(ENV_COMPACTOR, "noop")
     assert current_settings().resolve("window_manager").opts is None
     monkeypatch.setenv(ENV_COMPACTOR, "window_manager")
@@ -334,7 +332,7 @@ def test_from_file_reads_only_that_file(here: Path, monkeypatch: pytest.MonkeyPa
     agent = AgentConfig.from_file(project)
     assert (agent.compactor, agent.model) == ("window_manager", "claude-sonnet-4-5")
     assert agent.prepared.window == 24_000
-    with pytest.raises(SettingsError, match="nope.toml: no such settings file"):
+    with pytest.raises(SettingsError, match=r"nope\.toml: no such settings file"):
         AgentConfig.from_file(here / "nope.toml")
     assert isinstance(read_settings_file(project), Settings)
 
