@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from normandy_core import AgentConfig, compact, continuation
+from normandy_core import AgentConfig, compact, continuation, hookimpl
 from normandy_core.errors import (
     OptionsError,
     PluginDisabledError,
@@ -523,3 +525,94 @@ def test_continuation_memo_keys_on_the_resolved_settings(
     monkeypatch.setenv(ENV_OPTS, '{"strategy": "oldest_first"}')
     other = compact(messages[: cuts[4]], window=32_000)
     assert not other.continued and other.meta["strategy"] == "oldest_first"
+
+
+# -- precedence as a property ---------------------------------------------------------------
+
+
+class _TakesAnything:
+    """A compactor without an options model or a window: any options are its own."""
+
+    @hookimpl
+    def maybe_compact(self, acc: Any, ctx: Any, opts: Any) -> Any:
+        return acc, {"compacted": False}
+
+    @hookimpl
+    def needs_window(self, opts: Any) -> bool:
+        return False
+
+
+_NAMES = st.sampled_from(["alpha", "beta"])
+
+
+@st.composite
+def _level(draw: st.DrawFn) -> dict[str, Any]:
+    """The keys one source (or a call) sets: each key present about half the time."""
+    pools: dict[str, st.SearchStrategy[Any]] = {
+        "compactor": _NAMES,
+        "opts": st.builds(
+            lambda tag, pinned: {"tag": tag, **({"context_window": pinned} if pinned else {})},
+            st.integers(0, 9),
+            st.sampled_from([None, 1000, 2000]),
+        ),
+        "model": st.sampled_from(["m1", "m2"]),
+        "window": st.sampled_from([1000, 3000]),
+        "timeout": st.sampled_from([1.0, 2.5]),
+    }
+    return {key: draw(pool) for key, pool in pools.items() if draw(st.booleans())}
+
+
+_LEVEL = _level()
+
+
+def _reference(levels: list[dict[str, Any]], default: str) -> tuple[Any, ...]:
+    """Precedence as docs/configuration.md states it, written out level by level."""
+    compactor = next((lv["compactor"] for lv in levels if "compactor" in lv), default)
+
+    def configures(i: int) -> str:  # the compactor the options of level i belong to
+        return next((lv["compactor"] for lv in levels[i:] if "compactor" in lv), compactor)
+
+    found = {
+        key: next((i for i, lv in enumerate(levels) if key in lv), None)
+        for key in ("model", "window", "timeout")
+    }
+    found["opts"] = next(
+        (i for i, lv in enumerate(levels) if "opts" in lv and configures(i) == compactor), None
+    )
+    value = {k: (None if i is None else levels[i][k]) for k, i in found.items()}
+    opts, window = value["opts"], value["window"]
+    if opts is not None and window is not None and "context_window" in opts:
+        if found["window"] < found["opts"]:
+            opts = {k: v for k, v in opts.items() if k != "context_window"}
+        elif found["window"] > found["opts"]:
+            window = None
+    return compactor, opts, value["model"], window, value["timeout"]
+
+
+@settings(max_examples=60)
+@given(
+    sources=st.lists(_LEVEL, min_size=3, max_size=3),
+    calls=st.lists(_LEVEL, min_size=1, max_size=4),
+    default=_NAMES,
+)
+def test_resolve_follows_the_stated_precedence(
+    sources: list[dict[str, Any]], calls: list[dict[str, Any]], default: str
+) -> None:
+    from normandy_core import plugins
+    from normandy_core.settings import Layer
+
+    for name in ("alpha", "beta"):
+        if name not in plugins._REG.in_code:
+            plugins.register_compactor(name, _TakesAnything())
+    layers = tuple(
+        Layer(f"source {i}", values, {k: f"source {i} key {k}" for k in values})
+        for i, values in enumerate(sources)
+    )
+    configured = Settings(layers)
+    for call in calls:  # one Settings object: its plans must not leak between calls
+        r = configured.resolve(default, **call)
+        assert tuple(r[:5]) == _reference([call, *sources], default)
+        assert tuple(Settings(layers).resolve(default, **call)) == tuple(r)
+        for key, origin in r.origins.items():
+            level = int(origin.split()[1])
+            assert origin == f"source {level} key {key}" and key not in call
