@@ -57,6 +57,8 @@ _LAZY: dict[str, str] = {
     "validate_options": "options",
     # config, the contract seam and the boundary
     "AgentConfig": "config",
+    "current_settings": "settings",
+    "reload_settings": "settings",
     "Prepared": "preparation",
     "prepare": "preparation",
     "CompactionContext": "contract",
@@ -105,6 +107,7 @@ _LAZY: dict[str, str] = {
     "PluginDisabledError": "errors",
     "UnknownCompactorError": "errors",
     "OptionsError": "errors",
+    "SettingsError": "errors",
     "WindowUnknownError": "errors",
 }
 
@@ -148,6 +151,7 @@ __all__ = [
     "PluginRow",
     "Prepared",
     "RedactedThinkingBlock",
+    "SettingsError",
     "StaticCatalog",
     "TextBlock",
     "ThinkingBlock",
@@ -166,6 +170,7 @@ __all__ = [
     "check_compaction",
     "acompact",
     "compact",
+    "current_settings",
     "default_catalog",
     "default_counter_for",
     "drop_thinking",
@@ -182,6 +187,7 @@ __all__ = [
     "register_compactor",
     "register_hook",
     "reload_plugins",
+    "reload_settings",
     "resolve_compactor",
     "run_after_compact",
     "run_before_commit",
@@ -236,6 +242,7 @@ if TYPE_CHECKING:
         PluginDisabledError,
         PluginError,
         PluginLoadError,
+        SettingsError,
         UnknownCompactorError,
         WindowUnknownError,
     )
@@ -284,6 +291,7 @@ if TYPE_CHECKING:
         unregister_hook,
     )
     from normandy_core.preparation import Prepared, prepare
+    from normandy_core.settings import current_settings, reload_settings
     from normandy_core.structure import (
         carries_results,
         group_units,

@@ -436,7 +436,10 @@ def _python_literal(value: Any) -> str:
 
 
 #: How to give a window, in the command line's vocabulary.
-_CLI_HINT = "pass --window N, or --model M for a model the catalog knows"
+_CLI_HINT = (
+    "pass --window N, or --model M for a model the catalog knows (or set window or model "
+    "in normandy.toml or pyproject.toml [tool.normandy])"
+)
 
 
 def _settings(

@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 __all__ = ["AgentConfig"]
 
 _CREATE = "normandy_core.AgentConfig()"
+#: How :meth:`AgentConfig.from_env` and :meth:`AgentConfig.from_file` are given a window.
+_CONFIGURED_HINT = (
+    "pass window=<tokens> or model= a model the catalog knows, or set window or model in "
+    "the configuration (normandy.toml or pyproject.toml [tool.normandy])"
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,6 +200,7 @@ class AgentConfig:
                 compactor_opts=options,
                 compaction_timeout=s.timeout,
                 _entry=entry,
+                _hint=_CONFIGURED_HINT,
                 **fields,
             )
         except (OptionsError, WindowUnknownError) as exc:

@@ -57,7 +57,10 @@ __all__ = [
 #: The entry point named in option errors raised by :func:`compact`.
 ENTRY = "normandy_core.compact()"
 #: How :func:`compact` is given a window, for :class:`~normandy_core.WindowUnknownError`.
-COMPACT_HINT = "pass window=<tokens> to compact(), or model= a model the catalog knows"
+COMPACT_HINT = (
+    "pass window=<tokens> to compact(), or model= a model the catalog knows (or set window "
+    "or model in normandy.toml or pyproject.toml [tool.normandy])"
+)
 
 
 FormatName = Literal["auto", "openai", "anthropic", "responses", "normandy"]

@@ -346,6 +346,7 @@ def test_a_refusal_at_prepare_names_the_configured_sources(
     with pytest.raises(WindowUnknownError) as info:
         AgentConfig.from_env()  # no model, no window: nothing to size against
     assert f"(settings: compactor from {ENV_COMPACTOR})" in str(info.value)
+    assert "set window or model in the configuration (normandy.toml" in str(info.value)
     monkeypatch.setenv(ENV_OPTS, '{"reserved_tokens": 9000}')
     with pytest.raises(OptionsError) as refused:
         compact([{"role": "user", "content": "hi"}], window=8000)
@@ -616,3 +617,41 @@ def test_resolve_follows_the_stated_precedence(
         for key, origin in r.origins.items():
             level = int(origin.split()[1])
             assert origin == f"source {level} key {key}" and key not in call
+
+
+# -- the documentation's examples ------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _blocks(doc: str, lang: str) -> list[str]:
+    import re
+
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    return re.findall(rf"```{lang}\n(.*?)```", text, flags=re.S)
+
+
+@pytest.mark.parametrize("doc", ["docs/configuration.md", "README.md"])
+def test_documented_settings_files_are_valid(doc: str, here: Path) -> None:
+    blocks = [b for b in _blocks(doc, "toml") if "compactor" in b]
+    assert blocks
+    for i, block in enumerate(blocks):
+        name = "pyproject.toml" if "[tool.normandy]" in block else "normandy.toml"
+        path = write(here / str(i) / name, block)
+        s = read_settings_file(path)
+        r = s.resolve("window_manager")
+        assert r.compactor == "window_manager" and r.opts and r.window == 128_000
+
+
+def test_documented_python_examples_run(here: Path) -> None:
+    write(
+        here / "normandy.toml",
+        'compactor = "window_manager"\nwindow = 32000\n[opts]\ntarget = 0.6\n',
+    )
+    blocks = _blocks("docs/configuration.md", "python")
+    assert len(blocks) == 2
+    for block in blocks:
+        exec(compile(block, "docs/configuration.md", "exec"), {})
+    agent = AgentConfig.from_env(system_prompt="You are a careful engineer.")
+    assert agent.compactor == "window_manager" and agent.prepared.window == 32_000
+    assert agent.compactor_opts == {"target": 0.6, "context_window": 32_000}
