@@ -160,7 +160,8 @@ class Settings:
     """
 
     layers: tuple[Layer, ...] = ()
-    #: (default compactor, plugin registry) pairs already checked against the plugins.
+    #: What was checked against the plugins, per plugin registry: ``""`` the sources,
+    #: a compactor's name the options no source ties to a compactor, against it.
     _checked: set[tuple[str, int]] = field(default_factory=set, repr=False)
     #: Per kind of call (default, keys, compactor argument, which arguments were given,
     #: plugin registry): what it takes from the sources.
