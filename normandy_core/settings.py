@@ -154,7 +154,7 @@ class _Plan(NamedTuple):
 
 @dataclass(frozen=True, eq=False)
 class Settings:
-    """The configuration sources found, highest precedence first (:class:`Layer`\\ s).
+    """The configuration sources found, highest precedence first (each a :class:`Layer`).
 
     :meth:`resolve` merges them with a call's own arguments and defaults.
     """
