@@ -431,7 +431,7 @@ def report(results: dict[str, dict[str, Any]], where: str) -> str:
             "Instructions executed by the whole process (callgrind, one run each; not "
             "disturbed by the machine's load):",
             "",
-            "| process | "
+            "| process |"
             + (" baseline |" if base is not None else "")
             + " this tree |"
             + (" ratio |" if base is not None else ""),
