@@ -10,6 +10,7 @@ they build a new one (:meth:`AgentMemory.from_entries`, :func:`drop_thinking`).
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import uuid
@@ -228,7 +229,12 @@ class Entry(BaseModel):
         return self.model_copy(update={"content": kept})
 
 
-_ENTRY_LIST = TypeAdapter(list[Entry])
+@functools.cache
+def _entry_list() -> TypeAdapter[list[Entry]]:
+    """The validator of a dump's entries, built at the first :meth:`AgentMemory.load`."""
+    return TypeAdapter(list[Entry])
+
+
 _ROLES = frozenset(("system", "user", "assistant", "tool"))
 _BLOCK_TYPES = (
     TextBlock,
@@ -540,7 +546,7 @@ class AgentMemory:
             raise ValueError(f"not a Normandy memory dump: 'format' is {data.get('format')!r}")
         if data.get("version") != MEMORY_VERSION:
             raise ValueError(f"unsupported memory dump version {data.get('version')!r}")
-        entries = _ENTRY_LIST.validate_python(data.get("entries", []))
+        entries = _entry_list().validate_python(data.get("entries", []))
         return cls.from_graph(entries, data.get("head"))
 
     def to_json(self) -> str:

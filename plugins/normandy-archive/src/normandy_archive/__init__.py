@@ -17,8 +17,9 @@ refused (``NORMANDY_ARCHIVE_REQUIRED=0`` makes it best-effort).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from normandy_archive.backend import ArchiveBackend, open_archive
-from normandy_archive.cli import main, register_cli
 from normandy_archive.errors import ArchiveConfigError, ArchiveError, NotAnArchiveError
 from normandy_archive.paths import archive_path, set_archive_path
 from normandy_archive.settings import (
@@ -41,6 +42,9 @@ from normandy_archive.store import (
     Recorded,
     searchable_text,
 )
+
+if TYPE_CHECKING:
+    from normandy_archive.cli import main, register_cli
 
 __all__ = [
     "ENV_BUSY_TIMEOUT",
@@ -69,3 +73,13 @@ __all__ = [
     "searchable_text",
     "set_archive_path",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The command line (argparse, datetime) is imported when a command needs it, not
+    # when the hook loads at an agent's first compaction.
+    if name in ("main", "register_cli"):
+        from normandy_archive import cli
+
+        return getattr(cli, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

