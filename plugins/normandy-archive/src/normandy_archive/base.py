@@ -414,9 +414,16 @@ class ArchiveBackend(abc.ABC):
 
     @abc.abstractmethod
     def _search(
-        self, query: str, *, session_id: str | None, limit: int, offset: int, raw: bool
+        self,
+        query: str,
+        *,
+        session_id: str | None,
+        limit: int,
+        offset: int,
+        raw: bool,
+        any_term: bool = False,
     ) -> builtins.list[ArchivedEntry]:
-        """:meth:`search`, its page checked."""
+        """:meth:`search`, its page and ``match`` checked (``any_term``: ``match="any"``)."""
 
     @abc.abstractmethod
     def _remove(self, limits: Limits, *, vacuum: bool) -> int:
@@ -671,16 +678,33 @@ class ArchiveBackend(abc.ABC):
         limit: int = 50,
         offset: int = 0,
         raw: bool = False,
+        match: str = "all",
     ) -> builtins.list[ArchivedEntry]:
         """Full-text search, best match first.
 
-        Each whitespace-separated term must occur, its punctuation taken literally (so
-        nothing a user types is syntax); with ``raw`` the query is the backend's own
-        syntax: SQLite's FTS5 (``"exact phrase"``, ``OR``, ``NEAR``, ``pre*``), or
-        PostgreSQL's web search (``"exact phrase"``, ``OR``, ``-word``).
+        Each whitespace-separated term must occur (``match="all"``, the default), or any
+        of them (``match="any"``: an entry holding more of them ranks higher; the
+        ``recall`` tool searches so), its punctuation taken literally (so nothing a user
+        types is syntax); with ``raw`` the query is the backend's own syntax: SQLite's
+        FTS5 (``"exact phrase"``, ``OR``, ``NEAR``, ``pre*``), or PostgreSQL's web search
+        (``"exact phrase"``, ``OR``, ``-word``), and ``match`` must stay ``"all"``.
+
+        :raises ArchiveQueryError: a bad page, or ``match`` neither ``"all"`` nor ``"any"``
+            (or ``"any"`` with ``raw``).
         """
         limit, offset = page(limit, offset)
-        return self._search(query, session_id=session_id, limit=limit, offset=offset, raw=raw)
+        if match not in ("all", "any"):
+            raise ArchiveQueryError(f"match must be 'all' or 'any', got {match!r}")
+        if raw and match == "any":
+            raise ArchiveQueryError("match='any' cannot be used with raw (write OR yourself)")
+        return self._search(
+            query,
+            session_id=session_id,
+            limit=limit,
+            offset=offset,
+            raw=raw,
+            any_term=match == "any",
+        )
 
     def compactions(
         self, session_id: str | None = None, limit: int = 50, offset: int = 0

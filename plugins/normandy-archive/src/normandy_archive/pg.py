@@ -228,17 +228,17 @@ def _words(text: str) -> str:
     return text.translate(_PUNCT_TABLE)
 
 
-def _websearch(query: str, raw: bool) -> str:
+def _websearch(query: str, raw: bool, any_term: bool = False) -> str:
     """The ``websearch_to_tsquery`` input for ``query``.
 
     By default each whitespace-separated term must occur, its punctuation taken as a
     separator (``src/utils.py`` is the phrase ``src utils py``): every term is quoted, so
     nothing in it is syntax. With ``raw``, the web-search syntax stays: ``"exact
-    phrase"``, ``OR``, ``-excluded``.
+    phrase"``, ``OR``, ``-excluded``. With ``any_term`` the quoted terms are ORed.
     """
     if not raw:
         terms = (" ".join(_words(t).split()) for t in query.split())
-        return " ".join(f'"{t}"' for t in terms if t)
+        return (" or " if any_term else " ").join(f'"{t}"' for t in terms if t)
     # keep the syntax's quotes and a leading minus; other punctuation separates words
     kept = re.sub(r"(?<=\w)-", " ", query)
     return kept.translate(_RAW_TABLE)
@@ -681,11 +681,18 @@ class PostgresArchive(base.ArchiveBackend):
             return work(version, lambda q, p: conn.execute(q, p).fetchall())
 
     def _search(
-        self, query: str, *, session_id: str | None, limit: int, offset: int, raw: bool
+        self,
+        query: str,
+        *,
+        session_id: str | None,
+        limit: int,
+        offset: int,
+        raw: bool,
+        any_term: bool = False,
     ) -> builtins.list[base.ArchivedEntry]:
         """``tsvector``, ranked by ``ts_rank``: each term's punctuation separates words,
         as the index does. No input is an error: ``websearch_to_tsquery`` parses any."""
-        text = _websearch(_clean(query), raw)
+        text = _websearch(_clean(query), raw, any_term)
         if not text.strip():
             return []
         where, params = self._in_session("e.tsv @@ q.q", [text], session_id)

@@ -69,13 +69,14 @@ __all__ = [
 T = TypeVar("T")
 
 
-def _fts_query(query: str) -> str:
-    """Each whitespace-separated term as an FTS5 string (so punctuation is literal), ANDed.
+def _fts_query(query: str, any_term: bool = False) -> str:
+    """Each whitespace-separated term as an FTS5 string (so punctuation is literal), ANDed
+    (ORed with ``any_term``).
 
     NUL, which would end an FTS5 string early, separates terms like whitespace.
     """
     terms = query.replace("\x00", " ").split()
-    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
 #: Rows written but not indexed yet, and one term found in a row's searchable text.
@@ -774,16 +775,23 @@ class Archive(ArchiveBackend):
             return work(self._local.version, lambda q, p: conn.execute(q, p).fetchall())
 
     def _search(
-        self, query: str, *, session_id: str | None, limit: int, offset: int, raw: bool
+        self,
+        query: str,
+        *,
+        session_id: str | None,
+        limit: int,
+        offset: int,
+        raw: bool,
+        any_term: bool = False,
     ) -> builtins.list[ArchivedEntry]:
         """FTS5, ranked. Entries written but not indexed yet (the background writer
         indexes them shortly after each compaction) are found too, after the indexed
-        ones, by a plain case-insensitive substring match of every term (not with
-        ``raw``)."""
+        ones, by a plain case-insensitive substring match of every term (of any term
+        with ``any_term``; not with ``raw``)."""
         terms = query.replace("\x00", " ").split()
         if not terms:
             return []
-        text = query if raw else _fts_query(query)
+        text = query if raw else _fts_query(query, any_term)
         where, params = "", []
         if session_id is not None:
             where, params = " AND e.session_id = ?", [session_id]
@@ -796,8 +804,9 @@ class Archive(ArchiveBackend):
         )
         v1 = getattr(self._local, "version", SCHEMA_VERSION) == 1  # all indexed at once
         if not raw and not v1 and len(found) < wanted:
+            joined = (" OR " if any_term else " AND ").join(_CONTAINS for _ in terms)
             tail = self._select(
-                _UNINDEXED + " AND ".join(_CONTAINS for _ in terms),
+                f"{_UNINDEXED}({joined})",
                 [*terms, *params, wanted - len(found)],
                 where + " ORDER BY e.seq LIMIT ?",
             )
