@@ -99,6 +99,13 @@ _LAZY: dict[str, str] = {
     "CompactionError": "facade",
     "CannotFitError": "facade",
     "TranscriptError": "formats",
+    # the recall tool (the module is not named recall: that is the function)
+    "recall": "retrieval",
+    "recall_tool": "retrieval",
+    "RecallError": "retrieval",
+    "RecallHit": "retrieval",
+    "RecallResult": "retrieval",
+    "RecallSettings": "retrieval",
     # errors
     "NormandyError": "errors",
     "PluginError": "errors",
@@ -150,6 +157,10 @@ __all__ = [
     "PluginLoadError",
     "PluginRow",
     "Prepared",
+    "RecallError",
+    "RecallHit",
+    "RecallResult",
+    "RecallSettings",
     "RedactedThinkingBlock",
     "SettingsError",
     "StaticCatalog",
@@ -184,6 +195,8 @@ __all__ = [
     "new_id",
     "pairing_problems",
     "prepare",
+    "recall",
+    "recall_tool",
     "register_compactor",
     "register_hook",
     "reload_plugins",
@@ -291,6 +304,14 @@ if TYPE_CHECKING:
         unregister_hook,
     )
     from normandy_core.preparation import Prepared, prepare
+    from normandy_core.retrieval import (
+        RecallError,
+        RecallHit,
+        RecallResult,
+        RecallSettings,
+        recall,
+        recall_tool,
+    )
     from normandy_core.settings import current_settings, reload_settings
     from normandy_core.structure import (
         carries_results,

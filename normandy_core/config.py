@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from normandy_core.catalog import ModelCatalog, default_catalog
 from normandy_core.memory import AgentMemory, new_id
 from normandy_core.preparation import CONFIG_HINT, Prepared, prepare
+from normandy_core.retrieval import RecallSettings
 
 if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
@@ -44,7 +45,12 @@ class AgentConfig:
     :mod:`normandy_core.clients`), used by the turn shells and by compactors that
     summarize with the model; ``session_id`` names the session in archives and logs;
     ``calibration`` the token-count calibration its compactor sizes with (``None``: the
-    process-wide one the shells feed).
+    process-wide one the shells feed). ``recall`` turns on the ``recall`` tool
+    (``True``, or :class:`~normandy_core.RecallSettings`; default off): the turn loop
+    offers it to the model and answers its calls from the archive, and compaction
+    markers say it exists (see :mod:`normandy_core.retrieval`); it is refused here when
+    no hook plugin can search (``normandy-archive`` not installed) or a tool of
+    ``tools`` has its name.
 
     It is the ``acc`` of the contract: compactors receive it and return it, or a copy with
     a new memory (:meth:`with_memory`). Making one, and every copy that changes the model,
@@ -68,6 +74,7 @@ class AgentConfig:
     client: Any = None
     compaction_timeout: float | None = None
     calibration: Calibration | None = None
+    recall: RecallSettings | bool | None = None
     _entry: dataclasses.InitVar[str] = _CREATE
     _validate: dataclasses.InitVar[bool] = True
     _hint: dataclasses.InitVar[str] = CONFIG_HINT
@@ -90,8 +97,54 @@ class AgentConfig:
             raise ValueError(
                 f"{_entry}: compaction_timeout must be a positive number of seconds, got {t!r}"
             )
+        if self.recall is True:
+            object.__setattr__(self, "recall", RecallSettings())
+        elif self.recall is False:
+            object.__setattr__(self, "recall", None)
         if _validate or not self._prepared:
+            if self.recall is not None:
+                self._check_recall(_entry)
             self._prepared[:] = [self._prepare(_entry, _hint)]
+
+    def _check_recall(self, entry: str) -> None:
+        """Refuse a recall tool that is not settings, clashes with a tool, or has no source."""
+        from normandy_core.retrieval import HOOK, recall_sources
+
+        settings = self.recall
+        if not isinstance(settings, RecallSettings):
+            raise TypeError(
+                f"{entry}: recall must be True, False, None or a RecallSettings, got "
+                f"{type(settings).__name__}"
+            )
+        for tool in self.tools:
+            fn = tool.get("function")
+            name = tool.get("name") or (fn.get("name") if isinstance(fn, Mapping) else None)
+            if name == settings.tool_name:
+                raise ValueError(
+                    f"{entry}: recall: tools already has a tool named {name!r}; rename it, or "
+                    "name the recall tool otherwise (RecallSettings(tool_name=...))"
+                )
+        if not recall_sources():
+            raise ValueError(
+                f"{entry}: recall is on, but no hook plugin implements {HOOK} to search "
+                "what compaction dropped: install normandy-archive (pip install "
+                "normandy-archive), or check `normandy plugins` for why its archive hook "
+                "did not load"
+            )
+
+    @property
+    def recall_settings(self) -> RecallSettings | None:
+        """The recall tool's settings, ``None`` when it is off."""
+        r = self.recall
+        return r if isinstance(r, RecallSettings) else None
+
+    @property
+    def tool_definitions(self) -> tuple[Mapping[str, Any], ...]:
+        """What a model call sends as tools: ``tools``, and the recall tool's when it is on."""
+        settings = self.recall_settings
+        if settings is None:
+            return tuple(self.tools)
+        return (*self.tools, settings.definition())
 
     def _prepare(self, entry: str, hint: str) -> Prepared:
         return prepare(
@@ -122,11 +175,13 @@ class AgentConfig:
 
     @property
     def prompt_tokens(self) -> int:
-        """Estimated tokens of the system prompt and tool definitions (four characters each)."""
+        """Estimated tokens of the system prompt and tool definitions (four characters each),
+        the recall tool's included when it is on."""
         if not self._prompt_tokens:
             chars = len(self.system_prompt)
-            if self.tools:
-                chars += len(json.dumps(list(self.tools), ensure_ascii=False, default=str))
+            tools = self.tool_definitions
+            if tools:
+                chars += len(json.dumps(list(tools), ensure_ascii=False, default=str))
             self._prompt_tokens.append(math.ceil(chars / 4))
         return self._prompt_tokens[0]
 
@@ -141,7 +196,7 @@ class AgentConfig:
         changes["_prepared"] = []
         if "model" in changes or "catalog" in changes:
             changes["_windows"] = {}
-        if any(k in changes for k in ("system_prompt", "tools")):
+        if any(k in changes for k in ("system_prompt", "tools", "recall")):
             changes["_prompt_tokens"] = []
         return dataclasses.replace(self, _entry=entry, **changes)
 

@@ -10,7 +10,7 @@ there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from normandy_core.boundary import BoundaryInfo
     from normandy_core.config import AgentConfig
     from normandy_core.contract import CompactionContext, CompactionMeta
+    from normandy_core.memory import Entry
+    from normandy_core.retrieval import RecallHit
 
 __all__ = ["PROJECT_NAME", "CompactorSpec", "HookSpec", "hookimpl", "hookspec"]
 
@@ -276,6 +278,40 @@ class HookSpec:
         """
         raise NotImplementedError  # pragma: no cover
 
+    @staticmethod
+    @hookspec
+    def recall_entries(
+        query: str, session_id: str | None, limit: int
+    ) -> Sequence[RecallHit | Entry] | None:
+        """Search what compactions dropped, for the ``recall`` tool and ``normandy_core.recall``.
+
+        Optional, for hook plugins that keep dropped entries (the ``archive`` hook plugin
+        of ``normandy-archive`` implements it over SQLite full-text search and PostgreSQL
+        ``tsvector``). Called on every hook plugin that implements it, each isolated from
+        the others, whenever the model calls the ``recall`` tool (an agent made with
+        ``AgentConfig(recall=True)``) or a program calls :func:`normandy_core.recall`.
+        The core merges the answers (best first, taking each source's in turn), leaves
+        out markers and summaries compactors inserted, duplicates and what the model still
+        sees, bounds the result in tokens with the agent's counter and frames it as
+        quoted data; a source only searches.
+
+        :param query: keywords as the model wrote them; an entry matching any of them is a
+            hit, one matching more ranks higher. A single word that is an entry id or a
+            tool-use id should find that entry.
+        :param session_id: the session whose dropped entries to search (the agent's
+            ``session_id``); ``None`` searches every session the source holds.
+        :param limit: the most hits wanted.
+        :returns: at most ``limit`` hits, best first: :class:`~normandy_core.RecallHit`
+            (the entry as it was dropped, its session, when it was archived, the names
+            of the tools whose results it holds) or plain :class:`~normandy_core.Entry`
+            objects; ``None`` or an empty list when nothing matches.
+        :raises Exception: when the search cannot be done (the archive is off or
+            unreadable). The error is reported with the plugin's name; the other sources'
+            hits are still returned, and the tool answers with an error result only when
+            every source failed.
+        """
+        raise NotImplementedError  # pragma: no cover
+
 
 #: Every hookspec by name, with the set it belongs to (for listings and error messages).
 SPEC_SETS: dict[str, type] = {
@@ -286,4 +322,5 @@ SPEC_SETS: dict[str, type] = {
     "before_commit": HookSpec,
     "after_compact": HookSpec,
     "on_boundary": HookSpec,
+    "recall_entries": HookSpec,
 }

@@ -36,6 +36,7 @@ from normandy_core.memory import (
     ToolUseBlock,
     new_id,
 )
+from normandy_core.retrieval import recall_tools
 from normandy_core.tokens import TokenCounter, get_counter
 from normandy_core.turn.core import (
     AppendMessage,
@@ -218,6 +219,9 @@ class _Runner:
             self.counter = acc.prepared.counter_for(acc.model, self.calibration)
         else:
             self.counter = CalibratedCounter(get_counter(counter), acc.model, self.calibration)
+        # the recall tool (AgentConfig(recall=...)); a tool the caller gives under its name wins
+        for name, fn in recall_tools(acc, self.counter, lambda: self.acc.memory).items():
+            self.tools.setdefault(name, fn)
         self.budgeted = budget is not None
         self._pending: tuple[Content, str] | None = None
         self.on_event = on_event
@@ -301,7 +305,7 @@ class _Runner:
         return {
             "system": acc.system_prompt,
             "messages": acc.memory.entries(),
-            "tools": list(acc.tools) or None,
+            "tools": list(acc.tool_definitions) or None,
             "tool_choice": "none" if eff.final else "auto",
             "thinking": self.thinking,
             "max_tokens": self.max_tokens,
@@ -396,7 +400,8 @@ def run_turn(
     a copy of its memory): the agent after the turn, with the turn's messages, is the
     result's ``acc``. ``tools`` maps tool names to callables
     taking the tool input as keyword arguments (an async tool is run with
-    :func:`asyncio.run`); the definitions the model sees are ``acc.tools`` (see below). The calls
+    :func:`asyncio.run`); the definitions the model sees are ``acc.tools`` (see below), and
+    with ``acc.recall`` on, the ``recall`` tool's, answered by the loop itself. The calls
     of one reply run in order as one batch and their results are appended together.
     ``max_iterations`` caps the model calls with tools; ``budget`` is the optional task
     budget in tokens; ``thinking`` the extended-thinking budget asked of the client.

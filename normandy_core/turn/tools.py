@@ -351,6 +351,8 @@ def declare_tools(
         return acc
     declared = [n for n in map(_declared_name, acc.tools) if n is not None]
     known = set(declared)
+    if acc.recall_settings is not None:  # the loop sends the recall tool's definition
+        known.add(acc.recall_settings.tool_name)
     missing = [name for name in tools if name not in known]
     if not missing:
         return acc
