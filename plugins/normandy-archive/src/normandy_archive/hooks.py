@@ -15,6 +15,11 @@ conversation is kept as it was, so nothing is removed without a record.
 effect; a failure is reported in ``meta["hook_errors"]`` with the number of entries
 that were not archived.
 
+:func:`recall_entries` answers the ``recall`` tool: a full-text search of what the
+session dropped (:meth:`~normandy_archive.ArchiveBackend.search` with ``match="any"``,
+on SQLite or PostgreSQL alike), a single word also looked up as an entry id or a
+tool-use id.
+
 Only the durable part runs in the boundary: indexing for full-text search, checkpoints
 and pruning past a retention limit (``max_bytes``, ``max_age_days``, ``max_sessions``)
 follow in the background writer (:mod:`normandy_archive.maintenance`), scheduled by
@@ -32,14 +37,15 @@ from normandy_archive.backend import ArchiveBackend, open_archive
 from normandy_archive.errors import ArchiveError
 from normandy_archive.settings import ArchiveSettings, current_settings
 from normandy_archive.store import Archive
-from normandy_core import hookimpl
+from normandy_core import RecallHit, hookimpl
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
+    from normandy_archive.base import ArchivedEntry
     from normandy_core import AgentConfig, CompactionContext
 
-__all__ = ["after_compact", "before_commit"]
+__all__ = ["after_compact", "before_commit", "recall_entries"]
 
 _lock = threading.Lock()
 # only the archive in use: its connection stays open between compactions
@@ -160,3 +166,59 @@ def after_compact(
         ) from exc
     _maintain(settings, acc)
     return note
+
+
+@hookimpl
+def recall_entries(query: str, session_id: str | None, limit: int) -> list[RecallHit]:
+    """The archived entries matching ``query`` best (any of its terms), in ``session_id``.
+
+    The session is the one compactions are archived under: the ``session`` setting
+    (``NORMANDY_ARCHIVE_SESSION``) when set, else ``session_id``; ``None`` searches
+    every session. A query of one word is first looked up as an entry id and as a
+    tool-use id (the call and its result), then searched. Each hit names the tools whose
+    results it holds, found by their tool-use ids in the same session.
+
+    :raises ArchiveError: the archive is off, or cannot be read.
+    """
+    settings = current_settings()
+    if settings.off:
+        raise ArchiveError(
+            f"the archive is off (set by {settings.source}): what compaction dropped was "
+            "not kept, so nothing can be recalled"
+        )
+    archive = _archive(settings)
+    session = None if session_id is None else (settings.session or session_id)
+    found: list[ArchivedEntry] = []
+    terms = query.split()
+    if len(terms) == 1:
+        found += archive.versions(terms[0], session)[:1]
+        found += archive.by_source_id(terms[0], session)
+    found += archive.search(query, session_id=session, limit=limit, match="any")
+    hits: list[RecallHit] = []
+    seen: set[int] = set()
+    for a in found:
+        if a.seq in seen:
+            continue
+        seen.add(a.seq)
+        hits.append(
+            RecallHit(
+                entry=a.entry,
+                session_id=a.session_id,
+                archived_at=a.archived_at,
+                tool_names=_tool_names(archive, a.entry.tool_results, session),
+            )
+        )
+    return hits[:limit]
+
+
+def _tool_names(
+    archive: ArchiveBackend, results: Sequence[Any], session: str | None
+) -> dict[str, str]:
+    """The names of the tools whose ``results`` these are, from their archived calls."""
+    names: dict[str, str] = {}
+    for r in results:
+        for a in archive.by_source_id(r.tool_use_id, session):
+            for use in a.entry.tool_uses:
+                if use.id == r.tool_use_id:
+                    names[use.id] = use.name
+    return names
