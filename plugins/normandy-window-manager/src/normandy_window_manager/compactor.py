@@ -54,10 +54,12 @@ log = logging.getLogger("normandy_window_manager")
 NAME = "window_manager"
 #: Metadata key marking the note inserted where history was cut.
 MARKER_KEY = "normandy.compaction_marker"
-#: The text of that note. Its tag (``normandy_core.formats.INSERTED_TAGS``) lets a
-#: transcript reader recognise it in any format. It gives no count: the caller's formats
-#: count messages differently (OpenAI sends one message per tool result), so any number
-#: would be wrong in some format.
+#: The text of that note (with the agent's ``recall`` tool on, followed by
+#: :attr:`normandy_core.RecallSettings.note`, and inserted wherever entries were dropped,
+#: so the model knows it can get them back). Its tag
+#: (``normandy_core.formats.INSERTED_TAGS``) lets a transcript reader recognise it in any
+#: format. It gives no count: the caller's formats count messages differently (OpenAI
+#: sends one message per tool result), so any number would be wrong in some format.
 MARKER_TEXT = "[normandy:marker] Earlier messages were removed here to fit the context window."
 
 
@@ -159,19 +161,23 @@ def _compact(
                 total -= sizes[i]
                 dropped_any = True
 
-    marker = Entry(id=new_id(), role="user", content=MARKER_TEXT, metadata={MARKER_KEY: True})
+    recall = _recall_note(acc)
+    text = MARKER_TEXT if recall is None else f"{MARKER_TEXT} {recall}"
+    marker = Entry(id=new_id(), role="user", content=text, metadata={MARKER_KEY: True})
     marker_cost = counter.count_entry(marker)
     first = 0  # the first kept entry that is not a system entry, once something is dropped
 
     def cut_cost() -> int:
         """Tokens of what the cut inserts: the summary's reserve, or the marker when the
-        kept history would open with an assistant message (``keep`` only turns false
-        while this is used, so ``first`` only moves forward)."""
+        kept history would open with an assistant message or the recall tool is on
+        (``keep`` only turns false while this is used, so ``first`` only moves forward)."""
         nonlocal first
         if not dropped_any:
             return 0
         if o.strategy == "summarize":
             return o.summary_max_tokens
+        if recall is not None:
+            return marker_cost
         while first < len(entries) and (not keep[first] or entries[first].role == "system"):
             first += 1
         return marker_cost if first < len(entries) and entries[first].role == "assistant" else 0
@@ -224,6 +230,9 @@ def _compact(
                 f"{MIN_SUMMARY_TOKENS + overhead:,}; dropped as oldest_first instead"
             )
             return _fallback(acc, ctx, o, counter, before, usable, reason)
+        # with the recall tool on, the summary ends with the note saying it exists
+        note = "" if recall is None else "\n" + recall
+        room -= counter.count_text(note) if note else 0
         try:
             summary = make_summary(
                 acc,
@@ -242,7 +251,7 @@ def _compact(
             id=new_id(),
             turn_id=f"summary-{new_id()[:12]}",
             role="user",
-            content=summary,
+            content=summary + note,
             metadata={SUMMARY_KEY: True, "summarized_ids": [entries[i].id for i in dropped_idx]},
         )
         total += counter.count_entry(plan.inserted)
@@ -250,7 +259,9 @@ def _compact(
         first_kept = next(
             (i for i, k in enumerate(keep) if k and entries[i].role != "system"), None
         )
-        if first_kept is not None and entries[first_kept].role == "assistant":
+        if first_kept is not None and (
+            recall is not None or entries[first_kept].role == "assistant"
+        ):
             plan.insert_at = dropped_idx[0]
             plan.inserted = marker.model_copy(update={"turn_id": entries[first_kept].turn_id})
             total += marker_cost
@@ -288,6 +299,12 @@ def _fallback(
         meta["strategy"] = o.strategy
         meta["summary_fallback"] = reason
     return new_acc, meta
+
+
+def _recall_note(acc: AgentConfig) -> str | None:
+    """What a marker or summary adds when the agent's ``recall`` tool is on, else ``None``."""
+    settings = acc.recall_settings
+    return None if settings is None else settings.note
 
 
 def _made_here(entry: Entry) -> bool:
