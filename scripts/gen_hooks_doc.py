@@ -164,6 +164,7 @@ def render() -> str:
         "before_commit": "hook plugins that must record (optional; required when present)",
         "after_compact": "hook plugins",
         "on_boundary": "hook plugins that observe every boundary (optional)",
+        "recall_entries": "hook plugins that keep dropped entries (optional; the recall tool)",
     }
     for n in names:
         spec = getattr(_spec(n), f"{hookspecs.PROJECT_NAME}_spec")

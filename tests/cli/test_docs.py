@@ -41,6 +41,7 @@ def test_every_hookspec_is_in_the_hook_reference() -> None:
         "before_commit",
         "after_compact",
         "on_boundary",
+        "recall_entries",
     }
     for specs in (hookspecs.CompactorSpec, hookspecs.HookSpec):
         for name in dir(specs):

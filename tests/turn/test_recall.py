@@ -467,3 +467,26 @@ def test_without_recall_the_marker_says_nothing_of_it(archive):
     for req in client.requests:
         assert [t["name"] for t in req.tools] == ["read_file"]
         assert all("recall" not in e.text() for e in req.messages)
+
+
+# -- the documentation's example -------------------------------------------------------------
+
+
+def test_the_example_of_the_recall_page_runs(archive, capsys):
+    import normandy_archive
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "recall.md").read_text("utf-8")
+    example = next(
+        b for b in re.findall(r"```python\n(.*?)```", page, flags=re.S) if "run_turn(" in b
+    )
+    try:
+        exec(compile(example, "docs/recall.md", "exec"), {"__name__": "recall_example"})
+    finally:
+        normandy_archive.configure(path=None)
+    out = capsys.readouterr().out
+    assert out.startswith("8 entries dropped; the model recalled:\n")
+    assert f'{RECALL_TAG} 1 of 1 archived entries matching "ERR-7731 rounding"' in out
+    assert "(tool result of read_file for id=call_1)\ndef post(invoice):  # ERR-7731" in out
+    shown = page.split("```text\n", 1)[1].split("```", 1)[0]
+    nonce = re.compile(r"[0-9a-f]{32}|[0-9a-f]{12}")  # ids, then the nonce
+    assert nonce.sub("X", out) == nonce.sub("X", shown)
