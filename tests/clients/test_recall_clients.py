@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from recall_session import FACT, agent, read_file, script_actions
 
 from normandy_core import RecallSettings
+from normandy_core.calibration import default_calibration
 from normandy_core.clients import AnthropicClient, OpenAIClient
 from normandy_core.retrieval import RECALL_TAG
 from normandy_core.turn import arun_turn, run_turn
@@ -30,12 +32,16 @@ LIMIT = 800
 
 
 @pytest.fixture(autouse=True)
-def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh archive; the process-wide calibration, which the providers' usage feeds,
+    is reset before and after (other tests size with it)."""
     path = tmp_path / "archive.sqlite3"
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(path))
     monkeypatch.delenv("NORMANDY_ARCHIVE_URL", raising=False)
     monkeypatch.delenv("NORMANDY_ARCHIVE_SESSION", raising=False)
-    return path
+    default_calibration().reset()
+    yield path
+    default_calibration().reset()
 
 
 def _client(kind: str, provider: Any) -> Any:

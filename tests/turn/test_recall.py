@@ -37,6 +37,7 @@ from normandy_core import (
     reload_plugins,
     unregister_hook,
 )
+from normandy_core.calibration import default_calibration
 from normandy_core.clients import ModelReply, ScriptedClient
 from normandy_core.clients.anthropic import anthropic_request
 from normandy_core.clients.openai import openai_request
@@ -479,6 +480,7 @@ def test_the_example_of_the_recall_page_runs(archive, capsys):
     example = next(
         b for b in re.findall(r"```python\n(.*?)```", page, flags=re.S) if "run_turn(" in b
     )
+    default_calibration().reset()  # as in a fresh process: nothing learned yet
     try:
         exec(compile(example, "docs/recall.md", "exec"), {"__name__": "recall_example"})
     finally:
