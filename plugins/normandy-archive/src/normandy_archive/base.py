@@ -422,6 +422,7 @@ class ArchiveBackend(abc.ABC):
         offset: int,
         raw: bool,
         any_term: bool = False,
+        seen: bool = False,
     ) -> builtins.list[ArchivedEntry]:
         """:meth:`search`, its page and ``match`` checked (``any_term``: ``match="any"``)."""
 
@@ -630,6 +631,18 @@ class ArchiveBackend(abc.ABC):
             return where, builtins.list(params)
         return f"{where} AND e.session_id = {self.dialect.param}", [*params, session_id]
 
+    def _in_session_or_seen(
+        self, where: str, params: Sequence[Any], session_id: str
+    ) -> tuple[str, builtins.list[Any]]:
+        """``where`` limited to what ``session_id`` archived or was the last to drop (a
+        version-2 archive: the ``seen`` table)."""
+        p, seen = self.dialect.param, self.dialect.table("seen")
+        return (
+            f"{where} AND (e.session_id = {p} OR e.seq IN "
+            f"(SELECT seq FROM {seen} WHERE session_id = {p}))",
+            [*params, session_id, session_id],
+        )
+
     def versions(
         self, entry_id: str, session_id: str | None = None
     ) -> builtins.list[ArchivedEntry]:
@@ -679,6 +692,7 @@ class ArchiveBackend(abc.ABC):
         offset: int = 0,
         raw: bool = False,
         match: str = "all",
+        seen: bool = False,
     ) -> builtins.list[ArchivedEntry]:
         """Full-text search, best match first.
 
@@ -688,6 +702,11 @@ class ArchiveBackend(abc.ABC):
         types is syntax); with ``raw`` the query is the backend's own syntax: SQLite's
         FTS5 (``"exact phrase"``, ``OR``, ``NEAR``, ``pre*``), or PostgreSQL's web search
         (``"exact phrase"``, ``OR``, ``-word``), and ``match`` must stay ``"all"``.
+
+        ``session_id`` limits the search to the entries that session archived; with
+        ``seen``, also to the content it was the last to drop, though another session
+        archived it first (content is stored once: the same task prompt given to two
+        agents is one row, under the first). The ``recall`` tool searches so.
 
         :raises ArchiveQueryError: a bad page, or ``match`` neither ``"all"`` nor ``"any"``
             (or ``"any"`` with ``raw``).
@@ -704,6 +723,7 @@ class ArchiveBackend(abc.ABC):
             offset=offset,
             raw=raw,
             any_term=match == "any",
+            seen=seen,
         )
 
     def compactions(

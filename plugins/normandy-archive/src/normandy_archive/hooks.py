@@ -193,7 +193,7 @@ def recall_entries(query: str, session_id: str | None, limit: int) -> list[Recal
     if len(terms) == 1:
         found += archive.versions(terms[0], session)[:1]
         found += archive.by_source_id(terms[0], session)
-    found += archive.search(query, session_id=session, limit=limit, match="any")
+    found += archive.search(query, session_id=session, limit=limit, match="any", seen=True)
     hits: list[RecallHit] = []
     seen: set[int] = set()
     for a in found:

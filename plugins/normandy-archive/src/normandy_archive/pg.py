@@ -689,6 +689,7 @@ class PostgresArchive(base.ArchiveBackend):
         offset: int,
         raw: bool,
         any_term: bool = False,
+        seen: bool = False,
     ) -> builtins.list[base.ArchivedEntry]:
         """``tsvector``, ranked by ``ts_rank``: each term's punctuation separates words,
         as the index does. No input is an error: ``websearch_to_tsquery`` parses any."""
@@ -696,10 +697,15 @@ class PostgresArchive(base.ArchiveBackend):
         if not text.strip():
             return []
         where, params = self._in_session("e.tsv @@ q.q", [text], session_id)
+        plain = None
+        if seen and session_id is not None:  # a version-1 schema has no seen table
+            plain = (where, [*params, limit, offset])
+            where, params = self._in_session_or_seen("e.tsv @@ q.q", [text], session_id)
         return self._select(
             where,
             [*params, limit, offset],
             "ORDER BY ts_rank(e.tsv, q.q, 1) DESC, e.seq LIMIT %s OFFSET %s",
             source="websearch_to_tsquery('simple', %s) AS q(q) "
             f"JOIN {self.dialect.table('entries')} e ON e.tsv @@ q.q",
+            v1=plain,
         )

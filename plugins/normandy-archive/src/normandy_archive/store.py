@@ -783,6 +783,7 @@ class Archive(ArchiveBackend):
         offset: int,
         raw: bool,
         any_term: bool = False,
+        seen: bool = False,
     ) -> builtins.list[ArchivedEntry]:
         """FTS5, ranked. Entries written but not indexed yet (the background writer
         indexes them shortly after each compaction) are found too, after the indexed
@@ -792,23 +793,28 @@ class Archive(ArchiveBackend):
         if not terms:
             return []
         text = query if raw else _fts_query(query, any_term)
-        where, params = "", []
-        if session_id is not None:
-            where, params = " AND e.session_id = ?", [session_id]
+        match = "entries_fts MATCH ?"
+        cond, params = self._in_session(match, [text], session_id)
         wanted = min(offset + limit, MAX_ROWS)
+        plain = None
+        if seen and session_id is not None:  # a version-1 archive has no seen table
+            plain = (cond, [*params, wanted])
+            cond, params = self._in_session_or_seen(match, [text], session_id)
         found = self._select(
-            "entries_fts MATCH ?" + where,
-            [text, *params, wanted],
+            cond,
+            [*params, wanted],
             "ORDER BY f.rank, e.seq LIMIT ?",
             source="entries_fts f JOIN entries e ON e.seq = f.rowid",
+            v1=plain,
         )
         v1 = getattr(self._local, "version", SCHEMA_VERSION) == 1  # all indexed at once
         if not raw and not v1 and len(found) < wanted:
             joined = (" OR " if any_term else " AND ").join(_CONTAINS for _ in terms)
-            tail = self._select(
-                f"{_UNINDEXED}({joined})",
-                [*terms, *params, wanted - len(found)],
-                where + " ORDER BY e.seq LIMIT ?",
-            )
+            unindexed = f"{_UNINDEXED}({joined})"
+            if seen and session_id is not None:
+                cond, params = self._in_session_or_seen(unindexed, terms, session_id)
+            else:
+                cond, params = self._in_session(unindexed, terms, session_id)
+            tail = self._select(cond, [*params, wanted - len(found)], "ORDER BY e.seq LIMIT ?")
             found += tail
         return found[offset : offset + limit]
