@@ -4,6 +4,7 @@ hook, and whole turns recalling from SQLite and from PostgreSQL (pgserver).
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from recall_session import FACT, agent, read_file, scripted_replies
 
 from normandy_archive import Archive, archive_settings, open_archive
+from normandy_archive.cli import main as cli_main
 from normandy_archive.errors import ArchiveError, ArchiveQueryError
 from normandy_archive.hooks import recall_entries
 from normandy_core import (
@@ -129,6 +131,17 @@ def test_content_another_session_archived_first_is_recalled_by_the_one_that_drop
         assert recall_entries(query="reconcile", session_id="agent-c", limit=5) == []
     finally:
         archive.close()
+
+
+def test_the_search_command_finds_any_word_as_recall_does(sqlite_archive, capsys):
+    Archive(sqlite_archive).record(_entries(), session_id="s1")
+    assert cli_main(["search", "payroll", "bank"]) == 0
+    assert capsys.readouterr().out == ""  # no entry holds both
+    assert cli_main(["search", "--any", "--json", "payroll", "bank"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert sorted(r["entry_id"] for r in rows) == ["u1", "u2"]
+    assert cli_main(["search", "--any", "--raw", "x"]) == 2
+    assert "cannot be used with raw" in capsys.readouterr().err
 
 
 def test_the_session_setting_wins_as_when_recording(sqlite_archive):

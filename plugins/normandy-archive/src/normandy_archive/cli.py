@@ -197,7 +197,12 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
     if cmd == "search":
         query = " ".join(args.query)
         found = archive.search(
-            query, session_id=args.session, limit=limit, offset=offset, raw=args.raw
+            query,
+            session_id=args.session,
+            limit=limit,
+            offset=offset,
+            raw=args.raw,
+            match="any" if args.any else "all",
         )
         _print_rows(found, args.json, out)  # no match: nothing printed, as grep does
         return 0
@@ -295,6 +300,11 @@ def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         "query", nargs="+", metavar="WORDS", help="words to find (all of them), taken literally"
     )
     p_search.add_argument("--raw", action="store_true", help="the query is FTS5 syntax")
+    p_search.add_argument(
+        "--any",
+        action="store_true",
+        help="any of the words, more of them ranking higher (as the recall tool searches)",
+    )
     paging(p_search)
     p_prune = command(
         "prune",
