@@ -495,7 +495,9 @@ def render(
             "Try other keywords: names, paths, identifiers, words of an error message."
         )
     if count(text) > limit_tokens:  # a limit too small for the framing itself
-        text = f"{RECALL_TAG} {len(hits)} entries found; none fits {limit_tokens} tokens."
+        n = len(hits)
+        found = f"{n} entr{'y' if n == 1 else 'ies'} found"
+        text = f"{RECALL_TAG} {found}; none fits {limit_tokens} tokens."
         kept, truncated = [], False
         if count(text) > limit_tokens:
             text = RECALL_TAG if count(RECALL_TAG) <= limit_tokens else ""
