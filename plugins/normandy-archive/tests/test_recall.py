@@ -83,6 +83,36 @@ def test_match_any_finds_entries_holding_any_term_best_first(kind, indexed, tmp_
         archive.close()
 
 
+def test_an_entry_indexed_between_the_two_reads_of_a_search_is_found(tmp_path, monkeypatch):
+    """The background writer indexes right after each compaction, while the model may
+    already recall: a search reads the rows not indexed yet and the index apart, and an
+    entry indexed in between must be found by one of them (it was found by neither)."""
+    archive = Archive(tmp_path / "a.sqlite3")
+    archive.record(_entries(), session_id="s1", index=False)
+    reads: list[int] = []
+    select = Archive._select
+
+    def select_then_index(self: Archive, *args: Any, **kwargs: Any) -> Any:
+        out = select(self, *args, **kwargs)
+        reads.append(len(out))
+        if len(reads) == 1:
+            assert self.index() == 4  # the writer's batch lands between the two reads
+        return out
+
+    monkeypatch.setattr(Archive, "_select", select_then_index)
+    hits = archive.search("payroll", session_id="s1", match="any", seen=True)
+    assert [h.entry.id for h in hits] == ["u2"]
+    assert len(reads) == 2
+    monkeypatch.undo()
+    # once indexed, once not: shown once
+    archive.record([Entry(id="u3", role="user", content="payroll again")], session_id="s1")
+    assert [h.entry.id for h in archive.search("payroll", session_id="s1")] in (
+        ["u2", "u3"],
+        ["u3", "u2"],
+    )
+    archive.close()
+
+
 @pytest.fixture
 def sqlite_archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "archive.sqlite3"
