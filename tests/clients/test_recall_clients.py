@@ -114,4 +114,3 @@ def test_the_model_recalls_a_dropped_output_through_the_real_client(kind, mode):
     assert counter.count_text(text) <= LIMIT
     if kind == "anthropic":  # a mid-round compaction stripped the thinking: off, then on
         assert result.events_of("thinking_disabled")
-
