@@ -492,3 +492,17 @@ def test_the_example_of_the_recall_page_runs(archive, capsys):
     shown = page.split("```text\n", 1)[1].split("```", 1)[0]
     nonce = re.compile(r"[0-9a-f]{32}|[0-9a-f]{12}")  # ids, then the nonce
     assert nonce.sub("X", out) == nonce.sub("X", shown)
+
+
+def test_functions_given_as_tools_get_definitions_beside_the_recall_tool(archive):
+    import warnings
+
+    client = ScriptedClient(scripted_replies("ERR-7731 ledger"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no UndeclaredToolWarning: recall is the loop's own
+        result = run_turn(
+            agent(tools=()), "Why do invoices drift?", client=client, tools=[read_file]
+        )
+    assert result.text == "found the fact: yes"
+    assert [t["name"] for t in client.requests[0].tools] == ["read_file", "recall"]
+    assert [t["name"] for t in result.acc.tools] == ["read_file"]  # derived, kept; not recall
