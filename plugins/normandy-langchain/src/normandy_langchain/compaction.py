@@ -27,6 +27,7 @@ from langchain_core.messages import (
     convert_to_messages,
     convert_to_openai_messages,
 )
+
 from normandy_core.config import AgentConfig
 from normandy_core.facade import CompactResult, compact_with, prepare_resolved
 from normandy_core.settings import current_settings
@@ -136,7 +137,7 @@ class MessageCompactor:
         result = compact_with(self.config, dicts, mid_round=mid_round, format="openai")
         if not result.compacted:
             return LangChainCompaction(original, result)
-        by_dict = {id(d): m for d, m in zip(dicts, original)}
+        by_dict = {id(d): m for d, m in zip(dicts, original, strict=True)}
         by_lc_id = {m.id: m for m in original if m.id}
         out: list[BaseMessage] = []
         for d in result.messages:

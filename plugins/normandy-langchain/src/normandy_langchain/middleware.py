@@ -12,6 +12,7 @@ objects, ids and metadata unchanged; dropped ones reach the ``after_compact`` ho
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,8 +22,8 @@ from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_cu
 from langchain_core.messages import RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
-from normandy_core.eventloop import bind_turn_loop
 
+from normandy_core.eventloop import bind_turn_loop
 from normandy_langchain.compaction import LangChainCompaction, MessageCompactor
 
 __all__ = ["EVENT", "MIDDLEWARE_ENTRY", "NormandyMiddleware"]
@@ -115,10 +116,8 @@ class NormandyMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """Compact the state's messages; the state update, or ``None`` when unchanged."""
         done = self._compact(state)
         if done.compacted:
-            try:
+            with contextlib.suppress(RuntimeError):  # not inside a run (called directly)
                 dispatch_custom_event(EVENT, event_data(done))
-            except RuntimeError:  # not inside a run (the node called directly)
-                pass
         return self._update(done)
 
     async def abefore_model(
@@ -129,8 +128,6 @@ class NormandyMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         with bind_turn_loop(asyncio.get_running_loop()):
             done = await asyncio.to_thread(self._compact, state)
         if done.compacted:
-            try:
+            with contextlib.suppress(RuntimeError):
                 await adispatch_custom_event(EVENT, event_data(done))
-            except RuntimeError:
-                pass
         return self._update(done)
