@@ -771,7 +771,9 @@ def list_plugins(*, load: bool = False) -> list[PluginRow]:
     for name, candidates in sorted(eps[ADAPTER_GROUP].items()):
         for ep in candidates:
             status, error = "not loaded", None
-            if load:  # an adapter is a module its framework imports: say whether it does
+            if (why := reg.excluded(name, ADAPTER_GROUP)) is not None:
+                status, error = "disabled", why  # listed as such; the framework imports it
+            elif load:  # an adapter is a module its framework imports: say whether it does
                 try:
                     ep.load()
                     status = "loaded"
