@@ -419,7 +419,7 @@ def cmd_plugins_show(args: argparse.Namespace) -> int:
 
 
 #: How ``plugins show`` names what is not a compactor.
-_KIND_NAMES = (("hook", "a hook plugin"), ("command", "a command"))
+_KIND_NAMES = (("hook", "a hook plugin"), ("command", "a command"), ("adapter", "an adapter"))
 
 
 def _plain(text: str) -> str:

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from normandy_core.contract import CompactionContext
 
 __all__ = [
+    "ADAPTER_GROUP",
     "COMMAND_GROUP",
     "COMPACTOR_GROUP",
     "ENV_DISABLE",
@@ -92,10 +93,25 @@ ENV_DISABLE = "NORMANDY_DISABLE_PLUGINS"
 #: ``register(subparsers)`` adds ``normandy <name> ...`` subcommands.
 COMMAND_GROUP = "normandy_core.commands"
 
-_GROUPS = (COMPACTOR_GROUP, HOOK_GROUP, COMMAND_GROUP)
-_KINDS = {COMPACTOR_GROUP: "compactor", HOOK_GROUP: "hook", COMMAND_GROUP: "command"}
+#: Entry-point group of framework adapters (``normandy-langchain``...): listed by
+#: ``normandy plugins`` so users see them; the core never loads them, the framework
+#: imports them itself. ``name = "module"``, the module the user imports.
+ADAPTER_GROUP = "normandy_core.adapters"
+
+_GROUPS = (COMPACTOR_GROUP, HOOK_GROUP, COMMAND_GROUP, ADAPTER_GROUP)
+_KINDS = {
+    COMPACTOR_GROUP: "compactor",
+    HOOK_GROUP: "hook",
+    COMMAND_GROUP: "command",
+    ADAPTER_GROUP: "adapter",
+}
 #: The short group names accepted as qualifiers in the allow- and deny-lists.
-_SHORT = {COMPACTOR_GROUP: "compactors", HOOK_GROUP: "hooks", COMMAND_GROUP: "commands"}
+_SHORT = {
+    COMPACTOR_GROUP: "compactors",
+    HOOK_GROUP: "hooks",
+    COMMAND_GROUP: "commands",
+    ADAPTER_GROUP: "adapters",
+}
 _IN_CODE = "<registered in code>"
 #: Which kind of plugin implements each hook, for the refusal of a misplaced one.
 _WHO = {COMPACTOR_GROUP: "compactor", HOOK_GROUP: "hook plugin"}
@@ -122,7 +138,9 @@ class _EP:
             ) from cause
 
     def describe(self) -> str:
-        kind = {HOOK_GROUP: "hook plugin", COMMAND_GROUP: "command"}.get(self.group, "compactor")
+        kind = {HOOK_GROUP: "hook plugin", COMMAND_GROUP: "command", ADAPTER_GROUP: "adapter"}.get(
+            self.group, "compactor"
+        )
         return f"{kind} {self.name!r} (group {self.group}) from {self.dist} {self.version}"
 
 
@@ -145,7 +163,7 @@ class PluginRow:
 
     @property
     def kind(self) -> str:
-        """``"compactor"``, ``"hook"`` or ``"command"``."""
+        """``"compactor"``, ``"hook"``, ``"command"`` or ``"adapter"``."""
         return _KINDS.get(self.group, "hook")
 
     @property
@@ -722,11 +740,12 @@ def unregister_hook(qualified_name: str) -> None:
 
 
 def list_plugins(*, load: bool = False) -> list[PluginRow]:
-    """One row per entry point of both groups (and per in-code plugin), with its status.
+    """One row per entry point of every group (and per in-code plugin), with its status.
 
     Read from the entry points, not from what loaded, so a broken plugin is listed with its
     error. With ``load=True`` every allowed compactor is resolved first, so each row says
-    whether it loads. Hook plugins are always loaded to report their status.
+    whether it loads, and every adapter module is imported. Hook plugins are always loaded
+    to report their status.
     """
     reg = _REG
     eps = reg.scan()
@@ -766,6 +785,18 @@ def list_plugins(*, load: bool = False) -> list[PluginRow]:
         if (why := reg.excluded(name, COMMAND_GROUP)) is not None:
             status, error = "disabled", why
         for ep in candidates:
+            rows.append(PluginRow(name, ep.group, ep.value, ep.dist, ep.version, status, error))
+    for name, candidates in sorted(eps[ADAPTER_GROUP].items()):
+        for ep in candidates:
+            status, error = "not loaded", None
+            if (why := reg.excluded(name, ADAPTER_GROUP)) is not None:
+                status, error = "disabled", why  # listed as such; the framework imports it
+            elif load:  # an adapter is a module its framework imports: say whether it does
+                try:
+                    ep.load()
+                    status = "loaded"
+                except PluginLoadError as err:
+                    status, error = "error", str(err)
             rows.append(PluginRow(name, ep.group, ep.value, ep.dist, ep.version, status, error))
     return rows
 

@@ -21,6 +21,7 @@ PROJECT_PACKAGES = (
     "normandy_clear_tool_results",
     "normandy_pipeline",
     "normandy_archive",
+    "normandy_langchain",
 )
 
 

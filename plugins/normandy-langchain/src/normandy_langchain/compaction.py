@@ -1,0 +1,210 @@
+"""Compact a list of LangChain ``BaseMessage`` objects with a Normandy compactor.
+
+The messages are read as OpenAI Chat Completions dicts (``convert_to_openai_messages``,
+one dict per message, each carrying its message's ``id``) and compacted by the core's
+own path (:func:`normandy_core.facade.compact_with`): the boundary checks the result,
+``after_compact`` hooks receive what was dropped, and broken tool pairs are refused.
+The core hands back every message it kept as the very dict it was given, so each kept
+dict leads back to its original ``BaseMessage``, returned as the same object: id,
+``additional_kwargs``, ``response_metadata``, tool calls and ``tool_call_id`` unchanged.
+A message the compactor changed (a shortened tool result, stripped thinking) is the
+original copied with the new content; one it created (a summary, a marker) is new, with
+a fresh id.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ToolMessage,
+    convert_to_messages,
+    convert_to_openai_messages,
+)
+
+from normandy_core.config import AgentConfig
+from normandy_core.facade import CompactResult, compact_with, prepare_resolved
+from normandy_core.settings import current_settings
+
+__all__ = [
+    "FUNCTION_ENTRY",
+    "LangChainCompaction",
+    "MessageCompactor",
+    "compact_messages",
+]
+
+logger = logging.getLogger("normandy_langchain")
+
+#: The entry point named in the option errors of :func:`compact_messages`.
+FUNCTION_ENTRY = "normandy_langchain.compact_messages()"
+#: The compactor used when none is given or configured.
+DEFAULT_COMPACTOR = "window_manager"
+
+
+def _hint(entry: str) -> str:
+    return (
+        f"pass window=<tokens> to {entry}, or model= a model the catalog knows (or set "
+        "window or model in normandy.toml or pyproject.toml [tool.normandy])"
+    )
+
+
+@dataclass(frozen=True)
+class LangChainCompaction:
+    """What :meth:`MessageCompactor.run` returns.
+
+    ``messages``: the compacted list (the input list's objects where kept, unchanged).
+    ``removed``: the input messages that are not in ``messages`` (dropped, or replaced
+    by a changed copy), oldest first. ``result``: the core's
+    :class:`~normandy_core.CompactResult` (``meta``, ``dropped`` entries, token figures,
+    ``error``, the hooks' ``notes``).
+    """
+
+    messages: list[BaseMessage]
+    result: CompactResult = field(repr=False)
+    removed: list[BaseMessage] = field(default_factory=list, repr=False)
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the compactor compacted (``messages`` then differs from the input)."""
+        return self.result.compacted
+
+
+class MessageCompactor:
+    """A compactor chosen by name, prepared once, for lists of LangChain messages.
+
+    ``compactor`` is an entry-point name (``window_manager`` when neither given nor
+    configured), ``opts`` its options, validated here: a bad option raises
+    :class:`~normandy_core.OptionsError` naming ``entry`` and the compactor. ``window``
+    pins the context window in tokens; otherwise the catalog gives ``model``'s. Values
+    left out are taken from the configuration (``NORMANDY_COMPACTOR``, ``normandy.toml``,
+    ``[tool.normandy]``), as :func:`normandy_core.compact` takes them. ``timeout`` bounds
+    the compactor's time in seconds; ``client`` is a Normandy model client for a
+    compactor that asks a model (``window_manager``'s ``summarizer="model"``).
+    """
+
+    def __init__(
+        self,
+        compactor: str | None = None,
+        opts: Mapping[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        window: int | None = None,
+        timeout: float | None = None,
+        client: Any = None,
+        entry: str = FUNCTION_ENTRY,
+    ) -> None:
+        settings = current_settings().resolve(
+            DEFAULT_COMPACTOR,
+            compactor=compactor,
+            opts=opts,
+            model=model,
+            window=window,
+            timeout=timeout,
+        )
+        self.entry = entry
+        self.config: AgentConfig = prepare_resolved(
+            settings, entry=entry, hint=_hint(entry), client=client
+        )
+        self.compactor = settings.compactor
+
+    def run(
+        self, messages: Sequence[BaseMessage], *, mid_round: bool | None = None
+    ) -> LangChainCompaction:
+        """Compact ``messages`` once.
+
+        ``mid_round`` says the last assistant message's tool round is still open; left
+        out, it is taken to be open when the last message is a ``ToolMessage`` (the
+        model is about to continue the round). Raises
+        :class:`~normandy_core.TranscriptError` (naming the message index and field) for
+        a list the Chat Completions format cannot hold, such as a ``ToolMessage`` that
+        answers no call of the ``AIMessage`` before it.
+        """
+        original = list(messages)
+        if mid_round is None:
+            mid_round = bool(original) and isinstance(original[-1], ToolMessage)
+        dicts = convert_to_openai_messages(original, include_id=True)
+        if len(dicts) != len(original):  # one dict per message is what the mapping needs
+            raise ValueError(
+                f"{self.entry}: convert_to_openai_messages gave {len(dicts)} dicts for "
+                f"{len(original)} messages"
+            )
+        result = compact_with(self.config, dicts, mid_round=mid_round, format="openai")
+        if not result.compacted:
+            return LangChainCompaction(original, result)
+        by_dict = {id(d): m for d, m in zip(dicts, original, strict=True)}
+        by_lc_id = {m.id: m for m in original if m.id}
+        out: list[BaseMessage] = []
+        for d in result.messages:
+            kept = by_dict.get(id(d))
+            if kept is not None:
+                out.append(kept)
+                continue
+            fresh = convert_to_messages([d])[0]
+            lc_id = d.get("id") if isinstance(d, Mapping) else None
+            source = by_lc_id.get(lc_id) if isinstance(lc_id, str) else None
+            out.append(_changed(source, fresh) if source is not None else _created(fresh))
+        still = {id(m) for m in out}
+        removed = [m for m in original if id(m) not in still]
+        logger.info(
+            "%s compacted %d messages to %d (%d tokens to %d) with %s",
+            self.entry,
+            len(original),
+            len(out),
+            result.tokens_before,
+            result.tokens_after,
+            self.compactor,
+        )
+        return LangChainCompaction(out, result, removed)
+
+
+def _changed(source: BaseMessage, fresh: BaseMessage) -> BaseMessage:
+    """``source`` with the content the compactor gave it (and, for an assistant message,
+    its tool calls as they now stand); every other field is kept."""
+    update: dict[str, Any] = {"content": fresh.content}
+    if isinstance(source, AIMessage) and isinstance(fresh, AIMessage):
+        update["tool_calls"] = fresh.tool_calls
+    return source.model_copy(update=update)
+
+
+def _created(fresh: BaseMessage) -> BaseMessage:
+    """A message the compactor created, with an id of its own (LangGraph's reducer
+    matches messages by id)."""
+    if not fresh.id:
+        fresh.id = f"normandy-{uuid.uuid4().hex}"
+    return fresh
+
+
+def compact_messages(
+    messages: Sequence[BaseMessage],
+    *,
+    compactor: str | None = None,
+    opts: Mapping[str, Any] | None = None,
+    model: str | None = None,
+    window: int | None = None,
+    mid_round: bool | None = None,
+    timeout: float | None = None,
+    client: Any = None,
+    on_compact: Callable[[LangChainCompaction], None] | None = None,
+) -> list[BaseMessage]:
+    """``messages`` compacted by the compactor named ``compactor``, like ``trim_messages``.
+
+    Unlike a trim, the cut never separates an ``AIMessage``'s tool calls from their
+    ``ToolMessage`` results, and what is removed reaches the ``after_compact`` hooks
+    (the archive, ``recall``). Kept messages come back as the same objects. The
+    arguments are those of :class:`MessageCompactor` (errors name
+    ``normandy_langchain.compact_messages()``) and :meth:`MessageCompactor.run`;
+    ``on_compact`` receives the :class:`LangChainCompaction` of every call. For
+    repeated calls, build a :class:`MessageCompactor` once.
+    """
+    done = MessageCompactor(
+        compactor, opts, model=model, window=window, timeout=timeout, client=client
+    ).run(messages, mid_round=mid_round)
+    if on_compact is not None:
+        on_compact(done)
+    return done.messages

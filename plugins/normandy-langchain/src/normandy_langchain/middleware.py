@@ -1,0 +1,133 @@
+"""``NormandyMiddleware``: a LangChain v1 agent middleware that compacts the agent's state.
+
+Installed with one line, ``create_agent(model, tools, middleware=[NormandyMiddleware(
+"window_manager", window=32_000)])``, it runs before every model call (``before_model``
+and ``abefore_model``): the state's messages are compacted by the named compactor and,
+when it compacted, the state is replaced as LangGraph's ``add_messages`` reducer
+documents (``RemoveMessage(id=REMOVE_ALL_MESSAGES)`` followed by the new list, as
+LangChain's own ``SummarizationMiddleware`` does). Kept messages are the state's own
+objects, ids and metadata unchanged; dropped ones reach the ``after_compact`` hooks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain_core.callbacks.manager import adispatch_custom_event, dispatch_custom_event
+from langchain_core.messages import RemoveMessage
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langgraph.runtime import Runtime
+
+from normandy_core.eventloop import bind_turn_loop
+from normandy_langchain.compaction import LangChainCompaction, MessageCompactor
+
+__all__ = ["EVENT", "MIDDLEWARE_ENTRY", "NormandyMiddleware"]
+
+logger = logging.getLogger("normandy_langchain")
+
+#: The entry point named in the option errors of :class:`NormandyMiddleware`.
+MIDDLEWARE_ENTRY = "normandy_langchain.NormandyMiddleware()"
+#: Name of the LangChain custom event sent after each compaction (``on_custom_event``
+#: of a callback handler, ``astream_events``), with the compaction's figures as data.
+EVENT = "normandy_compaction"
+
+
+def event_data(done: LangChainCompaction) -> dict[str, Any]:
+    """The JSON-ready figures of a compaction, as the custom event carries them."""
+    r = done.result
+    return {
+        "compactor": r._compactor,
+        "strategy": r.meta.get("strategy"),
+        "tokens_before": r.tokens_before,
+        "tokens_after": r.tokens_after,
+        "tokens_removed": r.tokens_removed,
+        "dropped": [e.id for e in r.dropped],
+        "removed_message_ids": [m.id for m in done.removed],
+        "messages_after": len(done.messages),
+        "notes": [dict(n) for n in r.notes],
+    }
+
+
+class NormandyMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+    """Compact the agent's messages before every model call with a named compactor.
+
+    ``compactor`` is the entry-point name (``window_manager`` when neither given nor
+    configured), ``opts`` its options: both validated here, when the middleware is
+    built, so a bad option raises :class:`~normandy_core.OptionsError` naming
+    ``normandy_langchain.NormandyMiddleware()`` and the compactor. ``window`` pins the
+    context window in tokens (or ``model`` names a model the catalog knows);
+    ``timeout`` bounds the compactor's time. ``on_compact`` is called with the
+    :class:`~normandy_langchain.LangChainCompaction` of each compaction. Each
+    compaction is also logged (logger ``normandy_langchain``, INFO) and sent as the
+    LangChain custom event :data:`EVENT`. A compactor error (the conversation cannot
+    fit) leaves the state unchanged and is logged as a warning; with
+    ``raise_on_error=True`` it raises :class:`~normandy_core.CannotFitError` instead.
+    """
+
+    def __init__(
+        self,
+        compactor: str | None = None,
+        opts: Mapping[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        window: int | None = None,
+        timeout: float | None = None,
+        client: Any = None,
+        raise_on_error: bool = False,
+        on_compact: Callable[[LangChainCompaction], None] | None = None,
+    ) -> None:
+        super().__init__()
+        self.compactor = MessageCompactor(
+            compactor,
+            opts,
+            model=model,
+            window=window,
+            timeout=timeout,
+            client=client,
+            entry=MIDDLEWARE_ENTRY,
+        )
+        self.raise_on_error = raise_on_error
+        self.on_compact = on_compact
+
+    @property
+    def name(self) -> str:
+        """The middleware's node name in the agent's graph."""
+        return f"NormandyMiddleware[{self.compactor.compactor}]"
+
+    def _compact(self, state: AgentState[Any]) -> LangChainCompaction:
+        done = self.compactor.run(state["messages"])
+        if self.raise_on_error:
+            done.result.check()
+        return done
+
+    def _update(self, done: LangChainCompaction) -> dict[str, Any] | None:
+        if not done.compacted:
+            return None
+        if self.on_compact is not None:
+            self.on_compact(done)
+        return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *done.messages]}
+
+    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """Compact the state's messages; the state update, or ``None`` when unchanged."""
+        done = self._compact(state)
+        if done.compacted:
+            with contextlib.suppress(RuntimeError):  # not inside a run (called directly)
+                dispatch_custom_event(EVENT, event_data(done))
+        return self._update(done)
+
+    async def abefore_model(
+        self, state: AgentState[Any], runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        """:meth:`before_model` for async agents: the compactor runs in a worker thread,
+        so the event loop keeps serving while it counts, summarizes or archives."""
+        with bind_turn_loop(asyncio.get_running_loop()):
+            done = await asyncio.to_thread(self._compact, state)
+        if done.compacted:
+            with contextlib.suppress(RuntimeError):
+                await adispatch_custom_event(EVENT, event_data(done))
+        return self._update(done)
