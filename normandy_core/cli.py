@@ -438,6 +438,19 @@ def _python_literal(value: Any) -> str:
 _CLI_HINT = "pass --window N, or --model M for a model the catalog knows"
 
 
+def survival_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The survival rules the command line sets (``--keep-tool``, ``--no-keep-first-user``,
+    ``--summary-instructions``), as a mapping; empty when it sets none."""
+    rules: dict[str, Any] = {}
+    if getattr(args, "no_keep_first_user", False):
+        rules["keep_first_user"] = False
+    if getattr(args, "keep_tool", None):
+        rules["keep_tools"] = list(args.keep_tool)
+    if getattr(args, "summary_instructions", None) is not None:
+        rules["summary_instructions"] = args.summary_instructions
+    return rules
+
+
 def _prepare(
     compactor: str,
     opts: dict[str, Any],
@@ -445,8 +458,10 @@ def _prepare(
     window: int | None,
     model: str | None,
     timeout: float | None = None,
+    survival: dict[str, Any] | None = None,
 ) -> Any:
-    """The prepared config (compactor resolved, options validated, window found), up front."""
+    """The prepared config (compactor resolved, options and survival rules validated,
+    window found), up front."""
     from normandy_core.facade import prepare_config
 
     return prepare_config(
@@ -457,6 +472,7 @@ def _prepare(
         timeout=timeout,
         entry=entry,
         hint=_CLI_HINT,
+        survival=survival or None,
     )
 
 
@@ -467,7 +483,15 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from normandy_core.tokens import counter_description, default_counter_for, get_counter
 
     opts = parse_opts(args.opt)
-    acc = _prepare(args.compactor, opts, "normandy compact", args.window, args.model, args.timeout)
+    acc = _prepare(
+        args.compactor,
+        opts,
+        "normandy compact",
+        args.window,
+        args.model,
+        args.timeout,
+        survival_from_args(args),
+    )
     src = read_source(args.input)
     try:
         result = compact_with(acc, src.data, mid_round=args.mid_round, format=args.format)
@@ -556,7 +580,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             ) from exc
     if args.window is None and "context_window" not in opts:
         args.window = DEMO_WINDOW
-    _prepare(args.compactor, opts, "normandy demo", args.window, args.model)
+    rules = survival_from_args(args)
+    _prepare(args.compactor, opts, "normandy demo", args.window, args.model, None, rules)
     return run_demo(args, opts)
 
 
@@ -609,6 +634,23 @@ def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) 
         metavar="N",
         help="context window in tokens (pins the context_window option)"
         + (f"; default {default_window:,}" if default_window else ""),
+    )
+    p.add_argument(
+        "--keep-tool",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="survival rule: keep every call of tool NAME with its results; repeatable",
+    )
+    p.add_argument(
+        "--no-keep-first-user",
+        action="store_true",
+        help="survival rule off: let compaction drop the first user message (the task)",
+    )
+    p.add_argument(
+        "--summary-instructions",
+        metavar="TEXT",
+        help="instructions the model summarizer gets with every summary it writes",
     )
 
 

@@ -112,6 +112,8 @@ def _compaction_line(b: Boundary) -> str:
 
 def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
     """Replay the bundled session with ``args.compactor`` and ``opts``; print the report."""
+    from normandy_core.cli import survival_from_args
+
     session = load_session()
     window = opts.get("context_window", args.window)
     turns = session.turns if args.turns is None else session.turns[: args.turns]
@@ -141,6 +143,7 @@ def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
         model=args.model,
         turns=args.turns,
         on_boundary=on_boundary,
+        survival=survival_from_args(args) or None,
     )
     bar.close()
     print()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from normandy_core.catalog import ModelCatalog, default_catalog
 from normandy_core.memory import AgentMemory, new_id
 from normandy_core.preparation import CONFIG_HINT, Prepared, prepare
+from normandy_core.survival import SurvivalRules, survival_rules
 
 if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
@@ -33,7 +34,10 @@ class AgentConfig:
     :mod:`normandy_core.clients`), used by the turn shells and by compactors that
     summarize with the model; ``session_id`` names the session in archives and logs;
     ``calibration`` the token-count calibration its compactor sizes with (``None``: the
-    process-wide one the shells feed).
+    process-wide one the shells feed). ``survival`` holds the rules every compactor
+    must honour (:class:`~normandy_core.SurvivalRules`, or a mapping of its fields;
+    ``None``: the defaults, which keep pinned entries and the first user message); it
+    is validated here and always reads back as a :class:`~normandy_core.SurvivalRules`.
 
     It is the ``acc`` of the contract: compactors receive it and return it, or a copy with
     a new memory (:meth:`with_memory`). Making one, and every copy that changes the model,
@@ -57,6 +61,7 @@ class AgentConfig:
     client: Any = None
     compaction_timeout: float | None = None
     calibration: Calibration | None = None
+    survival: SurvivalRules | Mapping[str, Any] | None = None
     _entry: dataclasses.InitVar[str] = _CREATE
     _validate: dataclasses.InitVar[bool] = True
     _hint: dataclasses.InitVar[str] = CONFIG_HINT
@@ -74,6 +79,8 @@ class AgentConfig:
             raise TypeError(
                 f"{_entry}: memory must be an AgentMemory, got {type(self.memory).__name__}"
             )
+        if not isinstance(self.survival, SurvivalRules):
+            object.__setattr__(self, "survival", survival_rules(self.survival, entry=_entry))
         t = self.compaction_timeout
         if t is not None and not (isinstance(t, (int, float)) and 0 < t < float("inf")):
             raise ValueError(
@@ -93,12 +100,18 @@ class AgentConfig:
             calibration=self.calibration,
             hint=hint,
             memo=self._windows,
+            rules=self.rules,
         )
 
     @property
     def prepared(self) -> Prepared:
         """What was prepared for this config's compactor where the config was made."""
         return self._prepared[0]
+
+    @property
+    def rules(self) -> SurvivalRules:
+        """The config's survival rules (the ``survival`` field, validated)."""
+        return self.survival  # type: ignore[return-value]  # normalised in __post_init__
 
     @property
     def compactor_handle(self) -> Compactor:
@@ -126,7 +139,8 @@ class AgentConfig:
     def replace(
         self, *, entry: str = "normandy_core.AgentConfig.replace()", **changes: Any
     ) -> AgentConfig:
-        """A copy with ``changes``; the compactor is prepared again under ``entry``."""
+        """A copy with ``changes``; the compactor is prepared again under ``entry`` (the
+        survival rules included)."""
         changes["_prepared"] = []
         if "model" in changes or "catalog" in changes:
             changes["_windows"] = {}

@@ -98,12 +98,17 @@ def config_key(
     window: int | None,
     timeout: float | None,
     format: str,
+    survival: Any = None,
 ) -> tuple[Any, ...] | None:
     """What a continuation must share with the call it continues, or ``None`` (no memo)."""
     from normandy_core import plugins
 
+    if survival is not None and not isinstance(survival, Mapping):
+        fields = getattr(type(survival), "model_fields", None) or {}
+        survival = {name: getattr(survival, name) for name in fields}
     try:
         frozen = json.dumps(opts or {}, sort_keys=True, default=_opaque)
+        rules = json.dumps(survival, sort_keys=True, default=_opaque)
     except (TypeError, ValueError):
         return None
     handle = plugins._REG.resolved.get(compactor)
@@ -112,7 +117,17 @@ def config_key(
             handle = plugins.resolve_compactor(compactor)
         except Exception:  # the full path reports it
             return None
-    return (compactor, frozen, model, window, timeout, format, id(plugins._REG), id(handle))
+    return (
+        compactor,
+        frozen,
+        rules,
+        model,
+        window,
+        timeout,
+        format,
+        id(plugins._REG),
+        id(handle),
+    )
 
 
 def _take(key: tuple[Any, ...], messages: Sequence[Any]) -> tuple[_State, int, bool] | None:

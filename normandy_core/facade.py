@@ -41,6 +41,7 @@ from normandy_core.errors import NormandyError, OptionsError
 from normandy_core.formats import TranscriptError, value_problem
 from normandy_core.memory import AgentMemory, Entry
 from normandy_core.structure import pairing_problems
+from normandy_core.survival import SurvivalRules
 from normandy_core.transcript import Transcript, read, write
 
 __all__ = [
@@ -356,6 +357,7 @@ def compact(
     timeout: float | None = None,
     fresh: bool = False,
     raise_on_error: bool = False,
+    survival: SurvivalRules | Mapping[str, Any] | None = None,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
@@ -369,7 +371,9 @@ def compact(
     that sizes against one; otherwise the model catalog gives the window of ``model``.
     ``mid_round`` says the last assistant message's tool round is still open.
     ``timeout`` bounds the compactor's time in seconds (``compaction_timeout``): past it
-    the compactor is abandoned and the result is the error path.
+    the compactor is abandoned and the result is the error path. ``survival`` sets the
+    survival rules (:class:`~normandy_core.SurvivalRules` or a mapping of its fields;
+    ``None``: the defaults, which keep pinned entries and the first user message).
 
     Called before every request on a list that grew since the last call (the full
     history, or the list the last call returned plus new messages), only the new
@@ -391,7 +395,11 @@ def compact(
     from normandy_core import continuation
 
     key = (
-        None if fresh else continuation.config_key(compactor, opts, model, window, timeout, format)
+        None
+        if fresh
+        else continuation.config_key(
+            compactor, opts, model, window, timeout, format, survival=survival
+        )
     )
     hit = continuation.resume(key, messages, mid_round)
     if hit is not None:
@@ -405,6 +413,7 @@ def compact(
             timeout=timeout,
             entry=ENTRY,
             hint=COMPACT_HINT,
+            survival=survival,
         )
         result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
         if key is not None and isinstance(t, Transcript):
@@ -437,6 +446,7 @@ def prepare_config(
     timeout: float | None,
     entry: str,
     hint: str | None = None,
+    survival: SurvivalRules | Mapping[str, Any] | None = None,
 ) -> AgentConfig:
     """The config :func:`compact` runs with, prepared once (empty memory).
 
@@ -456,6 +466,7 @@ def prepare_config(
         compactor=compactor,
         compactor_opts=options,
         compaction_timeout=timeout,
+        survival=survival,
         _entry=entry,
         _hint=hint or CONFIG_HINT,
     )

@@ -116,9 +116,21 @@ class KeepsThinking:
     @hookimpl
     def maybe_compact(self, acc, ctx, opts):
         entries = acc.memory.entries()
-        return acc.with_memory(acc.memory.derive(entries[3:])), {
+        return acc.with_memory(acc.memory.derive(entries[:1] + entries[3:])), {
             "compacted": True,
-            "dropped": entries[:3],
+            "dropped": entries[1:3],
+        }
+
+
+class DropsTheTask:
+    """Drops the oldest unit, the first user message, which the default rules keep."""
+
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        entries = [e.without_thinking() for e in acc.memory.entries()]
+        return acc.with_memory(acc.memory.derive(entries[1:])), {
+            "compacted": True,
+            "dropped": acc.memory.entries()[:1],
         }
 
 
@@ -162,6 +174,7 @@ class AcceptsAnything:
         (Mutating(), "mutated the memory it was given"),
         (DropsNewestFirst(), "not oldest first"),
         (KeepsThinking(), "kept thinking blocks"),
+        (DropsTheTask(), "survival rule keep_first_user (the first user message) keeps"),
         (Orphans(), "separated a tool use from its result"),
         (LosesSilently(), "lost silently"),
         (SkipsWithDropped(), "reported dropped entries with compacted=False"),

@@ -673,8 +673,35 @@ def _check_pinned(c: _Case, result: CompactResult) -> None:
             return
 
 
+def _task_index(entries: list[Entry]) -> int | None:
+    """The first user message (the task the default survival rule keeps): the first user
+    entry that carries no tool result and is not a marker or summary a compactor put
+    there (by metadata, or by the tag opening its text in a provider format)."""
+    for i, e in enumerate(entries):
+        if e.role != "user" or _made_by_compactor(e):
+            continue
+        if isinstance(e.content, str):
+            return i
+        if any(
+            isinstance(b, ToolResultBlock) or (isinstance(b, OpaqueBlock) and b.answers)
+            for b in e.content
+        ):
+            continue
+        return i
+    return None
+
+
+def _made_by_compactor(e: Entry) -> bool:
+    if e.metadata.get(_MARKER_KEY) or e.metadata.get(_SUMMARY_KEY):
+        return True
+    text = e.content if isinstance(e.content, str) else e.text()
+    return text.startswith(("[normandy:marker]", "[normandy:summary]"))
+
+
 def _minimal_tokens(c: _Case, *, thinking: bool) -> int:
-    """Tokens of what no compaction may drop: system, pinned, the newest unit.
+    """Tokens of what no compaction may drop: system, pinned, the first user message (the
+    survival rule every compaction of the campaign runs with, the default), the newest
+    unit.
 
     A pinned entry that calls tools (the entry holding a provider compaction) keeps the
     entries carrying its results: a tool use never goes without its result.
@@ -688,7 +715,10 @@ def _minimal_tokens(c: _Case, *, thinking: bool) -> int:
         start -= 1
     if start < len(entries) - 1 and not entries[start].tool_uses:
         start = len(entries) - 1  # trailing results without their assistant: not a unit
-    keep = [i >= start or e.pinned or e.role == "system" for i, e in enumerate(entries)]
+    task = _task_index(entries)
+    keep = [
+        i >= start or i == task or e.pinned or e.role == "system" for i, e in enumerate(entries)
+    ]
     for i, e in enumerate(entries):
         if e.pinned and e.tool_uses:
             j = i + 1

@@ -139,7 +139,8 @@ def test_the_irreducible_breakdown_adds_up_to_its_total() -> None:
     assert result.error is not None
     found = re.search(
         r"([\d,]+) tokens are irreducible \(system prompt and tool definitions ([\d,]+); "
-        r"system entries ([\d,]+); pinned entries ([\d,]+); newest unit and other kept "
+        r"system entries ([\d,]+); pinned entries ([\d,]+); "
+        r"(?:keep_first_user \(the first user message\) ([\d,]+); )?newest unit and other kept "
         r"entries ([\d,]+), after shortening tool results(?:; the (?:marker|summary) ([\d,]+))?",
         result.error,
     )
