@@ -30,3 +30,10 @@ if not os.environ.get("NORMANDY_ARCHIVE_PATH"):
     _archive_dir = tempfile.mkdtemp(prefix="normandy-test-archive-")
     atexit.register(shutil.rmtree, _archive_dir, ignore_errors=True)
     os.environ["NORMANDY_ARCHIVE_PATH"] = os.path.join(_archive_dir, "archive.sqlite3")
+
+# Configuration without code (normandy_core.settings): test runs never pick up the user's
+# NORMANDY_COMPACTOR* variables or a normandy.toml / [tool.normandy] above the checkout.
+# The settings tests unset NORMANDY_CONFIG themselves, in a temporary directory.
+os.environ["NORMANDY_CONFIG"] = "off"
+for _var in ("NORMANDY_COMPACTOR", "NORMANDY_COMPACTOR_OPTS"):
+    os.environ.pop(_var, None)

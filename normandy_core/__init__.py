@@ -61,6 +61,8 @@ _LAZY: dict[str, str] = {
     "first_user_entry": "survival",
     # config, the contract seam and the boundary
     "AgentConfig": "config",
+    "current_settings": "settings",
+    "reload_settings": "settings",
     "Prepared": "preparation",
     "prepare": "preparation",
     "CompactionContext": "contract",
@@ -109,6 +111,7 @@ _LAZY: dict[str, str] = {
     "PluginDisabledError": "errors",
     "UnknownCompactorError": "errors",
     "OptionsError": "errors",
+    "SettingsError": "errors",
     "WindowUnknownError": "errors",
 }
 
@@ -152,6 +155,7 @@ __all__ = [
     "PluginRow",
     "Prepared",
     "RedactedThinkingBlock",
+    "SettingsError",
     "StaticCatalog",
     "SurvivalError",
     "SurvivalRules",
@@ -172,6 +176,7 @@ __all__ = [
     "check_compaction",
     "acompact",
     "compact",
+    "current_settings",
     "default_catalog",
     "default_counter_for",
     "drop_thinking",
@@ -189,6 +194,7 @@ __all__ = [
     "register_compactor",
     "register_hook",
     "reload_plugins",
+    "reload_settings",
     "resolve_compactor",
     "run_after_compact",
     "run_before_commit",
@@ -243,6 +249,7 @@ if TYPE_CHECKING:
         PluginDisabledError,
         PluginError,
         PluginLoadError,
+        SettingsError,
         UnknownCompactorError,
         WindowUnknownError,
     )
@@ -262,6 +269,7 @@ if TYPE_CHECKING:
         DocumentBlock,
         Entry,
         ImageBlock,
+        OpaqueBlock,
         RedactedThinkingBlock,
         TextBlock,
         ThinkingBlock,
@@ -290,6 +298,7 @@ if TYPE_CHECKING:
         unregister_hook,
     )
     from normandy_core.preparation import Prepared, prepare
+    from normandy_core.settings import current_settings, reload_settings
     from normandy_core.structure import (
         carries_results,
         group_units,

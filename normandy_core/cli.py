@@ -398,7 +398,8 @@ def cmd_plugins_show(args: argparse.Namespace) -> int:
     else:
         lines += textwrap.wrap(
             "Options (--opt KEY=VALUE on the command line, opts={...} for compact(), "
-            "compactor_opts={...} for AgentConfig):",
+            "compactor_opts={...} for AgentConfig, NORMANDY_COMPACTOR_OPTS or the opts "
+            "table of normandy.toml):",
             width=88,
         )
         for o in options:
@@ -435,7 +436,10 @@ def _python_literal(value: Any) -> str:
 
 
 #: How to give a window, in the command line's vocabulary.
-_CLI_HINT = "pass --window N, or --model M for a model the catalog knows"
+_CLI_HINT = (
+    "pass --window N, or --model M for a model the catalog knows (or set window or model "
+    "in normandy.toml or pyproject.toml [tool.normandy])"
+)
 
 
 def survival_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -451,29 +455,62 @@ def survival_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return rules
 
 
-def _prepare(
-    compactor: str,
-    opts: dict[str, Any],
-    entry: str,
-    window: int | None,
-    model: str | None,
-    timeout: float | None = None,
-    survival: dict[str, Any] | None = None,
+def _settings(
+    args: argparse.Namespace, opts: dict[str, Any], keys: tuple[str, ...] | None = None
 ) -> Any:
+    """The command's settings: its options over the configuration (environment,
+    normandy.toml, pyproject.toml [tool.normandy]) over ``window_manager``.
+
+    ``--opt`` pairs, when given, are the options as a whole (as ``opts=`` of
+    :func:`normandy_core.compact`).
+    """
+    from normandy_core.settings import KEYS, current_settings
+
+    return current_settings().resolve(
+        "window_manager",
+        compactor=args.compactor,
+        opts=opts or None,
+        model=getattr(args, "model", None),
+        window=args.window,
+        timeout=getattr(args, "timeout", None),
+        keys=KEYS if keys is None else keys,
+        survival=survival_from_args(args) or None,
+    )
+
+
+def _prepare(settings: Any, entry: str, client: Any = None) -> Any:
     """The prepared config (compactor resolved, options and survival rules validated,
     window found), up front."""
-    from normandy_core.facade import prepare_config
+    from normandy_core.facade import prepare_resolved
 
-    return prepare_config(
-        compactor=compactor,
-        opts=opts,
-        model=model,
-        window=window,
-        timeout=timeout,
-        entry=entry,
-        hint=_CLI_HINT,
-        survival=survival or None,
-    )
+    return prepare_resolved(settings, entry=entry, hint=_CLI_HINT, client=client)
+
+
+#: ``--client`` choices: the provider SDK reads its key and URL from these variables.
+_CLIENT_ENV = {
+    "anthropic": "ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL",
+    "openai": "OPENAI_API_KEY, OPENAI_BASE_URL",
+}
+
+
+def _client(provider: str | None, model: str | None) -> Any:
+    """The model client ``--client`` asks for (``None`` without it), for ``--model``."""
+    if provider is None:
+        return None
+    if not model:
+        raise CliError(f"--client {provider} needs --model (the model that writes summaries)")
+    from normandy_core.clients import ModelClientError
+
+    try:
+        if provider == "anthropic":
+            from normandy_core.clients.anthropic import AnthropicClient
+
+            return AnthropicClient(model)
+        from normandy_core.clients.openai import OpenAIClient
+
+        return OpenAIClient(model)
+    except ModelClientError as exc:  # the SDK is not installed
+        raise CliError(f"--client {provider}: {exc}") from exc
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
@@ -482,16 +519,11 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from normandy_core.formats import TranscriptError
     from normandy_core.tokens import counter_description, default_counter_for, get_counter
 
-    opts = parse_opts(args.opt)
-    acc = _prepare(
-        args.compactor,
-        opts,
-        "normandy compact",
-        args.window,
-        args.model,
-        args.timeout,
-        survival_from_args(args),
-    )
+    settings = _settings(args, parse_opts(args.opt))
+    client = _client(args.client, settings.model)
+    acc = _prepare(settings, "normandy compact", client)
+    if settings.configured:  # say where what the command line did not give came from
+        print(f"normandy compact: {settings.note()}", file=sys.stderr)
     src = read_source(args.input)
     try:
         result = compact_with(acc, src.data, mid_round=args.mid_round, format=args.format)
@@ -503,7 +535,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         _write(args.meta, json.dumps(_meta_for_file(meta), indent=2, default=_json_default) + "\n")
     if result.error is not None:
         print(
-            f"normandy compact: compactor {args.compactor!r} failed: {result.error}; "
+            f"normandy compact: compactor {settings.compactor!r} failed: {result.error}; "
             "nothing written",
             file=sys.stderr,
         )
@@ -519,7 +551,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
         strategy = f" (strategy {meta['strategy']})" if meta.get("strategy") else ""
         msg = f"{tokens}{strategy}, {len(result.dropped)} entries dropped"
     else:
-        counter = get_counter(default_counter_for(args.model))
+        counter = get_counter(default_counter_for(settings.model))
         size = memory.tokens(counter)
         msg = (
             f"not compacted: {size:,} tokens (counted by {counter_description(counter)}), "
@@ -570,7 +602,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from normandy_core.cli_demo import run_demo
     from normandy_core.demo import DEMO_WINDOW
 
-    opts = parse_opts(args.opt)
+    settings = _settings(args, parse_opts(args.opt), keys=("compactor", "opts", "survival"))
+    args.compactor = settings.compactor
+    args.survival = settings.survival
+    opts = dict(settings.opts or {})
     if args.plot:  # checked first: the chart is written only after the whole replay
         try:
             import matplotlib  # noqa: F401
@@ -580,9 +615,58 @@ def cmd_demo(args: argparse.Namespace) -> int:
             ) from exc
     if args.window is None and "context_window" not in opts:
         args.window = DEMO_WINDOW
-    rules = survival_from_args(args)
-    _prepare(args.compactor, opts, "normandy demo", args.window, args.model, None, rules)
+    _prepare(
+        settings._replace(opts=opts, model=args.model, window=args.window),
+        "normandy demo",
+    )
+    if settings.configured:
+        print(f"normandy demo: {settings.note()}")
     return run_demo(args, opts)
+
+
+# -- config -------------------------------------------------------------------------
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """``normandy config [--json]``: the settings ``normandy compact`` and ``compact()``
+    would use here, and where each comes from (checked, as they are when used)."""
+    from normandy_core.settings import ENV_CONFIG, KEYS, current_settings
+
+    current = current_settings()
+    settings = current.resolve("window_manager")
+    files = [str(p) for p in current.files]
+    rows = []
+    for key in KEYS:
+        value = getattr(settings, key)
+        if key == "compactor" and "compactor" not in settings.origins:
+            origin = "default"
+        else:
+            origin = settings.origins.get(key, "not set")
+        rows.append({"key": key, "value": value, "from": origin})
+    if args.json:
+        print(json.dumps({"settings": rows, "files": files}, indent=2, default=_json_default))
+        return EXIT_OK
+    from normandy_core.console import format_table
+
+    def shown(value: Any) -> str:
+        if value is None:
+            return "-"
+        return value if isinstance(value, str) else json.dumps(value, default=_json_default)
+
+    print(
+        format_table(
+            [[r["key"], shown(r["value"]), r["from"]] for r in rows], ["KEY", "VALUE", "FROM"]
+        )
+    )
+    print()
+    choice = os.environ.get(ENV_CONFIG, "").strip()
+    if files:
+        print("files read: " + ", ".join(files))
+    elif choice.lower() == "off":
+        print(f"no settings file read ({ENV_CONFIG}=off)")
+    else:
+        print(f"no normandy.toml or pyproject.toml with [tool.normandy] from {os.getcwd()} upward")
+    return EXIT_OK
 
 
 # -- the parser ---------------------------------------------------------------------
@@ -617,7 +701,10 @@ def _positive_float(text: str) -> float:
 def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) -> None:
     """--compactor, --opt and --window; ``default_window`` is only shown in the help."""
     p.add_argument(
-        "--compactor", default="window_manager", help="compactor name (default: window_manager)"
+        "--compactor",
+        default=None,
+        help="compactor name (default: the configured one, see 'normandy config', else "
+        "window_manager)",
     )
     p.add_argument(
         "--opt",
@@ -625,7 +712,7 @@ def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) 
         default=[],
         metavar="KEY=VALUE",
         help="a compactor option; VALUE is a JSON literal (0.9, 3, true, [..]) or a string; "
-        "repeatable",
+        "repeatable; given, they replace the configured options",
     )
     p.add_argument(
         "--window",
@@ -633,7 +720,7 @@ def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) 
         default=None,
         metavar="N",
         help="context window in tokens (pins the context_window option)"
-        + (f"; default {default_window:,}" if default_window else ""),
+        + (f"; default {default_window:,}" if default_window else "; default: the configured one"),
     )
     p.add_argument(
         "--keep-tool",
@@ -709,14 +796,27 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
         help="transcript format of INPUT (default: auto, detected from the messages)",
     )
     _add_compactor_args(p, None)
-    p.add_argument("--model", metavar="M", help="model id (token counter, catalog window)")
+    p.add_argument(
+        "--model",
+        metavar="M",
+        help="model id (token counter, catalog window); default: the configured one",
+    )
     p.add_argument("--mid-round", action="store_true", help="the last tool round is still open")
     p.add_argument("--meta", metavar="PATH", help="write the compactor's meta as JSON here")
     p.add_argument(
         "--timeout",
         type=_positive_float,
         metavar="S",
-        help="abandon a compactor that takes longer than S seconds (exit 1, nothing written)",
+        help="abandon a compactor that takes longer than S seconds (exit 1, nothing written); "
+        "default: the configured timeout, else none",
+    )
+    p.add_argument(
+        "--client",
+        choices=sorted(_CLIENT_ENV),
+        help="a model client for a compactor that asks the model (--opt summarizer=model), "
+        "calling --model; the provider's SDK (extra normandy-core[anthropic] or [openai]) "
+        "reads its key and URL from "
+        + "; ".join(f"{k}: {v}" for k, v in sorted(_CLIENT_ENV.items())),
     )
     p.set_defaults(func=cmd_compact)
 
@@ -747,6 +847,18 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("--quiet", action="store_true", help="no line per compaction")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser(
+        "config",
+        help="show the settings compact uses here and where each comes from",
+        description="Show the compactor settings that 'normandy compact' and compact() "
+        "use in this directory: each key's value and its source (an argument of theirs "
+        "wins; then NORMANDY_COMPACTOR and NORMANDY_COMPACTOR_OPTS, normandy.toml, "
+        "pyproject.toml [tool.normandy], the default), checked as they are when used. "
+        "Exits 2 on a bad setting, 3 on an unknown or broken compactor.",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_config)
 
     _register_extensions(sub, problems)
     return parser

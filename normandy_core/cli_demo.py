@@ -112,8 +112,6 @@ def _compaction_line(b: Boundary) -> str:
 
 def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
     """Replay the bundled session with ``args.compactor`` and ``opts``; print the report."""
-    from normandy_core.cli import survival_from_args
-
     session = load_session()
     window = opts.get("context_window", args.window)
     turns = session.turns if args.turns is None else session.turns[: args.turns]
@@ -143,7 +141,7 @@ def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
         model=args.model,
         turns=args.turns,
         on_boundary=on_boundary,
-        survival=survival_from_args(args) or None,
+        survival=getattr(args, "survival", None),
     )
     bar.close()
     print()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -17,17 +18,27 @@ from normandy_core.survival import SurvivalRules, survival_rules
 if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
     from normandy_core.plugins import Compactor
+    from normandy_core.settings import Settings
 
 __all__ = ["AgentConfig"]
 
 _CREATE = "normandy_core.AgentConfig()"
+#: How :meth:`AgentConfig.from_env` and :meth:`AgentConfig.from_file` are given a window.
+_CONFIGURED_HINT = (
+    "pass window=<tokens> or model= a model the catalog knows, or set window or model in "
+    "the configuration (normandy.toml or pyproject.toml [tool.normandy])"
+)
 
 
 @dataclass(frozen=True, eq=False)
 class AgentConfig:
     """The running agent config: model, prompt, tools, conversation and compactor settings.
 
-    ``compactor`` defaults to ``"noop"`` (default off: nothing changes, nothing is spent),
+    ``tools`` are the tool definitions the model sees (``{"name", "description",
+    "input_schema"}``, or OpenAI's ``function`` form); the turn shells add a definition
+    derived from each tool callable they are given that has none
+    (:func:`normandy_core.turn.tool_definition`) to the config they return, never to this
+    one. ``compactor`` defaults to ``"noop"`` (default off: nothing changes, nothing is spent),
     which ships with ``normandy-core`` itself. ``compaction_timeout`` bounds each boundary
     in seconds, hooks included (``None``: unbounded); past it the boundary gives up and
     keeps the conversation as it was. ``client`` is the agent's model client (see
@@ -147,6 +158,72 @@ class AgentConfig:
         if any(k in changes for k in ("system_prompt", "tools")):
             changes["_prompt_tokens"] = []
         return dataclasses.replace(self, _entry=entry, **changes)
+
+    @classmethod
+    def from_env(cls, *, window: int | None = None, **fields: Any) -> AgentConfig:
+        """A config whose compactor settings come from the configuration: the
+        environment (``NORMANDY_COMPACTOR``, ``NORMANDY_COMPACTOR_OPTS``), then
+        ``normandy.toml`` or ``pyproject.toml``'s ``[tool.normandy]`` found from the current
+        directory upward (see :mod:`normandy_core.settings`).
+
+        ``fields`` are the config's fields; ``compactor``, ``compactor_opts``, ``model``,
+        ``compaction_timeout`` and ``survival`` given here win over the configuration,
+        and ``window`` (or the configured ``window``) pins the ``context_window`` option
+        of a compactor that sizes against one. With nothing configured it is
+        ``AgentConfig(**fields)`` (compactor ``noop``). Errors name the file or variable
+        and the key at fault.
+        """
+        from normandy_core.settings import current_settings
+
+        return cls._configured(
+            current_settings(), "normandy_core.AgentConfig.from_env()", window, fields
+        )
+
+    @classmethod
+    def from_file(
+        cls, path: str | os.PathLike[str], *, window: int | None = None, **fields: Any
+    ) -> AgentConfig:
+        """:meth:`from_env` with the settings of the one file ``path`` only (a
+        ``normandy.toml``, or a ``pyproject.toml``'s ``[tool.normandy]`` table), without
+        the environment or a look-up."""
+        from normandy_core.settings import read_settings_file
+
+        return cls._configured(
+            read_settings_file(path), "normandy_core.AgentConfig.from_file()", window, fields
+        )
+
+    @classmethod
+    def _configured(
+        cls, settings: Settings, entry: str, window: int | None, fields: dict[str, Any]
+    ) -> AgentConfig:
+        from normandy_core.errors import OptionsError, WindowUnknownError
+        from normandy_core.preparation import pin_if_needed
+
+        s = settings.resolve(
+            "noop",
+            compactor=fields.pop("compactor", None),
+            opts=fields.pop("compactor_opts", None),
+            model=fields.pop("model", None),
+            window=window,
+            timeout=fields.pop("compaction_timeout", None),
+            survival=fields.pop("survival", None),
+        )
+        try:
+            options = pin_if_needed(s.compactor, s.opts or {}, s.window, entry=entry)
+            return cls(
+                model=s.model,
+                compactor=s.compactor,
+                compactor_opts=options,
+                compaction_timeout=s.timeout,
+                survival=s.survival,
+                _entry=entry,
+                _hint=_CONFIGURED_HINT,
+                **fields,
+            )
+        except (OptionsError, WindowUnknownError) as exc:
+            if not s.configured:
+                raise
+            raise type(exc)(f"{exc}\n  ({s.note()})") from exc
 
     def with_compactor(self, name: str, opts: Mapping[str, Any] | None = None) -> AgentConfig:
         """A copy using compactor ``name`` with ``opts``, prepared where it is made."""

@@ -19,12 +19,13 @@ compacts the list from scratch instead.
 
 A list that does not extend a remembered one (other messages, a different config, a
 different format) takes the full path; nothing is ever guessed. The remembered prefix is
-compared by identity (the very same objects, in C: an equal copy is another list, so kept
-messages always come back as the caller's own objects), and the messages still live in the
-compacted conversation by value, against private deep copies made when they were
-returned: a kept message changed in place after a call sends the next call down the
-full path. (A message the conversation no longer holds cannot change the continuation,
-so its content is not compared.)
+compared in C as a list (``==``: the same objects cost one pointer comparison each),
+and kept messages always come back as the caller's own objects: each message the last
+call returned must be the very object the caller now holds at its position (an equal
+copy sends the call down the full path, which returns the caller's objects), and its
+content is compared against a private deep copy made when it was returned, so a kept
+message changed in place after a call also takes the full path. (A message the
+conversation no longer holds cannot change the continuation, so it only has to be equal.)
 """
 
 from __future__ import annotations
@@ -69,9 +70,11 @@ class _State:
     acc: AgentConfig  # the prepared config (same session id for every continuation)
     transcript: Transcript  # sources of every entry of ``memory``, turn numbering, ids
     memory: AgentMemory  # the compacted conversation (token counts cached)
-    given: list[Any]  # the messages as given (identity); empty when continuing ``out``
+    given: list[Any]  # the messages as given; empty when continuing ``out``
     out: list[Any]  # the messages returned: the live ones
+    out_pos: list[int]  # where each of ``out`` sits in ``given`` (-1: an object of ours)
     out_snapshot: list[Any]  # private deep copies of ``out`` (content)
+    size: int = 0  # messages counted against MAX_MESSAGES while remembered
 
 
 _lock = threading.Lock()
@@ -98,9 +101,17 @@ def config_key(
     window: int | None,
     timeout: float | None,
     format: str,
+    client: Any = None,
     survival: Any = None,
 ) -> tuple[Any, ...] | None:
-    """What a continuation must share with the call it continues, or ``None`` (no memo)."""
+    """What a continuation must share with the call it continues, or ``None`` (no memo).
+
+    ``client`` counts by identity: a call with another client object (or none) never
+    continues one made with this one. Its ``id`` cannot be reused by another object while
+    the remembered state lives, since the state's config holds the client. ``survival``
+    (the rules, a mapping or :class:`~normandy_core.SurvivalRules`) counts by value, its
+    ``keep_if`` predicate by identity, held by the state's config the same way.
+    """
     from normandy_core import plugins
 
     if survival is not None and not isinstance(survival, Mapping):
@@ -127,10 +138,11 @@ def config_key(
         format,
         id(plugins._REG),
         id(handle),
+        id(client),
     )
 
 
-def _take(key: tuple[Any, ...], messages: Sequence[Any]) -> tuple[_State, int, bool] | None:
+def _take(key: tuple[Any, ...], messages: list[Any]) -> tuple[_State, int, bool] | None:
     """The remembered state ``messages`` extends, removed from the memo, and its length."""
     n = len(messages)
     with _lock:
@@ -139,24 +151,54 @@ def _take(key: tuple[Any, ...], messages: Sequence[Any]) -> tuple[_State, int, b
                 k = len(given)
                 if st.key != key or k == 0 or k > n or messages[k - 1] is not given[k - 1]:
                     continue
-                if not all(map(is_, given, messages)):  # the very same objects, in C
-                    continue
                 if st.out_snapshot != st.out:
-                    continue  # a live message was changed in place since it was seen
+                    break  # a live message was changed in place since it was seen
+                if given is st.out:
+                    if not all(map(is_, given, messages)):  # the very same objects, in C
+                        continue
+                elif not _same_prefix(given, messages, st.out, st.out_pos):
+                    continue
                 del _states[sid]
                 _forget(st)
                 return st, k, given is st.given
     return None
 
 
+def _same_prefix(given: list[Any], messages: list[Any], out: list[Any], out_pos: list[int]) -> bool:
+    """Whether ``messages`` starts with ``given`` and holds the very objects of ``out`` at
+    their positions; on success ``given`` is extended to equal ``messages``.
+
+    Two lists of one length compare in C without touching their messages where they are
+    the same objects (one pointer comparison each; an equal copy is compared by value), so
+    ``given`` is extended by the new messages and compared whole: slicing ``messages``
+    or copying it would touch every message of the history (a cache miss each, about a
+    millisecond per 10,000 messages), and the extended list is the next call's ``given``.
+    """
+    k = len(given)
+    given.extend(messages[k:])
+    try:
+        same = given == messages
+    except Exception:  # an object whose comparison raises: not a continuation
+        same = False
+    if same and all(p < 0 or messages[p] is m for p, m in zip(out_pos, out, strict=True)):
+        return True
+    del given[k:]
+    return False
+
+
+def _positions(out: Sequence[Any], known: Mapping[int, int]) -> list[int]:
+    """Where each of ``out`` sits in the caller's list (``known``: id to position)."""
+    return [known.get(id(m), -1) for m in out]
+
+
 def _forget(st: _State) -> None:
     global _count
-    _count -= len(st.given) + len(st.out)
+    _count -= st.size
 
 
 def _remember(st: _State) -> None:
     global _count
-    size = len(st.given) + len(st.out)
+    size = st.size = len(st.given) + len(st.out)
     if size > MAX_MESSAGES:
         return
     with _lock:
@@ -184,7 +226,9 @@ def remember(
         out_snapshot = copy.deepcopy(out)
     except Exception:  # an object that cannot be copied: no memo for it
         return
-    _remember(_State(key, acc, t, memory.copy(), list(given), list(out), out_snapshot))
+    known = {id(m): i for i, m in enumerate(given)}
+    pos = _positions(out, known)
+    _remember(_State(key, acc, t, memory.copy(), list(given), list(out), pos, out_snapshot))
 
 
 def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
@@ -277,8 +321,18 @@ def _continue(
         out_snapshot = [copies[id(m)] if id(m) in copies else copy.deepcopy(m) for m in out]
     else:
         out_snapshot = [*st.out_snapshot, *fresh]
-    given = list(messages) if full else []  # the caller keeps its whole history
-    _remember(_State(st.key, st.acc, t, kept.copy(), given, list(out), out_snapshot))
+    if full:  # the caller keeps its whole history: remember where the live messages sit
+        given = st.given  # extended to equal ``messages`` by the prefix check
+        old_pos = st.out_pos
+        if meta.get("compacted"):
+            known = {id(m): p for m, p in zip(st.out, old_pos, strict=True)}
+            known.update({id(m): k + j for j, m in enumerate(new)})
+            out_pos = _positions(out, known)
+        else:
+            out_pos = [*old_pos, *range(k, k + len(new))]
+    else:  # continued from the list returned: matched by identity against ``out``
+        given, out_pos = [], [-1] * len(out)
+    _remember(_State(st.key, st.acc, t, kept.copy(), given, list(out), out_pos, out_snapshot))
     return result
 
 

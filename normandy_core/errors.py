@@ -9,6 +9,7 @@ __all__ = [
     "PluginDisabledError",
     "PluginError",
     "PluginLoadError",
+    "SettingsError",
     "UnknownCompactorError",
     "WindowUnknownError",
 ]
@@ -28,14 +29,25 @@ class UnknownCompactorError(PluginError, LookupError):
     The message lists the installed names and suggests the closest one.
     """
 
-    def __init__(self, name: str, installed: list[str], suggestion: str | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        installed: list[str],
+        suggestion: str | None,
+        *,
+        source: str | None = None,
+    ) -> None:
         self.name = name
         self.installed = installed
         self.suggestion = suggestion
+        #: Where the name was configured (``NORMANDY_COMPACTOR``, a file and key), if not
+        #: in code.
+        self.source = source
         listed = ", ".join(repr(n) for n in installed) if installed else "none"
         hint = f"; did you mean {suggestion!r}?" if suggestion else "."
+        where = f"{source}: " if source else ""
         super().__init__(
-            f"unknown compactor {name!r}{hint} Installed compactors: {listed}. "
+            f"{where}unknown compactor {name!r}{hint} Installed compactors: {listed}. "
             "A compactor is an entry point in the 'normandy_core.compactors' group of an "
             "installed distribution (pip install normandy-<name>)."
         )
@@ -58,6 +70,19 @@ class OptionsError(NormandyError, ValueError):
 
     The message begins with the public entry point that made the config, then names the
     compactor, the option and what is allowed.
+    """
+
+
+class SettingsError(OptionsError):
+    """A configuration source is unreadable or holds a bad value.
+
+    Raised where the settings are loaded (:mod:`normandy_core.settings`): a
+    ``normandy.toml`` or ``pyproject.toml`` that is not valid TOML, an unknown key, a value
+    of the wrong type, a ``NORMANDY_COMPACTOR_OPTS`` that is not a JSON object. The message
+    begins with the file (and the line, when it can be found) or the environment variable,
+    and names the key. Options a compactor refuses raise :class:`OptionsError` naming the
+    source the same way; an unknown or broken compactor raises the
+    :class:`PluginError` it always raises, prefixed with the source.
     """
 
 

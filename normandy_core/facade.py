@@ -37,9 +37,10 @@ from typing import Any, Literal, cast
 from normandy_core.boundary import run_compaction
 from normandy_core.config import AgentConfig
 from normandy_core.contract import CompactionMeta
-from normandy_core.errors import NormandyError, OptionsError
+from normandy_core.errors import NormandyError, OptionsError, WindowUnknownError
 from normandy_core.formats import TranscriptError, value_problem
 from normandy_core.memory import AgentMemory, Entry
+from normandy_core.settings import Resolved, current_settings
 from normandy_core.structure import pairing_problems
 from normandy_core.survival import SurvivalRules
 from normandy_core.transcript import Transcript, read, write
@@ -57,7 +58,10 @@ __all__ = [
 #: The entry point named in option errors raised by :func:`compact`.
 ENTRY = "normandy_core.compact()"
 #: How :func:`compact` is given a window, for :class:`~normandy_core.WindowUnknownError`.
-COMPACT_HINT = "pass window=<tokens> to compact(), or model= a model the catalog knows"
+COMPACT_HINT = (
+    "pass window=<tokens> to compact(), or model= a model the catalog knows (or set window "
+    "or model in normandy.toml or pyproject.toml [tool.normandy])"
+)
 
 
 FormatName = Literal["auto", "openai", "anthropic", "responses", "normandy"]
@@ -348,7 +352,7 @@ def _unchanged(data: Any, read: Transcript | AgentMemory) -> Any:
 def compact(
     messages: Any,
     *,
-    compactor: str = "window_manager",
+    compactor: str | None = None,
     opts: Mapping[str, Any] | None = None,
     model: str | None = None,
     window: int | None = None,
@@ -358,6 +362,7 @@ def compact(
     fresh: bool = False,
     raise_on_error: bool = False,
     survival: SurvivalRules | Mapping[str, Any] | None = None,
+    client: Any = None,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
@@ -371,9 +376,18 @@ def compact(
     that sizes against one; otherwise the model catalog gives the window of ``model``.
     ``mid_round`` says the last assistant message's tool round is still open.
     ``timeout`` bounds the compactor's time in seconds (``compaction_timeout``): past it
-    the compactor is abandoned and the result is the error path. ``survival`` sets the
-    survival rules (:class:`~normandy_core.SurvivalRules` or a mapping of its fields;
-    ``None``: the defaults, which keep pinned entries and the first user message).
+    the compactor is abandoned and the result is the error path. ``client`` is a model
+    client (:mod:`normandy_core.clients`) for a compactor that asks the model, such as
+    ``window_manager``'s ``summarizer="model"``: it becomes the config's ``client``, as
+    the turn loop's compactor gets it from :class:`~normandy_core.AgentConfig`.
+
+    ``compactor``, ``opts``, ``model``, ``window`` and ``timeout`` left out (``None``)
+    are taken from the configuration when it sets them: ``NORMANDY_COMPACTOR``,
+    ``NORMANDY_COMPACTOR_OPTS``, ``normandy.toml`` or ``pyproject.toml``'s
+    ``[tool.normandy]`` (:mod:`normandy_core.settings`; arguments given always win).
+    ``survival`` sets the survival rules (:class:`~normandy_core.SurvivalRules` or a
+    mapping of its fields), over a configured ``survival`` table; with neither, the
+    defaults keep pinned entries and the first user message.
 
     Called before every request on a list that grew since the last call (the full
     history, or the list the last call returned plus new messages), only the new
@@ -389,32 +403,40 @@ def compact(
     :class:`~normandy_core.formats.TranscriptError` for odd input (see the module
     docstring), :class:`~normandy_core.OptionsError` or
     :class:`~normandy_core.WindowUnknownError` for a bad config,
-    :class:`~normandy_core.PluginError` for an unknown or broken compactor, and
-    :class:`CompactionError` when a compactor breaks the tool pairs.
+    :class:`~normandy_core.SettingsError` for a bad configuration source (naming the file
+    or variable and the key), :class:`~normandy_core.PluginError` for an unknown or broken
+    compactor, and :class:`CompactionError` when a compactor breaks the tool pairs.
     """
     from normandy_core import continuation
 
+    s = current_settings().resolve(
+        "window_manager",
+        compactor=compactor,
+        opts=opts,
+        model=model,
+        window=window,
+        timeout=timeout,
+        survival=survival,
+    )
     key = (
         None
         if fresh
         else continuation.config_key(
-            compactor, opts, model, window, timeout, format, survival=survival
+            s.compactor,
+            s.opts,
+            s.model,
+            s.window,
+            s.timeout,
+            format,
+            client,
+            survival=s.survival,
         )
     )
     hit = continuation.resume(key, messages, mid_round)
     if hit is not None:
         result = cast("CompactResult", hit)
     else:
-        acc = prepare_config(
-            compactor=compactor,
-            opts=opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            entry=ENTRY,
-            hint=COMPACT_HINT,
-            survival=survival,
-        )
+        acc = prepare_resolved(s, entry=ENTRY, hint=COMPACT_HINT, client=client)
         result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
         if key is not None and isinstance(t, Transcript):
             continuation.remember(key, acc, t, result.memory, messages, result.messages)
@@ -425,16 +447,22 @@ def compact(
 
 
 async def acompact(messages: Any, **kwargs: Any) -> CompactResult:
-    """:func:`compact` for async code: the same arguments (``raise_on_error`` included) and
-    result.
+    """:func:`compact` for async code: the same arguments (``raise_on_error`` and
+    ``client`` included) and result.
 
     The work runs in a worker thread (with the caller's context variables, so per-call
     settings such as ``archive_settings`` apply), so the event loop keeps serving other
-    tasks while a compactor counts, summarizes or the archive writes.
+    tasks while a compactor counts, summarizes or the archive writes. A coroutine the
+    compactor needs there (an async ``client``'s model summary) runs on the caller's
+    event loop, where the client's connections live, as under
+    :func:`~normandy_core.turn.arun_turn` (:func:`normandy_core.eventloop.turn_loop`).
     """
     import asyncio
 
-    return await asyncio.to_thread(compact, messages, **kwargs)
+    from normandy_core.eventloop import bind_turn_loop
+
+    with bind_turn_loop(asyncio.get_running_loop()):
+        return await asyncio.to_thread(compact, messages, **kwargs)
 
 
 def prepare_config(
@@ -447,12 +475,14 @@ def prepare_config(
     entry: str,
     hint: str | None = None,
     survival: SurvivalRules | Mapping[str, Any] | None = None,
+    client: Any = None,
 ) -> AgentConfig:
     """The config :func:`compact` runs with, prepared once (empty memory).
 
     ``window`` pins ``context_window`` for a compactor that sizes against one (refused
     when it contradicts a pinned one). ``entry`` and ``hint`` phrase the errors for the
-    caller (the ``normandy`` command passes its own).
+    caller (the ``normandy`` command passes its own). ``client`` is the config's model
+    client (for a compactor that asks the model).
     """
     from normandy_core.preparation import CONFIG_HINT, pin_if_needed
 
@@ -467,9 +497,39 @@ def prepare_config(
         compactor_opts=options,
         compaction_timeout=timeout,
         survival=survival,
+        client=client,
         _entry=entry,
         _hint=hint or CONFIG_HINT,
     )
+
+
+def prepare_resolved(
+    settings: Resolved,
+    *,
+    entry: str,
+    hint: str | None = None,
+    client: Any = None,
+) -> AgentConfig:
+    """:func:`prepare_config` with resolved ``settings`` (their survival rules included,
+    and ``client``); a refusal of
+    values that came from a configuration source says which source gave each
+    (``settings: opts from NORMANDY_COMPACTOR_OPTS``)."""
+    try:
+        return prepare_config(
+            compactor=settings.compactor,
+            opts=settings.opts,
+            model=settings.model,
+            window=settings.window,
+            timeout=settings.timeout,
+            entry=entry,
+            hint=hint,
+            client=client,
+            survival=settings.survival,
+        )
+    except (OptionsError, WindowUnknownError) as exc:
+        if not settings.configured:
+            raise
+        raise type(exc)(f"{exc}\n  ({settings.note()})") from exc
 
 
 def compact_with(

@@ -13,7 +13,7 @@ kind that may implement it.
 
 ``NORMANDY_LOAD_PLUGINS`` (comma-separated names; set but empty means none) is an
 allow-list and ``NORMANDY_DISABLE_PLUGINS`` a deny-list. A name may be qualified by its
-group (``compactors:window_manager``, ``hooks:archive``, ``commands:archive``, or the
+group (``compactors:window_manager``, ``hooks:archive``, ``commands:archive-cli``, or the
 full group name, ``normandy_core.hooks:archive``). A bare name in the deny-list disables
 that name in every group; in the allow-list it allows it in every group only while all
 the entry points of that name come from one distribution, so it never reaches into an
@@ -588,7 +588,7 @@ def resolve_compactor(name: str) -> Compactor:
 
 
 def register_compactor(name: str, plugin: Any, *, replace: bool = False) -> Compactor:
-    """Register a compactor in code (a module, a class or an instance with ``@hookimpl``\\ s).
+    """Register a compactor in code: a module, class or instance whose hooks carry ``@hookimpl``.
 
     It is validated like an entry point and then selectable by ``name``. Raises
     ``ValueError`` when the name is taken and ``replace`` is false.
@@ -686,7 +686,7 @@ def describe_hook(qualified_name: str) -> str:
 
 
 def register_hook(plugin: Any, name: str | None = None) -> str:
-    """Register a hook plugin in code (module, class or instance with ``@hookimpl``\\ s).
+    """Register a hook plugin in code: a module, class or instance whose hooks carry ``@hookimpl``.
 
     Returns the qualified name to pass to :func:`unregister_hook`. Signatures are validated
     now: a mismatch raises :class:`~normandy_core.PluginLoadError`.

@@ -24,6 +24,23 @@ _ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):`(~?)([^`]+)`")
 _FIELD = re.compile(r"^:(param|returns|raises)\s*([^:]*):\s*(.*)$")
 
 
+#: The imports the rendered signatures need, shown once at the top of the page.
+_IMPORTS = [
+    "from collections.abc import Mapping",
+    "from typing import Any",
+    "",
+    "from pydantic import BaseModel",
+    "",
+    "from normandy_core import (",
+    "    AgentConfig,",
+    "    BoundaryInfo,",
+    "    CompactionContext,",
+    "    CompactionMeta,",
+    "    hookimpl,",
+    ")",
+]
+
+
 def _role(match: re.Match[str]) -> str:
     target = match.group(2)
     if match.group(1):
@@ -35,6 +52,20 @@ def _inline(text: str) -> str:
     """reST inline markup to Markdown: roles and double backticks become code spans."""
     text = _ROLE.sub(_role, text)
     return re.sub(r"``([^`]+)``", r"`\1`", text)
+
+
+def _stub(name: str, fn: Any, width: int = 100) -> list[str]:
+    """``def name(...) -> ...: ...`` wrapped as ``ruff format`` wraps it (it checks docs)."""
+    sig = inspect.signature(fn)
+    params = [str(p).replace("'", "") for p in sig.parameters.values()]
+    returns = str(sig.return_annotation).replace("'", "")
+    one = f"def {name}({', '.join(params)}) -> {returns}: ..."
+    if len(one) <= width:
+        return [one]
+    inner = "    " + ", ".join(params)
+    if len(inner) <= width:
+        return [f"def {name}(", inner, f") -> {returns}: ..."]
+    return [f"def {name}(", *(f"    {p}," for p in params), f") -> {returns}: ..."]
 
 
 def _spec(name: str) -> Any:
@@ -56,7 +87,6 @@ def _section(name: str) -> str:
     fn: Any = _spec(name)
     opts = getattr(fn, f"{hookspecs.PROJECT_NAME}_spec")
     doc = inspect.getdoc(fn) or ""
-    sig = str(inspect.signature(fn)).replace("'", "")
     body: list[str] = []
     fields: list[tuple[str, str, str]] = []
     in_field = False
@@ -76,7 +106,7 @@ def _section(name: str) -> str:
         if opts.get("firstresult")
         else "broadcast (every registered hook plugin is called)"
     )
-    out = [f"## `{name}`", "", "```python", f"def {name}{sig}", "```", ""]
+    out = [f"## `{name}`", "", "```python", "@hookimpl", *_stub(name, fn), "```", ""]
     out.append(f"*Calling convention:* {calling}.")
     out.append("")
     paragraphs = "\n".join(body).strip().split("\n\n")
@@ -115,6 +145,13 @@ def render() -> str:
         "signature is checked against the spec below when the plugin is loaded (it may take",
         "fewer arguments than the spec, pluggy's convention), and a hook of the other set",
         "is refused there, since it would never be called.",
+        "",
+        "The signatures below are written as implementations; these are the names they use",
+        "(the documentation tests run this page's blocks, so the names are all importable):",
+        "",
+        "```python",
+        *_IMPORTS,
+        "```",
         "",
         "| hook | who implements it | calling convention |",
         "| --- | --- | --- |",

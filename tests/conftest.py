@@ -56,6 +56,8 @@ class ThirdPartyVenv:
 
     root: Path
     python: Path
+    #: The copies of the distributions that were installed, one directory each.
+    sources: Path | None = None
 
     def run(
         self,
@@ -117,6 +119,17 @@ def third_party(tmp_path_factory: pytest.TempPathFactory) -> ThirdPartyVenv:
 
 
 @pytest.fixture(scope="session")
+def guide_dists(tmp_path_factory: pytest.TempPathFactory) -> ThirdPartyVenv:
+    """A venv with the example distributions of docs/plugin-guide.md, extracted from the
+    page (``# file:`` blocks) and installed like the others (a wheel build each)."""
+    from doc_blocks import write_guide_dists
+
+    extracted = tmp_path_factory.mktemp("guide-pages")
+    assert len(write_guide_dists(extracted)) >= 2
+    return _venv_with(tmp_path_factory, "guide", extracted)
+
+
+@pytest.fixture(scope="session")
 def seam_dists(tmp_path_factory: pytest.TempPathFactory) -> ThirdPartyVenv:
     """A venv with the distributions under tests/dists_seam: plugins that attack the
     contract seam (misplaced hooks, a hook named like ours, exits at import)."""
@@ -164,7 +177,7 @@ def _venv_with(
         pytest.fail(f"installing the test distributions failed:\n{proc.stderr}")
     scratch = root / "cwd"
     scratch.mkdir()
-    return ThirdPartyVenv(root=scratch, python=python)
+    return ThirdPartyVenv(root=scratch, python=python, sources=sources)
 
 
 @pytest.fixture(autouse=True)

@@ -230,3 +230,44 @@ def test_an_equal_copy_of_a_message_is_not_taken_for_the_remembered_one() -> Non
     r = _call(again)
     assert not r.continued
     assert any(m is twin for m in r.messages)  # the caller's own object comes back
+
+
+def test_an_equal_copy_of_a_dropped_message_still_continues() -> None:
+    msgs, cuts = _session(300)
+    live = msgs[: cuts[15]]
+    first = _call(live)
+    assert first.compacted
+    returned = {id(m) for m in first.messages}
+    gone = next(i for i, m in enumerate(live) if id(m) not in returned)
+    again = [*live[:gone], copy.deepcopy(live[gone]), *live[gone + 1 :]]
+    again.extend(msgs[cuts[15] : cuts[16]])
+    r = _call(again)
+    assert r.continued
+    # a kept message of the caller comes back as the caller's object, never an equal twin
+    mine = {id(m) for m in again}
+    for m in r.messages:
+        assert id(m) in mine or m not in again
+
+
+def test_a_dropped_message_changed_to_other_content_takes_the_full_path() -> None:
+    msgs, cuts = _session(300)
+    live = msgs[: cuts[15]]
+    first = _call(live)
+    returned = {id(m) for m in first.messages}
+    gone = next(i for i, m in enumerate(live) if id(m) not in returned)
+    other = {**live[gone], "content": "a different message"}
+    again = [*live[:gone], other, *live[gone + 1 :], *msgs[cuts[15] : cuts[16]]]
+    assert not _call(again).continued
+
+
+def test_a_replaced_kept_message_after_a_continuation_takes_the_full_path() -> None:
+    msgs, cuts = _session(300)
+    live = msgs[: cuts[15]]
+    _call(live)
+    live.extend(msgs[cuts[15] : cuts[16]])
+    assert _call(live).continued  # positions of the live messages now come from a continuation
+    twin = copy.deepcopy(live[-1])
+    again = [*live[:-1], twin, *msgs[cuts[16] : cuts[17]]]
+    r = _call(again)
+    assert not r.continued
+    assert any(m is twin for m in r.messages)

@@ -342,3 +342,99 @@ def test_the_command_line_sets_the_rules(tmp_path: Path) -> None:
     assert r.code != 0
     assert "cannot honour survival rule 'summary_instructions'" in r.err
     assert "strategy 'oldest_first' writes no summary" in r.err
+
+
+# -- configuration files: the declarative rules only ----------------------------------
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A temporary working directory, nothing else configured, settings read afresh."""
+    from normandy_core import continuation
+    from normandy_core.settings import ENV_COMPACTOR, ENV_CONFIG, ENV_OPTS, reload_settings
+
+    for var in (ENV_CONFIG, ENV_COMPACTOR, ENV_OPTS):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.chdir(tmp_path)
+    reload_settings()
+    yield tmp_path
+    reload_settings()
+    continuation.clear()
+
+
+def test_a_settings_file_sets_the_declarative_rules(here: Path) -> None:
+    from normandy_core.settings import current_settings
+
+    (here / "normandy.toml").write_text(
+        'compactor = "window_manager"\nwindow = 12000\n\n'
+        "[opts]\nreserved_tokens = 1000\n\n"
+        '[survival]\nkeep_first_user = false\nkeep_tools = ["read_file"]\n',
+        encoding="utf-8",
+    )
+    resolved = current_settings().resolve("window_manager")
+    assert resolved.survival == {"keep_first_user": False, "keep_tools": ["read_file"]}
+    assert resolved.origins["survival"].endswith("normandy.toml: line 7: key 'survival'")
+    msgs = _openai_session(12)
+    result = compact(msgs, model="gpt-4o")
+    assert result.compacted
+    assert msgs[1] not in result.messages  # the task may go, as configured
+    reads = [m for m in msgs if m.get("tool_calls") and "read_file" in json.dumps(m)]
+    assert all(m in result.messages for m in reads)
+    agent = AgentConfig.from_env()
+    assert agent.rules == SurvivalRules(keep_first_user=False, keep_tools=("read_file",))
+    # rules given in code replace the file's whole: the task is kept again
+    again = compact(msgs, model="gpt-4o", survival={"keep_tools": ["search"]})
+    assert again.messages[1] == msgs[1]
+    assert AgentConfig.from_env(survival={}).rules == SurvivalRules()
+
+
+def test_a_pyproject_table_sets_them_and_the_command_line_replaces_them(here: Path) -> None:
+    (here / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.normandy]\nwindow = 12000\n\n'
+        "[tool.normandy.opts]\nreserved_tokens = 1000\n\n"
+        "[tool.normandy.survival]\nkeep_first_user = false\n",
+        encoding="utf-8",
+    )
+    msgs = _openai_session(12)
+    src = write_json(here / "in.json", msgs)
+    out = here / "out.json"
+    r = run_cli("compact", str(src), "-o", str(out), "--model", "gpt-4o", env={})
+    assert r.code == 0, r
+    assert "survival from" in r.err and "[tool.normandy] key 'survival'" in r.err
+    assert msgs[1] not in json.loads(out.read_text())
+    r = run_cli("compact", str(src), "-o", str(out), "--model", "gpt-4o", "--keep-tool", "x")
+    assert r.code == 0, r
+    assert json.loads(out.read_text())[1] == msgs[1]  # the flags replace the table whole
+
+
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        ('keep_if = "lambda e: True"', "a predicate can be set in code only"),
+        ("keep_task = true", "rule 'keep_task': unknown rule"),
+        ('keep_tools = "read_file"', "keep_tools must be a list of tool names"),
+    ],
+)
+def test_a_file_with_bad_rules_is_refused_naming_file_line_and_key(
+    here: Path, table: str, says: str
+) -> None:
+    from normandy_core.errors import SettingsError
+    from normandy_core.settings import current_settings
+
+    (here / "normandy.toml").write_text(f"window = 9000\n\n[survival]\n{table}\n", "utf-8")
+    with pytest.raises(SettingsError) as err:
+        current_settings()
+    text = str(err.value)
+    assert text.startswith(f"{here / 'normandy.toml'}: line 3: key 'survival': survival rules")
+    assert says in text
+
+
+def test_configured_instructions_the_compactor_cannot_use_name_their_source(here: Path) -> None:
+    (here / "normandy.toml").write_text(
+        '[survival]\nsummary_instructions = "Keep paths."\n', encoding="utf-8"
+    )
+    with pytest.raises(OptionsError) as err:
+        compact([{"role": "user", "content": "hi"}], window=9_000)
+    text = str(err.value)
+    assert "cannot honour survival rule 'summary_instructions'" in text
+    assert "(settings: survival from" in text and "key 'survival'" in text

@@ -30,6 +30,12 @@ from normandy_core.turn.core import (
     step,
 )
 from normandy_core.turn.shell import Tool, TurnAborted, TurnResult, arun_turn, run_turn, tool_result
+from normandy_core.turn.tools import (
+    ToolDefinitionError,
+    UndeclaredToolWarning,
+    declare_tools,
+    tool_definition,
+)
 
 __all__ = [
     "AppendMessage",
@@ -47,16 +53,20 @@ __all__ = [
     "ModelReplied",
     "Phase",
     "Tool",
+    "ToolDefinitionError",
     "ToolResults",
     "TurnAborted",
     "TurnError",
     "TurnResult",
     "TurnState",
+    "UndeclaredToolWarning",
     "UserInput",
     "arun_turn",
     "boundary_summary",
+    "declare_tools",
     "run_turn",
     "start",
     "step",
+    "tool_definition",
     "tool_result",
 ]

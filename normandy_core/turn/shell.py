@@ -57,6 +57,7 @@ from normandy_core.turn.core import (
     start,
     step,
 )
+from normandy_core.turn.tools import declare_tools, tool_map
 
 __all__ = ["Tool", "TurnAborted", "TurnResult", "arun_turn", "run_turn", "tool_result"]
 
@@ -65,7 +66,8 @@ Tool = Callable[..., Any]
 
 
 class TurnAborted(TurnError):
-    """The model client failed mid-turn. ``acc`` and ``events`` hold the turn so far."""
+    """The model client failed mid-turn. ``acc`` and ``events`` hold the turn so far (the
+    config given to the turn is unchanged)."""
 
     def __init__(self, message: str, acc: AgentConfig, events: list[dict[str, Any]]) -> None:
         super().__init__(message)
@@ -77,8 +79,9 @@ class TurnAborted(TurnError):
 class TurnResult:
     """What a turn produced.
 
-    ``text`` is the final answer; ``acc`` the agent config after the turn (compacted
-    where a boundary compacted); ``events`` everything the turn reported, in order;
+    ``text`` is the final answer; ``acc`` the agent config after the turn (its memory
+    holds the turn's messages, compacted where a boundary compacted; the config given
+    to the turn is never changed); ``events`` everything the turn reported, in order;
     ``usage`` the provider-reported tokens summed over the turn's calls; ``budget`` the
     task budget at the end (``None`` without one); ``reason`` why the turn ended;
     ``boundaries`` the meta of each of the turn's boundaries, in order (with the dropped
@@ -190,7 +193,7 @@ class _Runner:
         self,
         acc: AgentConfig,
         *,
-        tools: Mapping[str, Tool] | None,
+        tools: Mapping[str, Tool],
         turn_id: str | None,
         max_iterations: int,
         budget: int | None,
@@ -200,8 +203,10 @@ class _Runner:
         calibration: Calibration | None,
         on_event: Callable[[dict[str, Any]], None] | None,
     ) -> None:
-        self.acc = acc
-        self.tools = dict(tools or {})
+        # The turn runs on a config of its own: the caller's config and memory are never
+        # changed (the memory is copied; its entries are frozen and shared).
+        self.acc = acc.with_memory(acc.memory.copy())
+        self.tools = dict(tools)
         self.turn_id = turn_id or new_id()
         self.state = start(self.turn_id, max_iterations=max_iterations, budget=budget)
         self.thinking = thinking
@@ -375,7 +380,7 @@ def run_turn(
     user_input: Content,
     *,
     client: ModelClient,
-    tools: Mapping[str, Tool] | None = None,
+    tools: Mapping[str, Tool] | Sequence[Tool] | None = None,
     turn_id: str | None = None,
     max_iterations: int = 25,
     budget: int | None = None,
@@ -387,10 +392,11 @@ def run_turn(
 ) -> TurnResult:
     """Run one agent turn synchronously and return its :class:`TurnResult`.
 
-    ``acc`` is the agent (its memory is extended in place until a compaction replaces
-    it; use the result's ``acc`` afterwards). ``tools`` maps tool names to callables
+    ``acc`` is the agent; it is never changed (configs are frozen, and the turn works on
+    a copy of its memory): the agent after the turn, with the turn's messages, is the
+    result's ``acc``. ``tools`` maps tool names to callables
     taking the tool input as keyword arguments (an async tool is run with
-    :func:`asyncio.run`); the definitions the model sees are ``acc.tools``. The calls
+    :func:`asyncio.run`); the definitions the model sees are ``acc.tools`` (see below). The calls
     of one reply run in order as one batch and their results are appended together.
     ``max_iterations`` caps the model calls with tools; ``budget`` is the optional task
     budget in tokens; ``thinking`` the extended-thinking budget asked of the client.
@@ -399,10 +405,20 @@ def run_turn(
     the compactor sees the calibrated factor), calibrated per model with ``calibration``.
     ``on_event`` sees each event as it happens. Raises :class:`TurnAborted` when the
     model client fails.
+
+    ``tools`` may also be a list of functions, each named by its ``__name__``. A tool
+    that ``acc.tools`` does not define gets a definition derived from its signature and
+    docstring (:func:`~normandy_core.turn.tool_definition`), sent with the others and
+    kept in the result's ``acc``; when ``acc.tools`` defines other tools, each such tool
+    is also named in an :class:`~normandy_core.turn.UndeclaredToolWarning`. Raises
+    :class:`~normandy_core.turn.ToolDefinitionError` (naming the tool and parameter)
+    when a definition cannot be derived.
     """
+    table = tool_map(tools)
+    acc = declare_tools(acc, table, entry="normandy_core.turn.run_turn()", stacklevel=2)
     run = _Runner(
         acc,
-        tools=tools,
+        tools=table,
         turn_id=turn_id,
         max_iterations=max_iterations,
         budget=budget,
@@ -475,7 +491,7 @@ async def arun_turn(
     user_input: Content,
     *,
     client: Any,
-    tools: Mapping[str, Tool] | None = None,
+    tools: Mapping[str, Tool] | Sequence[Tool] | None = None,
     turn_id: str | None = None,
     max_iterations: int = 25,
     budget: int | None = None,
@@ -495,9 +511,11 @@ async def arun_turn(
     concurrently as one batch (async tools awaited, sync tools in threads) and their
     results are appended together in tool-use order.
     """
+    table = tool_map(tools)
+    acc = declare_tools(acc, table, entry="normandy_core.turn.arun_turn()", stacklevel=2)
     run = _Runner(
         acc,
-        tools=tools,
+        tools=table,
         turn_id=turn_id,
         max_iterations=max_iterations,
         budget=budget,

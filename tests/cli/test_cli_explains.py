@@ -115,7 +115,10 @@ def test_plugins_show_of_what_is_not_a_compactor(capsys: pytest.CaptureFixture[s
     assert "did you mean 'window_manager'?" in err and err.count("\n") == 1
     assert main(["plugins", "show", "archive"]) == 3
     err = capsys.readouterr().err
-    assert "'archive' is a hook plugin and a command, not a compactor" in err
+    assert "'archive' is a hook plugin, not a compactor" in err
+    assert main(["plugins", "show", "archive-cli"]) == 3
+    err = capsys.readouterr().err
+    assert "'archive-cli' is a command, not a compactor" in err
 
 
 # -- plugins: failures once --------------------------------------------------------------

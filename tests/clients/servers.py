@@ -14,6 +14,7 @@ import hmac
 import itertools
 import json
 import math
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -45,11 +46,31 @@ def _blocks(content: Any) -> list[dict[str, Any]]:
     return list(content)
 
 
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _check_anthropic_tools(tools: Any) -> None:
+    for i, tool in enumerate(tools or []):
+        if not _TOOL_NAME.match(str(tool.get("name", ""))):
+            raise Refusal(
+                f"tools.{i}.custom.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
+            )
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict):
+            raise Refusal(f"tools.{i}.custom.input_schema: Field required")
+        if schema.get("type") != "object":
+            raise Refusal(f"tools.{i}.custom.input_schema.type: Input should be 'object'")
+        extra = set(tool) - {"name", "description", "input_schema", "cache_control", "type"}
+        if extra:
+            raise Refusal(f"tools.{i}.custom.{sorted(extra)[0]}: Extra inputs are not permitted")
+
+
 def check_anthropic(body: dict[str, Any]) -> None:
     """Raise :class:`Refusal` for what the Messages API would refuse in ``body``."""
     for key in ("model", "max_tokens", "messages"):
         if key not in body:
             raise Refusal(f"{key}: Field required")
+    _check_anthropic_tools(body.get("tools"))
     msgs = body["messages"]
     thinking = body.get("thinking") or {"type": "disabled"}
     enabled = thinking.get("type") == "enabled"
@@ -201,11 +222,32 @@ def anthropic_reply(body: dict[str, Any], action: dict[str, Any], n: int) -> dic
 _PART_TYPES = ("text", "image_url", "input_audio", "refusal", "audio", "file")
 
 
+def _check_openai_tools(tools: Any) -> None:
+    for i, tool in enumerate(tools or []):
+        if tool.get("type") != "function" or not isinstance(tool.get("function"), dict):
+            raise Refusal(f"Missing required parameter: 'tools[{i}].function'.", f"tools[{i}]")
+        fn = tool["function"]
+        if not _TOOL_NAME.match(str(fn.get("name", ""))):
+            raise Refusal(
+                f"Invalid 'tools[{i}].function.name': string does not match pattern. Expected "
+                "a string that matches the pattern '^[a-zA-Z0-9_-]+$'.",
+                f"tools[{i}].function.name",
+            )
+        params = fn.get("parameters")
+        if params is not None and (not isinstance(params, dict) or params.get("type") != "object"):
+            raise Refusal(
+                f"Invalid schema for function '{fn['name']}': schema must be a JSON Schema of "
+                "'type: \"object\"'.",
+                f"tools[{i}].function.parameters",
+            )
+
+
 def check_openai(body: dict[str, Any]) -> None:
     """Raise :class:`Refusal` for what Chat Completions would refuse in ``body``."""
     msgs = body.get("messages")
     if not msgs:
         raise Refusal("Invalid 'messages': empty array.", "messages")
+    _check_openai_tools(body.get("tools"))
     open_calls: list[str] | None = None
     for i, m in enumerate(msgs):
         role = m.get("role")

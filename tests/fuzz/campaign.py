@@ -675,19 +675,12 @@ def _check_pinned(c: _Case, result: CompactResult) -> None:
 
 def _task_index(entries: list[Entry]) -> int | None:
     """The first user message (the task the default survival rule keeps): the first user
-    entry that carries no tool result and is not a marker or summary a compactor put
-    there (by metadata, or by the tag opening its text in a provider format)."""
+    entry that carries no answers (tool results, opaque outputs) and is not a marker or
+    summary a compactor put there (by metadata, or by the tag opening its text in a
+    provider format)."""
     for i, e in enumerate(entries):
-        if e.role != "user" or _made_by_compactor(e):
-            continue
-        if isinstance(e.content, str):
+        if e.role == "user" and not _made_by_compactor(e) and not _answers(e):
             return i
-        if any(
-            isinstance(b, ToolResultBlock) or (isinstance(b, OpaqueBlock) and b.answers)
-            for b in e.content
-        ):
-            continue
-        return i
     return None
 
 
@@ -698,31 +691,49 @@ def _made_by_compactor(e: Entry) -> bool:
     return text.startswith(("[normandy:marker]", "[normandy:summary]"))
 
 
+def _calls(e: Entry) -> bool:
+    """Whether ``e`` calls something answered later: a tool use or an opaque call (the
+    Responses API's ``shell_call``, ``computer_call``...)."""
+    return bool(e.tool_uses) or any(
+        isinstance(b, OpaqueBlock) and b.use_id is not None for b in e.blocks
+    )
+
+
+def _answers(e: Entry) -> bool:
+    """Whether ``e`` carries answers: tool results or opaque outputs of a call."""
+    return bool(e.tool_results) or any(
+        isinstance(b, OpaqueBlock) and b.answers is not None for b in e.blocks
+    )
+
+
 def _minimal_tokens(c: _Case, *, thinking: bool) -> int:
     """Tokens of what no compaction may drop: system, pinned, the first user message (the
     survival rule every compaction of the campaign runs with, the default), the newest
     unit.
 
-    A pinned entry that calls tools (the entry holding a provider compaction) keeps the
-    entries carrying its results: a tool use never goes without its result.
-    ``thinking``: counted with their thinking blocks (else without, as a compaction
-    leaves them).
+    The first user message is found by :func:`_task_index`. The newest unit is the last
+    entry, with the entry whose calls it answers when it answers (tool results, or the
+    opaque outputs of a Responses ``shell_call``, ``computer_call``...): a call never goes
+    without its answer. A pinned entry that
+    calls tools (the entry holding a provider compaction) keeps the entries carrying
+    its answers. ``thinking``: counted with their thinking blocks (else without, as a
+    compaction leaves them).
     """
     entries = c.memory.entries()
     counter = get_counter(c.counter)
     start = len(entries) - 1
-    while start > 0 and entries[start].role in ("user", "tool") and entries[start].tool_results:
+    while start > 0 and entries[start].role in ("user", "tool") and _answers(entries[start]):
         start -= 1
-    if start < len(entries) - 1 and not entries[start].tool_uses:
-        start = len(entries) - 1  # trailing results without their assistant: not a unit
+    if start < len(entries) - 1 and not _calls(entries[start]):
+        start = len(entries) - 1  # trailing answers without their assistant: not a unit
     task = _task_index(entries)
     keep = [
         i >= start or i == task or e.pinned or e.role == "system" for i, e in enumerate(entries)
     ]
     for i, e in enumerate(entries):
-        if e.pinned and e.tool_uses:
+        if e.pinned and _calls(e):
             j = i + 1
-            while j < len(entries) and entries[j].tool_results:
+            while j < len(entries) and _answers(entries[j]):
                 keep[j] = True
                 j += 1
     return sum(

@@ -200,3 +200,21 @@ def test_an_output_item_of_another_name_is_carried() -> None:
     _sdk_valid(items)
     result = compact(items, window=9_000, format="responses")
     assert result.messages == items
+
+
+def test_the_campaign_counts_an_opaque_call_with_its_output_as_the_newest_unit() -> None:
+    """Campaign: seed 23, index 7882 (pipeline, Responses, summarize): the newest entry
+    holds the outputs of a ``shell_call`` and a ``computer_call``, which window_manager
+    rightly keeps with their calls; the campaign's estimate of what no compaction may
+    drop counted the outputs alone and called the irreducible error needless. The
+    oracle now pairs opaque calls and outputs as the core does."""
+    from fuzz import campaign
+
+    assert campaign.run_indexed(23, 7882).findings == []
+    rng = campaign.case_rng(23, 7882)
+    c = campaign._draw_case(rng, 23, 7882, campaign.CaseReport(23, 7882), None)
+    entries = c.memory.entries()
+    counter = campaign.get_counter(c.counter)
+    last_two = sum(counter.count_entry(e) for e in entries[-2:])
+    system = sum(counter.count_entry(e) for e in entries if e.role == "system")
+    assert campaign._minimal_tokens(c, thinking=True) == system + last_two

@@ -270,7 +270,9 @@ def test_noop_compactor_turn_changes_nothing_and_calibration_is_conservative():
     acc = AgentConfig(model="claude-sonnet-4-5", system_prompt="x" * 3000)
     result = run_turn(acc, "Hello", client=client)
     assert result.text == "Hi."
-    assert result.acc is acc
+    # noop changed nothing, so nothing was prepared again; the caller's config is untouched
+    assert result.acc.prepared is acc.prepared and result.acc.session_id == acc.session_id
+    assert len(acc.memory) == 0 and [e.role for e in result.acc.memory] == ["user", "assistant"]
     boundary = result.events_of("boundary")[0]["meta"]
     assert boundary["compacted"] is False
     assert (

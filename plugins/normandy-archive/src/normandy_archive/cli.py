@@ -1,8 +1,10 @@
 """``normandy archive list|show|search``, and ``python -m normandy_archive`` / ``normandy-archive``.
 
 The core's ``normandy`` command adds the ``archive`` command by calling
-:func:`register_cli` with its argparse subparsers; each parsed namespace carries the
-function to run as ``args.func`` (it returns the exit status).
+:func:`register_cli` (the entry point ``archive-cli`` of ``normandy_core.commands``, a
+name of its own so that ``NORMANDY_DISABLE_PLUGINS=archive`` stops only the hook) with
+its argparse subparsers; each parsed namespace carries the function to run as
+``args.func`` (it returns the exit status).
 
 Both commands read the archive read-only and answer every problem the same way: one
 line on stderr and exit status 2 (no archive at the path, a file that is not an

@@ -1,7 +1,8 @@
 """The ``archive`` hook plugin (entry point in ``normandy_core.hooks``): archive what was dropped.
 
 Loaded automatically once the distribution is installed; exclude it with
-``NORMANDY_DISABLE_PLUGINS=archive``, or turn it off with ``NORMANDY_ARCHIVE_PATH=off``.
+``NORMANDY_DISABLE_PLUGINS=archive`` (which leaves the ``normandy archive`` command, the
+entry point ``archive-cli``), or turn it off with ``NORMANDY_ARCHIVE_PATH=off``.
 
 *Required* (the default): :func:`before_commit` writes the compaction's dropped entries
 in one committed transaction before the compaction takes effect. When that fails (disk
