@@ -55,6 +55,10 @@ _LAZY: dict[str, str] = {
     "CompactorOptions": "options",
     "CounterSpec": "options",
     "validate_options": "options",
+    # survival rules
+    "SurvivalRules": "survival",
+    "SurvivalError": "survival",
+    "first_user_entry": "survival",
     # config, the contract seam and the boundary
     "AgentConfig": "config",
     "current_settings": "settings",
@@ -164,6 +168,8 @@ __all__ = [
     "RedactedThinkingBlock",
     "SettingsError",
     "StaticCatalog",
+    "SurvivalError",
+    "SurvivalRules",
     "TextBlock",
     "ThinkingBlock",
     "TiktokenCounter",
@@ -186,6 +192,7 @@ __all__ = [
     "default_counter_for",
     "drop_thinking",
     "estimate_tokens",
+    "first_user_entry",
     "get_counter",
     "group_units",
     "hook_manager",
@@ -320,6 +327,7 @@ if TYPE_CHECKING:
         tool_result_ids,
         tool_use_ids,
     )
+    from normandy_core.survival import SurvivalError, SurvivalRules, first_user_entry
     from normandy_core.tokens import (
         BaseCounter,
         EstimateCounter,

@@ -442,6 +442,19 @@ _CLI_HINT = (
 )
 
 
+def survival_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The survival rules the command line sets (``--keep-tool``, ``--no-keep-first-user``,
+    ``--summary-instructions``), as a mapping; empty when it sets none."""
+    rules: dict[str, Any] = {}
+    if getattr(args, "no_keep_first_user", False):
+        rules["keep_first_user"] = False
+    if getattr(args, "keep_tool", None):
+        rules["keep_tools"] = list(args.keep_tool)
+    if getattr(args, "summary_instructions", None) is not None:
+        rules["summary_instructions"] = args.summary_instructions
+    return rules
+
+
 def _settings(
     args: argparse.Namespace, opts: dict[str, Any], keys: tuple[str, ...] | None = None
 ) -> Any:
@@ -461,11 +474,13 @@ def _settings(
         window=args.window,
         timeout=getattr(args, "timeout", None),
         keys=KEYS if keys is None else keys,
+        survival=survival_from_args(args) or None,
     )
 
 
 def _prepare(settings: Any, entry: str, client: Any = None) -> Any:
-    """The prepared config (compactor resolved, options validated, window found), up front."""
+    """The prepared config (compactor resolved, options and survival rules validated,
+    window found), up front."""
     from normandy_core.facade import prepare_resolved
 
     return prepare_resolved(settings, entry=entry, hint=_CLI_HINT, client=client)
@@ -587,8 +602,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from normandy_core.cli_demo import run_demo
     from normandy_core.demo import DEMO_WINDOW
 
-    settings = _settings(args, parse_opts(args.opt), keys=("compactor", "opts"))
+    settings = _settings(args, parse_opts(args.opt), keys=("compactor", "opts", "survival"))
     args.compactor = settings.compactor
+    args.survival = settings.survival
     opts = dict(settings.opts or {})
     if args.plot:  # checked first: the chart is written only after the whole replay
         try:
@@ -705,6 +721,23 @@ def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) 
         metavar="N",
         help="context window in tokens (pins the context_window option)"
         + (f"; default {default_window:,}" if default_window else "; default: the configured one"),
+    )
+    p.add_argument(
+        "--keep-tool",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="survival rule: keep every call of tool NAME with its results; repeatable",
+    )
+    p.add_argument(
+        "--no-keep-first-user",
+        action="store_true",
+        help="survival rule off: let compaction drop the first user message (the task)",
+    )
+    p.add_argument(
+        "--summary-instructions",
+        metavar="TEXT",
+        help="instructions the model summarizer gets with every summary it writes",
     )
 
 

@@ -141,6 +141,7 @@ def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
         model=args.model,
         turns=args.turns,
         on_boundary=on_boundary,
+        survival=getattr(args, "survival", None),
     )
     bar.close()
     print()

@@ -14,6 +14,7 @@ from normandy_core.catalog import ModelCatalog, default_catalog
 from normandy_core.memory import AgentMemory, new_id
 from normandy_core.preparation import CONFIG_HINT, Prepared, prepare
 from normandy_core.retrieval import RecallSettings
+from normandy_core.survival import SurvivalRules, survival_rules
 
 if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
@@ -50,7 +51,10 @@ class AgentConfig:
     offers it to the model and answers its calls from the archive, and compaction
     markers say it exists (see :mod:`normandy_core.retrieval`); it is refused here when
     no hook plugin can search (``normandy-archive`` not installed) or a tool of
-    ``tools`` has its name.
+    ``tools`` has its name. ``survival`` holds the rules every compactor
+    must honour (:class:`~normandy_core.SurvivalRules`, or a mapping of its fields;
+    ``None``: the defaults, which keep pinned entries and the first user message); it
+    is validated here and always reads back as a :class:`~normandy_core.SurvivalRules`.
 
     It is the ``acc`` of the contract: compactors receive it and return it, or a copy with
     a new memory (:meth:`with_memory`). Making one, and every copy that changes the model,
@@ -75,6 +79,7 @@ class AgentConfig:
     compaction_timeout: float | None = None
     calibration: Calibration | None = None
     recall: RecallSettings | bool | None = None
+    survival: SurvivalRules | Mapping[str, Any] | None = None
     _entry: dataclasses.InitVar[str] = _CREATE
     _validate: dataclasses.InitVar[bool] = True
     _hint: dataclasses.InitVar[str] = CONFIG_HINT
@@ -92,6 +97,8 @@ class AgentConfig:
             raise TypeError(
                 f"{_entry}: memory must be an AgentMemory, got {type(self.memory).__name__}"
             )
+        if not isinstance(self.survival, SurvivalRules):
+            object.__setattr__(self, "survival", survival_rules(self.survival, entry=_entry))
         t = self.compaction_timeout
         if t is not None and not (isinstance(t, (int, float)) and 0 < t < float("inf")):
             raise ValueError(
@@ -157,12 +164,18 @@ class AgentConfig:
             calibration=self.calibration,
             hint=hint,
             memo=self._windows,
+            rules=self.rules,
         )
 
     @property
     def prepared(self) -> Prepared:
         """What was prepared for this config's compactor where the config was made."""
         return self._prepared[0]
+
+    @property
+    def rules(self) -> SurvivalRules:
+        """The config's survival rules (the ``survival`` field, validated)."""
+        return self.survival  # type: ignore[return-value]  # normalised in __post_init__
 
     @property
     def compactor_handle(self) -> Compactor:
@@ -192,7 +205,8 @@ class AgentConfig:
     def replace(
         self, *, entry: str = "normandy_core.AgentConfig.replace()", **changes: Any
     ) -> AgentConfig:
-        """A copy with ``changes``; the compactor is prepared again under ``entry``."""
+        """A copy with ``changes``; the compactor is prepared again under ``entry`` (the
+        survival rules included)."""
         changes["_prepared"] = []
         if "model" in changes or "catalog" in changes:
             changes["_windows"] = {}
@@ -207,11 +221,12 @@ class AgentConfig:
         ``normandy.toml`` or ``pyproject.toml``'s ``[tool.normandy]`` found from the current
         directory upward (see :mod:`normandy_core.settings`).
 
-        ``fields`` are the config's fields; ``compactor``, ``compactor_opts``, ``model``
-        and ``compaction_timeout`` given here win over the configuration, and ``window``
-        (or the configured ``window``) pins the ``context_window`` option of a compactor
-        that sizes against one. With nothing configured it is ``AgentConfig(**fields)``
-        (compactor ``noop``). Errors name the file or variable and the key at fault.
+        ``fields`` are the config's fields; ``compactor``, ``compactor_opts``, ``model``,
+        ``compaction_timeout`` and ``survival`` given here win over the configuration,
+        and ``window`` (or the configured ``window``) pins the ``context_window`` option
+        of a compactor that sizes against one. With nothing configured it is
+        ``AgentConfig(**fields)`` (compactor ``noop``). Errors name the file or variable
+        and the key at fault.
         """
         from normandy_core.settings import current_settings
 
@@ -246,6 +261,7 @@ class AgentConfig:
             model=fields.pop("model", None),
             window=window,
             timeout=fields.pop("compaction_timeout", None),
+            survival=fields.pop("survival", None),
         )
         try:
             options = pin_if_needed(s.compactor, s.opts or {}, s.window, entry=entry)
@@ -254,6 +270,7 @@ class AgentConfig:
                 compactor=s.compactor,
                 compactor_opts=options,
                 compaction_timeout=s.timeout,
+                survival=s.survival,
                 _entry=entry,
                 _hint=_CONFIGURED_HINT,
                 **fields,

@@ -102,17 +102,24 @@ def config_key(
     timeout: float | None,
     format: str,
     client: Any = None,
+    survival: Any = None,
 ) -> tuple[Any, ...] | None:
     """What a continuation must share with the call it continues, or ``None`` (no memo).
 
     ``client`` counts by identity: a call with another client object (or none) never
     continues one made with this one. Its ``id`` cannot be reused by another object while
-    the remembered state lives, since the state's config holds the client.
+    the remembered state lives, since the state's config holds the client. ``survival``
+    (the rules, a mapping or :class:`~normandy_core.SurvivalRules`) counts by value, its
+    ``keep_if`` predicate by identity, held by the state's config the same way.
     """
     from normandy_core import plugins
 
+    if survival is not None and not isinstance(survival, Mapping):
+        fields = getattr(type(survival), "model_fields", None) or {}
+        survival = {name: getattr(survival, name) for name in fields}
     try:
         frozen = json.dumps(opts or {}, sort_keys=True, default=_opaque)
+        rules = json.dumps(survival, sort_keys=True, default=_opaque)
     except (TypeError, ValueError):
         return None
     handle = plugins._REG.resolved.get(compactor)
@@ -124,6 +131,7 @@ def config_key(
     return (
         compactor,
         frozen,
+        rules,
         model,
         window,
         timeout,

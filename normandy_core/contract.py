@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from normandy_core.config import AgentConfig
     from normandy_core.memory import AgentMemory
     from normandy_core.preparation import Prepared
+    from normandy_core.survival import SurvivalRules
 
 __all__ = [
     "CompactionContext",
@@ -38,7 +39,15 @@ __all__ = [
 #: Meta keys holding token figures: non-negative ints when present.
 TOKEN_KEYS = ("tokens_before", "tokens_after", "tokens_removed")
 #: Config fields a compactor must return unchanged (it may only replace the memory).
-_SETTINGS = ("model", "system_prompt", "tools", "compactor", "compactor_opts", "catalog")
+_SETTINGS = (
+    "model",
+    "system_prompt",
+    "tools",
+    "compactor",
+    "compactor_opts",
+    "catalog",
+    "survival",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +64,9 @@ class CompactionContext:
     entry's turn is then taken as the running one). ``counter``: the calibrated counter
     prepared for this config (its ``counter`` option, else the model's default, scaled by
     the agent's calibration); every size decision uses it, and the boundary computes the
-    token figures of the result with it.
+    token figures of the result with it. ``rules``: the config's survival rules
+    (:class:`~normandy_core.SurvivalRules`; the defaults when not given): what the
+    compactor must keep, and the summary instructions.
     """
 
     model: str | None
@@ -64,12 +75,17 @@ class CompactionContext:
     mid_round: bool
     turn_id: str | None = None
     counter: CalibratedCounter = None  # type: ignore[assignment]  # filled in __post_init__
+    rules: SurvivalRules = None  # type: ignore[assignment]  # filled in __post_init__
 
     def __post_init__(self) -> None:
         if self.counter is None:
             from normandy_core.calibration import CalibratedCounter
 
             object.__setattr__(self, "counter", CalibratedCounter(None, self.model))
+        if self.rules is None:
+            from normandy_core.survival import DEFAULT_RULES
+
+            object.__setattr__(self, "rules", DEFAULT_RULES)
 
 
 def build_context(
@@ -80,14 +96,17 @@ def build_context(
     model: str | None = None,
     prompt_tokens: int | None = None,
     calibration: Calibration | None = None,
+    rules: SurvivalRules | None = None,
 ) -> CompactionContext:
-    """The ``ctx`` of one call of a prepared compactor (window and counter as prepared).
+    """The ``ctx`` of one call of a prepared compactor (window, counter and survival rules
+    as prepared).
 
     ``source`` is a config (its prepared compactor, model and prompt tokens are used) or
     a :class:`~normandy_core.Prepared` (then give ``model`` and ``prompt_tokens``; a
     pipeline does for its steps). ``prompt_tokens`` reach the compactor only when it has
     a window (0 otherwise), with the counter's ``request_tokens`` added; ``calibration``
-    overrides the prepared one (the turn shells pass their own).
+    overrides the prepared one (the turn shells pass their own); ``rules`` the prepared
+    survival rules (a pipeline gives its steps its own).
     """
     prepared: Prepared = getattr(source, "prepared", source)  # type: ignore[arg-type]
     if prepared is not source:  # an AgentConfig
@@ -96,13 +115,20 @@ def build_context(
         prompt_tokens = acc.prompt_tokens if prompt_tokens is None else prompt_tokens
     window = prepared.window
     counter = prepared.counter_for(model, calibration)
+    if rules is None:
+        rules = prepared.rules
     # The request's own cost (the reply's priming) shares the window, once per request.
     tokens = (prompt_tokens or 0) + counter.request_tokens if window is not None else 0
     # A boundary of the same turn and kind gets the same (immutable) ctx again: building one
     # is most of what a boundary that does not compact costs beyond counting.
     key = (model, tokens, mid_round, turn_id)
     last: tuple[CompactionContext, tuple[Any, ...]] | None = prepared._last_ctx[0]
-    if last is not None and last[0].counter is counter and last[1] == key:
+    if (
+        last is not None
+        and last[0].counter is counter
+        and last[0].rules is rules
+        and last[1] == key
+    ):
         return last[0]
     ctx = CompactionContext(
         model=model,
@@ -111,6 +137,7 @@ def build_context(
         mid_round=mid_round,
         turn_id=turn_id,
         counter=counter,
+        rules=rules,
     )
     prepared._last_ctx[0] = (ctx, key)  # one atomic replacement: safe across threads
     return ctx
@@ -275,8 +302,11 @@ def check_compaction(
         active branch, once each, oldest first, equal to the originals; an entry listed in
         ``dropped`` that was kept unchanged; an entry that left the active branch or was
         rewritten (other than losing its thinking) without being listed (silent loss); a
-        tool use or result separated from its partner; a kept history that starts with an
-        assistant message; thinking kept by a mid-round compaction.
+        tool use or result separated from its partner; an entry a survival rule keeps
+        (``ctx.rules``) dropped or rewritten other than losing its thinking; a kept
+        history that starts with an assistant message; thinking kept by a mid-round
+        compaction.
+    :raises normandy_core.SurvivalError: the ``keep_if`` predicate raised.
     """
     if (
         type(result) is tuple
@@ -329,6 +359,7 @@ def check_compaction(
     new = new_acc.memory.entries()
     listed = tuple(dropped or ())
     _check_dropped(refuse, old, new, listed)
+    _check_rules(refuse, ctx.rules, old, new)
     if not pairing_problems(old) and (problems := pairing_problems(new)):
         refuse("separated a tool use from its result: " + "; ".join(problems[:3]))
     if ctx.mid_round and (thinking := [e.id for e in new if e.has_thinking]):
@@ -345,6 +376,39 @@ def check_compaction(
 def _starts_with_assistant(entries: Sequence[Entry]) -> bool:
     first = next((e for e in entries if e.role != "system"), None)
     return first is not None and first.role == "assistant"
+
+
+def _check_rules(
+    refuse: Callable[[str], NoReturn], rules: SurvivalRules, old: list[Entry], new: list[Entry]
+) -> None:
+    """Every entry the rules keep in ``old`` is in ``new``, unchanged but for its thinking."""
+    protected = rules.protected(old)
+    if not protected:
+        return
+    now = {e.id: e for e in new}
+    for e in old:
+        rule = protected.get(e.id)
+        if rule is None:
+            continue
+        kept = now.get(e.id)
+        if kept is None:
+            what = "dropped"
+        elif kept.content is e.content or (
+            _content_without_thinking(kept) == _content_without_thinking(e)
+        ):
+            continue
+        else:
+            what = "rewrote"
+        refuse(
+            f"{what} entry {e.id!r} ({e.role}), which survival rule {rules.describe(rule)} "
+            "keeps; a compactor keeps it unchanged, refuses the rule where the config is "
+            "made, or returns the error path"
+            + (
+                " (survival={'keep_first_user': False} lets the task go)"
+                if rule == "keep_first_user"
+                else ""
+            )
+        )
 
 
 def _check_dropped(

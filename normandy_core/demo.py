@@ -244,6 +244,7 @@ def replay(
     model: str = DEMO_MODEL,
     turns: int | None = None,
     on_boundary: Callable[[Boundary, int, int], None] | None = None,
+    survival: Mapping[str, Any] | None = None,
 ) -> DemoReport:
     """Replay ``session`` (its first ``turns`` turns) with ``compactor`` and return the report.
 
@@ -251,6 +252,7 @@ def replay(
     ``opts`` pin it already). The config is made with the entry point ``normandy demo``,
     so a bad option raises :class:`~normandy_core.OptionsError` before anything runs.
     ``on_boundary(boundary, batches_done, batches_total)`` sees each boundary as it happens.
+    ``survival`` sets the survival rules (``None``: the defaults).
     """
     from normandy_core.clients.scripted import ScriptedClient
     from normandy_core.config import AgentConfig
@@ -266,6 +268,7 @@ def replay(
         tools=session.tools,
         compactor=compactor,
         compactor_opts=options,
+        survival=survival,
         _entry="normandy demo",
     )
     chosen = session.turns if turns is None else session.turns[:turns]

@@ -42,6 +42,7 @@ from normandy_core.formats import TranscriptError, value_problem
 from normandy_core.memory import AgentMemory, Entry
 from normandy_core.settings import Resolved, current_settings
 from normandy_core.structure import pairing_problems
+from normandy_core.survival import SurvivalRules
 from normandy_core.transcript import Transcript, read, write
 
 __all__ = [
@@ -360,6 +361,7 @@ def compact(
     timeout: float | None = None,
     fresh: bool = False,
     raise_on_error: bool = False,
+    survival: SurvivalRules | Mapping[str, Any] | None = None,
     client: Any = None,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
@@ -383,6 +385,9 @@ def compact(
     are taken from the configuration when it sets them: ``NORMANDY_COMPACTOR``,
     ``NORMANDY_COMPACTOR_OPTS``, ``normandy.toml`` or ``pyproject.toml``'s
     ``[tool.normandy]`` (:mod:`normandy_core.settings`; arguments given always win).
+    ``survival`` sets the survival rules (:class:`~normandy_core.SurvivalRules` or a
+    mapping of its fields), over a configured ``survival`` table; with neither, the
+    defaults keep pinned entries and the first user message.
 
     Called before every request on a list that grew since the last call (the full
     history, or the list the last call returned plus new messages), only the new
@@ -411,12 +416,20 @@ def compact(
         model=model,
         window=window,
         timeout=timeout,
+        survival=survival,
     )
     key = (
         None
         if fresh
         else continuation.config_key(
-            s.compactor, s.opts, s.model, s.window, s.timeout, format, client
+            s.compactor,
+            s.opts,
+            s.model,
+            s.window,
+            s.timeout,
+            format,
+            client,
+            survival=s.survival,
         )
     )
     hit = continuation.resume(key, messages, mid_round)
@@ -461,6 +474,7 @@ def prepare_config(
     timeout: float | None,
     entry: str,
     hint: str | None = None,
+    survival: SurvivalRules | Mapping[str, Any] | None = None,
     client: Any = None,
 ) -> AgentConfig:
     """The config :func:`compact` runs with, prepared once (empty memory).
@@ -482,6 +496,7 @@ def prepare_config(
         compactor=compactor,
         compactor_opts=options,
         compaction_timeout=timeout,
+        survival=survival,
         client=client,
         _entry=entry,
         _hint=hint or CONFIG_HINT,
@@ -489,9 +504,14 @@ def prepare_config(
 
 
 def prepare_resolved(
-    settings: Resolved, *, entry: str, hint: str | None = None, client: Any = None
+    settings: Resolved,
+    *,
+    entry: str,
+    hint: str | None = None,
+    client: Any = None,
 ) -> AgentConfig:
-    """:func:`prepare_config` with resolved ``settings`` (and ``client``); a refusal of
+    """:func:`prepare_config` with resolved ``settings`` (their survival rules included,
+    and ``client``); a refusal of
     values that came from a configuration source says which source gave each
     (``settings: opts from NORMANDY_COMPACTOR_OPTS``)."""
     try:
@@ -504,6 +524,7 @@ def prepare_resolved(
             entry=entry,
             hint=hint,
             client=client,
+            survival=settings.survival,
         )
     except (OptionsError, WindowUnknownError) as exc:
         if not settings.configured:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from normandy_core.contract import CompactionContext, CompactionMeta
     from normandy_core.memory import Entry
     from normandy_core.retrieval import RecallHit
+    from normandy_core.survival import SurvivalRules
 
 __all__ = ["PROJECT_NAME", "CompactorSpec", "HookSpec", "hookimpl", "hookspec"]
 
@@ -87,10 +88,11 @@ class CompactorSpec:
         What it returns is checked by :func:`normandy_core.check_compaction` (the same
         check the pipeline and the conformance kit apply): every entry that left the
         active branch, or was rewritten, must be in ``dropped``; nothing kept unchanged may
-        be; no tool use may lose its result; the kept history may not start with an
-        assistant message. May raise: the boundary turns any exception (``SystemExit``
-        included), a malformed or refused result, into the error path with the caller's
-        ``acc`` untouched, and logs it naming the compactor and its distribution.
+        be; no entry a survival rule keeps may be dropped or rewritten; no tool use may
+        lose its result; the kept history may not start with an assistant message. May
+        raise: the boundary turns any exception (``SystemExit`` included), a malformed or
+        refused result, into the error path with the caller's ``acc`` untouched, and logs
+        it naming the compactor and its distribution.
         """
         raise NotImplementedError  # pragma: no cover - a specification has no body
 
@@ -133,8 +135,9 @@ class CompactorSpec:
 
     @staticmethod
     @hookspec(firstresult=True)
-    def validate_opts(opts: Any, entry: str, window: int | None) -> None:
-        """Check the compactor's options where the config is made, never mid-turn.
+    def validate_opts(opts: Any, entry: str, window: int | None, rules: SurvivalRules) -> None:
+        """Check the compactor's options (and the config's survival rules) where the
+        config is made, never mid-turn.
 
         Optional. Called once by the core's prepare step (:func:`normandy_core.prepare`),
         which :class:`~normandy_core.AgentConfig`, :func:`normandy_core.compact`, the
@@ -150,6 +153,11 @@ class CompactorSpec:
         :param window: the context window the compactor will be given (``None`` when it
             needs none), so a window the options make unusable (smaller than a reserve)
             is refused here rather than at every boundary.
+        :param rules: the config's survival rules (:class:`~normandy_core.SurvivalRules`,
+            already validated), which ``ctx.rules`` carries at every boundary. Refuse here
+            a rule the compactor cannot honour (a summarizer-only rule such as
+            ``summary_instructions`` given to a compactor that writes no summary), rather
+            than ignoring it.
         :returns: nothing.
         :raises normandy_core.OptionsError: (a ``ValueError``) naming the option and what
             is allowed; any other exception is wrapped into one.

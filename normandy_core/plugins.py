@@ -264,8 +264,11 @@ class Compactor:
             return True
         return True if result is None else bool(result)
 
-    def validate_opts(self, opts: Any, entry: str, window: int | None = None) -> None:
-        """Call the compactor's ``validate_opts`` when it has one.
+    def validate_opts(
+        self, opts: Any, entry: str, window: int | None = None, rules: Any = None
+    ) -> None:
+        """Call the compactor's ``validate_opts`` when it has one (``rules``: the config's
+        :class:`~normandy_core.SurvivalRules`, the defaults when ``None``).
 
         Any refusal surfaces as :class:`~normandy_core.OptionsError` beginning with
         ``entry`` and naming the compactor: an implementation that raises something else
@@ -275,8 +278,14 @@ class Compactor:
         """
         if not self.has_validate_opts:
             return
+        if rules is None:
+            from normandy_core.survival import DEFAULT_RULES
+
+            rules = DEFAULT_RULES
         try:
-            call_plugin(self._pm.hook.validate_opts, opts=opts, entry=entry, window=window)
+            call_plugin(
+                self._pm.hook.validate_opts, opts=opts, entry=entry, window=window, rules=rules
+            )
         except OptionsError as exc:
             if str(exc).startswith(entry):
                 raise

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from normandy_core.calibration import CalibratedCounter, Calibration
     from normandy_core.catalog import ModelCatalog
     from normandy_core.plugins import Compactor
+    from normandy_core.survival import SurvivalRules
 
 __all__ = ["Prepared", "pin_if_needed", "pin_window", "prepare", "whole_positive"]
 
@@ -48,7 +49,9 @@ class Prepared:
     read-only mapping); ``raw`` the options as configured; ``window`` the window it is
     given (``None`` when it needs none); ``counter_spec`` the counter it sizes with
     (``None``: the model's default, :func:`~normandy_core.default_counter_for`);
-    ``calibration`` the agent's (``None``: the process-wide default).
+    ``calibration`` the agent's (``None``: the process-wide default); ``rules`` the
+    config's survival rules (:class:`~normandy_core.SurvivalRules`), which every ``ctx``
+    built from it carries.
     """
 
     compactor: Compactor
@@ -57,10 +60,17 @@ class Prepared:
     window: int | None
     counter_spec: str | None
     calibration: Calibration | None = None
+    rules: SurvivalRules = None  # type: ignore[assignment]  # filled in __post_init__
     _counters: dict[tuple[str | None, int], CalibratedCounter] = field(
         default_factory=dict, repr=False, compare=False
     )
     _last_ctx: list[Any] = field(default_factory=lambda: [None], repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.rules is None:
+            from normandy_core.survival import DEFAULT_RULES
+
+            object.__setattr__(self, "rules", DEFAULT_RULES)
 
     @property
     def name(self) -> str:
@@ -197,6 +207,7 @@ def prepare(
     calibration: Calibration | None = None,
     hint: str = CONFIG_HINT,
     memo: dict[str, int] | None = None,
+    rules: SurvivalRules | Mapping[str, Any] | None = None,
 ) -> Prepared:
     """Resolve compactor ``compactor``, validate ``opts`` once, and fix its window and counter.
 
@@ -209,13 +220,17 @@ def prepare(
     :param hint: how to pin a window, in the caller's vocabulary, for the error message.
     :param memo: catalog windows already resolved, per model (filled here): an agent's
         copies share one, so the catalog is asked once per agent and model.
-    :raises OptionsError: bad options, or a window the options make unusable.
+    :param rules: the config's survival rules (``None``: the defaults), validated here and
+        given to the compactor's ``validate_opts``, which refuses rules it cannot honour.
+    :raises OptionsError: bad options or rules, or a window the options make unusable.
     :raises WindowUnknownError: the compactor needs a window and none can be found.
     :raises normandy_core.PluginError: the compactor is unknown, disabled or broken.
     """
     from normandy_core.options import options_mapping
     from normandy_core.plugins import resolve_compactor
+    from normandy_core.survival import survival_rules
 
+    survival = survival_rules(rules, entry=entry)
     comp = resolve_compactor(compactor)
     raw = MappingProxyType(dict(options_mapping(opts, entry=entry, compactor=compactor)))
     options = comp.parse_options(raw, entry)
@@ -237,7 +252,7 @@ def prepare(
                 f"alone take about {prompt_tokens:,} tokens of the {resolved:,}-token context "
                 "window; pin a larger window (option 'context_window')"
             )
-    comp.validate_opts(options, entry, resolved)
+    comp.validate_opts(options, entry, resolved, survival)
     spec = raw.get("counter")
     return Prepared(
         compactor=comp,
@@ -246,4 +261,5 @@ def prepare(
         window=resolved,
         counter_spec=spec if isinstance(spec, str) else None,
         calibration=calibration,
+        rules=survival,
     )

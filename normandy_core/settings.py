@@ -9,9 +9,10 @@ The compactor and its settings can be chosen outside the program:
   ``pyproject.toml`` without the table does not count); when it holds both, both are read,
   ``normandy.toml`` over ``pyproject.toml``. Keys (:data:`KEYS`): ``compactor``, ``opts``
   (a table of the compactor's options), ``model``, ``window`` (tokens; pins the
-  ``context_window`` option of a compactor that sizes against a window) and ``timeout``
-  (seconds; ``compaction_timeout``), named as :func:`normandy_core.compact` names its
-  arguments.
+  ``context_window`` option of a compactor that sizes against a window), ``timeout``
+  (seconds; ``compaction_timeout``) and ``survival`` (a table of the declarative survival
+  rules: ``keep_first_user``, ``keep_tools``, ``summary_instructions``; a ``keep_if``
+  predicate is code only), named as :func:`normandy_core.compact` names its arguments.
 - ``NORMANDY_CONFIG``: the path of the one file to read instead of looking (a
   ``pyproject.toml`` is read for its ``[tool.normandy]`` table, any other name as a
   ``normandy.toml``), or ``off`` to read no file.
@@ -82,7 +83,7 @@ FILE_NAME = "normandy.toml"
 #: The project file whose ``[tool.normandy]`` table is read.
 PYPROJECT = "pyproject.toml"
 #: The keys a settings file may hold.
-KEYS = ("compactor", "opts", "model", "window", "timeout")
+KEYS = ("compactor", "opts", "model", "window", "timeout", "survival")
 
 _TABLE = ("tool", "normandy")
 
@@ -107,7 +108,9 @@ class Resolved(NamedTuple):
 
     ``opts`` is ``None`` when no source gives options. ``origins`` maps each key whose
     value came from a configuration source to that source (keys given as arguments or
-    left to the default are absent).
+    left to the default are absent). ``survival`` holds the survival rules (a mapping of
+    :class:`~normandy_core.SurvivalRules` fields, or the call's own rules), ``None`` when
+    neither the call nor a source sets them.
     """
 
     compactor: str
@@ -116,6 +119,7 @@ class Resolved(NamedTuple):
     window: int | None
     timeout: float | None
     origins: Mapping[str, str] = MappingProxyType({})
+    survival: Any = None
 
     @property
     def configured(self) -> bool:
@@ -149,6 +153,7 @@ class _Plan(NamedTuple):
     #: ``context_window`` win over it (an argument is higher than any source).
     window_yields: bool
     origins_without_window: Mapping[str, str]
+    survival: Any
 
 
 @dataclass(frozen=True, eq=False)
@@ -181,9 +186,13 @@ class Settings:
         window: int | None = None,
         timeout: float | None = None,
         keys: tuple[str, ...] = KEYS,
+        survival: Any = None,
     ) -> Resolved:
         """The settings of a call: its arguments (``None``: not given) over the sources,
         over ``default`` (the caller's default compactor).
+
+        ``survival`` (the call's survival rules) replaces a source's ``survival`` table
+        whole, as ``opts`` do.
 
         ``keys`` are those the sources may supply (``normandy demo`` takes only the
         compactor and its options). The sources are checked against the installed
@@ -191,7 +200,9 @@ class Settings:
         worked out once, so a call costs about a microsecond after the first.
         """
         if not self.layers:
-            return Resolved(compactor or default, opts, model, window, timeout, _NO_ORIGINS)
+            return Resolved(
+                compactor or default, opts, model, window, timeout, _NO_ORIGINS, survival
+            )
         token = (
             default,
             keys,
@@ -200,11 +211,12 @@ class Settings:
             model is None,
             window is None,
             timeout is None,
+            survival is None,
             id(plugins._REG),
         )
         plan = self._plans.get(token)
         if plan is None:
-            plan = self._plan(default, keys, compactor, opts, model, window, timeout)
+            plan = self._plan(default, keys, compactor, opts, model, window, timeout, survival)
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.clear()
             self._plans[token] = plan
@@ -222,6 +234,7 @@ class Settings:
             resolved_window,
             timeout if plan.timeout is _ARG else plan.timeout,
             origins,
+            survival if plan.survival is _ARG else plan.survival,
         )
 
     def _plan(
@@ -233,11 +246,13 @@ class Settings:
         model: Any,
         window: Any,
         timeout: Any,
+        survival: Any,
     ) -> _Plan:
         """Work out, once per kind of call, what it takes from the sources."""
         self.check()
         given = {"compactor": compactor, "opts": opts, "model": model, "window": window}
         given["timeout"] = timeout
+        given["survival"] = survival
         levels: list[_Level] = [({k: v for k, v in given.items() if v is not None}, _NO_ORIGINS)]
         for layer in self.layers:
             levels.append(({k: v for k, v in layer.values.items() if k in keys}, layer.origins))
@@ -247,7 +262,7 @@ class Settings:
         out: dict[str, Any] = {}
         rank: dict[str, int] = {}
         origins: dict[str, str] = {}
-        for key in ("model", "window", "timeout", "compactor"):
+        for key in ("model", "window", "timeout", "compactor", "survival"):
             out[key] = None
             for i, (values, where) in enumerate(levels):
                 if key in values:
@@ -282,6 +297,7 @@ class Settings:
             MappingProxyType(ordered),
             window_yields,
             MappingProxyType({k: v for k, v in ordered.items() if k != "window"}),
+            out["survival"],
         )
 
     def check(self) -> None:
@@ -482,6 +498,8 @@ def _table_layer(path: Path, text: str, table: tuple[str, ...], data: Any) -> La
         problem = _value_problem(key, value)
         if problem is not None:
             raise SettingsError(f"{origins[key]}: {problem}, got {value!r}")
+        if key == "survival":
+            _check_survival(value, origins[key])
         values[key] = value
     pinned = (values.get("opts") or {}).get("context_window")
     if "window" in values and pinned is not None and pinned != values["window"]:
@@ -500,6 +518,8 @@ def _value_problem(key: str, value: Any) -> str | None:
         return None
     if key == "opts":
         return None if isinstance(value, dict) else "must be a table of option names to values"
+    if key == "survival":
+        return None if isinstance(value, dict) else "must be a table of survival rules"
     if key == "window":
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             return "must be a positive whole number of tokens"
@@ -507,6 +527,19 @@ def _value_problem(key: str, value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
         return "must be a positive number of seconds"
     return None
+
+
+def _check_survival(value: Mapping[str, Any], source: str) -> None:
+    """The survival rules of ``source`` through :class:`~normandy_core.SurvivalRules`; a
+    refusal is a :class:`SettingsError` beginning with ``source`` (a ``keep_if`` there is
+    refused: a predicate is code only)."""
+    from normandy_core.errors import OptionsError
+    from normandy_core.survival import survival_rules
+
+    try:
+        survival_rules(value, entry=source)
+    except OptionsError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _pyproject_table(path: Path, *, required: bool) -> Layer | None:

@@ -40,7 +40,8 @@ class _Fn:
 
 def _acc_with(fn: Any, name: str = "probe") -> AgentConfig:
     register_compactor(name, _Fn(fn))
-    return _conversation(AgentConfig(compactor=name))
+    # The toy compactors drop the oldest entries, the task among them: its rule is off.
+    return _conversation(AgentConfig(compactor=name, survival={"keep_first_user": False}))
 
 
 def _drop_first(k: int, **extra: Any) -> Any:

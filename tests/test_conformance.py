@@ -8,14 +8,17 @@ from normandy_core import (
     AgentConfig,
     AgentMemory,
     CompactionContext,
+    Entry,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    group_units,
     hookimpl,
+    new_id,
     register_compactor,
     unregister_compactor,
 )
-from normandy_core.testing import CompactorContract, check_call, check_options
+from normandy_core.testing import CompactorContract, check_call, check_options, check_survival
 
 # The kit is enabled for this repository in the root conftest.py:
 # pytest_plugins = ["normandy_core.testing"]
@@ -116,9 +119,21 @@ class KeepsThinking:
     @hookimpl
     def maybe_compact(self, acc, ctx, opts):
         entries = acc.memory.entries()
-        return acc.with_memory(acc.memory.derive(entries[3:])), {
+        return acc.with_memory(acc.memory.derive(entries[:1] + entries[3:])), {
             "compacted": True,
-            "dropped": entries[:3],
+            "dropped": entries[1:3],
+        }
+
+
+class DropsTheTask:
+    """Drops the oldest unit, the first user message, which the default rules keep."""
+
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        entries = [e.without_thinking() for e in acc.memory.entries()]
+        return acc.with_memory(acc.memory.derive(entries[1:])), {
+            "compacted": True,
+            "dropped": acc.memory.entries()[:1],
         }
 
 
@@ -162,6 +177,7 @@ class AcceptsAnything:
         (Mutating(), "mutated the memory it was given"),
         (DropsNewestFirst(), "not oldest first"),
         (KeepsThinking(), "kept thinking blocks"),
+        (DropsTheTask(), "survival rule keep_first_user (the first user message) keeps"),
         (Orphans(), "separated a tool use from its result"),
         (LosesSilently(), "lost silently"),
         (SkipsWithDropped(), "reported dropped entries with compacted=False"),
@@ -178,6 +194,59 @@ def test_the_kit_catches_a_broken_compactor(plugin, rule):
         assert rule in str(err.value)
     finally:
         unregister_compactor("kit_victim")
+
+
+class IgnoresTheRules:
+    """Keeps system entries and the newest unit, whatever the survival rules keep."""
+
+    @hookimpl
+    def needs_window(self, opts):
+        return False
+
+    @hookimpl
+    def maybe_compact(self, acc, ctx, opts):
+        entries = acc.memory.entries()
+        start = group_units(entries)[-1][0]
+        system = [e for e in entries[:start] if e.role == "system"]
+        dropped = [e for e in entries[:start] if e.role != "system"]
+        if not dropped:
+            return acc, {"compacted": False}
+        kept = [e.without_thinking() for e in system + entries[start:]]
+        if kept[len(system)].role == "assistant":
+            kept.insert(len(system), Entry(id=new_id(), role="user", content="[cut]"))
+        return acc.with_memory(acc.memory.derive(kept)), {"compacted": True, "dropped": dropped}
+
+
+@pytest.fixture
+def no_shrinking():
+    """The active hypothesis profile without its shrink phase (a failure is expected: only
+    that it is found matters here), restored afterwards."""
+    from hypothesis import Phase, settings
+
+    active = settings.default
+    settings.register_profile("conformance-restore", active)
+    phases = [Phase.explicit, Phase.reuse, Phase.generate]
+    settings.register_profile("conformance-no-shrink", settings(active, phases=phases))
+    settings.load_profile("conformance-no-shrink")
+    try:
+        yield
+    finally:
+        settings.load_profile("conformance-restore")
+
+
+def test_the_kit_catches_a_compactor_that_ignores_the_survival_rules(no_shrinking):
+    register_compactor("kit_rule_breaker", IgnoresTheRules(), replace=True)
+    try:
+        # with every rule off (pinned entries aside) it passes ...
+        acc = AgentConfig(compactor="kit_rule_breaker", survival={"keep_first_user": False})
+        _, meta = check_call("kit_rule_breaker", acc.with_memory(session()))
+        assert meta["compacted"] and meta["dropped"][0].text() == "go"
+        # ... but drawn rules (and the default one) catch it
+        with pytest.raises(AssertionError, match=r"kit_rule_breaker.*survival rule") as err:
+            check_survival("kit_rule_breaker", max_examples=50)
+        assert "breaks the contract" in str(err.value)
+    finally:
+        unregister_compactor("kit_rule_breaker")
 
 
 def test_the_kit_catches_options_accepted_at_config_time():

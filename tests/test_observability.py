@@ -48,6 +48,8 @@ class _Fn:
 
 def _acc(fn: Any, name: str = "probe", **config: Any) -> AgentConfig:
     register_compactor(name, _Fn(fn))
+    # The toy compactors drop the oldest entries, the task among them: its rule is off.
+    config.setdefault("survival", {"keep_first_user": False})
     acc = AgentConfig(compactor=name, model="gpt-4o", **config)
     for i in range(6):
         acc.memory.add_message("user" if i % 2 == 0 else "assistant", f"message {i}", id=f"m{i}")

@@ -65,6 +65,8 @@ class _Probe:
 
 def _acc(fn: Any, n: int = 41, **kw: Any) -> AgentConfig:
     register_compactor("probe", _Probe(fn), replace=True)
+    # The toy compactors drop the oldest entries, the task among them: its rule is off.
+    kw.setdefault("survival", {"keep_first_user": False})
     return AgentConfig(model="gpt-4o", compactor="probe", **kw).with_memory(_memory(n))
 
 
@@ -195,7 +197,8 @@ def test_a_hook_cannot_change_what_the_next_hook_receives():
         }
 
     register_compactor("probe", _Probe(drop), replace=True)
-    acc = AgentConfig(compactor="probe").with_memory(_memory(MUTATED_DROPPED + 10))
+    acc = AgentConfig(compactor="probe", survival={"keep_first_user": False})
+    acc = acc.with_memory(_memory(MUTATED_DROPPED + 10))
     _, meta = run_compaction(acc, mid_round=False)
     assert seen == [MUTATED_DROPPED]
     assert isinstance(meta, CompactionMeta)
@@ -563,7 +566,7 @@ def test_hooks_return_notes_the_caller_sees_in_meta_and_compact_result():
     messages = [
         {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(6)
     ]
-    result = compact(messages, compactor="probe")
+    result = compact(messages, compactor="probe", survival={"keep_first_user": False})
     assert result.compacted and result.notes == result.meta.hook_notes
     assert result.note("archiver") == {"where": "/tmp/a", "entries": 2, "message": "kept 2"}
     assert result.note("code:indexer") == {"indexed": True}

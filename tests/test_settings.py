@@ -365,7 +365,7 @@ def test_a_refusal_at_prepare_names_the_configured_sources(
         (
             'compactor = "noop"\ncompacter = "x"\n',
             r"normandy.toml: line 2: key 'compacter': unknown key; did you mean 'compactor'\? "
-            r"allowed keys: compactor, model, opts, timeout, window",
+            r"allowed keys: compactor, model, opts, survival, timeout, window",
         ),
         ("compactor = 3\n", r"line 1: key 'compactor': must be a non-empty string, got 3"),
         ('model = ""\n', r"line 1: key 'model': must be a non-empty string"),

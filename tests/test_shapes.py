@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import pytest
@@ -270,6 +271,31 @@ def _kept_are_given(given: list[Any], out: list[Any]) -> tuple[int, int]:
     return kept, new
 
 
+#: The first user message of these shapes holds an image, a file and audio, more than the
+#: usable window: these tests are about shapes, so the task may go (its survival rule off).
+_LET_GO = {"keep_first_user": False}
+
+
+@pytest.mark.parametrize(
+    ("make", "fmt"),
+    [(chat_transcript, "openai"), (responses_items, "responses")],
+)
+def test_a_task_larger_than_the_window_is_named_in_the_irreducible_error(
+    make: Any, fmt: str
+) -> None:
+    """By default the first user message survives; when it alone overflows the window the
+    error says so, with its tokens, and the transcript comes back unchanged."""
+    data = make()
+    result = compact(data, window=8_000, opts={"counter": "cl100k_base"}, model="gpt-4o")
+    assert result.format == fmt and not result.compacted
+    assert result.messages == data
+    error = result.error or ""
+    found = re.search(r"keep_first_user \(the first user message\) ([\d,]+);", error)
+    assert found, error
+    assert int(found.group(1).replace(",", "")) > 3_904  # the usable window, alone
+    assert "cannot fit the context window" in error
+
+
 @pytest.mark.parametrize(
     ("make", "fmt"),
     [(chat_transcript, "openai"), (anthropic_request, "anthropic"), (responses_items, "responses")],
@@ -289,7 +315,9 @@ def test_every_shape_compacts_losslessly(make: Any, fmt: str, compactor: str) ->
             ]
         }
     window = 8_000 if compactor != "clear_tool_results" else None
-    result = compact(data, compactor=compactor, opts=opts, window=window, model="gpt-4o")
+    result = compact(
+        data, compactor=compactor, opts=opts, window=window, model="gpt-4o", survival=_LET_GO
+    )
     assert result.format == fmt
     assert result.compacted, result.meta
     assert data == pristine  # the input is never mutated
@@ -331,7 +359,9 @@ def _key(m: dict[str, Any]) -> Any:
 
 def test_chat_fields_survive_and_developer_stays_developer() -> None:
     data = chat_transcript()
-    result = compact(data, window=8_000, opts={"counter": "cl100k_base"}, model="gpt-4o")
+    result = compact(
+        data, window=8_000, opts={"counter": "cl100k_base"}, model="gpt-4o", survival=_LET_GO
+    )
     assert result.compacted
     out = result.messages
     assert out[0] is data[0] and out[0]["role"] == "developer"
@@ -353,7 +383,9 @@ def test_anthropic_compaction_block_is_pinned_and_kept() -> None:
 
 def test_responses_reasoning_stays_with_its_calls_and_compaction_item_is_kept() -> None:
     items = responses_items()
-    result = compact(items, window=7_000, opts={"counter": "cl100k_base"}, model="gpt-4o")
+    result = compact(
+        items, window=7_000, opts={"counter": "cl100k_base"}, model="gpt-4o", survival=_LET_GO
+    )
     assert result.format == "responses" and result.compacted
     out = result.messages
     assert any(m is items[2] for m in out)  # the compaction item

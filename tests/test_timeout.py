@@ -123,7 +123,11 @@ def test_a_hooks_own_timeout_error_is_its_error_not_the_limit():
     register_hook(Hook(), name="times_out")
     register_compactor("drop_first_two", DropFirst(), replace=True)
     try:
-        acc = AgentConfig(compactor="drop_first_two", compaction_timeout=5.0)
+        acc = AgentConfig(
+            compactor="drop_first_two",
+            compaction_timeout=5.0,
+            survival={"keep_first_user": False},  # it drops the task too
+        )
         for i in range(4):
             acc.memory.add_message("user" if i % 2 == 0 else "assistant", f"m{i}")
         _, meta = run_compaction(acc, mid_round=False)

@@ -38,6 +38,9 @@ output, compacted again), a call fails when:
   input's active branch, each once, oldest first, equal to the entry it was;
 * an entry is listed in ``dropped`` but kept unchanged, or removed or rewritten (other
   than stripping thinking) without being listed (lost silently);
+* an entry a survival rule keeps (``ctx.rules``: pinned entries, the first user
+  message, which every config keeps by default, ``keep_tools``, ``keep_if``) is dropped
+  or rewritten other than losing its thinking;
 * a tool use and its result are separated, or the kept history starts with an assistant
   message;
 * it compacts at a mid-round boundary and keeps thinking.
@@ -48,7 +51,13 @@ The kit adds rules the runtime cannot check at a single call:
   for a compactor that needs no window) the same ``acc`` and memory come back;
 * good options are accepted and every ``bad_opts`` example is refused where the config
   is made, with an :class:`~normandy_core.OptionsError` naming the entry point and the
-  compactor.
+  compactor;
+* under survival rules drawn by
+  :func:`normandy_core.testing.strategies.survival_rules` (the first user message on or
+  off, ``keep_tools``, a ``keep_if`` predicate), every entry they keep survives each
+  compaction, unless the config is refused where it is made (an
+  :class:`~normandy_core.OptionsError` from ``validate_opts``, which receives the
+  rules) or the compactor returns the error path (:func:`check_survival`).
 """
 
 from __future__ import annotations
@@ -76,7 +85,14 @@ from normandy_core.contract import (
 from normandy_core.errors import OptionsError
 from normandy_core.memory import AgentMemory
 from normandy_core.plugins import resolve_compactor
-from normandy_core.testing.strategies import Case, Conversation, cases, conversations
+from normandy_core.survival import SurvivalRules
+from normandy_core.testing.strategies import (
+    Case,
+    Conversation,
+    cases,
+    conversations,
+    survival_rules,
+)
 
 __all__ = [
     "ROOMY_WINDOW",
@@ -86,6 +102,7 @@ __all__ = [
     "check_generated",
     "check_options",
     "check_roomy_mid_round",
+    "check_survival",
     "compactor_contract",
     "context_for",
 ]
@@ -172,16 +189,21 @@ def _settings(max_examples: int | None) -> Callable[[Any], Any]:
 
 
 def _config(
-    name: str, opts: Mapping[str, Any], model: str, memory: AgentMemory, window: int
+    name: str,
+    opts: Mapping[str, Any],
+    model: str,
+    memory: AgentMemory,
+    window: int,
+    rules: SurvivalRules | None = None,
 ) -> AgentConfig:
     """A config of compactor ``name`` holding ``memory``, its window pinned to ``window``
-    when it sizes against one and ``opts`` pin none."""
+    when it sizes against one and ``opts`` pin none, under survival ``rules``."""
     from normandy_core.preparation import pin_if_needed
 
     options = dict(opts)
     if "context_window" not in options:
         options = pin_if_needed(name, options, window, entry=_ENTRY)
-    acc = AgentConfig(model=model, compactor=name, compactor_opts=options)
+    acc = AgentConfig(model=model, compactor=name, compactor_opts=options, survival=rules)
     return acc.with_memory(memory)
 
 
@@ -247,6 +269,61 @@ def check_roomy_mid_round(
     run()
 
 
+def _check_kept(name: str, acc: AgentConfig, new_acc: AgentConfig, meta: Mapping[str, Any]) -> None:
+    """Every entry ``acc``'s rules keep is in ``new_acc``, unchanged but for its thinking."""
+    if not meta.get("compacted"):
+        return
+    rules = acc.rules
+    now = {e.id: e for e in new_acc.memory.entries()}
+    protected = rules.protected(acc.memory.entries())
+    for e in acc.memory.entries():
+        if e.id not in protected:
+            continue
+        kept = now.get(e.id)
+        if kept is None or kept.without_thinking().content != e.without_thinking().content:
+            _fail(
+                name,
+                f"survival rule {rules.describe(protected[e.id])} keeps entry {e.id!r}, "
+                f"which the compaction {'dropped' if kept is None else 'rewrote'}",
+                repr(rules)[:300],
+            )
+
+
+def check_survival(
+    name: str,
+    opts: Mapping[str, Any] | None = None,
+    *,
+    model: str = "claude-sonnet-4-5",
+    windows: tuple[int, int] = (1_000, 10_000),
+    max_examples: int | None = None,
+) -> None:
+    """Over generated conversations and drawn survival rules, every entry the rules keep
+    survives every compaction (and a second one, of the result).
+
+    A config the compactor refuses where it is made (its ``validate_opts`` receives the
+    rules) and the error path are allowed; any other way of not keeping a kept entry
+    fails, with the rule and the entry named.
+    """
+    options = dict(opts or {})
+
+    @_settings(max_examples)
+    @given(case=cases(windows=windows), rules=survival_rules())
+    def run(case: Case, rules: SurvivalRules) -> None:
+        conv = case.conversation
+        try:
+            acc = _config(name, options, model, conv.memory, case.window, rules)
+        except OptionsError:
+            return  # the compactor refuses these rules (or this window) at config time
+        ctx = context_for(acc, mid_round=conv.ends_mid_round)
+        new_acc, meta = check_call(name, acc, ctx)
+        _check_kept(name, acc, new_acc, meta)
+        if meta["compacted"]:
+            again_acc, again = check_call(name, new_acc, ctx)
+            _check_kept(name, new_acc, again_acc, again)
+
+    run()
+
+
 def check_compactor(
     name: str,
     opts: Mapping[str, Any] | None = None,
@@ -271,6 +348,7 @@ def check_compactor(
         _fail(name, "needs_window must return a bool")
     check_options(name, opts, bad_opts, model=model)
     check_generated(name, opts, model=model, windows=windows, max_examples=max_examples)
+    check_survival(name, opts, model=model, windows=windows, max_examples=max_examples)
     roomy = opts if roomy_opts is None else roomy_opts
     check_roomy_mid_round(name, roomy, model=model, max_examples=max_examples)
 
@@ -303,6 +381,17 @@ class CompactorContract:
     def test_contract_over_generated_conversations(self) -> None:
         """Meta shape, no mutation, dropped ids and order, pairing, thinking mid-round."""
         check_generated(
+            self.compactor,
+            self.opts,
+            model=self.model,
+            windows=self.windows,
+            max_examples=self.max_examples,
+        )
+
+    def test_survival_rules_are_honoured(self) -> None:
+        """Entries kept by drawn survival rules survive, unless the config is refused or
+        the compactor returns the error path."""
+        check_survival(
             self.compactor,
             self.opts,
             model=self.model,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 try:
     from hypothesis import strategies as st
@@ -23,6 +24,7 @@ except ImportError as exc:  # ModuleNotFoundError included
 from normandy_core.memory import (
     AgentMemory,
     Block,
+    Entry,
     ImageBlock,
     TextBlock,
     ThinkingBlock,
@@ -30,7 +32,22 @@ from normandy_core.memory import (
     ToolUseBlock,
 )
 
-__all__ = ["Case", "Conversation", "cases", "conversations", "texts"]
+if TYPE_CHECKING:
+    from normandy_core.survival import SurvivalRules
+
+__all__ = [
+    "TOOL_NAMES",
+    "Case",
+    "Conversation",
+    "KeepTurns",
+    "cases",
+    "conversations",
+    "survival_rules",
+    "texts",
+]
+
+#: The tool names :func:`conversations` draws its calls from.
+TOOL_NAMES = ("read_file", "run_tests", "search", "shell")
 
 _WORDS = [
     "read", "file", "src/app.py", "def", "return", "error", "test", "passed", "json",
@@ -93,7 +110,7 @@ def conversations(
             uses = [
                 ToolUseBlock(
                     id=tid(),
-                    name=draw(st.sampled_from(["read_file", "run_tests", "search", "shell"])),
+                    name=draw(st.sampled_from(TOOL_NAMES)),
                     input={"arg": draw(texts(0, 60)), "n": draw(st.integers(0, 99))},
                 )
                 for _ in range(draw(st.integers(1, 3)))
@@ -161,3 +178,33 @@ def cases(
     """
     conv = draw(conversations(mid_round=mid_round))
     return Case(conversation=conv, window=draw(st.integers(*windows)))
+
+
+@dataclass(frozen=True)
+class KeepTurns:
+    """A ``keep_if`` predicate for tests: keeps the entries of ``turns`` (with ``role``,
+    any role when ``None``). Readable in a falsifying example, and pure."""
+
+    turns: frozenset[str]
+    role: str | None = None
+
+    def __call__(self, entry: Entry) -> bool:
+        return entry.turn_id in self.turns and (self.role is None or entry.role == self.role)
+
+
+@st.composite
+def survival_rules(draw: st.DrawFn, *, max_turns: int = 5) -> SurvivalRules:
+    """Survival rules over :func:`conversations`: ``keep_first_user`` on or off, some of
+    :data:`TOOL_NAMES` in ``keep_tools``, and maybe a :class:`KeepTurns` ``keep_if``."""
+    from normandy_core.survival import SurvivalRules
+
+    keep_if = None
+    if draw(st.booleans()):
+        turns = draw(st.frozensets(st.integers(1, max_turns), min_size=1, max_size=2))
+        role = draw(st.sampled_from([None, "user", "assistant", "tool"]))
+        keep_if = KeepTurns(frozenset(f"t{n}" for n in turns), role)
+    return SurvivalRules(
+        keep_first_user=draw(st.booleans()),
+        keep_tools=tuple(draw(st.lists(st.sampled_from(TOOL_NAMES), max_size=2, unique=True))),
+        keep_if=keep_if,
+    )

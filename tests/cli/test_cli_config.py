@@ -111,6 +111,7 @@ def test_config_shows_each_setting_and_its_source(
         "model": ("gpt-4o", f"{project}: line 5: [tool.normandy] key 'model'"),
         "window": (None, "not set"),
         "timeout": (None, "not set"),
+        "survival": (None, "not set"),
     }
     assert data["files"] == [str(project)]
     r = run_cli("config")

@@ -162,7 +162,8 @@ def test_the_marker_text_is_true_in_the_callers_format(strategy: str) -> None:
     assert result.compacted
     assert ("summary_id" if strategy == "summarize" else "marker_id") in result.meta
     out = result.messages
-    inserted = [m for m in out[1:] if m["role"] == "user"]
+    assert out[1] is msgs[1] and msgs[1]["role"] == "user"  # the task survives by default
+    inserted = [m for m in out[2:] if m["role"] == "user"]
     assert len(inserted) == 1
     removed = len(msgs) - (len(out) - 1)
     head = inserted[0]["content"].splitlines()[0]

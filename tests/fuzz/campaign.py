@@ -673,6 +673,24 @@ def _check_pinned(c: _Case, result: CompactResult) -> None:
             return
 
 
+def _task_index(entries: list[Entry]) -> int | None:
+    """The first user message (the task the default survival rule keeps): the first user
+    entry that carries no answers (tool results, opaque outputs) and is not a marker or
+    summary a compactor put there (by metadata, or by the tag opening its text in a
+    provider format)."""
+    for i, e in enumerate(entries):
+        if e.role == "user" and not _made_by_compactor(e) and not _answers(e):
+            return i
+    return None
+
+
+def _made_by_compactor(e: Entry) -> bool:
+    if e.metadata.get(_MARKER_KEY) or e.metadata.get(_SUMMARY_KEY):
+        return True
+    text = e.content if isinstance(e.content, str) else e.text()
+    return text.startswith(("[normandy:marker]", "[normandy:summary]"))
+
+
 def _calls(e: Entry) -> bool:
     """Whether ``e`` calls something answered later: a tool use or an opaque call (the
     Responses API's ``shell_call``, ``computer_call``...)."""
@@ -689,11 +707,14 @@ def _answers(e: Entry) -> bool:
 
 
 def _minimal_tokens(c: _Case, *, thinking: bool) -> int:
-    """Tokens of what no compaction may drop: system, pinned, the newest unit.
+    """Tokens of what no compaction may drop: system, pinned, the first user message (the
+    survival rule every compaction of the campaign runs with, the default), the newest
+    unit.
 
-    The newest unit is the last entry, with the entry whose calls it answers when it
-    answers (tool results, or the opaque outputs of a Responses ``shell_call``,
-    ``computer_call``...): a call never goes without its answer. A pinned entry that
+    The first user message is found by :func:`_task_index`. The newest unit is the last
+    entry, with the entry whose calls it answers when it answers (tool results, or the
+    opaque outputs of a Responses ``shell_call``, ``computer_call``...): a call never goes
+    without its answer. A pinned entry that
     calls tools (the entry holding a provider compaction) keeps the entries carrying
     its answers. ``thinking``: counted with their thinking blocks (else without, as a
     compaction leaves them).
@@ -705,7 +726,10 @@ def _minimal_tokens(c: _Case, *, thinking: bool) -> int:
         start -= 1
     if start < len(entries) - 1 and not _calls(entries[start]):
         start = len(entries) - 1  # trailing answers without their assistant: not a unit
-    keep = [i >= start or e.pinned or e.role == "system" for i, e in enumerate(entries)]
+    task = _task_index(entries)
+    keep = [
+        i >= start or i == task or e.pinned or e.role == "system" for i, e in enumerate(entries)
+    ]
     for i, e in enumerate(entries):
         if e.pinned and _calls(e):
             j = i + 1

@@ -139,7 +139,8 @@ def test_the_irreducible_breakdown_adds_up_to_its_total() -> None:
     assert result.error is not None
     found = re.search(
         r"([\d,]+) tokens are irreducible \(system prompt and tool definitions ([\d,]+); "
-        r"system entries ([\d,]+); pinned entries ([\d,]+); newest unit and other kept "
+        r"system entries ([\d,]+); pinned entries ([\d,]+); "
+        r"(?:keep_first_user \(the first user message\) ([\d,]+); )?newest unit and other kept "
         r"entries ([\d,]+), after shortening tool results(?:; the (?:marker|summary) ([\d,]+))?",
         result.error,
     )
@@ -216,4 +217,8 @@ def test_the_campaign_counts_an_opaque_call_with_its_output_as_the_newest_unit()
     counter = campaign.get_counter(c.counter)
     last_two = sum(counter.count_entry(e) for e in entries[-2:])
     system = sum(counter.count_entry(e) for e in entries if e.role == "system")
-    assert campaign._minimal_tokens(c, thinking=True) == system + last_two
+    # and the first user message, which the default survival rule keeps
+    task = campaign._task_index(entries)
+    assert task is not None and task < len(entries) - 2
+    first_user = counter.count_entry(entries[task])
+    assert campaign._minimal_tokens(c, thinking=True) == system + last_two + first_user

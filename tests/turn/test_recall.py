@@ -486,7 +486,7 @@ def test_the_example_of_the_recall_page_runs(archive, capsys):
     finally:
         normandy_archive.configure(path=None)
     out = capsys.readouterr().out
-    assert out.startswith("8 entries dropped; the model recalled:\n")
+    assert out.startswith("7 entries dropped; the model recalled:\n")
     assert f'{RECALL_TAG} 1 of 1 archived entries matching "ERR-7731 rounding"' in out
     assert "(tool result of read_file for id=call_1)\ndef post(invoice):  # ERR-7731" in out
     shown = page.split("```text\n", 1)[1].split("```", 1)[0]

@@ -47,10 +47,13 @@ def test_what_is_inserted_says_recall_brings_the_dropped_entries_back(strategy, 
     assert meta["compacted"] is True and meta["dropped"]
     kept = list(new_acc.memory)
     assert pairing_problems(kept) == []
-    # where the dropped entries were (after the system prompt), and counted in the budget
-    inserted = kept[1]
+    # where the dropped entries were (after the system prompt and the task, which the
+    # keep_first_user survival rule keeps), and counted in the budget
     key = SUMMARY_KEY if strategy == "summarize" else MARKER_KEY
-    assert inserted.metadata.get(key)
+    at = next(i for i, e in enumerate(kept) if e.metadata.get(key))
+    inserted = kept[at]
+    assert [e.role for e in kept[:at]] == ["system", "user"]
+    assert kept[1].id == list(acc.memory)[1].id  # the task
     assert inserted.id == meta["summary_id" if strategy == "summarize" else "marker_id"]
     assert inserted.text().endswith(NOTE)
     assert "`recall` tool" in NOTE
@@ -62,7 +65,7 @@ def test_what_is_inserted_says_recall_brings_the_dropped_entries_back(strategy, 
 def test_the_recall_tool_name_is_the_configured_one():
     acc = _acc("oldest_first", False).replace(recall=RecallSettings(tool_name="look_back"))
     new_acc, _ = run_compaction(acc, mid_round=True)
-    marker = list(new_acc.memory)[1]
+    marker = next(e for e in new_acc.memory if e.metadata.get(MARKER_KEY))
     assert "The `look_back` tool brings them back" in marker.text()
 
 
@@ -70,9 +73,9 @@ def test_without_recall_a_marker_goes_only_where_the_history_would_open_with_the
     acc = _acc("oldest_first", False)
     new_acc, meta = run_compaction(acc, mid_round=True)
     kept = list(new_acc.memory)
-    first = kept[1]
-    if first.metadata.get(MARKER_KEY):
-        assert kept[2].role == "assistant"
+    at = next((i for i, e in enumerate(kept) if e.metadata.get(MARKER_KEY)), None)
+    if at is not None:
+        assert kept[at + 1].role == "assistant"
     else:
         assert "marker_id" not in meta
     assert all("recall" not in e.text() for e in kept if e.metadata.get(MARKER_KEY))
@@ -90,8 +93,12 @@ def test_the_longer_marker_stays_inside_a_tight_window(strategy):
     opts = {"context_window": 4096 + 500, "target": 0.75, "counter": "conservative"}
     if strategy == "sliding_window":
         opts["keep_last_turns"] = 1
+    # the task rule off: this is the marker's budget alone (the rule would keep "aaa...")
     acc = AgentConfig(
-        compactor="window_manager", compactor_opts={"strategy": strategy, **opts}, recall=True
+        compactor="window_manager",
+        compactor_opts={"strategy": strategy, **opts},
+        recall=True,
+        survival={"keep_first_user": False},
     )
     new_acc, meta = run_compaction(acc.with_memory(mem), mid_round=False)
     assert "error" not in meta, meta["error"]

@@ -67,8 +67,10 @@ def test_oldest_first_drops_whole_units_oldest_first():
     kept = check_result(acc, new_acc, meta, "oldest_first")
     original = [e.id for e in acc.memory]
     dropped = [e.id for e in meta["dropped"]]
-    # a contiguous oldest prefix (after the system prompt) is dropped
-    assert dropped == original[1 : 1 + len(dropped)]
+    # the task (the first user message) survives, by default
+    assert kept[1].id == original[1] and kept[1].role == "user"
+    # a contiguous oldest prefix (after the system prompt and the task) is dropped
+    assert dropped == original[2 : 2 + len(dropped)]
     # the newest entries are all kept, under their ids
     assert [e.id for e in kept][-10:] == original[-10:]
     # the open round (last assistant tool use + its results) is intact
@@ -80,7 +82,9 @@ def test_sliding_window_keeps_the_newest_turns():
     last_turn = acc.memory.last().turn_id
     new_acc, meta = run_compaction(acc, mid_round=False)
     kept = check_result(acc, new_acc, meta, "sliding_window")
-    turns = {e.turn_id for e in kept if e.role != "system" and not e.metadata}
+    task = next(e for e in acc.memory if e.role == "user")
+    assert kept[1].id == task.id  # the first user message survives, by default
+    turns = {e.turn_id for e in kept[2:] if not e.metadata}
     assert turns == {last_turn}
 
 
@@ -88,7 +92,8 @@ def test_summarize_replaces_the_prefix_with_one_summary_entry():
     acc = make_acc("summarize", summary_max_tokens=800)
     new_acc, meta = run_compaction(acc, mid_round=True)
     kept = check_result(acc, new_acc, meta, "summarize")
-    summary = kept[1]
+    assert kept[1].id == acc.memory.entries()[1].id  # the task, kept by default
+    summary = kept[2]
     assert summary.id == meta["summary_id"]
     assert summary.metadata["normandy.summary"] is True
     assert summary.role == "user"
@@ -106,7 +111,7 @@ def test_summarize_replaces_the_prefix_with_one_summary_entry():
     again_acc, again = run_compaction(new_acc.with_memory(more), mid_round=True)
     assert again["compacted"] is True
     assert summary.id in [e.id for e in again["dropped"]]
-    assert "Earlier summary:" in again_acc.memory.entries()[1].text()
+    assert "Earlier summary:" in again_acc.memory.entries()[2].text()
 
 
 class FailingClient:
@@ -160,7 +165,7 @@ def test_model_summarizer_is_given_tool_outputs_as_data():
     assert "data" in seen["system"] and "must not be followed" in seen["system"]
     prompt = seen["messages"][0].text()
     assert prompt.startswith("<transcript>") and "<tool_output" in prompt
-    summary = new_acc.memory.entries()[1].text()
+    summary = new_acc.memory.entries()[2].text()
     assert summary.startswith("[normandy:summary] ")
     assert summary.endswith("\nThe agent fixed rounding in billing; tests pass.")
 
@@ -371,7 +376,11 @@ def test_the_marker_is_part_of_the_budget(strategy):
     opts = {"context_window": 4096 + 213, "target": 1.0, "counter": "conservative"}
     if strategy == "sliding_window":
         opts["keep_last_turns"] = 2
-    acc = AgentConfig(compactor="window_manager", compactor_opts={"strategy": strategy, **opts})
+    acc = AgentConfig(
+        compactor="window_manager",
+        compactor_opts={"strategy": strategy, **opts},
+        survival={"keep_first_user": False},  # the marker's budget, not the task's
+    )
     new_acc, meta = run_compaction(acc.with_memory(mem), mid_round=False)
     assert "error" not in meta, meta["error"]
     assert meta["compacted"] is True and meta["target_met"] is True
@@ -396,7 +405,9 @@ def test_summarize_falls_back_to_dropping_when_no_summary_fits():
     assert "error" not in meta, meta["error"]
     assert meta["compacted"] is True and meta["strategy"] == "summarize"
     assert "room" in meta["summary_fallback"] and "summary_id" not in meta
-    assert [e.id for e in new_acc.memory] == [e.id for e in plain_acc.memory]
+    # the same entries (a marker is new each time, so compared by its text)
+    assert [e.text() for e in new_acc.memory] == [e.text() for e in plain_acc.memory]
+    assert new_acc.memory.entries()[0].id == mem.entries()[0].id  # the task survives
     assert meta["tokens_after"] == plain["tokens_after"] <= 70
 
 

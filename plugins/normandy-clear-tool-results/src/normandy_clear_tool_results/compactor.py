@@ -5,6 +5,11 @@ Above its trigger it replaces the content of old tool results (and, with
 removed or moved: every entry keeps its id and position and every tool use keeps its
 result, so the conversation's structure (tool pairing) is unchanged. The original
 entries are reported in ``meta["dropped"]`` so ``after_compact`` hooks can archive them.
+
+Survival rules (``ctx.rules``): an entry a rule keeps is never rewritten, so a tool use
+whose call or result entries hold one is never cleared (in a parallel batch whose
+results share one entry, its siblings there are not cleared either). The calls of
+``keep_tools`` are not counted toward ``trigger_tool_uses``, as ``exclude_tools``.
 """
 
 from __future__ import annotations
@@ -97,7 +102,7 @@ def maybe_compact(
         return acc, {"compacted": False}
     entries = memory.entries()
     uses, already = _scan(entries)
-    excluded = set(o.exclude_tools)
+    excluded = set(o.exclude_tools) | set(ctx.rules.keep_tools)
     intact = [u for u in uses if u.name not in excluded and u.id not in already]
     over_uses = o.trigger_tool_uses is not None and len(intact) > o.trigger_tool_uses
     if not (over_tokens or over_uses):
@@ -110,6 +115,7 @@ def maybe_compact(
         if u.use_index == last_assistant:
             protected.add(u.id)
 
+    kept = ctx.rules.protected(entries)
     placeholder = ToolResultBlock(tool_use_id="_", content=o.placeholder)
     placeholder_cost = _block_tokens(placeholder, counter)
     empty_input_cost = _block_tokens(ToolUseBlock(id="_", name="_", input={}), counter)
@@ -121,7 +127,8 @@ def maybe_compact(
     for u in intact:
         if u.id in protected or not u.result_indices:
             continue
-        if entries[u.use_index].pinned or any(entries[i].pinned for i in u.result_indices):
+        # A survival rule keeps these entries unchanged (pinned ones included).
+        if entries[u.use_index].id in kept or any(entries[i].id in kept for i in u.result_indices):
             continue
         old = _block_tokens(results[u.id], counter)
         new = placeholder_cost
@@ -146,8 +153,7 @@ def maybe_compact(
     if cleared_tokens < max(o.clear_at_least, 1):
         return acc, {"compacted": False}
 
-    kept = [e.without_thinking() for e in new_entries]
-    new_memory = memory.derive(kept)
+    new_memory = memory.derive([e.without_thinking() for e in new_entries])
     after = counter.memory_tokens(new_memory)
     # tokens_before, tokens_after and tokens_removed are computed by the boundary.
     meta: dict[str, Any] = {

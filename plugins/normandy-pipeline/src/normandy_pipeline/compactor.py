@@ -5,6 +5,9 @@ Semantics (see ``docs/plugins/pipeline.md``):
 * Each step is the compactor registered under its name, called through its own
   ``maybe_compact`` with its own options. A step that needs a window gets its pinned
   ``context_window``, else the pipeline's ``ctx.window``.
+* Every step gets the config's survival rules: its ``validate_opts`` sees them when the
+  pipeline is prepared, and its ``ctx.rules`` at every boundary; each step's result is
+  checked against them (:func:`normandy_core.check_compaction`).
 * A step that skips (``compacted`` false, no error) hands on to the next step. A step
   that compacts hands its result to the next step, unless its meta says
   ``target_met: True``: the conversation fits, and the pipeline stops there. Every later
@@ -43,7 +46,7 @@ from normandy_pipeline import NAME
 from normandy_pipeline.options import PipelineOptions, Step
 
 if TYPE_CHECKING:
-    from normandy_core import CalibratedCounter, CompactionResult, Prepared
+    from normandy_core import CalibratedCounter, CompactionResult, Prepared, SurvivalRules
 
 __all__ = ["maybe_compact", "needs_window", "options_model", "validate_opts"]
 
@@ -78,8 +81,11 @@ def needs_window(opts: PipelineOptions) -> bool:
 
 
 @hookimpl
-def validate_opts(opts: PipelineOptions, entry: str, window: int | None) -> None:
-    """Prepare every step through the core's prepare step, with the pipeline's window.
+def validate_opts(
+    opts: PipelineOptions, entry: str, window: int | None, rules: SurvivalRules
+) -> None:
+    """Prepare every step through the core's prepare step, with the pipeline's window and
+    the config's survival rules.
 
     A refusal names ``entry``, the step's index and its compactor. The prepared steps are
     kept on the options, so no step is validated again at a boundary.
@@ -88,7 +94,9 @@ def validate_opts(opts: PipelineOptions, entry: str, window: int | None) -> None
     for i, step in enumerate(opts.steps):
         where = f"{entry} {_label(i, step)}"
         try:
-            prepared.append(prepare(step.compactor, step.opts, entry=where, window=window))
+            prepared.append(
+                prepare(step.compactor, step.opts, entry=where, window=window, rules=rules)
+            )
         except OptionsError:
             raise
         except Exception as exc:
@@ -118,6 +126,7 @@ def _step_ctx(acc: AgentConfig, ctx: CompactionContext, prepared: Prepared) -> C
         mid_round=ctx.mid_round,
         turn_id=ctx.turn_id,
         calibration=ctx.counter.calibration,
+        rules=ctx.rules,
     )
 
 

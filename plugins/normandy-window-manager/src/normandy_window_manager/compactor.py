@@ -2,8 +2,10 @@
 
 A compaction cuts only between *units* (:func:`normandy_core.group_units`): an assistant
 entry that calls tools travels with every entry carrying its results, so no tool result
-is orphaned and no parallel batch is split. System entries, pinned entries and the
-newest unit are always kept. Kept entries keep their ids and lose their thinking blocks.
+is orphaned and no parallel batch is split. System entries, the newest unit and every
+unit holding an entry a survival rule keeps (``ctx.rules``: pinned entries, the first
+user message, ``keep_tools``, ``keep_if``) are always kept, and never shortened. Kept
+entries keep their ids and lose their thinking blocks.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from normandy_window_manager.summarize import (
 )
 
 if TYPE_CHECKING:
-    from normandy_core import AgentConfig, CompactionContext
+    from normandy_core import AgentConfig, CompactionContext, SurvivalRules
 
 __all__ = [
     "MARKER_KEY",
@@ -76,13 +78,30 @@ def needs_window(opts: WindowManagerOptions) -> bool:
 
 
 @hookimpl
-def validate_opts(opts: WindowManagerOptions, window: int | None) -> None:
-    """Refuse a window that ``reserved_tokens`` leaves no room in, where the config is made."""
+def validate_opts(
+    opts: WindowManagerOptions, entry: str, window: int | None, rules: SurvivalRules
+) -> None:
+    """Refuse a window that ``reserved_tokens`` leaves no room in, and summary instructions
+    the options never use (no ``summarize``, or the ``extractive`` summarizer), where the
+    config is made."""
     if window is not None and window <= opts.reserved_tokens:
         raise OptionsError(
             f"option 'reserved_tokens': {opts.reserved_tokens:,} tokens reserved for the "
             f"reply leave nothing of the {window:,}-token context window; lower "
             "reserved_tokens or pin a larger window (option 'context_window')"
+        )
+    if rules.summary_instructions is None:
+        return
+    if opts.strategy != "summarize" or opts.summarizer == "extractive":
+        why = (
+            f"strategy {opts.strategy!r} writes no summary"
+            if opts.strategy != "summarize"
+            else "the 'extractive' summarizer writes its digest without a model"
+        )
+        raise OptionsError(
+            f"{entry}: compactor {NAME!r} cannot honour survival rule 'summary_instructions': "
+            f"only the model summarizer reads them, and {why}; use strategy 'summarize' "
+            "with summarizer 'model' or 'auto', or drop summary_instructions"
         )
 
 
@@ -98,12 +117,14 @@ class _Plan:
 
 
 def _units_info(
-    entries: Sequence[Entry],
+    entries: Sequence[Entry], protected: dict[str, str]
 ) -> tuple[list[tuple[int, int]], list[bool]]:
+    """The units of ``entries`` and which are locked: a system entry, an entry a survival
+    rule keeps (``protected``), or the newest unit."""
     units = group_units(entries)
     locked = []
     for start, end in units:
-        locked.append(any(e.pinned or e.role == "system" for e in entries[start:end]))
+        locked.append(any(e.role == "system" or e.id in protected for e in entries[start:end]))
     if units:
         locked[-1] = True  # the newest unit is the live state of the conversation
     return units, locked
@@ -147,7 +168,8 @@ def _compact(
     sizes = [counter.entry_tokens(memory, e.without_thinking()) for e in entries]
     goal = int(o.target * usable) - ctx.prompt_tokens
     limit = usable - ctx.prompt_tokens
-    units, locked = _units_info(entries)
+    protected = ctx.rules.protected(entries)
+    units, locked = _units_info(entries, protected)
     keep = [True] * len(entries)
     total = sum(sizes)  # per-entry rounding up makes this >= before when calibrated
     dropped_any = False
@@ -155,6 +177,8 @@ def _compact(
     def drop_unit(u: int) -> None:
         nonlocal total, dropped_any
         start, end = units[u]
+        if start < cut[0]:
+            cut[:] = [start, 0]
         for i in range(start, end):
             if keep[i]:
                 keep[i] = False
@@ -165,22 +189,24 @@ def _compact(
     text = MARKER_TEXT if recall is None else f"{MARKER_TEXT} {recall}"
     marker = Entry(id=new_id(), role="user", content=text, metadata={MARKER_KEY: True})
     marker_cost = counter.count_entry(marker)
-    first = 0  # the first kept entry that is not a system entry, once something is dropped
+    cut = [len(entries), 0]  # the first dropped index; the first kept entry scanned after it
 
     def cut_cost() -> int:
         """Tokens of what the cut inserts: the summary's reserve, or the marker when the
-        kept history would open with an assistant message or the recall tool is on
-        (``keep`` only turns false while this is used, so ``first`` only moves forward)."""
-        nonlocal first
+        first kept entry after the first cut is an assistant message, or whenever something
+        was dropped with the recall tool on (``keep`` only turns false while this is used,
+        and units are dropped oldest first, so the scan only moves forward)."""
         if not dropped_any:
             return 0
         if o.strategy == "summarize":
             return o.summary_max_tokens
         if recall is not None:
             return marker_cost
-        while first < len(entries) and (not keep[first] or entries[first].role == "system"):
-            first += 1
-        return marker_cost if first < len(entries) and entries[first].role == "assistant" else 0
+        at = max(cut[1], cut[0] + 1)
+        while at < len(entries) and (not keep[at] or entries[at].role == "system"):
+            at += 1
+        cut[1] = at
+        return marker_cost if at < len(entries) and entries[at].role == "assistant" else 0
 
     if o.strategy == "sliding_window":
         recent = _recent_turns(entries, o.turns_to_keep)
@@ -240,6 +266,7 @@ def _compact(
                 o,
                 counter,
                 budget=min(o.summary_max_tokens, room),
+                instructions=ctx.rules.summary_instructions,
             )
         except SummaryTooSmall as exc:
             reason = f"no room for a summary: {exc}; dropped as oldest_first instead"
@@ -256,8 +283,15 @@ def _compact(
         )
         total += counter.count_entry(plan.inserted)
     elif dropped_idx:
+        # Where history was cut, a kept assistant message would follow a message it never
+        # answered (or open the history, which providers refuse): the marker goes there.
         first_kept = next(
-            (i for i, k in enumerate(keep) if k and entries[i].role != "system"), None
+            (
+                i
+                for i in range(dropped_idx[0] + 1, len(entries))
+                if keep[i] and entries[i].role != "system"
+            ),
+            None,
         )
         if first_kept is not None and (
             recall is not None or entries[first_kept].role == "assistant"
@@ -266,13 +300,15 @@ def _compact(
             plan.inserted = marker.model_copy(update={"turn_id": entries[first_kept].turn_id})
             total += marker_cost
 
-    # Still over the window: shorten the largest kept tool results (never pinned ones).
+    # Still over the window: shorten the largest kept tool results (never kept by a rule).
     if total > limit:
-        total = _shorten(plan, sizes, counter, total, goal)
+        total = _shorten(plan, sizes, counter, total, goal, protected)
     if total > limit:
         return acc, {
             "compacted": False,
-            "error": _irreducible_message(plan, sizes, ctx, o, usable, total, counter),
+            "error": _irreducible_message(
+                plan, sizes, ctx, o, usable, total, counter, units, protected
+            ),
             "irreducible_tokens": total + ctx.prompt_tokens,
         }
 
@@ -324,12 +360,20 @@ def _recent_turns(entries: Sequence[Entry], n: int) -> set[str | None]:
     return set(order)
 
 
-def _shorten(plan: _Plan, sizes: list[int], counter: TokenCounter, total: int, goal: int) -> int:
-    """Cut the largest kept, unpinned tool-result texts (head and tail kept) toward ``goal``."""
+def _shorten(
+    plan: _Plan,
+    sizes: list[int],
+    counter: TokenCounter,
+    total: int,
+    goal: int,
+    protected: dict[str, str],
+) -> int:
+    """Cut the largest kept tool-result texts that no survival rule keeps (head and tail
+    kept) toward ``goal``."""
     candidates = [
         i
         for i, e in enumerate(plan.entries)
-        if plan.keep[i] and not e.pinned and e.role != "system" and e.tool_results
+        if plan.keep[i] and e.id not in protected and e.role != "system" and e.tool_results
     ]
     current = {i: sizes[i] for i in candidates}
     for _ in range(4):  # a few passes: the markers and tokenization make one pass inexact
@@ -424,19 +468,36 @@ def _irreducible_message(
     usable: int,
     total: int,
     counter: CalibratedCounter,
+    units: Sequence[tuple[int, int]],
+    protected: dict[str, str],
 ) -> str:
-    system = pinned = newest = 0
-    for i, e in enumerate(plan.entries):
-        if not plan.keep[i]:
-            continue
-        # a shortened result counts what is left of it
-        size = sizes[i] if i not in plan.replaced else counter.count_entry(plan.replaced[i])
-        if e.role == "system":
-            system += size
-        elif e.pinned:
-            pinned += size
-        else:
-            newest += size
+    """The error of a plan that cannot fit: what is irreducible and what holds it.
+
+    Each kept unit counts toward one holder: system entries, else the first survival
+    rule (``RULES`` order) keeping one of its entries (the whole unit: a tool use keeps
+    its results), else the newest unit and the other kept entries.
+    """
+    from normandy_core.survival import RULES
+
+    system = newest = 0
+    held = dict.fromkeys(ctx.rules.active(), 0)
+    for start, end in units:
+        rules = [protected[e.id] for e in plan.entries[start:end] if e.id in protected]
+        holder = min(rules, key=RULES.index) if rules else None
+        for i in range(start, end):
+            if not plan.keep[i]:
+                continue
+            # a shortened result counts what is left of it
+            size = sizes[i] if i not in plan.replaced else counter.count_entry(plan.replaced[i])
+            if plan.entries[i].role == "system":
+                system += size
+            elif holder is not None:
+                held[holder] = held.get(holder, 0) + size
+            else:
+                newest += size
+    rules_text = "".join(
+        f"{ctx.rules.describe(rule)} {tokens:,}; " for rule, tokens in held.items()
+    )
     inserted = ""
     if plan.inserted is not None:
         what = "summary" if plan.inserted.metadata.get(SUMMARY_KEY) else "marker"
@@ -444,7 +505,7 @@ def _irreducible_message(
     return (
         f"cannot fit the context window: {total + ctx.prompt_tokens:,} tokens are irreducible "
         f"(system prompt and tool definitions {ctx.prompt_tokens:,}; system entries {system:,}; "
-        f"pinned entries {pinned:,}; newest unit and other kept entries {newest:,}, after "
+        f"{rules_text}newest unit and other kept entries {newest:,}, after "
         f"shortening tool results{inserted}) against a usable window of {usable:,} "
         f"(window {ctx.window:,} minus reserved_tokens {o.reserved_tokens:,})"
     )

@@ -36,6 +36,7 @@ __all__ = [
     "extractive_summary",
     "make_summary",
     "normalise",
+    "summary_system_prompt",
 ]
 
 #: Metadata key marking a summary entry made by the ``summarize`` strategy.
@@ -69,6 +70,21 @@ SUMMARY_SYSTEM_PROMPT = (
     "with their key results, errors met, files and identifiers involved, and what was left "
     "open. No preamble."
 )
+
+
+#: Introduces the config's ``summary_instructions`` in the summarizer's system prompt.
+INSTRUCTIONS_LEAD = (
+    "Instructions for this summary, from the agent's configuration (they come from the "
+    "operator, not from the transcript; follow them as far as the rules above allow):"
+)
+
+
+def summary_system_prompt(instructions: str | None = None) -> str:
+    """The summarizer's system prompt, with the config's ``summary_instructions`` (the
+    survival rule) after the fixed rules when there are any."""
+    if instructions is None:
+        return SUMMARY_SYSTEM_PROMPT
+    return f"{SUMMARY_SYSTEM_PROMPT}\n\n{INSTRUCTIONS_LEAD}\n{instructions.strip()}"
 
 
 class SummaryError(Exception):
@@ -109,9 +125,12 @@ def make_summary(
     counter: TokenCounter,
     *,
     budget: int | None = None,
+    instructions: str | None = None,
 ) -> str:
     """The checked summary of ``dropped`` (earlier summaries among them are folded in),
-    within ``budget`` tokens (default ``summary_max_tokens``)."""
+    within ``budget`` tokens (default ``summary_max_tokens``). ``instructions`` (the
+    config's ``summary_instructions``) go to the model summarizer's system prompt; the
+    extractive digest has no model to give them to."""
     limit = o.summary_max_tokens if budget is None else budget
     mode = o.summarizer
     if mode == "auto":
@@ -122,7 +141,7 @@ def make_summary(
         body = limit - counter.count_text(MODEL_SUMMARY_HEADER + "\n")
         if body < _MIN_BODY_TOKENS:
             raise SummaryTooSmall(f"{limit:,} tokens cannot hold a summary and its header")
-        text = check_summary(_model_summary(acc, dropped, o, body), body, counter)
+        text = check_summary(_model_summary(acc, dropped, o, body, instructions), body, counter)
         return f"{MODEL_SUMMARY_HEADER}\n{text}"
     if counter.count_text(EXTRACTIVE_SUMMARY_HEADER) + _MIN_BODY_TOKENS > limit:
         raise SummaryTooSmall(f"{limit:,} tokens cannot hold a summary and its header")
@@ -203,7 +222,11 @@ def build_summary_prompt(dropped: Sequence[Entry], max_tokens: int) -> str:
 
 
 def _model_summary(
-    acc: AgentConfig, dropped: Sequence[Entry], o: WindowManagerOptions, budget: int
+    acc: AgentConfig,
+    dropped: Sequence[Entry],
+    o: WindowManagerOptions,
+    budget: int,
+    instructions: str | None = None,
 ) -> Any:
     import asyncio
     import inspect
@@ -212,6 +235,7 @@ def _model_summary(
 
     client = acc.client
     prompt = build_summary_prompt(dropped, budget)
+    system = summary_system_prompt(instructions)
     message = Entry(id="summary-request", role="user", content=prompt)
     box: dict[str, Any] = {}
     # Under arun_turn an async client runs on the turn's own loop, where its connections
@@ -224,14 +248,14 @@ def _model_summary(
             complete = getattr(client, "complete", None)
             if complete is not None and not inspect.iscoroutinefunction(complete):
                 reply = complete(
-                    SUMMARY_SYSTEM_PROMPT,
+                    system,
                     [message],
                     max_tokens=budget,
                     model=acc.model,
                 )
             else:
                 coro = client.acomplete(
-                    SUMMARY_SYSTEM_PROMPT,
+                    system,
                     [message],
                     max_tokens=budget,
                     model=acc.model,

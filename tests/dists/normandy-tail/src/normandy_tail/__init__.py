@@ -1,8 +1,9 @@
 """A third-party compactor built like the in-tree ones: keep the newest ``keep`` units.
 
 Units come from :func:`normandy_core.group_units`, so a tool use never loses its results.
-Pinned entries are always kept, and the kept history starts at a
-user message. At a mid-round boundary the kept messages lose their
+The units holding an entry the config's survival rules keep (``ctx.rules``: pinned
+entries, the first user message, ``keep_tools``, ``keep_if``) are always kept, and the
+kept history starts at a user message. At a mid-round boundary the kept messages lose their
 thinking blocks, as the contract asks of a compactor that compacts there.
 """
 
@@ -46,25 +47,30 @@ def validate_opts(opts: dict[str, Any], entry: str) -> None:
 def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: dict[str, Any]
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Keep the newest ``keep`` units and the pinned entries; report the rest as dropped."""
+    """Keep the newest ``keep`` units and those the survival rules hold; report the rest."""
     keep = TailOptions.model_validate(opts).keep
     entries = acc.memory.entries()
     units = group_units(entries)
     if len(units) <= keep:
         return acc, {"compacted": False}
+    protected = ctx.rules.protected(entries)
+    held = [False] * len(entries)
+    for start, end in units:
+        if any(e.id in protected or e.role == "system" for e in entries[start:end]):
+            held[start:end] = [True] * (end - start)
     cut = units[-keep][0]
 
     def first_kept(at: int) -> str:
-        kept = [e for e in entries[:at] if e.pinned or e.role == "system"] + entries[at:]
+        kept = [e for i, e in enumerate(entries[:at]) if held[i]] + entries[at:]
         return next((e.role for e in kept if e.role != "system"), "user")
 
     # A kept history starts with a user message, never an assistant one.
     while cut > 0 and first_kept(cut) == "assistant":
         cut = max(start for start, _ in units if start < cut)
-    if cut == 0:
+    dropped = [e for i, e in enumerate(entries[:cut]) if not held[i]]
+    if not dropped:
         return acc, {"compacted": False}
-    dropped = [e for e in entries[:cut] if not e.pinned]
-    kept = [e for e in entries[:cut] if e.pinned] + entries[cut:]
+    kept = [e for i, e in enumerate(entries[:cut]) if held[i]] + entries[cut:]
     memory = acc.memory.derive(kept)
     if ctx.mid_round:
         memory = drop_thinking(memory)
