@@ -56,9 +56,9 @@ emit({{
     assert d["strategies"] and set(d["strategies"]) == {"tail"}
     assert "normandy-tail 1.2.3" in d["compactor"]
     # A turn is 16 messages (a question, 6 calls with 8 results, the answer): without
-    # compaction the last request would hold 47. tail keeps the running turn (its kept
-    # history starts at the question) and cuts the earlier ones.
-    assert d["sizes"][:7] == [1, 3, 5, 8, 10, 12, 15]
+    # compaction the last request would hold 47. tail keeps its last units and, by the
+    # default survival rule, the first question (the task), so a request stays at 8.
+    assert d["sizes"][:7] == [1, 3, 5, 8, 8, 8, 8]
     assert max(d["sizes"]) < 20 and d["sizes"][-1] < 20
     # the recorder hook plugin (another installed distribution) saw every dropped entry
     lines = [json.loads(line) for line in hook_log.read_text().splitlines()]
