@@ -463,3 +463,14 @@ class FakeProvider:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         self._thread.join(timeout=5)
+
+
+class AsyncOnly:
+    """A model client with ``acomplete`` only, as an async application writes one: it
+    forwards to ``inner`` (a real client on a shared connection pool, in the tests)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def acomplete(self, *args: Any, **kwargs: Any) -> Any:
+        return await self.inner.acomplete(*args, **kwargs)

@@ -46,16 +46,6 @@ def fresh_calibration() -> Any:
     default_calibration().reset(MODEL)
 
 
-class AsyncOnly:
-    """A client with ``acomplete`` only, as an async application writes one."""
-
-    def __init__(self, inner: AnthropicClient) -> None:
-        self.inner = inner
-
-    async def acomplete(self, *args: Any, **kwargs: Any) -> Any:
-        return await self.inner.acomplete(*args, **kwargs)
-
-
 def history() -> AgentMemory:
     mem = AgentMemory()
     for t in range(6):
@@ -95,7 +85,7 @@ def test_an_async_only_client_on_a_shared_httpx_pool_summarizes_under_arun_turn(
                     http_client=shared,
                     max_retries=0,
                 )
-                client = AsyncOnly(AnthropicClient(MODEL, async_client=sdk))
+                client = servers.AsyncOnly(AnthropicClient(MODEL, async_client=sdk))
                 acc = AgentConfig(
                     model=MODEL,
                     system_prompt="You are a coding agent.",

@@ -135,16 +135,6 @@ def test_a_real_client_on_a_loopback_provider_writes_the_summary(kind: str) -> N
     assert summary_of(result).endswith("\n" + SUMMARY)
 
 
-class AsyncOnly:
-    """A client with ``acomplete`` only, as an async application writes one."""
-
-    def __init__(self, inner: AnthropicClient) -> None:
-        self.inner = inner
-
-    async def acomplete(self, *args: Any, **kwargs: Any) -> Any:
-        return await self.inner.acomplete(*args, **kwargs)
-
-
 def test_acompact_runs_an_async_clients_summary_on_the_callers_loop() -> None:
     """A client on a shared ``httpx.AsyncClient`` works only on the loop that owns it:
     ``acompact`` runs the summary there, as ``arun_turn`` does."""
@@ -165,7 +155,7 @@ def test_acompact_runs_an_async_clients_summary_on_the_callers_loop() -> None:
                     http_client=shared,
                     max_retries=0,
                 )
-                client = AsyncOnly(AnthropicClient("claude-sonnet-4-5", async_client=sdk))
+                client = servers.AsyncOnly(AnthropicClient("claude-sonnet-4-5", async_client=sdk))
                 return await asyncio.wait_for(
                     acompact(
                         chat(),
