@@ -28,6 +28,7 @@ from normandy_core import (
     first_user_entry,
     hookimpl,
     register_compactor,
+    run_compaction,
     unregister_compactor,
 )
 from normandy_core.survival import survival_rules
@@ -233,7 +234,10 @@ def test_the_check_refuses_rewriting_a_kept_entry_but_not_losing_its_thinking() 
 
 
 class _DropsOldest:
-    """A compactor that drops everything but the newest unit; knows nothing of rules."""
+    """A compactor that knows nothing of the rules: keeps the newest ``keep`` entries."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
 
     @hookimpl
     def needs_window(self, opts: Any) -> bool:
@@ -242,13 +246,13 @@ class _DropsOldest:
     @hookimpl
     def maybe_compact(self, acc: AgentConfig, ctx: Any, opts: Any) -> Any:
         entries = acc.memory.entries()
-        kept = [e for e in entries if e.role == "system"] + entries[-2:]
-        dropped = [e for e in entries[:-2] if e.role != "system"]
+        kept = [e for e in entries if e.role == "system"] + entries[-self.keep :]
+        dropped = [e for e in entries[: -self.keep] if e.role != "system"]
         return acc.with_memory(acc.memory.derive(kept)), {"compacted": True, "dropped": dropped}
 
 
 def test_a_compactor_that_ignores_the_rules_gets_the_error_path_not_a_lost_task() -> None:
-    register_compactor("drops_oldest", _DropsOldest(), replace=True)
+    register_compactor("drops_oldest", _DropsOldest(keep=2), replace=True)
     try:
         messages = [
             {"role": "system", "content": "sys"},
@@ -266,6 +270,27 @@ def test_a_compactor_that_ignores_the_rules_gets_the_error_path_not_a_lost_task(
         off = compact(messages, compactor="drops_oldest", survival={"keep_first_user": False})
         assert off.compacted and off.dropped[0].text() == "The task."
         assert [m["content"] for m in off.messages] == ["sys", "more", "done"]
+    finally:
+        unregister_compactor("drops_oldest")
+
+
+def test_a_pipeline_step_that_ignores_the_rules_fails_the_pipeline_naming_the_step() -> None:
+    register_compactor("drops_oldest", _DropsOldest(keep=3), replace=True)
+    try:
+        mem = AgentMemory()
+        mem.add_message("system", "You are a coding agent.", id="sys")
+        mem.add_message("user", "Fix the parser.", id="task")
+        for r in range(4):
+            mem.add_message("assistant", f"step {r}", id=f"a{r}")
+            mem.add_message("user", f"next {r}", id=f"u{r}")
+        acc = AgentConfig(
+            compactor="pipeline", compactor_opts={"steps": [{"compactor": "drops_oldest"}]}
+        ).with_memory(mem)
+        new_acc, meta = run_compaction(acc, mid_round=False)
+        assert new_acc is acc and not meta.compacted
+        error = meta.error or ""
+        assert error.startswith("pipeline steps[0] ('drops_oldest') broke the contract:"), error
+        assert "dropped entry 'task' (user), which survival rule keep_first_user" in error
     finally:
         unregister_compactor("drops_oldest")
 

@@ -14,10 +14,7 @@ from normandy_core import (
     TextBlock,
     ToolResultBlock,
     ToolUseBlock,
-    hookimpl,
-    register_compactor,
     run_compaction,
-    unregister_compactor,
 )
 from normandy_core.clients.base import ModelReply
 from normandy_core.clients.scripted import ScriptedClient
@@ -87,31 +84,3 @@ def test_a_step_that_cannot_honour_a_rule_refuses_the_pipeline_naming_it() -> No
         "normandy_core.AgentConfig() pipeline steps[1] ('window_manager'): compactor "
         "'window_manager' cannot honour survival rule 'summary_instructions'"
     ), text
-
-
-class _DropsOldest:
-    """A step that knows nothing of the rules: drops all but the newest three entries."""
-
-    @hookimpl
-    def needs_window(self, opts: Any) -> bool:
-        return False
-
-    @hookimpl
-    def maybe_compact(self, acc: AgentConfig, ctx: Any, opts: Any) -> Any:
-        entries = acc.memory.entries()
-        kept = [e for e in entries if e.role == "system"] + entries[-3:]
-        dropped = [e for e in entries[:-3] if e.role != "system"]
-        return acc.with_memory(acc.memory.derive(kept)), {"compacted": True, "dropped": dropped}
-
-
-def test_a_step_that_drops_a_kept_entry_fails_the_pipeline_naming_the_step() -> None:
-    register_compactor("drops_oldest", _DropsOldest(), replace=True)
-    try:
-        acc = _acc([{"compactor": "drops_oldest"}]).with_memory(_session(4))
-        new_acc, meta = run_compaction(acc, mid_round=False)
-        assert new_acc is acc and not meta.compacted
-        error = meta.error or ""
-        assert error.startswith("pipeline steps[0] ('drops_oldest') broke the contract:"), error
-        assert "dropped entry 'task' (user), which survival rule keep_first_user" in error
-    finally:
-        unregister_compactor("drops_oldest")
