@@ -253,3 +253,33 @@ def test_keep_above_the_number_of_tool_uses_keeps_them_all(keep):
     new_acc, meta = run_compaction(acc, mid_round=False)
     assert meta == {"compacted": False}
     assert new_acc is acc
+
+
+@pytest.mark.parametrize("tool_name", ["recall", "look_back"])
+def test_with_recall_on_the_default_placeholder_names_the_tool(tool_name):
+    from normandy_clear_tool_results import DEFAULT_PLACEHOLDER, RECALL_PLACEHOLDER
+    from normandy_core import RecallSettings
+
+    def run(**kw):
+        acc = AgentConfig(
+            model="claude-sonnet-4-5",
+            compactor=NAME,
+            compactor_opts={"counter": "cl100k_base", "trigger_tokens": 100, "keep": 1, **kw},
+            recall=RecallSettings(tool_name=tool_name),
+        ).with_memory(small_session())
+        new_acc, meta = run_compaction(acc, mid_round=False)
+        assert meta["compacted"] is True and meta["cleared"]
+        got = results(new_acc.memory)
+        return {got[u].content for u in meta["cleared"]}
+
+    named = RECALL_PLACEHOLDER.format(tool=tool_name)
+    assert run() == {named} and f"`{tool_name}` tool" in named
+    assert named != DEFAULT_PLACEHOLDER
+    # a placeholder the user chose is theirs, recall or not
+    assert run(placeholder=PLACEHOLDER) == {PLACEHOLDER}
+    # with recall off the default is the plain one
+    acc = make_acc(small_session(), trigger_tokens=100, keep=1)
+    acc = acc.replace(compactor_opts={"counter": "cl100k_base", "trigger_tokens": 100, "keep": 1})
+    new_acc, meta = run_compaction(acc, mid_round=False)
+    got = results(new_acc.memory)
+    assert {got[u].content for u in meta["cleared"]} == {DEFAULT_PLACEHOLDER}

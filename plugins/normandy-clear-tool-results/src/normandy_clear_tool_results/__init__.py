@@ -6,9 +6,19 @@ Its options are :class:`~normandy_clear_tool_results.options.ClearToolResultsOpt
 
 from __future__ import annotations
 
-from normandy_clear_tool_results.options import DEFAULT_PLACEHOLDER, ClearToolResultsOptions
+from normandy_clear_tool_results.options import (
+    DEFAULT_PLACEHOLDER,
+    RECALL_PLACEHOLDER,
+    ClearToolResultsOptions,
+)
 
-__all__ = ["CLEARED_KEY", "DEFAULT_PLACEHOLDER", "NAME", "ClearToolResultsOptions"]
+__all__ = [
+    "CLEARED_KEY",
+    "DEFAULT_PLACEHOLDER",
+    "NAME",
+    "RECALL_PLACEHOLDER",
+    "ClearToolResultsOptions",
+]
 
 #: The name this compactor is registered under.
 NAME = "clear_tool_results"

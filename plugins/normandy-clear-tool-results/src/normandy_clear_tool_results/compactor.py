@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from normandy_clear_tool_results import CLEARED_KEY, NAME
-from normandy_clear_tool_results.options import ClearToolResultsOptions
+from normandy_clear_tool_results.options import RECALL_PLACEHOLDER, ClearToolResultsOptions
 from normandy_core import (
     Entry,
     ToolResultBlock,
@@ -116,7 +116,8 @@ def maybe_compact(
             protected.add(u.id)
 
     kept = ctx.rules.protected(entries)
-    placeholder = ToolResultBlock(tool_use_id="_", content=o.placeholder)
+    text = _placeholder(acc, o)
+    placeholder = ToolResultBlock(tool_use_id="_", content=text)
     placeholder_cost = _block_tokens(placeholder, counter)
     empty_input_cost = _block_tokens(ToolUseBlock(id="_", name="_", input={}), counter)
     results: dict[str, ToolResultBlock] = {}
@@ -145,7 +146,7 @@ def maybe_compact(
     dropped: list[Entry] = []
     cleared_tokens = 0
     for e in entries:
-        ne = _cleared(e, to_clear, o)
+        ne = _cleared(e, to_clear, o, text)
         if ne is not e:
             dropped.append(e)
             cleared_tokens += counter.entry_tokens(memory, e) - counter.count_entry(ne)
@@ -174,8 +175,18 @@ def maybe_compact(
     return acc.with_memory(new_memory), meta
 
 
-def _cleared(entry: Entry, to_clear: set[str], o: ClearToolResultsOptions) -> Entry:
-    """``entry`` with the results (and maybe inputs) of ``to_clear`` replaced; same if none."""
+def _placeholder(acc: AgentConfig, o: ClearToolResultsOptions) -> str:
+    """The text a cleared result becomes: the ``placeholder`` option when it was given;
+    the default otherwise, naming the agent's ``recall`` tool when that is on."""
+    settings = acc.recall_settings
+    if settings is None or "placeholder" in o.model_fields_set:
+        return o.placeholder
+    return RECALL_PLACEHOLDER.format(tool=settings.tool_name)
+
+
+def _cleared(entry: Entry, to_clear: set[str], o: ClearToolResultsOptions, text: str) -> Entry:
+    """``entry`` with the results (and maybe inputs) of ``to_clear`` replaced by ``text``;
+    the same entry if none."""
     if isinstance(entry.content, str):
         return entry
     blocks: list[Block] = list(entry.content)
@@ -183,12 +194,8 @@ def _cleared(entry: Entry, to_clear: set[str], o: ClearToolResultsOptions) -> En
     # A block already as clearing would leave it (an empty input, a result that is the
     # placeholder) is not touched: rewriting it to itself would report an unchanged entry.
     for j, b in enumerate(blocks):
-        if (
-            isinstance(b, ToolResultBlock)
-            and b.tool_use_id in to_clear
-            and b.content != o.placeholder
-        ):
-            blocks[j] = b.model_copy(update={"content": o.placeholder})
+        if isinstance(b, ToolResultBlock) and b.tool_use_id in to_clear and b.content != text:
+            blocks[j] = b.model_copy(update={"content": text})
             hit.append(b.tool_use_id)
         elif (
             o.clear_tool_inputs

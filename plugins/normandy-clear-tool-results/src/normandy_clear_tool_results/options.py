@@ -6,10 +6,19 @@ from pydantic import Field, field_validator, model_validator
 
 from normandy_core import CompactorOptions, CounterSpec
 
-__all__ = ["DEFAULT_PLACEHOLDER", "DEFAULT_TRIGGER_TOKENS", "ClearToolResultsOptions"]
+__all__ = [
+    "DEFAULT_PLACEHOLDER",
+    "DEFAULT_TRIGGER_TOKENS",
+    "RECALL_PLACEHOLDER",
+    "ClearToolResultsOptions",
+]
 
 #: The text that replaces a cleared tool result.
 DEFAULT_PLACEHOLDER = "[tool result cleared to save context; the original was archived]"
+#: The default placeholder when the agent's ``recall`` tool is on (``{tool}``: its name).
+RECALL_PLACEHOLDER = (
+    "[tool result cleared to save context; the `{tool}` tool brings the original back]"
+)
 #: The token trigger used when neither trigger option is given.
 DEFAULT_TRIGGER_TOKENS = 100_000
 
@@ -37,7 +46,8 @@ class ClearToolResultsOptions(CompactorOptions):
     exclude_tools: tuple[str, ...] = ()
     """Tool names whose uses and results are never touched."""
     placeholder: str = Field(default=DEFAULT_PLACEHOLDER, min_length=1, max_length=2000)
-    """The text a cleared tool result is replaced by."""
+    """The text a cleared tool result is replaced by. Left at its default with the agent's
+    ``recall`` tool on, the text names the tool instead (``RECALL_PLACEHOLDER``)."""
     counter: CounterSpec | None = None
     """``estimate``, ``conservative``, a tiktoken encoding or model name. Default: exact
     where tiktoken knows the model's encoding, else ``conservative``."""
