@@ -103,6 +103,7 @@ def config_key(
     format: str,
     client: Any = None,
     survival: Any = None,
+    recall: Any = None,
 ) -> tuple[Any, ...] | None:
     """What a continuation must share with the call it continues, or ``None`` (no memo).
 
@@ -111,6 +112,8 @@ def config_key(
     the remembered state lives, since the state's config holds the client. ``survival``
     (the rules, a mapping or :class:`~normandy_core.SurvivalRules`) counts by value, its
     ``keep_if`` predicate by identity, held by the state's config the same way.
+    ``recall`` (``None``, a bool or frozen :class:`~normandy_core.RecallSettings`) counts
+    by value.
     """
     from normandy_core import plugins
 
@@ -136,6 +139,7 @@ def config_key(
         window,
         timeout,
         format,
+        recall,
         id(plugins._REG),
         id(handle),
         id(client),

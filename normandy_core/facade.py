@@ -40,6 +40,7 @@ from normandy_core.contract import CompactionMeta
 from normandy_core.errors import NormandyError, OptionsError, WindowUnknownError
 from normandy_core.formats import TranscriptError, value_problem
 from normandy_core.memory import AgentMemory, Entry
+from normandy_core.retrieval import RecallSettings
 from normandy_core.settings import Resolved, current_settings
 from normandy_core.structure import pairing_problems
 from normandy_core.survival import SurvivalRules
@@ -363,6 +364,7 @@ def compact(
     raise_on_error: bool = False,
     survival: SurvivalRules | Mapping[str, Any] | None = None,
     client: Any = None,
+    recall: RecallSettings | bool | None = None,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
@@ -388,6 +390,11 @@ def compact(
     ``survival`` sets the survival rules (:class:`~normandy_core.SurvivalRules` or a
     mapping of its fields), over a configured ``survival`` table; with neither, the
     defaults keep pinned entries and the first user message.
+    ``recall`` (``True`` or :class:`~normandy_core.RecallSettings`) says your agent
+    offers the ``recall`` tool (:func:`~normandy_core.recall_tool` gives its definition,
+    :func:`~normandy_core.recall` answers its calls): a marker, summary or cleared
+    result then tells the model that tool brings the dropped content back. It is refused,
+    like ``AgentConfig(recall=...)``, when no installed plugin can search.
 
     Called before every request on a list that grew since the last call (the full
     history, or the list the last call returned plus new messages), only the new
@@ -430,13 +437,14 @@ def compact(
             format,
             client,
             survival=s.survival,
+            recall=recall,
         )
     )
     hit = continuation.resume(key, messages, mid_round)
     if hit is not None:
         result = cast("CompactResult", hit)
     else:
-        acc = prepare_resolved(s, entry=ENTRY, hint=COMPACT_HINT, client=client)
+        acc = prepare_resolved(s, entry=ENTRY, hint=COMPACT_HINT, client=client, recall=recall)
         result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
         if key is not None and isinstance(t, Transcript):
             continuation.remember(key, acc, t, result.memory, messages, result.messages)
@@ -476,13 +484,14 @@ def prepare_config(
     hint: str | None = None,
     survival: SurvivalRules | Mapping[str, Any] | None = None,
     client: Any = None,
+    recall: RecallSettings | bool | None = None,
 ) -> AgentConfig:
     """The config :func:`compact` runs with, prepared once (empty memory).
 
     ``window`` pins ``context_window`` for a compactor that sizes against one (refused
     when it contradicts a pinned one). ``entry`` and ``hint`` phrase the errors for the
     caller (the ``normandy`` command passes its own). ``client`` is the config's model
-    client (for a compactor that asks the model).
+    client (for a compactor that asks the model); ``recall`` its ``recall`` setting.
     """
     from normandy_core.preparation import CONFIG_HINT, pin_if_needed
 
@@ -498,6 +507,7 @@ def prepare_config(
         compaction_timeout=timeout,
         survival=survival,
         client=client,
+        recall=recall,
         _entry=entry,
         _hint=hint or CONFIG_HINT,
     )
@@ -509,9 +519,10 @@ def prepare_resolved(
     entry: str,
     hint: str | None = None,
     client: Any = None,
+    recall: RecallSettings | bool | None = None,
 ) -> AgentConfig:
     """:func:`prepare_config` with resolved ``settings`` (their survival rules included,
-    and ``client``); a refusal of
+    and ``client`` and ``recall``); a refusal of
     values that came from a configuration source says which source gave each
     (``settings: opts from NORMANDY_COMPACTOR_OPTS``)."""
     try:
@@ -525,6 +536,7 @@ def prepare_resolved(
             hint=hint,
             client=client,
             survival=settings.survival,
+            recall=recall,
         )
     except (OptionsError, WindowUnknownError) as exc:
         if not settings.configured:

@@ -205,6 +205,29 @@ def test_a_framework_recalls_what_compact_dropped(sqlite_archive):
     # what the model still sees is left out
     kept = recall("helper_1", session=session, model="gpt-4o", exclude=result.memory.entries())
     assert all(h.entry.id not in {e.id for e in result.memory.entries()} for h in kept.hits)
+    assert RecallSettings().note not in str(result.messages)  # the caller offers no tool
+
+
+def test_compact_with_recall_tells_the_model_the_tool_brings_dropped_content_back(
+    sqlite_archive,
+):
+    """compact(recall=...) is for a framework that offers the recall tool itself."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the drift."}]
+    for n in range(8):
+        call = {"id": f"call_{n}", "type": "function"}
+        call["function"] = {"name": "read_file", "arguments": f'{{"path": "src/m_{n}.py"}}'}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"call_{n}", "content": read_file("x")})
+    opts = {"reserved_tokens": 300}
+    named = RecallSettings(tool_name="look_back")
+    result = compact(messages, model="gpt-4o", window=2500, opts=opts, recall=named)
+    assert result.compacted and named.note in str(result.messages)
+    # the same call without recall is not a continuation of it: no note
+    plain = compact(messages, model="gpt-4o", window=2500, opts=opts)
+    assert plain.compacted and "look_back" not in str(plain.messages)
+    # a bad value is refused before anything runs, naming compact()
+    with pytest.raises(TypeError, match=r"^normandy_core\.compact\(\): recall must be"):
+        compact(messages, model="gpt-4o", window=2500, opts=opts, recall="yes")  # type: ignore[arg-type]
 
 
 def _turn() -> tuple[Any, ScriptedClient]:
