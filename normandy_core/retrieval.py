@@ -73,6 +73,8 @@ DEFAULT_LIMIT_TOKENS = 2000
 MIN_LIMIT_TOKENS = 200
 #: The default number of entries asked of the sources per call.
 DEFAULT_MAX_ENTRIES = 12
+#: The default bound, in seconds, of one call's wait for the sources.
+DEFAULT_TIMEOUT = 10.0
 #: Tool names both providers accept.
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: Metadata keys of what compactors insert (markers, summaries): never recalled.
@@ -123,7 +125,9 @@ class RecallSettings:
     asked of the sources per call; ``scope`` is ``"session"`` (what compaction dropped
     in this agent's session, the default) or ``"all"`` (every session of the archive:
     only for an archive that holds no one else's conversations); ``tool_name`` is the
-    name the model calls it by.
+    name the model calls it by; ``timeout`` bounds, in seconds, how long a call waits for
+    each source (a source past it is abandoned and reported like a failed one; ``None``:
+    no bound).
 
     :raises ValueError: naming the setting and what is allowed.
     """
@@ -132,8 +136,16 @@ class RecallSettings:
     max_entries: int = DEFAULT_MAX_ENTRIES
     scope: Scope = "session"
     tool_name: str = "recall"
+    timeout: float | None = DEFAULT_TIMEOUT
 
     def __post_init__(self) -> None:
+        to = self.timeout
+        if to is not None and (
+            isinstance(to, bool) or not isinstance(to, (int, float)) or not 0 < to < 1e6
+        ):
+            raise ValueError(
+                f"RecallSettings: timeout must be a number of seconds above 0, or None, got {to!r}"
+            )
         lt = self.limit_tokens
         if isinstance(lt, bool) or not isinstance(lt, int) or lt < MIN_LIMIT_TOKENS:
             raise ValueError(
@@ -253,10 +265,21 @@ def recall_sources() -> list[str]:
     return [impl.plugin_name for impl in reversed(impls)]
 
 
-def _search(query: str, session_id: str | None, limit: int) -> tuple[list[RecallHit], list[str]]:
-    """Every source's hits (merged by rank, round robin) and one line per failed source."""
+def _search(
+    query: str, session_id: str | None, limit: int, timeout: float | None = None
+) -> tuple[list[RecallHit], list[str]]:
+    """Every source's hits (merged by rank, round robin) and one line per failed source.
+
+    With a ``timeout`` each source runs in a worker thread waited for that long; one still
+    running past it is abandoned (its late answer ignored) and reported as failed.
+    """
     from normandy_core.boundary import _callers
-    from normandy_core.faults import call_plugin
+    from normandy_core.faults import (
+        AbandonedLimitError,
+        PluginTimeoutError,
+        call_plugin,
+        run_bounded,
+    )
     from normandy_core.plugins import describe_hook, hook_manager
 
     pm = hook_manager()
@@ -270,10 +293,20 @@ def _search(query: str, session_id: str | None, limit: int) -> tuple[list[Recall
     errors: list[str] = []
     for impl, caller in zip(impls, _callers(pm, HOOK, impls), strict=True):
         what = describe_hook(impl.plugin_name)
-        try:
+
+        def ask(caller: Any = caller) -> Any:
             # pluggy gives the list of the (one) implementation's non-None answers
-            got = call_plugin(caller, query=query, session_id=session_id, limit=limit)
+            return call_plugin(caller, query=query, session_id=session_id, limit=limit)
+
+        try:
+            got = ask() if timeout is None else run_bounded(ask, timeout, f"normandy-recall {what}")
             hits = [_as_hit(h, what) for answer in got or () for h in answer or ()]
+        except PluginTimeoutError as exc:
+            errors.append(f"{what}: timed out ({exc})")
+            continue
+        except AbandonedLimitError as exc:
+            errors.append(f"{what}: not asked: {exc}")
+            continue
         except Exception as exc:
             errors.append(f"{what}: {type(exc).__name__}: {exc}")
             continue
@@ -517,6 +550,7 @@ def recall(
     model: str | None = None,
     exclude: Iterable[Entry] = (),
     nonce: str | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> RecallResult:
     """Search what compaction dropped for ``query`` and return it framed as recalled data.
 
@@ -530,6 +564,8 @@ def recall(
     out. The result's ``text`` is at most ``limit_tokens`` tokens by ``counter`` (a
     :class:`~normandy_core.TokenCounter` or a spec; default: the one that does not
     under-count for ``model``). ``nonce`` fixes the frame's delimiter (tests).
+    ``timeout`` bounds the wait for each source in seconds (``None``: no bound); a source
+    past it is abandoned and listed in the result's ``errors`` like a failed one.
 
     :raises RecallError: no source implements ``recall_entries``, or every one failed.
     :raises ValueError: an empty query, or a bad limit.
@@ -538,10 +574,10 @@ def recall(
 
     if not isinstance(query, str) or not query.strip():
         raise ValueError("recall: the query must be a non-empty string of keywords")
-    settings = RecallSettings(limit_tokens=limit_tokens, max_entries=max_entries)
+    settings = RecallSettings(limit_tokens=limit_tokens, max_entries=max_entries, timeout=timeout)
     tc = get_counter(counter if counter is not None else default_counter_for(model))
     present = list(exclude)
-    found, errors = _search(query, session, min(2 * settings.max_entries, 1000))
+    found, errors = _search(query, session, min(2 * settings.max_entries, 1000), settings.timeout)
     hits = _wanted(found, present)[: settings.max_entries]
     names = {u.id: u.name for e in present for u in e.tool_uses}
     text, shown, truncated = render(
@@ -589,6 +625,7 @@ def recall_tools(
             max_entries=settings.max_entries,
             counter=counter,
             exclude=memory().entries(),
+            timeout=settings.timeout,
         ).text
 
     return {settings.tool_name: recall_tool}

@@ -84,6 +84,9 @@ def test_recall_true_means_the_default_settings_and_false_none(archive):
         ({"scope": "everything"}, "scope must be 'session' or 'all'"),
         ({"tool_name": "recall tool"}, "tool_name must be 1 to 64 letters"),
         ({"tool_name": "x" * 65}, "tool_name must be 1 to 64 letters"),
+        ({"timeout": 0}, "timeout must be a number of seconds above 0"),
+        ({"timeout": True}, "timeout must be a number of seconds above 0"),
+        ({"timeout": "5"}, "timeout must be a number of seconds above 0"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_setting(kwargs, message):
@@ -330,6 +333,37 @@ def test_the_sources_answers_are_merged_by_rank_and_a_failing_source_is_named(so
     assert len(result.errors) == 1
     assert "broken-source" in result.errors[0] and "index corrupted" in result.errors[0]
     assert source.calls == [("alpha beta", "s1", 24)]
+
+
+def test_a_source_past_the_timeout_is_abandoned_and_named_and_the_others_answer(source):
+    import threading
+    import time
+
+    from normandy_core import abandoned_threads
+
+    release = threading.Event()
+
+    class Hung:
+        @hookimpl
+        def recall_entries(self, query: str) -> list[RecallHit]:
+            release.wait(30)  # an unreachable database
+            return [RecallHit(Entry(id="late", role="user", content="alpha late"))]
+
+    source.hits = [Entry(id="a0", role="user", content="alpha 0")]
+    name = register_hook(Hung(), name="hung-source")
+    try:
+        before = abandoned_threads()
+        start = time.monotonic()
+        result = recall("alpha", session="s1", counter=COUNTER, timeout=0.3)
+        waited = time.monotonic() - start
+        assert [h.entry.id for h in result.hits] == ["a0"]  # the late answer never comes in
+        assert len(result.errors) == 1 and "hung-source" in result.errors[0]
+        assert "timed out (did not return within 0.3 s)" in result.errors[0]
+        assert waited < 10  # bounded by the timeout, not by the hung source's 30 s
+        assert abandoned_threads() == before + 1
+    finally:
+        release.set()
+        unregister_hook(name)
 
 
 def test_every_source_failing_is_an_error_naming_them(source):
