@@ -477,8 +477,16 @@ def _split_tagged(st: _Staged) -> Iterator[_Staged]:
 _CHAT_TEXTS = frozenset({"text", "input_text", "output_text"})
 
 
-def _chat_text_parts(content: Any, index: int, role: str) -> str | list[tuple[str, Any, int]]:
-    """A Chat content as its text: a string, or ``(text, raw part, position)`` per part."""
+#: Anthropic thinking parts in an assistant message's content, as LangChain's
+#: ``convert_to_openai_messages`` leaves them for a Claude conversation: carried through.
+_CHAT_THINKING = frozenset({"thinking", "redacted_thinking"})
+
+
+def _chat_text_parts(
+    content: Any, index: int, role: str
+) -> str | list[tuple[str | Block, Any, int]]:
+    """A Chat content as its text: a string, or ``(text, raw part, position)`` per part
+    (an assistant's thinking part as its block instead of a text)."""
     if content is None:
         return ""
     if isinstance(content, str):
@@ -487,7 +495,7 @@ def _chat_text_parts(content: Any, index: int, role: str) -> str | list[tuple[st
         raise TranscriptError(
             index, "content", f"expected a string or a list of parts, got {type(content).__name__}"
         )
-    out: list[tuple[str, Any, int]] = []
+    out: list[tuple[str | Block, Any, int]] = []
     for j, raw in enumerate(content):
         p = as_mapping(raw, index, f"content[{j}]")
         kind = p.get("type")
@@ -495,8 +503,10 @@ def _chat_text_parts(content: Any, index: int, role: str) -> str | list[tuple[st
             out.append((_string(p, "text", index, f"content[{j}].text"), raw, j))
         elif kind == "refusal" and role == "assistant":
             out.append((_string(p, "refusal", index, f"content[{j}].refusal"), raw, j))
+        elif kind in _CHAT_THINKING and role == "assistant":
+            out.append((_anthropic_block(p, index, f"content[{j}]", role), raw, j))
         else:
-            allowed = "text or refusal" if role == "assistant" else "text"
+            allowed = "text, refusal or thinking" if role == "assistant" else "text"
             raise TranscriptError(
                 index, f"content[{j}].type", f"expected a {allowed} part, got {kind!r}"
             )
@@ -550,7 +560,11 @@ def _stage_chat(messages: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
         if role == "tool":
             tid = _nonempty_id(m, "tool_call_id", i, "tool_call_id")
             text = _chat_text_parts(m.get("content"), i, "tool")
-            body = text if isinstance(text, str) else "\n".join(t for t, _, _ in text)
+            body = (
+                text
+                if isinstance(text, str)
+                else "\n".join(t for t, _, _ in text if isinstance(t, str))
+            )
             if tools is None:
                 tools = _Staged(role="tool", index=i)
             tools.raws.append(raw)
@@ -575,7 +589,8 @@ def _stage_chat(messages: Sequence[Any], start: int = 0) -> Iterator[_Staged]:
                 st.text = text
             else:
                 for t, part, _ in text:
-                    st.add(TextBlock(text=t), 0, part, (i, "content"))
+                    if isinstance(t, str):  # only an assistant's content holds thinking
+                        st.add(TextBlock(text=t), 0, part, (i, "content"))
         elif role == "user":
             content = m.get("content")
             if isinstance(content, str):
@@ -623,7 +638,8 @@ def _stage_chat_assistant(m: Mapping[str, Any], raw: Any, st: _Staged, i: int) -
             st.add(TextBlock(text=text), 0, ("content", None), (i, "content"))
     else:
         for t, _part, j in text:
-            st.add(TextBlock(text=t), 0, ("content", j), (i, f"content[{j}]"))
+            block = TextBlock(text=t) if isinstance(t, str) else t
+            st.add(block, 0, ("content", j), (i, f"content[{j}]"))
     if isinstance(refusal, str) and refusal:
         st.add(TextBlock(text=refusal), 0, ("refusal", None), (i, "refusal"))
     if isinstance(audio, Mapping):
@@ -1378,6 +1394,11 @@ def _rebuild_chat(
                 out.extend(to_openai([e.model_copy(update={"content": (b,)})]))
         return out
     base = _json_dict(src.raws[0])
+    if src.role == "assistant" and any(
+        isinstance(b, (ThinkingBlock, RedactedThinkingBlock))
+        for b in (*(ob for ob, _, _ in src.parts), *(b for b, _, _ in matched))
+    ):
+        return [_rebuild_chat_thinking(base, matched)]
     if src.role == "assistant":
         raw_calls = list(base.get("tool_calls") or [])
         texts: list[str] = []
@@ -1420,6 +1441,41 @@ def _rebuild_chat(
     if isinstance(e.content, str):
         return [{**base, "content": e.content}]
     return [{**base, "content": parts}]
+
+
+def _rebuild_chat_thinking(
+    base: dict[str, Any], matched: list[tuple[Block, tuple[int, Any] | None, bool]]
+) -> dict[str, Any]:
+    """A changed Chat assistant message that held (Anthropic) thinking parts: its content
+    stays a list of parts in order, each unchanged part as it was given."""
+    raw_parts = base.get("content")
+    raw_calls = list(base.get("tool_calls") or [])
+    parts: list[Any] = []
+    calls: list[Any] = []
+    for b, origin, same in matched:
+        tag = origin[1] if origin is not None else None
+        if isinstance(b, ToolUseBlock):
+            if tag is not None and same:
+                calls.append(raw_calls[tag[1]])
+            else:
+                calls.append(_chat_call(raw_calls[tag[1]] if tag is not None else None, b))
+        elif isinstance(b, OpaqueBlock):
+            continue  # audio stays in base
+        elif same and tag is not None and tag[0] == "content" and isinstance(raw_parts, list):
+            parts.append(raw_parts[tag[1]])
+        elif isinstance(b, ThinkingBlock):
+            parts.append({"type": "thinking", "thinking": b.thinking, "signature": b.signature})
+        elif isinstance(b, RedactedThinkingBlock):
+            parts.append({"type": "redacted_thinking", "data": b.data})
+        elif isinstance(b, TextBlock) and (tag is None or tag[0] == "content"):
+            parts.append({"type": "text", "text": b.text})
+    msg = dict(base)
+    msg["content"] = parts if parts else ("" if not calls else None)
+    if calls:
+        msg["tool_calls"] = calls
+    else:
+        msg.pop("tool_calls", None)
+    return msg
 
 
 def _chat_call(raw: Any, b: ToolUseBlock) -> dict[str, Any]:

@@ -280,6 +280,47 @@ def test_a_changed_message_keeps_its_id_and_metadata() -> None:
     assert pairing_problems(done.messages) == []
 
 
+def _claude_session(rounds: int) -> list[BaseMessage]:
+    """A Claude conversation as ChatAnthropic leaves it: thinking, text and tool_use
+    blocks in each AIMessage's content, the calls in ``tool_calls`` too."""
+    messages: list[BaseMessage] = [HumanMessage("Fix the parser.", id="task")]
+    for k in range(rounds):
+        think = {"type": "thinking", "thinking": f"plan {k} " * 30, "signature": f"sig{k}"}
+        use = {"type": "tool_use", "id": f"toolu_{k}", "name": "read", "input": {"p": k}}
+        messages.append(
+            AIMessage(
+                content=[think, {"type": "text", "text": f"reading {k}"}, use],
+                tool_calls=[{"id": f"toolu_{k}", "name": "read", "args": {"p": k}}],
+                id=f"a{k}",
+                response_metadata={"model_name": "claude-sonnet-4-5", "stop_reason": "tool_use"},
+            )
+        )
+        messages.append(ToolMessage("x " * 200, tool_call_id=f"toolu_{k}", id=f"r{k}"))
+    return messages
+
+
+def test_a_claude_conversation_with_thinking_blocks_compacts_valid() -> None:
+    messages = _claude_session(20)
+    done = MessageCompactor(window=WINDOW, opts=OPTS).run(messages)
+    assert done.compacted and pairing_problems(done.messages) == []
+    by_id = {m.id: m for m in messages}
+    kept_ai = [m for m in done.messages if isinstance(m, AIMessage)]
+    assert kept_ai
+    for m in kept_ai:
+        o = by_id[m.id]
+        assert isinstance(o, AIMessage)
+        # window_manager strips replayed thinking when it cuts (the contract); the rest
+        # of the content, the calls (in content and tool_calls) and metadata are as given
+        assert isinstance(m.content, list)
+        assert [b["type"] for b in m.content] == ["text", "tool_use"]
+        assert m.content[1] == o.content[2] and m.content[0] == o.content[1]
+        assert m.tool_calls == o.tool_calls and m.response_metadata == o.response_metadata
+    # nothing changed while it fits: the very objects, thinking included
+    small = _claude_session(2)
+    same = MessageCompactor(window=100_000, opts=OPTS).run(small)
+    assert not same.compacted and all(a is b for a, b in zip(same.messages, small, strict=True))
+
+
 def test_an_orphaned_tool_result_is_refused_naming_the_message() -> None:
     messages = [
         HumanMessage("hi", id="h"),

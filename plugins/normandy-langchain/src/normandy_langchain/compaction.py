@@ -9,7 +9,9 @@ dict leads back to its original ``BaseMessage``, returned as the same object: id
 ``additional_kwargs``, ``response_metadata``, tool calls and ``tool_call_id`` unchanged.
 A message the compactor changed (a shortened tool result, stripped thinking) is the
 original copied with the new content; one it created (a summary, a marker) is new, with
-a fresh id.
+a fresh id. Anthropic thinking blocks in an ``AIMessage``'s content (a Claude
+conversation) are read as thinking and kept, or stripped where the compactor contract
+strips them.
 """
 
 from __future__ import annotations
@@ -165,10 +167,24 @@ class MessageCompactor:
 
 def _changed(source: BaseMessage, fresh: BaseMessage) -> BaseMessage:
     """``source`` with the content the compactor gave it (and, for an assistant message,
-    its tool calls as they now stand); every other field is kept."""
-    update: dict[str, Any] = {"content": fresh.content}
+    its tool calls as they now stand); every other field is kept.
+
+    An Anthropic-shaped ``AIMessage`` also lists its calls as ``tool_use`` blocks in its
+    content, which the Chat Completions form moves to ``tool_calls``: those of the calls
+    still there come back after the new content, as given."""
+    content: Any = fresh.content
+    update: dict[str, Any] = {"content": content}
     if isinstance(source, AIMessage) and isinstance(fresh, AIMessage):
         update["tool_calls"] = fresh.tool_calls
+        calls = {c["id"] for c in fresh.tool_calls}
+        uses = [
+            b
+            for b in (source.content if isinstance(source.content, list) else [])
+            if isinstance(b, dict) and b.get("type") == "tool_use" and b.get("id") in calls
+        ]
+        if uses:
+            parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
+            update["content"] = [p for p in parts if p != {"type": "text", "text": ""}] + uses
     return source.model_copy(update=update)
 
 
