@@ -287,7 +287,7 @@ def _continue(
     t = st.transcript
     if new:
         _check_values(new, k)
-        fmt = detect(new)
+        fmt = detect(new, prefer=t.format)
         if fmt != t.format and fmt != "openai":  # evidence of another format
             return None
         staged = list(stage(t.format, new, k))

@@ -976,6 +976,10 @@ def _evidence(m: Mapping[str, Any]) -> tuple[str, str] | None:
             if not isinstance(p, Mapping):
                 continue
             pk = p.get("type")
+            if pk in _CHAT_THINKING and role == "assistant":
+                # Anthropic's, or a Claude conversation written as Chat Completions
+                # messages (LangChain): Anthropic unless another message proves Chat.
+                return "anthropic-or-openai", f"content[{j}].type"
             if pk in ANTHROPIC_ONLY:
                 return "anthropic", f"content[{j}].type"
             if pk in ("input_text", "output_text", "input_image", "input_file"):
@@ -991,15 +995,20 @@ def _evidence(m: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def detect(messages: Sequence[Any], *, has_system: bool = False) -> WireFormat:
+def detect(
+    messages: Sequence[Any], *, has_system: bool = False, prefer: str | None = None
+) -> WireFormat:
     """The format of ``messages``, by evidence anywhere in the list.
 
     A message with a Responses item type (``function_call``, ``reasoning``...) or parts
     (``input_image``, ``output_text``) is Responses; a ``tool`` role, ``tool_calls`` or a
     Chat part (``image_url``, ``file``) is Chat Completions; a block type only Anthropic
-    defines is Anthropic (so is a request with ``system`` beside ``messages``). Lists
-    that read the same in every format (plain text) are Chat Completions. Evidence of
-    two formats is refused, naming the two messages.
+    defines is Anthropic (so is a request with ``system`` beside ``messages``), except
+    thinking blocks in an assistant's content: Anthropic unless another message proves
+    Chat Completions (a Claude conversation as LangChain writes it). Lists that read the
+    same in every format (plain text) are Chat Completions. Evidence of two formats is
+    refused, naming the two messages. ``prefer="openai"`` reads thinking blocks alone as
+    Chat Completions (new messages of a transcript read as Chat before).
     """
     found: dict[str, tuple[int, str]] = {}
     if has_system:
@@ -1013,7 +1022,12 @@ def detect(messages: Sequence[Any], *, has_system: bool = False) -> WireFormat:
         if fmt == "openai-or-responses":
             found.setdefault("_system", (i, where))
             continue
+        if fmt == "anthropic-or-openai":
+            found.setdefault("_thinking", (i, where))
+            continue
         found.setdefault(fmt, (i, where))
+    if "_thinking" in found and "openai" not in found:
+        found.setdefault("openai" if prefer == "openai" else "anthropic", found["_thinking"])
     kinds = [k for k in found if not k.startswith("_")]
     if len(kinds) > 1:
         (a, (ia, fa)), (b, (ib, fb)) = sorted(

@@ -120,3 +120,32 @@ def test_writing_back_keeps_parts_given_and_stripping_keeps_the_others_in_order(
         got = stripped[1]["content"]
         assert got == (want or "")
         assert all(g is p for g, p in zip(got or [], want, strict=True))
+
+
+def test_detection_reads_thinking_as_anthropic_unless_a_message_proves_chat() -> None:
+    from normandy_core.transcript import detect
+
+    think = {"type": "thinking", "thinking": "plan", "signature": "c2ln"}
+    only = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [think]}]
+    assert detect(only) == "anthropic"
+    assert detect(only, prefer="openai") == "openai"  # new messages of a Chat transcript
+    chat = _session(2)
+    assert detect(chat) == "openai"
+    # the thinking message first, the proof of Chat later: still Chat, not a conflict
+    assert detect([chat[1], chat[2], *chat[3:]]) == "openai"
+
+
+def test_a_growing_claude_conversation_in_chat_form_is_compacted_as_a_continuation() -> None:
+    """An agent that compacts before every request: a batch that is only an assistant
+    message with thinking continues the Chat transcript (it is not another format)."""
+    msgs = _session(30)
+    first = compact(msgs, window=6_000, opts=OPTS)
+    assert first.compacted
+    reply = {
+        "role": "assistant",
+        "content": [{"type": "thinking", "thinking": "done", "signature": "c2ln"}],
+    }
+    reply["content"].append({"type": "text", "text": "All read."})
+    second = compact([*first.messages, reply], window=6_000, opts=OPTS)
+    assert second.continued and second.format == "openai"
+    assert second.messages[-1] is reply

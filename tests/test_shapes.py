@@ -491,7 +491,7 @@ def test_a_partially_answered_batch_is_refused_naming_the_unanswered_call() -> N
                 {"role": "tool", "tool_call_id": "x", "content": "r"},
                 {
                     "role": "assistant",
-                    "content": [{"type": "thinking", "thinking": "t", "signature": "s"}],
+                    "content": [{"type": "tool_use", "id": "u1", "name": "f", "input": {}}],
                 },
             ],
             1,

@@ -421,6 +421,11 @@ def _openai_atoms(data: Any) -> _Atoms:
             a.results[m["tool_call_id"]] = (_oa_text(content), ())
         elif role == "assistant":
             for part in content if isinstance(content, list) else [content]:
+                if isinstance(part, Mapping) and part.get("type") in (
+                    "thinking",
+                    "redacted_thinking",
+                ):
+                    continue  # thinking (a Claude conversation): a compaction may strip it
                 a.text("assistant", _oa_text(part if isinstance(part, str) else [part]))
             if isinstance(m.get("refusal"), str):
                 a.text("assistant", m["refusal"])
@@ -992,9 +997,10 @@ def _check_provider_compaction(c: _Case, given: list[Any], out: list[Any], where
 
 
 def _check_valid(c: _Case, out: Any, where: str = "") -> None:
-    problems = validate(c.session.format, out)
+    lc = bool(c.session.shape.get("lc_thinking"))
+    problems = validate(c.session.format, out, thinking=lc)
     if c.session.format in PROVIDER_FORMATS:
-        problems += validate_sdk(c.session.format, out)
+        problems += validate_sdk(c.session.format, out, thinking=lc)
     if problems:
         c.find("validity", where + "; ".join(problems[:3]))
 
@@ -1341,7 +1347,8 @@ def _run_sequence(c: _Case) -> None:
 
 def _check_hand(c: _Case, out: Any, where: str) -> None:
     """The hand-written validator only (an output that was not compacted is the input)."""
-    problems = validate(c.session.format, out)
+    lc = bool(c.session.shape.get("lc_thinking"))
+    problems = validate(c.session.format, out, thinking=lc)
     if problems:
         c.find("validity", where + "; ".join(problems[:3]))
 
@@ -1371,9 +1378,10 @@ def run_case(
             )
         )
         return report.findings
-    problems = validate(c.session.format, c.data)
+    lc = bool(c.session.shape.get("lc_thinking"))
+    problems = validate(c.session.format, c.data, thinking=lc)
     if c.session.format in PROVIDER_FORMATS:
-        problems += validate_sdk(c.session.format, c.data)
+        problems += validate_sdk(c.session.format, c.data, thinking=lc)
     if problems:
         c.find("harness", "the generator drew an invalid transcript: " + "; ".join(problems[:3]))
         report.findings = c.findings

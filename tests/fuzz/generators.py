@@ -4,11 +4,12 @@ A session is drawn once in a neutral shape (:class:`Session`) from a ``random.Ra
 and rendered as an OpenAI Chat Completions list, an Anthropic Messages list or
 ``{system, messages}`` dict, an OpenAI Responses API input item list, or a Normandy
 memory dump. Sessions have parallel tool batches, images and documents (in tool results
-where the format can carry them), signed and redacted thinking (Anthropic, Normandy) and
-reasoning items (Responses), errors, unicode and NUL, now and then a very long tool
-output (60-240k characters), pinned entries and a system prompt, and end in one of four
-states: a finished reply, after a tool batch, an open round (an assistant message whose
-tool calls have no results yet) or a user message.
+where the format can carry them), signed and redacted thinking (Anthropic, Normandy, and
+Chat Completions as LangChain writes a Claude conversation: thinking parts leading an
+assistant's content) and reasoning items (Responses), errors, unicode and NUL, now and
+then a very long tool output (60-240k characters), pinned entries and a system prompt,
+and end in one of four states: a finished reply, after a tool batch, an open round (an
+assistant message whose tool calls have no results yet) or a user message.
 
 Half the provider sessions are *decorated* with what real requests carry beside the
 plain conversation: names and custom tool calls and refusals (Chat Completions);
@@ -206,6 +207,9 @@ class _Draw:
         self.odd = rng.random() < 0.35  # this session sprinkles unicode, NUL, ...
         # decorated: names, cache_control, server tools, custom calls... (see the module)
         self.decorated = fmt in PROVIDER_FORMATS and rng.random() < 0.5
+        # Chat Completions: a Claude conversation as LangChain writes it (thinking parts
+        # leading the assistants' content); set by draw_session.
+        self.lc_thinking = False
 
     def tag(self) -> str:
         self.serial += 1
@@ -528,7 +532,7 @@ def _assistant(d: _Draw, n_calls: int, thinking: bool) -> Assistant:
     text = d.text(1, 600) if (n_calls == 0 or rng.random() < 0.5) else ""
     calls = [_call(d) for _ in range(n_calls)]
     think: list[tuple[str, str]] = []
-    if thinking and d.fmt != "openai":
+    if thinking and (d.fmt != "openai" or d.lc_thinking):
         if rng.random() < 0.85:
             think.append(("thinking", d.text(10, 800, tagged=False)))
         if rng.random() < 0.15:
@@ -587,6 +591,7 @@ def draw_session(rng: random.Random, fmt: Format) -> Session:
         n_turns, max_rounds = rng.randint(5, 12), 5
     images = rng.random() < 0.3
     thinking = rng.random() < 0.35
+    d.lc_thinking = fmt == "openai" and thinking and rng.random() < 0.5
     system = d.text(5, 1500) if rng.random() < 0.7 else None
     endings: tuple[Ending, ...] = ("reply", "results", "open_round", "user")
     ending = rng.choices(endings, weights=[35, 25, 30, 10])[0]
@@ -629,6 +634,7 @@ def draw_session(rng: random.Random, fmt: Format) -> Session:
     if fmt == "responses":
         shape["dict"] = False  # the Responses input is a list of items
     shape["decorated"] = d.decorated
+    shape["lc_thinking"] = d.lc_thinking
     fork_at = rng.randrange(len(msgs)) if fmt == "normandy" and rng.random() < 0.1 else None
     return Session(fmt, system, rng.random() < 0.5, msgs, ending, shape, fork_at)
 
@@ -686,6 +692,11 @@ def _render_openai(s: Session) -> Any:
                     ]
                 else:  # the refusal field beside the text
                     msg["refusal"] = m.refusal
+            if m.thinking:  # thinking parts first, then the text (and refusal) parts
+                rest = msg["content"] if isinstance(msg["content"], list) else []
+                if isinstance(msg["content"], str) and msg["content"]:
+                    rest = [{"type": "text", "text": msg["content"]}]
+                msg["content"] = [*(_lc_thinking_part(k, p) for k, p in m.thinking), *rest]
             if m.name:
                 msg["name"] = m.name
             if m.calls:
@@ -703,6 +714,14 @@ def _render_openai(s: Session) -> Any:
             if held:
                 out.append({"role": "user", "content": held})
     return {"messages": out} if s.shape["dict"] else out
+
+
+def _lc_thinking_part(kind: str, payload: str) -> dict[str, Any]:
+    """A thinking part of a Chat assistant message, as LangChain writes Claude's."""
+    if kind == "thinking":
+        sig = base64.b64encode(payload[:40].encode("utf-8", "replace")).decode() or "c2ln"
+        return {"type": "thinking", "thinking": payload, "signature": sig}
+    return {"type": "redacted_thinking", "data": payload}
 
 
 def _an_part(p: Part, cache: bool = False) -> dict[str, Any]:

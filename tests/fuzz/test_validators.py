@@ -234,7 +234,8 @@ def test_generated_sessions_are_valid(fmt: Any) -> None:
     rng = random.Random(f"validators:{fmt}")
     for _ in range(25):
         session = draw_session(rng, fmt)
-        assert validate(fmt, render(session)) == []
+        lc = bool(session.shape.get("lc_thinking"))
+        assert validate(fmt, render(session), thinking=lc) == []
 
 
 # -- decorated Chat Completions and Anthropic ------------------------------------------
@@ -453,5 +454,23 @@ def test_the_sdk_oracle_checks_in_depth() -> None:
 def test_generated_sessions_pass_the_sdk_oracle(fmt: Any) -> None:
     rng = random.Random(f"sdk:{fmt}")
     for _ in range(25):
-        data = render(draw_session(rng, fmt))
-        assert validate_sdk(fmt, data) == []
+        session = draw_session(rng, fmt)
+        lc = bool(session.shape.get("lc_thinking"))
+        assert validate_sdk(fmt, render(session), thinking=lc) == []
+
+
+def test_chat_thinking_parts_are_accepted_only_when_asked_and_only_well_formed() -> None:
+    think = {"type": "thinking", "thinking": "plan", "signature": "c2ln"}
+    text = {"type": "text", "text": "ok"}
+    msgs = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [think, text]}]
+    assert validate("openai", msgs)  # Chat Completions itself has no thinking parts
+    assert validate("openai", msgs, thinking=True) == []
+    assert validate_sdk("openai", msgs, thinking=True) == []
+    late = [msgs[0], {"role": "assistant", "content": [text, think]}]
+    assert any("after a text" in p for p in validate("openai", late, thinking=True))
+    unsigned = [msgs[0], {"role": "assistant", "content": [{"type": "thinking", "thinking": "x"}]}]
+    assert any("signature" in p for p in validate("openai", unsigned, thinking=True))
+    empty = [msgs[0], {"role": "assistant", "content": [{"type": "redacted_thinking"}, text]}]
+    assert any("without data" in p for p in validate("openai", empty, thinking=True))
+    in_user = [{"role": "user", "content": [think]}]
+    assert validate("openai", in_user, thinking=True)

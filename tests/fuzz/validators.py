@@ -130,7 +130,34 @@ def _openai_part_problem(part: Any, role: str) -> str | None:
     return None
 
 
-def _openai_content_problems(m: Mapping[str, Any], role: str) -> list[str]:
+#: Anthropic thinking parts an assistant's content holds in a Claude conversation written
+#: as Chat Completions messages (LangChain's ``convert_to_openai_messages``).
+_LC_THINKING = ("thinking", "redacted_thinking")
+
+
+def _lc_thinking_problems(content: list[Any]) -> list[str]:
+    """Thinking parts (allowed by ``thinking=True``): well formed, before any other part."""
+    out = []
+    seen_other = False
+    for j, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind not in _LC_THINKING:
+            seen_other = True
+            continue
+        if seen_other:
+            out.append(f"content[{j}]: a {kind} part after a text or refusal part")
+        if kind == "thinking" and not (
+            isinstance(part.get("thinking"), str) and isinstance(part.get("signature"), str)
+        ):
+            out.append(f"content[{j}]: thinking part without thinking text and a signature")
+        if kind == "redacted_thinking" and not (
+            isinstance(part.get("data"), str) and part.get("data")
+        ):
+            out.append(f"content[{j}]: redacted_thinking part without data")
+    return out
+
+
+def _openai_content_problems(m: Mapping[str, Any], role: str, thinking: bool = False) -> list[str]:
     content = m.get("content")
     if content is None:
         if role == "assistant" and m.get("tool_calls"):
@@ -142,8 +169,11 @@ def _openai_content_problems(m: Mapping[str, Any], role: str) -> list[str]:
         return [f"content is {type(content).__name__}, not a string or an array"]
     if not content:
         return ["content is an empty array"]
-    out = []
+    lc = thinking and role == "assistant"
+    out = _lc_thinking_problems(content) if lc else []
     for j, part in enumerate(content):
+        if lc and isinstance(part, Mapping) and part.get("type") in _LC_THINKING:
+            continue
         problem = _openai_part_problem(part, role)
         if problem:
             out.append(f"content[{j}]: {problem}")
@@ -202,8 +232,13 @@ def _openai_tool_call_problems(calls: Any) -> tuple[list[str], list[str]]:
     return problems, ids
 
 
-def validate_openai(messages: Any, *, allow_open_round: bool = True) -> list[str]:
-    """Problems of an OpenAI Chat Completions ``messages`` array (empty when valid)."""
+def validate_openai(
+    messages: Any, *, allow_open_round: bool = True, thinking: bool = False
+) -> list[str]:
+    """Problems of an OpenAI Chat Completions ``messages`` array (empty when valid).
+
+    ``thinking=True`` also accepts Anthropic thinking parts leading an assistant's
+    content (a Claude conversation as LangChain writes it in this format)."""
     if isinstance(messages, Mapping) and "messages" in messages:
         messages = messages["messages"]
     if not isinstance(messages, list):
@@ -229,7 +264,7 @@ def validate_openai(messages: Any, *, allow_open_round: bool = True) -> list[str
         extra = set(m) - _OPENAI_KEYS[role]
         if extra:
             problems.append(f"{where}: fields {sorted(extra)} are not allowed in a {role} message")
-        problems.extend(f"{where}: {p}" for p in _openai_content_problems(m, role))
+        problems.extend(f"{where}: {p}" for p in _openai_content_problems(m, role, thinking))
         if role == "tool":
             tid = m.get("tool_call_id")
             if not isinstance(tid, str) or not tid:
@@ -1038,7 +1073,7 @@ def _best_error(errors: list[Any]) -> Any:
     return best
 
 
-def validate_sdk(fmt: str, data: Any) -> list[str]:
+def validate_sdk(fmt: str, data: Any, *, thinking: bool = False) -> list[str]:
     """Problems the official SDK's typed params find (``pydantic`` validation errors).
 
     Chat Completions: ``list[openai.types.chat.ChatCompletionMessageParam]``; Anthropic:
@@ -1047,7 +1082,9 @@ def validate_sdk(fmt: str, data: Any) -> list[str]:
     and in depth (the SDKs type arrays as ``Iterable``, which pydantic checks only when
     iterated, so every array is consumed). A second oracle beside the hand-written
     validators: the SDK checks each message's shape, not the pairing. The
-    ``fuzz_future_*`` stand-ins are left out (no SDK knows them yet).
+    ``fuzz_future_*`` stand-ins are left out (no SDK knows them yet), and with
+    ``thinking=True`` the Anthropic thinking parts of Chat assistant messages (no SDK type
+    of Chat Completions holds them).
     """
     if fmt not in ("openai", "anthropic", "responses"):
         return []
@@ -1066,6 +1103,13 @@ def validate_sdk(fmt: str, data: Any) -> list[str]:
         content = m.get("content") if isinstance(m, Mapping) else None
         if isinstance(content, list) and any(_future(b) for b in content):
             m = {**m, "content": [b for b in content if not _future(b)]}
+            content = m["content"]
+        if thinking and fmt == "openai" and isinstance(content, list):
+            rest = [
+                b for b in content if not (isinstance(b, Mapping) and b.get("type") in _LC_THINKING)
+            ]
+            if len(rest) != len(content):
+                m = {**m, "content": rest or None}
         try:
             _force(adapter.validate_python(m))
         except ValidationError as exc:
@@ -1176,11 +1220,13 @@ def validate_normandy(dump: Any, *, allow_open_round: bool = True) -> list[str]:
     return problems
 
 
-def validate(fmt: str, data: Any, *, allow_open_round: bool = True) -> list[str]:
+def validate(
+    fmt: str, data: Any, *, allow_open_round: bool = True, thinking: bool = False
+) -> list[str]:
     """Problems of ``data`` under the validator of ``fmt`` (openai, anthropic, responses or
-    normandy)."""
+    normandy); ``thinking`` as :func:`validate_openai` takes it."""
     if fmt == "openai":
-        return validate_openai(data, allow_open_round=allow_open_round)
+        return validate_openai(data, allow_open_round=allow_open_round, thinking=thinking)
     if fmt == "anthropic":
         return validate_anthropic(data, allow_open_round=allow_open_round)
     if fmt == "normandy":
