@@ -28,7 +28,7 @@ from normandy_native.common import (
 from normandy_native.options import AnthropicNativeOptions
 
 if TYPE_CHECKING:
-    from normandy_core import AgentConfig, CompactionContext
+    from normandy_core import AgentConfig, CompactionContext, SurvivalRules
 
 __all__ = ["NAME", "maybe_compact", "needs_window", "options_model", "validate_opts"]
 
@@ -49,14 +49,17 @@ def needs_window(opts: AnthropicNativeOptions) -> bool:
 
 
 @hookimpl
-def validate_opts(opts: AnthropicNativeOptions, entry: str, window: int | None) -> None:
-    """Refuse a window the reserve fills, and prepare the fallback with the same window."""
+def validate_opts(
+    opts: AnthropicNativeOptions, entry: str, window: int | None, rules: SurvivalRules
+) -> None:
+    """Refuse a window the reserve fills, and prepare the fallback with the same window
+    and survival rules."""
     if window is not None and window <= opts.reserved_tokens:
         raise OptionsError(
             f"option 'reserved_tokens': {opts.reserved_tokens:,} tokens reserved for the "
             f"reply leave nothing of the {window:,}-token context window"
         )
-    prepare_fallback(opts, NAME, entry, window)
+    prepare_fallback(opts, NAME, entry, window, rules)
 
 
 def _client(acc: AgentConfig) -> Any:

@@ -1,12 +1,15 @@
 """What both provider-native compactors share: when to act, what to send, the fallback.
 
 A compaction sends the provider every unit of the active branch but the newest (the live
-state: the user's new message, or the open tool round), system entries and pinned
-entries (they stay as they are); the provider's compaction replaces what it was sent,
+state: the user's new message, or the open tool round), system entries and the units of
+entries a survival rule keeps (``ctx.rules``: pinned entries, the task, ``keep_tools``,
+``keep_if``; they stay as they are, after the compaction, since a provider ignores what
+precedes its compaction); the provider's compaction replaces what it was sent,
 and everything it replaced is reported in ``dropped``, with its readable content, so an
 ``after_compact`` hook (the archive) keeps it: the compaction itself is readable only by
 the provider that made it. The compaction is pinned and marked
-``normandy.provider_compaction``; a later compaction sends it back and replaces it.
+``normandy.provider_compaction``; a later compaction sends it back and replaces it (the
+contract lets the pin of a superseded provider compaction move to the new one).
 """
 
 from __future__ import annotations
@@ -33,10 +36,11 @@ from normandy_core import (
 )
 from normandy_core.clients.base import ProviderCompaction, ProviderCompactionError
 from normandy_core.eventloop import turn_loop
+from normandy_core.survival import PROVIDER_REBUILT_KEY
 from normandy_core.transcript import PROVIDER_COMPACTION
 
 if TYPE_CHECKING:
-    from normandy_core import AgentConfig, CompactionContext
+    from normandy_core import AgentConfig, CompactionContext, SurvivalRules
     from normandy_native.options import NativeOptions
 
 __all__ = [
@@ -78,7 +82,9 @@ class Plan:
     entries: list[Entry]
     summarized: list[int] = field(default_factory=list)
     system: list[int] = field(default_factory=list)
-    pinned: list[int] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    """The units holding an entry a survival rule keeps: kept verbatim, after the
+    compaction."""
     tail: list[int] = field(default_factory=list)
 
     def sent(self) -> list[Entry]:
@@ -87,24 +93,39 @@ class Plan:
 
 
 def _ours(entry: Entry) -> bool:
-    return bool(entry.metadata.get(MARKER_KEY) or entry.metadata.get(PROVIDER_COMPACTION))
+    return bool(
+        entry.metadata.get(MARKER_KEY)
+        or entry.metadata.get(PROVIDER_COMPACTION)
+        or entry.metadata.get(PROVIDER_REBUILT_KEY)
+    )
 
 
-def plan(entries: Sequence[Entry]) -> Plan | None:
-    """The plan over ``entries``; ``None`` when nothing but earlier compactions (and their
-    notes) comes before the newest unit."""
+def protected_ids(entries: Sequence[Entry], rules: SurvivalRules) -> set[str]:
+    """The ids ``rules`` keep in ``entries``, but for the pin of a provider compaction: a
+    new compaction summarizes it and takes its place (and its pin)."""
+    view = [
+        e.model_copy(update={"pinned": False}) if e.metadata.get(PROVIDER_COMPACTION) else e
+        for e in entries
+    ]
+    return set(rules.protected(view))
+
+
+def plan(entries: Sequence[Entry], rules: SurvivalRules) -> Plan | None:
+    """The plan over ``entries`` under ``rules``; ``None`` when nothing but earlier
+    compactions (and their notes) comes before the newest unit and what the rules keep."""
     p = Plan(entries=list(entries))
     units = group_units(entries)
     if not units:
         return None
+    keep = protected_ids(entries, rules)
     *older, newest = units
     p.tail = list(range(*newest))
     for start, end in older:
         unit = entries[start:end]
         if any(e.role == "system" for e in unit):
             p.system.extend(range(start, end))
-        elif any(e.pinned and not e.metadata.get(PROVIDER_COMPACTION) for e in unit):
-            p.pinned.extend(range(start, end))
+        elif any(e.id in keep for e in unit):
+            p.kept.extend(range(start, end))
         else:
             p.summarized.extend(range(start, end))
     if all(_ours(entries[i]) for i in p.summarized):
@@ -112,15 +133,20 @@ def plan(entries: Sequence[Entry]) -> Plan | None:
     return p
 
 
-def prepare_fallback(opts: NativeOptions, name: str, entry: str, window: int | None) -> None:
-    """Prepare the fallback where the config is made (its options checked by it)."""
+def prepare_fallback(
+    opts: NativeOptions, name: str, entry: str, window: int | None, rules: SurvivalRules
+) -> None:
+    """Prepare the fallback where the config is made (its options, and the config's
+    survival rules, checked by it)."""
     if opts.fallback is None:
         return
     if opts.fallback == name:
         raise OptionsError(f"option 'fallback': {name!r} cannot be its own fallback")
     where = f"{entry} {name} fallback ({opts.fallback!r})"
     try:
-        opts._fallback = prepare(opts.fallback, opts.fallback_options, entry=where, window=window)
+        opts._fallback = prepare(
+            opts.fallback, opts.fallback_options, entry=where, window=window, rules=rules
+        )
     except OptionsError:
         raise
     except Exception as exc:
@@ -234,6 +260,7 @@ def run_fallback(
         mid_round=ctx.mid_round,
         turn_id=ctx.turn_id,
         calibration=ctx.counter.calibration,
+        rules=ctx.rules,
     )
     try:
         result = call_compactor(prepared.compactor, given, fctx, prepared.options)
@@ -275,9 +302,12 @@ def compact_with_provider(
     known = opts._unsupported.get(model)
     if known is not None:
         return run_fallback(acc, ctx, opts, name, known, "unsupported")
-    p = plan(acc.memory.entries())
+    p = plan(acc.memory.entries(), ctx.rules)
     if p is None:
-        reason = "nothing before the newest message is left for the provider to summarize"
+        reason = (
+            "nothing before the newest message (but what the survival rules keep) is left "
+            "for the provider to summarize"
+        )
         return run_fallback(acc, ctx, opts, name, reason, "nothing_to_summarize")
     try:
         compaction = ask(p)
@@ -290,7 +320,7 @@ def compact_with_provider(
     entries = p.entries
     kept = [entries[i].without_thinking() for i in p.system]
     kept += replacing
-    kept += [entries[i].without_thinking() for i in (*p.pinned, *p.tail)]
+    kept += [entries[i].without_thinking() for i in (*p.kept, *p.tail)]
     memory = acc.memory.derive(kept)
     compaction_entry = next(e for e in replacing if e.metadata.get(PROVIDER_COMPACTION))
     after = ctx.counter.memory_tokens(memory) + ctx.prompt_tokens
@@ -302,6 +332,7 @@ def compact_with_provider(
         "dropped": dropped,
         "compaction_id": compaction_entry.id,
         "summarized_ids": [entries[i].id for i in p.summarized],
+        "kept_by_rules": [entries[i].id for i in p.kept],
         "provider_usage": {
             "input_tokens": compaction.usage.input_tokens,
             "output_tokens": compaction.usage.output_tokens,
@@ -312,7 +343,7 @@ def compact_with_provider(
     }
     new_acc = acc.with_memory(memory)
     if ctx.window is not None and after > usable:
-        # The newest unit (or what is pinned) alone is over the window: let the fallback
+        # The newest unit (or what the rules keep) alone is over the window: let the fallback
         # cut further, reporting the originals of what it removes as well.
         why = "still over the usable window after the provider's compaction"
         more_acc, more = run_fallback(new_acc, ctx, opts, name, why, "too_large")

@@ -5,7 +5,10 @@ The provider is sent what :func:`normandy_native.common.plan` summarizes (throug
 send the compaction item back). It answers with the conversation's user messages and
 one ``compaction`` item: a user message it returns as it was sent keeps its entry (id
 and all); the others, and everything else it was sent, are replaced and reported in
-``dropped``. The compaction item is a pinned assistant entry of its own.
+``dropped`` (a returned message kept as a new entry is marked
+``normandy.provider_rebuilt``, so the task rule never takes it for the task). The
+compaction item is a pinned assistant entry of its own; what the survival rules keep
+follows it, unchanged.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_core import Content, Entry, OpaqueBlock, OptionsError, TextBlock, hookimpl, new_id
 from normandy_core.clients.base import ProviderCompaction
+from normandy_core.survival import PROVIDER_REBUILT_KEY
 from normandy_core.transcript import PROVIDER_COMPACTION, TranscriptError, read
 from normandy_native import OPENAI_NATIVE
 from normandy_native.common import (
@@ -29,7 +33,7 @@ from normandy_native.common import (
 from normandy_native.options import OpenAINativeOptions
 
 if TYPE_CHECKING:
-    from normandy_core import AgentConfig, CompactionContext
+    from normandy_core import AgentConfig, CompactionContext, SurvivalRules
 
 __all__ = ["NAME", "maybe_compact", "needs_window", "options_model", "validate_opts"]
 
@@ -50,14 +54,17 @@ def needs_window(opts: OpenAINativeOptions) -> bool:
 
 
 @hookimpl
-def validate_opts(opts: OpenAINativeOptions, entry: str, window: int | None) -> None:
-    """Refuse a window the reserve fills, and prepare the fallback with the same window."""
+def validate_opts(
+    opts: OpenAINativeOptions, entry: str, window: int | None, rules: SurvivalRules
+) -> None:
+    """Refuse a window the reserve fills, and prepare the fallback with the same window
+    and survival rules."""
     if window is not None and window <= opts.reserved_tokens:
         raise OptionsError(
             f"option 'reserved_tokens': {opts.reserved_tokens:,} tokens reserved for the "
             f"reply leave nothing of the {window:,}-token context window"
         )
-    prepare_fallback(opts, NAME, entry, window)
+    prepare_fallback(opts, NAME, entry, window, rules)
 
 
 def _client(acc: AgentConfig) -> Any:
@@ -138,7 +145,17 @@ def _rebuild(p: Plan, compaction: ProviderCompaction, turn: str) -> tuple[list[E
             reused.add(sent[hit].id)
             k = hit + 1
         else:
-            out.append(r.model_copy(update={"id": new_id(), "turn_id": turn, "parent_id": None}))
+            # a copy the task rule must not take for the task (the task stays after it)
+            out.append(
+                r.model_copy(
+                    update={
+                        "id": new_id(),
+                        "turn_id": turn,
+                        "parent_id": None,
+                        "metadata": {**r.metadata, PROVIDER_REBUILT_KEY: True},
+                    }
+                )
+            )
     if not any(e.role != "system" for e in out):
         out.insert(0, marker(turn))
     block = OpaqueBlock(format="responses", kind="compaction", data=dict(compaction.item))
