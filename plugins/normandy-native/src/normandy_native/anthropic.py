@@ -106,7 +106,7 @@ def _ask(
     kwargs: dict[str, Any] = {
         "tools": _tools(acc, messages),
         "model": ctx.model,
-        "instructions": opts.instructions,
+        "instructions": opts.instructions or ctx.rules.summary_instructions,
         "max_tokens": opts.max_tokens,
     }
 

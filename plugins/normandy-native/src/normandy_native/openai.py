@@ -4,11 +4,11 @@ The provider is sent what :func:`normandy_native.common.plan` summarizes (throug
 ``OpenAIClient.compact_conversation``, which needs the Responses API since only it can
 send the compaction item back). It answers with the conversation's user messages and
 one ``compaction`` item: a user message it returns as it was sent keeps its entry (id
-and all); the others, and everything else it was sent, are replaced and reported in
-``dropped`` (a returned message kept as a new entry is marked
-``normandy.provider_rebuilt``, so the task rule never takes it for the task). The
-compaction item is a pinned assistant entry of its own; what the survival rules keep
-follows it, unchanged.
+and all) when no entry a survival rule keeps follows; the others, and everything else it
+was sent, are replaced and reported in ``dropped`` (a returned message kept as a new
+entry is marked ``normandy.provider_rebuilt``, so the task rule never takes it for the
+task). The compaction item is a pinned assistant entry of its own; what the survival
+rules keep follows it, unchanged.
 """
 
 from __future__ import annotations
@@ -57,12 +57,18 @@ def needs_window(opts: OpenAINativeOptions) -> bool:
 def validate_opts(
     opts: OpenAINativeOptions, entry: str, window: int | None, rules: SurvivalRules
 ) -> None:
-    """Refuse a window the reserve fills, and prepare the fallback with the same window
-    and survival rules."""
+    """Refuse a window the reserve fills and ``summary_instructions`` (the provider takes
+    none), and prepare the fallback with the same window and survival rules."""
     if window is not None and window <= opts.reserved_tokens:
         raise OptionsError(
             f"option 'reserved_tokens': {opts.reserved_tokens:,} tokens reserved for the "
             f"reply leave nothing of the {window:,}-token context window"
+        )
+    if rules.summary_instructions is not None:
+        raise OptionsError(
+            f"{entry}: compactor {NAME!r} cannot honour survival rule 'summary_instructions': "
+            "/responses/compact takes no summarization prompt; use anthropic_native, or "
+            "window_manager with strategy 'summarize', or drop summary_instructions"
         )
     prepare_fallback(opts, NAME, entry, window, rules)
 
@@ -133,9 +139,12 @@ def _rebuild(p: Plan, compaction: ProviderCompaction, turn: str) -> tuple[list[E
     out: list[Entry] = []
     reused: set[str] = set()
     k = 0  # the next sent entry a returned user message may be
+    # A returned message is the very entry it was sent as, unless something the rules
+    # keep follows the compaction: the entry would then come before the task it followed.
+    reuse = not p.kept
     for r in returned:
         hit = None
-        for j in range(k, len(sent)):
+        for j in range(k, len(sent) if reuse else 0):
             e = sent[j]
             if e.role == r.role and not e.tool_results and _blocks(e.content) == _blocks(r.content):
                 hit = j

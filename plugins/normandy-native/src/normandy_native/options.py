@@ -89,7 +89,8 @@ class AnthropicNativeOptions(NativeOptions):
     """Ask for compaction above this many tokens (at least 50,000, Anthropic's minimum
     compaction trigger; the usable window caps it)."""
     instructions: str | None = Field(default=None, min_length=1, max_length=20_000)
-    """Replace the API's summarization prompt for the compaction request."""
+    """Replace the API's summarization prompt for the compaction request (default: the
+    config's survival rule ``summary_instructions``, when set)."""
     max_tokens: int = Field(default=4096, ge=1)
     """``max_tokens`` of the compaction request."""
 
