@@ -9,8 +9,9 @@ Two compactors, selected by name:
   :class:`~normandy_core.clients.OpenAIClient` speaking the Responses API.
 
 Over their trigger they replace what the provider summarized by its compaction block or
-item (pinned, never altered), report every replaced entry in ``dropped`` (so the archive
-keeps readable originals), and fall back to a portable compactor (``window_manager``
+item (pinned, never altered), keep what the survival rules protect unchanged after it,
+report every replaced entry in ``dropped`` (so the archive keeps readable originals),
+and fall back to a portable compactor (``window_manager``
 with ``strategy="summarize"`` by default) when the provider cannot compact, saying so in
 meta. Options: :class:`~normandy_native.options.AnthropicNativeOptions` and
 :class:`~normandy_native.options.OpenAINativeOptions`.
