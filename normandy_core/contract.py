@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 from normandy_core.errors import NormandyError
 from normandy_core.memory import Entry
 from normandy_core.structure import pairing_problems
+from normandy_core.transcript import PROVIDER_COMPACTION
 
 if TYPE_CHECKING:
     from normandy_core.calibration import CalibratedCounter, Calibration
@@ -381,14 +382,23 @@ def _starts_with_assistant(entries: Sequence[Entry]) -> bool:
 def _check_rules(
     refuse: Callable[[str], NoReturn], rules: SurvivalRules, old: list[Entry], new: list[Entry]
 ) -> None:
-    """Every entry the rules keep in ``old`` is in ``new``, unchanged but for its thinking."""
+    """Every entry the rules keep in ``old`` is in ``new``, unchanged but for its thinking.
+
+    The pin of a provider compaction moves: a pinned provider compaction (metadata
+    ``normandy.provider_compaction``) may go when ``new`` holds a provider compaction
+    ``old`` did not, which summarizes it (and which a later request starts from).
+    """
     protected = rules.protected(old)
     if not protected:
         return
     now = {e.id: e for e in new}
+    known = {e.id for e in old}
+    superseded = any(e.metadata.get(PROVIDER_COMPACTION) and e.id not in known for e in new)
     for e in old:
         rule = protected.get(e.id)
         if rule is None:
+            continue
+        if superseded and rule == "pinned" and e.metadata.get(PROVIDER_COMPACTION):
             continue
         kept = now.get(e.id)
         if kept is None:

@@ -8,8 +8,8 @@ unchanged; only its thinking blocks may go, as every kept entry's do. The rules:
 
 * ``pinned`` (always on): an entry with ``pinned=True``;
 * ``keep_first_user`` (on by default): the first user message, the task; the first
-  user entry of the active branch that carries no tool results and is not a marker or
-  summary a compactor inserted;
+  user entry of the active branch that carries no tool results and is not a marker,
+  summary or provider-returned copy a compactor inserted;
 * ``keep_tools``: every assistant entry calling a tool of that name, and every entry
   carrying a result of such a call, so the pair is kept together;
 * ``keep_if``: every entry the predicate (a Python callable on an
@@ -36,6 +36,7 @@ from normandy_core.structure import carries_results, tool_result_ids
 
 __all__ = [
     "RULE_FIRST_USER",
+    "PROVIDER_REBUILT_KEY",
     "RULE_PINNED",
     "RULE_PREDICATE",
     "RULE_TOOLS",
@@ -61,8 +62,12 @@ RULES = (RULE_PINNED, RULE_FIRST_USER, RULE_TOOLS, RULE_PREDICATE)
 #: The most characters ``summary_instructions`` may have.
 MAX_INSTRUCTION_CHARS = 4000
 
-#: Metadata keys of the entries a compactor inserts (a marker, a summary).
-_INSERTED_KEYS = ("normandy.compaction_marker", "normandy.summary")
+#: Metadata key of a user message a provider's compaction returned and a compactor put
+#: in the history as a new entry (OpenAI's ``/responses/compact`` gives the user messages
+#: back before its compaction item): a copy, never the task.
+PROVIDER_REBUILT_KEY = "normandy.provider_rebuilt"
+#: Metadata keys of the entries a compactor inserts (a marker, a summary, a copy).
+_INSERTED_KEYS = ("normandy.compaction_marker", "normandy.summary", PROVIDER_REBUILT_KEY)
 #: Tags opening the text of such entries, in every transcript format.
 _INSERTED_TAGS = ("[normandy:marker]", "[normandy:summary]")
 
@@ -196,7 +201,8 @@ class SurvivalRules(BaseModel):
 
 
 def is_inserted(entry: Entry) -> bool:
-    """Whether ``entry`` is a marker or summary a compactor inserted (metadata or tag)."""
+    """Whether ``entry`` is a marker, summary or provider-returned copy a compactor
+    inserted (metadata or tag)."""
     if any(entry.metadata.get(k) for k in _INSERTED_KEYS):
         return True
     if entry.role != "user":
@@ -206,7 +212,8 @@ def is_inserted(entry: Entry) -> bool:
 
 def first_user_entry(entries: Sequence[Entry]) -> Entry | None:
     """The first user message of ``entries`` (the task): the first user entry that carries
-    no tool results and is not a marker or summary a compactor inserted; ``None`` if none."""
+    no tool results and is not a marker, summary or provider-returned copy a compactor
+    inserted (:func:`is_inserted`); ``None`` if none."""
     for e in entries:
         if e.role == "user" and not carries_results(e) and not is_inserted(e):
             return e

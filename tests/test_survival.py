@@ -463,3 +463,65 @@ def test_configured_instructions_the_compactor_cannot_use_name_their_source(here
     text = str(err.value)
     assert "cannot honour survival rule 'summary_instructions'" in text
     assert "(settings: survival from" in text and "key 'survival'" in text
+
+
+# -- provider compactions (the normandy-native compactors) ------------------------------
+
+
+def _with_provider_compaction() -> AgentMemory:
+    from normandy_core import OpaqueBlock
+    from normandy_core.transcript import PROVIDER_COMPACTION
+
+    mem = AgentMemory()
+    mem.add_message("system", "You are a coding agent.", id="sys", turn_id="t0")
+    mem.add_message("user", "[normandy:marker] compacted here", id="m1", turn_id="c1")
+    block = OpaqueBlock(format="anthropic", kind="compaction", data={"type": "compaction"})
+    mem.add_message(
+        "assistant",
+        (block,),
+        id="c1",
+        turn_id="c1",
+        pinned=True,
+        metadata={PROVIDER_COMPACTION: True},
+    )
+    mem.add_message("user", "Fix the parser.", id="task", turn_id="t1")
+    mem.add_message("assistant", "Looking.", id="a1", turn_id="t1")
+    mem.add_message("user", "And now?", id="u2", turn_id="t2")
+    return mem
+
+
+def test_the_pin_of_a_superseded_provider_compaction_moves_to_the_new_one() -> None:
+    from normandy_core import OpaqueBlock
+    from normandy_core.transcript import PROVIDER_COMPACTION
+
+    acc = AgentConfig().with_memory(_with_provider_compaction())
+    old = {e.id: e for e in acc.memory.entries()}
+    newer = Entry(
+        id="c2",
+        turn_id="c2",
+        role="assistant",
+        content=(OpaqueBlock(format="anthropic", kind="compaction", data={"n": 2}),),
+        pinned=True,
+        metadata={PROVIDER_COMPACTION: True},
+    )
+    marker = Entry(id="m2", turn_id="c2", role="user", content="[normandy:marker] here")
+    kept = [old["sys"], marker, newer, old["task"], old["u2"]]
+    dropped = [old["m1"], old["c1"], old["a1"]]
+    result = (acc.with_memory(acc.memory.derive(kept)), {"compacted": True, "dropped": dropped})
+    checked = check_compaction("native", acc, _ctx(), result)
+    assert checked.meta.compacted
+    # without a newer provider compaction the pinned one is kept like any pinned entry
+    without = [old["sys"], old["task"], old["u2"]]
+    gone = [old["m1"], old["c1"], old["a1"]]
+    plain = (acc.with_memory(acc.memory.derive(without)), {"compacted": True, "dropped": gone})
+    with pytest.raises(ContractViolation, match=r"dropped entry 'c1'.*pinned entries"):
+        check_compaction("probe", acc, _ctx(), plain)
+
+
+def test_a_returned_copy_of_a_user_message_is_never_the_task() -> None:
+    from normandy_core.survival import PROVIDER_REBUILT_KEY, is_inserted
+
+    copy = Entry(id="x", role="user", content="Fix it.", metadata={PROVIDER_REBUILT_KEY: True})
+    task = Entry(id="task", role="user", content="Fix it.")
+    assert is_inserted(copy) and not is_inserted(task)
+    assert first_user_entry([copy, task]) is task

@@ -3,8 +3,11 @@
 :class:`ModelClient` and :class:`AsyncModelClient` are what the shells (and the
 summarize strategy) call. :class:`ScriptedClient` replays recorded replies. The real
 clients, :class:`AnthropicClient` (Messages API) and :class:`OpenAIClient` (Chat
-Completions), need the extras ``normandy-core[anthropic]`` and ``normandy-core[openai]``;
-their SDKs are imported only when a client is made.
+Completions or the Responses API), need the extras ``normandy-core[anthropic]`` and
+``normandy-core[openai]``; their SDKs are imported only when a client is made.
+Provider compaction: :class:`ContextManagement` (Anthropic's server-side edits, given to
+``AnthropicClient``), and both clients' ``compact_conversation``, returning a
+:class:`ProviderCompaction` or raising :class:`ProviderCompactionError`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from normandy_core.clients.base import (
     ModelClient,
     ModelClientError,
     ModelReply,
+    ProviderCompaction,
+    ProviderCompactionError,
     ToolChoice,
     Usage,
     acomplete_text,
@@ -25,15 +30,19 @@ from normandy_core.clients.base import (
     open_round_start,
     thinking_plan,
 )
+from normandy_core.clients.edits import ContextManagement
 from normandy_core.clients.scripted import ScriptedClient, ScriptedRequest
 
 __all__ = [
     "AnthropicClient",
     "AsyncModelClient",
+    "ContextManagement",
     "ModelClient",
     "ModelClientError",
     "ModelReply",
     "OpenAIClient",
+    "ProviderCompaction",
+    "ProviderCompactionError",
     "ScriptedClient",
     "ScriptedRequest",
     "ToolChoice",

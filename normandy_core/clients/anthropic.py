@@ -18,6 +18,24 @@ Extended thinking follows the API's rules so that no request is one it rejects:
 
 A history that opens with an assistant message (possible after a compaction) is sent
 after a one-line user turn, :data:`CONTINUATION`, since the API wants a user turn first.
+
+Provider compaction (see :mod:`normandy_core.clients.edits` and the ``anthropic_native``
+compactor):
+
+- a ``compaction`` block is a summary of everything before it, and the API ignores what
+  precedes it: every request starts at the newest one (an assistant message opening with
+  it, as the API's own tool runner sends it), and it is sent back exactly as received;
+- ``context_management`` edits, given when the client is made, go with every request,
+  with their beta headers; what the API cleared comes back as a ``context_management``
+  event of the reply, and a compaction it made as a ``provider_compaction`` event;
+- with ``pause_after_compaction`` the API stops after the compaction block; the client
+  sends the request again at once (the block in place) and returns one reply holding
+  the block and the model's answer;
+- :meth:`AnthropicClient.compact_conversation` asks for an on-demand compaction
+  (``"compaction": {"type": "summarize"}``), which returns one compaction block.
+
+Replies are read from the response's JSON as sent, so opaque blocks keep exactly the
+fields the API gave them.
 """
 
 from __future__ import annotations
@@ -28,16 +46,32 @@ from typing import Any
 from normandy_core.clients.base import (
     ModelClientError,
     ModelReply,
+    ProviderCompaction,
+    ProviderCompactionError,
     ToolChoice,
     Usage,
     as_entries,
+    compaction_failure,
     sdk_options,
     thinking_plan,
 )
+from normandy_core.clients.edits import (
+    COMPACT_BETA,
+    ON_DEMAND_COMPACTION_BETA,
+    ContextManagement,
+)
+from normandy_core.clients.edits import context_management as _checked_edits
 from normandy_core.formats import TranscriptError, from_anthropic, to_anthropic
 from normandy_core.memory import Entry
 
-__all__ = ["CONTINUATION", "MIN_THINKING_BUDGET", "AnthropicClient", "anthropic_request"]
+__all__ = [
+    "CONTINUATION",
+    "MIN_THINKING_BUDGET",
+    "AnthropicClient",
+    "anthropic_request",
+    "compaction_request",
+    "from_newest_compaction",
+]
 
 #: The smallest extended-thinking budget the API accepts.
 MIN_THINKING_BUDGET = 1024
@@ -68,6 +102,42 @@ def _tool_param(tool: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _is_compaction(block: Mapping[str, Any]) -> bool:
+    return block.get("type") == "compaction"
+
+
+def _thinking_at(content: list[dict[str, Any]]) -> int:
+    """Where the blocks that the thinking rules judge start: after a leading compaction."""
+    k = 0
+    while k < len(content) and _is_compaction(content[k]):
+        k += 1
+    return k
+
+
+def from_newest_compaction(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``msgs`` from the newest compaction block on (the API ignores what precedes it).
+
+    The message holding it keeps the blocks from it on; it becomes the first message.
+    """
+    for i in range(len(msgs) - 1, -1, -1):
+        content = msgs[i]["content"]
+        if isinstance(content, str):
+            continue
+        for j in range(len(content) - 1, -1, -1):
+            if _is_compaction(content[j]):
+                if i == 0 and j == 0:
+                    return msgs
+                return [{**msgs[i], "content": list(content[j:])}, *msgs[i + 1 :]]
+    return msgs
+
+
+def _holds_compaction(msgs: list[dict[str, Any]]) -> bool:
+    return any(
+        not isinstance(m["content"], str) and any(_is_compaction(b) for b in m["content"])
+        for m in msgs
+    )
+
+
 def anthropic_request(
     system: str,
     messages: Sequence[Entry] | str,
@@ -77,28 +147,36 @@ def anthropic_request(
     tool_choice: ToolChoice = "auto",
     thinking: int | None = None,
     max_tokens: int = 4096,
+    context_management: ContextManagement | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """The keyword arguments of ``messages.create`` for a request, and the thinking event.
 
     Pure; :class:`AnthropicClient` sends what it returns. ``thinking`` is raised to
     :data:`MIN_THINKING_BUDGET` when smaller, and ``max_tokens`` to more than it, as the
     API requires. ``tool_choice="none"`` keeps the tool definitions (the history may
-    hold tool blocks) and forbids new calls.
+    hold tool blocks) and forbids new calls. The messages start at the newest
+    ``compaction`` block (:func:`from_newest_compaction`). ``context_management`` adds
+    its edits; the beta headers needed (by the edits, or by a compaction block sent
+    back) are under ``betas``, and such a request goes to ``beta.messages.create``.
     """
     entries = as_entries(messages)
     effective, note = thinking_plan(entries, thinking)
     sys_text, msgs = to_anthropic(entries, system=system or None, strip_thinking=effective is None)
+    msgs = from_newest_compaction(msgs)
     if effective is not None:
         for m in msgs:
             content = m["content"]
             if m["role"] != "assistant" or isinstance(content, str):
                 continue
             has = any(b["type"] in _THINKING_TYPES for b in content)
-            if has and content[0]["type"] not in _THINKING_TYPES:
+            at = _thinking_at(content)
+            if has and (at >= len(content) or content[at]["type"] not in _THINKING_TYPES):
                 m["content"] = [b for b in content if b["type"] not in _THINKING_TYPES]
         effective = max(effective, MIN_THINKING_BUDGET)
         max_tokens = max(max_tokens, effective + 1024)
-    if msgs and msgs[0]["role"] == "assistant":
+    opens_with_compaction = bool(msgs) and not isinstance(msgs[0]["content"], str)
+    opens_with_compaction = opens_with_compaction and _is_compaction(msgs[0]["content"][0])
+    if msgs and msgs[0]["role"] == "assistant" and not opens_with_compaction:
         # a compacted history may open with the model's turn; the API wants a user turn first
         msgs.insert(0, {"role": "user", "content": CONTINUATION})
     kwargs: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": msgs}
@@ -109,29 +187,157 @@ def anthropic_request(
         kwargs["tool_choice"] = {"type": tool_choice}
     if effective is not None:
         kwargs["thinking"] = {"type": "enabled", "budget_tokens": effective}
+    betas: list[str] = []
+    if context_management is not None:
+        kwargs["context_management"] = {"edits": context_management.edits()}
+        betas.extend(context_management.betas())
+    if COMPACT_BETA not in betas and _holds_compaction(msgs):
+        betas.append(ON_DEMAND_COMPACTION_BETA)
+    if betas:
+        kwargs["betas"] = betas
     return kwargs, note
 
 
-def _reply(message: Any, note: dict[str, Any] | None) -> ModelReply:
-    data = message.model_dump(mode="json") if hasattr(message, "model_dump") else dict(message)
-    try:
-        entry = from_anthropic([{"role": "assistant", "content": data.get("content") or []}])
-    except TranscriptError as exc:
-        raise ModelClientError(f"anthropic: unexpected reply content: {exc}") from exc
-    blocks = entry.entries()[0].blocks if len(entry) else ()
+def compaction_request(
+    system: str,
+    messages: Sequence[Entry],
+    *,
+    model: str,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    instructions: str | None = None,
+    max_tokens: int = 4096,
+) -> dict[str, Any]:
+    """The keyword arguments of an on-demand compaction request (pure).
+
+    The conversation goes as a normal request would carry it (from its newest compaction
+    block, thinking left out, tool definitions kept since the history holds tool
+    blocks), with ``"compaction": {"type": "summarize"}`` and the on-demand compaction
+    beta header, and without ``tool_choice`` or ``context_management``, which the API
+    does not take with it. ``instructions`` replace the API's summarization prompt.
+    """
+    kwargs, _ = anthropic_request(
+        system, messages, model=model, tools=tools, thinking=None, max_tokens=max_tokens
+    )
+    kwargs.pop("tool_choice", None)
+    compaction: dict[str, Any] = {"type": "summarize"}
+    if instructions is not None and instructions.strip():
+        compaction["instructions"] = instructions
+    kwargs["compaction"] = compaction
+    kwargs["betas"] = [ON_DEMAND_COMPACTION_BETA]
+    return kwargs
+
+
+def _as_data(message: Any) -> dict[str, Any]:
+    if isinstance(message, Mapping):
+        return dict(message)
+    dump = getattr(message, "to_dict", None)
+    if callable(dump):
+        return dict(dump())
+    return dict(message.model_dump(mode="json", exclude_unset=True))
+
+
+def _usage(data: Mapping[str, Any]) -> Usage:
     u = data.get("usage") or {}
-    usage = Usage(
+    return Usage(
         input_tokens=int(u.get("input_tokens") or 0)
         + int(u.get("cache_creation_input_tokens") or 0)
         + int(u.get("cache_read_input_tokens") or 0),
         output_tokens=int(u.get("output_tokens") or 0),
     )
+
+
+def _reply_events(data: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``context_management`` and ``provider_compaction`` events of one response."""
+    events: list[dict[str, Any]] = []
+    applied = list((data.get("context_management") or {}).get("applied_edits") or [])
+    if applied:
+        events.append(
+            {
+                "type": "context_management",
+                "provider": "anthropic",
+                "applied_edits": applied,
+                "cleared_tool_uses": sum(int(e.get("cleared_tool_uses") or 0) for e in applied),
+                "cleared_thinking_turns": sum(
+                    int(e.get("cleared_thinking_turns") or 0) for e in applied
+                ),
+                "cleared_input_tokens": sum(
+                    int(e.get("cleared_input_tokens") or 0) for e in applied
+                ),
+            }
+        )
+    if any(_is_compaction(b) for b in data.get("content") or []):
+        iterations = (data.get("usage") or {}).get("iterations") or []
+        spent = [i for i in iterations if i.get("type") == "compaction"]
+        events.append(
+            {
+                "type": "provider_compaction",
+                "provider": "anthropic",
+                "paused": data.get("stop_reason") == "compaction",
+                "usage": {
+                    "input_tokens": sum(int(i.get("input_tokens") or 0) for i in spent),
+                    "output_tokens": sum(int(i.get("output_tokens") or 0) for i in spent),
+                },
+            }
+        )
+    return events
+
+
+def _reply(datas: Sequence[Mapping[str, Any]], note: dict[str, Any] | None) -> ModelReply:
+    """One reply from one response, or from a paused one and its continuation."""
+    content: list[Any] = [b for data in datas for b in data.get("content") or []]
+    try:
+        read = from_anthropic([{"role": "assistant", "content": content}])
+    except TranscriptError as exc:
+        raise ModelClientError(f"anthropic: unexpected reply content: {exc}") from exc
+    blocks = read.entries()[0].blocks if len(read) else ()
+    usage = Usage()
+    events: list[dict[str, Any]] = [note] if note else []
+    for data in datas:
+        usage = usage + _usage(data)
+        events.extend(_reply_events(data))
+    last = datas[-1]
     return ModelReply(
         content=tuple(blocks),
-        stop_reason=str(data.get("stop_reason") or "end_turn"),
+        stop_reason=str(last.get("stop_reason") or "end_turn"),
         usage=usage,
-        model=data.get("model"),
-        events=(note,) if note else (),
+        model=last.get("model"),
+        events=tuple(events),
+    )
+
+
+def _paused(data: Mapping[str, Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The request continuing a reply paused after server compaction, else ``None``."""
+    if data.get("stop_reason") != "compaction" or "compaction" in kwargs:
+        return None
+    turn = {"role": "assistant", "content": list(data.get("content") or [])}
+    return {**kwargs, "messages": from_newest_compaction([*kwargs["messages"], turn])}
+
+
+def _compaction(data: Mapping[str, Any]) -> ProviderCompaction:
+    """The one compaction block an on-demand compaction returned, as returned."""
+    content = list(data.get("content") or [])
+    if data.get("stop_reason") != "compaction" or len(content) != 1:
+        raise ProviderCompactionError(
+            "anthropic: the compaction request returned "
+            f"stop_reason {data.get('stop_reason')!r} with {len(content)} blocks, not one "
+            "compaction block",
+            "failed",
+        )
+    block = content[0]
+    if not isinstance(block, Mapping) or not _is_compaction(block):
+        kind = block.get("type") if isinstance(block, Mapping) else type(block).__name__
+        raise ProviderCompactionError(
+            f"anthropic: the compaction request returned a {kind!r} block, not a compaction",
+            "failed",
+        )
+    text = block.get("content")
+    if not isinstance(text, str) or not text.strip():
+        raise ProviderCompactionError(
+            "anthropic: the compaction block holds no summary (the API could not summarize)",
+            "failed",
+        )
+    return ProviderCompaction(
+        provider="anthropic", item=dict(block), usage=_usage(data), model=data.get("model")
     )
 
 
@@ -142,7 +348,13 @@ class AnthropicClient:
     ``base_url``, ``max_retries`` and ``timeout`` go to the SDK clients, made on first
     use; ready SDK clients can be passed as ``client`` and ``async_client``. Refusals
     raise :class:`~normandy_core.clients.ModelClientError` with the API's message.
+    ``context_management`` asks for server-side edits on every request (a
+    :class:`~normandy_core.clients.edits.ContextManagement` or its mapping, checked
+    here: a bad one raises :class:`~normandy_core.OptionsError`).
     """
+
+    #: The provider whose compaction :meth:`compact_conversation` asks for.
+    provider = "anthropic"
 
     def __init__(
         self,
@@ -152,9 +364,11 @@ class AnthropicClient:
         base_url: str | None = None,
         max_retries: int = 2,
         timeout: float | None = None,
+        context_management: ContextManagement | Mapping[str, Any] | None = None,
         client: Any = None,
         async_client: Any = None,
     ) -> None:
+        self.context_management = _checked_edits(context_management, entry="AnthropicClient()")
         self._sdk = _import_sdk()
         self.model = model
         self._options = sdk_options(
@@ -173,21 +387,113 @@ class AnthropicClient:
         max_tokens: int,
         model: str | None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        name = model or self.model
-        if not name:
-            raise ModelClientError("anthropic: no model given (AnthropicClient(model=...))")
         return anthropic_request(
             system,
             messages,
-            model=name,
+            model=self._model(model),
             tools=tools,
             tool_choice=tool_choice,
             thinking=thinking,
             max_tokens=max_tokens,
+            context_management=self.context_management,
         )
+
+    def _model(self, model: str | None) -> str:
+        name = model or self.model
+        if not name:
+            raise ModelClientError("anthropic: no model given (AnthropicClient(model=...))")
+        return name
 
     def _error(self, exc: Exception) -> ModelClientError:
         return ModelClientError(f"anthropic: {type(exc).__name__}: {exc}")
+
+    def _sync(self) -> Any:
+        if self._client is None:
+            self._client = self._sdk.Anthropic(**self._options)
+        return self._client
+
+    def _async(self) -> Any:
+        if self._async_client is None:
+            self._async_client = self._sdk.AsyncAnthropic(**self._options)
+        return self._async_client
+
+    @staticmethod
+    def _resource(sdk_client: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``messages`` (or ``beta.messages`` when beta headers are needed) and the kwargs."""
+        if "betas" in kwargs:
+            return sdk_client.beta.messages, kwargs
+        return sdk_client.messages, kwargs
+
+    def _send(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        resource, kwargs = self._resource(self._sync(), kwargs)
+        raw = getattr(resource, "with_raw_response", None)
+        if raw is None:  # a stand-in SDK client without raw responses
+            return _as_data(resource.create(**kwargs))
+        return dict(raw.create(**kwargs).json())
+
+    async def _asend(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        resource, kwargs = self._resource(self._async(), kwargs)
+        raw = getattr(resource, "with_raw_response", None)
+        if raw is None:
+            return _as_data(await resource.create(**kwargs))
+        response = await raw.create(**kwargs)
+        return dict(await response.json())
+
+    def compact_conversation(
+        self,
+        system: str,
+        messages: Sequence[Entry],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        model: str | None = None,
+        instructions: str | None = None,
+        max_tokens: int = 4096,
+    ) -> ProviderCompaction:
+        """Ask the API to summarize ``messages`` now (on-demand compaction).
+
+        Returns the one ``compaction`` block it made, exactly as returned, to be sent
+        back in place of the messages it summarizes. Raises
+        :class:`~normandy_core.clients.ProviderCompactionError` saying whether the API
+        was unreachable, refused, does not support it for the model, or failed.
+        """
+        kwargs = compaction_request(
+            system,
+            messages,
+            model=self._model(model),
+            tools=tools,
+            instructions=instructions,
+            max_tokens=max_tokens,
+        )
+        try:
+            data = self._send(kwargs)
+        except self._sdk.APIError as exc:
+            raise compaction_failure("anthropic", self._sdk, exc) from exc
+        return _compaction(data)
+
+    async def acompact_conversation(
+        self,
+        system: str,
+        messages: Sequence[Entry],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        model: str | None = None,
+        instructions: str | None = None,
+        max_tokens: int = 4096,
+    ) -> ProviderCompaction:
+        """:meth:`compact_conversation` without blocking the event loop."""
+        kwargs = compaction_request(
+            system,
+            messages,
+            model=self._model(model),
+            tools=tools,
+            instructions=instructions,
+            max_tokens=max_tokens,
+        )
+        try:
+            data = await self._asend(kwargs)
+        except self._sdk.APIError as exc:
+            raise compaction_failure("anthropic", self._sdk, exc) from exc
+        return _compaction(data)
 
     def complete(
         self,
@@ -204,13 +510,14 @@ class AnthropicClient:
         kwargs, note = self._kwargs(
             system, messages, tools, tool_choice, thinking, max_tokens, model
         )
-        if self._client is None:
-            self._client = self._sdk.Anthropic(**self._options)
         try:
-            message = self._client.messages.create(**kwargs)
+            datas = [self._send(kwargs)]
+            follow = _paused(datas[0], kwargs)
+            if follow is not None:
+                datas.append(self._send(follow))
         except self._sdk.APIError as exc:
             raise self._error(exc) from exc
-        return _reply(message, note)
+        return _reply(datas, note)
 
     async def acomplete(
         self,
@@ -227,10 +534,11 @@ class AnthropicClient:
         kwargs, note = self._kwargs(
             system, messages, tools, tool_choice, thinking, max_tokens, model
         )
-        if self._async_client is None:
-            self._async_client = self._sdk.AsyncAnthropic(**self._options)
         try:
-            message = await self._async_client.messages.create(**kwargs)
+            datas = [await self._asend(kwargs)]
+            follow = _paused(datas[0], kwargs)
+            if follow is not None:
+                datas.append(await self._asend(follow))
         except self._sdk.APIError as exc:
             raise self._error(exc) from exc
-        return _reply(message, note)
+        return _reply(datas, note)

@@ -8,7 +8,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from normandy_core.memory import (
     Block,
+    Content,
     Entry,
+    OpaqueBlock,
     RedactedThinkingBlock,
     TextBlock,
     ThinkingBlock,
@@ -18,14 +20,20 @@ from normandy_core.memory import (
 __all__ = [
     "sdk_options",
     "AsyncModelClient",
+    "CompactionFailure",
     "ModelClient",
     "ModelClientError",
     "ModelReply",
+    "ProviderCompaction",
+    "ProviderCompactionError",
     "ToolChoice",
     "Usage",
     "acomplete_text",
     "as_entries",
+    "compaction_failure",
     "complete_text",
+    "holds_provider_compaction",
+    "newest_compaction",
     "open_round_start",
     "thinking_plan",
 ]
@@ -36,6 +44,24 @@ ToolChoice = Literal["auto", "none"]
 
 class ModelClientError(RuntimeError):
     """A provider refused a request or could not be reached; the message names the provider."""
+
+
+#: Why a provider's compaction did not happen: the provider could not be reached (or
+#: failed on its side), refused the request, does not offer compaction for the model, or
+#: answered with something other than one usable compaction.
+CompactionFailure = Literal["unreachable", "refused", "unsupported", "failed"]
+
+
+class ProviderCompactionError(ModelClientError):
+    """A provider's own compaction did not happen; ``reason`` says why (:data:`CompactionFailure`).
+
+    Raised by the clients' ``compact_conversation``; the ``anthropic_native`` and
+    ``openai_native`` compactors fall back to a portable compactor on it.
+    """
+
+    def __init__(self, message: str, reason: CompactionFailure) -> None:
+        super().__init__(message)
+        self.reason: CompactionFailure = reason
 
 
 @dataclass(frozen=True)
@@ -79,6 +105,63 @@ class ModelReply:
     def text(self) -> str:
         """The reply's text blocks, joined by newlines."""
         return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+
+
+@dataclass(frozen=True)
+class ProviderCompaction:
+    """What a provider's on-demand compaction returned, exactly as it returned it.
+
+    ``item`` is the compaction block (Anthropic) or item (OpenAI Responses) as JSON: the
+    provider's summary, readable only by that provider, to be sent back unaltered.
+    ``kept`` are the items the provider returned before it (the Responses API's
+    ``/responses/compact`` gives the conversation's user messages back; Anthropic
+    returns none). ``usage`` is what the compaction request cost.
+    """
+
+    provider: Literal["anthropic", "openai"]
+    item: dict[str, Any]
+    kept: tuple[dict[str, Any], ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+
+
+def compaction_failure(provider: str, sdk: Any, exc: Exception) -> ProviderCompactionError:
+    """An SDK exception of a compaction request as a :class:`ProviderCompactionError`.
+
+    Connection errors and timeouts, 5xx, 408 and 429 are ``unreachable``; 404 or a
+    message saying the model does not support it ``unsupported``; other refusals
+    ``refused``.
+    """
+    reason: CompactionFailure = "failed"
+    if isinstance(exc, sdk.APIConnectionError):  # timeouts included
+        reason = "unreachable"
+    elif isinstance(exc, sdk.APIStatusError):
+        status = int(getattr(exc, "status_code", 0) or 0)
+        if status == 404 or "not support" in str(exc).lower():
+            reason = "unsupported"
+        elif status >= 500 or status in (408, 429):
+            reason = "unreachable"
+        else:
+            reason = "refused"
+    return ProviderCompactionError(
+        f"{provider}: compaction {reason}: {type(exc).__name__}: {exc}", reason
+    )
+
+
+def holds_provider_compaction(content: Content) -> bool:
+    """Whether ``content`` holds a provider's compaction (Anthropic's ``compaction`` block or
+    the Responses API's ``compaction`` item), a summary of everything before it."""
+    if isinstance(content, str):
+        return False
+    return any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in content)
+
+
+def newest_compaction(entries: Sequence[Entry]) -> int | None:
+    """Index of the newest entry holding a provider compaction, or ``None``."""
+    for i in range(len(entries) - 1, -1, -1):
+        if holds_provider_compaction(entries[i].content):
+            return i
+    return None
 
 
 def as_entries(messages: Sequence[Entry] | str) -> list[Entry]:
@@ -134,7 +217,14 @@ class AsyncModelClient(Protocol):
 
 
 def _starts_with_thinking(entry: Entry) -> bool:
-    blocks = [b for b in entry.blocks if not (isinstance(b, TextBlock) and not b.text)]
+    # A leading provider compaction is a summary of what came before the entry's own
+    # blocks (the provider puts it first in its reply): the rule applies after it.
+    blocks = [
+        b
+        for b in entry.blocks
+        if not (isinstance(b, TextBlock) and not b.text)
+        and not (isinstance(b, OpaqueBlock) and b.kind == "compaction")
+    ]
     return bool(blocks) and isinstance(blocks[0], (ThinkingBlock, RedactedThinkingBlock))
 
 

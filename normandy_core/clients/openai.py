@@ -1,31 +1,68 @@
-"""A client for the OpenAI Chat Completions API over the official ``openai`` SDK.
+"""A client for the OpenAI Chat Completions and Responses APIs over the official ``openai`` SDK.
 
 Install with ``pip install normandy-core[openai]``; the SDK is imported when a client is
-made. Requests are built by :func:`normandy_core.formats.to_openai` (tool uses become
-``tool_calls``, the results of a batch one ``tool`` message each, in order), replies
-read back into Normandy's blocks. Chat Completions does not replay reasoning, so
-thinking blocks are never sent and the ``thinking`` argument is not used; set
-``reasoning_effort`` on the client for reasoning models.
+made. ``OpenAIClient(api="chat")`` (the default) speaks Chat Completions: requests are
+built by :func:`normandy_core.formats.to_openai` (tool uses become ``tool_calls``, the
+results of a batch one ``tool`` message each, in order), replies read back into
+Normandy's blocks. Chat Completions does not replay reasoning, so thinking blocks are
+never sent and the ``thinking`` argument is not used; set ``reasoning_effort`` on the
+client for reasoning models.
+
+``OpenAIClient(api="responses")`` speaks the Responses API, statelessly (``store``
+false, the whole conversation as ``input`` items, :func:`responses_input`): items in,
+items out. A reply's ``reasoning`` items stay in the assistant entry, before the calls
+they led to, and go back verbatim with them (their encrypted content is asked for when
+``reasoning_effort`` is set); items the conversation does not interpret travel as
+opaque blocks, unaltered. ``compact_threshold`` turns on the API's own compaction
+(``context_management=[{"type": "compaction", "compact_threshold": N}]``): a reply
+may then hold a ``compaction`` item, and every later request starts at the newest one,
+keeping the user messages before it (as ``/responses/compact`` does).
+:meth:`OpenAIClient.compact_conversation` calls ``POST /v1/responses/compact``.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from normandy_core.clients.base import (
     ModelClientError,
     ModelReply,
+    ProviderCompaction,
+    ProviderCompactionError,
     ToolChoice,
     Usage,
     as_entries,
+    compaction_failure,
     sdk_options,
 )
+from normandy_core.errors import OptionsError
 from normandy_core.formats import to_openai
-from normandy_core.memory import Block, Entry, TextBlock, ToolUseBlock
+from normandy_core.memory import (
+    Block,
+    DocumentBlock,
+    Entry,
+    ImageBlock,
+    OpaqueBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
-__all__ = ["OpenAIClient", "openai_request"]
+__all__ = [
+    "OpenAIClient",
+    "compact_request",
+    "from_newest_compaction_item",
+    "openai_request",
+    "responses_input",
+    "responses_request",
+]
+
+#: Which OpenAI API a client speaks.
+Api = Literal["chat", "responses"]
+#: Opaque Responses parts that sit inside a message's content, not as items of their own.
+_PART_KINDS = frozenset({"input_audio"})
 
 _STOP = {"tool_calls": "tool_use", "stop": "end_turn", "length": "max_tokens"}
 
@@ -114,35 +151,372 @@ def _reply(completion: Any) -> ModelReply:
     )
 
 
+# -- the Responses API ----------------------------------------------------------------
+
+
+def _responses_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    if tool.get("type") == "function" and "function" in tool:  # Chat Completions style
+        fn = tool["function"]
+        out: dict[str, Any] = {
+            "type": "function",
+            "name": fn["name"],
+            "parameters": fn.get("parameters") or {"type": "object", "properties": {}},
+            "strict": False,
+        }
+        if fn.get("description"):
+            out["description"] = fn["description"]
+        return out
+    if tool.get("type") == "function":  # already Responses style
+        return dict(tool)
+    out = {
+        "type": "function",
+        "name": tool["name"],
+        "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
+        "strict": False,
+    }
+    if tool.get("description"):
+        out["description"] = tool["description"]
+    return out
+
+
+def _data_url(source: Mapping[str, Any], default: str) -> str:
+    if source.get("type") == "base64":
+        return f"data:{source.get('media_type', default)};base64,{source.get('data', '')}"
+    return str(source.get("url", ""))
+
+
+def _input_part(block: Block) -> dict[str, Any] | None:
+    """A user-side block as a Responses input content part (``None``: not representable)."""
+    if isinstance(block, TextBlock):
+        return {"type": "input_text", "text": block.text} if block.text else None
+    if isinstance(block, ImageBlock):
+        src = block.source
+        if src.get("type") == "file":
+            return {"type": "input_image", "file_id": src.get("file_id"), "detail": "auto"}
+        return {"type": "input_image", "image_url": _data_url(src, "image/png"), "detail": "auto"}
+    if isinstance(block, DocumentBlock):
+        src = block.source
+        if src.get("type") == "text":
+            return {"type": "input_text", "text": str(src.get("data", ""))}
+        if src.get("type") == "file":
+            return {"type": "input_file", "file_id": src.get("file_id")}
+        if src.get("type") == "url":
+            return {"type": "input_file", "file_url": str(src.get("url", ""))}
+        return {
+            "type": "input_file",
+            "filename": block.title or "document.pdf",
+            "file_data": _data_url(src, "application/pdf"),
+        }
+    if isinstance(block, OpaqueBlock) and block.format == "responses" and block.kind in _PART_KINDS:
+        return dict(block.data)
+    return None
+
+
+def _output_of(result: ToolResultBlock) -> str | list[dict[str, Any]]:
+    if isinstance(result.content, str):
+        return result.content
+    if all(isinstance(p, TextBlock) for p in result.content):
+        return result.text()
+    return [p for p in (_input_part(b) for b in result.content) if p is not None]
+
+
+def _assistant_items(entry: Entry) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        if texts:
+            items.append({"role": "assistant", "content": "\n\n".join(texts)})
+            texts.clear()
+
+    for b in entry.blocks:
+        if isinstance(b, TextBlock):
+            if b.text:
+                texts.append(b.text)
+            continue
+        flush()
+        if isinstance(b, ToolUseBlock):
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": b.id,
+                    "name": b.name,
+                    "arguments": json.dumps(b.input, ensure_ascii=False),
+                }
+            )
+        elif isinstance(b, OpaqueBlock) and b.format == "responses":
+            items.append(dict(b.data))  # reasoning, compaction, server tool calls: verbatim
+        # thinking and other providers' opaque blocks cannot be read by this API: left out
+    flush()
+    return items
+
+
+def _user_items(entry: Entry) -> list[dict[str, Any]]:
+    role = "system" if entry.role == "system" else "user"
+    if isinstance(entry.content, str):
+        return [{"role": role, "content": entry.content}] if entry.content else []
+    items: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for b in entry.content:
+        if isinstance(b, ToolResultBlock):
+            items.append(
+                {"type": "function_call_output", "call_id": b.tool_use_id, "output": _output_of(b)}
+            )
+        elif isinstance(b, OpaqueBlock) and b.format == "responses" and b.kind not in _PART_KINDS:
+            items.append(dict(b.data))  # an output item of a server or computer call, verbatim
+        else:
+            part = _input_part(b)
+            if part is not None:
+                parts.append(part)
+    if parts:
+        items.append({"role": role, "content": parts})
+    return items
+
+
+def responses_input(entries: Sequence[Entry]) -> list[dict[str, Any]]:
+    """The entries as Responses API ``input`` items (pure).
+
+    User and system entries become messages (tool results ``function_call_output``
+    items, in order, first); an assistant entry becomes its items in order: text as an
+    assistant message, tool uses as ``function_call`` items, and the Responses items it
+    carries (``reasoning``, ``compaction``, server tool calls) exactly as received.
+    Thinking blocks and other providers' opaque blocks are left out (this API cannot
+    read them).
+    """
+    items: list[dict[str, Any]] = []
+    for e in entries:
+        items.extend(_assistant_items(e) if e.role == "assistant" else _user_items(e))
+    return items
+
+
+def _is_user_message(item: Mapping[str, Any]) -> bool:
+    return item.get("role") == "user" and item.get("type", "message") == "message"
+
+
+def from_newest_compaction_item(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``items`` from the newest ``compaction`` item on, with the user messages before it.
+
+    What the compaction summarizes need not be sent again (stateless chaining); the user
+    messages before it are kept, as ``/responses/compact`` itself returns them.
+    """
+    at = next(
+        (i for i in range(len(items) - 1, -1, -1) if items[i].get("type") == "compaction"), None
+    )
+    if at is None:
+        return items
+    return [*(m for m in items[:at] if _is_user_message(m)), *items[at:]]
+
+
+def responses_request(
+    system: str,
+    messages: Sequence[Entry] | str,
+    *,
+    model: str,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    tool_choice: ToolChoice = "auto",
+    max_tokens: int = 4096,
+    reasoning_effort: str | None = None,
+    compact_threshold: int | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments of ``responses.create`` for a stateless request (pure)."""
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "input": from_newest_compaction_item(responses_input(as_entries(messages))),
+        "max_output_tokens": max_tokens,
+        "store": False,
+    }
+    if system:
+        kwargs["instructions"] = system
+    if tools:
+        kwargs["tools"] = [_responses_tool(t) for t in tools]
+        kwargs["tool_choice"] = tool_choice
+    if reasoning_effort is not None:
+        kwargs["reasoning"] = {"effort": reasoning_effort}
+        kwargs["include"] = ["reasoning.encrypted_content"]
+    if compact_threshold is not None:
+        kwargs["context_management"] = [
+            {"type": "compaction", "compact_threshold": compact_threshold}
+        ]
+    return kwargs
+
+
+def compact_request(
+    system: str,
+    messages: Sequence[Entry],
+    *,
+    model: str,
+    previous_response_id: str | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments of ``responses.compact`` (``POST /v1/responses/compact``).
+
+    ``system`` goes as ``instructions``; the conversation as ``input`` items, from its
+    newest compaction item on.
+    """
+    kwargs: dict[str, Any] = {
+        "model": model,
+        "input": from_newest_compaction_item(responses_input(messages)),
+    }
+    if system:
+        kwargs["instructions"] = system
+    if previous_response_id is not None:
+        kwargs["previous_response_id"] = previous_response_id
+    return kwargs
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    try:
+        args = json.loads(raw or "{}")
+    except (TypeError, json.JSONDecodeError):
+        args = None
+    if not isinstance(args, dict):  # keep the call answerable: the tool will refuse it
+        args = {"_invalid_arguments": raw}
+    return args
+
+
+def _responses_reply(data: Mapping[str, Any]) -> ModelReply:
+    blocks: list[Block] = []
+    for item in data.get("output") or []:
+        kind = item.get("type")
+        if kind == "message":
+            for part in item.get("content") or []:
+                if part.get("type") == "output_text" and part.get("text"):
+                    blocks.append(TextBlock(text=part["text"]))
+                elif part.get("type") == "refusal" and part.get("refusal"):
+                    blocks.append(TextBlock(text=part["refusal"]))
+        elif kind == "function_call":
+            blocks.append(
+                ToolUseBlock(
+                    id=item["call_id"],
+                    name=item.get("name", ""),
+                    input=_arguments(item.get("arguments")),
+                )
+            )
+        elif isinstance(kind, str) and kind:
+            blocks.append(
+                OpaqueBlock(
+                    format="responses", kind=kind, data=dict(item), reasoning=kind == "reasoning"
+                )
+            )
+    u = data.get("usage") or {}
+    events: list[dict[str, Any]] = []
+    if any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in blocks):
+        events.append({"type": "provider_compaction", "provider": "openai", "paused": False})
+    details = data.get("incomplete_details") or {}
+    if data.get("status") == "incomplete" and details.get("reason") == "max_output_tokens":
+        stop = "max_tokens"
+    elif any(isinstance(b, ToolUseBlock) for b in blocks):
+        stop = "tool_use"
+    else:
+        stop = "end_turn"
+    return ModelReply(
+        content=tuple(blocks),
+        stop_reason=stop,
+        usage=Usage(int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)),
+        model=data.get("model"),
+        events=tuple(events),
+    )
+
+
+def _compacted(data: Mapping[str, Any]) -> ProviderCompaction:
+    """The compaction item ``/responses/compact`` returned, and the items before it."""
+    output = list(data.get("output") or [])
+    if data.get("object") != "response.compaction" or not output:
+        raise ProviderCompactionError(
+            f"openai: /responses/compact returned object {data.get('object')!r} with "
+            f"{len(output)} output items, not a compaction",
+            "failed",
+        )
+    item = output[-1]
+    if not isinstance(item, Mapping) or item.get("type") != "compaction":
+        raise ProviderCompactionError(
+            "openai: /responses/compact did not end its output with a compaction item", "failed"
+        )
+    if not isinstance(item.get("encrypted_content"), str) or not item["encrypted_content"]:
+        raise ProviderCompactionError(
+            "openai: the compaction item has no encrypted_content", "failed"
+        )
+    u = data.get("usage") or {}
+    return ProviderCompaction(
+        provider="openai",
+        item=dict(item),
+        kept=tuple(dict(m) for m in output[:-1]),
+        usage=Usage(int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)),
+        model=data.get("model"),
+    )
+
+
+def _json(raw: Any) -> dict[str, Any]:
+    """The JSON body of an SDK raw response (or a parsed object's dump)."""
+    text = getattr(raw, "text", None)
+    if isinstance(text, str):
+        return dict(json.loads(text))
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    return dict(raw.model_dump(mode="json", exclude_unset=True))
+
+
 class OpenAIClient:
     """:class:`~normandy_core.clients.ModelClient` and ``AsyncModelClient`` for OpenAI.
 
     ``model`` is the default model (a request's ``model`` wins); ``reasoning_effort`` is
-    sent when set. ``api_key``, ``base_url``, ``max_retries`` and ``timeout`` go to the
-    SDK clients, made on first use; ready ones can be passed as ``client`` and
-    ``async_client``. Refusals raise :class:`~normandy_core.clients.ModelClientError`.
+    sent when set. ``api`` chooses Chat Completions (``"chat"``) or the Responses API
+    (``"responses"``); ``compact_threshold`` (Responses only) turns on the API's own
+    compaction above that many tokens. ``api_key``, ``base_url``, ``max_retries`` and
+    ``timeout`` go to the SDK clients, made on first use; ready ones can be passed as
+    ``client`` and ``async_client``. Refusals raise
+    :class:`~normandy_core.clients.ModelClientError`; a bad ``api`` or
+    ``compact_threshold`` raises :class:`~normandy_core.OptionsError` here.
     """
+
+    #: The provider whose compaction :meth:`compact_conversation` asks for.
+    provider = "openai"
 
     def __init__(
         self,
         model: str | None = None,
         *,
+        api: Api = "chat",
         api_key: str | None = None,
         base_url: str | None = None,
         max_retries: int = 2,
         timeout: float | None = None,
         reasoning_effort: str | None = None,
+        compact_threshold: int | None = None,
         client: Any = None,
         async_client: Any = None,
     ) -> None:
+        if api not in ("chat", "responses"):
+            raise OptionsError(f"OpenAIClient(): api must be 'chat' or 'responses', got {api!r}")
+        if compact_threshold is not None:
+            if api != "responses":
+                raise OptionsError(
+                    "OpenAIClient(): compact_threshold needs the Responses API (api='responses')"
+                )
+            if (
+                isinstance(compact_threshold, bool)
+                or not isinstance(compact_threshold, int)
+                or compact_threshold <= 0
+            ):
+                raise OptionsError(
+                    "OpenAIClient(): compact_threshold must be a positive whole number of "
+                    f"tokens, got {compact_threshold!r}"
+                )
         self._sdk = _import_sdk()
         self.model = model
+        self.api: Api = api
+        self.compact_threshold = compact_threshold
         self.reasoning_effort = reasoning_effort
         self._options = sdk_options(
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
         )
         self._client = client
         self._async_client = async_client
+
+    def _model(self, model: str | None) -> str:
+        name = model or self.model
+        if not name:
+            raise ModelClientError("openai: no model given (OpenAIClient(model=...))")
+        return name
 
     def _kwargs(
         self,
@@ -153,18 +527,81 @@ class OpenAIClient:
         max_tokens: int,
         model: str | None,
     ) -> dict[str, Any]:
-        name = model or self.model
-        if not name:
-            raise ModelClientError("openai: no model given (OpenAIClient(model=...))")
+        if self.api == "responses":
+            return responses_request(
+                system,
+                messages,
+                model=self._model(model),
+                tools=tools,
+                tool_choice=tool_choice,
+                max_tokens=max_tokens,
+                reasoning_effort=self.reasoning_effort,
+                compact_threshold=self.compact_threshold,
+            )
         return openai_request(
             system,
             messages,
-            model=name,
+            model=self._model(model),
             tools=tools,
             tool_choice=tool_choice,
             max_tokens=max_tokens,
             reasoning_effort=self.reasoning_effort,
         )
+
+    def _sync(self) -> Any:
+        if self._client is None:
+            self._client = self._sdk.OpenAI(**self._options)
+        return self._client
+
+    def _async(self) -> Any:
+        if self._async_client is None:
+            self._async_client = self._sdk.AsyncOpenAI(**self._options)
+        return self._async_client
+
+    def _error(self, exc: Exception) -> ModelClientError:
+        return ModelClientError(f"openai: {type(exc).__name__}: {exc}")
+
+    def compact_conversation(
+        self,
+        system: str,
+        messages: Sequence[Entry],
+        *,
+        model: str | None = None,
+        previous_response_id: str | None = None,
+    ) -> ProviderCompaction:
+        """``POST /v1/responses/compact``: the conversation as the API compacts it.
+
+        Returns the compaction item and the user messages the API keeps before it, as
+        returned. Raises :class:`~normandy_core.clients.ProviderCompactionError` saying
+        whether the API was unreachable, refused, does not support it, or failed.
+        """
+        kwargs = compact_request(
+            system, messages, model=self._model(model), previous_response_id=previous_response_id
+        )
+        try:
+            data = _json(self._sync().responses.with_raw_response.compact(**kwargs))
+        except self._sdk.APIError as exc:
+            raise compaction_failure("openai", self._sdk, exc) from exc
+        return _compacted(data)
+
+    async def acompact_conversation(
+        self,
+        system: str,
+        messages: Sequence[Entry],
+        *,
+        model: str | None = None,
+        previous_response_id: str | None = None,
+    ) -> ProviderCompaction:
+        """:meth:`compact_conversation` without blocking the event loop."""
+        kwargs = compact_request(
+            system, messages, model=self._model(model), previous_response_id=previous_response_id
+        )
+        try:
+            raw = await self._async().responses.with_raw_response.compact(**kwargs)
+            data = _json(raw)
+        except self._sdk.APIError as exc:
+            raise compaction_failure("openai", self._sdk, exc) from exc
+        return _compacted(data)
 
     def complete(
         self,
@@ -177,14 +614,15 @@ class OpenAIClient:
         max_tokens: int = 4096,
         model: str | None = None,
     ) -> ModelReply:
-        """Send one Chat Completions request and return the reply (``thinking`` unused)."""
+        """Send one request and return the reply (``thinking`` unused)."""
         kwargs = self._kwargs(system, messages, tools, tool_choice, max_tokens, model)
-        if self._client is None:
-            self._client = self._sdk.OpenAI(**self._options)
         try:
-            completion = self._client.chat.completions.create(**kwargs)
+            if self.api == "responses":
+                raw = self._sync().responses.with_raw_response.create(**kwargs)
+                return _responses_reply(_json(raw))
+            completion = self._sync().chat.completions.create(**kwargs)
         except self._sdk.APIError as exc:
-            raise ModelClientError(f"openai: {type(exc).__name__}: {exc}") from exc
+            raise self._error(exc) from exc
         return _reply(completion)
 
     async def acomplete(
@@ -198,12 +636,13 @@ class OpenAIClient:
         max_tokens: int = 4096,
         model: str | None = None,
     ) -> ModelReply:
-        """Send one Chat Completions request without blocking the event loop."""
+        """Send one request without blocking the event loop."""
         kwargs = self._kwargs(system, messages, tools, tool_choice, max_tokens, model)
-        if self._async_client is None:
-            self._async_client = self._sdk.AsyncOpenAI(**self._options)
         try:
-            completion = await self._async_client.chat.completions.create(**kwargs)
+            if self.api == "responses":
+                raw = await self._async().responses.with_raw_response.create(**kwargs)
+                return _responses_reply(_json(raw))
+            completion = await self._async().chat.completions.create(**kwargs)
         except self._sdk.APIError as exc:
-            raise ModelClientError(f"openai: {type(exc).__name__}: {exc}") from exc
+            raise self._error(exc) from exc
         return _reply(completion)

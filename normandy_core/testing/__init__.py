@@ -195,15 +195,19 @@ def _config(
     memory: AgentMemory,
     window: int,
     rules: SurvivalRules | None = None,
+    client: Any = None,
 ) -> AgentConfig:
     """A config of compactor ``name`` holding ``memory``, its window pinned to ``window``
-    when it sizes against one and ``opts`` pin none, under survival ``rules``."""
+    when it sizes against one and ``opts`` pin none, under survival ``rules``, with the
+    model ``client`` (``None``: none)."""
     from normandy_core.preparation import pin_if_needed
 
     options = dict(opts)
     if "context_window" not in options:
         options = pin_if_needed(name, options, window, entry=_ENTRY)
-    acc = AgentConfig(model=model, compactor=name, compactor_opts=options, survival=rules)
+    acc = AgentConfig(
+        model=model, compactor=name, compactor_opts=options, survival=rules, client=client
+    )
     return acc.with_memory(memory)
 
 
@@ -214,11 +218,13 @@ def check_generated(
     model: str = "claude-sonnet-4-5",
     windows: tuple[int, int] = (1_000, 10_000),
     max_examples: int | None = None,
+    client: Any = None,
 ) -> None:
     """:func:`check_call` over generated conversations, then again over each result.
 
     A compactor that needs a window gets one drawn from ``windows`` (both ends included);
-    ``ctx.mid_round`` is true when the conversation ends after a tool batch.
+    ``ctx.mid_round`` is true when the conversation ends after a tool batch. ``client``
+    is the configs' model client (for a compactor that calls the model through it).
     """
     options = dict(opts or {})
 
@@ -227,7 +233,7 @@ def check_generated(
     def run(case: Case) -> None:
         conv = case.conversation
         try:
-            acc = _config(name, options, model, conv.memory, case.window)
+            acc = _config(name, options, model, conv.memory, case.window, client=client)
         except OptionsError:
             reject()  # a window these options refuse where the config is made
         ctx = context_for(acc, mid_round=conv.ends_mid_round)
@@ -244,6 +250,7 @@ def check_roomy_mid_round(
     *,
     model: str = "claude-sonnet-4-5",
     max_examples: int | None = None,
+    client: Any = None,
 ) -> None:
     """Mid-round, with everything fitting, the same ``acc`` and memory come back.
 
@@ -255,7 +262,7 @@ def check_roomy_mid_round(
     @_settings(max_examples)
     @given(conv=conversations(mid_round=True))
     def run(conv: Conversation) -> None:
-        acc = _config(name, options, model, conv.memory, ROOMY_WINDOW)
+        acc = _config(name, options, model, conv.memory, ROOMY_WINDOW, client=client)
         ctx = context_for(acc, mid_round=True)
         new_acc, meta = check_call(name, acc, ctx)
         if new_acc is not acc or new_acc.memory is not acc.memory or meta["compacted"]:
@@ -296,6 +303,7 @@ def check_survival(
     model: str = "claude-sonnet-4-5",
     windows: tuple[int, int] = (1_000, 10_000),
     max_examples: int | None = None,
+    client: Any = None,
 ) -> None:
     """Over generated conversations and drawn survival rules, every entry the rules keep
     survives every compaction (and a second one, of the result).
@@ -311,7 +319,7 @@ def check_survival(
     def run(case: Case, rules: SurvivalRules) -> None:
         conv = case.conversation
         try:
-            acc = _config(name, options, model, conv.memory, case.window, rules)
+            acc = _config(name, options, model, conv.memory, case.window, rules, client)
         except OptionsError:
             return  # the compactor refuses these rules (or this window) at config time
         ctx = context_for(acc, mid_round=conv.ends_mid_round)
@@ -333,6 +341,7 @@ def check_compactor(
     model: str = "claude-sonnet-4-5",
     windows: tuple[int, int] = (1_000, 10_000),
     max_examples: int | None = None,
+    client: Any = None,
 ) -> None:
     """Run every rule of the kit against the compactor installed as ``name``.
 
@@ -342,15 +351,19 @@ def check_compactor(
     :param roomy_opts: options under which nothing is over the trigger, for the
         mid-round rule (default: ``opts``, with a window of :data:`ROOMY_WINDOW`).
     :param max_examples: hypothesis examples per property (default: the active profile's).
+    :param client: the model client every config gets (``AgentConfig(client=...)``), for a
+        compactor that calls the model through it (a client of a local server speaking
+        the provider's protocol, in tests).
     """
     comp = resolve_compactor(name)
     if not isinstance(comp.needs_window(comp.parse_options(dict(opts or {}), _ENTRY)), bool):
         _fail(name, "needs_window must return a bool")
     check_options(name, opts, bad_opts, model=model)
-    check_generated(name, opts, model=model, windows=windows, max_examples=max_examples)
-    check_survival(name, opts, model=model, windows=windows, max_examples=max_examples)
+    kit = {"model": model, "max_examples": max_examples, "client": client}
+    check_generated(name, opts, windows=windows, **kit)
+    check_survival(name, opts, windows=windows, **kit)
     roomy = opts if roomy_opts is None else roomy_opts
-    check_roomy_mid_round(name, roomy, model=model, max_examples=max_examples)
+    check_roomy_mid_round(name, roomy, **kit)
 
 
 class CompactorContract:
@@ -367,6 +380,8 @@ class CompactorContract:
     model: ClassVar[str] = "claude-sonnet-4-5"
     windows: ClassVar[tuple[int, int]] = (1_000, 10_000)
     max_examples: ClassVar[int | None] = None
+    client: ClassVar[Any] = None
+    """The model client of every config (for a compactor that calls the model)."""
 
     def test_resolves_by_name(self) -> None:
         """The compactor is installed and loads under its name."""
@@ -386,6 +401,7 @@ class CompactorContract:
             model=self.model,
             windows=self.windows,
             max_examples=self.max_examples,
+            client=self.client,
         )
 
     def test_survival_rules_are_honoured(self) -> None:
@@ -397,13 +413,18 @@ class CompactorContract:
             model=self.model,
             windows=self.windows,
             max_examples=self.max_examples,
+            client=self.client,
         )
 
     def test_mid_round_under_the_window_keeps_the_same_memory(self) -> None:
         """Mid-round and fitting: the same acc and memory object come back."""
         roomy = self.opts if self.roomy_opts is None else self.roomy_opts
         check_roomy_mid_round(
-            self.compactor, roomy, model=self.model, max_examples=self.max_examples
+            self.compactor,
+            roomy,
+            model=self.model,
+            max_examples=self.max_examples,
+            client=self.client,
         )
 
 

@@ -22,7 +22,12 @@ from typing import Any
 
 from normandy_core.boundary import run_compaction
 from normandy_core.calibration import CalibratedCounter, Calibration, default_calibration
-from normandy_core.clients.base import ModelClient, ModelReply, Usage
+from normandy_core.clients.base import (
+    ModelClient,
+    ModelReply,
+    Usage,
+    holds_provider_compaction,
+)
 from normandy_core.config import AgentConfig
 from normandy_core.eventloop import bind_turn_loop
 from normandy_core.memory import (
@@ -38,6 +43,7 @@ from normandy_core.memory import (
 )
 from normandy_core.retrieval import recall_tools
 from normandy_core.tokens import TokenCounter, get_counter
+from normandy_core.transcript import PROVIDER_COMPACTION
 from normandy_core.turn.core import (
     AppendMessage,
     Budget,
@@ -267,7 +273,10 @@ class _Runner:
                     pending[0] is eff.content or pending[0] == eff.content
                 )
                 eid = pending[1] if same and pending is not None else None
-                self.acc.memory.add_message(eff.role, eff.content, id=eid, turn_id=self.turn_id)
+                if eff.role == "assistant" and holds_provider_compaction(eff.content):
+                    self.append_compaction(eff.content, eid)
+                else:
+                    self.acc.memory.add_message(eff.role, eff.content, id=eid, turn_id=self.turn_id)
             elif isinstance(eff, Emit):
                 self.emit(eff.event)
             elif isinstance(eff, Finish):
@@ -275,6 +284,33 @@ class _Runner:
             else:
                 out.append(eff)
         return out
+
+    def append_compaction(self, content: Content, eid: str | None) -> None:
+        """Append a reply holding a provider's compaction as a pinned entry.
+
+        The provider summarized everything before it, and its clients send nothing
+        before it again, so no compactor may drop it; an earlier provider compaction
+        it supersedes is unpinned (a compactor may then drop it, reporting it).
+        """
+        memory = self.acc.memory
+        entries = memory.entries()
+        if any(e.pinned and e.metadata.get(PROVIDER_COMPACTION) for e in entries):
+            unpinned = [
+                e.model_copy(update={"pinned": False})
+                if e.pinned and e.metadata.get(PROVIDER_COMPACTION)
+                else e
+                for e in entries
+            ]
+            memory = memory.derive(unpinned)
+            self.acc = self.acc.with_memory(memory)
+        memory.add_message(
+            "assistant",
+            content,
+            id=eid,
+            turn_id=self.turn_id,
+            pinned=True,
+            metadata={PROVIDER_COMPACTION: True},
+        )
 
     def compacted(self, acc: AgentConfig, meta: Mapping[str, Any]) -> Event:
         """Put the boundary's acc in place; the event that reports it to the core.
@@ -322,7 +358,13 @@ class _Runner:
         """Account for a reply (usage, calibration, client events); its core event."""
         self.usage = self.usage + reply.usage
         model = self.acc.model
-        if model is not None and reply.usage.input_tokens > 0:
+        # A provider that edited or compacted the context counted less than was sent, and
+        # a request after a provider compaction leaves out what it summarized: then the
+        # count says nothing about how Normandy's counter sizes the conversation.
+        edited = any(
+            e.get("type") in ("context_management", "provider_compaction") for e in reply.events
+        ) or any(e.metadata.get(PROVIDER_COMPACTION) for e in self.acc.memory)
+        if model is not None and reply.usage.input_tokens > 0 and not edited:
             self.calibration.observe(model, self.base.name, estimated, reply.usage.input_tokens)
         for note in reply.events:
             self.emit({**note, "turn_id": self.turn_id})

@@ -4,11 +4,37 @@ Each server runs ``http.server`` on 127.0.0.1 in a daemon thread, answers in the
 provider's wire format, and checks every request the way the real API does, answering
 400 with the API's own kind of error JSON. It is bounded: it stops itself after
 ``max_requests`` requests or ``lifetime`` seconds, and on leaving its ``with`` block.
+
+Provider compaction, as the providers document it:
+
+* Anthropic (``/v1/messages``, with the ``anthropic-beta`` header): ``context_management``
+  edits ``clear_tool_uses_20250919`` and ``clear_thinking_20251015`` (beta
+  ``context-management-2025-06-27``) clear what the model reads and are reported in
+  ``context_management.applied_edits``; ``compact_20260112`` (beta
+  ``compact-2026-01-12``, trigger at least 50,000) opens the reply with a ``compaction``
+  block above its trigger (with ``pause_after_compaction``: only that block,
+  ``stop_reason`` ``"compaction"``), its cost in ``usage.iterations``; on-demand
+  compaction (``"compaction": {"type": "summarize"}``, beta ``compact-2026-09-04``, not
+  with ``context_management``) answers one compaction block with ``stop_reason``
+  ``"compaction"``. Everything before the newest compaction block is ignored, and a
+  compaction block sent back must be one this server made, byte for byte.
+* OpenAI Responses (``/v1/responses``, stateless ``store: false``): items in, items out;
+  a ``reasoning`` item must be followed by the item it produced; ``context_management``
+  ``[{"type": "compaction", "compact_threshold": N}]`` puts a ``compaction`` item (with
+  ``encrypted_content``) first in the output above the threshold;
+  ``/v1/responses/compact`` answers ``object: "response.compaction"`` whose output is the
+  user messages followed by one compaction item, with ``usage``. A compaction item sent
+  back must be one this server made.
+
+``compaction`` chooses how the server answers a compaction request: ``"ok"``,
+``"refuse"`` (400) or ``"overloaded"`` (529 / 503); models named in ``no_compaction``
+are refused as not supporting it.
 Loaded by path from tests/clients/conftest.py (not a test module).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import itertools
@@ -86,7 +112,10 @@ def check_anthropic(body: dict[str, Any]) -> None:
             raise Refusal("Thinking may not be enabled when tool_choice forces tool use.")
     if not msgs:
         raise Refusal("messages: at least one message is required")
-    if msgs[0].get("role") != "user":
+    opens_with_compaction = _blocks(msgs[0].get("content"))[:1] and (
+        _blocks(msgs[0]["content"])[0].get("type") == "compaction"
+    )
+    if msgs[0].get("role") != "user" and not opens_with_compaction:
         raise Refusal('messages: first message must use the "user" role')
     uses_tools = False
     for i, m in enumerate(msgs):
@@ -105,7 +134,7 @@ def check_anthropic(body: dict[str, Any]) -> None:
                 uses_tools = True
             if b.get("type") == "thinking" and b.get("signature") != sign(b.get("thinking", "")):
                 raise Refusal(f"messages.{i}.content.{j}: Invalid `signature` in `thinking` block")
-            if role == "user" and b.get("type") in (*THINKING, "tool_use"):
+            if role == "user" and b.get("type") in (*THINKING, "tool_use", "compaction"):
                 raise Refusal(f"messages.{i}.content.{j}.type: not allowed in a user message")
         prev_uses = set()
         if i and msgs[i - 1].get("role") == "assistant":
@@ -130,7 +159,7 @@ def check_anthropic(body: dict[str, Any]) -> None:
                     f"immediately after: {', '.join(missing)}. Each `tool_use` block must have "
                     "a corresponding `tool_result` block in the next message."
                 )
-            kinds = [b.get("type") for b in blocks]
+            kinds = [b.get("type") for b in blocks if b.get("type") != "compaction"]
             if any(k in THINKING for k in kinds) and kinds[0] not in THINKING:
                 raise Refusal(
                     f"messages.{i}.content.0.type: Expected `thinking` or `redacted_thinking`, "
@@ -144,7 +173,11 @@ def check_anthropic(body: dict[str, Any]) -> None:
     last_assistant = max((i for i, m in enumerate(msgs) if m["role"] == "assistant"), default=None)
     if last_assistant is None:
         return
-    kinds = [b.get("type") for b in _blocks(msgs[last_assistant]["content"])]
+    kinds = [
+        b.get("type")
+        for b in _blocks(msgs[last_assistant]["content"])
+        if b.get("type") != "compaction"
+    ] or ["compaction"]
     open_round = (
         last_assistant == len(msgs) - 2
         and "tool_use" in kinds
@@ -215,6 +248,165 @@ def anthropic_reply(body: dict[str, Any], action: dict[str, Any], n: int) -> dic
             "output_tokens": 25,
         },
     }
+
+
+# -- Anthropic provider compaction ----------------------------------------------------
+
+CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
+COMPACT_BETA = "compact-2026-01-12"
+ON_DEMAND_BETA = "compact-2026-09-04"
+COMPACT_MIN_TRIGGER = 50_000
+_EDIT_BETAS = {
+    "clear_tool_uses_20250919": CONTEXT_MANAGEMENT_BETA,
+    "clear_thinking_20251015": CONTEXT_MANAGEMENT_BETA,
+    "compact_20260112": COMPACT_BETA,
+}
+
+
+def _trigger(edit: dict[str, Any], default: int) -> tuple[str, int]:
+    trig = edit.get("trigger") or {"type": "input_tokens", "value": default}
+    return str(trig.get("type")), int(trig.get("value") or 0)
+
+
+def check_context_management(body: dict[str, Any], betas: set[str]) -> None:
+    """Refuse edits the API would refuse: unknown, without their beta, out of order,
+    a compaction trigger under 50,000, or combined with on-demand compaction."""
+    cm = body.get("context_management")
+    if cm is None:
+        return
+    if "compaction" in body:
+        raise Refusal(
+            "context_management cannot be used together with `compaction` (on-demand "
+            "compaction) in one request"
+        )
+    edits = cm.get("edits")
+    if not isinstance(edits, list) or not edits:
+        raise Refusal("context_management.edits: Field required")
+    for k, edit in enumerate(edits):
+        kind = edit.get("type")
+        if kind not in _EDIT_BETAS:
+            raise Refusal(f"context_management.edits.{k}.type: unknown edit {kind!r}")
+        if _EDIT_BETAS[kind] not in betas:
+            raise Refusal(
+                f"context_management.edits.{k}: {kind} requires the beta header "
+                f"'anthropic-beta: {_EDIT_BETAS[kind]}'"
+            )
+        if kind == "clear_thinking_20251015" and k != 0:
+            raise Refusal(
+                "context_management.edits: clear_thinking_20251015 must be the first edit"
+            )
+        if kind == "compact_20260112":
+            ttype, value = _trigger(edit, 150_000)
+            if ttype != "input_tokens" or value < COMPACT_MIN_TRIGGER:
+                raise Refusal(
+                    f"context_management.edits.{k}.trigger.value: Input should be greater "
+                    f"than or equal to {COMPACT_MIN_TRIGGER}"
+                )
+
+
+def _tokens_of(value: Any) -> int:
+    return math.ceil(len(json.dumps(value, ensure_ascii=False)) / 3.2)
+
+
+def apply_edits(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """Apply the clearing edits to ``body["messages"]`` in place (what the model reads);
+    the ``applied_edits`` the response reports (only edits that cleared something)."""
+    applied: list[dict[str, Any]] = []
+    msgs = body["messages"]
+    for edit in (body.get("context_management") or {}).get("edits") or []:
+        kind = edit["type"]
+        if kind == "clear_thinking_20251015":
+            keep = edit.get("keep") or {"type": "thinking_turns", "value": 1}
+            turns = [
+                m
+                for m in msgs
+                if m["role"] == "assistant"
+                and any(b.get("type") in THINKING for b in _blocks(m["content"]))
+            ]
+            n = 0 if keep == "all" else max(0, len(turns) - int(keep["value"]))
+            cleared = 0
+            for m in turns[:n]:
+                gone = [b for b in _blocks(m["content"]) if b.get("type") in THINKING]
+                cleared += _tokens_of(gone)
+                m["content"] = [b for b in _blocks(m["content"]) if b.get("type") not in THINKING]
+            if n:
+                applied.append(
+                    {
+                        "type": kind,
+                        "cleared_thinking_turns": n,
+                        "cleared_input_tokens": cleared,
+                    }
+                )
+        elif kind == "clear_tool_uses_20250919":
+            ttype, value = _trigger(edit, 100_000)
+            uses = [b for m in msgs for b in _blocks(m["content"]) if b.get("type") == "tool_use"]
+            over = len(uses) > value if ttype == "tool_uses" else count_tokens(body) > value
+            if not over:
+                continue
+            keep = int((edit.get("keep") or {}).get("value", 3))
+            exclude = set(edit.get("exclude_tools") or [])
+            inputs = edit.get("clear_tool_inputs") or False
+            names = {b["id"]: b.get("name") for b in uses}
+            candidates = [b["id"] for b in uses[: max(0, len(uses) - keep)]]
+            candidates = [c for c in candidates if names[c] not in exclude]
+            cleared_ids: set[str] = set()
+            tokens = 0
+            for m in msgs:
+                for b in _blocks(m["content"]):
+                    if b.get("type") == "tool_result" and b.get("tool_use_id") in candidates:
+                        tokens += _tokens_of(b.get("content"))
+                        b["content"] = "[cleared]"
+                        cleared_ids.add(b["tool_use_id"])
+                    elif (
+                        b.get("type") == "tool_use"
+                        and b["id"] in candidates
+                        and (inputs is True or (isinstance(inputs, list) and b["name"] in inputs))
+                    ):
+                        tokens += _tokens_of(b.get("input"))
+                        b["input"] = {}
+            least = int((edit.get("clear_at_least") or {}).get("value", 0))
+            if cleared_ids and tokens >= least:
+                applied.append(
+                    {
+                        "type": kind,
+                        "cleared_tool_uses": len(cleared_ids),
+                        "cleared_input_tokens": tokens,
+                    }
+                )
+    return applied
+
+
+def compaction_block(body: dict[str, Any], n: int) -> dict[str, Any]:
+    """The compaction block the fake API writes: a summary naming what it read."""
+    instr = (body.get("compaction") or {}).get("instructions") or next(
+        (
+            e.get("instructions")
+            for e in (body.get("context_management") or {}).get("edits") or []
+            if e.get("type") == "compact_20260112"
+        ),
+        None,
+    )
+    texts = [
+        b.get("text", "")
+        for m in body["messages"]
+        for b in _blocks(m["content"])
+        if b.get("type") == "text"
+    ]
+    summary = f"<summary n={n}>Summary of {len(body['messages'])} messages"
+    if instr:
+        summary += f" (following: {instr[:40]})"
+    summary += ": " + " | ".join(t[:30] for t in texts[:4]) + "</summary>"
+    return {"type": "compaction", "content": summary}
+
+
+def from_newest_compaction(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the API reads of ``msgs``: from the newest compaction block on."""
+    for i in range(len(msgs) - 1, -1, -1):
+        blocks = _blocks(msgs[i]["content"])
+        for j in range(len(blocks) - 1, -1, -1):
+            if blocks[j].get("type") == "compaction":
+                return [{**msgs[i], "content": blocks[j:]}, *msgs[i + 1 :]]
+    return msgs
 
 
 # -- OpenAI Chat Completions API ------------------------------------------------------
@@ -350,6 +542,153 @@ def openai_reply(body: dict[str, Any], action: dict[str, Any], n: int) -> dict[s
     }
 
 
+# -- OpenAI Responses API -------------------------------------------------------------
+
+_INPUT_PARTS = ("input_text", "input_image", "input_file", "input_audio", "output_text", "refusal")
+
+
+def responses_tokens(body: dict[str, Any]) -> int:
+    """The input tokens of a Responses request, counted as for the other APIs."""
+    return math.ceil(
+        len(json.dumps([body.get("instructions"), body.get("input"), body.get("tools")])) / 3.2
+    )
+
+
+def check_responses(body: dict[str, Any], issued: set[str]) -> None:
+    """Raise :class:`Refusal` for what ``POST /v1/responses`` (or ``/compact``) refuses."""
+    if not body.get("model"):
+        raise Refusal("Missing required parameter: 'model'.", "model")
+    items = body.get("input")
+    if isinstance(items, str):
+        return
+    if not isinstance(items, list) or not items:
+        raise Refusal("Invalid 'input': empty array.", "input")
+    for i, tool in enumerate(body.get("tools") or []):
+        if tool.get("type") != "function" or not _TOOL_NAME.match(str(tool.get("name", ""))):
+            raise Refusal(f"Invalid 'tools[{i}]': a function tool needs a valid name.", "tools")
+        if (tool.get("parameters") or {}).get("type") != "object":
+            raise Refusal(f"Invalid schema for function '{tool.get('name')}'.", "tools")
+    calls: dict[str, bool] = {}
+    for i, item in enumerate(items):
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise Refusal(f"Invalid value: '{role}'.", f"input[{i}].role")
+            content = item.get("content")
+            if isinstance(content, list):
+                for j, part in enumerate(content):
+                    if part.get("type") not in _INPUT_PARTS:
+                        raise Refusal(
+                            f"Invalid value: '{part.get('type')}'.",
+                            f"input[{i}].content[{j}].type",
+                        )
+            elif not isinstance(content, str):
+                raise Refusal("Invalid type for 'content'.", f"input[{i}].content")
+        elif kind == "function_call":
+            try:
+                json.loads(item["arguments"])
+            except (KeyError, ValueError):
+                raise Refusal("Invalid 'arguments': not valid JSON.", f"input[{i}]") from None
+            calls[item["call_id"]] = False
+        elif kind == "function_call_output":
+            if item.get("call_id") not in calls:
+                raise Refusal(
+                    f"No tool call found for function call output with call_id "
+                    f"{item.get('call_id')}.",
+                    f"input[{i}]",
+                )
+            calls[item["call_id"]] = True
+        elif kind == "reasoning":
+            nxt = items[i + 1] if i + 1 < len(items) else {}
+            if nxt.get("type", "message") not in ("function_call", "message") or (
+                nxt.get("type", "message") == "message" and nxt.get("role") != "assistant"
+            ):
+                raise Refusal(
+                    f"Item '{item.get('id')}' of type 'reasoning' was provided without its "
+                    "required following item.",
+                    "input",
+                )
+        elif kind == "compaction":
+            if json.dumps(item, sort_keys=True) not in issued:
+                raise Refusal(
+                    "Invalid 'encrypted_content': the compaction item could not be decrypted "
+                    "or was altered.",
+                    f"input[{i}].encrypted_content",
+                )
+        else:
+            raise Refusal(f"Invalid value: '{kind}'.", f"input[{i}].type")
+    missing = [c for c, answered in calls.items() if not answered]
+    last = items[-1].get("type", "message")
+    if missing and last != "function_call":
+        raise Refusal(f"No tool output found for function call {missing[0]}.", "input")
+
+
+def _user_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The user messages of ``items``, as ``/responses/compact`` returns them."""
+    out = []
+    for item in items:
+        if item.get("type", "message") == "message" and item.get("role") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                content = [{"type": "input_text", "text": content}]
+            out.append({"type": "message", "role": "user", "content": content})
+    return out
+
+
+def compaction_item(body: dict[str, Any], n: int) -> dict[str, Any]:
+    """An opaque compaction item (its content means something to this server only)."""
+    digest = hashlib.sha256(json.dumps(body.get("input"), sort_keys=True).encode()).hexdigest()
+    return {"type": "compaction", "id": f"cmp_{n:04d}", "encrypted_content": f"gAAAA{digest}"}
+
+
+def responses_reply(
+    body: dict[str, Any], action: dict[str, Any], n: int, compaction: dict[str, Any] | None
+) -> dict[str, Any]:
+    """A Responses API response for ``action``; ``compaction`` (an item) goes first."""
+    output: list[dict[str, Any]] = [compaction] if compaction else []
+    if body.get("reasoning"):
+        item: dict[str, Any] = {"type": "reasoning", "id": f"rs_{n:04d}", "summary": []}
+        if "reasoning.encrypted_content" in (body.get("include") or []):
+            item["encrypted_content"] = f"enc-reasoning-{n}"
+        output.append(item)
+    calls = action.get("tools") or []
+    if body.get("tool_choice") == "none":
+        calls = []
+    text = action.get("text") or (None if calls else "Final answer without tools.")
+    if text:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_{n:04d}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}],
+            }
+        )
+    for k, (name, args) in enumerate(calls):
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_{n:04d}_{k}",
+                "call_id": f"call_{n:03d}_{k}",
+                "name": name,
+                "arguments": json.dumps(args),
+                "status": "completed",
+            }
+        )
+    prompt = responses_tokens(body)
+    return {
+        "id": f"resp_{n:04d}",
+        "object": "response",
+        "created_at": 1_700_000_000,
+        "status": "completed",
+        "model": body["model"],
+        "output": output,
+        "usage": {"input_tokens": prompt, "output_tokens": 25, "total_tokens": prompt + 25},
+    }
+
+
 # -- the server -----------------------------------------------------------------------
 
 
@@ -357,7 +696,11 @@ class FakeProvider:
     """A loopback provider: ``kind`` is ``"anthropic"`` or ``"openai"``.
 
     ``script`` is the list of actions the fake model takes, one per accepted request.
-    ``requests`` holds every body received, ``refusals`` every 400 sent (with the body).
+    ``requests`` holds every body received (``paths`` and ``headers`` beside it, header
+    names in lower case), ``refusals`` every 400 sent (with the body). ``compaction`` is
+    how compaction requests are answered (``"ok"``, ``"refuse"``, ``"overloaded"``);
+    ``no_compaction`` names models that do not support it. ``issued`` holds every
+    compaction block or item made (as canonical JSON), which alone are accepted back.
     """
 
     def __init__(
@@ -367,13 +710,20 @@ class FakeProvider:
         *,
         max_requests: int = 100,
         lifetime: float = 60.0,
+        compaction: str = "ok",
+        no_compaction: tuple[str, ...] = (),
     ) -> None:
         self.kind = kind
         self.script = list(script or [])
         self.requests: list[dict[str, Any]] = []
+        self.paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
         self.refusals: list[tuple[dict[str, Any], dict[str, Any]]] = []
         self.max_requests = max_requests
         self.lifetime = lifetime
+        self.compaction = compaction
+        self.no_compaction = set(no_compaction)
+        self.issued: set[str] = set()
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
         provider = self
@@ -412,37 +762,199 @@ class FakeProvider:
         self, path: str, headers: dict[str, str], body: dict[str, Any]
     ) -> tuple[int, dict[str, Any]]:
         """Check one request; answer it or refuse it."""
+        lower = {k.lower(): v for k, v in headers.items()}
+        route = path.partition("?")[0]
         with self._lock:
             self.requests.append(body)
+            self.paths.append(route)
+            self.headers.append(lower)
             if len(self.requests) > self.max_requests:
                 threading.Thread(target=self.stop, daemon=True).start()
                 return 500, {"error": {"message": "loopback server: request limit reached"}}
             if self.kind == "anthropic":
-                if path != "/v1/messages":
+                if route != "/v1/messages":
                     return 404, {
                         "type": "error",
                         "error": {"type": "not_found_error", "message": path},
                     }
-                lower = {k.lower(): v for k, v in headers.items()}
                 if not lower.get("x-api-key") and not lower.get("authorization"):
                     return 401, {
                         "type": "error",
                         "error": {"type": "authentication_error", "message": "missing API key"},
                     }
-                check, reply, error = check_anthropic, anthropic_reply, anthropic_error
-            else:
-                if path != "/v1/chat/completions":
-                    return 404, {"error": {"message": f"Unknown path {path}"}}
-                check, reply, error = check_openai, openai_reply, openai_error
+                betas = {b.strip() for b in lower.get("anthropic-beta", "").split(",") if b}
+                return self._anthropic(body, betas)
+            if route == "/v1/responses":
+                return self._responses(body)
+            if route == "/v1/responses/compact":
+                return self._compact(body)
+            if route != "/v1/chat/completions":
+                return 404, {"error": {"message": f"Unknown path {path}"}}
             try:
-                check(body)
+                check_openai(body)
             except Refusal as refusal:
-                answer = error(refusal)
-                self.refusals.append((body, answer))
-                return 400, answer
+                return self._refuse(body, refusal, openai_error)
             n = next(self._counter)
-            action = self.script.pop(0) if self.script else {"text": "Nothing left to do."}
-            return 200, reply(body, action, n)
+            return 200, openai_reply(body, self._action(), n)
+
+    def _action(self) -> dict[str, Any]:
+        return self.script.pop(0) if self.script else {"text": "Nothing left to do."}
+
+    def _refuse(
+        self, body: dict[str, Any], refusal: Refusal, error: Any
+    ) -> tuple[int, dict[str, Any]]:
+        answer = error(refusal)
+        self.refusals.append((body, answer))
+        return 400, answer
+
+    def _issue(self, item: dict[str, Any]) -> dict[str, Any]:
+        self.issued.add(json.dumps(item, sort_keys=True))
+        return item
+
+    def _cannot(self, model: str, error: Any) -> tuple[int, dict[str, Any]] | None:
+        """The answer to a compaction this server will not make, else ``None``."""
+        if model in self.no_compaction:
+            return 400, error(Refusal(f"The model {model!r} does not support compaction."))
+        if self.compaction == "refuse":
+            return 400, error(Refusal("Compaction was refused: the conversation was flagged."))
+        if self.compaction == "overloaded":
+            if self.kind == "anthropic":
+                return 529, {
+                    "type": "error",
+                    "error": {"type": "overloaded_error", "message": "Overloaded"},
+                }
+            return 503, {"error": {"message": "The server is overloaded.", "type": "server_error"}}
+        return None
+
+    # -- Anthropic -------------------------------------------------------------------
+
+    def _anthropic(self, body: dict[str, Any], betas: set[str]) -> tuple[int, dict[str, Any]]:
+        on_demand = "compaction" in body
+        try:
+            check_context_management(body, betas)
+            msgs = body.get("messages") or []
+            for i, m in enumerate(msgs):
+                for j, b in enumerate(_blocks(m.get("content"))):
+                    if b.get("type") != "compaction":
+                        continue
+                    if not betas & {COMPACT_BETA, ON_DEMAND_BETA}:
+                        raise Refusal(
+                            f"messages.{i}.content.{j}: compaction blocks require the beta "
+                            f"header 'anthropic-beta: {COMPACT_BETA}' or '{ON_DEMAND_BETA}'"
+                        )
+                    if json.dumps(b, sort_keys=True) not in self.issued:
+                        raise Refusal(
+                            f"messages.{i}.content.{j}: the compaction block was altered or "
+                            "was not made by this API"
+                        )
+            if on_demand:
+                if ON_DEMAND_BETA not in betas:
+                    raise Refusal(
+                        f"compaction: on-demand compaction requires the beta header "
+                        f"'anthropic-beta: {ON_DEMAND_BETA}'"
+                    )
+                if (body["compaction"] or {}).get("type") != "summarize":
+                    raise Refusal("compaction.type: Input should be 'summarize'")
+                if "tool_choice" in body:
+                    raise Refusal("tool_choice: not allowed with on-demand compaction")
+            view = {**body, "messages": copy.deepcopy(from_newest_compaction(msgs))}
+            check_anthropic(view)
+        except Refusal as refusal:
+            return self._refuse(body, refusal, anthropic_error)
+        edits = (body.get("context_management") or {}).get("edits") or []
+        compact = next((e for e in edits if e["type"] == "compact_20260112"), None)
+        if on_demand or (compact and count_tokens(view) > _trigger(compact, 150_000)[1]):
+            cannot = self._cannot(body["model"], anthropic_error)
+            if cannot is not None:
+                return cannot
+        n = next(self._counter)
+        tokens = count_tokens(view)
+        if on_demand:
+            return 200, {
+                "id": f"msg_{n:04d}",
+                "type": "message",
+                "role": "assistant",
+                "model": body["model"],
+                "content": [self._issue(compaction_block(view, n))],
+                "stop_reason": "compaction",
+                "stop_sequence": None,
+                "usage": {"input_tokens": tokens, "output_tokens": 120},
+            }
+        applied = apply_edits(view)
+        action = self._action()
+        reply = anthropic_reply(view, action, n)
+        if compact is not None and tokens > _trigger(compact, 150_000)[1]:
+            block = self._issue(compaction_block(view, n))
+            spent = {"type": "compaction", "input_tokens": tokens, "output_tokens": 120}
+            if compact.get("pause_after_compaction"):
+                self.script.insert(0, action)  # the model answers on the continuation
+                reply["content"] = [block]
+                reply["stop_reason"] = "compaction"
+                reply["usage"]["iterations"] = [spent]
+            else:
+                reply["content"] = [block, *reply["content"]]
+                message = {"type": "message", "input_tokens": 300, "output_tokens": 25}
+                reply["usage"]["iterations"] = [spent, message]
+        if applied:
+            reply["context_management"] = {"applied_edits": applied}
+        return 200, reply
+
+    # -- OpenAI Responses --------------------------------------------------------------
+
+    def _responses(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        try:
+            check_responses(body, self.issued)
+            cm = body.get("context_management")
+            if cm is not None and (
+                not isinstance(cm, list)
+                or any(
+                    e.get("type") != "compaction"
+                    or not isinstance(e.get("compact_threshold"), int)
+                    or e["compact_threshold"] <= 0
+                    for e in cm
+                )
+            ):
+                raise Refusal(
+                    "Invalid 'context_management': expected [{'type': 'compaction', "
+                    "'compact_threshold': N}].",
+                    "context_management",
+                )
+        except Refusal as refusal:
+            return self._refuse(body, refusal, openai_error)
+        threshold = min(
+            (e["compact_threshold"] for e in body.get("context_management") or []), default=None
+        )
+        compaction = None
+        if threshold is not None and responses_tokens(body) > threshold:
+            cannot = self._cannot(body["model"], openai_error)
+            if cannot is not None:
+                return cannot
+            compaction = self._issue(compaction_item(body, next(self._counter)))
+        n = next(self._counter)
+        return 200, responses_reply(body, self._action(), n, compaction)
+
+    def _compact(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        try:
+            check_responses(body, self.issued)
+        except Refusal as refusal:
+            return self._refuse(body, refusal, openai_error)
+        cannot = self._cannot(body["model"], openai_error)
+        if cannot is not None:
+            return cannot
+        n = next(self._counter)
+        items = (
+            body["input"]
+            if isinstance(body["input"], list)
+            else [{"role": "user", "content": body["input"]}]
+        )
+        prompt = responses_tokens(body)
+        return 200, {
+            "id": f"resp_cmp_{n:04d}",
+            "object": "response.compaction",
+            "created_at": 1_700_000_000,
+            "output": [*_user_messages(items), self._issue(compaction_item(body, n))],
+            "usage": {"input_tokens": prompt, "output_tokens": 150, "total_tokens": prompt + 150},
+        }
 
     def start(self) -> FakeProvider:
         """Serve in a daemon thread; stops itself after ``lifetime`` seconds."""

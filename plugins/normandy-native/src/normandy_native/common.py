@@ -1,0 +1,367 @@
+"""What both provider-native compactors share: when to act, what to send, the fallback.
+
+A compaction sends the provider every unit of the active branch but the newest (the live
+state: the user's new message, or the open tool round), system entries and the units of
+entries a survival rule keeps (``ctx.rules``: pinned entries, the task, ``keep_tools``,
+``keep_if``; they stay as they are, after the compaction, since a provider ignores what
+precedes its compaction); the provider's compaction replaces what it was sent,
+and everything it replaced is reported in ``dropped``, with its readable content, so an
+``after_compact`` hook (the archive) keeps it: the compaction itself is readable only by
+the provider that made it. The compaction is pinned and marked
+``normandy.provider_compaction``; a later compaction sends it back and replaces it (the
+contract lets the pin of a superseded provider compaction move to the new one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import inspect
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from normandy_core import (
+    ContractViolation,
+    Entry,
+    OptionsError,
+    build_context,
+    call_compactor,
+    group_units,
+    new_id,
+    prepare,
+)
+from normandy_core.clients.base import ProviderCompaction, ProviderCompactionError
+from normandy_core.eventloop import turn_loop
+from normandy_core.survival import PROVIDER_REBUILT_KEY
+from normandy_core.transcript import PROVIDER_COMPACTION
+
+if TYPE_CHECKING:
+    from normandy_core import AgentConfig, CompactionContext, SurvivalRules
+    from normandy_native.options import NativeOptions
+
+__all__ = [
+    "MARKER_KEY",
+    "MARKER_TEXT",
+    "NATIVE_KEY",
+    "Cannot",
+    "Plan",
+    "call_provider",
+    "client_methods",
+    "compact_with_provider",
+    "plan",
+    "prepare_fallback",
+]
+
+log = logging.getLogger("normandy_native")
+
+#: Metadata key of the note put before a compaction that would open the history.
+MARKER_KEY = "normandy.compaction_marker"
+#: That note (its tag lets a transcript reader recognise it in any format).
+MARKER_TEXT = "[normandy:marker] Earlier messages were compacted by the model provider here."
+#: Metadata key of the compaction entry: the provider, and the ids of what it replaced.
+NATIVE_KEY = "normandy.native_compaction"
+
+
+class Cannot(Exception):
+    """The provider cannot compact this time; ``reason`` is the text meta reports."""
+
+    def __init__(self, reason: str, kind: str = "failed") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+
+
+@dataclass
+class Plan:
+    """Which entries of the active branch the provider summarizes, and which stay."""
+
+    entries: list[Entry]
+    summarized: list[int] = field(default_factory=list)
+    system: list[int] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)
+    """The units holding an entry a survival rule keeps: kept verbatim, after the
+    compaction."""
+    tail: list[int] = field(default_factory=list)
+
+    def sent(self) -> list[Entry]:
+        """What the provider is sent (and what its compaction replaces), in order."""
+        return [self.entries[i] for i in self.summarized]
+
+
+def _ours(entry: Entry) -> bool:
+    return bool(
+        entry.metadata.get(MARKER_KEY)
+        or entry.metadata.get(PROVIDER_COMPACTION)
+        or entry.metadata.get(PROVIDER_REBUILT_KEY)
+    )
+
+
+def protected_ids(entries: Sequence[Entry], rules: SurvivalRules) -> set[str]:
+    """The ids ``rules`` keep in ``entries``, but for the pin of a provider compaction: a
+    new compaction summarizes it and takes its place (and its pin)."""
+    view = [
+        e.model_copy(update={"pinned": False}) if e.metadata.get(PROVIDER_COMPACTION) else e
+        for e in entries
+    ]
+    return set(rules.protected(view))
+
+
+def plan(entries: Sequence[Entry], rules: SurvivalRules) -> Plan | None:
+    """The plan over ``entries`` under ``rules``; ``None`` when nothing but earlier
+    compactions (and their notes) comes before the newest unit and what the rules keep."""
+    p = Plan(entries=list(entries))
+    units = group_units(entries)
+    if not units:
+        return None
+    keep = protected_ids(entries, rules)
+    *older, newest = units
+    p.tail = list(range(*newest))
+    for start, end in older:
+        unit = entries[start:end]
+        if any(e.role == "system" for e in unit):
+            p.system.extend(range(start, end))
+        elif any(e.id in keep for e in unit):
+            p.kept.extend(range(start, end))
+        else:
+            p.summarized.extend(range(start, end))
+    if all(_ours(entries[i]) for i in p.summarized):
+        return None
+    return p
+
+
+def prepare_fallback(
+    opts: NativeOptions, name: str, entry: str, window: int | None, rules: SurvivalRules
+) -> None:
+    """Prepare the fallback where the config is made (its options, and the config's
+    survival rules, checked by it)."""
+    if opts.fallback is None:
+        return
+    if opts.fallback == name:
+        raise OptionsError(f"option 'fallback': {name!r} cannot be its own fallback")
+    where = f"{entry} {name} fallback ({opts.fallback!r})"
+    try:
+        opts._fallback = prepare(
+            opts.fallback, opts.fallback_options, entry=where, window=window, rules=rules
+        )
+    except OptionsError:
+        raise
+    except Exception as exc:
+        raise OptionsError(f"{where}: cannot use this compactor: {exc}") from exc
+
+
+def call_provider(
+    call: Callable[[], Any] | None,
+    acall: Callable[[], Awaitable[Any]] | None,
+    timeout: float,
+) -> Any:
+    """Run the provider's compaction in a worker thread, waiting at most ``timeout`` seconds.
+
+    ``call`` is the client's synchronous method; without one, the coroutine of ``acall``
+    runs on the turn's own event loop under ``arun_turn`` (where an async client's
+    connections live), else on a loop of the worker. A
+    :class:`~normandy_core.clients.ProviderCompactionError` becomes :class:`Cannot` with
+    its reason; a wait past ``timeout`` is ``unreachable``.
+    """
+    box: dict[str, Any] = {}
+    loop = turn_loop()
+    pending: list[concurrent.futures.Future[Any]] = []
+
+    def work() -> None:
+        try:
+            if call is not None:
+                box["value"] = call()
+            elif acall is not None:
+                if loop is not None:
+                    pending.append(asyncio.run_coroutine_threadsafe(_await(acall), loop))
+                    box["value"] = pending[0].result()
+                else:
+                    box["value"] = asyncio.run(_await(acall))
+        except BaseException as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="normandy-native-compaction", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        for future in pending:
+            future.cancel()
+        raise Cannot(f"the provider did not answer within {timeout:g} s", "unreachable")
+    if "error" in box:
+        exc = box["error"]
+        if isinstance(exc, ProviderCompactionError):
+            raise Cannot(str(exc), exc.reason) from exc
+        raise Cannot(f"the compaction request failed: {type(exc).__name__}: {exc}") from exc
+    return box.get("value")
+
+
+async def _await(acall: Callable[[], Awaitable[Any]]) -> Any:
+    return await acall()
+
+
+def client_methods(
+    client: Any, name: str
+) -> tuple[Callable[..., Any] | None, Callable[..., Awaitable[Any]] | None]:
+    """The client's synchronous method ``name`` (``None`` when it is a coroutine function
+    or missing) and its ``a``-prefixed asynchronous form (or ``None``)."""
+    method = getattr(client, name, None)
+    amethod = getattr(client, "a" + name, None)
+    if inspect.iscoroutinefunction(method):
+        method, amethod = None, method
+    if method is None and amethod is None:
+        raise Cannot(f"the config's client has no {name}() method", "unsupported")
+    return method, amethod
+
+
+def over(acc: AgentConfig, ctx: CompactionContext, opts: NativeOptions) -> tuple[bool, int]:
+    """Whether the boundary is over its trigger, and the usable window."""
+    total = ctx.counter.memory_tokens(acc.memory) + ctx.prompt_tokens
+    usable = (ctx.window or 0) - opts.reserved_tokens
+    if ctx.window is None:
+        return (not ctx.mid_round and total > opts.trigger_tokens), usable
+    threshold = usable if ctx.mid_round else min(opts.trigger_tokens, usable)
+    return total > threshold, usable
+
+
+#: Meta figures the boundary computes for the compaction as a whole.
+_TOKEN_FIGURES = ("tokens_before", "tokens_after", "tokens_removed")
+
+
+def run_fallback(
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    opts: NativeOptions,
+    name: str,
+    reason: str,
+    kind: str,
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """Compact with the fallback instead, saying why in meta.
+
+    When the provider could not be reached, the fallback runs without the config's model
+    client (a ``summarize`` fallback then writes its summary offline).
+    """
+    note = {"native": False, "fallback_reason": reason, "fallback_cause": kind}
+    log.info("%s: the provider did not compact (%s); fallback %s", name, reason, opts.fallback)
+    prepared = opts._fallback
+    if prepared is None:
+        text = f"{name}: the provider did not compact ({reason}) and no fallback is configured"
+        return acc, {"compacted": False, "error": text, **note}
+    note["fallback"] = prepared.name
+    given = acc
+    if kind == "unreachable" and acc.client is not None:
+        given = dataclasses.replace(acc, client=None, _validate=False)
+    fctx = build_context(
+        prepared,
+        model=ctx.model,
+        prompt_tokens=acc.prompt_tokens,
+        mid_round=ctx.mid_round,
+        turn_id=ctx.turn_id,
+        calibration=ctx.counter.calibration,
+        rules=ctx.rules,
+    )
+    try:
+        result = call_compactor(prepared.compactor, given, fctx, prepared.options)
+    except ContractViolation as exc:
+        text = f"{name} fallback broke the contract: {exc}"
+        return acc, {"compacted": False, "error": text, **note}
+    except Exception as exc:
+        text = f"{name} fallback {prepared.name!r} raised {type(exc).__name__}: {exc}"
+        return acc, {"compacted": False, "error": text, **note}
+    meta = {k: v for k, v in result.meta.items() if k not in _TOKEN_FIGURES}
+    if meta.get("error") is not None:
+        meta["error"] = f"{name} fallback {prepared.name!r}: {meta['error']}"
+    fallback_strategy = meta.pop("strategy", None)
+    meta.update(note, strategy=name, fallback_strategy=fallback_strategy)
+    if not result.meta.compacted:
+        return acc, meta
+    return acc.with_memory(result.acc.memory), meta
+
+
+def compact_with_provider(
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    opts: NativeOptions,
+    name: str,
+    provider: str,
+    ask: Callable[[Plan], ProviderCompaction],
+    rebuild: Callable[[Plan, ProviderCompaction, str], tuple[list[Entry], list[Entry]]],
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """The compaction of a native compactor: the plan, the provider's call, the new memory.
+
+    ``ask`` sends the plan's entries to the provider; ``rebuild`` turns its compaction
+    into the entries that replace them and the originals they replace (``dropped``).
+    Whatever the provider cannot do goes to :func:`run_fallback`.
+    """
+    fire, usable = over(acc, ctx, opts)
+    if not fire:
+        return acc, {"compacted": False}
+    model = ctx.model or ""
+    known = opts._unsupported.get(model)
+    if known is not None:
+        return run_fallback(acc, ctx, opts, name, known, "unsupported")
+    p = plan(acc.memory.entries(), ctx.rules)
+    if p is None:
+        reason = (
+            "nothing before the newest message (but what the survival rules keep) is left "
+            "for the provider to summarize"
+        )
+        return run_fallback(acc, ctx, opts, name, reason, "nothing_to_summarize")
+    try:
+        compaction = ask(p)
+    except Cannot as exc:
+        if exc.kind == "unsupported" and model:
+            opts._unsupported[model] = exc.reason
+        return run_fallback(acc, ctx, opts, name, exc.reason, exc.kind)
+    turn = f"compaction-{new_id()[:12]}"
+    replacing, dropped = rebuild(p, compaction, turn)
+    entries = p.entries
+    kept = [entries[i].without_thinking() for i in p.system]
+    kept += replacing
+    kept += [entries[i].without_thinking() for i in (*p.kept, *p.tail)]
+    memory = acc.memory.derive(kept)
+    compaction_entry = next(e for e in replacing if e.metadata.get(PROVIDER_COMPACTION))
+    after = ctx.counter.memory_tokens(memory) + ctx.prompt_tokens
+    meta: dict[str, Any] = {
+        "compacted": True,
+        "strategy": name,
+        "native": True,
+        "provider": provider,
+        "dropped": dropped,
+        "compaction_id": compaction_entry.id,
+        "summarized_ids": [entries[i].id for i in p.summarized],
+        "kept_by_rules": [entries[i].id for i in p.kept],
+        "provider_usage": {
+            "input_tokens": compaction.usage.input_tokens,
+            "output_tokens": compaction.usage.output_tokens,
+        },
+        "counter": ctx.counter.name,
+        "window": ctx.window,
+        "trigger_tokens": opts.trigger_tokens,
+    }
+    new_acc = acc.with_memory(memory)
+    if ctx.window is not None and after > usable:
+        # The newest unit (or what the rules keep) alone is over the window: let the fallback
+        # cut further, reporting the originals of what it removes as well.
+        why = "still over the usable window after the provider's compaction"
+        more_acc, more = run_fallback(new_acc, ctx, opts, name, why, "too_large")
+        if more.get("error") is not None or not more.get("compacted"):
+            text = more.get("error") or (
+                f"{name}: {after:,} tokens after the provider's compaction, over the "
+                f"usable window of {usable:,}"
+            )
+            return acc, {"compacted": False, "error": text}
+        gone = {e.id for e in more["dropped"]} | {e.id for e in dropped}
+        meta["dropped"] = [e for e in acc.memory.entries() if e.id in gone]
+        meta["then"] = {k: v for k, v in more.items() if k != "dropped"}
+        new_acc = more_acc
+    return new_acc, meta
+
+
+def marker(turn: str) -> Entry:
+    """The user note put before a compaction that would otherwise open the history."""
+    return Entry(
+        id=new_id(), turn_id=turn, role="user", content=MARKER_TEXT, metadata={MARKER_KEY: True}
+    )
