@@ -105,6 +105,8 @@ def test_a_long_run_without_a_session_is_compacted_by_the_input_filter(
     for c in compactions:
         assert c.result.tokens_after <= WINDOW - OPTS["reserved_tokens"]
     assert all(call["mid_round"] for call in recorder.calls)  # always inside a tool round
+    # after the first, calls continue the last one (only the new items read and counted)
+    assert any(c.result.continued for c in compactions[1:])
     # the user's question is kept (the task) in every request
     assert all(r[0] == {"content": "read the whole log", "role": "user"} for r in model.received)
 

@@ -86,8 +86,13 @@ class _Adapter:
         self.on_compact = on_compact
         self._lock = asyncio.Lock()
 
+    _continued = False
+
     def _run(self, items: list[Any], mid_round: bool | None) -> AgentsCompaction:
-        done = self.compactor.run(items, mid_round=mid_round)
+        if self._continued:
+            done = self.compactor.run_continued(items, mid_round=mid_round)
+        else:
+            done = self.compactor.run(items, mid_round=mid_round)
         if self.raise_on_error:
             done.result.check()
         return done
@@ -203,13 +208,15 @@ class NormandyInputFilter(_Adapter):
 
     The SDK hands the filter the run's whole input each call and keeps nothing the
     filter returns, so the filter remembers its last input and output: an input that
-    extends the last one is compacted as the last output plus the new items. Earlier
-    cuts are kept, and each dropped item reaches the ``after_compact`` hooks once. Use
-    one filter per conversation; an input that does not extend the last one is
-    compacted from scratch.
+    extends the last one is compacted as the last output plus the new items, through
+    :func:`normandy_core.compact`'s continuation (only the new items are read and
+    counted). Earlier cuts are kept, and each dropped item reaches the ``after_compact``
+    hooks once. Use one filter per conversation; an input that does not extend the last
+    one is compacted from scratch.
     """
 
     _entry = FILTER_ENTRY
+    _continued = True
 
     def __init__(
         self,
@@ -245,7 +252,7 @@ class NormandyInputFilter(_Adapter):
             if given is not None and len(items) >= len(given) and items[: len(given)] == given:
                 base = [*self._returned, *items[len(given) :]]
             done = await self._compact(base)
-            out = done.items if done.compacted else base
+            out = done.items
             self._given = items
             self._returned = list(out)
         return ModelInputData(input=out, instructions=data.model_data.instructions)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normandy_core.config import AgentConfig
-from normandy_core.facade import CompactResult, compact_with, prepare_resolved
+from normandy_core.facade import CompactResult, compact, compact_with, prepare_resolved
 from normandy_core.settings import current_settings
 
 __all__ = ["AgentsCompaction", "ItemCompactor", "is_output", "newest", "open_round"]
@@ -137,6 +137,8 @@ class ItemCompactor:
             settings, entry=entry, hint=_hint(entry), client=client
         )
         self.compactor = settings.compactor
+        self._settings = settings
+        self._client = client
 
     def run(self, items: Sequence[Any], *, mid_round: bool | None = None) -> AgentsCompaction:
         """Compact ``items`` once.
@@ -159,6 +161,44 @@ class ItemCompactor:
             "%s compacted %d items to %d (%d tokens to %d) with %s",
             self.entry,
             len(original),
+            len(out),
+            result.tokens_before,
+            result.tokens_after,
+            self.compactor,
+        )
+        return AgentsCompaction(out, result, removed)
+
+    def run_continued(self, items: list[Any], *, mid_round: bool | None = None) -> AgentsCompaction:
+        """:meth:`run` for a list that extends the one an earlier call returned (its very
+        objects first, then new items): through :func:`normandy_core.compact`, whose
+        continuation reads and counts only the new items and keeps the earlier cuts
+        (``result.continued``; ``meta`` reports only what this call dropped). Any other
+        list is compacted whole. ``items`` is returned when nothing changed.
+        """
+        if mid_round is None:
+            mid_round = open_round(items)
+        s = self._settings
+        result = compact(
+            items,
+            compactor=s.compactor,
+            opts=s.opts,
+            model=s.model,
+            window=s.window,
+            timeout=s.timeout,
+            survival=s.survival,
+            client=self._client,
+            mid_round=mid_round,
+            format="responses",
+        )
+        out = list(result.messages)
+        if not result.compacted:
+            return AgentsCompaction(out, result)
+        still = {id(m) for m in out}
+        removed = [m for m in items if id(m) not in still]
+        logger.info(
+            "%s compacted %d items to %d (%d tokens to %d) with %s",
+            self.entry,
+            len(items),
             len(out),
             result.tokens_before,
             result.tokens_after,
