@@ -130,13 +130,32 @@ class _Read:
     by_entry: dict[str, tuple[ModelMessage, Entry]]
     #: per entry id, the internal tool-use id of each original ``tool_call_id``
     call_ids: dict[str, dict[str, str]]
+    #: the digest of each message read
+    digests: Digests = field(default_factory=dict)
 
 
-def _message_id(msg: ModelMessage, seen: dict[str, int]) -> str:
-    """A stable id for ``msg``: a digest of its serialized form (the same message gives
-    the same id on every call), numbered when an identical message came before."""
+#: Digests of messages seen by the last read: ``id(message) -> (message, digest)`` (the
+#: message is held, so its ``id`` is not reused while it is in the table).
+Digests = dict[int, tuple[ModelMessage, str]]
+
+
+def _digest(msg: ModelMessage, known: Digests | None) -> str:
+    hit = known.get(id(msg)) if known is not None else None
+    if hit is not None and hit[0] is msg:
+        return hit[1]
     raw = ModelMessagesTypeAdapter.dump_json([msg])
-    digest = "pai-" + hashlib.sha256(raw).hexdigest()[:24]
+    return "pai-" + hashlib.sha256(raw).hexdigest()[:24]
+
+
+def _message_id(
+    msg: ModelMessage, seen: dict[str, int], known: Digests | None, fresh: Digests
+) -> str:
+    """A stable id for ``msg``: a digest of its serialized form (the same message gives
+    the same id on every call), numbered when an identical message came before. ``known``
+    holds the digests of the last read, reused for the same objects (messages are not
+    changed in place by Pydantic AI); ``fresh`` receives this read's."""
+    digest = _digest(msg, known)
+    fresh[id(msg)] = (msg, digest)
     n = seen.get(digest, 0)
     seen[digest] = n + 1
     return digest if n == 0 else f"{digest}-{n}"
@@ -158,7 +177,7 @@ def _user_text(part: UserPromptPart) -> Block:
     )
 
 
-def read_history(messages: Sequence[ModelMessage]) -> _Read:
+def read_history(messages: Sequence[ModelMessage], known: Digests | None = None) -> _Read:
     """``messages`` as entries, one block per part (see the module's rules).
 
     Tool-call ids are used as the entries' tool-use ids; one that an earlier response
@@ -179,8 +198,9 @@ def read_history(messages: Sequence[ModelMessage]) -> _Read:
     entries: list[Entry] = []
     by_entry: dict[str, tuple[ModelMessage, Entry]] = {}
     call_ids: dict[str, dict[str, str]] = {}
+    fresh: Digests = {}
     for i, msg in enumerate(messages):
-        eid = _message_id(msg, seen)
+        eid = _message_id(msg, seen, known, fresh)
         blocks: list[Block] = []
         ids: dict[str, str] = {}
         if isinstance(msg, ModelResponse):
@@ -250,7 +270,7 @@ def read_history(messages: Sequence[ModelMessage]) -> _Read:
         entries.append(entry)
         by_entry[eid] = (msg, entry)
         call_ids[eid] = ids
-    return _Read(entries, by_entry, call_ids)
+    return _Read(entries, by_entry, call_ids, fresh)
 
 
 def _changed(
@@ -356,6 +376,11 @@ class HistoryCompactor:
             settings, entry=entry, hint=_hint(entry), client=client
         )
         self.compactor = settings.compactor
+        # What the last run read and returned: the digests of its messages and the
+        # compacted memory, whose cached token counts carry over to entries kept by id
+        # (ids are content digests, so an id always names the same content).
+        self._digests: Digests = {}
+        self._last: AgentMemory | None = None
 
     def run(
         self, messages: Sequence[ModelMessage], *, mid_round: bool | None = None
@@ -371,12 +396,19 @@ class HistoryCompactor:
         original = list(messages)
         if mid_round is None:
             mid_round = _mid_round(original)
-        read = read_history(original)
+        read = read_history(original, self._digests)
         problems = pairing_problems(read.entries, allow_pending=True)
         if problems:
             raise TranscriptError(None, "parts", "; ".join(problems))
-        memory = AgentMemory.from_entries(read.entries)
+        last = self._last
+        memory = (
+            last.derive(read.entries)
+            if last is not None
+            else AgentMemory.from_entries(read.entries)
+        )
         result = compact_with(self.config, memory, mid_round=mid_round, format="normandy")
+        self._digests = read.digests
+        self._last = result.memory
         if not result.compacted:
             return PydanticAICompaction(original, result)
         out: list[ModelMessage] = []
