@@ -1,5 +1,6 @@
 """normandy-langchain with a third-party compactor, installed for real and chosen by name,
-and the adapter's distribution in ``normandy plugins``."""
+and the adapters' distributions (LangChain, Pydantic AI, OpenAI Agents SDK) in
+``normandy plugins``."""
 
 from __future__ import annotations
 
@@ -66,15 +67,22 @@ emit({{
     assert {line["strategy"] for line in lines} == {"tail"}
 
 
-def test_normandy_plugins_lists_the_adapter() -> None:
+ADAPTERS = [
+    ("langchain", "normandy-langchain"),
+    ("openai_agents", "normandy-openai-agents"),
+    ("pydantic_ai", "normandy-pydantic-ai"),
+]
+
+
+def test_normandy_plugins_lists_the_adapters() -> None:
     r = run_cli("plugins", "--json")
     assert r.code == 0, r
     rows = [row for row in json.loads(r.out) if row["kind"] == "adapter"]
-    assert [(x["name"], x["distribution"], x["group"], x["status"]) for x in rows] == [
-        ("langchain", "normandy-langchain", "normandy_core.adapters", "loaded")
+    assert sorted((x["name"], x["distribution"], x["group"], x["status"]) for x in rows) == [
+        (name, dist, "normandy_core.adapters", "loaded") for name, dist in ADAPTERS
     ]
     table = run_cli("plugins")
-    assert any(
-        line.split()[:3] == ["adapter", "langchain", "normandy-langchain"]
-        for line in table.out.splitlines()
-    ), table.out
+    for name, dist in ADAPTERS:
+        assert any(
+            line.split()[:3] == ["adapter", name, dist] for line in table.out.splitlines()
+        ), table.out

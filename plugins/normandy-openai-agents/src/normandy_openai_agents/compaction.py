@@ -1,0 +1,207 @@
+"""Compact a list of OpenAI Agents SDK input items (Responses API items) with a compactor.
+
+The items are read as the Responses API input list they are (``message`` items and easy
+messages, ``reasoning``, ``function_call`` / ``function_call_output``, custom tool calls,
+``compaction`` items, every other item carried opaque and paired by ``call_id``), and
+compacted by the core's own path (:func:`normandy_core.facade.compact_with`, format
+``"responses"``): consecutive model-side items are one assistant entry (a reasoning item
+stays with the calls it precedes, a parallel batch stays whole), consecutive outputs one
+results entry; the entry holding the newest ``compaction`` item is pinned. The boundary
+checks the result, ``after_compact`` hooks receive what was dropped, and broken pairs are
+refused. Every item the compactor keeps comes back as the very object given (ids and
+every field unchanged); only what it creates or changes is rendered anew.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from normandy_core.config import AgentConfig
+from normandy_core.facade import CompactResult, compact, compact_with, prepare_resolved
+from normandy_core.settings import current_settings
+
+__all__ = ["AgentsCompaction", "ItemCompactor", "is_output", "newest", "open_round"]
+
+logger = logging.getLogger("normandy_openai_agents")
+
+#: The compactor used when none is given or configured.
+DEFAULT_COMPACTOR = "window_manager"
+
+
+def _hint(entry: str) -> str:
+    return (
+        f"pass window=<tokens> to {entry}, or model= a model the catalog knows (or set "
+        "window or model in normandy.toml or pyproject.toml [tool.normandy])"
+    )
+
+
+def _field(item: Any, name: str) -> Any:
+    if isinstance(item, Mapping):
+        return item.get(name)
+    return getattr(item, name, None)
+
+
+def is_output(item: Any) -> bool:
+    """Whether ``item`` is a tool's output (``function_call_output`` and the like)."""
+    kind = _field(item, "type")
+    return isinstance(kind, str) and (kind.endswith("_output") or kind == "mcp_approval_response")
+
+
+def _input_message(item: Any) -> bool:
+    kind = _field(item, "type")
+    return (kind is None or kind == "message") and bool(_field(item, "role") != "assistant")
+
+
+def _starts_group(items: Sequence[Any], i: int) -> bool:
+    """Whether a cut before ``items[i]`` separates no call from its output: it is not an
+    output, and either an input message or the first model item after one or an output."""
+    if is_output(items[i]):
+        return False
+    if i == 0 or _input_message(items[i]):
+        return True
+    return is_output(items[i - 1]) or _input_message(items[i - 1])
+
+
+def newest(items: Sequence[Any], limit: int) -> list[Any]:
+    """At most the ``limit`` newest of ``items``, the cut moved later to the start of a
+    group of model items (or an input message), so no output loses its call and no
+    reasoning item loses what follows it."""
+    start = max(0, len(items) - max(limit, 0))
+    while start < len(items) and not _starts_group(items, start):
+        start += 1
+    return list(items[start:])
+
+
+def open_round(items: Sequence[Any]) -> bool:
+    """Whether the model is about to continue a tool round: the last item is an output."""
+    return bool(items) and is_output(items[-1])
+
+
+@dataclass(frozen=True)
+class AgentsCompaction:
+    """What :meth:`ItemCompactor.run` returns.
+
+    ``items``: the compacted list (the input's objects where kept, unchanged).
+    ``removed``: the input items that are not in ``items``, oldest first. ``result``: the
+    core's :class:`~normandy_core.CompactResult` (``meta``, ``dropped`` entries, token
+    figures, ``error``, the hooks' ``notes``).
+    """
+
+    items: list[Any]
+    result: CompactResult = field(repr=False)
+    removed: list[Any] = field(default_factory=list, repr=False)
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the compactor compacted (``items`` then differs from the input)."""
+        return self.result.compacted
+
+
+class ItemCompactor:
+    """A compactor chosen by name, prepared once, for lists of Responses input items.
+
+    ``compactor`` is an entry-point name (``window_manager`` when neither given nor
+    configured), ``opts`` its options, validated here: a bad option raises
+    :class:`~normandy_core.OptionsError` naming ``entry`` and the compactor. ``window``
+    pins the context window in tokens; otherwise the catalog gives ``model``'s. Values
+    left out are taken from the configuration (``NORMANDY_COMPACTOR``, ``normandy.toml``,
+    ``[tool.normandy]``), as :func:`normandy_core.compact` takes them. ``timeout`` bounds
+    the compactor's time in seconds; ``client`` is a Normandy model client for a
+    compactor that asks a model.
+    """
+
+    def __init__(
+        self,
+        compactor: str | None = None,
+        opts: Mapping[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        window: int | None = None,
+        timeout: float | None = None,
+        client: Any = None,
+        entry: str,
+    ) -> None:
+        settings = current_settings().resolve(
+            DEFAULT_COMPACTOR,
+            compactor=compactor,
+            opts=opts,
+            model=model,
+            window=window,
+            timeout=timeout,
+        )
+        self.entry = entry
+        self.config: AgentConfig = prepare_resolved(
+            settings, entry=entry, hint=_hint(entry), client=client
+        )
+        self.compactor = settings.compactor
+        self._settings = settings
+        self._client = client
+
+    def run(self, items: Sequence[Any], *, mid_round: bool | None = None) -> AgentsCompaction:
+        """Compact ``items`` once.
+
+        ``mid_round`` says the last tool round is still open; left out, it is open when
+        the last item is a tool's output. Raises :class:`~normandy_core.TranscriptError`
+        (naming the item index and field) for a list the Responses format cannot hold,
+        such as a ``function_call_output`` whose ``call_id`` no call before it has.
+        """
+        original = list(items)
+        if mid_round is None:
+            mid_round = open_round(original)
+        result = compact_with(self.config, original, mid_round=mid_round, format="responses")
+        if not result.compacted:
+            return AgentsCompaction(original, result)
+        out = list(result.messages)
+        still = {id(m) for m in out}
+        removed = [m for m in original if id(m) not in still]
+        logger.info(
+            "%s compacted %d items to %d (%d tokens to %d) with %s",
+            self.entry,
+            len(original),
+            len(out),
+            result.tokens_before,
+            result.tokens_after,
+            self.compactor,
+        )
+        return AgentsCompaction(out, result, removed)
+
+    def run_continued(self, items: list[Any], *, mid_round: bool | None = None) -> AgentsCompaction:
+        """:meth:`run` for a list that extends the one an earlier call returned (its very
+        objects first, then new items): through :func:`normandy_core.compact`, whose
+        continuation reads and counts only the new items and keeps the earlier cuts
+        (``result.continued``; ``meta`` reports only what this call dropped). Any other
+        list is compacted whole. ``items`` is returned when nothing changed.
+        """
+        if mid_round is None:
+            mid_round = open_round(items)
+        s = self._settings
+        result = compact(
+            items,
+            compactor=s.compactor,
+            opts=s.opts,
+            model=s.model,
+            window=s.window,
+            timeout=s.timeout,
+            survival=s.survival,
+            client=self._client,
+            mid_round=mid_round,
+            format="responses",
+        )
+        out = list(result.messages)
+        if not result.compacted:
+            return AgentsCompaction(out, result)
+        still = {id(m) for m in out}
+        removed = [m for m in items if id(m) not in still]
+        logger.info(
+            "%s compacted %d items to %d (%d tokens to %d) with %s",
+            self.entry,
+            len(items),
+            len(out),
+            result.tokens_before,
+            result.tokens_after,
+            self.compactor,
+        )
+        return AgentsCompaction(out, result, removed)
