@@ -363,6 +363,60 @@ def test_markers_summaries_duplicates_and_visible_entries_are_left_out(source):
     assert result.found == 2
 
 
+def test_earlier_recall_calls_and_results_are_left_out(source):
+    """The model's own earlier recall calls hold the query's words (they rank first) and
+    their results were shown already: neither takes the room of what the model wants."""
+    call = Entry(
+        id="c",
+        role="assistant",
+        content=[ToolUseBlock(id="q1", name="lookup", input={"query": "KestrelError mismatch"})],
+    )
+    answer = Entry(
+        id="ans",
+        role="user",
+        content=[ToolResultBlock(tool_use_id="q1", content=f"{RECALL_TAG} 0 of 0 ...")],
+    )
+    other_call = Entry(
+        id="o",
+        role="assistant",
+        content=[ToolUseBlock(id="q2", name="grep", input={"pattern": "KestrelError"})],
+    )
+    fact = Entry(id="f", role="user", content="KestrelError: checksum mismatch in segment 4")
+    source.hits = [call, answer, other_call, fact]
+    result = recall("KestrelError mismatch", session="s", counter=COUNTER, tool_name="lookup")
+    assert [h.entry.id for h in result.hits] == ["o", "f"]
+    # under the default name, the call named "lookup" is another tool's: it stays
+    assert [h.entry.id for h in recall("KestrelError", session="s", counter=COUNTER).hits] == [
+        "c",
+        "o",
+        "f",
+    ]
+
+
+def test_results_of_a_batch_holding_none_of_the_keywords_are_named_not_shown(source):
+    noise = "value = compute(value)\n" * 300  # about 1,500 tokens each
+    batch = Entry(
+        id="b",
+        role="user",
+        content=[
+            ToolResultBlock(tool_use_id="t1", content=noise),
+            ToolResultBlock(tool_use_id="t2", content="E   KestrelError: checksum mismatch"),
+            ToolResultBlock(tool_use_id="t3", content=noise),
+        ],
+    )
+    source.hits = [Entry(id="x", role="user", content="kestrel notes"), batch]
+    result = recall("kestrelerror kestrel", session="s", counter=COUNTER, limit_tokens=600)
+    assert [h.entry.id for h in result.hits] == ["x", "b"]  # both fit: the noise is not shown
+    assert "KestrelError: checksum mismatch" in result.text
+    assert "compute(value)" not in result.text
+    assert "for id=t1: not shown, it holds none of the keywords" in result.text
+    assert "for id=t3: not shown" in result.text
+    # a batch in which no result holds a keyword is shown whole (it matched otherwise)
+    source.hits = [batch.model_copy(update={"id": "b2"})]
+    whole = recall("unrelated", session="s", counter=COUNTER, limit_tokens=5_000)
+    assert whole.text.count("compute(value)") == 600
+
+
 # -- whole turns ---------------------------------------------------------------------------------
 
 
