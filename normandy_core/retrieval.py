@@ -305,6 +305,17 @@ def _only_recall(entry: Entry, tool_name: str) -> bool:
     return all(isinstance(b, ToolResultBlock) and b.text().startswith(RECALL_TAG) for b in blocks)
 
 
+def _terms(query: str) -> list[str]:
+    """The query's distinct keywords, lower-cased."""
+    return list(dict.fromkeys(t.lower() for t in query.split()))
+
+
+def _coverage(entry: Entry, terms: Sequence[str]) -> int:
+    """How many of ``terms`` the entry's quoted text holds (case-insensitive)."""
+    low = _body(entry, {}).lower()
+    return sum(1 for t in terms if t in low)
+
+
 def _wanted(
     hits: Iterable[RecallHit], present: Iterable[Entry], tool_name: str = "recall"
 ) -> list[RecallHit]:
@@ -558,7 +569,8 @@ def recall(
     ``session_id``, or the ``session`` of ``compact()``'s archive note); ``None``
     searches every session of the archive. The query is keywords: entries matching any
     of them are found, ranked by the source (full-text rank in the archive); a single
-    word that is an entry id or a tool-use id also finds that entry. At most
+    word that is an entry id or a tool-use id also finds that entry. Entries holding
+    more of the keywords come first, in the sources' order among equals. At most
     ``max_entries`` are asked of the sources; markers and summaries compactors inserted,
     earlier calls of the recall tool (named ``tool_name``) and their results,
     duplicates, and the entries of ``exclude`` (what the model still sees) are left
@@ -578,7 +590,13 @@ def recall(
     tc = get_counter(counter if counter is not None else default_counter_for(model))
     present = list(exclude)
     found, errors = _search(query, session, min(2 * settings.max_entries, 1000))
-    hits = _wanted(found, present, tool_name)[: settings.max_entries]
+    # An entry holding more of the keywords first, then the sources' rank: a source's
+    # rank weighs a long entry down (bm25), so a long tool output holding every keyword
+    # came after short ones holding one, and a bounded result left it out.
+    terms = _terms(query)
+    wanted = _wanted(found, present, tool_name)
+    ranked = sorted(wanted, key=lambda h: -_coverage(h.entry, terms))
+    hits = ranked[: settings.max_entries]
     names = {u.id: u.name for e in present for u in e.tool_uses}
     text, shown, truncated = render(
         query,
