@@ -80,6 +80,8 @@ _INSERTED_KEYS = ("normandy.compaction_marker", "normandy.summary")
 #: More characters than any counter gives one token: text longer than this many times
 #: the limit is never counted whole (counting a huge tool output costs time, not room).
 _CHARS_PER_TOKEN_MAX = 64
+#: The most entries asked of the sources for one recall.
+_MAX_ASKED = 1000
 #: How much of the query the header echoes, in characters.
 _QUERY_ECHO = 160
 
@@ -589,12 +591,20 @@ def recall(
     settings = RecallSettings(limit_tokens=limit_tokens, max_entries=max_entries)
     tc = get_counter(counter if counter is not None else default_counter_for(model))
     present = list(exclude)
-    found, errors = _search(query, session, min(2 * settings.max_entries, 1000))
+    # What is left out (the model's earlier recall calls and results above all: they hold
+    # the query's words and rank first) can fill a whole answer of the sources: ask again
+    # for more, while they had more to give.
+    limit = min(2 * settings.max_entries, _MAX_ASKED)
+    while True:
+        found, errors = _search(query, session, limit)
+        wanted = _wanted(found, present, tool_name)
+        if len(wanted) >= 2 * settings.max_entries or len(found) < limit or limit >= _MAX_ASKED:
+            break
+        limit = min(4 * limit, _MAX_ASKED)
     # An entry holding more of the keywords first, then the sources' rank: a source's
     # rank weighs a long entry down (bm25), so a long tool output holding every keyword
     # came after short ones holding one, and a bounded result left it out.
     terms = _terms(query)
-    wanted = _wanted(found, present, tool_name)
     ranked = sorted(wanted, key=lambda h: -_coverage(h.entry, terms))
     hits = ranked[: settings.max_entries]
     names = {u.id: u.name for e in present for u in e.tool_uses}

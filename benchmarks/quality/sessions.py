@@ -391,4 +391,4 @@ def default_sessions(quick: bool = False) -> list[QualitySession]:
     """The benchmark's sessions: two generated ones and the recorded demo session."""
     if quick:
         return [generated(11, 500), recorded(turns=20)]
-    return [generated(11, 1_500), generated(12, 1_500), recorded()]
+    return [generated(11, 1_000), generated(12, 1_000), recorded()]

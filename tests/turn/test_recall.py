@@ -396,6 +396,29 @@ def test_earlier_recall_calls_and_results_are_left_out(source):
     ]
 
 
+def test_when_what_is_left_out_fills_the_answer_the_sources_are_asked_for_more(source):
+    """Many earlier recall calls rank first and are left out: they must not hide the
+    entry the model wants behind the number of entries asked."""
+    calls = [
+        Entry(
+            id=f"c{k}",
+            role="assistant",
+            content=[ToolUseBlock(id=f"q{k}", name="recall", input={"query": "sequoia"})],
+        )
+        for k in range(40)
+    ]
+    fact = Entry(id="f", role="user", content="SequoiaError: checksum mismatch")
+    source.hits = [*calls, fact]
+    result = recall("sequoia", session="s", counter=COUNTER, max_entries=12)
+    assert [h.entry.id for h in result.hits] == ["f"]
+    assert [limit for _, _, limit in source.calls] == [24, 96]
+    # a source that gave less than asked is not asked again
+    source.calls.clear()
+    source.hits = [fact]
+    recall("sequoia", session="s", counter=COUNTER, max_entries=12)
+    assert [limit for _, _, limit in source.calls] == [24]
+
+
 def test_an_entry_holding_more_of_the_keywords_comes_first(source):
     """The source's rank (bm25) weighs a long entry down: a long test log holding every
     keyword came after short ones holding one, and the bound left it out."""
