@@ -463,11 +463,10 @@ def _replay_normandy(
 
 def _session_entries(session: QualitySession) -> Iterator[tuple[int, int, list[Entry]]]:
     """Per call ``(turn, call, entries appended just before it)``, as the loop appends them."""
+    new: list[Entry] = []  # the previous turn's final answer, before the next user message
     for t, turn in enumerate(session.turns):
         outputs = iter(turn.outputs)
-        new: list[Entry] = [
-            Entry(id=f"q{t}-u", role="user", content=turn.user, turn_id=turn.turn_id)
-        ]
+        new.append(Entry(id=f"q{t}-u", role="user", content=turn.user, turn_id=turn.turn_id))
         for c, records in enumerate(turn.replies):
             yield t, c, new
             blocks = _blocks(records)
