@@ -16,7 +16,7 @@ UV_DEP :=
 endif
 RUN := $(UV) run --no-sync
 
-.PHONY: setup demo test lint typecheck pytest docs bench bench-full fuzz clean
+.PHONY: setup demo test lint typecheck pytest docs bench bench-full bench-quality fuzz clean
 
 # uv is bootstrapped into a project-local virtual environment when it is not on PATH.
 $(CURDIR)/.tools/bin/uv:
@@ -54,6 +54,11 @@ bench: $(UV_DEP)
 bench-full: $(UV_DEP)
 	$(UV) sync --all-packages --all-extras --locked --group bench --python $(PYTHON)
 	$(RUN) python -m benchmarks --full --out benchmarks/RESULTS.md
+
+# The quality benchmark of issue 16 (facts available at need time, billed cost; no network).
+bench-quality: $(UV_DEP)
+	$(UV) sync --all-packages --all-extras --locked --group bench --python $(PYTHON)
+	$(RUN) python -m benchmarks.quality --plot docs/img/quality.png
 
 # The fuzz campaign of issue 12: make fuzz SEED=7 DURATION=1800 (findings in out/).
 SEED ?= 1

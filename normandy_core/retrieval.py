@@ -82,6 +82,8 @@ _INSERTED_KEYS = ("normandy.compaction_marker", "normandy.summary")
 #: More characters than any counter gives one token: text longer than this many times
 #: the limit is never counted whole (counting a huge tool output costs time, not room).
 _CHARS_PER_TOKEN_MAX = 64
+#: The most entries asked of the sources for one recall.
+_MAX_ASKED = 1000
 #: How much of the query the header echoes, in characters.
 _QUERY_ECHO = 160
 
@@ -327,14 +329,39 @@ def _as_hit(value: Any, what: str) -> RecallHit:
     raise TypeError(f"{what} returned a {type(value).__name__}, not a RecallHit or an Entry")
 
 
-def _wanted(hits: Iterable[RecallHit], present: Iterable[Entry]) -> list[RecallHit]:
-    """``hits`` without markers and summaries, duplicates, and entries still in context."""
+def _only_recall(entry: Entry, tool_name: str) -> bool:
+    """Whether ``entry`` holds nothing but calls of the recall tool (its thinking aside) or
+    nothing but recall results: the query's own words, or what was recalled before."""
+    blocks = [b for b in entry.blocks if not isinstance(b, (ThinkingBlock, RedactedThinkingBlock))]
+    if not blocks:
+        return False
+    if all(isinstance(b, ToolUseBlock) and b.name == tool_name for b in blocks):
+        return True
+    return all(isinstance(b, ToolResultBlock) and b.text().startswith(RECALL_TAG) for b in blocks)
+
+
+def _terms(query: str) -> list[str]:
+    """The query's distinct keywords, lower-cased."""
+    return list(dict.fromkeys(t.lower() for t in query.split()))
+
+
+def _coverage(entry: Entry, terms: Sequence[str]) -> int:
+    """How many of ``terms`` the entry's quoted text holds (case-insensitive)."""
+    low = _body(entry, {}).lower()
+    return sum(1 for t in terms if t in low)
+
+
+def _wanted(
+    hits: Iterable[RecallHit], present: Iterable[Entry], tool_name: str = "recall"
+) -> list[RecallHit]:
+    """``hits`` without markers and summaries, earlier recall calls and results (named
+    ``tool_name``), duplicates, and entries still in context."""
     visible = {e.id: e for e in present}
     seen: set[str] = set()
     out = []
     for h in hits:
         e = h.entry
-        if any(e.metadata.get(k) for k in _INSERTED_KEYS):
+        if any(e.metadata.get(k) for k in _INSERTED_KEYS) or _only_recall(e, tool_name):
             continue
         there = visible.get(e.id)
         if there is not None and there.role == e.role and there.content == e.content:
@@ -354,10 +381,22 @@ def _attr(value: object) -> str:
     return json.dumps(str(value), ensure_ascii=False)
 
 
-def _body(entry: Entry, names: Mapping[str, str]) -> str:
-    """The entry's content as quoted lines, with tool names and ids."""
+def _matches(text: str, terms: Sequence[str]) -> bool:
+    """Whether ``text`` holds one of the query's ``terms`` (case-insensitive)."""
+    low = text.lower()
+    return any(t in low for t in terms)
+
+
+def _body(entry: Entry, names: Mapping[str, str], terms: Sequence[str] = ()) -> str:
+    """The entry's content as quoted lines, with tool names and ids.
+
+    Of an entry holding several tool results (a parallel batch), the results that hold
+    none of the query's ``terms`` are named but not shown, so the one that matched fits.
+    """
     if isinstance(entry.content, str):
         return entry.content
+    results = [b for b in entry.content if isinstance(b, ToolResultBlock)]
+    elide = len(results) > 1 and bool(terms) and any(_matches(b.text(), terms) for b in results)
     parts: list[str] = []
     for b in entry.content:
         if isinstance(b, TextBlock):
@@ -376,6 +415,12 @@ def _body(entry: Entry, names: Mapping[str, str]) -> str:
             text = b.text()
             if text.startswith(RECALL_TAG):
                 text = "(an earlier recall result, not repeated)"
+            elif elide and not _matches(text, terms):
+                parts.append(
+                    f"(tool result{status}{of} for id={b.tool_use_id}: not shown, it holds "
+                    "none of the keywords)"
+                )
+                continue
             extra = ""
             if not isinstance(b.content, str):
                 n = sum(1 for p in b.content if not isinstance(p, TextBlock))
@@ -480,7 +525,8 @@ def render(
         tool_names.update(h.tool_names)
         for u in h.entry.tool_uses:
             tool_names.setdefault(u.id, u.name)
-    bodies = [_body(h.entry, tool_names) for h in hits]
+    terms = [t.lower() for t in query.split() if len(t) >= 3]
+    bodies = [_body(h.entry, tool_names, terms) for h in hits]
     frame = _Frame(
         query=query,
         nonce=_nonce([*bodies, *(h.entry.id for h in hits), query], nonce),
@@ -551,6 +597,7 @@ def recall(
     exclude: Iterable[Entry] = (),
     nonce: str | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
+    tool_name: str = "recall",
 ) -> RecallResult:
     """Search what compaction dropped for ``query`` and return it framed as recalled data.
 
@@ -558,10 +605,13 @@ def recall(
     ``session_id``, or the ``session`` of ``compact()``'s archive note); ``None``
     searches every session of the archive. The query is keywords: entries matching any
     of them are found, ranked by the source (full-text rank in the archive); a single
-    word that is an entry id or a tool-use id also finds that entry. At most
+    word that is an entry id or a tool-use id also finds that entry. Entries holding
+    more of the keywords come first, in the sources' order among equals. At most
     ``max_entries`` are asked of the sources; markers and summaries compactors inserted,
+    earlier calls of the recall tool (named ``tool_name``) and their results,
     duplicates, and the entries of ``exclude`` (what the model still sees) are left
-    out. The result's ``text`` is at most ``limit_tokens`` tokens by ``counter`` (a
+    out; of a batch of tool results, those holding none of the keywords are named but
+    not shown. The result's ``text`` is at most ``limit_tokens`` tokens by ``counter`` (a
     :class:`~normandy_core.TokenCounter` or a spec; default: the one that does not
     under-count for ``model``). ``nonce`` fixes the frame's delimiter (tests).
     ``timeout`` bounds the wait for each source in seconds (``None``: no bound); a source
@@ -577,8 +627,22 @@ def recall(
     settings = RecallSettings(limit_tokens=limit_tokens, max_entries=max_entries, timeout=timeout)
     tc = get_counter(counter if counter is not None else default_counter_for(model))
     present = list(exclude)
-    found, errors = _search(query, session, min(2 * settings.max_entries, 1000), settings.timeout)
-    hits = _wanted(found, present)[: settings.max_entries]
+    # What is left out (the model's earlier recall calls and results above all: they hold
+    # the query's words and rank first) can fill a whole answer of the sources: ask again
+    # for more, while they had more to give.
+    limit = min(2 * settings.max_entries, _MAX_ASKED)
+    while True:
+        found, errors = _search(query, session, limit, settings.timeout)
+        wanted = _wanted(found, present, tool_name)
+        if len(wanted) >= 2 * settings.max_entries or len(found) < limit or limit >= _MAX_ASKED:
+            break
+        limit = min(4 * limit, _MAX_ASKED)
+    # An entry holding more of the keywords first, then the sources' rank: a source's
+    # rank weighs a long entry down (bm25), so a long tool output holding every keyword
+    # came after short ones holding one, and a bounded result left it out.
+    terms = _terms(query)
+    ranked = sorted(wanted, key=lambda h: -_coverage(h.entry, terms))
+    hits = ranked[: settings.max_entries]
     names = {u.id: u.name for e in present for u in e.tool_uses}
     text, shown, truncated = render(
         query,
@@ -626,6 +690,7 @@ def recall_tools(
             counter=counter,
             exclude=memory().entries(),
             timeout=settings.timeout,
+            tool_name=settings.tool_name,
         ).text
 
     return {settings.tool_name: recall_tool}

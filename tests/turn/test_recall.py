@@ -41,7 +41,7 @@ from normandy_core.calibration import default_calibration
 from normandy_core.clients import ModelReply, ScriptedClient
 from normandy_core.clients.anthropic import anthropic_request
 from normandy_core.clients.openai import openai_request
-from normandy_core.retrieval import MIN_LIMIT_TOKENS, RECALL_TAG, render
+from normandy_core.retrieval import MIN_LIMIT_TOKENS, RECALL_TAG, _coverage, _terms, render
 from normandy_core.turn import arun_turn, run_turn
 from strategies import entries as entry_strategy
 
@@ -302,9 +302,12 @@ def test_a_recall_never_exceeds_its_token_bound(source, contents, extra, limit, 
     if result.found and limit >= 600:  # room for the framing: the best one is shown, cut or not
         assert result.hits
     shown = [h.entry.id for h in result.hits]
-    # best first: what is shown keeps the sources' order
+    # best first: more of the keywords first, the sources' order among equals
     order = [h.id for h in hits]
-    assert shown == sorted(shown, key=order.index)
+    terms = _terms(query)
+    by_id = {h.id: h for h in hits}
+    key = {i: (-_coverage(by_id[i], terms), order.index(i)) for i in shown}
+    assert shown == sorted(shown, key=key.__getitem__)
 
 
 def test_the_sources_answers_are_merged_by_rank_and_a_failing_source_is_named(source):
@@ -395,6 +398,102 @@ def test_markers_summaries_duplicates_and_visible_entries_are_left_out(source):
     # the cleared entry's original is recalled: the model sees only its placeholder
     assert [h.entry.id for h in result.hits] == ["r", "k"]
     assert result.found == 2
+
+
+def test_earlier_recall_calls_and_results_are_left_out(source):
+    """The model's own earlier recall calls hold the query's words (they rank first) and
+    their results were shown already: neither takes the room of what the model wants."""
+    call = Entry(
+        id="c",
+        role="assistant",
+        content=[ToolUseBlock(id="q1", name="lookup", input={"query": "KestrelError mismatch"})],
+    )
+    answer = Entry(
+        id="ans",
+        role="user",
+        content=[ToolResultBlock(tool_use_id="q1", content=f"{RECALL_TAG} 0 of 0 ...")],
+    )
+    other_call = Entry(
+        id="o",
+        role="assistant",
+        content=[ToolUseBlock(id="q2", name="grep", input={"pattern": "KestrelError"})],
+    )
+    fact = Entry(id="f", role="user", content="KestrelError: checksum mismatch in segment 4")
+    source.hits = [call, answer, other_call, fact]
+    result = recall("KestrelError mismatch", session="s", counter=COUNTER, tool_name="lookup")
+    assert [h.entry.id for h in result.hits] == ["f", "o"]  # f holds both keywords
+    # under the default name, the call named "lookup" is another tool's: it stays
+    assert [h.entry.id for h in recall("KestrelError", session="s", counter=COUNTER).hits] == [
+        "c",
+        "o",
+        "f",
+    ]
+
+
+def test_when_what_is_left_out_fills_the_answer_the_sources_are_asked_for_more(source):
+    """Many earlier recall calls rank first and are left out: they must not hide the
+    entry the model wants behind the number of entries asked."""
+    calls = [
+        Entry(
+            id=f"c{k}",
+            role="assistant",
+            content=[ToolUseBlock(id=f"q{k}", name="recall", input={"query": "sequoia"})],
+        )
+        for k in range(40)
+    ]
+    fact = Entry(id="f", role="user", content="SequoiaError: checksum mismatch")
+    source.hits = [*calls, fact]
+    result = recall("sequoia", session="s", counter=COUNTER, max_entries=12)
+    assert [h.entry.id for h in result.hits] == ["f"]
+    assert [limit for _, _, limit in source.calls] == [24, 96]
+    # a source that gave less than asked is not asked again
+    source.calls.clear()
+    source.hits = [fact]
+    recall("sequoia", session="s", counter=COUNTER, max_entries=12)
+    assert [limit for _, _, limit in source.calls] == [24]
+
+
+def test_an_entry_holding_more_of_the_keywords_comes_first(source):
+    """The source's rank (bm25) weighs a long entry down: a long test log holding every
+    keyword came after short ones holding one, and the bound left it out."""
+    log = "tests/test_api.py::test_ok PASSED\n" * 60
+    short = [Entry(id=f"s{k}", role="user", content=f"checksum mismatch {k}") for k in range(3)]
+    long = Entry(id="long", role="user", content=f"{log}E   KryptonError: checksum mismatch\n")
+    source.hits = [*short, long]
+    result = recall("KryptonError checksum mismatch", session="s", counter=COUNTER)
+    assert [h.entry.id for h in result.hits][:1] == ["long"]
+    assert "KryptonError: checksum mismatch" in result.text
+    # among equals the sources' order stands
+    assert [h.entry.id for h in recall("checksum", session="s", counter=COUNTER).hits][:3] == [
+        "s0",
+        "s1",
+        "s2",
+    ]
+
+
+def test_results_of_a_batch_holding_none_of_the_keywords_are_named_not_shown(source):
+    noise = "value = compute(value)\n" * 300  # about 1,500 tokens each
+    batch = Entry(
+        id="b",
+        role="user",
+        content=[
+            ToolResultBlock(tool_use_id="t1", content=noise),
+            ToolResultBlock(tool_use_id="t2", content="E   KestrelError: checksum mismatch"),
+            ToolResultBlock(tool_use_id="t3", content=noise),
+        ],
+    )
+    source.hits = [Entry(id="x", role="user", content="kestrel notes"), batch]
+    result = recall("kestrelerror kestrel", session="s", counter=COUNTER, limit_tokens=600)
+    # both fit (the noise is not shown); b holds both keywords, x one
+    assert [h.entry.id for h in result.hits] == ["b", "x"]
+    assert "KestrelError: checksum mismatch" in result.text
+    assert "compute(value)" not in result.text
+    assert "for id=t1: not shown, it holds none of the keywords" in result.text
+    assert "for id=t3: not shown" in result.text
+    # a batch in which no result holds a keyword is shown whole (it matched otherwise)
+    source.hits = [batch.model_copy(update={"id": "b2"})]
+    whole = recall("unrelated", session="s", counter=COUNTER, limit_tokens=5_000)
+    assert whole.text.count("compute(value)") == 600
 
 
 # -- whole turns ---------------------------------------------------------------------------------

@@ -308,3 +308,23 @@ def test_recall_from_the_archive_never_exceeds_its_bound(
         assert result.found == min(len(entries), max_entries)
         if limit >= 600:
             assert result.hits
+
+
+def test_the_hook_ranks_what_the_last_compaction_wrote_before_it_is_indexed(sqlite_archive):
+    """A recall right after a compaction: its entries, not indexed yet by the background
+    writer, are indexed first and ranked with the rest (found only by substring, they
+    came after every ranked hit, and a bounded result left them out)."""
+    archive = Archive(sqlite_archive)
+    older = [
+        Entry(id=f"old{i}", role="user", content=f"read_file output {i}: nothing to see here")
+        for i in range(30)
+    ]
+    archive.record(older, session_id="s1", index=True)
+    fresh = Entry(id="fresh", role="user", content="the kestrel hotfix lives in src/k/shim.py")
+    archive.record([fresh], session_id="s1", index=False)  # as the hook records
+    hits = recall_entries(query="kestrel hotfix file", session_id="s1", limit=5)
+    assert hits[0].entry.id == "fresh"
+    # and it stays findable by id once indexed
+    assert [h.entry.id for h in recall_entries(query="fresh", session_id="s1", limit=5)] == [
+        "fresh"
+    ]

