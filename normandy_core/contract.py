@@ -499,7 +499,8 @@ def account(
     ``tokens_removed`` (the running turn's messages: their count before minus what is left
     of them after), all with ``ctx.counter``; and the next call's estimated billed input
     with prompt caching, ``billed_next_without`` and ``billed_next_with``, with the cached
-    tokens the compaction keeps, ``cache_kept_tokens`` (:mod:`normandy_core.cost`). Other results are returned as they are.
+    tokens the compaction keeps, ``cache_kept_tokens`` (:mod:`normandy_core.cost`). Other
+    results are returned as they are.
     """
     if not result.meta.compacted:
         return result

@@ -104,9 +104,7 @@ def first_change(old: Sequence[Entry], new: Sequence[Entry]) -> int:
     return n
 
 
-def growth_per_call(
-    entries: Sequence[Entry], sizes: Sequence[int], *, calls: int = 8
-) -> float:
+def growth_per_call(entries: Sequence[Entry], sizes: Sequence[int], *, calls: int = 8) -> float:
     """Tokens the conversation grows per model call: what followed the ``calls``-th newest
     assistant entry (that entry included), per assistant entry, over the intact newest
     part of the session. 0.0 when there is no assistant entry."""
@@ -190,9 +188,7 @@ def next_call_estimate(
         kept = 0
     else:
         change = min(first_change(old, new), until)
-        kept = prompt_tokens + sum(
-            counter.entry_tokens(after, e) for e in new[:change]
-        )
+        kept = prompt_tokens + sum(counter.entry_tokens(after, e) for e in new[:change])
         kept = min(kept, cached_old)
     return NextCall(
         without=round(billed(cached_old, sent_old, rates)),

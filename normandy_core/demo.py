@@ -309,6 +309,7 @@ def replay(
     turns: int | None = None,
     on_boundary: Callable[[Boundary, int, int], None] | None = None,
     survival: Mapping[str, Any] | None = None,
+    on_call: Callable[[int, Sequence[Any]], None] | None = None,
 ) -> DemoReport:
     """Replay ``session`` (its first ``turns`` turns) with ``compactor`` and return the report.
 
@@ -316,7 +317,8 @@ def replay(
     ``opts`` pin it already). The config is made with the entry point ``normandy demo``,
     so a bad option raises :class:`~normandy_core.OptionsError` before anything runs.
     ``on_boundary(boundary, batches_done, batches_total)`` sees each boundary as it happens.
-    ``survival`` sets the survival rules (``None``: the defaults).
+    ``survival`` sets the survival rules (``None``: the defaults). ``on_call(index,
+    messages)`` sees the entries each model call was sent, in order.
     """
     from normandy_core.clients.scripted import ScriptedClient
     from normandy_core.config import AgentConfig
@@ -373,6 +375,8 @@ def replay(
         acc = result.acc
         report.turns += 1
         for request in client.requests:
+            if on_call is not None:
+                on_call(len(report.billed), request.messages)
             bill.call(request.messages)
     report.total_seconds = time.perf_counter() - started
     report.final_tokens = report.boundaries[-1].after if report.boundaries else 0

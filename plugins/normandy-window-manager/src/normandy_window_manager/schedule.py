@@ -107,7 +107,7 @@ def cost_schedule(
     report: dict[str, Any] = {
         "schedule": "cost",
         "billed_next_without": round(billed(cached, sent, rates)),
-        "billed_next_estimate": round(billed(min(best.kept, cached), best.size, rates)),
+        "billed_next_with": round(billed(min(best.kept, cached), best.size, rates)),
         "cost_horizon_without": round(wait),
         "cost_horizon_with": round(best.cost),
         "growth_per_call": round(growth),
@@ -121,7 +121,6 @@ def cost_schedule(
     if not meta.get("compacted"):
         return new_acc, {**meta, "cost_decision": decision, **report}
     meta.update(cost_decision=decision, **report)
-    meta.pop("billed_next_estimate", None)  # the boundary computes the exact figures
     return new_acc, meta
 
 
@@ -202,9 +201,7 @@ def _options(
             break
     drop_kept = prompt + sum(sizes[:first_drop])
     top = min(usable, sent - 1)
-    levels = sorted(
-        {floor + (top - floor) * k // LEVELS for k in range(LEVELS)} | {floor}
-    )
+    levels = sorted({floor + (top - floor) * k // LEVELS for k in range(LEVELS)} | {floor})
     out: list[_Option] = []
     for level in levels:
         size = sent
