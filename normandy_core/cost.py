@@ -21,7 +21,8 @@ The model, stated once:
   from the prompt).
 * Over the next calls the conversation grows by ``growth`` tokens per call, estimated
   from the session so far (:func:`growth_per_call`); when it would pass the limit it is
-  compacted like the compaction being weighed (same size after, same tokens rewritten).
+  compacted like the compaction being weighed (same size after, same tokens rewritten);
+  the horizon is charged the share of the next such rewrite it has grown toward.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ def horizon_cost(
     The first call sends ``sent`` tokens with ``cached`` read from cache. Each later call
     adds ``growth`` tokens, written once and read after; a call that would send more than
     ``limit`` (``None``: no limit) is preceded by a compaction to ``after_size`` tokens that
-    rewrites ``rewrite`` of them.
+    rewrites ``rewrite`` of them. With a limit, the rewrite of the compaction after the
+    horizon is charged for the share of the way to it the horizon has grown.
     """
     cost = billed(cached, sent, rates)
     size = float(sent)
@@ -147,6 +149,11 @@ def horizon_cost(
         else:
             cost += rates.read * size + rates.write * growth
             size += growth
+    if limit is not None and limit > after_size:
+        # The horizon ends part of the way to the next compaction: charge that part of its
+        # rewrite, so a plan is not favoured for leaving a rewrite just past the horizon.
+        share = min(max((size - after_size) / (limit - after_size), 0.0), 1.0)
+        cost += (rates.write - rates.read) * max(rewrite, 0) * share
     return cost
 
 

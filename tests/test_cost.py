@@ -321,3 +321,58 @@ def test_the_window_is_never_exceeded(rounds, horizon, target):
         acc, meta = run_compaction(acc, mid_round=i % 4 != 3)
         assert "error" not in meta, meta.get("error")
         assert _sent(acc) <= usable
+
+
+def _rounds(prefix: str, n: int, chars: int, turn: str) -> list[Entry]:
+    """``n`` tool rounds whose ids start with ``prefix``."""
+    return [
+        e.model_copy(
+            update={
+                "id": f"{prefix}{e.id}",
+                "content": tuple(
+                    b.model_copy(update={"id": f"{prefix}{b.id}"})
+                    if isinstance(b, ToolUseBlock)
+                    else b.model_copy(update={"tool_use_id": f"{prefix}{b.tool_use_id}"})
+                    for b in e.content
+                ),
+            }
+        )
+        for e in _session(n, result_chars=chars, turn=turn)[1:]
+    ]
+
+
+def test_clear_tool_results_clears_only_when_it_pays():
+    # small old results, then large new ones it keeps: clearing saves a little per call
+    # and rewrites the large tail once
+    entries = [
+        Entry(id="task", role="user", content="Fix the failing build.", turn_id="t1"),
+        *_rounds("old", 6, 700, "t1"),
+        *_rounds("new", 6, 1_600, "t2"),
+        Entry(id="q3", role="user", content="And now?", turn_id="t3"),
+    ]
+
+    def config(horizon: int) -> AgentConfig:
+        acc = AgentConfig(
+            model="claude-sonnet-4-5",
+            compactor="clear_tool_results",
+            compactor_opts={
+                "trigger_tokens": 2_000,
+                "keep": 6,
+                "counter": "cl100k_base",
+                "schedule": "cost",
+                "horizon": horizon,
+            },
+        )
+        return acc.with_memory(AgentMemory.from_entries(entries))
+
+    kept, meta = run_compaction(config(1), mid_round=False)
+    assert not meta["compacted"] and meta["cost_decision"] == "waits"
+    assert meta["cost_horizon_without"] <= meta["cost_horizon_with"]
+    new_acc, meta = run_compaction(config(200), mid_round=False)
+    assert meta["compacted"] and meta["cost_decision"] == "pays"
+    assert meta["cost_horizon_with"] < meta["cost_horizon_without"]
+    # the boundary's figures: the next call costs more with the clearing (the rewrite),
+    # which the horizon pays back
+    assert meta["billed_next_with"] > meta["billed_next_without"]
+    assert meta["cleared"] == [f"oldu{i}" for i in range(6)]
+    assert [e.id for e in new_acc.memory.entries()] == [e.id for e in entries]
