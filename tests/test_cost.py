@@ -365,7 +365,7 @@ def test_clear_tool_results_clears_only_when_it_pays():
         )
         return acc.with_memory(AgentMemory.from_entries(entries))
 
-    kept, meta = run_compaction(config(1), mid_round=False)
+    _, meta = run_compaction(config(1), mid_round=False)
     assert not meta["compacted"] and meta["cost_decision"] == "waits"
     assert meta["cost_horizon_without"] <= meta["cost_horizon_with"]
     new_acc, meta = run_compaction(config(200), mid_round=False)

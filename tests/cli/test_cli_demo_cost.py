@@ -32,7 +32,10 @@ def test_replay_bills_each_call_against_the_one_before(tmp_path, monkeypatch) ->
         assert abs(plain.billed[i] - expected) < 1e-6
     assert plain.billed[0] == billed(0, plain.sent[0], DEFAULT_RATES)
     assert compacted.cumulative_cost[-1] == compacted.cost > 0
-    assert all(a <= b for a, b in zip(compacted.cumulative_cost, compacted.cumulative_cost[1:]))
+    assert all(
+        a <= b
+        for a, b in zip(compacted.cumulative_cost, compacted.cumulative_cost[1:], strict=False)
+    )
     assert compacted.input_price == 3.0  # claude-sonnet-4-5 in the catalog
     # a compaction rewrites the cache: some call of the compacted replay reads less than
     # everything the call before it sent
