@@ -187,13 +187,16 @@ def next_call_estimate(
     old = before.entries()
     new = after.entries()
     until = cached_until(old)
-    sizes_old = [counter.entry_tokens(before, e) for e in old]
-    sent_old = prompt_tokens + sum(sizes_old)
-    cached_old = 0 if until is None else prompt_tokens + sum(sizes_old[:until])
+    # the totals are kept incrementally: only the short tail after the newest assistant
+    # entry and the prefix before the first change are counted here
+    sent_old = prompt_tokens + counter.memory_tokens(before)
+    cached_old = 0
+    if until is not None:
+        tail = sum(counter.entry_tokens(before, e) for e in old[until:])
+        cached_old = max(sent_old - tail, 0)
     sent_new = prompt_tokens + counter.memory_tokens(after)
-    if until is None:
-        kept = 0
-    else:
+    kept = 0
+    if until is not None:
         change = min(first_change(old, new), until)
         kept = prompt_tokens + sum(counter.entry_tokens(after, e) for e in new[:change])
         kept = min(kept, cached_old)
