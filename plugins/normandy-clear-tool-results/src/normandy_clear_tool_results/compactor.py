@@ -190,8 +190,9 @@ def _weigh(
     after: int,
 ) -> dict[str, Any]:
     """``schedule="cost"``: whether clearing now is cheaper over ``o.horizon`` calls than
-    waiting (:mod:`normandy_core.cost`'s model; with a window, the conversation is taken
-    to be cleared like this when it would pass it; without one, never)."""
+    waiting (:mod:`normandy_core.cost`'s model). ``ctx.window`` is ``None`` for this
+    compactor (it sizes against no window), so waiting means not clearing within the
+    horizon; with a window it would mean clearing like this when it would be passed."""
     from normandy_core.cost import (
         billed,
         cached_until,
