@@ -104,11 +104,8 @@ def _money(report: DemoReport, value: float) -> str:
 def _cost_text(report: DemoReport) -> str:
     """The closing table's cost row: cumulative input cost with prompt caching."""
     calls = len(report.billed)
-    price = (
-        f" at ${report.input_price:g}/M input, cache read 0.1x, write 1.25x"
-        if report.input_price
-        else ""
-    )
+    rates = f"cache read {report.cache_read:.3g}x, write {report.cache_write:.3g}x"
+    price = f" at ${report.input_price:g}/M input, {rates}" if report.input_price else f", {rates}"
     return (
         f"{_money(report, report.cost)} over {calls:,} model calls{price} "
         f"({_money(report, report.uncached_cost)} without caching)"
@@ -337,6 +334,8 @@ def _trigger_line(report: DemoReport) -> int | None:
     """The context level at which ``window_manager`` compacts, when that is the compactor."""
     if report.compactor != "window_manager" or not report.window:
         return None
+    if report.opts.get("schedule") == "cost":
+        return None  # it compacts by cost, not at a threshold
     reserved = int(report.opts.get("reserved_tokens", 4096))
     trigger = float(report.opts.get("trigger", 1.0))
     return int(trigger * (report.window - reserved))

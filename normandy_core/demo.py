@@ -145,6 +145,9 @@ class DemoReport:
     sent: list[int] = field(default_factory=list)
     #: The model's input price in dollars per million tokens (``None``: not in the catalog).
     input_price: float | None = None
+    #: The cache prices the calls were billed at, as multiples of the input price.
+    cache_read: float = 0.1
+    cache_write: float = 1.25
 
     @property
     def compactions(self) -> list[Boundary]:
@@ -359,6 +362,7 @@ def replay(
     report.input_price = None if prices is None else prices.input
     bill = _Biller(acc.prepared.counter_for(model, None), acc.prompt_tokens, report)
     bill.rates = rates_for(acc.catalog, model)
+    report.cache_read, report.cache_write = bill.rates.read, bill.rates.write
     started = time.perf_counter()
     for n, turn in enumerate(chosen, 1):
         rec = _Replay(n, turn.outputs, report, progress)
