@@ -318,9 +318,19 @@ def test_the_window_is_never_exceeded(rounds, horizon, target):
         )
         if i % 4 == 3:
             acc.memory.add_message("user", f"next step {i}", id=f"q{i}", turn_id=f"t{i // 4 + 1}")
+        before = _sent(acc)
         acc, meta = run_compaction(acc, mid_round=i % 4 != 3)
         assert "error" not in meta, meta.get("error")
         assert _sent(acc) <= usable
+        if meta["compacted"]:
+            # the meta's figures agree with the billing model and with each other
+            prompt = _sent(acc) - meta["tokens_after"]
+            kept = meta["cache_kept_tokens"]
+            assert 0 <= kept <= prompt + meta["tokens_after"]
+            expected = billed(kept, prompt + meta["tokens_after"], DEFAULT_RATES)
+            assert abs(meta["billed_next_with"] - expected) <= 1
+            assert meta["billed_next_without"] <= 1.25 * before + 1
+            assert meta["cost_decision"] in ("forced", "pays")
 
 
 def _rounds(prefix: str, n: int, chars: int, turn: str) -> list[Entry]:
