@@ -49,6 +49,7 @@ _LAZY: dict[str, str] = {
     "estimate_tokens": "tokens",
     # catalog
     "ModelCatalog": "catalog",
+    "Prices": "catalog",
     "StaticCatalog": "catalog",
     "default_catalog": "catalog",
     # options
@@ -152,6 +153,7 @@ __all__ = [
     "HookSpec",
     "ImageBlock",
     "ModelCatalog",
+    "Prices",
     "NormandyError",
     "OptionsError",
     "PluginConflictError",
@@ -244,7 +246,7 @@ if TYPE_CHECKING:
         run_on_boundary,
     )
     from normandy_core.calibration import CalibratedCounter, Calibration
-    from normandy_core.catalog import ModelCatalog, StaticCatalog, default_catalog
+    from normandy_core.catalog import ModelCatalog, Prices, StaticCatalog, default_catalog
     from normandy_core.config import AgentConfig
     from normandy_core.contract import (
         CompactionContext,

@@ -75,6 +75,8 @@ def summary_rows(report: DemoReport, reference_window: int | None = None) -> lis
             f"boundary); replay {report.total_seconds:.2f} s",
         ],
     ]
+    if report.billed:
+        rows.append(["input cost (cache-aware)", _cost_text(report)])
     if report.thinking_disabled:
         rows.append(
             [
@@ -93,6 +95,21 @@ def summary_rows(report: DemoReport, reference_window: int | None = None) -> lis
             ],
         )
     return rows
+
+
+def _money(report: DemoReport, value: float) -> str:
+    return f"${value:,.2f}" if report.input_price else f"{value:,.0f} billed tokens"
+
+
+def _cost_text(report: DemoReport) -> str:
+    """The closing table's cost row: cumulative input cost with prompt caching."""
+    calls = len(report.billed)
+    rates = f"cache read {report.cache_read:.3g}x, write {report.cache_write:.3g}x"
+    price = f" at ${report.input_price:g}/M input, {rates}" if report.input_price else f", {rates}"
+    return (
+        f"{_money(report, report.cost)} over {calls:,} model calls{price} "
+        f"({_money(report, report.uncached_cost)} without caching)"
+    )
 
 
 def _compaction_line(b: Boundary) -> str:
@@ -183,7 +200,15 @@ def _chart_text(report: DemoReport) -> str:
     values = [b.before for b in report.boundaries]
     top = max([*values, report.window or 0]) or 1
     line = sparkline(values, width=72, top=top)
-    return f"context per boundary (before compaction; full block = {top:,} tokens):\n{line}"
+    text = f"context per boundary (before compaction; full block = {top:,} tokens):\n{line}"
+    cumulative = report.cumulative_cost
+    if cumulative:
+        spent = sparkline(cumulative, width=72, top=cumulative[-1] or 1)
+        text += (
+            f"\ncumulative input cost per call (full block = "
+            f"{_money(report, cumulative[-1])}):\n{spent}"
+        )
+    return text
 
 
 def plot_report(report: DemoReport, path: str | Path) -> Path:
@@ -258,7 +283,7 @@ def plot_report(report: DemoReport, path: str | Path) -> Path:
     ax.set_xlim(0, max(len(report.boundaries) - 1, 1))
     ax.set_ylim(0, max([y for y in ys] + [(report.window or 0) / 1000]) * 1.12)
     ax.grid(axis="y", alpha=0.3)
-    for side in ("top", "right"):
+    for side in ("top", "right") if not report.billed else ("top",):
         ax.spines[side].set_visible(False)
     handles = [
         Line2D([], [], color="#4C72B0", linewidth=1.5, label="context (prompt + history)"),
@@ -266,7 +291,27 @@ def plot_report(report: DemoReport, path: str | Path) -> Path:
     ]
     if report.window:
         handles.append(Line2D([], [], color="#C44E52", linestyle="--", label="context window"))
-    ax.legend(handles=handles, loc="upper left", frameon=False, fontsize=9, ncol=3)
+    cumulative = report.cumulative_cost
+    if cumulative:
+        # calls and boundaries pair one to one: each boundary precedes one model call
+        cost_ax = ax.twinx()
+        calls = list(range(len(cumulative)))
+        cost_ax.plot(calls, cumulative, color="#55A868", linewidth=1.6)
+        cost_ax.set_ylabel(
+            "cumulative input cost ($)" if report.input_price else "cumulative billed tokens"
+        )
+        cost_ax.set_ylim(0, max(cumulative[-1], 1e-9) * 1.12)
+        cost_ax.spines["top"].set_visible(False)
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="#55A868",
+                linewidth=1.6,
+                label=f"cumulative cost ({_money(report, report.cost)})",
+            )
+        )
+    ax.legend(handles=handles, loc="upper left", frameon=False, fontsize=9, ncol=4)
     history = report.final_tokens + report.tokens_removed
     ax.text(
         0.99,
@@ -289,6 +334,8 @@ def _trigger_line(report: DemoReport) -> int | None:
     """The context level at which ``window_manager`` compacts, when that is the compactor."""
     if report.compactor != "window_manager" or not report.window:
         return None
+    if report.opts.get("schedule") == "cost":
+        return None  # it compacts by cost, not at a threshold
     reserved = int(report.opts.get("reserved_tokens", 4096))
     trigger = float(report.opts.get("trigger", 1.0))
     return int(trigger * (report.window - reserved))

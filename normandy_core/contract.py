@@ -507,7 +507,10 @@ def account(
 
     On a compaction: ``tokens_before`` and ``tokens_after`` (whole active branch) and
     ``tokens_removed`` (the running turn's messages: their count before minus what is left
-    of them after), all with ``ctx.counter``. Other results are returned as they are.
+    of them after), all with ``ctx.counter``; and the next call's estimated billed input
+    with prompt caching, ``billed_next_without`` and ``billed_next_with``, with the cached
+    tokens the compaction keeps, ``cache_kept_tokens`` (:mod:`normandy_core.cost`). Other
+    results are returned as they are.
     """
     if not result.meta.compacted:
         return result
@@ -526,5 +529,18 @@ def account(
         tokens_before=counter.memory_tokens(before),
         tokens_after=counter.memory_tokens(after),
         tokens_removed=max(removed, 0),
+        **_billed_next(result, before, ctx),
     )
     return CompactionResult(result.acc, meta)
+
+
+def _billed_next(
+    result: CompactionResult, before: AgentMemory, ctx: CompactionContext
+) -> dict[str, int]:
+    """The next call's billed input with and without the compaction (``normandy_core.cost``)."""
+    from normandy_core.cost import next_call_estimate, rates_for
+
+    acc = result.acc
+    prompt = ctx.prompt_tokens or acc.prompt_tokens + ctx.counter.request_tokens
+    rates = rates_for(acc.catalog, ctx.model)
+    return next_call_estimate(before, acc.memory, ctx.counter, prompt, rates).as_meta()

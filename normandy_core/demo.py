@@ -137,6 +137,17 @@ class DemoReport:
     total_seconds: float = 0.0
     final_tokens: int = 0
     thinking_disabled: int = 0
+    #: Billed input tokens of each model call, in order, with prompt caching
+    #: (:mod:`normandy_core.cost`: the prefix the previous call sent unchanged read at the
+    #: cache-read rate, the rest written at the cache-write rate).
+    billed: list[float] = field(default_factory=list)
+    #: Tokens each model call sent (system prompt and tools included), in order.
+    sent: list[int] = field(default_factory=list)
+    #: The model's input price in dollars per million tokens (``None``: not in the catalog).
+    input_price: float | None = None
+    #: The cache prices the calls were billed at, as multiples of the input price.
+    cache_read: float = 0.1
+    cache_write: float = 1.25
 
     @property
     def compactions(self) -> list[Boundary]:
@@ -162,6 +173,27 @@ class DemoReport:
     def peak_before(self) -> int:
         """The largest context seen at a boundary, before compaction."""
         return max((b.before for b in self.boundaries), default=0)
+
+    @property
+    def cumulative_cost(self) -> list[float]:
+        """Dollars billed for input after each call (billed tokens without a price)."""
+        scale = (self.input_price or 1e6) / 1e6
+        out: list[float] = []
+        total = 0.0
+        for b in self.billed:
+            total += b * scale
+            out.append(total)
+        return out
+
+    @property
+    def cost(self) -> float:
+        """Dollars billed for input over the replay (billed tokens without a price)."""
+        return self.cumulative_cost[-1] if self.billed else 0.0
+
+    @property
+    def uncached_cost(self) -> float:
+        """What the same calls would cost without prompt caching (every token at input)."""
+        return sum(self.sent) * (self.input_price or 1e6) / 1e6
 
     @property
     def tokens_removed(self) -> int:
@@ -235,6 +267,41 @@ class _Replay:
         self.last = time.perf_counter()
 
 
+class _Biller:
+    """Bills each request against the one before it (:mod:`normandy_core.cost`'s model)."""
+
+    def __init__(self, counter: Any, prompt: int, report: DemoReport) -> None:
+        from normandy_core.cost import DEFAULT_RATES
+
+        self.counter = counter
+        self.prompt = prompt
+        self.report = report
+        self.rates = DEFAULT_RATES
+        self.previous: tuple[Any, ...] = ()
+        self.sizes: dict[int, tuple[Any, int]] = {}
+
+    def size(self, entry: Any) -> int:
+        hit = self.sizes.get(id(entry))
+        if hit is None or hit[0] is not entry:
+            hit = (entry, self.counter.count_entry(entry))
+            self.sizes[id(entry)] = hit
+        return hit[1]
+
+    def call(self, messages: Sequence[Any]) -> None:
+        from normandy_core.cost import billed, first_change
+
+        sizes = [self.size(e) for e in messages]
+        sent = self.prompt + sum(sizes)
+        if self.previous:
+            same = first_change(self.previous, messages)
+            cached = self.prompt + sum(sizes[: min(same, len(self.previous))])
+        else:
+            cached = 0
+        self.report.billed.append(billed(cached, sent, self.rates))
+        self.report.sent.append(sent)
+        self.previous = tuple(messages)
+
+
 def replay(
     session: DemoSession,
     *,
@@ -245,6 +312,7 @@ def replay(
     turns: int | None = None,
     on_boundary: Callable[[Boundary, int, int], None] | None = None,
     survival: Mapping[str, Any] | None = None,
+    on_call: Callable[[int, Sequence[Any]], None] | None = None,
 ) -> DemoReport:
     """Replay ``session`` (its first ``turns`` turns) with ``compactor`` and return the report.
 
@@ -252,7 +320,8 @@ def replay(
     ``opts`` pin it already). The config is made with the entry point ``normandy demo``,
     so a bad option raises :class:`~normandy_core.OptionsError` before anything runs.
     ``on_boundary(boundary, batches_done, batches_total)`` sees each boundary as it happens.
-    ``survival`` sets the survival rules (``None``: the defaults).
+    ``survival`` sets the survival rules (``None``: the defaults). ``on_call(index,
+    messages)`` sees the entries each model call was sent, in order.
     """
     from normandy_core.clients.scripted import ScriptedClient
     from normandy_core.config import AgentConfig
@@ -286,13 +355,22 @@ def replay(
         if on_boundary is not None:
             on_boundary(b, report.batches, total_batches)
 
+    from normandy_core.catalog import catalog_prices
+    from normandy_core.cost import rates_for
+
+    prices = catalog_prices(acc.catalog, model)
+    report.input_price = None if prices is None else prices.input
+    bill = _Biller(acc.prepared.counter_for(model, None), acc.prompt_tokens, report)
+    bill.rates = rates_for(acc.catalog, model)
+    report.cache_read, report.cache_write = bill.rates.read, bill.rates.write
     started = time.perf_counter()
     for n, turn in enumerate(chosen, 1):
         rec = _Replay(n, turn.outputs, report, progress)
+        client = ScriptedClient.from_records(turn.replies, model=model)
         result = run_turn(
             acc,
             turn.user,
-            client=ScriptedClient.from_records(turn.replies, model=model),
+            client=client,
             tools={name: rec.tool(name) for name in names},
             turn_id=turn.turn_id,
             thinking=2048,
@@ -300,6 +378,10 @@ def replay(
         )
         acc = result.acc
         report.turns += 1
+        for request in client.requests:
+            if on_call is not None:
+                on_call(len(report.billed), request.messages)
+            bill.call(request.messages)
     report.total_seconds = time.perf_counter() - started
     report.final_tokens = report.boundaries[-1].after if report.boundaries else 0
     return report

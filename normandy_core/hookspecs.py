@@ -76,7 +76,10 @@ class CompactorSpec:
             ``meta.get("dropped")``. ``strategy`` and any other keys are the compactor's
             own. The boundary computes ``tokens_before``, ``tokens_after`` (whole-memory
             counts) and ``tokens_removed`` (tokens of this turn's messages that compaction
-            removed; the task budget subtracts it) with ``ctx.counter`` itself.
+            removed; the task budget subtracts it) with ``ctx.counter`` itself, and the
+            next call's estimated billed input with prompt caching without and with the
+            compaction, ``billed_next_without`` and ``billed_next_with``, with the cached
+            tokens it keeps, ``cache_kept_tokens`` (see ``docs/cost.md``).
 
         At a mid-round boundary the model's tool round is still open: the next request
         continues it and its assistant turns go back with their thinking. A compactor must
@@ -267,9 +270,13 @@ class HookSpec:
             boundary failed before it could be built.
         :param meta: the result's meta, read-only, exactly as the caller gets it:
             ``compacted``, and on a compaction ``tokens_before``, ``tokens_after``,
-            ``tokens_removed``, ``dropped``, ``strategy``, ``hook_errors`` and
+            ``tokens_removed``, ``billed_next_without``, ``billed_next_with``,
+            ``cache_kept_tokens``, ``dropped``, ``strategy``, ``hook_errors`` and
             ``hook_notes``; on the error path ``error``; on the skip path only the keys
-            the compactor added, if any.
+            the compactor added, if any (a ``schedule="cost"`` compactor that weighed
+            the boundary and waited adds its estimates: ``billed_next_without``,
+            ``billed_next_with``, ``cost_horizon_without``, ``cost_horizon_with``,
+            ``growth_per_call``, ``cost_decision``).
         :param info: what the meta does not say (:class:`~normandy_core.BoundaryInfo`):
             ``outcome`` (``"compacted"``, ``"skipped"`` or ``"failed"``), the compactor's
             name, distribution and version, when the boundary started (``start_ns``,

@@ -43,12 +43,22 @@ class TestWindowManagerSummarize(TestWindowManager):
     opts = {"counter": "estimate", "strategy": "summarize", "summary_max_tokens": 200}
 
 
+class TestWindowManagerCost(TestWindowManager):
+    opts = {"counter": "estimate", "reserved_tokens": 500, "schedule": "cost", "horizon": 20}
+    bad_opts = [{"schedule": "cost", "trigger": 0.9}, {"horizon": 5}, {"schedule": "cheap"}]
+
+
 class TestClearToolResults(CompactorContract):
     compactor = "clear_tool_results"
     opts = {"trigger_tokens": 1_500, "keep": 1, "counter": "estimate"}
     roomy_opts = {"trigger_tokens": 10**9}
     bad_opts = [{"keep": -1}, {"trigger_tool_uses": 2, "keep": 2}, {"placeholder": ""}]
     max_examples = EXAMPLES
+
+
+class TestClearToolResultsCost(TestClearToolResults):
+    opts = {"trigger_tokens": 1_500, "keep": 1, "counter": "estimate", "schedule": "cost"}
+    bad_opts = [{"horizon": 5}, {"schedule": "cost", "horizon": 0}]
 
 
 class TestClearToolInputs(TestClearToolResults):
@@ -75,6 +85,11 @@ class TestPipeline(CompactorContract):
         {"steps": [{"compactor": "no_such_compactor"}]},
     ]
     max_examples = EXAMPLES
+
+
+class TestPipelineCost(TestPipeline):
+    opts = {**TestPipeline.opts, "schedule": "cost"}
+    bad_opts = [{**TestPipeline.opts, "schedule": "cheap"}]
 
 
 def test_the_fixture_checks_by_name(compactor_contract):

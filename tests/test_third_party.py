@@ -74,6 +74,12 @@ emit({
     )
     d = out.data
     figures = {k: d["meta"].pop(k) for k in ("tokens_before", "tokens_after", "tokens_removed")}
+    # the boundary's next-call estimate with prompt caching (docs/cost.md), for every compactor
+    billing = {
+        k: d["meta"].pop(k)
+        for k in ("billed_next_without", "billed_next_with", "cache_kept_tokens")
+    }
+    assert all(isinstance(v, int) and v >= 0 for v in billing.values())
     # the workspace's archive hook (installed beside it) says where the dropped entries went
     (note,) = d["meta"].pop("hook_notes")
     assert note["hook"] == "normandy_core.hooks:archive" and note["note"]["entries"] == 2

@@ -156,6 +156,11 @@ def maybe_compact(
 
     new_memory = memory.derive([e.without_thinking() for e in new_entries])
     after = counter.memory_tokens(new_memory)
+    weighed: dict[str, Any] = {}
+    if o.schedule == "cost":
+        weighed = _weigh(acc, ctx, o, entries, new_entries, before, after)
+        if weighed["cost_decision"] == "waits":
+            return acc, {"compacted": False, **weighed}
     # tokens_before, tokens_after and tokens_removed are computed by the boundary.
     meta: dict[str, Any] = {
         "compacted": True,
@@ -165,6 +170,7 @@ def maybe_compact(
         "trigger": "tokens" if over_tokens else "tool_uses",
         "counter": counter.name,
         "dropped": dropped,
+        **weighed,
     }
     log.debug(
         "clear_tool_results: %d tool uses cleared, %d -> %d tokens",
@@ -182,6 +188,72 @@ def _placeholder(acc: AgentConfig, o: ClearToolResultsOptions) -> str:
     if settings is None or "placeholder" in o.model_fields_set:
         return o.placeholder
     return RECALL_PLACEHOLDER.format(tool=settings.tool_name)
+
+
+def _weigh(
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    o: ClearToolResultsOptions,
+    old: list[Entry],
+    new: list[Entry],
+    before: int,
+    after: int,
+) -> dict[str, Any]:
+    """``schedule="cost"``: whether clearing now is cheaper over ``o.horizon`` calls than
+    waiting (:mod:`normandy_core.cost`'s model). ``ctx.window`` is ``None`` for this
+    compactor (it sizes against no window), so waiting means not clearing within the
+    horizon; with a window it would mean clearing like this when it would be passed."""
+    from normandy_core.cost import (
+        billed,
+        cached_until,
+        first_change,
+        growth_per_call,
+        horizon_cost,
+        rates_for,
+    )
+
+    counter = ctx.counter
+    memory = acc.memory
+    prompt = acc.prompt_tokens + counter.request_tokens
+    sizes = [counter.entry_tokens(memory, e) for e in old]
+    until = cached_until(old)
+    cached = 0 if until is None else prompt + sum(sizes[:until])
+    change = first_change(old, new)
+    kept = 0 if until is None else min(prompt + sum(sizes[: min(change, until)]), cached)
+    sent, size = before + prompt, after + prompt
+    growth = growth_per_call(old, sizes)
+    rates = rates_for(acc.catalog, ctx.model)
+    limit = None if ctx.window is None else ctx.window
+    now = horizon_cost(
+        sent=size,
+        cached=kept,
+        after_size=size,
+        rewrite=size - kept,
+        growth=growth,
+        limit=limit,
+        calls=o.horizon,
+        rates=rates,
+    )
+    wait = horizon_cost(
+        sent=sent,
+        cached=cached,
+        after_size=size,
+        rewrite=size - kept,
+        growth=growth,
+        limit=limit,
+        calls=o.horizon,
+        rates=rates,
+    )
+    forced = limit is not None and sent > limit
+    return {
+        "schedule": "cost",
+        "cost_decision": "forced" if forced else "pays" if now < wait else "waits",
+        "billed_next_without": round(billed(cached, sent, rates)),
+        "billed_next_with": round(billed(kept, size, rates)),
+        "cost_horizon_without": round(wait),
+        "cost_horizon_with": round(now),
+        "growth_per_call": round(growth),
+    }
 
 
 def _cleared(entry: Entry, to_clear: set[str], o: ClearToolResultsOptions, text: str) -> Entry:

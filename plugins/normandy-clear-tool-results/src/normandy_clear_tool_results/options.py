@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator, model_validator
 
 from normandy_core import CompactorOptions, CounterSpec
@@ -51,6 +53,12 @@ class ClearToolResultsOptions(CompactorOptions):
     counter: CounterSpec | None = None
     """``estimate``, ``conservative``, a tiktoken encoding or model name. Default: exact
     where tiktoken knows the model's encoding, else ``conservative``."""
+    schedule: Literal["threshold", "cost"] = "threshold"
+    """``threshold`` clears whenever a trigger is passed (today's behaviour); ``cost``
+    clears over a trigger only when that pays for the prompt-cache rewrite it causes
+    over the next ``horizon`` calls (see ``docs/cost.md``)."""
+    horizon: int = Field(default=50, ge=1, le=10_000)
+    """``cost`` only: how many further model calls the cost is weighed over."""
 
     @field_validator("exclude_tools", mode="before")
     @classmethod
@@ -65,6 +73,10 @@ class ClearToolResultsOptions(CompactorOptions):
             raise ValueError(
                 f"keep ({self.keep}) must be below trigger_tool_uses "
                 f"({self.trigger_tool_uses}): otherwise the trigger fires with nothing to clear"
+            )
+        if self.schedule != "cost" and "horizon" in self.model_fields_set:
+            raise ValueError(
+                f"horizon applies only to schedule 'cost' (schedule is {self.schedule!r})"
             )
         return self
 

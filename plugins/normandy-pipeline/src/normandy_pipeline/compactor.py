@@ -94,14 +94,27 @@ def validate_opts(
     for i, step in enumerate(opts.steps):
         where = f"{entry} {_label(i, step)}"
         try:
+            step_opts = _scheduled(step, opts.schedule)
             prepared.append(
-                prepare(step.compactor, step.opts, entry=where, window=window, rules=rules)
+                prepare(step.compactor, step_opts, entry=where, window=window, rules=rules)
             )
         except OptionsError:
             raise
         except Exception as exc:
             raise OptionsError(f"{where}: cannot use this compactor: {exc}") from exc
     opts._prepared = tuple(prepared)
+
+
+def _scheduled(step: Step, schedule: str | None) -> dict[str, Any]:
+    """The step's options, with ``schedule`` added when the pipeline's is ``cost``, the
+    step sets none and its compactor has that option."""
+    from normandy_core import resolve_compactor
+
+    if schedule != "cost" or "schedule" in step.opts:
+        return dict(step.opts)
+    model = resolve_compactor(step.compactor).options_model
+    fields = getattr(model, "model_fields", {})
+    return {**step.opts, "schedule": "cost"} if "schedule" in fields else dict(step.opts)
 
 
 def _error(acc: AgentConfig, index: int, step: Step, reason: str) -> tuple[AgentConfig, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr
 
@@ -31,6 +31,11 @@ class PipelineOptions(CompactorOptions):
     """Counter of the pipeline's mid-round check (and of the token figures the boundary
     reports). Default: exact where tiktoken knows the model's encoding, else
     ``conservative``."""
+
+    schedule: Literal["threshold", "cost"] | None = None
+    """``cost`` gives ``schedule="cost"`` to every step whose compactor has a ``schedule``
+    option and sets none (``window_manager``, ``clear_tool_results``); ``None`` or
+    ``threshold`` leaves the steps' own options as they are."""
 
     _prepared: tuple[Any, ...] = PrivateAttr(default=())
     """The steps prepared by ``validate_opts`` (the core's prepare step, once per config)."""

@@ -29,6 +29,7 @@ from normandy_core import (
 from normandy_core.calibration import CalibratedCounter
 from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
 from normandy_window_manager.options import WindowManagerOptions
+from normandy_window_manager.schedule import cost_schedule
 from normandy_window_manager.summarize import (
     MIN_SUMMARY_TOKENS,
     SUMMARY_KEY,
@@ -139,6 +140,8 @@ def maybe_compact(
     o = opts
     if ctx.window is None:
         return acc, {"compacted": False, "error": "window_manager needs ctx.window, got None"}
+    if o.schedule == "cost":
+        return cost_schedule(acc, ctx, o)
     # The prepared counter, scaled by the model's calibration factor, which the turn
     # shells learn from provider-reported usage (1.0 without evidence).
     counter = ctx.counter

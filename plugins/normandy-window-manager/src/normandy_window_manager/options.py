@@ -11,6 +11,7 @@ from normandy_core import CompactorOptions, CounterSpec
 __all__ = ["WindowManagerOptions"]
 
 Strategy = Literal["oldest_first", "sliding_window", "summarize"]
+Schedule = Literal["threshold", "cost"]
 
 
 class WindowManagerOptions(CompactorOptions):
@@ -21,6 +22,11 @@ class WindowManagerOptions(CompactorOptions):
     only when they exceed the usable window itself (the contract: the memory stays
     unchanged mid-round while it fits). It then compacts down to ``target`` of it, so with
     ``target`` below ``trigger`` a long session compacts rarely.
+
+    With ``schedule="cost"`` the compactor decides by what compacting costs with prompt
+    caching instead of by ``trigger`` (see ``docs/cost.md``): over the usable window it
+    always compacts; over ``target`` at the start of a turn it compacts only when that is
+    cheaper over the next ``horizon`` calls, clearing old tool results before dropping.
     """
 
     strategy: Strategy = "oldest_first"
@@ -48,6 +54,11 @@ class WindowManagerOptions(CompactorOptions):
     leave less room); a longer one is refused."""
     summary_timeout: float = Field(default=60.0, gt=0)
     """``summarize`` only: seconds to wait for a model summary before giving up."""
+    schedule: Schedule = "threshold"
+    """When to compact: ``threshold`` (over ``trigger``, today's behaviour) or ``cost``
+    (when it pays for the cache rewrite it causes; never letting the window be exceeded)."""
+    horizon: int = Field(default=50, ge=1, le=10_000)
+    """``cost`` only: how many further model calls the cost is weighed over."""
 
     @model_validator(mode="after")
     def _consistent(self) -> WindowManagerOptions:
@@ -60,6 +71,15 @@ class WindowManagerOptions(CompactorOptions):
             raise ValueError(
                 "keep_last_turns applies only to strategy 'sliding_window' "
                 f"(strategy is {self.strategy!r})"
+            )
+        if self.schedule == "cost" and "trigger" in self.model_fields_set:
+            raise ValueError(
+                "trigger applies only to schedule 'threshold': schedule 'cost' decides when "
+                "to compact by what it costs (and always compacts over the usable window)"
+            )
+        if self.schedule != "cost" and "horizon" in self.model_fields_set:
+            raise ValueError(
+                f"horizon applies only to schedule 'cost' (schedule is {self.schedule!r})"
             )
         summary_only = {"summarizer", "summary_max_tokens", "summary_timeout"}
         if self.strategy != "summarize" and summary_only & self.model_fields_set:

@@ -1,0 +1,391 @@
+"""Session cost with prompt caching, per strategy, schedule and window (issue 17).
+
+    NORMANDY_ARCHIVE_PATH=/tmp/bench-archive.sqlite3 \\
+        uv run --no-sync python -m benchmarks.cost [--windows 48000 128000] [--out FILE]
+
+Each configuration replays a session through the real turn loop
+(:func:`normandy_core.demo.replay`) and bills every model call against the one before it
+(:mod:`normandy_core.cost`: the unchanged prefix read at 0.1x the input price, the rest
+written at 1.25x; Claude Sonnet 4.5's $3/M input). Sessions: the bundled demo session
+(seed 7) and one generated with seed 11, both with planted facts: a fact line is added
+to a user message or a tool output, and *needed* 5, 15, 30 or 60 calls later; a fact
+counts as available when the call at need time was sent its text. LangChain's
+``trim_messages`` (per call, on the full history, as its docs show) is billed on the
+same calls (Strands is not billed yet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import random
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from normandy_core import Entry
+from normandy_core.cost import DEFAULT_RATES, billed
+from normandy_core.demo import DemoSession, DemoTurn, load_session, replay
+from normandy_core.formats import block_to_anthropic
+from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+
+PRICE = 3.0  # claude-sonnet-4-5, dollars per million input tokens
+DELAYS = (5, 15, 30, 60)
+
+
+def configs(window: int) -> dict[str, tuple[str, dict[str, Any]]]:
+    """name -> (compactor, options) at ``window``; ``clear_tool_results`` clears from 60 %
+    of the window (its default trigger, 100,000 tokens, is over a 48,000-token window)."""
+    clear = {"trigger_tokens": int(0.6 * window)}
+    return {
+        "window_manager (default: threshold, target 0.6)": ("window_manager", {}),
+        "window_manager schedule=cost": ("window_manager", {"schedule": "cost"}),
+        "window_manager schedule=cost horizon=10": (
+            "window_manager",
+            {"schedule": "cost", "horizon": 10},
+        ),
+        "window_manager target=0.4": ("window_manager", {"target": 0.4}),
+        "window_manager schedule=cost target=0.4": (
+            "window_manager",
+            {"schedule": "cost", "target": 0.4},
+        ),
+        "window_manager schedule=cost target=0.4 horizon=10": (
+            "window_manager",
+            {"schedule": "cost", "target": 0.4, "horizon": 10},
+        ),
+        "window_manager trigger=0.9 target=0.9": (
+            "window_manager",
+            {"target": 0.9, "trigger": 0.9},
+        ),
+        "clear_tool_results (trigger 0.6 window)": ("clear_tool_results", clear),
+        "clear_tool_results schedule=cost": ("clear_tool_results", {**clear, "schedule": "cost"}),
+        "pipeline clear -> window_manager": (
+            "pipeline",
+            {
+                "steps": [
+                    {"compactor": "clear_tool_results", "opts": clear},
+                    {"compactor": "window_manager", "opts": {}},
+                ]
+            },
+        ),
+        "pipeline clear -> window_manager schedule=cost": (
+            "pipeline",
+            {
+                "schedule": "cost",
+                "steps": [
+                    {"compactor": "clear_tool_results", "opts": clear},
+                    {"compactor": "window_manager", "opts": {}},
+                ],
+            },
+        ),
+    }
+
+
+@dataclasses.dataclass
+class Facts:
+    """Planted facts: where each is planted (call index) and its text."""
+
+    planted: list[tuple[int, str]]
+    needed: dict[int, list[str]]  # call index -> fact texts needed then
+
+
+def generated_session(seed: int, messages: int = 1000) -> DemoSession:
+    """A session of ``generate_session(seed)`` in the demo's recorded form."""
+    memory = generate_session(seed, messages=messages)
+    turns: list[DemoTurn] = []
+    current: dict[str, Any] | None = None
+    for e in memory.entries():
+        if e.role == "system":
+            continue
+        if e.role == "user" and isinstance(e.content, str):
+            if current is not None:
+                turns.append(_turn(current))
+            current = {"turn_id": e.turn_id, "user": e.content, "replies": [], "outputs": []}
+            continue
+        assert current is not None
+        if e.role == "assistant":
+            current["replies"].append({"content": [block_to_anthropic(b) for b in e.blocks]})
+        else:
+            for r in e.tool_results:
+                current["outputs"].append(
+                    {"tool_use_id": r.tool_use_id, "content": r.text(), "is_error": r.is_error}
+                )
+    if current is not None:
+        turns.append(_turn(current))
+    # a turn must end with a reply that calls no tool
+    return DemoSession(SYSTEM_PROMPT, tuple(TOOLS), tuple(t for t in turns if _complete(t)))
+
+
+def _turn(rec: dict[str, Any]) -> DemoTurn:
+    return DemoTurn(rec["turn_id"], rec["user"], tuple(rec["replies"]), tuple(rec["outputs"]))
+
+
+def _complete(turn: DemoTurn) -> bool:
+    last = turn.replies[-1]["content"] if turn.replies else []
+    return bool(turn.replies) and not any(b.get("type") == "tool_use" for b in last)
+
+
+def plant(session: DemoSession, seed: int) -> tuple[DemoSession, Facts]:
+    """``session`` with a fact in every other turn's user message or first tool output."""
+    rng = random.Random(seed)
+    turns: list[DemoTurn] = []
+    planted: list[tuple[int, str]] = []
+    needed: dict[int, list[str]] = {}
+    call = 0
+    for n, t in enumerate(session.turns):
+        user, outputs = t.user, list(t.outputs)
+        if n % 2 == 0 and n > 0:
+            fact = f"FACT-{n:03d}: the release key is {rng.getrandbits(40):010x}"
+            if n % 4 == 0 or not outputs:
+                user = f"{user}\n{fact}"
+                at = call
+            else:
+                outputs[0] = {**outputs[0], "content": f"{outputs[0]['content']}\n{fact}"}
+                at = call + 1
+            planted.append((at, fact))
+            for d in DELAYS:
+                needed.setdefault(at + d, []).append(fact)
+        turns.append(DemoTurn(t.turn_id, user, t.replies, tuple(outputs)))
+        call += len(t.replies)
+    return DemoSession(session.system, session.tools, tuple(turns)), Facts(planted, needed)
+
+
+def _texts(messages: Sequence[Any]) -> str:
+    parts: list[str] = []
+    for e in messages:
+        parts.append(e.text() if hasattr(e, "text") else str(e))
+        for b in getattr(e, "tool_results", ()):
+            parts.append(b.text())
+    return "\n".join(parts)
+
+
+@dataclasses.dataclass
+class Row:
+    """One configuration's figures on one session and window."""
+
+    name: str
+    cost: float
+    compactions: int
+    peak: int
+    over: int
+    facts: int
+    facts_total: int
+    cumulative: list[float] = dataclasses.field(default_factory=list)
+
+
+def run_config(name: str, session: DemoSession, facts: Facts, window: int) -> Row:
+    """Replay ``session`` with configuration ``name`` at ``window`` and bill it."""
+    compactor, opts = configs(window)[name]
+    found = 0
+    total = 0
+
+    def on_call(index: int, messages: Sequence[Any]) -> None:
+        nonlocal found, total
+        wanted = facts.needed.get(index)
+        if not wanted:
+            return
+        text = _texts(messages)
+        for f in wanted:
+            total += 1
+            found += f in text
+
+    report = replay(session, compactor=compactor, opts=opts, window=window, on_call=on_call)
+    if report.errors:
+        raise RuntimeError(f"{name}: {report.errors[0].meta.get('error')}")
+    reserved = int(opts.get("reserved_tokens", 4096))
+    over = sum(1 for s in report.sent if s > window - reserved)
+    return Row(
+        name,
+        report.cost,
+        len(report.compactions),
+        max(report.sent),
+        over,
+        found,
+        total,
+        report.cumulative_cost,
+    )
+
+
+def run_langchain(session: DemoSession, facts: Facts, window: int) -> Row | None:
+    """``trim_messages`` before every call on the no-compaction replay's requests."""
+    try:
+        from langchain_core.messages import trim_messages
+    except ImportError:
+        return None
+    from benchmarks.peers import _lc_convert, _lc_exact_counter
+
+    requests: list[tuple[Entry, ...]] = []
+    replay(
+        session,
+        compactor="noop",
+        window=None,
+        on_call=lambda _i, msgs: requests.append(tuple(msgs)),
+    )
+    prompt = _prompt(session)
+    budget = window - 4096 - prompt
+    cost = 0.0
+    cumulative: list[float] = []
+    previous: list[Any] = []
+    found = total = 0
+    peak = over = 0
+    exact = _lc_exact_counter()
+    # Without compaction each request extends the one before: convert the last once and
+    # take each request's messages as a prefix of it; count each message once.
+    per, back = _lc_convert(requests[-1])
+    ends: list[int] = []
+    n = 0
+    for group in per:
+        n += len(group)
+        ends.append(n)
+    flat_all = [m for group in per for m in group]
+    sizes: dict[int, int] = {}
+
+    def lc_count(messages: Sequence[Any]) -> int:
+        out = 0
+        for m in messages:
+            hit = sizes.get(id(m))
+            if hit is None:
+                hit = sizes[id(m)] = exact([m])
+            out += hit
+        return out
+
+    for i, msgs in enumerate(requests):
+        flat = flat_all[: ends[len(msgs) - 1]]
+        view = trim_messages(
+            flat,
+            max_tokens=budget,
+            token_counter=lc_count,
+            strategy="last",
+            include_system=True,
+            start_on="human",
+            end_on=("human", "tool"),
+            allow_partial=False,
+        )
+        kept = [back[id(m)] for m in view if id(m) in back]
+        sent_keys = [(e.id, part) for e, part in kept]
+        size = prompt + lc_count(view)
+        same = 0
+        for a, b in zip(previous, sent_keys, strict=False):
+            if a != b:
+                break
+            same += 1
+        cached_tokens = 0
+        if previous:
+            cached_tokens = prompt + lc_count(view[:same])
+        cost += billed(cached_tokens, size, DEFAULT_RATES)
+        cumulative.append(cost * PRICE / 1e6)
+        previous = sent_keys
+        peak = max(peak, size)
+        over += size > window - 4096
+        wanted = facts.needed.get(i)
+        if wanted:
+            text = "\n".join(str(m.content) for m in view)
+            for f in wanted:
+                total += 1
+                found += f in text
+    return Row(
+        "LangChain trim_messages (per call)",
+        cost * PRICE / 1e6,
+        len(requests),
+        peak,
+        over,
+        found,
+        total,
+        cumulative,
+    )
+
+
+def _prompt(session: DemoSession) -> int:
+    from normandy_core import AgentConfig
+
+    return AgentConfig(system_prompt=session.system, tools=session.tools).prompt_tokens
+
+
+def plot(rows: Sequence[Row], title: str, path: str) -> None:
+    """Cumulative input cost per call of each configuration (matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 5.2), dpi=120)
+    for r in rows:
+        ax.plot(range(1, len(r.cumulative) + 1), r.cumulative, linewidth=1.4, label=r.name)
+    ax.set_title(title, loc="left", fontsize=11)
+    ax.set_xlabel("model call")
+    ax.set_ylabel("cumulative input cost ($, cache-aware)")
+    ax.grid(alpha=0.3)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def table(rows: Sequence[Row], baseline: str) -> str:
+    base = next(r for r in rows if r.name == baseline)
+    out = [
+        "| configuration | input cost | vs default | compactions | peak sent | over window "
+        "| facts available |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r.name} | ${r.cost:.2f} | {r.cost / base.cost:.2f}x | {r.compactions} "
+            f"| {r.peak:,} | {r.over} | {r.facts}/{r.facts_total} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--windows", type=int, nargs="+", default=[48_000, 128_000])
+    parser.add_argument("--sessions", nargs="+", default=["demo", "seed11"])
+    parser.add_argument("--configs", nargs="*", default=None)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--plot", default=None, help="PNG of the first session and window")
+    parser.add_argument(
+        "--plot-configs",
+        nargs="*",
+        default=[
+            "window_manager (default: threshold, target 0.6)",
+            "window_manager schedule=cost",
+            "window_manager schedule=cost target=0.4",
+            "window_manager target=0.4",
+            "LangChain trim_messages (per call)",
+        ],
+    )
+    args = parser.parse_args(argv)
+    if "NORMANDY_ARCHIVE_PATH" not in os.environ:
+        print("set NORMANDY_ARCHIVE_PATH to a scratch file first", file=sys.stderr)
+        return 2
+    sessions: dict[str, Callable[[], DemoSession]] = {
+        "demo": load_session,
+        "seed11": lambda: generated_session(11),
+    }
+    parts: list[str] = []
+    for sname in args.sessions:
+        session, facts = plant(sessions[sname](), seed=1)
+        for window in args.windows:
+            names = args.configs or list(configs(window))
+            rows = [run_config(n, session, facts, window) for n in names]
+            lc = run_langchain(session, facts, window)
+            if lc is not None:
+                rows.append(lc)
+            calls = sum(len(t.replies) for t in session.turns)
+            head = f"### {sname} session ({calls} calls), {window:,}-token window"
+            parts.append(head + "\n\n" + table(rows, rows[0].name))
+            print(parts[-1] + "\n", flush=True)
+            if args.plot and len(parts) == 1:
+                chosen = [r for r in rows if r.name in args.plot_configs]
+                plot(chosen, f"{sname} session, {window:,}-token window", args.plot)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            fh.write("\n\n".join(parts) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

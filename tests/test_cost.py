@@ -1,0 +1,388 @@
+"""Cost-aware scheduling (issue 17): prices, the billing model, schedule='cost' decisions,
+the billed-input meta keys, the window never exceeded."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from normandy_core import (
+    AgentConfig,
+    AgentMemory,
+    Entry,
+    OptionsError,
+    Prices,
+    StaticCatalog,
+    ToolResultBlock,
+    ToolUseBlock,
+    default_catalog,
+    run_compaction,
+)
+from normandy_core.cost import (
+    DEFAULT_RATES,
+    CacheRates,
+    billed,
+    cached_until,
+    first_change,
+    horizon_cost,
+    rates_for,
+)
+
+WINDOW = 12_000
+RESERVED = 500
+
+
+def _session(rounds: int, result_chars: int = 1_600, turn: str = "t1") -> list[Entry]:
+    entries = [Entry(id="task", role="user", content="Fix the failing build.", turn_id=turn)]
+    for i in range(rounds):
+        entries.append(
+            Entry(
+                id=f"a{i}",
+                role="assistant",
+                content=(ToolUseBlock(id=f"u{i}", name="read", input={"path": f"src/m{i}.py"}),),
+                turn_id=turn,
+            )
+        )
+        text = f"# module {i}\n" + " ".join(
+            f"value_{i}_{k} = {k * 7}" for k in range(result_chars // 14)
+        )
+        entries.append(
+            Entry(
+                id=f"r{i}",
+                role="user",
+                content=(ToolResultBlock(tool_use_id=f"u{i}", content=text),),
+                turn_id=turn,
+            )
+        )
+    return entries
+
+
+def _slowing() -> list[Entry]:
+    """Eight large tool results, then eight small ones (the session grows slowly now),
+    then a new user turn: above the target, under the window."""
+    big = _session(8)
+    small = [
+        e.model_copy(update={"id": f"s{e.id}", "turn_id": "t2"})
+        if not e.tool_results
+        else e.model_copy(
+            update={
+                "id": f"s{e.id}",
+                "turn_id": "t2",
+                "content": (
+                    ToolResultBlock(tool_use_id=f"s{e.tool_results[0].tool_use_id}", content="ok"),
+                ),
+            }
+        )
+        for e in _session(8)[1:]
+    ]
+    small = [
+        e.model_copy(
+            update={"content": tuple(b.model_copy(update={"id": f"s{b.id}"}) for b in e.tool_uses)}
+        )
+        if e.role == "assistant"
+        else e
+        for e in small
+    ]
+    return big + small + [Entry(id="q3", role="user", content="And now?", turn_id="t3")]
+
+
+def _acc(entries: list[Entry], **opts: object) -> AgentConfig:
+    acc = AgentConfig(
+        model="claude-sonnet-4-5",
+        compactor="window_manager",
+        compactor_opts={
+            "context_window": WINDOW,
+            "reserved_tokens": RESERVED,
+            "counter": "cl100k_base",
+            "schedule": "cost",
+            **opts,
+        },
+    )
+    return acc.with_memory(AgentMemory.from_entries(entries))
+
+
+def _sent(acc: AgentConfig) -> int:
+    counter = acc.prepared.counter_for(acc.model)
+    return counter.memory_tokens(acc.memory) + acc.prompt_tokens + counter.request_tokens
+
+
+# -- prices ---------------------------------------------------------------------------
+
+
+def test_catalog_prices_are_dated_and_match_prefixes():
+    p = default_catalog().prices("claude-sonnet-4-5-20250929")
+    assert p is not None and p.input == 3.0
+    assert p.read_ratio == pytest.approx(0.1) and p.write_ratio == pytest.approx(1.25)
+    assert default_catalog().prices("gpt-5-mini-2025-08-07").write_ratio == pytest.approx(1.0)
+    assert default_catalog().prices("totally-unknown") is None
+    import datetime
+
+    from normandy_core.catalog import DEFAULT_PRICES
+
+    for price in DEFAULT_PRICES.values():
+        datetime.date.fromisoformat(price.as_of)
+
+
+def test_catalog_prices_are_overridable():
+    mine = Prices(input=2.0, cache_write=2.0, cache_read=0.2, as_of="2026-12-01")
+    cat = StaticCatalog(
+        prices={
+            "claude-sonnet-4-5": mine,
+            "my-model": {"input": 1, "cache_write": 2, "cache_read": 0.5, "as_of": "2026-01-02"},
+        }
+    )
+    assert cat.prices("claude-sonnet-4-5-20250929") is mine
+    assert cat.prices("my-model-v2").cache_write == 2
+    assert cat.prices("claude-haiku-4-5").input == 1.0  # defaults stay
+    assert default_catalog().prices("my-model") is None  # never leaks
+    assert rates_for(cat, "my-model") == CacheRates(read=0.5, write=2.0)
+    assert rates_for(cat, "unknown") == DEFAULT_RATES
+    assert StaticCatalog(include_defaults=False).prices("claude-sonnet-4-5") is None
+
+
+@pytest.mark.parametrize(
+    ("given_", "match"),
+    [
+        ({"input": -1, "cache_write": 1, "cache_read": 1, "as_of": "2026-01-01"}, "non-negative"),
+        ({"input": 0, "cache_write": 1, "cache_read": 1, "as_of": "2026-01-01"}, "positive"),
+        ({"input": 1, "cache_write": 1, "cache_read": 1, "as_of": "last week"}, "ISO date"),
+        ({"input": 1, "cache_write": 1}, "give input"),
+        (3.0, "Prices or a mapping"),
+    ],
+)
+def test_bad_prices_are_refused(given_, match):
+    with pytest.raises(ValueError, match=match):
+        StaticCatalog(prices={"m": given_})
+
+
+# -- the billing model ----------------------------------------------------------------
+
+
+def test_billing_model_reads_the_unchanged_prefix_and_writes_the_rest():
+    assert billed(1000, 1500, DEFAULT_RATES) == pytest.approx(0.1 * 1000 + 1.25 * 500)
+    assert billed(0, 800, DEFAULT_RATES) == pytest.approx(1000)
+    entries = _session(3)
+    assert cached_until(entries) == 5  # the newest assistant entry
+    assert cached_until(entries[:1]) is None
+    changed = [*entries[:3], entries[3].model_copy(update={"content": "x"}), *entries[4:]]
+    assert first_change(entries, changed) == 3
+    assert first_change(entries, entries[:4]) == 4
+    # no growth, no limit: each later call reads everything
+    assert horizon_cost(
+        sent=100,
+        cached=0,
+        after_size=0,
+        rewrite=0,
+        growth=0,
+        limit=None,
+        calls=3,
+        rates=DEFAULT_RATES,
+    ) == pytest.approx(125 + 10 + 10)
+
+
+# -- options ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("compactor", "opts", "match"),
+    [
+        ("window_manager", {"schedule": "cheapest"}, "schedule"),
+        ("window_manager", {"schedule": "cost", "trigger": 0.8}, "trigger applies only"),
+        ("window_manager", {"horizon": 20}, "horizon applies only"),
+        ("window_manager", {"schedule": "cost", "horizon": 0}, "horizon"),
+        ("clear_tool_results", {"horizon": 20}, "horizon applies only"),
+        ("clear_tool_results", {"schedule": "often"}, "schedule"),
+        ("pipeline", {"schedule": "soon", "steps": [{"compactor": "window_manager"}]}, "schedule"),
+    ],
+)
+def test_schedule_options_are_checked_at_config_time(compactor, opts, match):
+    with pytest.raises(OptionsError, match=match):
+        AgentConfig(
+            model="claude-sonnet-4-5",
+            compactor=compactor,
+            compactor_opts={"context_window": 50_000, **opts}
+            if compactor == "window_manager"
+            else opts,
+        )
+
+
+def test_pipeline_gives_its_cost_schedule_to_the_steps_that_have_one():
+    acc = AgentConfig(
+        model="claude-sonnet-4-5",
+        compactor="pipeline",
+        compactor_opts={
+            "schedule": "cost",
+            "steps": [
+                {"compactor": "clear_tool_results", "opts": {"trigger_tokens": 5_000}},
+                {"compactor": "window_manager", "opts": {"schedule": "threshold"}},
+                {"compactor": "noop"},
+            ],
+        },
+    )
+    steps = acc.prepared.options._prepared
+    assert steps[0].options.schedule == "cost"
+    assert steps[1].options.schedule == "threshold"  # a step's own choice wins
+    assert steps[2].raw == {}
+
+
+# -- decisions ---------------------------------------------------------------------------
+
+
+def test_over_the_window_it_compacts_whatever_it_costs():
+    acc = _acc(_session(40), horizon=1)
+    assert _sent(acc) > WINDOW - RESERVED
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert meta["compacted"] and meta["cost_decision"] == "forced"
+    assert _sent(new_acc) <= WINDOW - RESERVED
+
+
+def test_mid_round_under_the_window_it_never_compacts():
+    acc = _acc(_session(10), horizon=500)
+    assert int(0.6 * (WINDOW - RESERVED)) < _sent(acc) <= WINDOW - RESERVED
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert not meta["compacted"] and new_acc.memory.entries() == acc.memory.entries()
+
+
+def test_it_waits_when_compacting_does_not_pay_and_compacts_when_it_does():
+    entries = _slowing()
+    short = _acc(entries, horizon=1, target=0.3)
+    _, meta = run_compaction(short, mid_round=False)
+    # one call: the rewrite at 1.25x costs more than the reads it saves
+    assert not meta["compacted"] and meta["cost_decision"] == "waits"
+    assert meta["cost_horizon_without"] <= meta["cost_horizon_with"]
+    assert meta["billed_next_without"] < meta["billed_next_with"]
+    long = _acc(entries, horizon=100, target=0.3)
+    new_acc, meta = run_compaction(long, mid_round=False)
+    assert meta["compacted"] and meta["cost_decision"] == "pays"
+    assert meta["cost_horizon_with"] < meta["cost_horizon_without"]
+    assert _sent(new_acc) <= WINDOW - RESERVED
+
+
+def test_old_tool_results_are_cleared_before_anything_is_dropped():
+    entries = _slowing()
+    new_acc, meta = run_compaction(_acc(entries, horizon=100, target=0.3), mid_round=False)
+    assert meta["compacted"] and meta["cleared"]
+    kept = new_acc.memory.entries()
+    assert [e.id for e in kept] == [e.id for e in entries]  # nothing dropped
+    cleared = {e.id for e in meta["dropped"]}
+    assert cleared == {f"r{i}" for i, _ in enumerate(meta["cleared"])}  # the oldest ones
+    assert "r7" not in cleared  # the newest large result is in the floor
+
+
+def test_every_compaction_reports_the_next_calls_billed_input():
+    default = AgentConfig(
+        model="claude-sonnet-4-5",
+        compactor="window_manager",
+        compactor_opts={"context_window": WINDOW, "reserved_tokens": RESERVED},
+    )
+    for acc in (_acc(_session(40)), default.with_memory(AgentMemory.from_entries(_session(40)))):
+        _, meta = run_compaction(acc, mid_round=True)
+        assert meta["compacted"]
+        without, with_, kept = (
+            meta["billed_next_without"],
+            meta["billed_next_with"],
+            meta["cache_kept_tokens"],
+        )
+        # with: the kept prefix read, the rest of what is sent written
+        after = meta["tokens_after"]
+        assert with_ >= 0.1 * kept + 1.25 * (after - kept) - 1
+        # without: everything before the newest assistant entry read, the rest written
+        assert without > 0 and with_ > 0
+        assert kept <= acc.prompt_tokens + meta["tokens_before"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rounds=st.lists(st.integers(min_value=100, max_value=3_000), min_size=5, max_size=40),
+    horizon=st.integers(min_value=1, max_value=300),
+    target=st.sampled_from([0.3, 0.5, 0.6, 0.8]),
+)
+def test_the_window_is_never_exceeded(rounds, horizon, target):
+    acc = _acc(
+        [Entry(id="task", role="user", content="Go.", turn_id="t0")], horizon=horizon, target=target
+    )
+    usable = WINDOW - RESERVED
+    for i, chars in enumerate(rounds):
+        acc.memory.add_message(
+            "assistant",
+            (ToolUseBlock(id=f"u{i}", name="read", input={"n": i}),),
+            id=f"a{i}",
+            turn_id=f"t{i // 4}",
+        )
+        acc.memory.add_message(
+            "user",
+            (ToolResultBlock(tool_use_id=f"u{i}", content=f"line {i} " * (chars // 7)),),
+            id=f"r{i}",
+            turn_id=f"t{i // 4}",
+        )
+        if i % 4 == 3:
+            acc.memory.add_message("user", f"next step {i}", id=f"q{i}", turn_id=f"t{i // 4 + 1}")
+        before = _sent(acc)
+        acc, meta = run_compaction(acc, mid_round=i % 4 != 3)
+        assert "error" not in meta, meta.get("error")
+        assert _sent(acc) <= usable
+        if meta["compacted"]:
+            # the meta's figures agree with the billing model and with each other
+            prompt = _sent(acc) - meta["tokens_after"]
+            kept = meta["cache_kept_tokens"]
+            assert 0 <= kept <= prompt + meta["tokens_after"]
+            expected = billed(kept, prompt + meta["tokens_after"], DEFAULT_RATES)
+            assert abs(meta["billed_next_with"] - expected) <= 1
+            assert meta["billed_next_without"] <= 1.25 * before + 1
+            assert meta["cost_decision"] in ("forced", "pays")
+
+
+def _rounds(prefix: str, n: int, chars: int, turn: str) -> list[Entry]:
+    """``n`` tool rounds whose ids start with ``prefix``."""
+    return [
+        e.model_copy(
+            update={
+                "id": f"{prefix}{e.id}",
+                "content": tuple(
+                    b.model_copy(update={"id": f"{prefix}{b.id}"})
+                    if isinstance(b, ToolUseBlock)
+                    else b.model_copy(update={"tool_use_id": f"{prefix}{b.tool_use_id}"})
+                    for b in e.content
+                ),
+            }
+        )
+        for e in _session(n, result_chars=chars, turn=turn)[1:]
+    ]
+
+
+def test_clear_tool_results_clears_only_when_it_pays():
+    # small old results, then large new ones it keeps: clearing saves a little per call
+    # and rewrites the large tail once
+    entries = [
+        Entry(id="task", role="user", content="Fix the failing build.", turn_id="t1"),
+        *_rounds("old", 6, 700, "t1"),
+        *_rounds("new", 6, 1_600, "t2"),
+        Entry(id="q3", role="user", content="And now?", turn_id="t3"),
+    ]
+
+    def config(horizon: int) -> AgentConfig:
+        acc = AgentConfig(
+            model="claude-sonnet-4-5",
+            compactor="clear_tool_results",
+            compactor_opts={
+                "trigger_tokens": 2_000,
+                "keep": 6,
+                "counter": "cl100k_base",
+                "schedule": "cost",
+                "horizon": horizon,
+            },
+        )
+        return acc.with_memory(AgentMemory.from_entries(entries))
+
+    _, meta = run_compaction(config(1), mid_round=False)
+    assert not meta["compacted"] and meta["cost_decision"] == "waits"
+    assert meta["cost_horizon_without"] <= meta["cost_horizon_with"]
+    new_acc, meta = run_compaction(config(200), mid_round=False)
+    assert meta["compacted"] and meta["cost_decision"] == "pays"
+    assert meta["cost_horizon_with"] < meta["cost_horizon_without"]
+    # the boundary's figures: the next call costs more with the clearing (the rewrite),
+    # which the horizon pays back
+    assert meta["billed_next_with"] > meta["billed_next_without"]
+    assert meta["cleared"] == [f"oldu{i}" for i in range(6)]
+    assert [e.id for e in new_acc.memory.entries()] == [e.id for e in entries]
