@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from normandy_core.hookspecs import CompactorSpec, HookSpec, hookimpl, hookspec
+from normandy_core.hookspecs import CompactorSpec, HookSpec, active_when, hookimpl, hookspec
 
 __version__ = "0.1.0"
 
@@ -183,6 +183,7 @@ __all__ = [
     "WindowUnknownError",
     "__version__",
     "abandoned_threads",
+    "active_when",
     "build_context",
     "call_compactor",
     "carries_results",

@@ -8,6 +8,7 @@ hook of every hook plugin with a :class:`BoundaryInfo`, once its result is final
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from normandy_core.config import AgentConfig
 from normandy_core.contract import (
+    _SKIP,
     CompactionContext,
     CompactionMeta,
     CompactionResult,
@@ -31,6 +33,7 @@ from normandy_core.faults import (
     call_plugin,
     run_bounded,
 )
+from normandy_core.hookspecs import ACTIVE_ATTR
 from normandy_core.plugins import describe_hook, hook_manager
 
 if TYPE_CHECKING:
@@ -142,6 +145,38 @@ def _type_name(exc: BaseException) -> str:
     return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
 
 
+def _selected(hook: str, *, gated: bool = False) -> list[tuple[Any, Any]]:
+    """``hook``'s implementations in pluggy's order, each with a caller through pluggy's
+    call path that calls only it; with ``gated``, only those whose :func:`active_when`
+    gate is true (or that have none)."""
+    pm = hook_manager()
+    caller = getattr(pm.hook, hook)
+    impls = caller.get_hookimpls()
+    if not impls:
+        return []
+    if len(impls) == 1:
+        pairs = [(impls[0], caller)]  # the hook's own caller calls its one implementation
+    else:
+        impls.reverse()  # pluggy's order: the last registered first
+        pairs = list(zip(impls, _callers(pm, hook, impls), strict=True))
+    if gated:
+        pairs = [p for p in pairs if _active(hook, p[0])]
+    return pairs
+
+
+def _active(hook: str, impl: Any) -> bool:
+    """Whether ``impl``'s :func:`active_when` gate lets it be called (true without one)."""
+    gate = getattr(impl.function, ACTIVE_ATTR, None)
+    if gate is None:
+        return True
+    try:
+        return bool(call_plugin(gate))
+    except Exception as exc:
+        what = describe_hook(impl.plugin_name)
+        log.error("the %s gate of %s raised %s", hook, what, _fault_text(exc), exc_info=exc)
+        return True
+
+
 def _run_hooks(
     hook: str,
     acc: AgentConfig,
@@ -152,39 +187,45 @@ def _run_hooks(
     stop_at_first: bool,
     notes: list[dict[str, Any]] | None = None,
     extra: Mapping[str, Any] | None = None,
+    pairs: list[tuple[Any, Any]] | None = None,
 ) -> list[dict[str, str]]:
-    """Call ``hook`` on every hook plugin implementing it, each isolated from the others,
-    through pluggy's call path; one ``{"hook", "plugin", "error"}`` per failure. The notes
-    the hooks return (mappings) are appended to ``notes`` as ``{"hook", "plugin", "note"}``.
+    """Call ``hook`` on every hook plugin implementing it (or on ``pairs``, from
+    :func:`_selected`), each isolated from the others, through pluggy's call path; one
+    ``{"hook", "plugin", "error"}`` per failure. The notes the hooks return (mappings) are
+    appended to ``notes`` as ``{"hook", "plugin", "note"}``.
     """
-    pm = hook_manager()
-    impls = list(reversed(getattr(pm.hook, hook).get_hookimpls()))
-    if not impls:
+    if pairs is None:
+        pairs = _selected(hook)
+    if not pairs:
         return []
     view = meta if isinstance(meta, CompactionMeta) else CompactionMeta(meta)
-    kwargs = {"acc": acc, "ctx": ctx, "meta": view, **(extra or {})}
+    kwargs = {"acc": acc, "ctx": ctx, "meta": view}
+    if extra:
+        kwargs.update(extra)
     errors: list[dict[str, str]] = []
-    for n, (impl, caller) in enumerate(zip(impls, _callers(pm, hook, impls), strict=True)):
-
-        def call(caller: Any = caller) -> Any:
-            return caller(**kwargs)
-
-        what = describe_hook(impl.plugin_name)
+    count = len(pairs)
+    for n in range(count):
+        impl, call = pairs[n]
         try:
             if deadline is None:
-                returned = call_plugin(call)
+                returned = call_plugin(call, **kwargs)
             else:
-                share = max(deadline - time.monotonic(), 0.0) / (len(impls) - n)
-                returned = run_bounded(call, share, f"normandy-hook-{impl.plugin_name}")
-            if notes is not None:
-                for note in returned or ():
+                share = max(deadline - time.monotonic(), 0.0) / (count - n)
+                returned = run_bounded(
+                    functools.partial(call, **kwargs), share, f"normandy-hook-{impl.plugin_name}"
+                )
+            if notes is not None and returned:
+                what = describe_hook(impl.plugin_name)
+                for note in returned:
                     if isinstance(note, Mapping):
                         notes.append({"hook": impl.plugin_name, "plugin": what, "note": dict(note)})
         except PluginTimeoutError:
+            what = describe_hook(impl.plugin_name)
             text = "abandoned: it did not return within its share of compaction_timeout"
             log.error("%s of %s %s", hook, what, text)
             errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
         except Exception as exc:
+            what = describe_hook(impl.plugin_name)
             text = _fault_text(exc)
             log.error("%s of %s raised %s", hook, what, text, exc_info=exc)
             errors.append({"hook": impl.plugin_name, "plugin": what, "error": text})
@@ -281,7 +322,14 @@ def run_on_boundary(
     of time, each also logged at ERROR.
     """
     return _run_hooks(
-        "on_boundary", acc, ctx, meta, deadline, stop_at_first=False, extra={"info": info}
+        "on_boundary",
+        acc,
+        ctx,
+        meta,
+        deadline,
+        stop_at_first=False,
+        extra={"info": info},
+        pairs=_selected("on_boundary", gated=True),
     )
 
 
@@ -331,17 +379,34 @@ def run_compaction(
     result = _resolve(acc, probe, limit, mid_round, turn_id, calibration, t0)
     duration = time.perf_counter() - t0
     meta = result.meta
-    outcome: Outcome = "compacted" if meta.compacted else "failed" if "error" in meta else "skipped"
+    outcome: Outcome = (
+        "skipped"
+        if meta is _SKIP
+        else "compacted"
+        if meta.compacted
+        else "failed"
+        if "error" in meta
+        else "skipped"
+    )
     logged = log.isEnabledFor(_LEVELS[outcome])
-    observed = bool(hook_manager().hook.on_boundary.get_hookimpls())
-    if not (logged or observed):
+    observers = _selected("on_boundary", gated=True)
+    if not (logged or observers):
         return result  # the hot path: a skip nobody watches costs no more than this
     info = _info(acc, outcome, probe, start_ns, duration)
     if logged:
         _log(result, probe, info)
-    if observed:
+    if observers:
         deadline = None if limit is None else time.monotonic() + limit
-        run_on_boundary(result.acc, probe.ctx, meta, info, deadline=deadline)
+        _run_hooks(
+            "on_boundary",
+            result.acc,
+            probe.ctx,
+            meta,
+            deadline,
+            stop_at_first=False,
+            extra={"info": info},
+            pairs=observers,
+        )
     return result
 
 

@@ -168,13 +168,14 @@ class CalibratedCounter:
         model's default), :data:`~normandy_core.tokens.REPLY_PRIMING`, which every built-in
         counter uses, so asking loads no tokenizer.
         """
+        base = self._base
+        if base is not None and not isinstance(base, str):
+            value = getattr(base, "request_tokens", None)
+            if isinstance(value, int) and value >= 0:
+                return value  # the hot path: no import statement run at every boundary
         from normandy_core.tokens import REPLY_PRIMING
 
-        base = self._base
-        if base is None or isinstance(base, str):
-            return REPLY_PRIMING
-        value = getattr(base, "request_tokens", REPLY_PRIMING)
-        return value if isinstance(value, int) and value >= 0 else REPLY_PRIMING
+        return REPLY_PRIMING
 
     def raw_entry(self, entry: Entry) -> int:
         """The base counter's count of ``entry`` (not cached: entries of a memory are
@@ -188,7 +189,10 @@ class CalibratedCounter:
         ``memory.tokens(base)`` costs: only entries added since the last call are
         counted, whatever the factor did meanwhile. Prefer it on the hot path.
         """
-        return math.ceil(memory.tokens(self.base) * self.factor)
+        base = self.base
+        n = memory.tokens(base)
+        f = self.calibration.factor(self.model, base.name)
+        return n if f == 1.0 else math.ceil(n * f)
 
     def entry_tokens(self, memory: AgentMemory, entry: Entry) -> int:
         """The calibrated count of ``entry``, from ``memory``'s cache for ``base``."""

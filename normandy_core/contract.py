@@ -121,9 +121,11 @@ def build_context(
     # The request's own cost (the reply's priming) shares the window, once per request.
     tokens = (prompt_tokens or 0) + counter.request_tokens if window is not None else 0
     # A boundary of the same turn and kind gets the same (immutable) ctx again: building one
-    # is most of what a boundary that does not compact costs beyond counting.
+    # is most of what a boundary that does not compact costs beyond counting. One slot per
+    # kind, so a turn start between tool batches does not evict the tool batches' ctx.
     key = (model, tokens, mid_round, turn_id)
-    last: tuple[CompactionContext, tuple[Any, ...]] | None = prepared._last_ctx[0]
+    slot = 1 if mid_round else 0
+    last: tuple[CompactionContext, tuple[Any, ...]] | None = prepared._last_ctx[slot]
     if (
         last is not None
         and last[0].counter is counter
@@ -140,7 +142,7 @@ def build_context(
         counter=counter,
         rules=rules,
     )
-    prepared._last_ctx[0] = (ctx, key)  # one atomic replacement: safe across threads
+    prepared._last_ctx[slot] = (ctx, key)  # one atomic replacement: safe across threads
     return ctx
 
 

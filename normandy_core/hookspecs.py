@@ -10,8 +10,8 @@ there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from normandy_core.retrieval import RecallHit
     from normandy_core.survival import SurvivalRules
 
-__all__ = ["PROJECT_NAME", "CompactorSpec", "HookSpec", "hookimpl", "hookspec"]
+__all__ = ["PROJECT_NAME", "CompactorSpec", "HookSpec", "active_when", "hookimpl", "hookspec"]
 
 #: The pluggy project name every Normandy hookspec and hookimpl belongs to.
 PROJECT_NAME = "normandy"
@@ -34,6 +34,29 @@ PROJECT_NAME = "normandy"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 #: Marks a plugin's implementation of a hook: ``@hookimpl def maybe_compact(acc, ctx, opts): ...``
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: The attribute :func:`active_when` sets on an ``on_boundary`` implementation.
+ACTIVE_ATTR = "normandy_active"
+
+
+def active_when(gate: Callable[[], bool]) -> Callable[[_F], _F]:
+    """Mark an ``on_boundary`` implementation as idle while ``gate()`` is false.
+
+    ``@hookimpl @active_when(in_use) def on_boundary(...)``: at a boundary where ``gate()``
+    returns false the implementation is not called, and a boundary no implementation
+    observes builds no :class:`~normandy_core.BoundaryInfo`. For observers that are idle
+    most of the time (``normandy-otel`` until the application sets OpenTelemetry up);
+    ``gate`` runs at every boundary, so it must be cheap. A gate that raises counts as
+    true (the error is logged). Other hooks ignore the mark.
+    """
+
+    def mark(fn: _F) -> _F:
+        setattr(fn, ACTIVE_ATTR, gate)
+        return fn
+
+    return mark
 
 
 class CompactorSpec:
@@ -262,7 +285,10 @@ class HookSpec:
         result is final: after the contract check, the :func:`before_commit` and
         :func:`after_compact` hooks, and the boundary's own log line, just before the
         result is handed back. It runs on every boundary, so keep it cheap: a skipped
-        boundary is the hot path.
+        boundary is the hot path. An implementation that is idle most of the time marks
+        itself with :func:`~normandy_core.active_when` (``@active_when(gate)``): at a
+        boundary where ``gate()`` is false it is not called, and when no implementation
+        is called the boundary builds no ``info``.
 
         :param acc: the config the turn continues with: the compacted conversation, or
             the caller's own ``acc`` when the boundary skipped or failed.

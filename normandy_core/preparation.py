@@ -64,7 +64,7 @@ class Prepared:
     _counters: dict[tuple[str | None, int], CalibratedCounter] = field(
         default_factory=dict, repr=False, compare=False
     )
-    _last_ctx: list[Any] = field(default_factory=lambda: [None], repr=False, compare=False)
+    _last_ctx: list[Any] = field(default_factory=lambda: [None, None], repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.rules is None:

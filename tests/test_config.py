@@ -72,6 +72,21 @@ def sized() -> Sized:
     return plugin
 
 
+def test_interleaved_boundaries_reuse_the_ctx_of_their_own_kind():
+    acc = AgentConfig(
+        model="gpt-4o", compactor="window_manager", compactor_opts={"context_window": 8_000}
+    )
+    start = build_context(acc, mid_round=False, turn_id="t")
+    mid = build_context(acc, mid_round=True, turn_id="t")
+    assert (start.mid_round, mid.mid_round) == (False, True)
+    # a turn start between tool batches evicts neither (both immutable, built once)
+    assert build_context(acc, mid_round=False, turn_id="t") is start
+    assert build_context(acc, mid_round=True, turn_id="t") is mid
+    other = build_context(acc, mid_round=True, turn_id="u")
+    assert other is not mid and other.turn_id == "u" and other.mid_round is True
+    assert build_context(acc, mid_round=False, turn_id="t") is start
+
+
 def test_ctx_without_window_for_a_compactor_that_needs_none():
     acc = AgentConfig(model="no-such-model", system_prompt=SYSTEM, tools=TOOLS)
     ctx = build_context(acc, mid_round=True)

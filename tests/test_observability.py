@@ -19,7 +19,9 @@ from normandy_core import (
     AgentConfig,
     BoundaryInfo,
     TextBlock,
+    active_when,
     compact,
+    hook_manager,
     hookimpl,
     register_compactor,
     register_hook,
@@ -198,6 +200,97 @@ def test_a_boundary_that_ran_out_of_time_is_still_observed():
     ((_acc_seen, _ctx, _meta, info),) = observer.seen
     assert info.outcome == "failed" and info.error_type == "timeout"
     assert info.duration >= 0.05
+
+
+class _Gated:
+    """An observer that is idle while ``on`` is false (its ``active_when`` gate)."""
+
+    def __init__(self, on: bool = False, broken: bool = False) -> None:
+        self.on = on
+        self.broken = broken
+        self.seen: list[BoundaryInfo] = []
+
+    def active(self) -> bool:
+        if self.broken:
+            raise SystemExit("gate gone")
+        return self.on
+
+
+def _gated(observer: _Gated, name: str) -> _Gated:
+    @hookimpl
+    @active_when(observer.active)
+    def on_boundary(info: BoundaryInfo) -> None:
+        observer.seen.append(info)
+
+    plugin = _Plugin()
+    plugin.on_boundary = on_boundary  # type: ignore[attr-defined]
+    register_hook(plugin, name=name)
+    return observer
+
+
+class _Plugin:
+    """A hook plugin whose hooks are set on the instance."""
+
+
+def _monitor() -> list[str]:
+    called: list[str] = []
+    undo = hook_manager().add_hookcall_monitoring(
+        lambda name, impls, kwargs: called.extend(
+            # the observers of these tests (an installed one, otel, may be in use here)
+            i.plugin_name
+            for i in impls
+            if name == "on_boundary" and i.plugin_name.startswith("code:")
+        ),
+        lambda outcome, name, impls, kwargs: None,
+    )
+    _undo.append(undo)
+    return called
+
+
+_undo: list[Any] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_monitoring():
+    yield
+    while _undo:
+        _undo.pop()()
+
+
+def test_an_idle_observer_is_not_called_until_its_gate_opens():
+    gated = _gated(_Gated(on=False), "gated")
+    called = _monitor()
+    acc = _acc(_skip)
+    run_compaction(acc, mid_round=False)
+    assert gated.seen == [] and called == []  # not even through pluggy's call path
+    gated.on = True
+    run_compaction(acc, mid_round=True)
+    assert [i.outcome for i in gated.seen] == ["skipped"]
+    assert called == ["code:gated"]
+
+
+def test_an_idle_observer_does_not_keep_the_others_from_being_called():
+    idle = _gated(_Gated(on=False), "idle")
+    observer = _observe()
+    busy = _gated(_Gated(on=True), "busy")
+    called = _monitor()
+    acc = _acc(_drop_two)
+    _out, meta = run_compaction(acc, mid_round=False)
+    assert meta["compacted"] is True
+    assert idle.seen == [] and len(observer.seen) == 1
+    assert [i.outcome for i in busy.seen] == ["compacted"]
+    assert sorted(called) == ["code:busy", "code:observer"]  # each once, the idle one not
+
+
+def test_a_gate_that_raises_is_logged_and_its_observer_still_called(caplog):
+    gated = _gated(_Gated(broken=True), "broken_gate")
+    acc = _acc(_skip)
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        run_compaction(acc, mid_round=False)
+    assert [i.outcome for i in gated.seen] == ["skipped"]
+    (record,) = [r for r in caplog.records if "gate" in r.getMessage()]
+    assert "hook plugin 'code:broken_gate'" in record.getMessage()
+    assert "SystemExit: gate gone" in record.getMessage()
 
 
 def test_a_raising_observer_changes_nothing_and_the_others_still_run(caplog):

@@ -331,9 +331,10 @@ class _Runner:
             }
         self.boundaries.append(meta)
         self.acc = acc
-        if acc.model is not None and "calibration" not in meta:
-            meta = {**meta, "calibration": self.calibration.snapshot(acc.model, self.base.name)}
-        return CompactionDone(dict(meta))
+        event = dict(meta)  # the core's own copy (one copy per boundary)
+        if acc.model is not None and "calibration" not in event:
+            event["calibration"] = self.calibration.snapshot(acc.model, self.base.name)
+        return CompactionDone(event)
 
     def request(self, eff: CallModel) -> dict[str, Any]:
         """The client arguments for a model call."""
@@ -506,7 +507,7 @@ def _call_sync(run: _Runner, call: ToolUseBlock) -> ToolResultBlock:
         return run.unknown(call)
     try:
         out = fn(**call.input)
-        if inspect.isawaitable(out):
+        if not isinstance(out, str) and inspect.isawaitable(out):
             out = asyncio.run(_await(out))
     except Exception as exc:
         return _failed(call, exc)

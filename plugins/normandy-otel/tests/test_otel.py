@@ -289,7 +289,16 @@ _GLOBAL = """
 import json
 import sys
 
-from normandy_core import compact, list_plugins
+from normandy_core import compact, hook_manager, list_plugins
+
+# pluggy's hook-call monitoring: which on_boundary implementations were called.
+observed = []
+hook_manager().add_hookcall_monitoring(
+    lambda name, impls, kwargs: observed.extend(
+        i.plugin_name for i in impls if name == "on_boundary"
+    ),
+    lambda outcome, name, impls, kwargs: None,
+)
 
 msgs = []
 for i in range(30):
@@ -300,6 +309,7 @@ for i in range(30):
 compact(msgs, model="gpt-4o", window=8000, fresh=True)
 loaded = [r.status for r in list_plugins() if r.kind == "hook" and r.name == "otel"]
 untouched = not any(m.startswith("opentelemetry") for m in sys.modules)
+called_before = list(observed)
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -325,6 +335,8 @@ for rm in reader.get_metrics_data().resource_metrics:
 print(json.dumps({
     "loaded": loaded,
     "untouched": untouched,
+    "called_before": called_before,
+    "called_after": observed[len(called_before):],
     "spans": [[s.name, s.instrumentation_scope.name, dict(s.attributes)]
               for s in exporter.get_finished_spans()],
     "metrics": counts,
@@ -352,6 +364,9 @@ def test_the_global_providers_are_used_once_the_application_sets_them(tmp_path):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["loaded"] == ["loaded"]
     assert out["untouched"] is True  # no OpenTelemetry import before the application's
+    # Until then the hook is not even called (its active_when gate), then it is, once.
+    assert out["called_before"] == []
+    assert out["called_after"] == ["normandy_core.hooks:otel"]
     assert out["compacted"] is True
     names = [(name, scope) for name, scope, _ in out["spans"]]
     assert names == [(COMPACTION_SPAN, "normandy_otel"), (BOUNDARY_SPAN, "normandy_otel")]

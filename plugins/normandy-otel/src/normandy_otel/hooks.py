@@ -13,7 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from normandy_core import hookimpl
+from normandy_core import active_when, hookimpl
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -36,12 +36,14 @@ def in_use() -> bool:
     """Whether OpenTelemetry may have been configured: its API was imported (by the
     application, the SDK, ``opentelemetry-instrument`` or :func:`normandy_otel.configure`),
     or a provider was named in the environment. Otherwise every span and metric would be
-    a no-op, and the boundary is left alone."""
+    a no-op, and the boundary is left alone: it does not call the hook then, nor build
+    what the hook would receive (the hook's :func:`~normandy_core.active_when` gate)."""
     modules = sys.modules
     return _PROVIDER_NAMED or _API_MODULES[0] in modules or _API_MODULES[1] in modules
 
 
 @hookimpl
+@active_when(in_use)  # not even called while OpenTelemetry cannot have been set up
 def on_boundary(
     acc: AgentConfig,
     ctx: CompactionContext | None,
