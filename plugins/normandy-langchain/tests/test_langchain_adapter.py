@@ -321,6 +321,37 @@ def test_a_claude_conversation_with_thinking_blocks_compacts_valid() -> None:
     assert not same.compacted and all(a is b for a, b in zip(same.messages, small, strict=True))
 
 
+def test_repeated_calls_continue_the_last_compaction_and_see_changes_in_place() -> None:
+    """As the middleware calls it before every model call: the list it returned plus new
+    messages is compacted as a continuation (only the new messages read and counted)."""
+    compactor = MessageCompactor(window=WINDOW, opts=OPTS)
+    history = _session(12)
+    first = compactor.run(history)
+    assert first.compacted and not first.result.continued
+    state = list(first.messages)
+    continued = 0
+    for r in range(12, 20):
+        state += _session(r + 1, prefix="n")[-2 - 1 : -1][:2]  # an AIMessage and its result
+        done = compactor.run(state)
+        continued += done.result.continued
+        assert pairing_problems(done.messages) == []
+        # what was kept is the very objects handed over
+        given = {id(m) for m in state}
+        assert all(id(m) in given for m in done.messages if not str(m.id).startswith("normandy-"))
+        state = list(done.messages)
+    assert continued >= 6
+    # a message changed in place since is read again, not taken from the last call
+    last_tool = next(m for m in reversed(state) if isinstance(m, ToolMessage))
+    last_tool.content = "CHANGED IN PLACE"
+    again = compactor.run(state)
+    assert any(
+        isinstance(m, ToolMessage) and m.content == "CHANGED IN PLACE" for m in again.messages
+    )
+    assert "CHANGED IN PLACE" in str(again.result.memory.entries()[-1].content) or any(
+        "CHANGED IN PLACE" in str(e.content) for e in again.result.memory.entries()
+    )
+
+
 def test_an_orphaned_tool_result_is_refused_naming_the_message() -> None:
     messages = [
         HumanMessage("hi", id="h"),

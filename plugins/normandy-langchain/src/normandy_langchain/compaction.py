@@ -20,7 +20,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.messages import (
     AIMessage,
@@ -31,8 +31,9 @@ from langchain_core.messages import (
 )
 
 from normandy_core.config import AgentConfig
-from normandy_core.facade import CompactResult, compact_with, prepare_resolved
+from normandy_core.facade import CompactResult, prepare_resolved
 from normandy_core.settings import current_settings
+from normandy_core.transcript import Transcript
 
 __all__ = [
     "FUNCTION_ENTRY",
@@ -114,6 +115,81 @@ class MessageCompactor:
             settings, entry=entry, hint=_hint(entry), client=client
         )
         self.compactor = settings.compactor
+        self._settings = settings
+        self._client = client
+        # Each message's Chat dict, made once and handed over again on later calls, so
+        # the core continues its last compaction (only new messages are read and
+        # counted). Keyed by the message object, and by its id for an equal copy; each
+        # with a snapshot of the message it was made from.
+        self._dicts: dict[int, tuple[BaseMessage, dict[str, Any]]] = {}
+        self._by_lc_id: dict[str, tuple[BaseMessage, dict[str, Any]]] = {}
+
+    def _as_dicts(self, original: list[BaseMessage]) -> list[dict[str, Any]]:
+        """The Chat dicts of ``original``: the ones made before for the same (or an equal)
+        message, converted otherwise."""
+        out: list[dict[str, Any]] = []
+        fresh: list[tuple[int, BaseMessage]] = []
+        for i, m in enumerate(original):
+            # the snapshot held is compared with the message: one changed in place since,
+            # or another with the same id, is converted again
+            hit = self._dicts.get(id(m))
+            if hit is None or hit[0] != m:
+                by_id = self._by_lc_id.get(m.id) if m.id else None
+                hit = by_id if by_id is not None and by_id[0] == m else None
+            if hit is None:
+                fresh.append((i, m))
+                out.append({})
+            else:
+                out.append(hit[1])
+        if fresh:
+            made = convert_to_openai_messages([m for _, m in fresh], include_id=True)
+            if len(made) != len(fresh):  # one dict per message is what the mapping needs
+                raise ValueError(
+                    f"{self.entry}: convert_to_openai_messages gave {len(made)} dicts for "
+                    f"{len(fresh)} messages"
+                )
+            for (i, _m), d in zip(fresh, made, strict=True):
+                out[i] = d
+        return out
+
+    def _keep(self, messages: list[BaseMessage], dicts: list[Any]) -> None:
+        """Remember the dict of each message of the list handed back (only those)."""
+        before = self._dicts
+        self._dicts = {}
+        self._by_lc_id = {}
+        for m, d in zip(messages, dicts, strict=True):
+            if isinstance(d, dict):
+                old = before.get(id(m))
+                # a message handed over again as it was keeps its snapshot (no copy)
+                held = old if old is not None and old[1] is d else (m.model_copy(deep=True), d)
+                self._dicts[id(m)] = held
+                if m.id:
+                    self._by_lc_id[m.id] = held
+
+    def _compact(self, dicts: list[dict[str, Any]], mid_round: bool) -> CompactResult:
+        """Compact ``dicts`` with the prepared config, as a continuation of the last call
+        when they extend its input or output (as :func:`normandy_core.compact` does)."""
+        from normandy_core import continuation
+        from normandy_core.facade import _compact_read
+
+        s = self._settings
+        key = continuation.config_key(
+            s.compactor,
+            s.opts,
+            s.model,
+            s.window,
+            s.timeout,
+            "openai",
+            self._client,
+            survival=s.survival,
+        )
+        hit = continuation.resume(key, dicts, mid_round)
+        if hit is not None:
+            return cast("CompactResult", hit)
+        result, t = _compact_read(self.config, dicts, mid_round=mid_round, format="openai")
+        if key is not None and isinstance(t, Transcript):
+            continuation.remember(key, self.config, t, result.memory, dicts, result.messages)
+        return result
 
     def run(
         self, messages: Sequence[BaseMessage], *, mid_round: bool | None = None
@@ -130,14 +206,10 @@ class MessageCompactor:
         original = list(messages)
         if mid_round is None:
             mid_round = bool(original) and isinstance(original[-1], ToolMessage)
-        dicts = convert_to_openai_messages(original, include_id=True)
-        if len(dicts) != len(original):  # one dict per message is what the mapping needs
-            raise ValueError(
-                f"{self.entry}: convert_to_openai_messages gave {len(dicts)} dicts for "
-                f"{len(original)} messages"
-            )
-        result = compact_with(self.config, dicts, mid_round=mid_round, format="openai")
+        dicts = self._as_dicts(original)
+        result = self._compact(dicts, mid_round)
         if not result.compacted:
+            self._keep(original, dicts)
             return LangChainCompaction(original, result)
         by_dict = {id(d): m for d, m in zip(dicts, original, strict=True)}
         by_lc_id = {m.id: m for m in original if m.id}
@@ -151,6 +223,7 @@ class MessageCompactor:
             lc_id = d.get("id") if isinstance(d, Mapping) else None
             source = by_lc_id.get(lc_id) if isinstance(lc_id, str) else None
             out.append(_changed(source, fresh) if source is not None else _created(fresh))
+        self._keep(out, list(result.messages))
         still = {id(m) for m in out}
         removed = [m for m in original if id(m) not in still]
         logger.info(
