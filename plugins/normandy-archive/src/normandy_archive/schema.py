@@ -20,9 +20,12 @@
   from ``entry_json`` (:data:`TEXT_SQL`).
 
 * ``journal``: one row per compaction committed in the boundary and not moved into the
-  tables above yet (its fields, the new content as a JSON array of
-  ``[entry_id, content_hash, turn_id, role, entry_json, source_ids]`` and the hashes
-  of content it dropped again while still in the journal). The background writer moves
+  tables above yet: its fields, its new content (``body``: the entries' JSON one after
+  the other, UTF-8, nothing escaped; ``rows``: a JSON array of ``[entry_id,
+  content_hash, turn_id, role, source_ids, start, length]`` (``source_ids`` a JSON array,
+  or null), where the entry's JSON is
+  the ``length`` bytes of ``body`` from byte ``start``, 1-based), and ``seen``: the
+  hashes of content it dropped again while still in the journal. The background writer moves
   it (:data:`MOVE_SQL`); readers see its rows through :data:`PENDING_SQL`, numbered with
   the ``seq`` the move gives them.
 
@@ -119,6 +122,7 @@ JOURNAL_TABLE = """CREATE TABLE IF NOT EXISTS journal (
         dropped_count INTEGER,
         entry_count   INTEGER NOT NULL,
         rows          TEXT NOT NULL,
+        body          BLOB NOT NULL,
         seen          TEXT
     )"""
 
@@ -310,7 +314,8 @@ def pending_sql(upto: bool = False) -> str:
         p.source_ids, p.compaction_id, p.archived_at
     FROM (SELECT j.id AS jid, r.key AS k, j.session_id, r.value ->> 0 AS entry_id,
             r.value ->> 1 AS content_hash, r.value ->> 2 AS turn_id, r.value ->> 3 AS role,
-            r.value ->> 4 AS entry_json, r.value ->> 5 AS source_ids, j.compaction_id,
+            CAST(substr(j.body, r.value ->> 5, r.value ->> 6) AS TEXT) AS entry_json,
+            r.value ->> 4 AS source_ids, j.compaction_id,
             j.created_at AS archived_at,
             row_number() OVER (PARTITION BY r.value ->> 1 ORDER BY j.id, r.key) AS nth
         FROM main.journal j, json_each(j.rows) r {where}) p
@@ -383,7 +388,16 @@ def move_journal(conn: sqlite3.Connection, rows: int = 0) -> int:
         "WHERE j.id <= ? AND j.seen IS NOT NULL ORDER BY j.id",
         (top,),
     ).fetchall()
+    # content a later journal row held again (written by another process before the
+    # first was moved): the later session saw it last
+    again += conn.execute(
+        "SELECT j.session_id, j.created_at, r.value ->> 1 FROM journal j, json_each(j.rows) r "
+        "WHERE j.id <= ? AND NOT EXISTS (SELECT 1 FROM entries e WHERE "
+        "e.content_hash = r.value ->> 1 AND e.compaction_id = j.compaction_id) ORDER BY j.id",
+        (top,),
+    ).fetchall()
     if again:
+        again.sort(key=lambda row: row[1])
         conn.executemany(SEEN_SQL, again)
     conn.execute("DELETE FROM journal WHERE id <= ?", (top,))
     return int(conn.execute("SELECT changes()").fetchone()[0])

@@ -197,13 +197,19 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _journal_row(r: Prepared) -> str:
-    """One entry of a journal row (see :mod:`normandy_archive.schema`), as JSON."""
-    ids = json.dumps(builtins.list(r.source_ids)) if r.source_ids else None
-    e = r.entry
-    return json.dumps(
-        [e.id, r.content_hash, e.turn_id, e.role, r.entry_json, ids], ensure_ascii=False
-    )
+def _journal_row(rows: Sequence[Prepared]) -> tuple[str, bytes]:
+    """The ``rows`` and ``body`` of a journal row holding ``rows`` (see
+    :mod:`normandy_archive.schema`): the entries' JSON is not escaped, only placed."""
+    parts = [r.entry_json.encode() for r in rows]
+    index = []
+    start = 1
+    for r, data in zip(rows, parts, strict=True):
+        e = r.entry
+        index.append(
+            (e.id, r.content_hash, e.turn_id, e.role, r.source_ids or None, start, len(data))
+        )
+        start += len(data)
+    return json.dumps(index, ensure_ascii=False), b"".join(parts)
 
 
 def _journal_rows(conn: sqlite3.Connection) -> bool:
@@ -687,10 +693,12 @@ class Archive(ArchiveBackend):
                 conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
             if not new and not again:
                 return 0, 0, []
+            index, body = _journal_row(new)
             cur = conn.execute(
                 "INSERT INTO journal (compaction_id, session_id, compactor, strategy, model, "
                 "mid_round, created_at, tokens_before, tokens_after, meta_json, dropped_count, "
-                "entry_count, rows, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "entry_count, rows, body, seen) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     c.compaction_id,
                     c.session_id,
@@ -704,7 +712,8 @@ class Archive(ArchiveBackend):
                     meta_json,
                     c.dropped_count,
                     len(new),
-                    "[" + ",".join(_journal_row(r) for r in new) + "]",
+                    index,
+                    body,
                     json.dumps(again) if again else None,
                 ),
             )
