@@ -466,10 +466,12 @@ class ArchiveBackend(abc.ABC):
         re-compaction of the same history, another agent writing to the same database)
         is not stored again; the compaction is recorded only when it stored something.
         All or nothing: a crash leaves either every entry it stored or none. Returns the
-        compaction id with the counts (:class:`Recorded`). With ``index`` false, SQLite
-        leaves full-text indexing to a later ``index()`` (the hook's background writer
-        does it), so the transaction holds only the durable part; PostgreSQL indexes as
-        it writes.
+        compaction id with the counts (:class:`Recorded`). SQLite commits the
+        compaction as one journal row, which reads see at once; with ``index`` false,
+        moving it into the indexed tables and indexing it for full-text search are left
+        to a later ``index()`` (the hook's background writer does it), so the
+        transaction holds only the durable part. PostgreSQL writes its tables and
+        indexes at once.
 
         :raises ArchiveError: it could not be written (disk full, locked past the busy
             timeout, permission, not an archive, the database refused...), naming the

@@ -1,10 +1,11 @@
 """The SQLite archive of dropped entries: one transaction per compaction, WAL, owner-only file.
 
 Entries are stored once by content (the schema is described in
-:mod:`normandy_archive.schema`): a compaction writes, in one committed transaction, the
-entries whose content the archive does not hold yet, with their session, the ids they
-had and the caller's ids found in them; then they are indexed for full-text search.
-Reads never write (``mode=ro``).
+:mod:`normandy_archive.schema`): a compaction commits, in one transaction, one journal
+row holding the entries whose content the archive does not hold yet, with their
+session, the ids they had and the caller's ids found in them; the background writer
+then moves the row into the indexed tables and indexes them for full-text search.
+Reads see the journal's rows as if moved, and never write (``mode=ro``).
 """
 
 from __future__ import annotations
