@@ -20,7 +20,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from archive_helpers import digest
+from reliability_counts import JOURNAL_KILLS
 
 from normandy_archive import Archive, archive_settings
 from normandy_archive import main as archive_main
@@ -161,7 +163,8 @@ KILLED = textwrap.dedent(
 )
 
 
-def test_killed_between_the_journal_commit_and_the_move_everything_is_recallable(tmp_path):
+@pytest.mark.parametrize("commits", JOURNAL_KILLS)
+def test_killed_between_the_journal_commit_and_the_move_everything_is_recallable(tmp_path, commits):
     path = tmp_path / "archive.sqlite3"
     source = {e.id: e for e in generate_session(83, 400)}
     child = subprocess.Popen(
@@ -171,7 +174,7 @@ def test_killed_between_the_journal_commit_and_the_move_everything_is_recallable
         text=True,
     )
     assert child.stdout is not None
-    done = [json.loads(child.stdout.readline()) for _ in range(10)]
+    done = [json.loads(child.stdout.readline()) for _ in range(commits)]
     os.kill(child.pid, signal.SIGKILL)
     child.wait(timeout=30)
     conn = sqlite3.connect(path)

@@ -574,9 +574,16 @@ class Archive(ArchiveBackend):
             self._write_lock.release()
 
     def _transaction(
-        self, work: Any, doing: str, *, foreground: bool = False, background: bool = False
+        self,
+        work: Any,
+        doing: str,
+        *,
+        foreground: bool = False,
+        background: bool = False,
+        committed: Callable[[Any], None] | None = None,
     ) -> Any:
-        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer.
+        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer;
+        ``committed(result)`` then, still holding this process's write lock.
 
         The real error is raised (as :class:`ArchiveError`), never one of the ROLLBACK
         after it (a failed COMMIT has often rolled back already). When the file at the
@@ -607,6 +614,8 @@ class Archive(ArchiveBackend):
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
                 if _file_id(self.path) == self._wid:
+                    if committed is not None:
+                        committed(result)
                     return result
                 self._drop_writer(moved=True)
             raise ArchiveError(
@@ -720,17 +729,21 @@ class Archive(ArchiveBackend):
             )
             return len(new), int(cur.lastrowid or 0), [r.content_hash for r in new]
 
+        def remember(result: tuple[int, int, builtins.list[str]]) -> None:
+            _, jid, written = result  # committed: its content is in the journal now
+            if written:
+                for h in written:
+                    journaled[h] = jid
+                order.append((jid, written))
+
         self.last_write = time.monotonic()
-        stored: int
-        jid: int
-        stored, jid, written = self._transaction(
-            work, f"could not record {len(rows)} entries", foreground=not index
-        )
+        stored: int = self._transaction(
+            work,
+            f"could not record {len(rows)} entries",
+            foreground=not index,
+            committed=remember,
+        )[0]
         self.last_write = time.monotonic()
-        if written:
-            for h in written:
-                journaled[h] = jid
-            order.append((jid, written))
         if index:
             self.index()
         self.checkpoint(if_over=self.WAL_CHECKPOINT_BYTES if index else self.WAL_MAX_BYTES)
