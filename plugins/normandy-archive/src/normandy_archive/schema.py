@@ -20,13 +20,11 @@
   from ``entry_json`` (:data:`TEXT_SQL`).
 
 * ``journal``: one row per compaction committed in the boundary and not moved into the
-  tables above yet: its fields, its new content (``body``: the entries' JSON one after
-  the other, UTF-8, nothing escaped; ``rows``: a JSON array of ``[entry_id,
-  content_hash, turn_id, role, source_ids, start, length]`` (``source_ids`` a JSON array,
-  or null), where the entry's JSON is
-  the ``length`` bytes of ``body`` from byte ``start``, 1-based), and ``seen``: the
-  hashes of content it dropped again while still in the journal. The background writer moves
-  it (:data:`MOVE_SQL`); readers see its rows through :data:`PENDING_SQL`, numbered with
+  tables above yet: its fields, and ``seen``: the hashes of content it dropped again
+  while still in the journal. Its new content is in ``journal_entries``, one row per
+  entry (rowid order, no other index: cheap to insert).
+  The background writer moves
+  it (:func:`move_journal`); readers see its rows through :func:`pending_sql`, numbered with
   the ``seq`` the move gives them.
 
 ``archive_state.indexed_seq`` is the last row whose index entries (full text, caller ids,
@@ -121,9 +119,17 @@ JOURNAL_TABLE = """CREATE TABLE IF NOT EXISTS journal (
         meta_json     TEXT NOT NULL,
         dropped_count INTEGER,
         entry_count   INTEGER NOT NULL,
-        rows          TEXT NOT NULL,
-        body          BLOB NOT NULL,
         seen          TEXT
+    )"""
+
+JOURNAL_ENTRIES_TABLE = """CREATE TABLE IF NOT EXISTS journal_entries (
+        jid           INTEGER NOT NULL,
+        entry_id      TEXT NOT NULL,
+        content_hash  TEXT NOT NULL,
+        turn_id       TEXT,
+        role          TEXT NOT NULL,
+        entry_json    TEXT NOT NULL,
+        source_ids    TEXT
     )"""
 
 _FTS = "CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(text, content='')"
@@ -195,6 +201,7 @@ def create(conn: sqlite3.Connection) -> None:
         conn.execute(stmt)
     conn.execute(_FTS)
     conn.execute(JOURNAL_TABLE)
+    conn.execute(JOURNAL_ENTRIES_TABLE)
     conn.execute("INSERT OR IGNORE INTO archive_state VALUES ('indexed_seq', 0)")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -312,13 +319,11 @@ def pending_sql(upto: bool = False) -> str:
             + row_number() OVER (ORDER BY p.jid, p.k) AS seq,
         p.session_id, p.entry_id, p.content_hash, p.turn_id, p.role, p.entry_json,
         p.source_ids, p.compaction_id, p.archived_at
-    FROM (SELECT j.id AS jid, r.key AS k, j.session_id, r.value ->> 0 AS entry_id,
-            r.value ->> 1 AS content_hash, r.value ->> 2 AS turn_id, r.value ->> 3 AS role,
-            CAST(substr(j.body, r.value ->> 5, r.value ->> 6) AS TEXT) AS entry_json,
-            r.value ->> 4 AS source_ids, j.compaction_id,
+    FROM (SELECT j.id AS jid, r.rowid AS k, j.session_id, r.entry_id, r.content_hash,
+            r.turn_id, r.role, r.entry_json, r.source_ids, j.compaction_id,
             j.created_at AS archived_at,
-            row_number() OVER (PARTITION BY r.value ->> 1 ORDER BY j.id, r.key) AS nth
-        FROM main.journal j, json_each(j.rows) r {where}) p
+            row_number() OVER (PARTITION BY r.content_hash ORDER BY j.id, r.rowid) AS nth
+        FROM main.journal_entries r JOIN main.journal j ON j.id = r.jid {where}) p
     WHERE p.nth = 1
         AND NOT EXISTS (SELECT 1 FROM main.entries x WHERE x.content_hash = p.content_hash)"""
 
@@ -391,13 +396,15 @@ def move_journal(conn: sqlite3.Connection, rows: int = 0) -> int:
     # content a later journal row held again (written by another process before the
     # first was moved): the later session saw it last
     again += conn.execute(
-        "SELECT j.session_id, j.created_at, r.value ->> 1 FROM journal j, json_each(j.rows) r "
-        "WHERE j.id <= ? AND NOT EXISTS (SELECT 1 FROM entries e WHERE "
-        "e.content_hash = r.value ->> 1 AND e.compaction_id = j.compaction_id) ORDER BY j.id",
+        "SELECT j.session_id, j.created_at, r.content_hash FROM journal_entries r "
+        "JOIN journal j ON j.id = r.jid WHERE j.id <= ? AND NOT EXISTS (SELECT 1 FROM "
+        "entries e WHERE e.content_hash = r.content_hash AND e.compaction_id = j.compaction_id) "
+        "ORDER BY j.id",
         (top,),
     ).fetchall()
     if again:
         again.sort(key=lambda row: row[1])
         conn.executemany(SEEN_SQL, again)
+    conn.execute("DELETE FROM journal_entries WHERE jid <= ?", (top,))
     conn.execute("DELETE FROM journal WHERE id <= ?", (top,))
     return int(conn.execute("SELECT changes()").fetchone()[0])

@@ -198,19 +198,20 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _journal_row(rows: Sequence[Prepared]) -> tuple[str, bytes]:
-    """The ``rows`` and ``body`` of a journal row holding ``rows`` (see
-    :mod:`normandy_archive.schema`): the entries' JSON is not escaped, only placed."""
-    parts = [r.entry_json.encode() for r in rows]
-    index = []
-    start = 1
-    for r, data in zip(rows, parts, strict=True):
-        e = r.entry
-        index.append(
-            (e.id, r.content_hash, e.turn_id, e.role, r.source_ids or None, start, len(data))
+def _journal_rows_of(jid: int, rows: Sequence[Prepared]) -> builtins.list[tuple[Any, ...]]:
+    """The ``journal_entries`` rows of journal row ``jid`` holding ``rows``."""
+    return [
+        (
+            jid,
+            r.entry.id,
+            r.content_hash,
+            r.entry.turn_id,
+            r.entry.role,
+            r.entry_json,
+            json.dumps(r.source_ids) if r.source_ids else None,
         )
-        start += len(data)
-    return json.dumps(index, ensure_ascii=False), b"".join(parts)
+        for r in rows
+    ]
 
 
 def _journal_rows(conn: sqlite3.Connection) -> bool:
@@ -654,6 +655,7 @@ class Archive(ArchiveBackend):
             else:
                 schema.migrate(conn, version)
                 conn.execute(schema.JOURNAL_TABLE)  # a version-2 archive written before it
+                conn.execute(schema.JOURNAL_ENTRIES_TABLE)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -703,12 +705,10 @@ class Archive(ArchiveBackend):
                 conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
             if not new and not again:
                 return 0, 0, []
-            index, body = _journal_row(new)
             cur = conn.execute(
                 "INSERT INTO journal (compaction_id, session_id, compactor, strategy, model, "
                 "mid_round, created_at, tokens_before, tokens_after, meta_json, dropped_count, "
-                "entry_count, rows, body, seen) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "entry_count, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     c.compaction_id,
                     c.session_id,
@@ -722,12 +722,17 @@ class Archive(ArchiveBackend):
                     meta_json,
                     c.dropped_count,
                     len(new),
-                    index,
-                    body,
                     json.dumps(again) if again else None,
                 ),
             )
-            return len(new), int(cur.lastrowid or 0), [r.content_hash for r in new]
+            jid = int(cur.lastrowid or 0)
+            if new:
+                conn.executemany(
+                    "INSERT INTO journal_entries (jid, entry_id, content_hash, turn_id, role, "
+                    "entry_json, source_ids) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    _journal_rows_of(jid, new),
+                )
+            return len(new), jid, [r.content_hash for r in new]
 
         def remember(result: tuple[int, int, builtins.list[str]]) -> None:
             _, jid, written = result  # committed: its content is in the journal now
