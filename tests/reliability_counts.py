@@ -44,6 +44,9 @@ LOAD_PLUGINS_PATHS = ("AgentConfig", "compact", "run_turn", "normandy compact", 
 CWD_INVOCATIONS = ("console script", "python -m")
 #: Processes SIGKILLed in the middle of a session of compactions with the archive hook.
 KILLED_PROCESSES = 2
+#: Compactions an agent commits to the SQLite archive's journal before it is SIGKILLed,
+#: before the background writer moved any of them into the indexed tables.
+JOURNAL_KILLS = (1, 10)
 #: Processes compacting into one archive at once (alongside the killed ones).
 CONCURRENT_PROCESSES = 2
 #: How an agent archiving into PostgreSQL is SIGKILLed, one agent each: after a random delay
@@ -186,6 +189,18 @@ ROWS: tuple[Row, ...] = (
         "processes lost; the next write indexes what the killed ones left",
         "plugins/normandy-archive/tests/test_archive_crash.py"
         "::test_sigkill_mid_compaction_with_concurrent_writers",
+    ),
+    Row(
+        "SIGKILL between the commit of compactions to the SQLite archive's journal and "
+        "their move into the indexed tables",
+        f"{len(JOURNAL_KILLS)} agents killed, after "
+        + " and ".join(str(n) for n in JOURNAL_KILLS)
+        + " compactions",
+        "archive integrity ok; every committed compaction recallable byte for byte from the "
+        "journal; the next writer moves it when it opens, each row keeping its number and "
+        "bytes",
+        "plugins/normandy-archive/tests/test_archive_journal.py"
+        "::test_killed_between_the_journal_commit_and_the_move_everything_is_recallable",
     ),
     Row(
         "SIGKILL of an agent archiving into PostgreSQL (after a random delay in a compaction, "

@@ -24,7 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from normandy_archive.errors import ArchiveError, ArchiveQueryError
 from normandy_archive.schema import content_hash, source_ids
@@ -256,9 +256,9 @@ def searchable_text(entry: Entry) -> str:
 
 
 #: Entries serialized ahead of the compaction that drops them (:func:`prepare`):
-#: ``id(entry) -> (entry, JSON, content hash)``, at most :data:`PREPARED_MAX_BYTES` of
-#: JSON (the oldest go first; a write uses its entries up).
-_prepared: dict[int, tuple[Entry, str, str]] = {}
+#: ``id(entry) -> (entry, JSON, content hash, caller's ids)``, at most
+#: :data:`PREPARED_MAX_BYTES` of JSON (the oldest go first; a write uses its entries up).
+_prepared: dict[int, tuple[Entry, str, str, tuple[str, ...]]] = {}
 _prepared_bytes = [0]
 _prepared_lock = threading.Lock()
 #: How much JSON :func:`prepare` keeps at most, in characters.
@@ -266,18 +266,19 @@ PREPARED_MAX_BYTES = 16 * 1024 * 1024
 
 
 def prepare(entries: Sequence[Entry]) -> int:
-    """Serialize and hash ``entries`` ahead of time (the background writer does it while
-    the model call runs, for the entries a compaction would drop next), so a compaction
-    that drops them does not; how many were new."""
+    """Serialize and hash ``entries`` and find their caller's ids ahead of time (the
+    background writer does it while the model call runs, for the entries a compaction
+    would drop next), so a compaction that drops them does not; how many were new."""
     done = 0
     for e in entries:
         if id(e) in _prepared:
             continue
         data = e.model_dump_json()
         digest = content_hash(e, data)
+        ids = tuple(source_ids(e))
         with _prepared_lock:
             if id(e) not in _prepared:
-                _prepared[id(e)] = (e, data, digest)
+                _prepared[id(e)] = (e, data, digest, ids)
                 _prepared_bytes[0] += len(data)
             while _prepared_bytes[0] > PREPARED_MAX_BYTES and _prepared:
                 _prepared_bytes[0] -= len(_prepared.pop(next(iter(_prepared)))[1])
@@ -285,16 +286,20 @@ def prepare(entries: Sequence[Entry]) -> int:
     return done
 
 
-def _serialized(e: Entry) -> tuple[str, str]:
-    """The entry's JSON and content hash: prepared ahead of time, or now."""
+def _serialized(entries: Sequence[Entry]) -> builtins.list[Prepared]:
+    """Each entry with its JSON, content hash and caller's ids: prepared ahead of time
+    (taken out of the cache), or now."""
     with _prepared_lock:
-        hit = _prepared.pop(id(e), None)
-        if hit is not None:
-            _prepared_bytes[0] -= len(hit[1])
-    if hit is not None and hit[0] is e:
-        return hit[1], hit[2]
-    data = e.model_dump_json()
-    return data, content_hash(e, data)
+        hits = [_prepared.pop(id(e), None) for e in entries]
+        _prepared_bytes[0] -= sum(len(h[1]) for h in hits if h is not None)
+    out = []
+    for e, hit in zip(entries, hits, strict=True):
+        if hit is not None and hit[0] is e:
+            out.append(Prepared(e, hit[1], hit[2], hit[3]))
+        else:
+            data = e.model_dump_json()
+            out.append(Prepared(e, data, content_hash(e, data), tuple(source_ids(e))))
+    return out
 
 
 #: The largest LIMIT or OFFSET either database takes (a signed 64-bit integer).
@@ -339,12 +344,12 @@ class Limits:
         return (self.max_bytes, self.max_age_seconds, self.max_sessions) == (None, None, None)
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """One content a compaction dropped, ready to be written."""
+class Prepared(NamedTuple):
+    """One content a compaction dropped, ready to be written: the entry as dropped (the
+    first of the compaction's entries with this content), its JSON, content hash and
+    caller's ids."""
 
     entry: Entry
-    """The entry as dropped (the first of the compaction's entries with this content)."""
     entry_json: str
     content_hash: str
     source_ids: tuple[str, ...]
@@ -461,10 +466,12 @@ class ArchiveBackend(abc.ABC):
         re-compaction of the same history, another agent writing to the same database)
         is not stored again; the compaction is recorded only when it stored something.
         All or nothing: a crash leaves either every entry it stored or none. Returns the
-        compaction id with the counts (:class:`Recorded`). With ``index`` false, SQLite
-        leaves full-text indexing to a later ``index()`` (the hook's background writer
-        does it), so the transaction holds only the durable part; PostgreSQL indexes as
-        it writes.
+        compaction id with the counts (:class:`Recorded`). SQLite commits the
+        compaction as one journal row, which reads see at once; with ``index`` false,
+        moving it into the indexed tables and indexing it for full-text search are left
+        to a later ``index()`` (the hook's background writer does it), so the
+        transaction holds only the durable part. PostgreSQL writes its tables and
+        indexes at once.
 
         :raises ArchiveError: it could not be written (disk full, locked past the busy
             timeout, permission, not an archive, the database refused...), naming the
@@ -472,10 +479,8 @@ class ArchiveBackend(abc.ABC):
         """
         cid = compaction_id or uuid.uuid4().hex
         rows: dict[str, Prepared] = {}
-        for e in dropped:
-            data, digest = _serialized(e)
-            if digest not in rows:
-                rows[digest] = Prepared(e, data, digest, tuple(source_ids(e)))
+        for r in _serialized(dropped):
+            rows.setdefault(r.content_hash, r)
         info = {k: v for k, v in (meta or {}).items() if k != "dropped"}
         compaction = CompactionRecord(
             compaction_id=cid,

@@ -20,7 +20,8 @@ session dropped (:meth:`~normandy_archive.ArchiveBackend.search` with ``match="a
 on SQLite or PostgreSQL alike), a single word also looked up as an entry id or a
 tool-use id.
 
-Only the durable part runs in the boundary: indexing for full-text search, checkpoints
+Only the durable part runs in the boundary (SQLite: one journal row per compaction):
+moving it into the indexed tables, indexing for full-text search, checkpoints
 and pruning past a retention limit (``max_bytes``, ``max_age_days``, ``max_sessions``)
 follow in the background writer (:mod:`normandy_archive.maintenance`), scheduled by
 :func:`after_compact` and drained when the interpreter exits.

@@ -1,7 +1,8 @@
 """The archive's background writer: what follows a durable write, off the hot path.
 
 The hook commits a compaction's dropped entries in the boundary (that is what makes
-them durable); indexing them (full text, caller ids), checkpointing the write-ahead log,
+them durable: SQLite, one journal row); moving them into the indexed tables and
+indexing them (full text, caller ids), checkpointing the write-ahead log,
 pruning past the retention limits and serializing the entries the next compaction will
 drop (so that it does not have to) happen afterwards, in one daemon thread per
 process (:func:`schedule`). It waits for a pause in the compactions (:data:`IDLE`

@@ -1,17 +1,20 @@
 """The SQLite archive of dropped entries: one transaction per compaction, WAL, owner-only file.
 
 Entries are stored once by content (the schema is described in
-:mod:`normandy_archive.schema`): a compaction writes, in one committed transaction, the
-entries whose content the archive does not hold yet, with their session, the ids they
-had and the caller's ids found in them; then they are indexed for full-text search.
-Reads never write (``mode=ro``).
+:mod:`normandy_archive.schema`): a compaction commits, in one transaction, one journal
+row holding the entries whose content the archive does not hold yet, with their
+session, the ids they had and the caller's ids found in them; the background writer
+then moves the row into the indexed tables and indexes them for full-text search.
+Reads see the journal's rows as if moved, and never write (``mode=ro``).
 """
 
 from __future__ import annotations
 
 import builtins
+import collections
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import stat
@@ -67,6 +70,7 @@ __all__ = [
 # normandy_archive.base, and importable from here as before)
 
 T = TypeVar("T")
+log = logging.getLogger("normandy_archive")
 
 
 def _fts_query(query: str, any_term: bool = False) -> str:
@@ -194,6 +198,41 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
+def _journal_rows_of(jid: int, rows: Sequence[Prepared]) -> builtins.list[tuple[Any, ...]]:
+    """The ``journal_entries`` rows of journal row ``jid`` holding ``rows``."""
+    return [
+        (
+            jid,
+            r.entry.id,
+            r.content_hash,
+            r.entry.turn_id,
+            r.entry.role,
+            r.entry_json,
+            json.dumps(r.source_ids) if r.source_ids else None,
+        )
+        for r in rows
+    ]
+
+
+def _journal_rows(conn: sqlite3.Connection) -> bool:
+    """Whether the archive's journal holds rows (``False``: it has no journal table)."""
+    try:
+        return bool(conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0])
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return False
+        raise
+
+
+def _has_journal(conn: sqlite3.Connection) -> bool:
+    """Whether the archive has its journal table (version-2 archives written before it
+    have not: the next writer adds it)."""
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
+    ).fetchone()
+    return row is not None
+
+
 def _check_path(path: Path) -> tuple[int, int] | None:
     """The file id of the archive at ``path`` to read; ``None`` when there is none.
 
@@ -274,6 +313,8 @@ class Archive(ArchiveBackend):
     WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
     #: Size past which a write checkpoints it itself (no background writer keeping up).
     WAL_MAX_BYTES = 64 * 1024 * 1024
+    #: Journal rows the background writer moves per transaction.
+    MOVE_BATCH = 2
 
     def __init__(
         self,
@@ -293,6 +334,10 @@ class Archive(ArchiveBackend):
             raise ValueError(f"sync must be 'normal' or 'full', got {self.sync!r}")
         self._local = threading.local()
         self._write_lock = threading.Lock()
+        # content hash -> id of the journal row this process wrote it in (not moved yet),
+        # and those rows in journal order with their hashes (to forget them once moved)
+        self._journaled: dict[str, int] = {}
+        self._journal_order: collections.deque[tuple[int, builtins.list[str]]] = collections.deque()
         _instances.add(self)
         self._wconn: sqlite3.Connection | None = None
         self._wpid = 0
@@ -472,7 +517,25 @@ class Archive(ArchiveBackend):
                 raise self._error(exc, "cannot open it for writing") from exc
             raise
         self._wconn, self._wpid, self._wid = conn, os.getpid(), before
+        self._journaled.clear()
+        self._journal_order.clear()
+        self._replay(conn)
         return conn
+
+    def _replay(self, conn: sqlite3.Connection) -> None:
+        """Move what a process that ended before its background writer did (killed,
+        crashed) left in the journal, at open. Readers see the journal meanwhile, so a
+        failure here loses nothing: it is logged, and the next move tries again."""
+        try:
+            if conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0]:
+                conn.execute("BEGIN IMMEDIATE")
+                schema.move_journal(conn)
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            log.warning("archive %s: the journal is moved later: %s", self.location, exc)
 
     def _drop_writer(self, *, moved: bool = False) -> None:
         conn, self._wconn, self._wid = self._wconn, None, None
@@ -512,9 +575,16 @@ class Archive(ArchiveBackend):
             self._write_lock.release()
 
     def _transaction(
-        self, work: Any, doing: str, *, foreground: bool = False, background: bool = False
+        self,
+        work: Any,
+        doing: str,
+        *,
+        foreground: bool = False,
+        background: bool = False,
+        committed: Callable[[Any], None] | None = None,
     ) -> Any:
-        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer.
+        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer;
+        ``committed(result)`` then, still holding this process's write lock.
 
         The real error is raised (as :class:`ArchiveError`), never one of the ROLLBACK
         after it (a failed COMMIT has often rolled back already). When the file at the
@@ -545,6 +615,8 @@ class Archive(ArchiveBackend):
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
                 if _file_id(self.path) == self._wid:
+                    if committed is not None:
+                        committed(result)
                     return result
                 self._drop_writer(moved=True)
             raise ArchiveError(
@@ -573,7 +645,7 @@ class Archive(ArchiveBackend):
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
             raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
-        if version == SCHEMA_VERSION:
+        if version == SCHEMA_VERSION and _has_journal(conn):
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -582,6 +654,8 @@ class Archive(ArchiveBackend):
                 schema.create(conn)
             else:
                 schema.migrate(conn, version)
+                conn.execute(schema.JOURNAL_TABLE)  # a version-2 archive written before it
+                conn.execute(schema.JOURNAL_ENTRIES_TABLE)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -594,41 +668,47 @@ class Archive(ArchiveBackend):
     def _write(
         self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str, *, index: bool
     ) -> int:
+        """Commit the compaction as one journal row: the content the archive does not
+        hold yet (in its tables, or in a journal row of this process not moved yet), and
+        the ``seen`` of content dropped again. The row is moved into the indexed tables by
+        :meth:`index` (the background writer's, or at once with ``index``); readers see
+        it meanwhile."""
         c = compaction
-        values = [
-            (
-                c.session_id,
-                r.entry.id,
-                r.content_hash,
-                r.entry.turn_id,
-                r.entry.role,
-                r.entry_json,
-                json.dumps(builtins.list(r.source_ids)) if r.source_ids else None,
-                c.compaction_id,
-                c.created_at,
-            )
-            for r in rows
-        ]
+        hashes = json.dumps([r.content_hash for r in rows])
+        journaled, order = self._journaled, self._journal_order
 
-        def work(conn: sqlite3.Connection) -> int:
-            cur = conn.executemany(
-                "INSERT OR IGNORE INTO entries (session_id, entry_id, content_hash, turn_id, "
-                "role, entry_json, source_ids, compaction_id, archived_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                values,
+        def work(conn: sqlite3.Connection) -> tuple[int, int, builtins.list[str]]:
+            have = (
+                {
+                    h
+                    for (h,) in conn.execute(
+                        "SELECT content_hash FROM entries WHERE content_hash IN "
+                        "(SELECT value FROM json_each(?))",
+                        (hashes,),
+                    )
+                }
+                if rows
+                else set()
             )
-            stored = max(cur.rowcount, 0)
-            if stored < len(rows):  # content dropped before: this session saw it last
-                conn.executemany(
-                    schema.SEEN_SQL, [(c.session_id, c.created_at, r.content_hash) for r in rows]
-                )
-            # (the caller ids and seen rows of new content are written with its index)
-            if not stored:
-                return 0
-            conn.execute(
-                "INSERT INTO compactions (compaction_id, session_id, compactor, strategy, "
-                "model, mid_round, created_at, entry_count, tokens_before, tokens_after, "
-                "meta_json, dropped_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            if journaled:  # forget the journal rows moved since (by any process)
+                first = conn.execute("SELECT min(id) FROM journal").fetchone()[0]
+                while order and (first is None or order[0][0] < first):
+                    jid, moved = order.popleft()
+                    for h in moved:
+                        if journaled.get(h) == jid:
+                            del journaled[h]
+            new = [
+                r for r in rows if r.content_hash not in have and r.content_hash not in journaled
+            ]
+            again = [r.content_hash for r in rows if r.content_hash in journaled]
+            if have:  # content dropped before: this session saw it last
+                conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
+            if not new and not again:
+                return 0, 0, []
+            cur = conn.execute(
+                "INSERT INTO journal (compaction_id, session_id, compactor, strategy, model, "
+                "mid_round, created_at, tokens_before, tokens_after, meta_json, dropped_count, "
+                "entry_count, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     c.compaction_id,
                     c.session_id,
@@ -637,19 +717,37 @@ class Archive(ArchiveBackend):
                     c.model,
                     None if c.mid_round is None else int(c.mid_round),
                     c.created_at,
-                    stored,
                     c.tokens_before,
                     c.tokens_after,
                     meta_json,
                     c.dropped_count,
+                    len(new),
+                    json.dumps(again) if again else None,
                 ),
             )
-            return stored
+            jid = int(cur.lastrowid or 0)
+            if new:
+                conn.executemany(
+                    "INSERT INTO journal_entries (jid, entry_id, content_hash, turn_id, role, "
+                    "entry_json, source_ids) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    _journal_rows_of(jid, new),
+                )
+            return len(new), jid, [r.content_hash for r in new]
+
+        def remember(result: tuple[int, int, builtins.list[str]]) -> None:
+            _, jid, written = result  # committed: its content is in the journal now
+            if written:
+                for h in written:
+                    journaled[h] = jid
+                order.append((jid, written))
 
         self.last_write = time.monotonic()
         stored: int = self._transaction(
-            work, f"could not record {len(rows)} entries", foreground=not index
-        )
+            work,
+            f"could not record {len(rows)} entries",
+            foreground=not index,
+            committed=remember,
+        )[0]
         self.last_write = time.monotonic()
         if index:
             self.index()
@@ -657,13 +755,25 @@ class Archive(ArchiveBackend):
         return stored
 
     def index(self, *, batch: int = 16, yield_to_writers: bool = False) -> int:
-        """Index for full-text search what was written and not indexed yet; how many.
+        """Move the journal into the indexed tables, then index for full-text search what
+        was written and not indexed yet; how many entries it indexed.
 
         In transactions of at most ``batch`` entries, so a writer waits for one batch at
         most; with ``yield_to_writers`` (the background writer), a compaction waiting to
         write goes first between two batches. Rows a killed process left unindexed are
         indexed too.
         """
+        step = self.MOVE_BATCH if yield_to_writers else 0
+        while True:  # first the journal into the tables, a few rows a transaction
+            while yield_to_writers and self.writers_waiting:
+                time.sleep(0.0005)
+            moved: int = self._transaction(
+                lambda conn: schema.move_journal(conn, step),
+                "could not move the journal",
+                background=yield_to_writers,
+            )
+            if not step or moved < step:
+                break
         done = 0
         while True:
             while yield_to_writers and self.writers_waiting:
@@ -719,6 +829,7 @@ class Archive(ArchiveBackend):
             return 0
 
         def work(conn: sqlite3.Connection) -> int:
+            schema.move_journal(conn)
             while schema.index_pending(conn, 500):  # every row with its seen, first
                 pass
             plan = self._plan(lambda q, p: conn.execute(q, p).fetchall(), limits)
@@ -774,10 +885,25 @@ class Archive(ArchiveBackend):
     # -- reading ----------------------------------------------------------------------
 
     def _read(self, work: Callable[[int, Run], T]) -> T | None:
+        """``work`` with a ``run`` that, while the journal holds compactions not moved
+        yet, reads ``entries`` and ``compactions`` with the journal's rows in them
+        (:data:`~normandy_archive.schema.READ_WITH`)."""
         with self._connect() as conn:
             if conn is None:
                 return None
-            return work(self._local.version, lambda q, p: conn.execute(q, p).fetchall())
+            version = self._local.version
+
+            def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
+                return conn.execute(q, p).fetchall()
+
+            if version != 1 and _journal_rows(conn):
+
+                def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
+                    if q.startswith("SELECT"):
+                        q = schema.READ_WITH + q
+                    return conn.execute(q, p).fetchall()
+
+            return work(version, run)
 
     def _search(
         self,
@@ -826,7 +952,7 @@ class Archive(ArchiveBackend):
             cond,
             [*params, wanted],
             "ORDER BY f.rank, e.seq LIMIT ?",
-            source="entries_fts f JOIN entries e ON e.seq = f.rowid",
+            source="entries_fts f JOIN main.entries e ON e.seq = f.rowid",
             v1=plain,
         )
         indexed = {a.seq for a in found}
