@@ -20,7 +20,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.messages import (
     AIMessage,
@@ -30,10 +30,8 @@ from langchain_core.messages import (
     convert_to_openai_messages,
 )
 
-from normandy_core.config import AgentConfig
-from normandy_core.facade import CompactResult, prepare_resolved
-from normandy_core.settings import current_settings
-from normandy_core.transcript import Transcript
+from normandy_core.adapter import NamedCompactor
+from normandy_core.facade import CompactResult
 
 __all__ = [
     "FUNCTION_ENTRY",
@@ -48,13 +46,6 @@ logger = logging.getLogger("normandy_langchain")
 FUNCTION_ENTRY = "normandy_langchain.compact_messages()"
 #: The compactor used when none is given or configured.
 DEFAULT_COMPACTOR = "window_manager"
-
-
-def _hint(entry: str) -> str:
-    return (
-        f"pass window=<tokens> to {entry}, or model= a model the catalog knows (or set "
-        "window or model in normandy.toml or pyproject.toml [tool.normandy])"
-    )
 
 
 @dataclass(frozen=True)
@@ -78,17 +69,11 @@ class LangChainCompaction:
         return self.result.compacted
 
 
-class MessageCompactor:
+class MessageCompactor(NamedCompactor):
     """A compactor chosen by name, prepared once, for lists of LangChain messages.
 
-    ``compactor`` is an entry-point name (``window_manager`` when neither given nor
-    configured), ``opts`` its options, validated here: a bad option raises
-    :class:`~normandy_core.OptionsError` naming ``entry`` and the compactor. ``window``
-    pins the context window in tokens; otherwise the catalog gives ``model``'s. Values
-    left out are taken from the configuration (``NORMANDY_COMPACTOR``, ``normandy.toml``,
-    ``[tool.normandy]``), as :func:`normandy_core.compact` takes them. ``timeout`` bounds
-    the compactor's time in seconds; ``client`` is a Normandy model client for a
-    compactor that asks a model (``window_manager``'s ``summarizer="model"``).
+    The arguments are :class:`normandy_core.adapter.NamedCompactor`'s (errors name
+    ``entry``, by default ``normandy_langchain.compact_messages()``).
     """
 
     def __init__(
@@ -102,21 +87,16 @@ class MessageCompactor:
         client: Any = None,
         entry: str = FUNCTION_ENTRY,
     ) -> None:
-        settings = current_settings().resolve(
-            DEFAULT_COMPACTOR,
-            compactor=compactor,
-            opts=opts,
+        super().__init__(
+            compactor,
+            opts,
             model=model,
             window=window,
             timeout=timeout,
+            client=client,
+            entry=entry,
+            default=DEFAULT_COMPACTOR,
         )
-        self.entry = entry
-        self.config: AgentConfig = prepare_resolved(
-            settings, entry=entry, hint=_hint(entry), client=client
-        )
-        self.compactor = settings.compactor
-        self._settings = settings
-        self._client = client
         # Each message's Chat dict, made once and handed over again on later calls, so
         # the core continues its last compaction (only new messages are read and
         # counted). Keyed by the message object, and by its id for an equal copy; each
@@ -166,31 +146,6 @@ class MessageCompactor:
                 if m.id:
                     self._by_lc_id[m.id] = held
 
-    def _compact(self, dicts: list[dict[str, Any]], mid_round: bool) -> CompactResult:
-        """Compact ``dicts`` with the prepared config, as a continuation of the last call
-        when they extend its input or output (as :func:`normandy_core.compact` does)."""
-        from normandy_core import continuation
-        from normandy_core.facade import _compact_read
-
-        s = self._settings
-        key = continuation.config_key(
-            s.compactor,
-            s.opts,
-            s.model,
-            s.window,
-            s.timeout,
-            "openai",
-            self._client,
-            survival=s.survival,
-        )
-        hit = continuation.resume(key, dicts, mid_round)
-        if hit is not None:
-            return cast("CompactResult", hit)
-        result, t = _compact_read(self.config, dicts, mid_round=mid_round, format="openai")
-        if key is not None and isinstance(t, Transcript):
-            continuation.remember(key, self.config, t, result.memory, dicts, result.messages)
-        return result
-
     def run(
         self, messages: Sequence[BaseMessage], *, mid_round: bool | None = None
     ) -> LangChainCompaction:
@@ -207,7 +162,7 @@ class MessageCompactor:
         if mid_round is None:
             mid_round = bool(original) and isinstance(original[-1], ToolMessage)
         dicts = self._as_dicts(original)
-        result = self._compact(dicts, mid_round)
+        result = self.compact(dicts, mid_round=mid_round, format="openai")
         if not result.compacted:
             self._keep(original, dicts)
             return LangChainCompaction(original, result)
@@ -226,15 +181,7 @@ class MessageCompactor:
         self._keep(out, list(result.messages))
         still = {id(m) for m in out}
         removed = [m for m in original if id(m) not in still]
-        logger.info(
-            "%s compacted %d messages to %d (%d tokens to %d) with %s",
-            self.entry,
-            len(original),
-            len(out),
-            result.tokens_before,
-            result.tokens_after,
-            self.compactor,
-        )
+        self.log(logger, len(original), len(out), result, "messages")
         return LangChainCompaction(out, result, removed)
 
 

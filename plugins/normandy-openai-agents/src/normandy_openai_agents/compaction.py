@@ -19,9 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from normandy_core.config import AgentConfig
-from normandy_core.facade import CompactResult, compact, compact_with, prepare_resolved
-from normandy_core.settings import current_settings
+from normandy_core.adapter import NamedCompactor
+from normandy_core.facade import CompactResult, compact_with
 
 __all__ = ["AgentsCompaction", "ItemCompactor", "is_output", "newest", "open_round"]
 
@@ -29,13 +28,6 @@ logger = logging.getLogger("normandy_openai_agents")
 
 #: The compactor used when none is given or configured.
 DEFAULT_COMPACTOR = "window_manager"
-
-
-def _hint(entry: str) -> str:
-    return (
-        f"pass window=<tokens> to {entry}, or model= a model the catalog knows (or set "
-        "window or model in normandy.toml or pyproject.toml [tool.normandy])"
-    )
 
 
 def _field(item: Any, name: str) -> Any:
@@ -100,17 +92,11 @@ class AgentsCompaction:
         return self.result.compacted
 
 
-class ItemCompactor:
+class ItemCompactor(NamedCompactor):
     """A compactor chosen by name, prepared once, for lists of Responses input items.
 
-    ``compactor`` is an entry-point name (``window_manager`` when neither given nor
-    configured), ``opts`` its options, validated here: a bad option raises
-    :class:`~normandy_core.OptionsError` naming ``entry`` and the compactor. ``window``
-    pins the context window in tokens; otherwise the catalog gives ``model``'s. Values
-    left out are taken from the configuration (``NORMANDY_COMPACTOR``, ``normandy.toml``,
-    ``[tool.normandy]``), as :func:`normandy_core.compact` takes them. ``timeout`` bounds
-    the compactor's time in seconds; ``client`` is a Normandy model client for a
-    compactor that asks a model.
+    The arguments are :class:`normandy_core.adapter.NamedCompactor`'s (``entry`` names
+    the adapter in the errors).
     """
 
     def __init__(
@@ -124,21 +110,16 @@ class ItemCompactor:
         client: Any = None,
         entry: str,
     ) -> None:
-        settings = current_settings().resolve(
-            DEFAULT_COMPACTOR,
-            compactor=compactor,
-            opts=opts,
+        super().__init__(
+            compactor,
+            opts,
             model=model,
             window=window,
             timeout=timeout,
+            client=client,
+            entry=entry,
+            default=DEFAULT_COMPACTOR,
         )
-        self.entry = entry
-        self.config: AgentConfig = prepare_resolved(
-            settings, entry=entry, hint=_hint(entry), client=client
-        )
-        self.compactor = settings.compactor
-        self._settings = settings
-        self._client = client
 
     def run(self, items: Sequence[Any], *, mid_round: bool | None = None) -> AgentsCompaction:
         """Compact ``items`` once.
@@ -157,15 +138,7 @@ class ItemCompactor:
         out = list(result.messages)
         still = {id(m) for m in out}
         removed = [m for m in original if id(m) not in still]
-        logger.info(
-            "%s compacted %d items to %d (%d tokens to %d) with %s",
-            self.entry,
-            len(original),
-            len(out),
-            result.tokens_before,
-            result.tokens_after,
-            self.compactor,
-        )
+        self.log(logger, len(original), len(out), result, "items")
         return AgentsCompaction(out, result, removed)
 
     def run_continued(self, items: list[Any], *, mid_round: bool | None = None) -> AgentsCompaction:
@@ -177,31 +150,11 @@ class ItemCompactor:
         """
         if mid_round is None:
             mid_round = open_round(items)
-        s = self._settings
-        result = compact(
-            items,
-            compactor=s.compactor,
-            opts=s.opts,
-            model=s.model,
-            window=s.window,
-            timeout=s.timeout,
-            survival=s.survival,
-            client=self._client,
-            mid_round=mid_round,
-            format="responses",
-        )
+        result = self.compact(items, mid_round=mid_round, format="responses")
         out = list(result.messages)
         if not result.compacted:
             return AgentsCompaction(out, result)
         still = {id(m) for m in out}
         removed = [m for m in items if id(m) not in still]
-        logger.info(
-            "%s compacted %d items to %d (%d tokens to %d) with %s",
-            self.entry,
-            len(items),
-            len(out),
-            result.tokens_before,
-            result.tokens_after,
-            self.compactor,
-        )
+        self.log(logger, len(items), len(out), result, "items")
         return AgentsCompaction(out, result, removed)

@@ -50,8 +50,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from normandy_core.config import AgentConfig
-from normandy_core.facade import CompactResult, compact_with, prepare_resolved
+from normandy_core.adapter import NamedCompactor
+from normandy_core.facade import CompactResult, compact_with
 from normandy_core.memory import (
     AgentMemory,
     Block,
@@ -62,7 +62,6 @@ from normandy_core.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from normandy_core.settings import current_settings
 from normandy_core.structure import pairing_problems
 from normandy_core.transcript import TranscriptError
 
@@ -76,13 +75,6 @@ FUNCTION_ENTRY = "normandy_pydantic_ai.compact_history()"
 DEFAULT_COMPACTOR = "window_manager"
 #: ``OpaqueBlock.format`` of the parts carried without interpretation.
 OPAQUE_FORMAT = "pydantic_ai"
-
-
-def _hint(entry: str) -> str:
-    return (
-        f"pass window=<tokens> to {entry}, or model= a model the catalog knows (or set "
-        "window or model in normandy.toml or pyproject.toml [tool.normandy])"
-    )
 
 
 @cache
@@ -339,17 +331,11 @@ def _mid_round(messages: Sequence[ModelMessage]) -> bool:
     )
 
 
-class HistoryCompactor:
+class HistoryCompactor(NamedCompactor):
     """A compactor chosen by name, prepared once, for Pydantic AI message histories.
 
-    ``compactor`` is an entry-point name (``window_manager`` when neither given nor
-    configured), ``opts`` its options, validated here: a bad option raises
-    :class:`~normandy_core.OptionsError` naming ``entry`` and the compactor. ``window``
-    pins the context window in tokens; otherwise the catalog gives ``model``'s. Values
-    left out are taken from the configuration (``NORMANDY_COMPACTOR``, ``normandy.toml``,
-    ``[tool.normandy]``), as :func:`normandy_core.compact` takes them. ``timeout`` bounds
-    the compactor's time in seconds; ``client`` is a Normandy model client for a
-    compactor that asks a model.
+    The arguments are :class:`normandy_core.adapter.NamedCompactor`'s (errors name
+    ``entry``, by default ``normandy_pydantic_ai.compact_history()``).
     """
 
     def __init__(
@@ -363,19 +349,16 @@ class HistoryCompactor:
         client: Any = None,
         entry: str = FUNCTION_ENTRY,
     ) -> None:
-        settings = current_settings().resolve(
-            DEFAULT_COMPACTOR,
-            compactor=compactor,
-            opts=opts,
+        super().__init__(
+            compactor,
+            opts,
             model=model,
             window=window,
             timeout=timeout,
+            client=client,
+            entry=entry,
+            default=DEFAULT_COMPACTOR,
         )
-        self.entry = entry
-        self.config: AgentConfig = prepare_resolved(
-            settings, entry=entry, hint=_hint(entry), client=client
-        )
-        self.compactor = settings.compactor
         # What the last run read and returned: the digests of its messages and the
         # compacted memory, whose cached token counts carry over to entries kept by id
         # (ids are content digests, so an id always names the same content).
@@ -422,15 +405,7 @@ class HistoryCompactor:
                 out.append(_changed(known[0], known[1], e, read.call_ids[e.id]))
         still = {id(m) for m in out}
         removed = [m for m in original if id(m) not in still]
-        logger.info(
-            "%s compacted %d messages to %d (%d tokens to %d) with %s",
-            self.entry,
-            len(original),
-            len(out),
-            result.tokens_before,
-            result.tokens_after,
-            self.compactor,
-        )
+        self.log(logger, len(original), len(out), result, "messages")
         return PydanticAICompaction(out, result, removed)
 
 
