@@ -71,25 +71,35 @@ def _noting(previous: Any) -> Any:
     return noted
 
 
-def _watch() -> bool:
-    """Make sure SIGINTs are counted; whether they can be (main thread, Python handler).
+#: What :func:`_watch` tells of a ``KeyboardInterrupt`` raised where it is called.
+_COUNTED, _NEVER_CTRL_C, _UNKNOWN = "counted", "never", "unknown"
+
+
+def _watch() -> str:
+    """Make sure SIGINTs are counted, and say what a ``KeyboardInterrupt`` here can be.
+
+    ``_COUNTED``: SIGINTs are counted (the main thread, a Python handler), so a Ctrl-C is
+    told from a plugin's own ``KeyboardInterrupt`` by the count. ``_NEVER_CTRL_C``: a
+    Ctrl-C cannot raise one here (another thread: Python raises it in the main thread
+    only; ``SIG_IGN`` or ``SIG_DFL`` in place: it is ignored or ends the process), so one
+    raised here is the plugin's. ``_UNKNOWN``: signals cannot be inspected.
 
     The handler in place is wrapped once (and again only when the application installs
     another), so the hot path costs one C-level ``getsignal``, no system call. The wrapper
     calls the application's handler unchanged.
     """
     if threading.get_ident() != _MAIN:
-        return False
+        return _NEVER_CTRL_C
     try:
         current = _signal.getsignal(_signal.SIGINT)
         if getattr(current, "__normandy_noted__", False):
-            return True
+            return _COUNTED
         if not callable(current):
-            return False  # SIG_IGN or SIG_DFL: a Ctrl-C never becomes KeyboardInterrupt
+            return _NEVER_CTRL_C  # SIG_IGN or SIG_DFL
         _signal.signal(_signal.SIGINT, _noting(current))
     except (ValueError, OSError):  # pragma: no cover - no signal support here
-        return False
-    return True
+        return _UNKNOWN
+    return _COUNTED
 
 
 def call_plugin(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -103,7 +113,9 @@ def call_plugin(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     except Exception:
         raise
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt) and (not watched or _sigints != seen):
+        if isinstance(exc, KeyboardInterrupt) and (
+            watched == _UNKNOWN or (watched == _COUNTED and _sigints != seen)
+        ):
             raise  # a real Ctrl-C (or one we cannot tell from it)
         raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
 

@@ -255,6 +255,33 @@ def test_base_exceptions_mid_compaction_are_contained_and_the_memory_restored(ki
     assert f"raised {type(exc).__name__}" in meta["error"]
 
 
+@pytest.mark.parametrize("where", ["SIG_IGN", "SIG_DFL", "worker thread"])
+def test_a_plugins_keyboard_interrupt_where_no_ctrl_c_can_arrive_is_contained(where, monkeypatch):
+    """Under an ignored or default SIGINT, or in a worker thread (a compaction timeout), a
+    Ctrl-C never raises KeyboardInterrupt there: one raised is the plugin's own."""
+    import signal
+
+    def bad(acc, ctx, opts):
+        acc.memory.add_message("user", "appended before raising")
+        raise KeyboardInterrupt("plugin")
+
+    kw: dict[str, Any] = {}
+    if where == "worker thread":
+        kw["compaction_timeout"] = 5.0
+    else:
+        previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, getattr(signal, where))
+        monkeypatch.setattr("normandy_core.faults._sigints", 0)
+    try:
+        acc = _acc(bad, n=5, **kw)
+        out, meta = run_compaction(acc, mid_round=False)
+    finally:
+        if where != "worker thread":
+            signal.signal(signal.SIGINT, previous)
+    assert out is acc and len(acc.memory) == 5
+    assert "raised KeyboardInterrupt" in meta["error"]
+
+
 def test_a_genuine_ctrl_c_still_stops_the_process_with_the_memory_restored():
     import os
     import signal
