@@ -18,6 +18,7 @@ from normandy_core.survival import SurvivalRules, survival_rules
 
 if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
+    from normandy_core.clients.edits import ContextManagement
     from normandy_core.plugins import Compactor
     from normandy_core.settings import Settings
 
@@ -55,6 +56,12 @@ class AgentConfig:
     must honour (:class:`~normandy_core.SurvivalRules`, or a mapping of its fields;
     ``None``: the defaults, which keep pinned entries and the first user message); it
     is validated here and always reads back as a :class:`~normandy_core.SurvivalRules`.
+    ``context_management`` asks the provider for server-side edits on every model call
+    of the turn shells (a :class:`~normandy_core.clients.edits.ContextManagement` or its
+    mapping: ``clear_tool_uses``, ``clear_thinking``, ``compact``; default none): it is
+    checked here against the limits the API documents, and a turn refuses, before its
+    first call, a client that cannot send the edits asked for (see
+    :func:`~normandy_core.clients.edits.client_edits`).
 
     It is the ``acc`` of the contract: compactors receive it and return it, or a copy with
     a new memory (:meth:`with_memory`). Making one, and every copy that changes the model,
@@ -80,6 +87,7 @@ class AgentConfig:
     calibration: Calibration | None = None
     recall: RecallSettings | bool | None = None
     survival: SurvivalRules | Mapping[str, Any] | None = None
+    context_management: ContextManagement | Mapping[str, Any] | None = None
     _entry: dataclasses.InitVar[str] = _CREATE
     _validate: dataclasses.InitVar[bool] = True
     _hint: dataclasses.InitVar[str] = CONFIG_HINT
@@ -104,6 +112,11 @@ class AgentConfig:
             raise ValueError(
                 f"{_entry}: compaction_timeout must be a positive number of seconds, got {t!r}"
             )
+        if self.context_management is not None:
+            from normandy_core.clients.edits import context_management
+
+            edits = context_management(self.context_management, entry=_entry)
+            object.__setattr__(self, "context_management", edits)
         if self.recall is True:
             object.__setattr__(self, "recall", RecallSettings())
         elif self.recall is False:
@@ -176,6 +189,12 @@ class AgentConfig:
     def rules(self) -> SurvivalRules:
         """The config's survival rules (the ``survival`` field, validated)."""
         return self.survival  # type: ignore[return-value]  # normalised in __post_init__
+
+    @property
+    def edits(self) -> ContextManagement | None:
+        """The server-side edits asked for (the ``context_management`` field, checked;
+        ``None`` when none)."""
+        return self.context_management  # type: ignore[return-value]  # checked in __post_init__
 
     @property
     def compactor_handle(self) -> Compactor:

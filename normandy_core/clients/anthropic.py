@@ -350,11 +350,15 @@ class AnthropicClient:
     raise :class:`~normandy_core.clients.ModelClientError` with the API's message.
     ``context_management`` asks for server-side edits on every request (a
     :class:`~normandy_core.clients.edits.ContextManagement` or its mapping, checked
-    here: a bad one raises :class:`~normandy_core.OptionsError`).
+    here: a bad one raises :class:`~normandy_core.OptionsError`); a request's own
+    ``context_management`` (an agent config's, sent by the turn shells) wins over it.
     """
 
     #: The provider whose compaction :meth:`compact_conversation` asks for.
     provider = "anthropic"
+    #: The server-side edits this client can send (see
+    #: :func:`~normandy_core.clients.edits.client_edits`).
+    server_edits = frozenset({"clear_tool_uses", "clear_thinking", "compact"})
 
     def __init__(
         self,
@@ -386,6 +390,7 @@ class AnthropicClient:
         thinking: int | None,
         max_tokens: int,
         model: str | None,
+        edits: ContextManagement | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         return anthropic_request(
             system,
@@ -395,7 +400,7 @@ class AnthropicClient:
             tool_choice=tool_choice,
             thinking=thinking,
             max_tokens=max_tokens,
-            context_management=self.context_management,
+            context_management=edits if edits is not None else self.context_management,
         )
 
     def _model(self, model: str | None) -> str:
@@ -505,10 +510,13 @@ class AnthropicClient:
         thinking: int | None = None,
         max_tokens: int = 4096,
         model: str | None = None,
+        context_management: ContextManagement | Mapping[str, Any] | None = None,
     ) -> ModelReply:
-        """Send one Messages API request and return the reply."""
+        """Send one Messages API request and return the reply (``context_management``:
+        this request's edits, instead of the client's)."""
+        edits = _checked_edits(context_management, entry="AnthropicClient.complete()")
         kwargs, note = self._kwargs(
-            system, messages, tools, tool_choice, thinking, max_tokens, model
+            system, messages, tools, tool_choice, thinking, max_tokens, model, edits
         )
         try:
             datas = [self._send(kwargs)]
@@ -529,10 +537,13 @@ class AnthropicClient:
         thinking: int | None = None,
         max_tokens: int = 4096,
         model: str | None = None,
+        context_management: ContextManagement | Mapping[str, Any] | None = None,
     ) -> ModelReply:
-        """Send one Messages API request without blocking the event loop."""
+        """Send one Messages API request without blocking the event loop
+        (``context_management``: this request's edits, instead of the client's)."""
+        edits = _checked_edits(context_management, entry="AnthropicClient.acomplete()")
         kwargs, note = self._kwargs(
-            system, messages, tools, tool_choice, thinking, max_tokens, model
+            system, messages, tools, tool_choice, thinking, max_tokens, model, edits
         )
         try:
             datas = [await self._asend(kwargs)]

@@ -36,6 +36,7 @@ __all__ = [
     "ClearToolUses",
     "Compact",
     "ContextManagement",
+    "client_edits",
     "context_management",
 ]
 
@@ -197,6 +198,15 @@ class ContextManagement(_Edit):
             out.append(self.compact.to_api())
         return out
 
+    def names(self) -> frozenset[str]:
+        """The names of the edits asked for (``clear_tool_uses``, ``clear_thinking``,
+        ``compact``)."""
+        return frozenset(
+            name
+            for name in ("clear_tool_uses", "clear_thinking", "compact")
+            if getattr(self, name) is not None
+        )
+
     def betas(self) -> list[str]:
         """The beta headers the edits need."""
         out: list[str] = []
@@ -227,3 +237,28 @@ def context_management(
         where = ".".join(str(p) for p in err["loc"])
         raise OptionsError(f"{entry}: option 'context_management.{where}': {err['msg']}") from exc
     return parsed if parsed.enabled else None
+
+
+def client_edits(client: Any, edits: ContextManagement | None, *, entry: str) -> None:
+    """Refuse a ``client`` that cannot send ``edits`` (an agent config's
+    ``context_management``), before a turn's first model call.
+
+    A client says what it can send in ``server_edits`` (a set of edit names: the
+    :class:`~normandy_core.clients.AnthropicClient` sends all three, an
+    :class:`~normandy_core.clients.OpenAIClient` on the Responses API ``compact``);
+    a client without it sends none.
+
+    :raises OptionsError: naming ``entry``, the client and the edits it cannot send.
+    """
+    if edits is None:
+        return
+    supported = frozenset(getattr(client, "server_edits", ()) or ())
+    missing = sorted(edits.names() - supported)
+    if missing:
+        can = ", ".join(sorted(supported)) or "none"
+        raise OptionsError(
+            f"{entry}: the agent config's context_management asks for "
+            f"{', '.join(missing)}, which {type(client).__name__} cannot send (it sends: "
+            f"{can}); use AnthropicClient for every edit, OpenAIClient(api='responses') for "
+            "compact, or leave context_management out"
+        )

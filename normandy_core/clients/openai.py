@@ -455,6 +455,31 @@ def _json(raw: Any) -> dict[str, Any]:
     return dict(raw.model_dump(mode="json", exclude_unset=True))
 
 
+def _threshold(edits: Any, api: str, entry: str) -> int | None:
+    """The compaction threshold a request's ``context_management`` asks for (``None``: no
+    ``compact``); what the Responses API cannot send is refused, naming it."""
+    from normandy_core.clients.edits import context_management
+
+    checked = context_management(edits, entry=entry)
+    if checked is None:
+        return None
+    other = sorted(checked.names() - {"compact"})
+    if other or api != "responses":
+        what = ", ".join(other) if other else "compact"
+        raise OptionsError(
+            f"{entry}: context_management asks for {what}, which OpenAI's "
+            f"{'Chat Completions' if api == 'chat' else 'Responses'} API does not have"
+        )
+    compact = checked.compact
+    assert compact is not None
+    if compact.pause_after_compaction or compact.instructions is not None:
+        raise OptionsError(
+            f"{entry}: context_management.compact: the Responses API's compaction takes "
+            "only a trigger (no pause_after_compaction, no instructions)"
+        )
+    return compact.trigger
+
+
 class OpenAIClient:
     """:class:`~normandy_core.clients.ModelClient` and ``AsyncModelClient`` for OpenAI.
 
@@ -465,11 +490,20 @@ class OpenAIClient:
     ``timeout`` go to the SDK clients, made on first use; ready ones can be passed as
     ``client`` and ``async_client``. Refusals raise
     :class:`~normandy_core.clients.ModelClientError`; a bad ``api`` or
-    ``compact_threshold`` raises :class:`~normandy_core.OptionsError` here.
+    ``compact_threshold`` raises :class:`~normandy_core.OptionsError` here. On the
+    Responses API a request's ``context_management`` (an agent config's, sent by the turn
+    shells) may ask for ``compact``: its ``trigger`` is sent as the compaction threshold,
+    instead of ``compact_threshold``.
     """
 
     #: The provider whose compaction :meth:`compact_conversation` asks for.
     provider = "openai"
+
+    @property
+    def server_edits(self) -> frozenset[str]:
+        """The server-side edits this client can send: ``compact`` on the Responses API,
+        none on Chat Completions (see :func:`~normandy_core.clients.edits.client_edits`)."""
+        return frozenset({"compact"}) if self.api == "responses" else frozenset()
 
     def __init__(
         self,
@@ -526,7 +560,12 @@ class OpenAIClient:
         tool_choice: ToolChoice,
         max_tokens: int,
         model: str | None,
+        edits: Any = None,
+        entry: str = "OpenAIClient.complete()",
     ) -> dict[str, Any]:
+        threshold = self.compact_threshold
+        if edits is not None:
+            threshold = _threshold(edits, self.api, entry) or threshold
         if self.api == "responses":
             return responses_request(
                 system,
@@ -536,7 +575,7 @@ class OpenAIClient:
                 tool_choice=tool_choice,
                 max_tokens=max_tokens,
                 reasoning_effort=self.reasoning_effort,
-                compact_threshold=self.compact_threshold,
+                compact_threshold=threshold,
             )
         return openai_request(
             system,
@@ -613,9 +652,21 @@ class OpenAIClient:
         thinking: int | None = None,
         max_tokens: int = 4096,
         model: str | None = None,
+        context_management: Any = None,
     ) -> ModelReply:
-        """Send one request and return the reply (``thinking`` unused)."""
-        kwargs = self._kwargs(system, messages, tools, tool_choice, max_tokens, model)
+        """Send one request and return the reply (``thinking`` unused).
+        ``context_management``: this request's edits (``compact`` only, on the Responses
+        API)."""
+        kwargs = self._kwargs(
+            system,
+            messages,
+            tools,
+            tool_choice,
+            max_tokens,
+            model,
+            context_management,
+            "OpenAIClient.complete()",
+        )
         try:
             if self.api == "responses":
                 raw = self._sync().responses.with_raw_response.create(**kwargs)
@@ -635,9 +686,20 @@ class OpenAIClient:
         thinking: int | None = None,
         max_tokens: int = 4096,
         model: str | None = None,
+        context_management: Any = None,
     ) -> ModelReply:
-        """Send one request without blocking the event loop."""
-        kwargs = self._kwargs(system, messages, tools, tool_choice, max_tokens, model)
+        """Send one request without blocking the event loop. ``context_management``: this
+        request's edits (``compact`` only, on the Responses API)."""
+        kwargs = self._kwargs(
+            system,
+            messages,
+            tools,
+            tool_choice,
+            max_tokens,
+            model,
+            context_management,
+            "OpenAIClient.acomplete()",
+        )
         try:
             if self.api == "responses":
                 raw = await self._async().responses.with_raw_response.create(**kwargs)

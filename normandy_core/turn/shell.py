@@ -337,9 +337,10 @@ class _Runner:
         return CompactionDone(event)
 
     def request(self, eff: CallModel) -> dict[str, Any]:
-        """The client arguments for a model call."""
+        """The client arguments for a model call (the config's server-side edits only when
+        it asks for some, so a client without the argument is called as before)."""
         acc = self.acc
-        return {
+        kwargs: dict[str, Any] = {
             "system": acc.system_prompt,
             "messages": acc.memory.entries(),
             "tools": list(acc.tool_definitions) or None,
@@ -348,6 +349,9 @@ class _Runner:
             "max_tokens": self.max_tokens,
             "model": acc.model,
         }
+        if acc.edits is not None:
+            kwargs["context_management"] = acc.edits
+        return kwargs
 
     def estimate(self) -> int:
         """Raw (uncalibrated) tokens of the request about to be sent (its priming included)."""
@@ -464,6 +468,7 @@ def run_turn(
     """
     table = tool_map(tools)
     acc = declare_tools(acc, table, entry="normandy_core.turn.run_turn()", stacklevel=2)
+    _check_edits(client, acc, "normandy_core.turn.run_turn()")
     run = _Runner(
         acc,
         tools=table,
@@ -499,6 +504,14 @@ def run_turn(
             elif isinstance(eff, DispatchTools):
                 event = run.results([_call_sync(run, c) for c in eff.calls])
     return run.finish()
+
+
+def _check_edits(client: Any, acc: AgentConfig, entry: str) -> None:
+    """Refuse, before the first call, a client that cannot send the config's edits."""
+    if acc.edits is not None:
+        from normandy_core.clients.edits import client_edits
+
+        client_edits(client, acc.edits, entry=entry)
 
 
 def _call_sync(run: _Runner, call: ToolUseBlock) -> ToolResultBlock:
@@ -561,6 +574,7 @@ async def arun_turn(
     """
     table = tool_map(tools)
     acc = declare_tools(acc, table, entry="normandy_core.turn.arun_turn()", stacklevel=2)
+    _check_edits(client, acc, "normandy_core.turn.arun_turn()")
     run = _Runner(
         acc,
         tools=table,
