@@ -8,6 +8,13 @@ a continuation sequence (:func:`_run_sequence`): the list an agent holds grown b
 batch, ``compact()`` called at every model request, the agent keeping its full history
 (``continue-full``) or replacing its list with ``result.messages`` (``continue-replace``).
 
+A fifth of the Anthropic and Responses cases run that provider's native compactor
+(``anthropic_native``, ``openai_native``) against :class:`fuzz.provider.FuzzProvider`, a
+stand-in for the provider's compaction at the edge that compacts, refuses, is
+unsupported or unreachable, answers garbage or raises; the compactor must compact, fall
+back (the default ``window_manager`` summarize, another strategy) or, without a fallback,
+report the error.
+
 Checks (the ``check`` of a :class:`Finding`):
 
 - ``validity``: the output passes the independent validator of its format
@@ -16,18 +23,20 @@ Checks (the ``check`` of a :class:`Finding`):
   pairs) counts here too;
 - ``identity`` (provider formats): every output message that is not new is the very
   object given, in the input's order; a new object equal to a message given (other than
-  a marker or summary put where an equal one was dropped) is a message rebuilt for
-  nothing;
+  a marker or summary put where an equal one was dropped, or a user message OpenAI's
+  compaction returned, put before its compaction item) is a message rebuilt for nothing;
 - ``accounting`` (provider formats): the entries of the input are the kept ones plus the
   dropped ones, an entry kept changed (``meta["shortened"]``, a cleared result) counted
   in both, each dropped one with its content, in order;
 - ``provider_compaction``: the newest provider compaction (Anthropic's ``compaction``
-  block, the Responses ``compaction`` item) is in the output, as the object given;
+  block, the Responses ``compaction`` item) is in the output, as the object given (or a
+  native compactor's newer one, which summarizes it);
 - ``not_continued``: a call of a sequence after the first was not compacted as a
   continuation (``result.continued``), though its batch brought no provider compaction;
 - ``dropped_twice``: a call of a sequence reports an entry an earlier call reported
   dropped (and no longer kept);
-- ``fit``: a window-sized compactor (``window_manager``, ``pipeline``) that compacted
+- ``fit``: a window-sized compactor (``window_manager``, ``pipeline``, the native ones)
+  that compacted
   reports ``tokens_after`` within the usable window (window minus ``reserved_tokens``,
   less what every request costs once: the reply's priming, ``counter.request_tokens``)
   plus a tolerance;
@@ -85,6 +94,7 @@ from fuzz.generators import (
     render,
     request_points,
 )
+from fuzz.provider import NATIVE, FuzzProvider
 from fuzz.validators import validate, validate_sdk
 from normandy_core import (
     AgentMemory,
@@ -119,8 +129,17 @@ COMPACTORS = (
     "clear_tool_results",
     "pipeline",
     "noop",
+    "anthropic_native",
+    "openai_native",
 )
-_WEIGHTS = (17, 14, 17, 20, 22, 10)
+_WEIGHTS = (17, 14, 17, 20, 22, 10)  # of the portable ones; the native ones are drawn apart
+#: The share of Anthropic and Responses cases run by their provider's native compactor,
+#: drawn from a generator of their own, so every other case is the one it always was.
+_NATIVE_SHARE = 0.2
+#: Metadata keys of what a native compactor adds: its compaction entry, and the user
+#: messages OpenAI returns that are not the very entries it was sent.
+_NATIVE_KEY = "normandy.native_compaction"
+_REBUILT_KEY = "normandy.provider_rebuilt"
 _MODELS = (None, "gpt-4o", "claude-sonnet-4-5")
 _COUNTERS = (None, None, "estimate", "conservative", "cl100k_base")
 _TOOLS = ("read_file", "grep", "run_tests", "bash", "fetch_url", "list_dir", "edit_file")
@@ -204,6 +223,7 @@ class _Case:
     report: CaseReport
     mode: str = "single"
     findings: list[Finding] = field(default_factory=list)
+    client: FuzzProvider | None = None  # the provider of a native compactor's case
 
     def find(self, check: str, message: str, **extra: Any) -> None:
         opts = {**self.opts, **extra} if extra else self.opts
@@ -232,6 +252,8 @@ class _Case:
             "mid_round": self.mid_round,
             "format": self.session.format,
         }
+        if self.client is not None:
+            kwargs["client"] = self.client
         kwargs.update(changes)
         return compact(data, **kwargs)
 
@@ -298,6 +320,33 @@ def _clear_opts(rng: random.Random, tokens: int, counter: str | None) -> dict[st
     return o
 
 
+def _native_opts(
+    rng: random.Random, name: str, window: int, tokens: int, counter: str | None
+) -> dict[str, Any]:
+    """Options of a native compactor: a trigger (Anthropic's at least 50,000, so the usable
+    window mostly decides), a reserve, the fallback (the default, another strategy, none)."""
+    o: dict[str, Any] = {}
+    if name == "openai_native" and rng.random() < 0.6:
+        o["trigger_tokens"] = max(1, int(tokens * rng.uniform(0.05, 1.5)))
+    elif rng.random() < 0.3:
+        o["trigger_tokens"] = rng.choice([50_000, 80_000, 150_000])
+    reserved = _reserved(rng, window)
+    if reserved is not None:
+        o["reserved_tokens"] = reserved
+    r = rng.random()
+    if r < 0.2:
+        o["fallback"] = None
+    elif r < 0.45:
+        o["fallback_opts"] = {"strategy": rng.choice(["oldest_first", "sliding_window"])}
+        if reserved is not None:
+            o["fallback_opts"]["reserved_tokens"] = reserved
+        if counter is not None:
+            o["fallback_opts"]["counter"] = counter
+    if counter is not None:
+        o["counter"] = counter
+    return o
+
+
 def _draw_case(
     rng: random.Random, seed: int, index: int, report: CaseReport, compactor: str | None
 ) -> _Case:
@@ -312,7 +361,13 @@ def _draw_case(
         if fmt == "anthropic":
             session.system = None
     data = render(session)
-    label = rng.choices(COMPACTORS, weights=_WEIGHTS)[0]
+    label = rng.choices(COMPACTORS[: len(_WEIGHTS)], weights=_WEIGHTS)[0]
+    # A native compactor compacts its own provider's wire format (its compaction is
+    # readable by that provider only).
+    side = random.Random(f"native:{seed}:{index}")
+    native = next((n for n, (_, f) in NATIVE.items() if f == fmt), None)
+    if native is not None and side.random() < _NATIVE_SHARE:
+        label = native
     if compactor is not None:
         label = compactor  # the rest of the case is drawn as it would be
     model = rng.choice(_MODELS)
@@ -340,10 +395,14 @@ def _draw_case(
         opts = {"steps": steps}
         if counter_opt is not None:
             opts["counter"] = counter_opt
+    client: FuzzProvider | None = None
+    if compactor in NATIVE:
+        opts = _native_opts(side, compactor, window, tokens, counter_opt)
+        client = FuzzProvider.draw(side, NATIVE[compactor][0])
     # What every request costs once whatever its messages (the reply's priming, documented
     # in normandy_core.tokens): the room left for the messages is the usable window less it.
     fixed = int(getattr(get_counter(counter), "request_tokens", 3))
-    if compactor == "window_manager":
+    if compactor == "window_manager" or compactor in NATIVE:
         usable = window - int(opts.get("reserved_tokens", 4096)) - fixed
     elif compactor == "pipeline":
         usable = window - int(opts["steps"][1]["opts"].get("reserved_tokens", 4096)) - fixed
@@ -353,7 +412,7 @@ def _draw_case(
     report.mode = mode
     return _Case(
         seed, index, session, data, label, compactor, opts, window, mid_round, model,
-        counter, usable, memory, tokens, report, mode,
+        counter, usable, memory, tokens, report, mode, client=client,
     )  # fmt: skip
 
 
@@ -773,6 +832,27 @@ def _check_error(c: _Case, error: str, opts: Mapping[str, Any]) -> None:
         )
 
 
+def _native_error_expected(c: _Case, error: str) -> bool | None:
+    """Whether a native compactor's error is expected: without a fallback, any the
+    provider's failure (or nothing left to summarize) leaves (``True``); with one, the
+    fallback's (``None``: judge it as the fallback's own)."""
+    if c.opts.get("fallback", "window_manager") is None:
+        return "no fallback is configured" in error or "after the provider's compaction" in error
+    return None
+
+
+def _check_native_error(c: _Case, error: str) -> None:
+    """A native compactor's error: expected without a fallback when the provider could
+    not compact, else only where its fallback could not fit either."""
+    expected = _native_error_expected(c, error)
+    if expected is not None:
+        if not expected:
+            c.find("unexpected_error", error)
+        return
+    fallback = c.opts.get("fallback_opts") or {"strategy": "summarize"}
+    _check_error(c, error, fallback)
+
+
 def _inserted(memory: AgentMemory) -> list[Entry]:
     return [
         e for e in memory.entries() if e.metadata.get(_MARKER_KEY) or e.metadata.get(_SUMMARY_KEY)
@@ -856,7 +936,12 @@ def _messages_of(data: Any) -> list[Any]:
 
 
 def _made(e: Entry) -> bool:
-    return bool(e.metadata.get(_MARKER_KEY) or e.metadata.get(_SUMMARY_KEY))
+    return bool(
+        e.metadata.get(_MARKER_KEY)
+        or e.metadata.get(_SUMMARY_KEY)
+        or e.metadata.get(_NATIVE_KEY)
+        or e.metadata.get(_REBUILT_KEY)
+    )
 
 
 def _check_identity(
@@ -870,10 +955,22 @@ def _check_identity(
     last = -1
     seen: set[int] = set()
     replaced = [d.text() for d in result.dropped if _made(d)]
+    # The user messages OpenAI's compaction returns, put before it as copies of the
+    # originals (reported dropped) where an entry the rules keep follows the compaction.
+    # They are new objects, maybe equal to the originals as written: the user messages
+    # before the compaction item the compactor made.
+    returned = 0
+    if c.compactor == "openai_native" and any(
+        e.metadata.get(_REBUILT_KEY) for e in result.memory.entries()
+    ):
+        made = _newest_compaction(c.session.format, out)
+        returned = next((j for j, m in enumerate(out) if m is made), 0)
     for j, m in enumerate(out):
         k = pos.get(id(m))
         if k is None:
             twin = next((i for i, g in enumerate(given) if g == m), None)
+            if twin is not None and j < returned and m.get("role") == "user":
+                continue
             if twin is not None and replaced:
                 texts = _atoms(c.session.format, [m]).blob()
                 if any(t and t in texts for t in replaced):
@@ -981,6 +1078,10 @@ def _check_provider_compaction(c: _Case, given: list[Any], out: list[Any], where
     newest = _newest_compaction(c.session.format, given)
     if newest is None:
         return
+    if c.compactor in NATIVE:
+        made = _newest_compaction(c.session.format, out)
+        if made is not None and not any(made == g for g in _compactions(c.session.format, given)):
+            return  # the provider summarized its older compaction into a new one
     if c.session.format == "responses":
         kept = any(m is newest for m in out)
     else:
@@ -994,6 +1095,20 @@ def _check_provider_compaction(c: _Case, given: list[Any], out: list[Any], where
             f"{where}the newest provider compaction is not in the output: "
             f"{json.dumps(newest, default=str)[:100]}",
         )
+
+
+def _compactions(fmt: str, given: list[Any]) -> list[Any]:
+    """Every provider compaction of ``given`` (blocks or items)."""
+    out: list[Any] = []
+    for m in given:
+        if fmt == "responses" and m.get("type") == "compaction":
+            out.append(m)
+        content = m.get("content") if fmt == "anthropic" else None
+        if isinstance(content, list):
+            out.extend(
+                b for b in content if isinstance(b, Mapping) and b.get("type") == "compaction"
+            )
+    return out
 
 
 def _check_valid(c: _Case, out: Any, where: str = "") -> None:
@@ -1040,6 +1155,8 @@ def _check_result(c: _Case, result: CompactResult) -> None:
             _check_error(c, result.error, c.opts)
         elif c.compactor == "pipeline":
             _check_error(c, result.error, c.opts["steps"][1]["opts"])
+        elif c.compactor in NATIVE:
+            _check_native_error(c, result.error)
         else:
             c.find("unexpected_error", result.error)
         return
@@ -1211,9 +1328,11 @@ def _check_window(c: _Case, r: CompactResult, out: list[Any], where: str) -> Non
 
 def _sequence_error(c: _Case, r: CompactResult, where: str) -> None:
     assert r.error is not None
-    if c.compactor in ("window_manager", "pipeline") and any(
+    if c.compactor in (*NATIVE, "window_manager", "pipeline") and any(
         p in r.error for p in _EXPECTED_ERRORS
     ):
+        return
+    if c.compactor in NATIVE and _native_error_expected(c, r.error):
         return
     c.find("unexpected_error", where + r.error)
 

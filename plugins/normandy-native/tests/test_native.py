@@ -467,3 +467,30 @@ def test_anthropic_sends_the_summary_instructions_with_the_compaction() -> None:
         acc = config("anthropic", client("anthropic", provider), survival=rules, opts=own)
         run_compaction(acc, mid_round=False)
     assert provider.requests[0]["compaction"]["instructions"] == own["instructions"]
+
+
+def test_openai_does_not_compact_again_what_it_returns_anyway() -> None:
+    """/responses/compact returns the user messages: once they are all that is left before
+    the compaction, still over the trigger, a later boundary does not ask again (it would
+    change nothing but cost a call at every boundary after it)."""
+    mem = _big_users(1, rounds=2)
+    with servers.FakeProvider("openai") as p:
+        acc = config(
+            "openai",
+            client("openai", p),
+            mem,
+            opts={"trigger_tokens": 1_500},
+            survival={"keep_first_user": False},
+        )
+        first_acc, first = run_compaction(acc, mid_round=False)
+        assert first.compacted and first["native"], first
+        entries = first_acc.memory.entries()
+        # the returned user messages are the very entries (nothing the rules keep follows)
+        assert not any(e.metadata.get("normandy.provider_rebuilt") for e in entries)
+        assert {"task", "log0"} <= {e.id for e in entries}
+        assert first.tokens_after > 1_500  # still over the trigger
+        first_acc.memory.add_message("user", "Also, keep it short.", id="more", turn_id="t9")
+        second_acc, second = run_compaction(first_acc, mid_round=False)
+    assert p.paths.count("/v1/responses/compact") == 1
+    assert not second.compacted and second.get("fallback_cause") == "nothing_to_summarize"
+    assert second_acc.memory.entries() == first_acc.memory.entries()

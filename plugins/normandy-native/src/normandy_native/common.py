@@ -110,9 +110,20 @@ def protected_ids(entries: Sequence[Entry], rules: SurvivalRules) -> set[str]:
     return set(rules.protected(view))
 
 
-def plan(entries: Sequence[Entry], rules: SurvivalRules) -> Plan | None:
+def _plain_user(entry: Entry) -> bool:
+    return entry.role == "user" and not entry.tool_results
+
+
+def plan(
+    entries: Sequence[Entry], rules: SurvivalRules, *, returns_users: bool = False
+) -> Plan | None:
     """The plan over ``entries`` under ``rules``; ``None`` when nothing but earlier
-    compactions (and their notes) comes before the newest unit and what the rules keep."""
+    compactions (and their notes) comes before the newest unit and what the rules keep.
+
+    ``returns_users``: the provider gives the user messages back with its compaction
+    (OpenAI's ``/responses/compact``), so a plan that would send nothing else but earlier
+    compactions is ``None`` too: compacting again would change nothing but cost a call,
+    at every boundary after it."""
     p = Plan(entries=list(entries))
     units = group_units(entries)
     if not units:
@@ -128,7 +139,7 @@ def plan(entries: Sequence[Entry], rules: SurvivalRules) -> Plan | None:
             p.kept.extend(range(start, end))
         else:
             p.summarized.extend(range(start, end))
-    if all(_ours(entries[i]) for i in p.summarized):
+    if all(_ours(entries[i]) or (returns_users and _plain_user(entries[i])) for i in p.summarized):
         return None
     return p
 
@@ -302,7 +313,7 @@ def compact_with_provider(
     known = opts._unsupported.get(model)
     if known is not None:
         return run_fallback(acc, ctx, opts, name, known, "unsupported")
-    p = plan(acc.memory.entries(), ctx.rules)
+    p = plan(acc.memory.entries(), ctx.rules, returns_users=provider == "openai")
     if p is None:
         reason = (
             "nothing before the newest message (but what the survival rules keep) is left "
