@@ -13,15 +13,15 @@ given or returned reads and counts only what is new.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar, cast
 
 from normandy_core.config import AgentConfig
 from normandy_core.facade import CompactResult, _compact_read, prepare_resolved
 from normandy_core.settings import current_settings
 from normandy_core.transcript import Transcript
 
-__all__ = ["NamedCompactor", "adapter_hint"]
+__all__ = ["AdapterSeam", "Compaction", "NamedCompactor", "SeamOptions", "adapter_hint"]
 
 
 def adapter_hint(entry: str) -> str:
@@ -42,8 +42,11 @@ class NamedCompactor:
     left out are taken from the configuration (``NORMANDY_COMPACTOR``, ``normandy.toml``,
     ``[tool.normandy]``), as :func:`normandy_core.compact` takes them. ``timeout`` bounds
     the compactor's time in seconds; ``client`` is a Normandy model client for a
-    compactor that asks a model.
+    compactor that asks a model. ``entry`` defaults to the class's :attr:`default_entry`.
     """
+
+    #: The entry point named in errors when none is given (a subclass's public function).
+    default_entry: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -54,9 +57,12 @@ class NamedCompactor:
         window: int | None = None,
         timeout: float | None = None,
         client: Any = None,
-        entry: str,
+        entry: str | None = None,
         default: str = "window_manager",
     ) -> None:
+        entry = entry or self.default_entry
+        if entry is None:
+            raise TypeError(f"{type(self).__name__}() needs entry= (the name errors give)")
         settings = current_settings().resolve(
             default, compactor=compactor, opts=opts, model=model, window=window, timeout=timeout
         )
@@ -67,6 +73,10 @@ class NamedCompactor:
         self.compactor = settings.compactor
         self._settings = settings
         self._client = client
+        self._start()
+
+    def _start(self) -> None:
+        """Set up what a subclass keeps between runs (called once, by ``__init__``)."""
 
     def compact(self, messages: list[Any], *, mid_round: bool, format: str) -> CompactResult:
         """Compact ``messages`` (in ``format``) with the prepared config, as a continuation
@@ -112,3 +122,92 @@ class NamedCompactor:
             result.tokens_after,
             self.compactor,
         )
+
+
+class Compaction(Protocol):
+    """What an adapter's compactor returns for one run: the core's result, and whether it
+    compacted (each framework adds its own messages)."""
+
+    @property
+    def result(self) -> CompactResult:
+        """The core's result (``meta``, ``dropped``, token figures, ``error``, ``notes``)."""
+        ...
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the compactor compacted."""
+        ...
+
+
+DoneT = TypeVar("DoneT", bound=Compaction)
+
+
+class SeamOptions(TypedDict, total=False):
+    """The keyword options every framework seam takes (see :class:`AdapterSeam`)."""
+
+    model: str | None
+    window: int | None
+    timeout: float | None
+    client: Any
+    raise_on_error: bool
+    on_compact: Callable[[Any], None] | None
+
+
+class AdapterSeam(Generic[DoneT]):
+    """What every framework seam shares (LangChain's middleware, Pydantic AI's history
+    processors, the Agents SDK's session and input filter): the compactor chosen by name
+    and prepared once, and how a compaction is reported.
+
+    ``compactor``, ``opts``, ``model``, ``window``, ``timeout`` and ``client`` are those of
+    :class:`NamedCompactor` (its subclass :attr:`compactor_class`; errors name the
+    seam's :attr:`entry`). ``on_compact`` is called with each compaction (the framework's
+    :class:`Compaction`); a compactor error leaves the history unchanged (the core logs a
+    warning), and with ``raise_on_error=True`` it raises instead
+    (:meth:`~normandy_core.CompactResult.check`).
+    """
+
+    #: The framework's :class:`NamedCompactor`.
+    compactor_class: ClassVar[type[NamedCompactor]]
+    #: The seam named in option errors (``normandy_langchain.NormandyMiddleware()``...).
+    entry: ClassVar[str]
+
+    def __init__(
+        self,
+        compactor: str | None = None,
+        opts: Mapping[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        window: int | None = None,
+        timeout: float | None = None,
+        client: Any = None,
+        raise_on_error: bool = False,
+        on_compact: Callable[[DoneT], None] | None = None,
+    ) -> None:
+        super().__init__()  # the framework's own base class, when it has one
+        self.compactor = self.compactor_class(
+            compactor,
+            opts,
+            model=model,
+            window=window,
+            timeout=timeout,
+            client=client,
+            entry=self.entry,
+        )
+        self.raise_on_error = raise_on_error
+        self.on_compact = on_compact
+        self._start()
+
+    def _start(self) -> None:
+        """Set up what a subclass keeps between calls (called once, by ``__init__``)."""
+
+    def _checked(self, done: DoneT) -> DoneT:
+        """``done``, raised as an error with ``raise_on_error`` when it failed."""
+        if self.raise_on_error:
+            done.result.check()
+        return done
+
+    def _reported(self, done: DoneT) -> DoneT:
+        """``done``, handed to ``on_compact`` when it compacted."""
+        if done.compacted and self.on_compact is not None:
+            self.on_compact(done)
+        return done

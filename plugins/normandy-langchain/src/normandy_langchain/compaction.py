@@ -44,8 +44,6 @@ logger = logging.getLogger("normandy_langchain")
 
 #: The entry point named in the option errors of :func:`compact_messages`.
 FUNCTION_ENTRY = "normandy_langchain.compact_messages()"
-#: The compactor used when none is given or configured.
-DEFAULT_COMPACTOR = "window_manager"
 
 
 @dataclass(frozen=True)
@@ -76,27 +74,9 @@ class MessageCompactor(NamedCompactor):
     ``entry``, by default ``normandy_langchain.compact_messages()``).
     """
 
-    def __init__(
-        self,
-        compactor: str | None = None,
-        opts: Mapping[str, Any] | None = None,
-        *,
-        model: str | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        client: Any = None,
-        entry: str = FUNCTION_ENTRY,
-    ) -> None:
-        super().__init__(
-            compactor,
-            opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            client=client,
-            entry=entry,
-            default=DEFAULT_COMPACTOR,
-        )
+    default_entry = FUNCTION_ENTRY
+
+    def _start(self) -> None:
         # Each message's Chat dict, made once and handed over again on later calls, so
         # the core continues its last compaction (only new messages are read and
         # counted). Keyed by the message object, and by its id for an equal copy; each

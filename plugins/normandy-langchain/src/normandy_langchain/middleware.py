@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, AgentState
@@ -23,6 +22,7 @@ from langchain_core.messages import RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 
+from normandy_core.adapter import AdapterSeam
 from normandy_core.eventloop import bind_turn_loop
 from normandy_langchain.compaction import LangChainCompaction, MessageCompactor
 
@@ -53,7 +53,9 @@ def event_data(done: LangChainCompaction) -> dict[str, Any]:
     }
 
 
-class NormandyMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class NormandyMiddleware(
+    AdapterSeam[LangChainCompaction], AgentMiddleware[AgentState[Any], Any, Any]
+):
     """Compact the agent's messages before every model call with a named compactor.
 
     ``compactor`` is the entry-point name (``window_manager`` when neither given nor
@@ -69,30 +71,9 @@ class NormandyMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ``raise_on_error=True`` it raises :class:`~normandy_core.CannotFitError` instead.
     """
 
-    def __init__(
-        self,
-        compactor: str | None = None,
-        opts: Mapping[str, Any] | None = None,
-        *,
-        model: str | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        client: Any = None,
-        raise_on_error: bool = False,
-        on_compact: Callable[[LangChainCompaction], None] | None = None,
-    ) -> None:
-        super().__init__()
-        self.compactor = MessageCompactor(
-            compactor,
-            opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            client=client,
-            entry=MIDDLEWARE_ENTRY,
-        )
-        self.raise_on_error = raise_on_error
-        self.on_compact = on_compact
+    compactor_class = MessageCompactor
+    entry = MIDDLEWARE_ENTRY
+    compactor: MessageCompactor
 
     @property
     def name(self) -> str:
@@ -100,16 +81,11 @@ class NormandyMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         return f"NormandyMiddleware[{self.compactor.compactor}]"
 
     def _compact(self, state: AgentState[Any]) -> LangChainCompaction:
-        done = self.compactor.run(state["messages"])
-        if self.raise_on_error:
-            done.result.check()
-        return done
+        return self._checked(self.compactor.run(state["messages"]))
 
     def _update(self, done: LangChainCompaction) -> dict[str, Any] | None:
-        if not done.compacted:
+        if not self._reported(done).compacted:
             return None
-        if self.on_compact is not None:
-            self.on_compact(done)
         return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *done.messages]}
 
     def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:

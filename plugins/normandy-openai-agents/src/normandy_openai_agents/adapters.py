@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from agents.memory import Session
 from agents.run_config import CallModelData, ModelInputData
 from agents.tracing import custom_span
+from typing_extensions import Unpack
 
+from normandy_core.adapter import AdapterSeam, SeamOptions
 from normandy_core.eventloop import bind_turn_loop
 from normandy_openai_agents.compaction import AgentsCompaction, ItemCompactor, newest
 
@@ -56,46 +58,21 @@ def span_data(done: AgentsCompaction) -> dict[str, Any]:
     }
 
 
-class _Adapter:
+class _Adapter(AdapterSeam[AgentsCompaction]):
     """What both seams share: the prepared compactor and how a compaction is reported."""
 
-    _entry: str
+    compactor_class = ItemCompactor
+    compactor: ItemCompactor
 
-    def __init__(
-        self,
-        compactor: str | None = None,
-        opts: Mapping[str, Any] | None = None,
-        *,
-        model: str | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        client: Any = None,
-        raise_on_error: bool = False,
-        on_compact: Callable[[AgentsCompaction], None] | None = None,
-    ) -> None:
-        self.compactor = ItemCompactor(
-            compactor,
-            opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            client=client,
-            entry=self._entry,
-        )
-        self.raise_on_error = raise_on_error
-        self.on_compact = on_compact
+    def _start(self) -> None:
         self._lock = asyncio.Lock()
 
     _continued = False
 
     def _run(self, items: list[Any], mid_round: bool | None) -> AgentsCompaction:
         if self._continued:
-            done = self.compactor.run_continued(items, mid_round=mid_round)
-        else:
-            done = self.compactor.run(items, mid_round=mid_round)
-        if self.raise_on_error:
-            done.result.check()
-        return done
+            return self._checked(self.compactor.run_continued(items, mid_round=mid_round))
+        return self._checked(self.compactor.run(items, mid_round=mid_round))
 
     async def _compact(self, items: list[Any], mid_round: bool | None = None) -> AgentsCompaction:
         """``items`` compacted in a worker thread (the loop keeps serving meanwhile)."""
@@ -104,9 +81,7 @@ class _Adapter:
         if done.compacted:
             with custom_span(SPAN, span_data(done)):
                 pass
-            if self.on_compact is not None:
-                self.on_compact(done)
-        return done
+        return self._reported(done)
 
 
 class NormandySession(_Adapter):
@@ -127,7 +102,7 @@ class NormandySession(_Adapter):
     which applies it after compacting, never cutting between a call and its output).
     """
 
-    _entry = SESSION_ENTRY
+    entry = SESSION_ENTRY
 
     def __init__(
         self,
@@ -135,13 +110,8 @@ class NormandySession(_Adapter):
         compactor: str | None = None,
         opts: Mapping[str, Any] | None = None,
         *,
-        model: str | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        client: Any = None,
-        raise_on_error: bool = False,
-        on_compact: Callable[[AgentsCompaction], None] | None = None,
         session_settings: Any = None,
+        **options: Unpack[SeamOptions],
     ) -> None:
         inner_limit = getattr(getattr(session, "session_settings", None), "limit", None)
         if inner_limit is not None:
@@ -150,16 +120,7 @@ class NormandySession(_Adapter):
                 f"session_settings.limit={inner_limit}; compaction needs its whole history "
                 "(pass session_settings to NormandySession instead)"
             )
-        super().__init__(
-            compactor,
-            opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            client=client,
-            raise_on_error=raise_on_error,
-            on_compact=on_compact,
-        )
+        super().__init__(compactor, opts, **options)
         self.session = session
         self.session_id: str = session.session_id
         self.session_settings = session_settings
@@ -215,31 +176,11 @@ class NormandyInputFilter(_Adapter):
     one is compacted from scratch.
     """
 
-    _entry = FILTER_ENTRY
+    entry = FILTER_ENTRY
     _continued = True
 
-    def __init__(
-        self,
-        compactor: str | None = None,
-        opts: Mapping[str, Any] | None = None,
-        *,
-        model: str | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        client: Any = None,
-        raise_on_error: bool = False,
-        on_compact: Callable[[AgentsCompaction], None] | None = None,
-    ) -> None:
-        super().__init__(
-            compactor,
-            opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            client=client,
-            raise_on_error=raise_on_error,
-            on_compact=on_compact,
-        )
+    def _start(self) -> None:
+        super()._start()
         self._given: list[Any] | None = None
         self._returned: list[Any] = []
 

@@ -26,9 +26,6 @@ __all__ = ["AgentsCompaction", "ItemCompactor", "is_output", "newest", "open_rou
 
 logger = logging.getLogger("normandy_openai_agents")
 
-#: The compactor used when none is given or configured.
-DEFAULT_COMPACTOR = "window_manager"
-
 
 def _field(item: Any, name: str) -> Any:
     if isinstance(item, Mapping):
@@ -98,28 +95,6 @@ class ItemCompactor(NamedCompactor):
     The arguments are :class:`normandy_core.adapter.NamedCompactor`'s (``entry`` names
     the adapter in the errors).
     """
-
-    def __init__(
-        self,
-        compactor: str | None = None,
-        opts: Mapping[str, Any] | None = None,
-        *,
-        model: str | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        client: Any = None,
-        entry: str,
-    ) -> None:
-        super().__init__(
-            compactor,
-            opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            client=client,
-            entry=entry,
-            default=DEFAULT_COMPACTOR,
-        )
 
     def run(self, items: Sequence[Any], *, mid_round: bool | None = None) -> AgentsCompaction:
         """Compact ``items`` once.

@@ -71,8 +71,6 @@ logger = logging.getLogger("normandy_pydantic_ai")
 
 #: The entry point named in the option errors of :func:`compact_history`.
 FUNCTION_ENTRY = "normandy_pydantic_ai.compact_history()"
-#: The compactor used when none is given or configured.
-DEFAULT_COMPACTOR = "window_manager"
 #: ``OpaqueBlock.format`` of the parts carried without interpretation.
 OPAQUE_FORMAT = "pydantic_ai"
 
@@ -338,27 +336,9 @@ class HistoryCompactor(NamedCompactor):
     ``entry``, by default ``normandy_pydantic_ai.compact_history()``).
     """
 
-    def __init__(
-        self,
-        compactor: str | None = None,
-        opts: Mapping[str, Any] | None = None,
-        *,
-        model: str | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        client: Any = None,
-        entry: str = FUNCTION_ENTRY,
-    ) -> None:
-        super().__init__(
-            compactor,
-            opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            client=client,
-            entry=entry,
-            default=DEFAULT_COMPACTOR,
-        )
+    default_entry = FUNCTION_ENTRY
+
+    def _start(self) -> None:
         # What the last run read and returned: the digests of its messages and the
         # compacted memory, whose cached token counts carry over to entries kept by id
         # (ids are content digests, so an id always names the same content).

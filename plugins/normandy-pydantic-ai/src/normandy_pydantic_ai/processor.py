@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
 
 from pydantic_ai.messages import ModelMessage
 
+from normandy_core.adapter import AdapterSeam
 from normandy_core.eventloop import bind_turn_loop
 from normandy_pydantic_ai.history import HistoryCompactor, PydanticAICompaction
 
@@ -34,7 +33,7 @@ PROCESSOR_ENTRY = "normandy_pydantic_ai.NormandyHistoryProcessor()"
 ASYNC_PROCESSOR_ENTRY = "normandy_pydantic_ai.AsyncNormandyHistoryProcessor()"
 
 
-class NormandyHistoryProcessor:
+class NormandyHistoryProcessor(AdapterSeam[PydanticAICompaction]):
     """A Pydantic AI history processor that compacts with a named compactor (sync).
 
     ``compactor`` is the entry-point name (``window_manager`` when neither given nor
@@ -51,41 +50,13 @@ class NormandyHistoryProcessor:
     loop; :class:`AsyncNormandyHistoryProcessor` is the ``async`` form.
     """
 
-    _entry = PROCESSOR_ENTRY
-
-    def __init__(
-        self,
-        compactor: str | None = None,
-        opts: Mapping[str, Any] | None = None,
-        *,
-        model: str | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        client: Any = None,
-        raise_on_error: bool = False,
-        on_compact: Callable[[PydanticAICompaction], None] | None = None,
-    ) -> None:
-        self.compactor = HistoryCompactor(
-            compactor,
-            opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            client=client,
-            entry=self._entry,
-        )
-        self.raise_on_error = raise_on_error
-        self.on_compact = on_compact
+    compactor_class = HistoryCompactor
+    entry = PROCESSOR_ENTRY
+    compactor: HistoryCompactor
 
     def _process(self, messages: list[ModelMessage]) -> list[ModelMessage]:
-        done = self.compactor.run(messages)
-        if self.raise_on_error:
-            done.result.check()
-        if not done.compacted:
-            return messages
-        if self.on_compact is not None:
-            self.on_compact(done)
-        return done.messages
+        done = self._reported(self._checked(self.compactor.run(messages)))
+        return done.messages if done.compacted else messages
 
     def __call__(self, messages: list[ModelMessage]) -> list[ModelMessage]:
         """The history the model receives: ``messages`` compacted when needed (the same
@@ -98,7 +69,7 @@ class AsyncNormandyHistoryProcessor(NormandyHistoryProcessor):
     runs in a worker thread bound to the running loop, so the loop keeps serving while it
     counts, summarizes or archives. Errors name this class."""
 
-    _entry = ASYNC_PROCESSOR_ENTRY
+    entry = ASYNC_PROCESSOR_ENTRY
 
     async def __call__(self, messages: list[ModelMessage]) -> list[ModelMessage]:  # type: ignore[override]
         """The history the model receives, compacted off the event loop."""
