@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from normandy_core import Entry, OpaqueBlock, OptionsError, hookimpl
+from normandy_core import Entry, OpaqueBlock, hookimpl
 from normandy_core.clients.base import ProviderCompaction
 from normandy_core.transcript import PROVIDER_COMPACTION
 from normandy_native import ANTHROPIC_NATIVE
@@ -19,8 +19,9 @@ from normandy_native.common import (
     NATIVE_KEY,
     Cannot,
     Plan,
-    call_provider,
-    client_methods,
+    ask_provider,
+    check_reserve,
+    client_of,
     compact_with_provider,
     marker,
     prepare_fallback,
@@ -54,26 +55,12 @@ def validate_opts(
 ) -> None:
     """Refuse a window the reserve fills, and prepare the fallback with the same window
     and survival rules."""
-    if window is not None and window <= opts.reserved_tokens:
-        raise OptionsError(
-            f"option 'reserved_tokens': {opts.reserved_tokens:,} tokens reserved for the "
-            f"reply leave nothing of the {window:,}-token context window"
-        )
+    check_reserve(opts, window)
     prepare_fallback(opts, NAME, entry, window, rules)
 
 
 def _client(acc: AgentConfig) -> Any:
-    client = acc.client
-    if client is None:
-        raise Cannot(
-            "the config has no model client (AgentConfig(client=AnthropicClient(...)))",
-            "unsupported",
-        )
-    if getattr(client, "provider", None) != "anthropic":
-        raise Cannot(
-            f"the config's client ({type(client).__name__}) is not an Anthropic client",
-            "unsupported",
-        )
+    client = client_of(acc, "anthropic", "AnthropicClient(...)")
     edits = getattr(client, "context_management", None)
     if edits is not None and getattr(edits, "compact", None) is not None:
         raise Cannot(
@@ -100,30 +87,17 @@ def _tools(acc: AgentConfig, messages: list[Entry]) -> list[dict[str, Any]] | No
 def _ask(
     acc: AgentConfig, ctx: CompactionContext, opts: AnthropicNativeOptions, p: Plan
 ) -> ProviderCompaction:
-    client = _client(acc)
-    call, acall = client_methods(client, "compact_conversation")
     messages = p.sent()
-    kwargs: dict[str, Any] = {
-        "tools": _tools(acc, messages),
-        "model": ctx.model,
-        "instructions": opts.instructions or ctx.rules.summary_instructions,
-        "max_tokens": opts.max_tokens,
-    }
-
-    def sync() -> Any:
-        assert call is not None
-        return call(acc.system_prompt, messages, **kwargs)
-
-    def coro() -> Any:
-        assert acall is not None
-        return acall(acc.system_prompt, messages, **kwargs)
-
-    result = call_provider(
-        sync if call is not None else None, coro if acall is not None else None, opts.timeout
+    return ask_provider(
+        _client(acc),
+        acc.system_prompt,
+        messages,
+        opts.timeout,
+        tools=_tools(acc, messages),
+        model=ctx.model,
+        instructions=opts.instructions or ctx.rules.summary_instructions,
+        max_tokens=opts.max_tokens,
     )
-    if not isinstance(result, ProviderCompaction):
-        raise Cannot(f"the client's compact_conversation() returned {type(result).__name__}")
-    return result
 
 
 def _rebuild(p: Plan, compaction: ProviderCompaction, turn: str) -> tuple[list[Entry], list[Entry]]:

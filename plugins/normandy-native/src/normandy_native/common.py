@@ -50,7 +50,9 @@ __all__ = [
     "Cannot",
     "Plan",
     "call_provider",
+    "ask_provider",
     "client_methods",
+    "client_of",
     "compact_with_provider",
     "plan",
     "prepare_fallback",
@@ -142,6 +144,55 @@ def plan(
     if all(_ours(entries[i]) or (returns_users and _plain_user(entries[i])) for i in p.summarized):
         return None
     return p
+
+
+def check_reserve(opts: NativeOptions, window: int | None) -> None:
+    """Refuse a window the reply's reserve fills (at config time)."""
+    if window is not None and window <= opts.reserved_tokens:
+        raise OptionsError(
+            f"option 'reserved_tokens': {opts.reserved_tokens:,} tokens reserved for the "
+            f"reply leave nothing of the {window:,}-token context window"
+        )
+
+
+def client_of(acc: AgentConfig, provider: str, example: str) -> Any:
+    """The config's model client, when it is ``provider``'s (``example`` shows how to
+    give one); otherwise :class:`Cannot` (``unsupported``)."""
+    client = acc.client
+    if client is None:
+        raise Cannot(
+            f"the config has no model client (AgentConfig(client={example}))", "unsupported"
+        )
+    if getattr(client, "provider", None) != provider:
+        raise Cannot(
+            f"the config's client ({type(client).__name__}) is not an "
+            f"{'Anthropic' if provider == 'anthropic' else 'OpenAI'} client",
+            "unsupported",
+        )
+    return client
+
+
+def ask_provider(
+    client: Any, system: str, messages: list[Entry], timeout: float, **kwargs: Any
+) -> ProviderCompaction:
+    """The client's ``compact_conversation(system, messages, **kwargs)`` (sync or async)
+    within ``timeout`` seconds; anything but a compaction is :class:`Cannot`."""
+    call, acall = client_methods(client, "compact_conversation")
+
+    def sync() -> Any:
+        assert call is not None
+        return call(system, messages, **kwargs)
+
+    def coro() -> Any:
+        assert acall is not None
+        return acall(system, messages, **kwargs)
+
+    result = call_provider(
+        sync if call is not None else None, coro if acall is not None else None, timeout
+    )
+    if not isinstance(result, ProviderCompaction):
+        raise Cannot(f"the client's compact_conversation() returned {type(result).__name__}")
+    return result
 
 
 def prepare_fallback(

@@ -24,8 +24,9 @@ from normandy_native.common import (
     NATIVE_KEY,
     Cannot,
     Plan,
-    call_provider,
-    client_methods,
+    ask_provider,
+    check_reserve,
+    client_of,
     compact_with_provider,
     marker,
     prepare_fallback,
@@ -59,11 +60,7 @@ def validate_opts(
 ) -> None:
     """Refuse a window the reserve fills and ``summary_instructions`` (the provider takes
     none), and prepare the fallback with the same window and survival rules."""
-    if window is not None and window <= opts.reserved_tokens:
-        raise OptionsError(
-            f"option 'reserved_tokens': {opts.reserved_tokens:,} tokens reserved for the "
-            f"reply leave nothing of the {window:,}-token context window"
-        )
+    check_reserve(opts, window)
     if rules.summary_instructions is not None:
         raise OptionsError(
             f"{entry}: compactor {NAME!r} cannot honour survival rule 'summary_instructions': "
@@ -74,18 +71,7 @@ def validate_opts(
 
 
 def _client(acc: AgentConfig) -> Any:
-    client = acc.client
-    if client is None:
-        raise Cannot(
-            "the config has no model client (AgentConfig(client=OpenAIClient(..., "
-            "api='responses')))",
-            "unsupported",
-        )
-    if getattr(client, "provider", None) != "openai":
-        raise Cannot(
-            f"the config's client ({type(client).__name__}) is not an OpenAI client",
-            "unsupported",
-        )
+    client = client_of(acc, "openai", "OpenAIClient(..., api='responses')")
     if getattr(client, "api", None) != "responses":
         raise Cannot(
             "the client speaks Chat Completions, which cannot send a compaction item back; "
@@ -98,24 +84,7 @@ def _client(acc: AgentConfig) -> Any:
 def _ask(
     acc: AgentConfig, ctx: CompactionContext, opts: OpenAINativeOptions, p: Plan
 ) -> ProviderCompaction:
-    client = _client(acc)
-    call, acall = client_methods(client, "compact_conversation")
-    messages = p.sent()
-
-    def sync() -> Any:
-        assert call is not None
-        return call(acc.system_prompt, messages, model=ctx.model)
-
-    def coro() -> Any:
-        assert acall is not None
-        return acall(acc.system_prompt, messages, model=ctx.model)
-
-    result = call_provider(
-        sync if call is not None else None, coro if acall is not None else None, opts.timeout
-    )
-    if not isinstance(result, ProviderCompaction):
-        raise Cannot(f"the client's compact_conversation() returned {type(result).__name__}")
-    return result
+    return ask_provider(_client(acc), acc.system_prompt, p.sent(), opts.timeout, model=ctx.model)
 
 
 def _blocks(content: Content) -> tuple[Any, ...]:
