@@ -410,9 +410,24 @@ def compact_with_provider(
         why = "still over the usable window after the provider's compaction"
         more_acc, more = run_fallback(new_acc, ctx, opts, name, why, "too_large")
         if more.get("error") is not None or not more.get("compacted"):
-            text = more.get("error") or (
-                f"{name}: {after:,} tokens after the provider's compaction, over the "
-                f"usable window of {usable:,}"
+            # The compaction (pinned, like the provider's summary must stay) can leave no
+            # room where cutting the originals still fits: the fallback compacts those.
+            why = (
+                f"{after:,} tokens after the provider's compaction, and the fallback could "
+                "not fit that; its compaction is discarded"
+            )
+            alt_acc, alt = run_fallback(acc, ctx, opts, name, why, "too_large")
+            if alt.get("error") is None and alt.get("compacted"):
+                alt["provider_usage"] = meta["provider_usage"]
+                alt["provider_compaction_discarded"] = True
+                return alt_acc, alt
+            text = (
+                alt.get("error")
+                or more.get("error")
+                or (
+                    f"{name}: {after:,} tokens after the provider's compaction, over the "
+                    f"usable window of {usable:,}"
+                )
             )
             return acc, {"compacted": False, "error": text}
         gone = {e.id for e in more["dropped"]} | {e.id for e in dropped}

@@ -1,0 +1,55 @@
+"""What the fuzz campaign found once the native compactors joined it (issue 17): a
+minimal reproducer each, now a regression test (the campaign case that found each is
+named in its docstring; reproduce it with ``scripts/fuzz.py --seed S --start I
+--max-cases 1``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fuzz.provider import FuzzProvider
+from normandy_core import compact
+
+SYSTEM = "You review pull requests. " * 25
+
+
+def _items() -> list[dict[str, Any]]:
+    """A Responses conversation whose newest unit is large, its tool round open."""
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "Review the parser change."},
+        {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "def parse(x): return x\n" * 4},
+        {"role": "assistant", "content": "The parser looks fine so far."},
+        {"role": "user", "content": "Now check the tests in tests/test_parser.py, please. " * 3},
+        {"role": "assistant", "content": "Reading the three test modules now. " * 12},
+        {"type": "function_call", "call_id": "c2", "name": "read", "arguments": '{"p": "a"}'},
+        {"type": "function_call", "call_id": "c3", "name": "read", "arguments": '{"p": "b"}'},
+    ]
+
+
+def test_a_compaction_that_leaves_no_room_is_discarded_for_a_cut_that_fits() -> None:
+    """Campaign: seed 11, index 1585 (openai_native, Responses, mid-round; check
+    ``needless_error``). The provider's compaction item (pinned, as a provider summary
+    must stay) and the user message it returns left no room: the fallback, cutting
+    after them, could not fit, and the boundary failed where cutting the originals
+    fits. The fallback now compacts the originals, and meta says the provider's
+    compaction was discarded."""
+    provider = FuzzProvider("openai", "ok")
+    result = compact(
+        _items(),
+        compactor="openai_native",
+        client=provider,
+        window=350,
+        opts={"reserved_tokens": 30, "counter": "cl100k_base"},
+        mid_round=True,
+        format="responses",
+        model="gpt-4o",
+    )
+    assert result.error is None, result.error
+    assert result.compacted and len(provider.calls) == 1
+    assert result.meta["provider_compaction_discarded"] is True
+    assert result.meta["native"] is False and result.meta["fallback_cause"] == "too_large"
+    assert result.meta["provider_usage"]["output_tokens"] == 60  # the call still cost
+    assert result.tokens_after <= 350 - 30
+    assert not any(m.get("type") == "compaction" for m in result.messages)
