@@ -24,5 +24,6 @@ def _load(name: str, path: Path):
 
 support = _load(SUPPORT, HERE.parent / "turn" / "support.py")
 servers = _load("normandy_client_test_servers", HERE / "servers.py")
+sessions = _load("normandy_client_test_sessions", HERE / "sessions.py")
 keep_tail = support.keep_tail
 drops = support.drops

@@ -23,23 +23,15 @@ from normandy_core.turn import arun_turn, run_turn
 pytest.importorskip("anthropic", reason="needs the anthropic extra")
 pytest.importorskip("openai", reason="needs the openai extra")
 servers = sys.modules["normandy_client_test_servers"]  # loaded by conftest.py
+sessions = sys.modules["normandy_client_test_sessions"]
+TOOLS, read_file, reads, big_history = (
+    sessions.TOOLS,
+    sessions.read_file,
+    sessions.reads,
+    sessions.big_history,
+)
 
-TOOLS = [
-    {
-        "name": "read_file",
-        "description": "Read a file.",
-        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
-    }
-]
 CLEAR = {"clear_tool_uses": {"trigger": 1_500, "keep": 1}}
-
-
-def read_file(path: str) -> str:
-    return "".join(f"line {k} of {path}: value = {k * 3}\n" for k in range(60))
-
-
-def reads(n: int, final: str = "Done.") -> list[dict[str, Any]]:
-    return [{"tools": [("read_file", {"path": f"f{k}.py"})]} for k in range(n)] + [{"text": final}]
 
 
 def turn(acc: AgentConfig, text: str, mode: str, client: Any) -> Any:
@@ -57,20 +49,6 @@ def agent(model: str, edits: Any, memory: AgentMemory | None = None) -> AgentCon
         context_management=edits,
     )
     return acc.with_memory(memory) if memory is not None else acc
-
-
-def big_history(rounds: int, chars: int) -> AgentMemory:
-    """A finished exchange of ``rounds`` long answers (about ``chars`` characters each)."""
-    mem = AgentMemory()
-    mem.add_message("user", "Audit the billing module.", id="task", turn_id="t0")
-    for r in range(rounds):
-        body = "".join(
-            f"[{r}] invoice {i} rounds to {i * 7 % 100} cents\n" for i in range(chars // 40)
-        )
-        mem.add_message("assistant", f"Finding {r}:\n{body}", id=f"f{r}", turn_id="t0")
-        mem.add_message("user", f"Go on after finding {r}.", id=f"g{r}", turn_id="t0")
-    mem.add_message("assistant", "That is all of it.", id="end", turn_id="t0")
-    return mem
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
