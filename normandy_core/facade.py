@@ -44,7 +44,7 @@ from normandy_core.retrieval import RecallSettings
 from normandy_core.settings import Resolved, current_settings
 from normandy_core.structure import pairing_problems
 from normandy_core.survival import SurvivalRules
-from normandy_core.transcript import Transcript, read, write
+from normandy_core.transcript import Transcript, as_mapping, read, write
 
 __all__ = [
     "ENTRY",
@@ -209,10 +209,12 @@ class CompactResult:
 
 
 def _as_dict(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
+    """``obj`` as a mapping where it is one (or an SDK object), else as it is (the value
+    checks name what is wrong with it)."""
+    try:
+        return as_mapping(obj, None, None)
+    except TranscriptError:
         return obj
-    dump = getattr(obj, "model_dump", None)
-    return dump(mode="json", exclude_none=True) if callable(dump) else obj
 
 
 def _check_values(messages: Sequence[Any], start: int = 0) -> None:
