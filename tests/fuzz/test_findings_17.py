@@ -53,3 +53,30 @@ def test_a_compaction_that_leaves_no_room_is_discarded_for_a_cut_that_fits() -> 
     assert result.meta["provider_usage"]["output_tokens"] == 60  # the call still cost
     assert result.tokens_after <= 350 - 30
     assert not any(m.get("type") == "compaction" for m in result.messages)
+
+
+def test_nothing_left_to_summarize_within_the_window_is_no_error() -> None:
+    """Campaign: seed 12, index 2336 (openai_native without a fallback, a trigger far
+    below the window; check ``idempotence``). Compacted once, the conversation was still
+    over the trigger, within the window, with only the user messages the provider
+    returns before its compaction: the next boundary has nothing to summarize, and
+    without a fallback it reported an error. It now skips, saying why."""
+    provider = FuzzProvider("openai", "ok")
+    settings: dict[str, Any] = {
+        "compactor": "openai_native",
+        "client": provider,
+        "window": 4_000,
+        "opts": {"trigger_tokens": 150, "reserved_tokens": 95, "fallback": None},
+        "mid_round": False,
+        "format": "responses",
+        "model": "gpt-4o",
+    }
+    items = [*_items(), {"type": "function_call_output", "call_id": "c2", "output": "a"}]
+    items.append({"type": "function_call_output", "call_id": "c3", "output": "b"})
+    first = compact(items, **settings)
+    assert first.compacted and first.error is None and first.meta["native"] is True
+    assert first.tokens_after > 150  # still over the trigger
+    second = compact(list(first.messages), **settings)
+    assert second.error is None, second.error
+    assert not second.compacted and "nothing before the newest" in second.meta["skipped_because"]
+    assert len(provider.calls) == 1

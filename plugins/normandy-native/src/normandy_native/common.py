@@ -288,6 +288,10 @@ def over(acc: AgentConfig, ctx: CompactionContext, opts: NativeOptions) -> tuple
     return total > threshold, usable
 
 
+def _over_window(acc: AgentConfig, ctx: CompactionContext, usable: int) -> bool:
+    return ctx.counter.memory_tokens(acc.memory) + ctx.prompt_tokens > usable
+
+
 #: Meta figures the boundary computes for the compaction as a whole.
 _TOKEN_FIGURES = ("tokens_before", "tokens_after", "tokens_removed")
 
@@ -370,6 +374,10 @@ def compact_with_provider(
             "nothing before the newest message (but what the survival rules keep) is left "
             "for the provider to summarize"
         )
+        if opts._fallback is None and ctx.window is not None and not _over_window(acc, ctx, usable):
+            # Over the trigger but within the window, with nothing left to summarize: not
+            # a failure (the next compaction will have something to summarize).
+            return acc, {"compacted": False, "native": False, "skipped_because": reason}
         return run_fallback(acc, ctx, opts, name, reason, "nothing_to_summarize")
     try:
         compaction = ask(p)
