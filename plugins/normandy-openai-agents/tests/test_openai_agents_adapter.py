@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -319,3 +320,29 @@ def test_any_history_comes_back_valid_with_kept_items_unchanged(
     else:
         assert {id(m) for m in done.removed} == set(originals) - {id(m) for m in done.items}
         assert done.result.tokens_after < done.result.tokens_before
+
+
+def test_a_sqlite_session_is_rewritten_in_one_transaction(tmp_path: Path) -> None:
+    """A failure while the compacted items are written leaves the stored history as it
+    was (the SDK's SQLiteSession replaces its rows in one transaction), where clearing
+    then adding would have left the session empty."""
+    store = SQLiteSession("atomic", tmp_path / "sessions.sqlite3")
+    asyncio.run(store.add_items(_items(8, width=2)))  # type: ignore[arg-type]
+    before = asyncio.run(store.get_items())
+    session = NormandySession(store, "window_manager", OPTS, window=WINDOW)
+    real = store._insert_items
+    calls = []
+
+    def failing(conn: Any, items: list[Any]) -> None:
+        calls.append(len(items))
+        raise sqlite3.OperationalError("disk I/O error")
+
+    store._insert_items = failing  # type: ignore[method-assign]
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
+        asyncio.run(session.get_items())
+    assert calls, "the compacted items were being written"
+    assert asyncio.run(store.get_items()) == before  # nothing lost
+    store._insert_items = real  # type: ignore[method-assign]
+    compacted = asyncio.run(session.get_items())
+    assert len(compacted) < len(before)
+    assert asyncio.run(store.get_items()) == compacted

@@ -134,14 +134,38 @@ class NormandySession(_Adapter):
             items = list(await self.session.get_items())
             done = await self._compact(items, mid_round=False)
             if done.compacted:
-                await self.session.clear_session()
-                await self.session.add_items(done.items)
+                await self._replace(items, done.items)
                 items = done.items
         if limit is None:
             limit = getattr(self.session_settings, "limit", None)
         if limit is not None:
             items = newest(items, limit)
         return items
+
+    async def _replace(self, read: list[Any], items: list[Any]) -> None:
+        """Store ``items`` instead of ``read``: in one transaction where the wrapped
+        session offers one (the SDK's ``SQLiteSession`` replaces its rows atomically when
+        they are still the ones read, and are left as they are otherwise), else
+        ``clear_session()`` then ``add_items()``."""
+        snapshot = getattr(self.session, "_get_compaction_snapshot", None)
+        if callable(snapshot):
+            try:
+                snap = await snapshot(len(read) + 1)
+            except Exception:  # another SDK version's private method: the plain way
+                snap = None
+            if snap is not None and snap.complete and snap.items == read:
+                if not await snap.replace_suffix(0, items):
+                    # written meanwhile by another writer: keep what is stored (the next
+                    # read compacts it again; the archive stores content once)
+                    logger.warning(
+                        "%s: session %r changed while it was compacted; its stored items "
+                        "were left as they are",
+                        SESSION_ENTRY,
+                        self.session_id,
+                    )
+                return
+        await self.session.clear_session()
+        await self.session.add_items(items)
 
     async def add_items(self, items: list[Any]) -> None:
         """Store ``items`` in the wrapped session."""
