@@ -539,8 +539,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = table(rows, rows[0].name)
             by = {r.name: r for r in rows}
             if DEFAULT in by and COST in by:
-                text += "\n\n- " + verdict(by[COST], by[DEFAULT], window - 4096)
-                text += " (facts in the request only: this part has no recall)"
+                c, d = by[COST], by[DEFAULT]
+                ok = c.cost / d.cost <= TARGET_RATIO and c.over == 0
+                text += (
+                    f"\n\n- cost and window: **{'met' if ok else 'not met'}** "
+                    f"({c.cost / d.cost:.2f}x the default's cost, peak {c.peak:,} of "
+                    f"{window - 4096:,} usable); facts in the request {c.facts}/{c.facts_total} "
+                    f"against the default's {d.facts} (no recall in this part: the target's "
+                    "fact measure is the quality part's)"
+                )
             parts.append(head + "\n\n" + text)
             print(parts[-1] + "\n", flush=True)
             if args.plot and len(parts) == 1:

@@ -37,8 +37,8 @@ never (the contract). Every boundary it weighs reports in meta ``billed_next_wit
 and ``billed_next_with`` (next call), ``cost_rate_without`` and ``cost_rate_with`` (the
 next call's and the chosen cycle's billed tokens per call), ``cost_horizon_without`` and
 ``cost_horizon_with`` (the same over the cycle's calls), ``cost_cycle_calls``,
-``cost_plan`` (``"clear"`` or ``"drop"``), ``cost_floor``, ``growth_per_call`` and
-``cost_decision`` (``"forced"``, ``"pays"`` or ``"waits"``).
+``cost_plan`` (``"clear"`` or ``"drop"``), ``cost_plans`` (each plan's rate),
+``cost_floor``, ``growth_per_call`` and ``cost_decision`` (``"forced"``, ``"pays"`` or ``"waits"``).
 """
 
 from __future__ import annotations
@@ -54,7 +54,16 @@ if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext
     from normandy_window_manager.options import WindowManagerOptions
 
-__all__ = ["CLEARED_KEY", "CLEARED_TEXT", "COST_FLOOR", "Plan", "cost_schedule", "cycle_rate"]
+__all__ = [
+    "CLEARED_KEY",
+    "CLEARED_TEXT",
+    "COST_FLOOR",
+    "Plan",
+    "Priced",
+    "cost_schedule",
+    "cycle_rate",
+    "price_plans",
+]
 
 #: Entry metadata key listing the tool-use ids whose results were cleared (the same key
 #: ``clear_tool_results`` uses, so either recognises the other's work).
@@ -93,10 +102,47 @@ def cycle_rate(
         return (extra * rewrite + reads + extra * g * (n - 1)) / n
 
     top = max(max_calls, 1)
-    best = math.sqrt(2 * extra * rewrite / (rates.read * g)) if g > 0 and rates.read > 0 else top
-    candidates = {1, top} | {min(max(int(best) + d, 1), top) for d in (-1, 0, 1, 2)}
+    # rate(n) = (extra * (rewrite - g)) / n + read * g * n / 2 + constants: convex in n,
+    # lowest at sqrt(2 * extra * (rewrite - g) / (read * g)); the integers around it decide
+    if g > 0 and rates.read > 0:
+        best = math.sqrt(max(2 * extra * (rewrite - g), 0.0) / (rates.read * g))
+    else:
+        best = float(top)
+    candidates = {1, top} | {min(max(int(best) + d, 1), top) for d in (0, 1)}
     n = min(sorted(candidates), key=rate)
     return rate(n), n
+
+
+@dataclass(frozen=True)
+class Priced:
+    """A plan with its cycle: ``rate`` billed tokens per call over ``calls`` calls, with
+    ``kept`` cached tokens (the plan's, at most what is cached now)."""
+
+    plan: Plan
+    rate: float
+    calls: int
+    kept: int
+
+
+def price_plans(
+    plans: list[Plan],
+    *,
+    cached: int,
+    growth: float,
+    usable: int,
+    horizon: int,
+    rates: CacheRates,
+) -> list[Priced]:
+    """Each plan's cheapest cycle: at most ``horizon`` calls, and no more than the usable
+    window leaves room for at ``growth`` tokens per call."""
+    out = []
+    for plan in plans:
+        kept = min(plan.kept, cached)
+        room = max(usable - plan.size, 0)
+        calls = horizon if growth <= 0 else min(horizon, int(room / growth) + 1)
+        rate, n = cycle_rate(plan.size, kept, growth, calls, rates)
+        out.append(Priced(plan, rate, n, kept))
+    return out
 
 
 def cost_schedule(
@@ -127,14 +173,11 @@ def cost_schedule(
     clearable = _clearable(acc, ctx, entries, sizes, floor - prompt)
     placeholder = counter.count_text(CLEARED_TEXT)
     plans = _plans(entries, sizes, prompt, sent, usable, floor, clearable, placeholder, ctx)
-    priced = []
-    for plan in plans:
-        kept = min(plan.kept, cached)
-        room = usable - plan.size
-        calls = o.horizon if growth <= 0 else min(o.horizon, int(room / growth) + 1)
-        rate, n = cycle_rate(plan.size, kept, growth, calls, rates)
-        priced.append((rate, n, plan, kept))
-    rate, n, best, kept = min(priced, key=lambda x: x[0])
+    priced = price_plans(
+        plans, cached=cached, growth=growth, usable=usable, horizon=o.horizon, rates=rates
+    )
+    chosen = min(priced, key=lambda x: x.rate)
+    rate, n, best, kept = chosen.rate, chosen.calls, chosen.plan, chosen.kept
     wait = billed(cached, sent, rates)
     report: dict[str, Any] = {
         "schedule": "cost",
@@ -146,6 +189,7 @@ def cost_schedule(
         "cost_horizon_with": round(rate * n),
         "cost_cycle_calls": n,
         "cost_plan": best.name,
+        "cost_plans": {p.plan.name: round(p.rate) for p in priced},
         "cost_floor": floor,
         "growth_per_call": round(growth),
     }
