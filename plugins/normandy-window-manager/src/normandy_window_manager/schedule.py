@@ -104,7 +104,7 @@ def cycle_rate(
     top = max(max_calls, 1)
     # rate(n) = (extra * (rewrite - g)) / n + read * g * n / 2 + constants: convex in n,
     # lowest at sqrt(2 * extra * (rewrite - g) / (read * g)); the integers around it decide
-    if g > 0 and rates.read > 0:
+    if rates.read * g > 0:
         best = math.sqrt(max(2 * extra * (rewrite - g), 0.0) / (rates.read * g))
     else:
         best = float(top)
