@@ -3,6 +3,8 @@ the billed-input meta keys, the window never exceeded."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -497,3 +499,18 @@ def test_with_its_defaults_the_cost_schedule_cuts_to_its_floor():
     # given, target is the floor
     _, meta = run_compaction(_acc(_session(40), target=0.5), mid_round=True)
     assert meta["cost_floor"] == int(0.5 * (WINDOW - RESERVED))
+
+
+def test_the_benchmarks_verdict_checks_all_three_conditions():
+    from benchmarks.cost import Row, verdict
+
+    base = Row("default", cost=10.0, compactions=5, peak=40_000, over=0, facts=50, facts_total=60)
+    good = Row("cost", cost=8.0, compactions=5, peak=40_000, over=0, facts=50, facts_total=60)
+    assert verdict(good, base, 43_904).startswith("**met**")
+    for bad in (
+        dataclasses.replace(good, cost=8.01),  # 0.801x: not 20 % cheaper
+        dataclasses.replace(good, over=1),
+        dataclasses.replace(good, peak=43_905),
+        dataclasses.replace(good, facts=49),
+    ):
+        assert verdict(bad, base, 43_904).startswith("**not met**")
