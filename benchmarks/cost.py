@@ -3,15 +3,25 @@
     NORMANDY_ARCHIVE_PATH=/tmp/bench-archive.sqlite3 \\
         uv run --no-sync python -m benchmarks.cost [--windows 48000 128000] [--out FILE]
 
-Each configuration replays a session through the real turn loop
-(:func:`normandy_core.demo.replay`) and bills every model call against the one before it
-(:mod:`normandy_core.cost`: the unchanged prefix read at 0.1x the input price, the rest
-written at 1.25x; Claude Sonnet 4.5's $3/M input). Sessions: the bundled demo session
-(seed 7) and one generated with seed 11, both with planted facts: a fact line is added
-to a user message or a tool output, and *needed* 5, 15, 30 or 60 calls later; a fact
-counts as available when the call at need time was sent its text. LangChain's
-``trim_messages`` (per call, on the full history, as its docs show) is billed on the
-same calls (Strands is not billed yet).
+Two parts, both deterministic (counts, not timings), both billing every model call against
+the one before it (:mod:`normandy_core.cost`: the unchanged prefix read at 0.1x the input
+price, the rest written at 1.25x; Claude Sonnet 4.5's $3/M input):
+
+* **planted** (``--parts planted``): each configuration replays a session through the real
+  turn loop (:func:`normandy_core.demo.replay`). Sessions: the bundled demo session
+  (seed 7) and one generated with seed 11, with planted facts: a fact line is added to a
+  user message or a tool output, and *needed* 5, 15, 30 or 60 calls later; a fact counts
+  as available when the call at need time was sent its text (no recall).
+* **quality** (``--parts quality``): the quality benchmark's sessions (two generated
+  ~1,000-message sessions and the demo session, :func:`benchmarks.quality.sessions.
+  default_sessions`) replayed by :func:`benchmarks.quality.replay.replay`, facts counted
+  its way: in context, in a marker or summary, or returned by the model's ``recall`` query
+  against a real SQLite archive (recall on and off for Normandy's compactors).
+
+Beside Normandy's compactors, on the same calls: LangChain's ``trim_messages`` (per call,
+on the full history, as its docs show) and Strands' ``SlidingWindowConversationManager``
+(proactive compression and the reduce-and-retry of its event loop). The tables say whether
+``schedule="cost"`` meets the issue's target against the default on each run.
 """
 
 from __future__ import annotations
@@ -45,14 +55,14 @@ def configs(window: int) -> dict[str, tuple[str, dict[str, Any]]]:
             "window_manager",
             {"schedule": "cost", "horizon": 10},
         ),
+        "window_manager schedule=cost target=0.6": (
+            "window_manager",
+            {"schedule": "cost", "target": 0.6},
+        ),
         "window_manager target=0.4": ("window_manager", {"target": 0.4}),
         "window_manager schedule=cost target=0.4": (
             "window_manager",
             {"schedule": "cost", "target": 0.4},
-        ),
-        "window_manager schedule=cost target=0.4 horizon=10": (
-            "window_manager",
-            {"schedule": "cost", "target": 0.4, "horizon": 10},
         ),
         "window_manager trigger=0.9 target=0.9": (
             "window_manager",
@@ -296,6 +306,58 @@ def run_langchain(session: DemoSession, facts: Facts, window: int) -> Row | None
     )
 
 
+def run_strands(session: DemoSession, facts: Facts, window: int) -> Row | None:
+    """Strands' ``SlidingWindowConversationManager`` before every call, fed the messages of
+    the no-compaction replay as an agent appends them (the quality benchmark's driver)."""
+    try:
+        import strands  # noqa: F401
+    except ImportError:
+        return None
+    import json
+
+    from benchmarks.quality.replay import RESERVED, Billing, _strands
+    from normandy_core import get_counter
+
+    requests: list[tuple[Entry, ...]] = []
+    replay(
+        session,
+        compactor="noop",
+        window=None,
+        on_call=lambda _i, msgs: requests.append(tuple(msgs)),
+    )
+    counter = get_counter("cl100k_base")
+    fixed = counter.count_text(session.system) + counter.count_text(json.dumps(session.tools))
+    bill = Billing(counter, fixed)
+    fit = _strands(window, window - RESERVED - fixed, counter, fixed)
+    cumulative: list[float] = []
+    found = total = over = reductions = 0
+    seen = 0
+    for i, msgs in enumerate(requests):
+        body = [e for e in msgs if e.role != "system"]
+        view, n = fit(list(body[seen:]))
+        seen = len(body)
+        reductions += n
+        size = bill.request(view)
+        cumulative.append(bill.cost)
+        over += size > window - RESERVED
+        wanted = facts.needed.get(i)
+        if wanted:
+            text = _texts(view)
+            for f in wanted:
+                total += 1
+                found += f in text
+    return Row(
+        "Strands SlidingWindowConversationManager",
+        bill.cost,
+        reductions,
+        bill.peak,
+        over,
+        found,
+        total,
+        cumulative,
+    )
+
+
 def _prompt(session: DemoSession) -> int:
     from normandy_core import AgentConfig
 
@@ -339,11 +401,107 @@ def table(rows: Sequence[Row], baseline: str) -> str:
     return "\n".join(out)
 
 
+DEFAULT = "window_manager (default: threshold, target 0.6)"
+COST = "window_manager schedule=cost"
+#: The issue's target: schedule="cost" at most this share of the default's cost.
+TARGET_RATIO = 0.80
+
+
+def verdict(cost: Row, base: Row, usable: int) -> str:
+    """Whether ``cost`` meets the target against ``base``: cheaper by 20 % or more, never
+    over the usable window, no fewer facts available."""
+    ratio = cost.cost / base.cost
+    checks = [
+        (ratio <= TARGET_RATIO, f"{ratio:.2f}x the default's cost"),
+        (cost.over == 0 and cost.peak <= usable, f"peak {cost.peak:,} of {usable:,} usable"),
+        (cost.facts >= base.facts, f"facts {cost.facts}/{cost.facts_total} vs {base.facts}"),
+    ]
+    failed = [text for ok, text in checks if not ok]
+    said = "; ".join(text for _, text in checks)
+    return f"**{'met' if not failed else 'not met'}** ({said})"
+
+
+def quality_subjects() -> list[Any]:
+    """The quality part's subjects: the default, the cost schedule, the two peers."""
+    from benchmarks.quality.replay import Subject
+
+    return [
+        Subject(DEFAULT, "window_manager"),
+        Subject(COST, "window_manager", {"schedule": "cost"}),
+        Subject(
+            "window_manager schedule=cost target=0.6",
+            "window_manager",
+            {"schedule": "cost", "target": 0.6},
+        ),
+        Subject("LangChain trim_messages (per call)", peer="langchain"),
+        Subject("Strands SlidingWindowConversationManager", peer="strands"),
+    ]
+
+
+def run_quality(windows: Sequence[int], quick: bool = False) -> list[str]:
+    """The quality benchmark's sessions billed per subject and window; one table each, with
+    the target's verdict for recall off and on."""
+    import tempfile
+    from pathlib import Path
+
+    from benchmarks.quality.replay import RESERVED, replay
+    from benchmarks.quality.sessions import default_sessions
+
+    parts: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="normandy-cost-") as tmp:
+        for session in default_sessions(quick=quick):
+            for window in windows:
+                rows: dict[tuple[str, bool], Row] = {}
+                wheres: dict[tuple[str, bool], str] = {}
+                for subject in quality_subjects():
+                    for recall in (False, True) if subject.peer is None else (False,):
+                        run = replay(session, subject, window, recall=recall, archive_dir=Path(tmp))
+                        b = run.billing
+                        rows[subject.label, recall] = Row(
+                            subject.label,
+                            b.cost,
+                            run.compactions,
+                            b.peak,
+                            run.over_window,
+                            run.available,
+                            len(run.results),
+                        )
+                        wheres[subject.label, recall] = " / ".join(
+                            str(run.count(w)) for w in ("context", "summary", "recall")
+                        )
+                usable = window - RESERVED
+                out = [
+                    f"### {session.name}, {session.calls:,} calls, {window:,}-token window",
+                    "",
+                    "| configuration | recall | input cost | vs default | compactions | peak sent "
+                    "| over window | facts available | in context / summary / recall |",
+                    "|---|:---:|---:|---:|---:|---:|---:|---:|---|",
+                ]
+                for (name, recall), r in rows.items():
+                    base = rows[DEFAULT, recall]
+                    out.append(
+                        f"| {name} | {'on' if recall else 'off'} | ${r.cost:.2f} "
+                        f"| {r.cost / base.cost:.2f}x | {r.compactions} | {r.peak:,} | {r.over} "
+                        f"| {r.facts}/{r.facts_total} | {wheres[name, recall]} |"
+                    )
+                out.append("")
+                for recall in (False, True):
+                    v = verdict(rows[COST, recall], rows[DEFAULT, recall], usable)
+                    out.append(f"- recall {'on' if recall else 'off'}: {v}")
+                parts.append("\n".join(out))
+                print(parts[-1] + "\n", flush=True)
+    return parts
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, nargs="+", default=[48_000, 128_000])
     parser.add_argument("--sessions", nargs="+", default=["demo", "seed11"])
     parser.add_argument("--configs", nargs="*", default=None)
+    parser.add_argument(
+        "--parts", nargs="+", choices=["planted", "quality"], default=["planted", "quality"]
+    )
+    parser.add_argument("--quick", action="store_true", help="the quality part's quick sessions")
     parser.add_argument("--out", default=None)
     parser.add_argument("--plot", default=None, help="PNG of the first session and window")
     parser.add_argument(
@@ -355,6 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "window_manager schedule=cost target=0.4",
             "window_manager target=0.4",
             "LangChain trim_messages (per call)",
+            "Strands SlidingWindowConversationManager",
         ],
     )
     args = parser.parse_args(argv)
@@ -366,21 +525,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seed11": lambda: generated_session(11),
     }
     parts: list[str] = []
-    for sname in args.sessions:
+    for sname in args.sessions if "planted" in args.parts else ():
         session, facts = plant(sessions[sname](), seed=1)
         for window in args.windows:
             names = args.configs or list(configs(window))
             rows = [run_config(n, session, facts, window) for n in names]
-            lc = run_langchain(session, facts, window)
-            if lc is not None:
-                rows.append(lc)
+            for peer in (run_langchain, run_strands):
+                row = peer(session, facts, window)
+                if row is not None:
+                    rows.append(row)
             calls = sum(len(t.replies) for t in session.turns)
             head = f"### {sname} session ({calls} calls), {window:,}-token window"
-            parts.append(head + "\n\n" + table(rows, rows[0].name))
+            text = table(rows, rows[0].name)
+            by = {r.name: r for r in rows}
+            if DEFAULT in by and COST in by:
+                c, d = by[COST], by[DEFAULT]
+                ok = c.cost / d.cost <= TARGET_RATIO and c.over == 0
+                text += (
+                    f"\n\n- cost and window: **{'met' if ok else 'not met'}** "
+                    f"({c.cost / d.cost:.2f}x the default's cost, peak {c.peak:,} of "
+                    f"{window - 4096:,} usable); facts in the request {c.facts}/{c.facts_total} "
+                    f"against the default's {d.facts} (no recall in this part: the target's "
+                    "fact measure is the quality part's)"
+                )
+            parts.append(head + "\n\n" + text)
             print(parts[-1] + "\n", flush=True)
             if args.plot and len(parts) == 1:
                 chosen = [r for r in rows if r.name in args.plot_configs]
                 plot(chosen, f"{sname} session, {window:,}-token window", args.plot)
+    if "quality" in args.parts:
+        parts += run_quality(args.windows, quick=args.quick)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:
             fh.write("\n\n".join(parts) + "\n")

@@ -3,8 +3,10 @@ the billed-input meta keys, the window never exceeded."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from normandy_core import (
@@ -17,6 +19,7 @@ from normandy_core import (
     ToolResultBlock,
     ToolUseBlock,
     default_catalog,
+    pairing_problems,
     run_compaction,
 )
 from normandy_core.cost import (
@@ -294,14 +297,17 @@ def test_every_compaction_reports_the_next_calls_billed_input():
 
 @settings(max_examples=25, deadline=None)
 @given(
-    rounds=st.lists(st.integers(min_value=100, max_value=3_000), min_size=5, max_size=40),
+    rounds=st.lists(st.integers(min_value=100, max_value=3_000), min_size=30, max_size=80),
     horizon=st.integers(min_value=1, max_value=300),
-    target=st.sampled_from([0.3, 0.5, 0.6, 0.8]),
+    target=st.sampled_from([None, 0.3, 0.5, 0.6, 0.8]),
 )
 def test_the_window_is_never_exceeded(rounds, horizon, target):
-    acc = _acc(
-        [Entry(id="task", role="user", content="Go.", turn_id="t0")], horizon=horizon, target=target
-    )
+    """A session grown round by round: never over the window, pairs never split, nothing
+    dropped or cleared unreported, the input never mutated, the meta consistent."""
+    opts: dict[str, object] = {"horizon": horizon}
+    if target is not None:
+        opts["target"] = target
+    acc = _acc([Entry(id="task", role="user", content="Go.", turn_id="t0")], **opts)
     usable = WINDOW - RESERVED
     for i, chars in enumerate(rounds):
         acc.memory.add_message(
@@ -319,18 +325,34 @@ def test_the_window_is_never_exceeded(rounds, horizon, target):
         if i % 4 == 3:
             acc.memory.add_message("user", f"next step {i}", id=f"q{i}", turn_id=f"t{i // 4 + 1}")
         before = _sent(acc)
-        acc, meta = run_compaction(acc, mid_round=i % 4 != 3)
+        original = acc.memory
+        dump = original.dump()
+        new_acc, meta = run_compaction(acc, mid_round=i % 4 != 3)
+        event(f"{meta.get('cost_decision')} {meta.get('cost_plan')} {meta['compacted']}")
         assert "error" not in meta, meta.get("error")
-        assert _sent(acc) <= usable
+        assert original.dump() == dump  # the input is never mutated
+        assert _sent(new_acc) <= usable
         if meta["compacted"]:
+            kept = list(new_acc.memory)
+            assert pairing_problems(kept) == []
+            reported = {e.id: e for e in meta["dropped"]}
+            now = {e.id: e for e in kept}
+            for e in original:
+                if e.id not in now or now[e.id].content != e.content:
+                    assert reported.get(e.id) == e  # reported, with its original content
+            for tool_id in meta.get("cleared", ()):
+                assert any(
+                    tool_id in (e.metadata.get("normandy.cleared_tool_uses") or ()) for e in kept
+                )
             # the meta's figures agree with the billing model and with each other
-            prompt = _sent(acc) - meta["tokens_after"]
-            kept = meta["cache_kept_tokens"]
-            assert 0 <= kept <= prompt + meta["tokens_after"]
-            expected = billed(kept, prompt + meta["tokens_after"], DEFAULT_RATES)
+            prompt = _sent(new_acc) - meta["tokens_after"]
+            kept_tokens = meta["cache_kept_tokens"]
+            assert 0 <= kept_tokens <= prompt + meta["tokens_after"]
+            expected = billed(kept_tokens, prompt + meta["tokens_after"], DEFAULT_RATES)
             assert abs(meta["billed_next_with"] - expected) <= 1
             assert meta["billed_next_without"] <= 1.25 * before + 1
             assert meta["cost_decision"] in ("forced", "pays")
+        acc = new_acc
 
 
 def _rounds(prefix: str, n: int, chars: int, turn: str) -> list[Entry]:
@@ -386,3 +408,109 @@ def test_clear_tool_results_clears_only_when_it_pays():
     assert meta["billed_next_with"] > meta["billed_next_without"]
     assert meta["cleared"] == [f"oldu{i}" for i in range(6)]
     assert [e.id for e in new_acc.memory.entries()] == [e.id for e in entries]
+
+
+# -- the cost schedule's arithmetic ----------------------------------------------------------
+
+
+def test_a_cycles_rate_is_the_hand_computed_one():
+    from normandy_window_manager.schedule import cycle_rate
+
+    # 1000 tokens, 100 cached, +100 per call: rate(n) = (1.15 * 900 + 0.1 * (1000 n +
+    # 50 n (n - 1)) + 1.15 * 100 (n - 1)) / n = 920 / n + 210 + 5 n, lowest at n = 14
+    rate, n = cycle_rate(1000, 100, 100.0, 50, DEFAULT_RATES)
+    assert n == 14
+    assert rate == pytest.approx(920 / 14 + 210 + 5 * 14)
+    # one call only: the rewrite and the read of that call
+    assert cycle_rate(1000, 100, 100.0, 1, DEFAULT_RATES) == (pytest.approx(1.25 * 900 + 10), 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(0, 200_000),
+    kept_share=st.floats(0, 1),
+    growth=st.floats(0, 20_000),
+    max_calls=st.integers(1, 120),
+    write=st.sampled_from([1.0, 1.25, 2.0]),
+)
+def test_a_cycles_rate_is_the_lowest_over_every_length(size, kept_share, growth, max_calls, write):
+    from normandy_window_manager.schedule import cycle_rate
+
+    rates = CacheRates(read=0.1, write=write)
+    kept = int(size * kept_share)
+    rate, n = cycle_rate(size, kept, growth, max_calls, rates)
+    assert 1 <= n <= max_calls
+    extra = rates.write - rates.read
+    brute = min(
+        (
+            extra * (size - kept)
+            + 0.1 * (k * size + growth * k * (k - 1) / 2)
+            + extra * growth * (k - 1)
+        )
+        / k
+        for k in range(1, max_calls + 1)
+    )
+    assert rate == pytest.approx(brute, rel=1e-9, abs=1e-6)
+
+
+def test_the_decision_picks_the_cheaper_of_two_plans():
+    from normandy_window_manager.schedule import Plan, price_plans
+
+    drop = Plan("drop", level=1000, size=1000, kept=100, clears=0, drops=True)
+    clear = Plan("clear", level=1000, size=1500, kept=1200, clears=3, drops=False)
+    priced = price_plans(
+        [drop, clear], cached=5000, growth=100.0, usable=10_000, horizon=50, rates=DEFAULT_RATES
+    )
+    by = {p.plan.name: p for p in priced}
+    # drop: 920 / n + 210 + 5 n, lowest at n = 14; clear rewrites 300 tokens:
+    # (1.15 * 300 + 0.1 * (1500 n + 50 n (n - 1)) + 115 (n - 1)) / n = 230 / n + 260 + 5 n,
+    # lowest at n = 7: clear is cheaper though it keeps 500 tokens more
+    assert (by["drop"].calls, by["clear"].calls) == (14, 7)
+    assert by["drop"].rate == pytest.approx(920 / 14 + 280)
+    assert by["clear"].rate == pytest.approx(230 / 7 + 295)
+    assert min(priced, key=lambda p: p.rate).plan is clear
+    # clearing that leaves 3000 tokens (100 rewritten): 415 + 5 (n - 1), lowest at n = 1
+    big = Plan("clear", level=1000, size=3000, kept=2900, clears=1, drops=False)
+    priced = price_plans(
+        [drop, big], cached=5000, growth=100.0, usable=10_000, horizon=50, rates=DEFAULT_RATES
+    )
+    assert [round(p.rate, 3) for p in priced] == [round(920 / 14 + 280, 3), 415.0]
+    assert min(priced, key=lambda p: p.rate).plan is drop
+    # a plan cannot be weighed over more calls than the window leaves room for
+    (tight,) = price_plans(
+        [drop], cached=5000, growth=100.0, usable=1_500, horizon=50, rates=DEFAULT_RATES
+    )
+    assert tight.calls == 6  # 1000 + 5 * 100 = 1500
+    # the cached prefix a plan keeps is at most what is cached now
+    (cold,) = price_plans(
+        [clear], cached=0, growth=100.0, usable=10_000, horizon=50, rates=DEFAULT_RATES
+    )
+    assert cold.kept == 0
+
+
+def test_with_its_defaults_the_cost_schedule_cuts_to_its_floor():
+    from normandy_window_manager.schedule import COST_FLOOR
+
+    acc = _acc(_session(40))  # no target: the documented floor
+    new_acc, meta = run_compaction(acc, mid_round=True)
+    assert meta["compacted"] and meta["cost_decision"] == "forced"
+    assert meta["cost_floor"] == int(COST_FLOOR * (WINDOW - RESERVED))
+    assert _sent(new_acc) <= meta["cost_floor"] + 50
+    # given, target is the floor
+    _, meta = run_compaction(_acc(_session(40), target=0.5), mid_round=True)
+    assert meta["cost_floor"] == int(0.5 * (WINDOW - RESERVED))
+
+
+def test_the_benchmarks_verdict_checks_all_three_conditions():
+    from benchmarks.cost import Row, verdict
+
+    base = Row("default", cost=10.0, compactions=5, peak=40_000, over=0, facts=50, facts_total=60)
+    good = Row("cost", cost=8.0, compactions=5, peak=40_000, over=0, facts=50, facts_total=60)
+    assert verdict(good, base, 43_904).startswith("**met**")
+    for bad in (
+        dataclasses.replace(good, cost=8.01),  # 0.801x: not 20 % cheaper
+        dataclasses.replace(good, over=1),
+        dataclasses.replace(good, peak=43_905),
+        dataclasses.replace(good, facts=49),
+    ):
+        assert verdict(bad, base, 43_904).startswith("**not met**")

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
-from normandy_core import AgentConfig, get_counter, pairing_problems, run_compaction
+from normandy_core import (
+    AgentConfig,
+    ToolResultBlock,
+    get_counter,
+    pairing_problems,
+    run_compaction,
+)
 from normandy_core.testing.strategies import conversations
 
 SPECIAL = ("normandy.summary", "normandy.compaction_marker")
@@ -109,3 +115,114 @@ def test_compaction_invariants(setup):
     again_acc, again = run_compaction(new_acc, mid_round=mid)
     assert again == {"compacted": False}
     assert again_acc is new_acc
+
+
+# -- schedule="cost" --------------------------------------------------------------------
+
+
+@st.composite
+def cost_setups(draw):
+    conv = draw(conversations())
+    strategy = draw(st.sampled_from(["oldest_first", "sliding_window", "summarize"]))
+    counter_name = draw(st.sampled_from(["estimate", "conservative", "cl100k_base"]))
+    reserved = draw(st.integers(0, 1_000))
+    # the window sized against the conversation: the conversation fills from 30 % of the
+    # usable window (under the floor or between it and the window) to 130 % (over it)
+    size = conv.memory.tokens(get_counter(counter_name)) + 400
+    fill = draw(st.sampled_from([0.3, 0.5, 0.7, 0.85, 0.95, 1.1, 1.3]))
+    opts = {
+        "strategy": strategy,
+        "schedule": "cost",
+        "context_window": max(int(size / fill), 1_500) + reserved,
+        "reserved_tokens": reserved,
+        "horizon": draw(st.integers(1, 200)),
+        "counter": counter_name,
+    }
+    if draw(st.booleans()):
+        opts["target"] = draw(st.sampled_from([0.2, 0.4, 0.6]))
+    if strategy == "summarize":
+        opts["summarizer"] = "extractive"
+    system = draw(st.sampled_from(["", "You are a careful coding agent." * 5]))
+    acc = AgentConfig(
+        model="claude-sonnet-4-5",
+        system_prompt=system,
+        compactor="window_manager",
+        compactor_opts=opts,
+    )
+    return acc.with_memory(conv.memory), conv.ends_mid_round
+
+
+def _cleared_only(old, new):
+    """Whether ``new`` is ``old`` with some tool results replaced by the cleared text."""
+    from normandy_window_manager.schedule import CLEARED_KEY, CLEARED_TEXT
+
+    a, b = old.without_thinking().blocks, new.blocks
+    if len(a) != len(b) or not new.metadata.get(CLEARED_KEY):
+        return False
+    return all(
+        x == y or (isinstance(y, ToolResultBlock) and y.content == CLEARED_TEXT)
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+@given(cost_setups())
+def test_cost_schedule_invariants(setup):
+    acc, mid = setup
+    original = acc.memory
+    dump_before = original.dump()
+    active_before = [e.id for e in original]
+    opts = acc.compactor_opts
+    counter = get_counter(opts["counter"])
+    usable = opts["context_window"] - opts["reserved_tokens"]
+    sent_before = original.tokens(counter) + acc.prompt_tokens
+
+    new_acc, meta = run_compaction(acc, mid_round=mid)
+    event(f"decision: {meta.get('cost_decision', 'not weighed')}, plan {meta.get('cost_plan')}")
+
+    # the input is never mutated
+    assert original.dump() == dump_before
+    assert acc.memory is original
+    if not meta["compacted"]:
+        assert new_acc is acc and "dropped" not in meta
+        if "error" in meta:
+            assert "irreducible" in meta["error"] or "summar" in meta["error"]
+        else:
+            # never over the window: what is left as it was fits it
+            assert sent_before <= usable
+            if "cost_decision" in meta:
+                assert meta["cost_decision"] == "waits"
+        return
+
+    assert meta["cost_decision"] in ("forced", "pays")
+    assert meta["cost_decision"] == ("forced" if sent_before > usable else "pays")
+    kept = list(new_acc.memory)
+    # pairs never split: no orphaned tool use or result, no split batch
+    assert pairing_problems(kept) == [], pairing_problems(kept)
+    # never over the window
+    after = new_acc.memory.tokens(counter)
+    assert meta["tokens_after"] == after
+    assert after + acc.prompt_tokens <= usable
+    # nothing dropped unreported: every original entry not kept as it was is in dropped,
+    # with its original content; what is kept changed is shortened or cleared only
+    dropped = {e.id: e for e in meta["dropped"]}
+    by_id = {e.id: e for e in kept}
+    for e in original:
+        k = by_id.get(e.id)
+        if k is None or k.content != e.without_thinking().content:
+            assert e.id in dropped, f"{e.id} dropped or rewritten but not reported"
+            assert dropped[e.id] == e
+        if k is not None and k.content != e.without_thinking().content:
+            assert e.id in meta.get("shortened", []) or _cleared_only(e, k)
+    assert set(dropped) <= set(active_before)
+    # order preserved; system and pinned entries kept
+    pos = {eid: i for i, eid in enumerate(active_before)}
+    kept_ids = [e.id for e in kept if not _special(e)]
+    assert kept_ids == sorted(kept_ids, key=pos.__getitem__)
+    for e in original:
+        if e.pinned or e.role == "system":
+            assert e.id in by_id
+    # the meta says what was decided and why
+    assert meta["cost_plan"] in meta["cost_plans"]
+    assert meta["cost_rate_with"] == min(meta["cost_plans"].values())
+    if meta["cost_decision"] == "pays":
+        assert meta["cost_rate_with"] < meta["cost_rate_without"]

@@ -25,8 +25,12 @@ class WindowManagerOptions(CompactorOptions):
 
     With ``schedule="cost"`` the compactor decides by what compacting costs with prompt
     caching instead of by ``trigger`` (see ``docs/cost.md``): over the usable window it
-    always compacts; over ``target`` at the start of a turn it compacts only when that is
-    cheaper over the next ``horizon`` calls, clearing old tool results before dropping.
+    always compacts; at the start of a turn over its floor it compacts when the next call
+    without compacting would cost more than the cheapest compaction's billed tokens per call
+    over the cycle it starts (at most ``horizon`` calls). It cuts to the floor: ``target``
+    of the usable window when given, else 25 % (the newest messages; what is cut stays
+    archived and recallable), clearing old tool results instead of dropping where that is
+    cheaper.
     """
 
     strategy: Strategy = "oldest_first"
@@ -40,7 +44,8 @@ class WindowManagerOptions(CompactorOptions):
     """Fraction of the usable window at which to compact at the start of a turn (mid-round:
     only over the usable window)."""
     target: float = Field(default=0.6, gt=0.0, le=1.0)
-    """Fraction of the usable window to compact down to (at most ``trigger``)."""
+    """Fraction of the usable window to compact down to (at most ``trigger``). With
+    ``schedule="cost"``: the floor it cuts to, 0.25 when not given."""
     keep_last_turns: int | None = Field(default=None, ge=1)
     """``sliding_window`` only: how many of the newest turns to keep (default 3)."""
     counter: CounterSpec | None = None
@@ -58,7 +63,8 @@ class WindowManagerOptions(CompactorOptions):
     """When to compact: ``threshold`` (over ``trigger``, today's behaviour) or ``cost``
     (when it pays for the cache rewrite it causes; never letting the window be exceeded)."""
     horizon: int = Field(default=50, ge=1, le=10_000)
-    """``cost`` only: how many further model calls the cost is weighed over."""
+    """``cost`` only: the most model calls a compaction's cycle is weighed over (its
+    rewrite is spread over at most this many calls)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> WindowManagerOptions:

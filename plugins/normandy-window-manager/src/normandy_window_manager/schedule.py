@@ -2,64 +2,147 @@
 
 The billing model is :mod:`normandy_core.cost`'s: the next call reads from the prompt cache
 what the previous call sent (0.1x the input price) up to the first message a compaction
-changed, and writes the rest (1.25x). At a boundary over ``target`` the schedule weighs,
-over the next ``horizon`` calls with the conversation growing as it has so far:
+changed, and writes the rest (1.25x). Every call re-reads the whole kept conversation, so
+a large kept context costs every call, and a compaction costs one rewrite of what it keeps
+after its first change. Between two compactions the conversation grows by ``g`` tokens per
+call (:func:`normandy_core.cost.growth_per_call`, the newest eight calls).
 
-* **waiting** (not allowed once the conversation is over the usable window: the window
-  is never exceeded; nor before it at a mid-round boundary, as the contract says), and
-* **compacting now to one of a few levels** between ``target`` (the deepest: never
-  below, so what the threshold schedule keeps is a floor) and the usable window. Each
-  level is reached by clearing old tool results first, oldest first (the messages and
-  their structure stay, so the cache breaks only at the first result cleared and the
-  skeleton before it stays cached), and only then dropping, by the configured strategy.
-  Results in the newest ``target`` of the window, results a survival rule keeps and the
-  newest unit's are never cleared.
+A compaction *plan* leaves ``A`` tokens (prompt included) of which ``K`` stay cached; a
+*cycle* is the plan's compaction and the ``n`` calls until the next one. Its billed tokens
+per call are (``r`` read, ``w`` write)::
 
-The cheapest option wins (waiting on a tie). Its estimates are in the meta of every
-boundary it weighs: ``billed_next_without`` and ``billed_next_with`` (next call),
-``cost_horizon_without`` and ``cost_horizon_with`` (the horizon), ``growth_per_call``
-and ``cost_decision`` (``"forced"``, ``"pays"`` or ``"waits"``).
+    rate(n) = ((w - r) * (A - K) + r * (n*A + g*n*(n-1)/2) + (w - r) * g * (n-1)) / n
+
+for the best ``n`` (at most ``horizon`` calls, and never past the usable window). The next
+call without compacting costs ``r * cached + w * (sent - cached)``. Waiting is worth it
+while that call costs less than the best plan's cycle rate: once it costs more, every
+further call without compacting costs more than the long-run average with it (the
+renewal rule), so the schedule compacts. Since ``rate`` grows with ``A``, the cheapest
+cycle keeps little: the plans cut to the **floor**.
+
+The floor: the newest ``target`` of the usable window when ``target`` is given, else
+:data:`COST_FLOOR` (25 %) of it; with the newest unit, system entries and what the survival
+rules keep, always kept. What is cut is archived and recallable (``recall``), and a marker
+says where. Two plans are weighed:
+
+* **clear**: clear old tool results, oldest first, until the floor is reached (or none is
+  left): the messages and their structure stay, so the cache breaks only at the first
+  result cleared. Results in the floor, results a survival rule keeps and the newest
+  unit's are never cleared.
+* **drop**: drop whole units down to the floor by the configured strategy.
+
+The cheaper plan (by cycle rate) wins. Over the usable window the schedule always
+compacts (``forced``: the window is never exceeded); at a mid-round boundary under it,
+never (the contract). Every boundary it weighs reports in meta ``billed_next_without``
+and ``billed_next_with`` (next call), ``cost_rate_without`` and ``cost_rate_with`` (the
+next call's and the chosen cycle's billed tokens per call), ``cost_horizon_without`` and
+``cost_horizon_with`` (the same over the cycle's calls), ``cost_cycle_calls``,
+``cost_plan`` (``"clear"`` or ``"drop"``), ``cost_plans`` (each plan's rate),
+``cost_floor``, ``growth_per_call`` and ``cost_decision`` (``"forced"``, ``"pays"`` or ``"waits"``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from normandy_core import Entry, ToolResultBlock, group_units
-from normandy_core.cost import (
-    CacheRates,
-    billed,
-    cached_until,
-    growth_per_call,
-    horizon_cost,
-    rates_for,
-)
+from normandy_core.cost import CacheRates, billed, cached_until, growth_per_call, rates_for
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext
     from normandy_window_manager.options import WindowManagerOptions
 
-__all__ = ["CLEARED_KEY", "CLEARED_TEXT", "cost_schedule"]
+__all__ = [
+    "CLEARED_KEY",
+    "CLEARED_TEXT",
+    "COST_FLOOR",
+    "Plan",
+    "Priced",
+    "cost_schedule",
+    "cycle_rate",
+    "price_plans",
+]
 
 #: Entry metadata key listing the tool-use ids whose results were cleared (the same key
 #: ``clear_tool_results`` uses, so either recognises the other's work).
 CLEARED_KEY = "normandy.cleared_tool_uses"
 #: What a cleared tool result says instead of its content.
 CLEARED_TEXT = "[tool result cleared by normandy window_manager to save context; archived]"
-
-#: How many levels between ``target`` and the usable window are weighed.
-LEVELS = 4
+#: The share of the usable window the cost schedule always keeps (the newest messages)
+#: when ``target`` is not given.
+COST_FLOOR = 0.25
 
 
 @dataclass(frozen=True)
-class _Option:
-    level: int  # tokens (prompt included) the option compacts to
+class Plan:
+    """One way to compact: ``size`` tokens sent after it, ``kept`` of them still cached."""
+
+    name: str  # "clear" or "drop"
+    level: int  # the tokens (prompt included) it aims at: the floor
     size: int  # estimated tokens sent after it
     kept: int  # cached tokens it keeps (the prefix before its first change)
     clears: int  # how many of the clearable results it clears
-    drops: bool  # whether clearing alone does not reach the level
-    cost: float = 0.0
+    drops: bool  # whether it drops units (after clearing ``clears`` results)
+
+
+def cycle_rate(
+    size: int, kept: int, growth: float, max_calls: int, rates: CacheRates
+) -> tuple[float, int]:
+    """The lowest billed tokens per call of a cycle that starts at ``size`` tokens with
+    ``kept`` of them cached and grows by ``growth`` per call, over at most ``max_calls``
+    calls, and the number of calls that reaches it (see the module)."""
+    extra = rates.write - rates.read
+    rewrite = max(size - kept, 0)
+    g = max(growth, 0.0)
+
+    def rate(n: int) -> float:
+        reads = rates.read * (n * size + g * n * (n - 1) / 2)
+        return (extra * rewrite + reads + extra * g * (n - 1)) / n
+
+    top = max(max_calls, 1)
+    # rate(n) = (extra * (rewrite - g)) / n + read * g * n / 2 + constants: convex in n,
+    # lowest at sqrt(2 * extra * (rewrite - g) / (read * g)); the integers around it decide
+    if rates.read * g > 0:
+        best = math.sqrt(max(2 * extra * (rewrite - g), 0.0) / (rates.read * g))
+    else:
+        best = float(top)
+    candidates = {1, top} | {min(max(int(best) + d, 1), top) for d in (0, 1)}
+    n = min(sorted(candidates), key=rate)
+    return rate(n), n
+
+
+@dataclass(frozen=True)
+class Priced:
+    """A plan with its cycle: ``rate`` billed tokens per call over ``calls`` calls, with
+    ``kept`` cached tokens (the plan's, at most what is cached now)."""
+
+    plan: Plan
+    rate: float
+    calls: int
+    kept: int
+
+
+def price_plans(
+    plans: list[Plan],
+    *,
+    cached: int,
+    growth: float,
+    usable: int,
+    horizon: int,
+    rates: CacheRates,
+) -> list[Priced]:
+    """Each plan's cheapest cycle: at most ``horizon`` calls, and no more than the usable
+    window leaves room for at ``growth`` tokens per call."""
+    out = []
+    for plan in plans:
+        kept = min(plan.kept, cached)
+        room = max(usable - plan.size, 0)
+        calls = horizon if growth <= 0 else min(horizon, int(room / growth) + 1)
+        rate, n = cycle_rate(plan.size, kept, growth, calls, rates)
+        out.append(Priced(plan, rate, n, kept))
+    return out
 
 
 def cost_schedule(
@@ -75,7 +158,8 @@ def cost_schedule(
     prompt = ctx.prompt_tokens
     usable = ctx.window - o.reserved_tokens
     sent = before + prompt
-    floor = int(o.target * usable)
+    share = o.target if "target" in o.model_fields_set else COST_FLOOR
+    floor = int(share * usable)
     over = sent > usable
     if sent <= floor or (ctx.mid_round and not over):
         return acc, {"compacted": False}
@@ -88,31 +172,28 @@ def cost_schedule(
     growth = growth_per_call(entries, sizes)
     clearable = _clearable(acc, ctx, entries, sizes, floor - prompt)
     placeholder = counter.count_text(CLEARED_TEXT)
-    options = _options(
-        entries, sizes, prompt, sent, usable, floor, clearable, placeholder, ctx, cached
+    plans = _plans(entries, sizes, prompt, sent, usable, floor, clearable, placeholder, ctx)
+    priced = price_plans(
+        plans, cached=cached, growth=growth, usable=usable, horizon=o.horizon, rates=rates
     )
-    for i, opt in enumerate(options):
-        options[i] = _priced(opt, cached, growth, usable, o.horizon, rates)
-    best = min(options, key=lambda x: x.cost)
-    wait = horizon_cost(
-        sent=sent,
-        cached=cached,
-        after_size=best.size,
-        rewrite=best.size - best.kept,
-        growth=growth,
-        limit=usable,
-        calls=o.horizon,
-        rates=rates,
-    )
+    chosen = min(priced, key=lambda x: x.rate)
+    rate, n, best, kept = chosen.rate, chosen.calls, chosen.plan, chosen.kept
+    wait = billed(cached, sent, rates)
     report: dict[str, Any] = {
         "schedule": "cost",
-        "billed_next_without": round(billed(cached, sent, rates)),
-        "billed_next_with": round(billed(min(best.kept, cached), best.size, rates)),
-        "cost_horizon_without": round(wait),
-        "cost_horizon_with": round(best.cost),
+        "billed_next_without": round(wait),
+        "billed_next_with": round(billed(kept, best.size, rates)),
+        "cost_rate_without": round(wait),
+        "cost_rate_with": round(rate),
+        "cost_horizon_without": round(wait * n),
+        "cost_horizon_with": round(rate * n),
+        "cost_cycle_calls": n,
+        "cost_plan": best.name,
+        "cost_plans": {p.plan.name: round(p.rate) for p in priced},
+        "cost_floor": floor,
         "growth_per_call": round(growth),
     }
-    if not over and wait <= best.cost:
+    if not over and wait <= rate:
         return acc, {"compacted": False, "cost_decision": "waits", **report}
 
     decision = "forced" if over else "pays"
@@ -169,7 +250,7 @@ def _cleared_ids(entry: Entry) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
-def _options(
+def _plans(
     entries: list[Entry],
     sizes: list[int],
     prompt: int,
@@ -179,18 +260,10 @@ def _options(
     clearable: list[tuple[int, str]],
     placeholder: int,
     ctx: CompactionContext,
-    cached: int,
-) -> list[_Option]:
-    """One option per level: clear oldest results until under it, then drop if needed."""
-    result_sizes: dict[str, int] = {}
+) -> list[Plan]:
+    """The plans weighed: ``clear`` (oldest results first, down to the floor or until none
+    is left; only when it fits the usable window) and ``drop`` (down to the floor)."""
     counter = ctx.counter
-    for i, tool_id in clearable:
-        e = entries[i]
-        assert not isinstance(e.content, str)
-        block = next(
-            b for b in e.content if isinstance(b, ToolResultBlock) and b.tool_use_id == tool_id
-        )
-        result_sizes[tool_id] = max(counter.count_text(block.text()) - placeholder, 0)
     # where dropping would first cut: the first unit that is not system or kept by a rule
     protected = ctx.rules.protected(entries)
     units = group_units(entries)
@@ -199,43 +272,25 @@ def _options(
         if not any(e.role == "system" or e.id in protected for e in entries[start:end]):
             first_drop = start
             break
-    drop_kept = prompt + sum(sizes[:first_drop])
-    top = min(usable, sent - 1)
-    levels = sorted({floor + (top - floor) * k // LEVELS for k in range(LEVELS)} | {floor})
-    out: list[_Option] = []
-    for level in levels:
-        size = sent
-        clears = 0
-        for _i, tool_id in clearable:
-            if size <= level:
-                break
-            size -= result_sizes[tool_id]
-            clears += 1
-        if size <= level:
-            first = clearable[0][0] if clears else len(entries)
-            kept = prompt + sum(sizes[:first])
-            out.append(_Option(level, size, min(kept, cached), clears, drops=False))
-        else:
-            first = min(first_drop, clearable[0][0]) if clearable else first_drop
-            kept = min(prompt + sum(sizes[:first]), drop_kept)
-            out.append(_Option(level, level, min(kept, cached), clears, drops=True))
+    out = [Plan("drop", floor, floor, prompt + sum(sizes[:first_drop]), 0, drops=True)]
+    if not clearable:
+        return out
+    size = sent
+    clears = 0
+    for i, tool_id in clearable:
+        if size <= floor:
+            break
+        e = entries[i]
+        assert not isinstance(e.content, str)
+        block = next(
+            b for b in e.content if isinstance(b, ToolResultBlock) and b.tool_use_id == tool_id
+        )
+        size -= max(counter.count_text(block.text()) - placeholder, 0)
+        clears += 1
+    if size <= usable and size < sent:
+        kept = prompt + sum(sizes[: clearable[0][0]])
+        out.append(Plan("clear", floor, size, kept, clears, drops=False))
     return out
-
-
-def _priced(
-    opt: _Option, cached: int, growth: float, usable: int, horizon: int, rates: CacheRates
-) -> _Option:
-    cost = horizon_cost(
-        sent=opt.size,
-        cached=min(opt.kept, cached),
-        after_size=opt.size,
-        rewrite=opt.size - opt.kept,
-        growth=growth,
-        limit=usable,
-        calls=horizon,
-        rates=rates,
-    )
-    return _Option(opt.level, opt.size, opt.kept, opt.clears, opt.drops, cost)
 
 
 def _apply(
@@ -245,7 +300,7 @@ def _apply(
     counter: Any,
     entries: list[Entry],
     cleared_ids: list[str],
-    opt: _Option,
+    opt: Plan,
     usable: int,
     compact: Any,
 ) -> tuple[AgentConfig, dict[str, Any]]:
@@ -266,11 +321,10 @@ def _apply(
             "cleared": cleared_ids,
             "counter": counter.name,
             "window": ctx.window,
-            "target_met": after + ctx.prompt_tokens <= int(o.target * usable),
+            "target_met": after + ctx.prompt_tokens <= opt.level,
         }
         return cleared_acc, meta
-    level = max(opt.level / usable, o.target)
-    plain = o.model_copy(update={"target": min(level, 1.0), "schedule": "threshold"})
+    plain = o.model_copy(update={"target": min(opt.level / usable, 1.0), "schedule": "threshold"})
     new_acc, meta = compact(cleared_acc, ctx, plain, counter, after, usable)
     if "error" in meta:
         return acc, meta
