@@ -16,6 +16,8 @@ from normandy_core import (
     OptionsError,
     Prices,
     StaticCatalog,
+    TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
     default_catalog,
@@ -514,3 +516,43 @@ def test_the_benchmarks_verdict_checks_all_three_conditions():
         dataclasses.replace(good, facts=49),
     ):
         assert verdict(bad, base, 43_904).startswith("**not met**")
+
+
+def test_over_the_window_only_by_old_thinking_it_strips_it():
+    """Campaign: seed 21, index 648 (window_manager, schedule='cost', target 1.0). Over the
+    usable window only by the thinking of earlier turns, the drop plan had nothing to drop
+    once that thinking was stripped, and the boundary left the conversation over the
+    window (compacted False). It now keeps the stripped entries, as the threshold
+    schedule does."""
+    thinking = ThinkingBlock(thinking="step " * 4_000, signature="sig")
+    entries = [Entry(id="task", role="user", content="Fix the failing build.", turn_id="t1")]
+    for i in range(3):
+        entries.append(
+            Entry(
+                id=f"a{i}",
+                role="assistant",
+                content=(thinking, TextBlock(text=f"Done {i}.")),
+                turn_id=f"t{i + 1}",
+            )
+        )
+        entries.append(Entry(id=f"q{i}", role="user", content=f"Next {i}.", turn_id=f"t{i + 2}"))
+    acc = _acc(entries, target=1.0)
+    assert _sent(acc) > WINDOW - RESERVED
+    stripped = [e.without_thinking() for e in entries]
+    assert _sent(acc.with_memory(AgentMemory.from_entries(stripped))) <= WINDOW - RESERVED
+    new_acc, meta = run_compaction(acc, mid_round=False)
+    assert meta["compacted"] and meta["cost_decision"] == "forced", meta
+    assert _sent(new_acc) <= WINDOW - RESERVED
+    assert [e.id for e in new_acc.memory.entries()] == [e.id for e in entries]
+
+
+def test_cleared_results_are_listed_as_shortened():
+    """Campaign: seed 21, indices 164 and 425 (schedule='cost'; check ``accounting``):
+    results the cost schedule cleared are kept changed and reported dropped, and now
+    listed in ``meta["shortened"]`` as window_manager's shortened results are."""
+    entries = _slowing()
+    new_acc, meta = run_compaction(_acc(entries, horizon=100, target=0.3), mid_round=False)
+    assert meta["compacted"] and meta["cleared"]
+    kept = {e.id for e in new_acc.memory.entries()}
+    both = sorted(e.id for e in meta["dropped"] if e.id in kept)
+    assert both and sorted(meta["shortened"]) == both

@@ -136,6 +136,9 @@ _WEIGHTS = (17, 14, 17, 20, 22, 10)  # of the portable ones; the native ones are
 #: The share of Anthropic and Responses cases run by their provider's native compactor,
 #: drawn from a generator of their own, so every other case is the one it always was.
 _NATIVE_SHARE = 0.2
+#: The share of window_manager configurations (and pipelines' second steps) that take
+#: ``schedule="cost"``, drawn apart too.
+_COST_SHARE = 0.2
 #: Metadata keys of what a native compactor adds: its compaction entry, and the user
 #: messages OpenAI returns that are not the very entries it was sent.
 _NATIVE_KEY = "normandy.native_compaction"
@@ -395,6 +398,19 @@ def _draw_case(
         opts = {"steps": steps}
         if counter_opt is not None:
             opts["counter"] = counter_opt
+    # schedule="cost" in some window_manager configurations (alone or as the pipeline's
+    # second step), drawn apart as the native compactors are
+    wm = opts if compactor == "window_manager" else None
+    if compactor == "pipeline":
+        wm = opts["steps"][1]["opts"]
+    cost_side = random.Random(f"cost:{seed}:{index}")
+    if wm is not None and cost_side.random() < _COST_SHARE:
+        wm["schedule"] = "cost"
+        wm.pop("trigger", None)
+        if cost_side.random() < 0.3:
+            wm["horizon"] = cost_side.choice([1, 5, 20, 200])
+        if cost_side.random() < 0.5:
+            wm.pop("target", None)  # its own floor
     client: FuzzProvider | None = None
     if compactor in NATIVE:
         opts = _native_opts(side, compactor, window, tokens, counter_opt)

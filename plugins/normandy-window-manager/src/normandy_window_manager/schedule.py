@@ -309,15 +309,18 @@ def _apply(
     clear = set(cleared_ids)
     new_entries = [_cleared(e, clear).without_thinking() for e in entries]
     rewritten = [e for e, ne in zip(entries, new_entries, strict=True) if _changed(e, ne)]
+    # old thinking stripped (not reported: the provider ignores it) is a change too
+    changed = any(ne.content is not e.content for e, ne in zip(entries, new_entries, strict=True))
     cleared_acc = acc.with_memory(memory.derive(new_entries))
     after = counter.memory_tokens(cleared_acc.memory)
     if not opt.drops and after + ctx.prompt_tokens <= usable:
-        if not rewritten:
+        if not changed:
             return acc, {"compacted": False}
         meta: dict[str, Any] = {
             "compacted": True,
             "strategy": o.strategy,
             "dropped": rewritten,
+            "shortened": [e.id for e in rewritten],
             "cleared": cleared_ids,
             "counter": counter.name,
             "window": ctx.window,
@@ -329,12 +332,17 @@ def _apply(
     if "error" in meta:
         return acc, meta
     if not meta.get("compacted"):
-        if not rewritten:
+        if not changed:
             return acc, meta
         new_acc, meta = cleared_acc, {"compacted": True, "strategy": o.strategy}
     # every entry cleared or dropped, once, with the content it had in the input
     ids = {e.id for e in rewritten} | {e.id for e in meta.get("dropped", ())}
     meta["dropped"] = [e for e in entries if e.id in ids]
+    # kept changed: the results cleared here, and those the plain compaction shortened
+    kept = {e.id for e in new_acc.memory.entries()}
+    shortened = {e.id for e in rewritten if e.id in kept} | set(meta.get("shortened") or ())
+    if shortened:
+        meta["shortened"] = [e.id for e in entries if e.id in shortened]
     if cleared_ids:
         meta["cleared"] = cleared_ids
     meta["target"] = round(plain.target, 4)
