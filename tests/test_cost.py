@@ -556,3 +556,25 @@ def test_cleared_results_are_listed_as_shortened():
     kept = {e.id for e in new_acc.memory.entries()}
     both = sorted(e.id for e in meta["dropped"] if e.id in kept)
     assert both and sorted(meta["shortened"]) == both
+
+
+def test_growth_is_measured_on_the_intact_newest_part():
+    """Campaign: seed 22, index 1211 (pipeline clear_tool_results -> window_manager with
+    schedule='cost'; check ``idempotence``). The growth per call was measured over entries
+    the compaction had just cleared, so compacting its own output again priced a longer
+    cycle and cut again. Growth now stops at the newest entry a compaction made or
+    changed."""
+    from normandy_core.cost import growth_per_call
+
+    entries = _session(6)
+    sizes = [10 if e.role == "assistant" else 500 for e in entries]
+    assert growth_per_call(entries, sizes, calls=8) == pytest.approx((510 * 6 + 500) / 6)
+    cleared = [
+        e.model_copy(update={"metadata": {"normandy.cleared_tool_uses": ["x"]}})
+        if e.id in ("r0", "r1", "r2")
+        else e
+        for e in entries
+    ]
+    small = [40 if e.id in ("r0", "r1", "r2") else s for e, s in zip(cleared, sizes, strict=True)]
+    # the three intact newest calls (a3..r5) are what the session grows by
+    assert growth_per_call(cleared, small, calls=8) == pytest.approx(510)
