@@ -142,6 +142,7 @@ class CalibratedCounter:
         self._base = base
         self.model = model
         self.calibration = calibration or _DEFAULT
+        self._exact = False  # base offers no upper bound (any more): see memory_bound
 
     @property
     def base(self) -> TokenCounter:
@@ -214,14 +215,20 @@ class CalibratedCounter:
         While ``base`` offers one (:meth:`~normandy_core.TiktokenCounter.upper_bound`:
         UTF-8 bytes while its encoding is not loaded), the bound's total of the active
         branch (kept incrementally by the memory, like every count) scaled by the same
-        factor; ``None`` when ``base`` has no bound or counts cheaply already. A window
+        factor; ``None`` when ``base`` has no bound or counts cheaply already (then it is
+        not asked again: a tokenizer once loaded stays loaded). A window
         check that finds even the bound below its threshold can skip without counting;
         never report it as a token figure.
         """
+        if self._exact:
+            return None
         base = self.base
         upper = getattr(base, "upper_bound", None)
         bound = upper() if callable(upper) else None
         if bound is None:
+            # Counting exactly is cheap now (a tokenizer, once loaded, stays loaded): the
+            # boundaries that follow do not ask again.
+            self._exact = True
             return None
         return math.ceil(memory.tokens(bound) * self.factor)
 
