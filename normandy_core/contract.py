@@ -115,7 +115,7 @@ def build_context(
         model = acc.model if model is None else model
         prompt_tokens = acc.prompt_tokens if prompt_tokens is None else prompt_tokens
     slot = 1 if mid_round else 0
-    last: tuple[Any, ...] | None = prepared._last_ctx[slot]
+    last: tuple[CompactionContext, Any, Any] | None = prepared._last_ctx[slot]
     # The same arguments as the last call of this kind: the same ctx, without looking up
     # the counter. The calibration and rules are compared by identity (the slot holds
     # them, so their ids cannot be reused, and ``counter_for`` keeps one counter per
