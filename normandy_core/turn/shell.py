@@ -174,9 +174,6 @@ def tool_result(call: ToolUseBlock, output: Any) -> ToolResultBlock:
     if isinstance(output, ToolResultBlock):
         return output.model_copy(update={"tool_use_id": call.id})
     if isinstance(output, str):
-        if type(output) is str and type(call.id) is str:
-            # both fields valid as they are: built without validating (once per call)
-            return ToolResultBlock.model_construct(tool_use_id=call.id, content=output)
         return ToolResultBlock(tool_use_id=call.id, content=output)
     parts_types = (TextBlock, ImageBlock, DocumentBlock)
     if isinstance(output, parts_types):
