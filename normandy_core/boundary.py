@@ -107,17 +107,17 @@ class BoundaryInfo(NamedTuple):
 
 
 class _Probe:
-    """What :func:`_resolve` learns on the way, for the log line and ``on_boundary``."""
+    """What :func:`_resolve` learns on the way, for the log line and ``on_boundary``.
 
-    __slots__ = ("comp", "ctx", "error_type", "exc", "started", "took")
+    The defaults are class attributes, so making one (at every boundary) runs no
+    ``__init__``."""
 
-    def __init__(self) -> None:
-        self.comp: Any = None
-        self.ctx: CompactionContext | None = None
-        self.error_type: str | None = None
-        self.exc: BaseException | None = None
-        self.started: float | None = None
-        self.took: float | None = None
+    comp: Any = None
+    ctx: CompactionContext | None = None
+    error_type: str | None = None
+    exc: BaseException | None = None
+    started: float | None = None
+    took: float | None = None
 
 
 def _error(

@@ -204,9 +204,14 @@ class CalibratedCounter:
         ``memory.tokens(base)`` costs: only entries added since the last call are
         counted, whatever the factor did meanwhile. Prefer it on the hot path.
         """
-        base = self.base
+        base = self._base
+        if base is None or isinstance(base, str):
+            base = self.base
         n = memory.tokens(base)
-        f = self.calibration.factor(self.model, base.name)
+        model, calibration = self.model, self.calibration
+        if model is None or model not in calibration._models:
+            return n  # no evidence for the model: the factor is 1.0 (as in ``factor``)
+        f = calibration.factor(model, base.name)
         return n if f == 1.0 else math.ceil(n * f)
 
     def memory_bound(self, memory: AgentMemory) -> int | None:
