@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 import json
 import threading
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from os import urandom as _urandom
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
@@ -158,11 +158,8 @@ def _is_thinking(block: object) -> bool:
 
 
 def new_id() -> str:
-    """A fresh entry id (32 hex characters: 128 random bits, as a UUID4's hex has 122).
-
-    ``os.urandom`` directly: the turn loop makes one per message, and building a
-    :class:`uuid.UUID` around the same bytes cost several times the call."""
-    return _urandom(16).hex()
+    """A fresh entry id (32 hex characters)."""
+    return uuid.uuid4().hex
 
 
 class Entry(BaseModel):
