@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tracemalloc
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 from benchmarks.common import (
     append,
@@ -81,66 +81,125 @@ def boundaries(size: int, count: int, repeat: int) -> dict[str, Any]:
     return out
 
 
-def run_turn_boundaries(turns: int, batches_per_turn: int) -> dict[str, Any]:
-    """Seconds per boundary of whole ``run_turn`` calls, and of the floor for the same work.
+class TurnScript(NamedTuple):
+    """One scripted turn: the model's replies, the tools' outputs in call order, and the
+    messages the turn appends (built beforehand, so the floor can count them first)."""
 
-    The floor counts, with raw tiktoken, every message the turns appended (each once).
-    One turn runs first, unmeasured: what happens once per process (loading the hook
-    plugins, deriving the tool definitions) is not a boundary's cost.
-    """
+    turn_id: str
+    user: str
+    replies: list[Any]
+    outputs: list[str]
+    expected: list[Entry]
+
+
+def turn_scripts(turns: int, batches_per_turn: int) -> tuple[Any, list[TurnScript]]:
+    """The history's workload and ``turns + 1`` scripted turns (the first a warm-up)."""
     from normandy_core.clients.base import ModelReply
-    from normandy_core.clients.scripted import ScriptedClient
-    from normandy_core.memory import TextBlock, ToolUseBlock
-    from normandy_core.turn import run_turn
+    from normandy_core.memory import TextBlock, ToolResultBlock
 
-    enc = raw_encoding()
     wl = workload(200, extra=(turns + 1) * batches_per_turn * 6 + 64)
     batches = wl.batches()
-    acc = _config(AgentMemory.from_entries(wl.history), context_window=10**12, reserved_tokens=0)
-    acc.memory.tokens(acc.prepared.counter_for(acc.model))
-    ours = 0.0
-    floor = 0.0
-    boundaries_run = 0
+    scripts: list[TurnScript] = []
     for t in range(-1, turns):
+        user = f"task {t}"
         replies: list[ModelReply] = []
-        outputs: deque[str] = deque()
-        for _ in range(batches_per_turn):
+        outputs: list[str] = []
+        expected = [Entry(id=f"x{t}-u", role="user", content=user)]
+        for b in range(batches_per_turn):
             batch = next(batches)
             # A batch may open with the next user turn: the model's call is the assistant
             # entry, the tools return the recorded outputs in call order.
             at = next(i for i, e in enumerate(batch) if e.role == "assistant" and e.tool_uses)
-            outputs.extend(r.text() for e in batch[at + 1 :] for r in e.tool_results)
-            replies.append(ModelReply(content=tuple(batch[at].blocks), stop_reason="tool_use"))
-        replies.append(ModelReply(content=(TextBlock(text=f"turn {t} done"),)))
-        client = ScriptedClient(replies, model="gpt-4o")
-        names = {u.name for r in replies for u in r.content if isinstance(u, ToolUseBlock)}
+            # without its thinking: the turns run with thinking off, as the replies do
+            calls = batch[at].without_thinking()
+            outs = [r.text() for e in batch[at + 1 :] for r in e.tool_results]
+            outputs.extend(outs)
+            replies.append(ModelReply(content=tuple(calls.blocks), stop_reason="tool_use"))
+            results = tuple(
+                ToolResultBlock(tool_use_id=u.id, content=o)
+                for u, o in zip(calls.tool_uses, outs, strict=True)
+            )
+            expected.append(Entry(id=f"x{t}-a{b}", role="assistant", content=tuple(calls.blocks)))
+            expected.append(Entry(id=f"x{t}-r{b}", role="user", content=results))
+        done = (TextBlock(text=f"turn {t} done"),)
+        replies.append(ModelReply(content=done))
+        expected.append(Entry(id=f"x{t}-f", role="assistant", content=done))
+        scripts.append(TurnScript(f"bench-{t}", user, replies, outputs, expected))
+    return wl, scripts
 
-        def recorded(queue: deque[str] = outputs, **kwargs: Any) -> str:
-            return queue.popleft()
 
-        tools = dict.fromkeys(names, recorded)
+def run_turn_boundaries(turns: int, batches_per_turn: int) -> dict[str, Any]:
+    """Seconds per boundary of whole ``run_turn`` calls, and of the floor for the same work.
+
+    The floor counts, with raw tiktoken, every message the turns append (each once): the
+    messages are built beforehand from the script, and checked afterwards to count
+    exactly what the turn appended. The two are timed in alternating order (odd turns
+    the floor first, even ones after the turn), as in :func:`boundaries`, so neither
+    warms the caches the other uses; ``ratio_floor_first`` and ``ratio_floor_after``
+    are the two halves. One turn runs first, unmeasured: what happens once per process
+    (loading the hook plugins, deriving the tool definitions) is not a boundary's cost.
+    """
+    from normandy_core.clients.scripted import ScriptedClient
+    from normandy_core.turn import run_turn
+
+    enc = raw_encoding()
+    wl, scripts = turn_scripts(turns, batches_per_turn)
+    # The agent's tools: every tool the workload calls, each answering with the recorded
+    # output next in line. One table for every turn, as an agent has, so the warm-up turn
+    # derives all their definitions (a per-process cost, not a boundary's).
+    outputs: deque[str] = deque()
+
+    def recorded(**kwargs: Any) -> str:
+        return outputs.popleft()
+
+    tools = dict.fromkeys(
+        {u.name for e in wl.stream if e.role == "assistant" for u in e.tool_uses}, recorded
+    )
+    acc = _config(AgentMemory.from_entries(wl.history), context_window=10**12, reserved_tokens=0)
+    acc.memory.tokens(acc.prepared.counter_for(acc.model))
+    sums = {"ours": [0.0, 0.0], "floor": [0.0, 0.0], "boundaries": [0, 0]}
+    for n, script in enumerate(scripts):
+        t = n - 1
+        floor_first = t % 2 == 1
+        client = ScriptedClient(script.replies, model="gpt-4o")
+        outputs.extend(script.outputs)
         before = len(acc.memory)
         settle()
+        if floor_first:
+            t0 = clock()
+            for e in script.expected:
+                raw_entry_tokens(enc, e)
+            counted = clock() - t0
         t0 = clock()
-        result = run_turn(acc, f"task {t}", client=client, tools=tools, turn_id=f"bench-{t}")
+        result = run_turn(acc, script.user, client=client, tools=tools, turn_id=script.turn_id)
         took = clock() - t0
         acc = result.acc
-        added = acc.memory.entries()[before:]
-        t0 = clock()
-        for e in added:
-            raw_entry_tokens(enc, e)
-        counted = clock() - t0
+        if not floor_first:
+            t0 = clock()
+            for e in script.expected:
+                raw_entry_tokens(enc, e)
+            counted = clock() - t0
         assert result.reason == "answer" and not outputs, (result.reason, len(outputs))
+        added = acc.memory.entries()[before:]
+        # the floor counted exactly what the turn appended
+        assert [(e.role, raw_entry_tokens(enc, e)) for e in added] == [
+            (e.role, raw_entry_tokens(enc, e)) for e in script.expected
+        ], script.turn_id
         if t < 0:
             continue  # the warm-up turn
-        ours += took
-        floor += counted
-        boundaries_run += sum(1 for e in result.events if e.get("type") == "boundary")
+        half = int(floor_first)
+        sums["ours"][half] += took
+        sums["floor"][half] += counted
+        sums["boundaries"][half] += sum(1 for e in result.events if e.get("type") == "boundary")
+    boundaries_run = sum(sums["boundaries"])
+    ours, floor = sum(sums["ours"]), sum(sums["floor"])
     return {
         "boundaries": boundaries_run,
         "ours": ours / boundaries_run,
         "floor": floor / boundaries_run,
         "ratio": ours / floor,
+        "ratio_floor_first": sums["ours"][1] / sums["floor"][1],
+        "ratio_floor_after": sums["ours"][0] / sums["floor"][0],
     }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from normandy_core.config import AgentConfig
@@ -107,17 +107,17 @@ class BoundaryInfo(NamedTuple):
 
 
 class _Probe:
-    """What :func:`_resolve` learns on the way, for the log line and ``on_boundary``."""
+    """What :func:`_resolve` learns on the way, for the log line and ``on_boundary``.
 
-    __slots__ = ("comp", "ctx", "error_type", "exc", "started", "took")
+    The defaults are class attributes, so making one (at every boundary) runs no
+    ``__init__``."""
 
-    def __init__(self) -> None:
-        self.comp: Any = None
-        self.ctx: CompactionContext | None = None
-        self.error_type: str | None = None
-        self.exc: BaseException | None = None
-        self.started: float | None = None
-        self.took: float | None = None
+    comp: Any = None
+    ctx: CompactionContext | None = None
+    error_type: str | None = None
+    exc: BaseException | None = None
+    started: float | None = None
+    took: float | None = None
 
 
 def _error(
@@ -162,6 +162,41 @@ def _selected(hook: str, *, gated: bool = False) -> list[tuple[Any, Any]]:
     if gated:
         pairs = [p for p in pairs if _active(hook, p[0])]
     return pairs
+
+
+#: The ``on_boundary`` selection of the last boundary: the hook manager, its
+#: implementations then, and the pairs of :func:`_selected`, each with its gate.
+_observer_plan: tuple[Any, list[Any], list[tuple[tuple[Any, Any], Any]]] | None = None
+
+
+def _observers() -> list[tuple[Any, Any]]:
+    """``_selected("on_boundary", gated=True)``, at the cost of a list comparison.
+
+    The pairs are made again only when the hook manager or its ``on_boundary``
+    implementations changed (a plugin registered or unregistered); the gates are asked
+    at every boundary, as :func:`active_when` promises.
+    """
+    global _observer_plan
+    pm = hook_manager()
+    caller = pm.hook.on_boundary
+    impls = getattr(caller, "_hookimpls", None)
+    if impls is None:  # pragma: no cover - a pluggy without the attribute
+        impls = caller.get_hookimpls()
+    plan = _observer_plan
+    if plan is None or plan[0] is not pm or plan[1] != impls:
+        gates = [(p, getattr(p[0].function, ACTIVE_ATTR, None)) for p in _selected("on_boundary")]
+        plan = _observer_plan = (pm, list(impls), gates)
+    return [p for p, gate in plan[2] if gate is None or _open(p[0], gate)]
+
+
+def _open(impl: Any, gate: Callable[[], object]) -> bool:
+    """Whether ``impl``'s gate is true; a gate that raises counts as true (logged)."""
+    try:
+        return bool(call_plugin(gate))
+    except Exception as exc:
+        what = describe_hook(impl.plugin_name)
+        log.error("the on_boundary gate of %s raised %s", what, _fault_text(exc), exc_info=exc)
+        return True
 
 
 def _active(hook: str, impl: Any) -> bool:
@@ -329,7 +364,7 @@ def run_on_boundary(
         deadline,
         stop_at_first=False,
         extra={"info": info},
-        pairs=_selected("on_boundary", gated=True),
+        pairs=_observers(),
     )
 
 
@@ -389,7 +424,7 @@ def run_compaction(
         else "skipped"
     )
     logged = log.isEnabledFor(_LEVELS[outcome])
-    observers = _selected("on_boundary", gated=True)
+    observers = _observers()
     if not (logged or observers):
         return result  # the hot path: a skip nobody watches costs no more than this
     info = _info(acc, outcome, probe, start_ns, duration)

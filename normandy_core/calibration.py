@@ -142,6 +142,7 @@ class CalibratedCounter:
         self._base = base
         self.model = model
         self.calibration = calibration or _DEFAULT
+        self._exact = False  # base offers no upper bound (any more): see memory_bound
 
     @property
     def base(self) -> TokenCounter:
@@ -203,9 +204,14 @@ class CalibratedCounter:
         ``memory.tokens(base)`` costs: only entries added since the last call are
         counted, whatever the factor did meanwhile. Prefer it on the hot path.
         """
-        base = self.base
+        base = self._base
+        if base is None or isinstance(base, str):
+            base = self.base
         n = memory.tokens(base)
-        f = self.calibration.factor(self.model, base.name)
+        model, calibration = self.model, self.calibration
+        if model is None or model not in calibration._models:
+            return n  # no evidence for the model: the factor is 1.0 (as in ``factor``)
+        f = calibration.factor(model, base.name)
         return n if f == 1.0 else math.ceil(n * f)
 
     def memory_bound(self, memory: AgentMemory) -> int | None:
@@ -214,14 +220,20 @@ class CalibratedCounter:
         While ``base`` offers one (:meth:`~normandy_core.TiktokenCounter.upper_bound`:
         UTF-8 bytes while its encoding is not loaded), the bound's total of the active
         branch (kept incrementally by the memory, like every count) scaled by the same
-        factor; ``None`` when ``base`` has no bound or counts cheaply already. A window
+        factor; ``None`` when ``base`` has no bound or counts cheaply already (then it is
+        not asked again: a tokenizer once loaded stays loaded). A window
         check that finds even the bound below its threshold can skip without counting;
         never report it as a token figure.
         """
+        if self._exact:
+            return None
         base = self.base
         upper = getattr(base, "upper_bound", None)
         bound = upper() if callable(upper) else None
         if bound is None:
+            # Counting exactly is cheap now (a tokenizer, once loaded, stays loaded): the
+            # boundaries that follow do not ask again.
+            self._exact = True
             return None
         return math.ceil(memory.tokens(bound) * self.factor)
 

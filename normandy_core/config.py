@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -218,8 +219,20 @@ class AgentConfig:
         return self._prompt_tokens[0]
 
     def with_memory(self, memory: AgentMemory) -> AgentConfig:
-        """A copy holding ``memory``; compactor settings are unchanged, so not prepared again."""
-        return dataclasses.replace(self, memory=memory, _validate=False)
+        """A copy holding ``memory``; compactor settings are unchanged, so not prepared again.
+
+        Field for field the copy ``dataclasses.replace`` would make (its own options dict,
+        the prepared compactor shared), without running ``__init__`` again: the turn loop
+        makes one per turn and per compaction.
+        """
+        if not isinstance(memory, AgentMemory):
+            raise TypeError(
+                f"{_CREATE}: memory must be an AgentMemory, got {type(memory).__name__}"
+            )
+        new = copy.copy(self)
+        object.__setattr__(new, "memory", memory)
+        object.__setattr__(new, "compactor_opts", dict(self.compactor_opts))
+        return new
 
     def replace(
         self, *, entry: str = "normandy_core.AgentConfig.replace()", **changes: Any

@@ -258,7 +258,16 @@ class AgentMemory:
     counts are cached, so a count is never computed twice (see :meth:`tokens`).
     """
 
-    __slots__ = ("_branch", "_counts", "_entries", "_head", "_lock", "_totals", "_version")
+    __slots__ = (
+        "_branch",
+        "_counts",
+        "_entries",
+        "_head",
+        "_lock",
+        "_marks",
+        "_totals",
+        "_version",
+    )
 
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
@@ -270,6 +279,8 @@ class AgentMemory:
         self._counts: dict[str, dict[str, tuple[tuple[object, str, int], ...]]] = {}
         # counter name -> (entries of the branch counted so far, their total)
         self._totals: dict[str, tuple[int, int]] = {}
+        # metadata key -> (entries of the branch looked at so far, whether one had it set)
+        self._marks: dict[str, tuple[int, bool]] = {}
         self._version = 0
         # Guards _totals' read-modify-write: readers on other threads (an abandoned
         # compactor, an observer) must never store a total for more entries than counted.
@@ -390,6 +401,7 @@ class AgentMemory:
         mem._head = self._head
         mem._branch = list(self._branch) if self._branch is not None else None
         mem._totals = dict(self._totals)
+        mem._marks = dict(self._marks)
         return mem
 
     def _derive(self) -> AgentMemory:
@@ -426,6 +438,7 @@ class AgentMemory:
         self._head = head
         self._branch = None
         self._totals = {}
+        self._marks = {}
         self._version += 1
 
     # -- reading --------------------------------------------------------------------
@@ -445,6 +458,7 @@ class AgentMemory:
             branch.reverse()
             self._branch = branch
             self._totals = {}
+            self._marks = {}
         return self._branch
 
     @property
@@ -527,6 +541,27 @@ class AgentMemory:
             if stored[0] < n and self._branch is branch:
                 self._totals[name] = (n, total)
         return total
+
+    def any_marked(self, key: str) -> bool:
+        """Whether an entry of the active branch has a true ``metadata[key]``.
+
+        Kept incrementally like :meth:`tokens`: only entries appended since the last call
+        are looked at (the turn loop asks at every model reply, whatever the history's
+        length), and safe under concurrent readers the same way.
+        """
+        branch = self._active()
+        n = len(branch)
+        done, found = self._marks.get(key, (0, False))
+        if found or done == n:
+            return found
+        if done > n:  # pragma: no cover - a branch only shrinks through _restore
+            done = 0
+        found = any(e.metadata.get(key) for e in branch[done:n])
+        with self._lock:
+            stored = self._marks.get(key, (0, False))
+            if stored[0] < n and self._branch is branch:
+                self._marks[key] = (n, found)
+        return found
 
     # -- persistence ----------------------------------------------------------------
 

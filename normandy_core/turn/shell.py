@@ -368,7 +368,7 @@ class _Runner:
         # count says nothing about how Normandy's counter sizes the conversation.
         edited = any(
             e.get("type") in ("context_management", "provider_compaction") for e in reply.events
-        ) or any(e.metadata.get(PROVIDER_COMPACTION) for e in self.acc.memory)
+        ) or self.acc.memory.any_marked(PROVIDER_COMPACTION)
         if model is not None and reply.usage.input_tokens > 0 and not edited:
             self.calibration.observe(model, self.base.name, estimated, reply.usage.input_tokens)
         for note in reply.events:
