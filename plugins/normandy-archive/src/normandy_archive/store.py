@@ -198,37 +198,44 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _journal_rows_of(jid: int, rows: Sequence[Prepared]) -> builtins.list[tuple[Any, ...]]:
-    """The ``journal_entries`` rows of journal row ``jid`` holding ``rows``."""
-    return [
-        (
-            jid,
-            r.entry.id,
-            r.content_hash,
-            r.entry.turn_id,
-            r.entry.role,
-            r.entry_json,
-            json.dumps(r.source_ids) if r.source_ids else None,
-        )
-        for r in rows
-    ]
+def _item(r: Prepared) -> str:
+    """``r``'s element of a journal row's index: prepared with it, or made now."""
+    if r.journal_json is not None:
+        return r.journal_json
+    return schema.journal_item(
+        r.entry.id,
+        r.content_hash,
+        r.entry.turn_id,
+        r.entry.role,
+        r.source_ids_json
+        if r.source_ids_json is not None or not r.source_ids
+        else json.dumps(r.source_ids),
+        r.entry_json,
+    )
 
 
-def _journal_rows(conn: sqlite3.Connection) -> bool:
-    """Whether the archive's journal holds rows (``False``: it has no journal table)."""
+def _journal_rows(conn: sqlite3.Connection) -> str | None:
+    """What a read prefixes its statements with while the archive's journal holds rows
+    (for its layout); ``None``: no rows, or no journal table."""
     try:
-        return bool(conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0])
+        rows, packed = conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM journal), EXISTS (SELECT 1 FROM "
+            "pragma_table_info('journal') WHERE name = 'entries_index')"
+        ).fetchone()
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
-            return False
+            return None
         raise
+    if not rows:
+        return None
+    return schema.READ_WITH if packed else schema.READ_WITH_UNPACKED
 
 
 def _has_journal(conn: sqlite3.Connection) -> bool:
-    """Whether the archive has its journal table (version-2 archives written before it
-    have not: the next writer adds it)."""
+    """Whether the archive has its journal table with the packed layout's columns
+    (version-2 archives written before it have not: the next writer adds them)."""
     row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
+        "SELECT 1 FROM pragma_table_info('journal') WHERE name = 'entries_index'"
     ).fetchone()
     return row is not None
 
@@ -266,6 +273,8 @@ def _after_fork() -> None:
     for archive in list(_instances):
         archive._write_lock = threading.Lock()
         archive._checkpoint_lock = threading.Lock()
+        archive._yield_lock = threading.Lock()
+        archive._background_running = False
         archive.writers_waiting = 0
 
 
@@ -347,6 +356,12 @@ class Archive(ArchiveBackend):
         self._ckpt_pid = 0
         self.writers_waiting = 0
         """Foreground writes waiting for the write lock (the background writer yields)."""
+        # a background transaction in progress on the write connection (guarded by
+        # _yield_lock): a foreground write interrupts it rather than wait for it
+        self._yield_lock = threading.Lock()
+        self._background_running = False
+        self.interrupted = 0
+        """Background transactions a foreground write interrupted (they are retried)."""
         self.last_write = 0.0
         """:func:`time.monotonic` of the last :meth:`record` (the background writer waits
         for a pause before it indexes)."""
@@ -560,7 +575,11 @@ class Archive(ArchiveBackend):
         if foreground:
             self.writers_waiting += 1
         try:
-            got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
+            got = self._write_lock.acquire(blocking=False)
+            if not got and foreground:
+                got = self._interrupt_background()
+            if not got:
+                got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
         finally:
             if foreground:
                 self.writers_waiting -= 1
@@ -573,6 +592,26 @@ class Archive(ArchiveBackend):
             yield
         finally:
             self._write_lock.release()
+
+    def _interrupt_background(self) -> bool:
+        """Stop the background transaction holding the write lock, if one does (it is
+        rolled back, and tried again later); whether the lock was then taken.
+
+        The write connection is interrupted only while a background transaction holds
+        the lock and runs on it (``_yield_lock``), so no foreground statement is ever
+        interrupted; between two of its statements the interrupt may come too late, and
+        the lock is then waited for as before (the background writer's transactions are
+        small).
+        """
+        for _ in range(4):
+            with self._yield_lock:
+                conn = self._wconn
+                if not self._background_running or conn is None:
+                    return False
+                conn.interrupt()
+            if self._write_lock.acquire(timeout=0.002):
+                return True
+        return False
 
     def _transaction(
         self,
@@ -597,14 +636,25 @@ class Archive(ArchiveBackend):
                 if background:  # never hold this process's writes up waiting for another's
                     conn.execute(f"PRAGMA busy_timeout = {_BACKGROUND_WAIT_MS}")
                 try:
+                    if background:
+                        with self._yield_lock:
+                            self._background_running = True
                     conn.execute("BEGIN IMMEDIATE")
                     result = work(conn)
                     conn.execute("COMMIT")
                 except BaseException as exc:
+                    if background:
+                        with self._yield_lock:
+                            self._background_running = False
                     if conn.in_transaction:
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute("ROLLBACK")
                     if isinstance(exc, sqlite3.Error):
+                        if background and "interrupted" in str(exc):
+                            self.interrupted += 1
+                            raise ArchiveBusyError(
+                                f"archive {self.location!r}: a compaction's write went first"
+                            ) from exc
                         if background and "locked" in str(exc):
                             raise ArchiveBusyError(f"archive {self.location!r}: busy") from exc
                         self._drop_writer()
@@ -612,6 +662,8 @@ class Archive(ArchiveBackend):
                     raise
                 finally:
                     if background:
+                        with self._yield_lock:
+                            self._background_running = False
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
                 if _file_id(self.path) == self._wid:
@@ -656,6 +708,9 @@ class Archive(ArchiveBackend):
                 schema.migrate(conn, version)
                 conn.execute(schema.JOURNAL_TABLE)  # a version-2 archive written before it
                 conn.execute(schema.JOURNAL_ENTRIES_TABLE)
+                if not _has_journal(conn):  # a journal of one row per entry: packed now
+                    for statement in schema.JOURNAL_PACKED_COLUMNS:
+                        conn.execute(statement)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -674,7 +729,8 @@ class Archive(ArchiveBackend):
         :meth:`index` (the background writer's, or at once with ``index``); readers see
         it meanwhile."""
         c = compaction
-        hashes = json.dumps([r.content_hash for r in rows])
+        # hex digests: a JSON array without json.dumps
+        hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'
         journaled, order = self._journaled, self._journal_order
 
         def work(conn: sqlite3.Connection) -> tuple[int, int, builtins.list[str]]:
@@ -705,10 +761,15 @@ class Archive(ArchiveBackend):
                 conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
             if not new and not again:
                 return 0, 0, []
+            index, packed = None, None
+            if new:  # one row, the entries' JSON in one blob (schema.JOURNAL_ROWS)
+                index = "[" + ",".join([_item(r) for r in new]) + "]"
+                packed = "".join([r.entry_json for r in new]).encode()
             cur = conn.execute(
                 "INSERT INTO journal (compaction_id, session_id, compactor, strategy, model, "
                 "mid_round, created_at, tokens_before, tokens_after, meta_json, dropped_count, "
-                "entry_count, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "entry_count, seen, entries_index, entries) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     c.compaction_id,
                     c.session_id,
@@ -723,15 +784,11 @@ class Archive(ArchiveBackend):
                     c.dropped_count,
                     len(new),
                     json.dumps(again) if again else None,
+                    index,
+                    packed,
                 ),
             )
             jid = int(cur.lastrowid or 0)
-            if new:
-                conn.executemany(
-                    "INSERT INTO journal_entries (jid, entry_id, content_hash, turn_id, role, "
-                    "entry_json, source_ids) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    _journal_rows_of(jid, new),
-                )
             return len(new), jid, [r.content_hash for r in new]
 
         def remember(result: tuple[int, int, builtins.list[str]]) -> None:
@@ -896,11 +953,12 @@ class Archive(ArchiveBackend):
             def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
                 return conn.execute(q, p).fetchall()
 
-            if version != 1 and _journal_rows(conn):
+            prefix = None if version == 1 else _journal_rows(conn)
+            if prefix is not None:
 
                 def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
                     if q.startswith("SELECT"):
-                        q = schema.READ_WITH + q
+                        q = prefix + q
                     return conn.execute(q, p).fetchall()
 
             return work(version, run)
