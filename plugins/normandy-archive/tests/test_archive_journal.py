@@ -284,118 +284,38 @@ def test_a_disk_full_on_the_journal_write_refuses_the_compaction(tmp_path):
     archive.close()
 
 
-#: A journal row of the layout before the packed one: its entries in ``journal_entries``.
-_OLD_ROW = (
-    "INSERT INTO journal (compaction_id, session_id, compactor, strategy, model, mid_round, "
-    "created_at, tokens_before, tokens_after, meta_json, dropped_count, entry_count, seen) "
-    "VALUES (?, ?, NULL, NULL, NULL, NULL, ?, NULL, NULL, '{}', ?, ?, NULL)"
-)
+def test_a_compaction_interrupts_the_background_writers_transaction_and_it_is_redone(tmp_path):
+    import threading
+    import time
 
+    from normandy_archive.store import ArchiveBusyError
 
-def _journal_old_layout(path: Path, entries: list[Entry], session: str, cid: str) -> None:
-    """Commit ``entries`` as a journal row of one row per entry, as writers before the
-    packed layout did."""
-    from normandy_archive.schema import content_hash, source_ids
-
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        jid = conn.execute(_OLD_ROW, (cid, session, 1e9, len(entries), len(entries))).lastrowid
-        for e in entries:
-            ids = source_ids(e)
-            conn.execute(
-                "INSERT INTO journal_entries VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (
-                    jid,
-                    e.id,
-                    content_hash(e),
-                    e.turn_id,
-                    e.role,
-                    e.model_dump_json(),
-                    json.dumps(ids) if ids else None,
-                ),
-            )
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
-
-
-NON_ASCII = [
-    Entry(id="na1", role="user", content="naïve café ☃ snowman, 🚀 rocket, 東京 and ü"),
-    Entry(id="na2", role="assistant", content="plain ascii between two others"),
-    Entry(id="na3", role="user", content="\u00e9\u0301 combining \U0001f600, \U0001d518\U0001d52b"),
-]
-
-
-def test_a_packed_journal_row_unpacks_byte_for_byte_with_multibyte_text(tmp_path):
     path = tmp_path / "archive.sqlite3"
     archive = Archive(path)
-    cid = archive.record(NON_ASCII + ENTRIES[:20], session_id="u", index=False)
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:  # one journal row, no row per entry
-        assert conn.execute("SELECT count(*) FROM journal").fetchone()[0] == 1
-        assert conn.execute("SELECT count(*) FROM journal_entries").fetchone()[0] == 0
-        blob, index = conn.execute("SELECT entries, entries_index FROM journal").fetchone()
-    finally:
-        conn.close()
-    assert len(json.loads(index)) == cid.entries and isinstance(blob, bytes)
-    expected = {e.id: e.model_dump_json() for e in NON_ASCII + ENTRIES[:20]}
-    before = {a.entry.id: a for a in Archive(path).list("u", limit=100)}
-    assert {k: a.entry_json for k, a in before.items()} == expected
-    assert Archive(path).recall("na3") == NON_ASCII[2]
-    assert "na1" in {a.entry.id for a in Archive(path).search("東京 café", limit=10)}
-    archive.index()  # moved: the same rows, the same numbers
-    after = {a.entry.id: a for a in Archive(path).list("u", limit=100)}
-    assert {k: (a.seq, a.entry_json) for k, a in after.items()} == {
-        k: (a.seq, a.entry_json) for k, a in before.items()
-    }
-    assert "na1" in {a.entry.id for a in Archive(path).search("東京 café", limit=10)}
+    many = list(generate_session(72, 400))  # a journal row that takes a while to move
+    archive.record(many, session_id="bg", index=False)
+    outcome: dict[str, str] = {}
 
+    def background() -> None:
+        try:
+            archive.index(batch=10**6, yield_to_writers=True)
+            outcome["background"] = "finished"
+        except ArchiveBusyError as exc:
+            outcome["background"] = str(exc)
 
-def test_journal_rows_of_the_layout_before_are_read_and_moved_beside_packed_ones(tmp_path):
-    path = tmp_path / "archive.sqlite3"
-    archive = Archive(path)
-    archive.record(ENTRIES[:20], session_id="s")  # moved and indexed
-    archive.record(ENTRIES[20:40], session_id="s", index=False)  # a packed journal row
-    _journal_old_layout(path, ENTRIES[40:] + NON_ASCII, "s", "old-layout")
+    worker = threading.Thread(target=background)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not archive._background_running and time.monotonic() < deadline:
+        time.sleep(0.0002)
+    assert archive._background_running  # the move's transaction is running
+    cid = archive.record(ENTRIES[:10], session_id="fg", index=False)
+    worker.join(60)
+    assert cid.entries + cid.existing == _distinct(ENTRIES[:10]) and cid.entries > 0
+    assert "a compaction's write went first" in outcome["background"]
+    assert archive.interrupted == 1
     raw = _raw(path)
-    assert raw["journal"] == 2
-    everything = ENTRIES + NON_ASCII
-    before = Archive(path).list("s", limit=1000)
-    assert len(before) == _distinct(everything)
-    assert [a.seq for a in before] == sorted(a.seq for a in before)
-    assert all(a.entry_json == a.entry.model_dump_json() for a in before)
-    assert Archive(path).recall("na1") == NON_ASCII[0]
-    assert "old-layout" in {c.compaction_id for c in Archive(path).compactions("s")}
-    archive.index()
-    raw = _raw(path)
-    assert raw["journal"] == 0 and raw["entries"] == _distinct(everything)
-    after = Archive(path).list("s", limit=1000)
-    assert [(a.seq, a.entry_json) for a in after] == [(a.seq, a.entry_json) for a in before]
-
-
-def test_a_journal_table_without_the_packed_columns_is_upgraded_by_the_next_writer(tmp_path):
-    path = tmp_path / "archive.sqlite3"
-    Archive(path).record(ENTRIES[:10], session_id="s")
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:  # the journal as writers before the packed layout created it
-        conn.execute("ALTER TABLE journal DROP COLUMN entries")
-        conn.execute("ALTER TABLE journal DROP COLUMN entries_index")
-    finally:
-        conn.close()
-    _journal_old_layout(path, ENTRIES[10:30], "s", "left-by-an-older-writer")
-    assert Archive(path).count("s") == _distinct(ENTRIES[:30])  # read as it is
-    writer = Archive(path)
-    writer.record(ENTRIES[30:] + NON_ASCII, session_id="s", index=False)  # adds the columns
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        columns = {r[1] for r in conn.execute("PRAGMA table_info(journal)")}
-        assert {"entries", "entries_index"} <= columns
-    finally:
-        conn.close()
-    assert _raw(path)["journal"] == 1  # the old row was moved when the writer opened
-    items = Archive(path).list("s", limit=1000)
-    assert len(items) == _distinct(ENTRIES + NON_ASCII)
-    assert all(a.entry_json == a.entry.model_dump_json() for a in items)
-    writer.index()
-    assert Archive(path).count("s") == _distinct(ENTRIES + NON_ASCII)
+    assert raw["journal"] == 2 and raw["entries"] == 0  # rolled back, nothing half moved
+    assert Archive(path).count() == _distinct(many + ENTRIES[:10])  # reads see it all
+    assert archive.index() == _distinct(many + ENTRIES[:10])  # done again, all of it
+    assert _raw(path)["journal"] == 0

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from normandy_archive.errors import ArchiveError, ArchiveQueryError
-from normandy_archive.schema import content_hash, journal_item, source_ids
+from normandy_archive.schema import content_hash, source_ids
 from normandy_core import (
     Entry,
     TextBlock,
@@ -267,14 +267,12 @@ PREPARED_MAX_BYTES = 16 * 1024 * 1024
 
 
 def _prepare_one(entry: Entry) -> Prepared:
-    """``entry`` serialized once: its JSON, content hash (cut from that JSON), caller's
-    ids (as a list and as the JSON array a row stores) and its journal item."""
+    """``entry`` serialized once: its JSON, content hash (cut from that JSON) and caller's
+    ids, as a list and as the JSON array a row stores."""
     data = entry.model_dump_json()
     ids = tuple(source_ids(entry))
-    digest = content_hash(entry, data)
     ids_json = json.dumps(ids) if ids else None
-    item = journal_item(entry.id, digest, entry.turn_id, entry.role, ids_json, data)
-    return Prepared(entry, data, digest, ids, ids_json, item)
+    return Prepared(entry, data, content_hash(entry, data), ids, ids_json)
 
 
 def prepare(entries: Sequence[Entry]) -> int:
@@ -362,8 +360,6 @@ class Prepared(NamedTuple):
     source_ids: tuple[str, ...]
     source_ids_json: str | None = None
     """``source_ids`` as the JSON array a row stores (``None``: none), made once."""
-    journal_json: str | None = None
-    """Its element of the SQLite journal's index (:func:`~normandy_archive.schema.journal_item`)."""
 
 
 class Dialect(abc.ABC):

@@ -20,14 +20,9 @@
   from ``entry_json`` (:data:`TEXT_SQL`).
 
 * ``journal``: one row per compaction committed in the boundary and not moved into the
-  tables above yet: its fields, ``seen``: the hashes of content it dropped again while
-  still in the journal, and its new content packed in the row itself: ``entries`` holds
-  the entries' JSON, one after the other (UTF-8, no separator), and ``entries_index`` a
-  JSON array with one ``[entry id, content hash, turn id, role, caller's ids as JSON,
-  bytes]`` per entry, in order (:data:`JOURNAL_ROWS` unpacks them). One row and one blob
-  per compaction: a fifth fewer pages and no per-entry row to insert in the boundary.
-  Journals written before that layout hold their content in ``journal_entries``, one
-  row per entry; both are read, moved and removed alike.
+  tables above yet: its fields, and ``seen``: the hashes of content it dropped again
+  while still in the journal. Its new content is in ``journal_entries``, one row per
+  entry (rowid order, no other index: cheap to insert).
   The background writer moves
   it (:func:`move_journal`); readers see its rows through :func:`pending_sql`, numbered with
   the ``seq`` the move gives them.
@@ -50,8 +45,6 @@ from normandy_core import Entry, ToolResultBlock, ToolUseBlock
 __all__ = [
     "SCHEMA_VERSION",
     "SEEN_REFRESH",
-    "JOURNAL_PACKED_COLUMNS",
-    "JOURNAL_ROWS",
     "JOURNAL_TABLE",
     "SEEN_SQL",
     "TEXT_SQL",
@@ -60,7 +53,6 @@ __all__ = [
     "index_pending",
     "migrate",
     "move_journal",
-    "journal_item",
     "pending_sql",
     "source_ids",
 ]
@@ -127,16 +119,8 @@ JOURNAL_TABLE = """CREATE TABLE IF NOT EXISTS journal (
         meta_json     TEXT NOT NULL,
         dropped_count INTEGER,
         entry_count   INTEGER NOT NULL,
-        seen          TEXT,
-        entries_index TEXT,
-        entries       BLOB
+        seen          TEXT
     )"""
-
-#: The columns a journal written before the packed layout lacks (the next writer adds them).
-JOURNAL_PACKED_COLUMNS = (
-    "ALTER TABLE journal ADD COLUMN entries_index TEXT",
-    "ALTER TABLE journal ADD COLUMN entries BLOB",
-)
 
 JOURNAL_ENTRIES_TABLE = """CREATE TABLE IF NOT EXISTS journal_entries (
         jid           INTEGER NOT NULL,
@@ -324,37 +308,7 @@ COMPACTION_COLUMNS = (
 )
 
 
-#: Every entry of the journal, from both layouts: ``(jid, k, entry_id, content_hash,
-#: turn_id, role, entry_json, source_ids)``, ``k`` ordering the entries of a journal row
-#: (``JOURNAL_ROWS_UNPACKED``: a journal table without the packed columns, as writers
-#: before them left it, read as it is).
-JOURNAL_ROWS_UNPACKED = """SELECT r.jid, r.rowid AS k, r.entry_id, r.content_hash, r.turn_id,
-        r.role, r.entry_json, r.source_ids FROM main.journal_entries r"""
-JOURNAL_ROWS = f"""{JOURNAL_ROWS_UNPACKED}
-    UNION ALL
-    SELECT q.jid, q.k, q.entry_id, q.content_hash, q.turn_id, q.role,
-        CAST(substr(q.entries, q.last - q.n + 1, q.n) AS TEXT), q.source_ids
-    FROM (SELECT j.id AS jid, x.key AS k, j.entries, x.value ->> 0 AS entry_id,
-            x.value ->> 1 AS content_hash, x.value ->> 2 AS turn_id, x.value ->> 3 AS role,
-            x.value ->> 4 AS source_ids, x.value ->> 5 AS n,
-            sum(x.value ->> 5) OVER (PARTITION BY j.id ORDER BY x.key) AS last
-        FROM main.journal j, json_each(j.entries_index) x
-        WHERE j.entries_index IS NOT NULL) q"""
-
-
-def journal_item(
-    entry_id: str, digest: str, turn_id: str | None, role: str, ids: str | None, data: str
-) -> str:
-    """The ``entries_index`` element of one entry (``ids``: its caller's ids as JSON,
-    ``data``: its JSON, whose UTF-8 bytes follow the previous entry's in ``entries``).
-    Made once per entry, ahead of the compaction when it can be (:func:`prepare
-    <normandy_archive.base.prepare>`): the boundary only joins them."""
-    return json.dumps(
-        [entry_id, digest, turn_id, role, ids, len(data.encode())], ensure_ascii=False
-    )
-
-
-def pending_sql(upto: bool = False, *, packed: bool = True) -> str:
+def pending_sql(upto: bool = False) -> str:
     """The rows of the journal as rows of ``entries`` (:data:`ENTRY_COLUMNS`): content
     neither in ``entries`` nor in an earlier journal row, in journal order, each with the
     ``seq`` :func:`move_journal` gives it. With ``upto``, only the journal rows of id up to
@@ -365,12 +319,11 @@ def pending_sql(upto: bool = False, *, packed: bool = True) -> str:
             + row_number() OVER (ORDER BY p.jid, p.k) AS seq,
         p.session_id, p.entry_id, p.content_hash, p.turn_id, p.role, p.entry_json,
         p.source_ids, p.compaction_id, p.archived_at
-    FROM (SELECT j.id AS jid, r.k, j.session_id, r.entry_id, r.content_hash,
+    FROM (SELECT j.id AS jid, r.rowid AS k, j.session_id, r.entry_id, r.content_hash,
             r.turn_id, r.role, r.entry_json, r.source_ids, j.compaction_id,
             j.created_at AS archived_at,
-            row_number() OVER (PARTITION BY r.content_hash ORDER BY j.id, r.k) AS nth
-        FROM ({JOURNAL_ROWS if packed else JOURNAL_ROWS_UNPACKED}) r
-        JOIN main.journal j ON j.id = r.jid {where}) p
+            row_number() OVER (PARTITION BY r.content_hash ORDER BY j.id, r.rowid) AS nth
+        FROM main.journal_entries r JOIN main.journal j ON j.id = r.jid {where}) p
     WHERE p.nth = 1
         AND NOT EXISTS (SELECT 1 FROM main.entries x WHERE x.content_hash = p.content_hash)"""
 
@@ -383,32 +336,24 @@ PENDING_COMPACTIONS_SQL = (
     "FROM main.journal WHERE entry_count > 0"
 )
 
-
 #: What a read statement is prefixed with while the journal holds rows: ``entries``,
 #: ``compactions`` and ``seen`` then also hold the journal's (``main.entries`` is the
 #: table alone).
-def _read_with(packed: bool) -> str:
-    """:data:`READ_WITH` for a journal of the packed layout, or without its columns."""
-    return (
-        f"WITH entries ({ENTRY_COLUMNS}) AS (SELECT {ENTRY_COLUMNS} FROM main.entries "
-        f"UNION ALL {pending_sql(packed=packed)}), compactions ({COMPACTION_COLUMNS}, rowid) AS "
-        f"(SELECT {COMPACTION_COLUMNS}, rowid FROM main.compactions UNION ALL "
-        "SELECT *, (1 << 62) + row_number() OVER (ORDER BY created_at) FROM "
-        f"({PENDING_COMPACTIONS_SQL})), "
-        # the content a journal row dropped again: the last such row's session saw it last
-        "seen (seq, session_id, at) AS (SELECT seq, session_id, at FROM main.seen UNION ALL "
-        "SELECT e.seq, s.session_id, s.at FROM entries e JOIN (SELECT h.value AS hash, "
-        "j.session_id, j.created_at AS at, "
-        "row_number() OVER (PARTITION BY h.value ORDER BY j.id DESC) AS n "
-        "FROM main.journal j, json_each(j.seen) h WHERE j.seen IS NOT NULL) s "
-        "ON s.hash = e.content_hash AND s.n = 1 "
-        "WHERE e.seq > coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = 'entries'), 0)) "
-    )
-
-
-READ_WITH = _read_with(True)
-#: :data:`READ_WITH` for a journal table without the packed columns.
-READ_WITH_UNPACKED = _read_with(False)
+READ_WITH = (
+    f"WITH entries ({ENTRY_COLUMNS}) AS (SELECT {ENTRY_COLUMNS} FROM main.entries "
+    f"UNION ALL {pending_sql()}), compactions ({COMPACTION_COLUMNS}, rowid) AS "
+    f"(SELECT {COMPACTION_COLUMNS}, rowid FROM main.compactions UNION ALL "
+    "SELECT *, (1 << 62) + row_number() OVER (ORDER BY created_at) FROM "
+    f"({PENDING_COMPACTIONS_SQL})), "
+    # the content a journal row dropped again: the last such row's session saw it last
+    "seen (seq, session_id, at) AS (SELECT seq, session_id, at FROM main.seen UNION ALL "
+    "SELECT e.seq, s.session_id, s.at FROM entries e JOIN (SELECT h.value AS hash, "
+    "j.session_id, j.created_at AS at, "
+    "row_number() OVER (PARTITION BY h.value ORDER BY j.id DESC) AS n "
+    "FROM main.journal j, json_each(j.seen) h WHERE j.seen IS NOT NULL) s "
+    "ON s.hash = e.content_hash AND s.n = 1 "
+    "WHERE e.seq > coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = 'entries'), 0)) "
+)
 
 
 def move_journal(conn: sqlite3.Connection, rows: int = 0) -> int:
@@ -451,7 +396,7 @@ def move_journal(conn: sqlite3.Connection, rows: int = 0) -> int:
     # content a later journal row held again (written by another process before the
     # first was moved): the later session saw it last
     again += conn.execute(
-        f"SELECT j.session_id, j.created_at, r.content_hash FROM ({JOURNAL_ROWS}) r "
+        "SELECT j.session_id, j.created_at, r.content_hash FROM journal_entries r "
         "JOIN journal j ON j.id = r.jid WHERE j.id <= ? AND NOT EXISTS (SELECT 1 FROM "
         "entries e WHERE e.content_hash = r.content_hash AND e.compaction_id = j.compaction_id) "
         "ORDER BY j.id",

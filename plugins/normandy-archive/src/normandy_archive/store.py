@@ -198,44 +198,40 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _item(r: Prepared) -> str:
-    """``r``'s element of a journal row's index: prepared with it, or made now."""
-    if r.journal_json is not None:
-        return r.journal_json
-    return schema.journal_item(
-        r.entry.id,
-        r.content_hash,
-        r.entry.turn_id,
-        r.entry.role,
-        r.source_ids_json
-        if r.source_ids_json is not None or not r.source_ids
-        else json.dumps(r.source_ids),
-        r.entry_json,
-    )
+def _journal_rows_of(jid: int, rows: Sequence[Prepared]) -> builtins.list[tuple[Any, ...]]:
+    """The ``journal_entries`` rows of journal row ``jid`` holding ``rows`` (their caller's
+    ids as JSON, made once with the rest of their serialization)."""
+    return [
+        (
+            jid,
+            r.entry.id,
+            r.content_hash,
+            r.entry.turn_id,
+            r.entry.role,
+            r.entry_json,
+            r.source_ids_json
+            if r.source_ids_json is not None or not r.source_ids
+            else json.dumps(r.source_ids),
+        )
+        for r in rows
+    ]
 
 
-def _journal_rows(conn: sqlite3.Connection) -> str | None:
-    """What a read prefixes its statements with while the archive's journal holds rows
-    (for its layout); ``None``: no rows, or no journal table."""
+def _journal_rows(conn: sqlite3.Connection) -> bool:
+    """Whether the archive's journal holds rows (``False``: it has no journal table)."""
     try:
-        rows, packed = conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM journal), EXISTS (SELECT 1 FROM "
-            "pragma_table_info('journal') WHERE name = 'entries_index')"
-        ).fetchone()
+        return bool(conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0])
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc):
-            return None
+            return False
         raise
-    if not rows:
-        return None
-    return schema.READ_WITH if packed else schema.READ_WITH_UNPACKED
 
 
 def _has_journal(conn: sqlite3.Connection) -> bool:
-    """Whether the archive has its journal table with the packed layout's columns
-    (version-2 archives written before it have not: the next writer adds them)."""
+    """Whether the archive has its journal table (version-2 archives written before it
+    have not: the next writer adds it)."""
     row = conn.execute(
-        "SELECT 1 FROM pragma_table_info('journal') WHERE name = 'entries_index'"
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
     ).fetchone()
     return row is not None
 
@@ -708,9 +704,6 @@ class Archive(ArchiveBackend):
                 schema.migrate(conn, version)
                 conn.execute(schema.JOURNAL_TABLE)  # a version-2 archive written before it
                 conn.execute(schema.JOURNAL_ENTRIES_TABLE)
-                if not _has_journal(conn):  # a journal of one row per entry: packed now
-                    for statement in schema.JOURNAL_PACKED_COLUMNS:
-                        conn.execute(statement)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -761,15 +754,10 @@ class Archive(ArchiveBackend):
                 conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
             if not new and not again:
                 return 0, 0, []
-            index, packed = None, None
-            if new:  # one row, the entries' JSON in one blob (schema.JOURNAL_ROWS)
-                index = "[" + ",".join([_item(r) for r in new]) + "]"
-                packed = "".join([r.entry_json for r in new]).encode()
             cur = conn.execute(
                 "INSERT INTO journal (compaction_id, session_id, compactor, strategy, model, "
                 "mid_round, created_at, tokens_before, tokens_after, meta_json, dropped_count, "
-                "entry_count, seen, entries_index, entries) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "entry_count, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     c.compaction_id,
                     c.session_id,
@@ -784,11 +772,15 @@ class Archive(ArchiveBackend):
                     c.dropped_count,
                     len(new),
                     json.dumps(again) if again else None,
-                    index,
-                    packed,
                 ),
             )
             jid = int(cur.lastrowid or 0)
+            if new:
+                conn.executemany(
+                    "INSERT INTO journal_entries (jid, entry_id, content_hash, turn_id, role, "
+                    "entry_json, source_ids) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    _journal_rows_of(jid, new),
+                )
             return len(new), jid, [r.content_hash for r in new]
 
         def remember(result: tuple[int, int, builtins.list[str]]) -> None:
@@ -953,12 +945,11 @@ class Archive(ArchiveBackend):
             def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
                 return conn.execute(q, p).fetchall()
 
-            prefix = None if version == 1 else _journal_rows(conn)
-            if prefix is not None:
+            if version != 1 and _journal_rows(conn):
 
                 def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
                     if q.startswith("SELECT"):
-                        q = prefix + q
+                        q = schema.READ_WITH + q
                     return conn.execute(q, p).fetchall()
 
             return work(version, run)
