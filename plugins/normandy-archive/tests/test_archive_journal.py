@@ -282,3 +282,40 @@ def test_a_disk_full_on_the_journal_write_refuses_the_compaction(tmp_path):
     archive = Archive(path)
     assert [a.entry.id for a in archive.list(limit=100)] == ["early"]
     archive.close()
+
+
+def test_a_compaction_interrupts_the_background_writers_transaction_and_it_is_redone(tmp_path):
+    import threading
+    import time
+
+    from normandy_archive.store import ArchiveBusyError
+
+    path = tmp_path / "archive.sqlite3"
+    archive = Archive(path)
+    many = list(generate_session(72, 400))  # a journal row that takes a while to move
+    archive.record(many, session_id="bg", index=False)
+    outcome: dict[str, str] = {}
+
+    def background() -> None:
+        try:
+            archive.index(batch=10**6, yield_to_writers=True)
+            outcome["background"] = "finished"
+        except ArchiveBusyError as exc:
+            outcome["background"] = str(exc)
+
+    worker = threading.Thread(target=background)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not archive._background_running and time.monotonic() < deadline:
+        time.sleep(0.0002)
+    assert archive._background_running  # the move's transaction is running
+    cid = archive.record(ENTRIES[:10], session_id="fg", index=False)
+    worker.join(60)
+    assert cid.entries + cid.existing == _distinct(ENTRIES[:10]) and cid.entries > 0
+    assert "a compaction's write went first" in outcome["background"]
+    assert archive.interrupted == 1
+    raw = _raw(path)
+    assert raw["journal"] == 2 and raw["entries"] == 0  # rolled back, nothing half moved
+    assert Archive(path).count() == _distinct(many + ENTRIES[:10])  # reads see it all
+    assert archive.index() == _distinct(many + ENTRIES[:10])  # done again, all of it
+    assert _raw(path)["journal"] == 0

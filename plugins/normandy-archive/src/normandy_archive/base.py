@@ -256,13 +256,23 @@ def searchable_text(entry: Entry) -> str:
 
 
 #: Entries serialized ahead of the compaction that drops them (:func:`prepare`):
-#: ``id(entry) -> (entry, JSON, content hash, caller's ids)``, at most
-#: :data:`PREPARED_MAX_BYTES` of JSON (the oldest go first; a write uses its entries up).
-_prepared: dict[int, tuple[Entry, str, str, tuple[str, ...]]] = {}
+#: ``id(entry) -> Prepared`` (the entry itself is kept in it, so the id stays its own), at
+#: most :data:`PREPARED_MAX_BYTES` of JSON (the oldest go first; a write uses its entries
+#: up).
+_prepared: dict[int, Prepared] = {}
 _prepared_bytes = [0]
 _prepared_lock = threading.Lock()
 #: How much JSON :func:`prepare` keeps at most, in characters.
 PREPARED_MAX_BYTES = 16 * 1024 * 1024
+
+
+def _prepare_one(entry: Entry) -> Prepared:
+    """``entry`` serialized once: its JSON, content hash (cut from that JSON) and caller's
+    ids, as a list and as the JSON array a row stores."""
+    data = entry.model_dump_json()
+    ids = tuple(source_ids(entry))
+    ids_json = json.dumps(ids) if ids else None
+    return Prepared(entry, data, content_hash(entry, data), ids, ids_json)
 
 
 def prepare(entries: Sequence[Entry]) -> int:
@@ -273,33 +283,28 @@ def prepare(entries: Sequence[Entry]) -> int:
     for e in entries:
         if id(e) in _prepared:
             continue
-        data = e.model_dump_json()
-        digest = content_hash(e, data)
-        ids = tuple(source_ids(e))
+        ready = _prepare_one(e)
         with _prepared_lock:
             if id(e) not in _prepared:
-                _prepared[id(e)] = (e, data, digest, ids)
-                _prepared_bytes[0] += len(data)
+                _prepared[id(e)] = ready
+                _prepared_bytes[0] += len(ready.entry_json)
             while _prepared_bytes[0] > PREPARED_MAX_BYTES and _prepared:
-                _prepared_bytes[0] -= len(_prepared.pop(next(iter(_prepared)))[1])
+                _prepared_bytes[0] -= len(_prepared.pop(next(iter(_prepared))).entry_json)
         done += 1
     return done
 
 
 def _serialized(entries: Sequence[Entry]) -> builtins.list[Prepared]:
     """Each entry with its JSON, content hash and caller's ids: prepared ahead of time
-    (taken out of the cache), or now."""
+    (taken out of the cache, as it is), or now."""
+    pop = _prepared.pop
     with _prepared_lock:
-        hits = [_prepared.pop(id(e), None) for e in entries]
-        _prepared_bytes[0] -= sum(len(h[1]) for h in hits if h is not None)
-    out = []
-    for e, hit in zip(entries, hits, strict=True):
-        if hit is not None and hit[0] is e:
-            out.append(Prepared(e, hit[1], hit[2], hit[3]))
-        else:
-            data = e.model_dump_json()
-            out.append(Prepared(e, data, content_hash(e, data), tuple(source_ids(e))))
-    return out
+        hits = [pop(id(e), None) for e in entries]
+        _prepared_bytes[0] -= sum(len(h.entry_json) for h in hits if h is not None)
+    return [
+        h if h is not None and h.entry is e else _prepare_one(e)
+        for e, h in zip(entries, hits, strict=True)
+    ]
 
 
 #: The largest LIMIT or OFFSET either database takes (a signed 64-bit integer).
@@ -347,12 +352,14 @@ class Limits:
 class Prepared(NamedTuple):
     """One content a compaction dropped, ready to be written: the entry as dropped (the
     first of the compaction's entries with this content), its JSON, content hash and
-    caller's ids."""
+    caller's ids (also as JSON)."""
 
     entry: Entry
     entry_json: str
     content_hash: str
     source_ids: tuple[str, ...]
+    source_ids_json: str | None = None
+    """``source_ids`` as the JSON array a row stores (``None``: none), made once."""
 
 
 class Dialect(abc.ABC):

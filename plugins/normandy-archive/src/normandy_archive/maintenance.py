@@ -122,11 +122,15 @@ class _Writer:
             prepare(upcoming)
         except Exception as exc:  # pragma: no cover - serializing a checked entry
             log.error("archive %s: preparing entries failed: %s", archive.location, exc)
+        interrupted = archive.interrupted
         try:
             archive.index(yield_to_writers=True)
             archive.checkpoint(if_over=archive.WAL_CHECKPOINT_BYTES)
         except ArchiveBusyError:  # another process is writing: it indexes, or we do later
             log.debug("archive %s: busy, indexing later", archive.location)
+            if archive.interrupted != interrupted:  # a compaction of ours went first
+                with self.cond:  # again after the next pause (nothing to prepare)
+                    self.pending.setdefault(id(archive), (archive, limits, ()))
         except Exception as exc:
             log.error("archive %s: indexing failed (tried again later): %s", archive.location, exc)
         if limits is None:

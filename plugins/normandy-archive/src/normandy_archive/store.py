@@ -199,7 +199,8 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
 
 
 def _journal_rows_of(jid: int, rows: Sequence[Prepared]) -> builtins.list[tuple[Any, ...]]:
-    """The ``journal_entries`` rows of journal row ``jid`` holding ``rows``."""
+    """The ``journal_entries`` rows of journal row ``jid`` holding ``rows`` (their caller's
+    ids as JSON, made once with the rest of their serialization)."""
     return [
         (
             jid,
@@ -208,7 +209,9 @@ def _journal_rows_of(jid: int, rows: Sequence[Prepared]) -> builtins.list[tuple[
             r.entry.turn_id,
             r.entry.role,
             r.entry_json,
-            json.dumps(r.source_ids) if r.source_ids else None,
+            r.source_ids_json
+            if r.source_ids_json is not None or not r.source_ids
+            else json.dumps(r.source_ids),
         )
         for r in rows
     ]
@@ -266,6 +269,8 @@ def _after_fork() -> None:
     for archive in list(_instances):
         archive._write_lock = threading.Lock()
         archive._checkpoint_lock = threading.Lock()
+        archive._yield_lock = threading.Lock()
+        archive._background_running = False
         archive.writers_waiting = 0
 
 
@@ -347,6 +352,12 @@ class Archive(ArchiveBackend):
         self._ckpt_pid = 0
         self.writers_waiting = 0
         """Foreground writes waiting for the write lock (the background writer yields)."""
+        # a background transaction in progress on the write connection (guarded by
+        # _yield_lock): a foreground write interrupts it rather than wait for it
+        self._yield_lock = threading.Lock()
+        self._background_running = False
+        self.interrupted = 0
+        """Background transactions a foreground write interrupted (they are retried)."""
         self.last_write = 0.0
         """:func:`time.monotonic` of the last :meth:`record` (the background writer waits
         for a pause before it indexes)."""
@@ -560,7 +571,11 @@ class Archive(ArchiveBackend):
         if foreground:
             self.writers_waiting += 1
         try:
-            got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
+            got = self._write_lock.acquire(blocking=False)
+            if not got and foreground:
+                got = self._interrupt_background()
+            if not got:
+                got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
         finally:
             if foreground:
                 self.writers_waiting -= 1
@@ -573,6 +588,26 @@ class Archive(ArchiveBackend):
             yield
         finally:
             self._write_lock.release()
+
+    def _interrupt_background(self) -> bool:
+        """Stop the background transaction holding the write lock, if one does (it is
+        rolled back, and tried again later); whether the lock was then taken.
+
+        The write connection is interrupted only while a background transaction holds
+        the lock and runs on it (``_yield_lock``), so no foreground statement is ever
+        interrupted; between two of its statements the interrupt may come too late, and
+        the lock is then waited for as before (the background writer's transactions are
+        small).
+        """
+        for _ in range(4):
+            with self._yield_lock:
+                conn = self._wconn
+                if not self._background_running or conn is None:
+                    return False
+                conn.interrupt()
+            if self._write_lock.acquire(timeout=0.002):
+                return True
+        return False
 
     def _transaction(
         self,
@@ -597,14 +632,25 @@ class Archive(ArchiveBackend):
                 if background:  # never hold this process's writes up waiting for another's
                     conn.execute(f"PRAGMA busy_timeout = {_BACKGROUND_WAIT_MS}")
                 try:
+                    if background:
+                        with self._yield_lock:
+                            self._background_running = True
                     conn.execute("BEGIN IMMEDIATE")
                     result = work(conn)
                     conn.execute("COMMIT")
                 except BaseException as exc:
+                    if background:
+                        with self._yield_lock:
+                            self._background_running = False
                     if conn.in_transaction:
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute("ROLLBACK")
                     if isinstance(exc, sqlite3.Error):
+                        if background and "interrupted" in str(exc):
+                            self.interrupted += 1
+                            raise ArchiveBusyError(
+                                f"archive {self.location!r}: a compaction's write went first"
+                            ) from exc
                         if background and "locked" in str(exc):
                             raise ArchiveBusyError(f"archive {self.location!r}: busy") from exc
                         self._drop_writer()
@@ -612,6 +658,8 @@ class Archive(ArchiveBackend):
                     raise
                 finally:
                     if background:
+                        with self._yield_lock:
+                            self._background_running = False
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
                 if _file_id(self.path) == self._wid:
@@ -674,7 +722,8 @@ class Archive(ArchiveBackend):
         :meth:`index` (the background writer's, or at once with ``index``); readers see
         it meanwhile."""
         c = compaction
-        hashes = json.dumps([r.content_hash for r in rows])
+        # hex digests: a JSON array without json.dumps
+        hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'
         journaled, order = self._journaled, self._journal_order
 
         def work(conn: sqlite3.Connection) -> tuple[int, int, builtins.list[str]]:
