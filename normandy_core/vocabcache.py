@@ -12,7 +12,7 @@ place for a user's caches, which may be deleted at any time.
 
 **Correctness.** A cache file is named by the SHA-256 of the vocabulary file it was
 decoded from, and by the Python version and marshal format that wrote it, so another
-vocabulary or interpreter never reads it. It carries the SHA-256 of its own content,
+vocabulary or interpreter never reads it. It carries the CRC-32 of its own content,
 checked at every load: a file damaged or cut short is ignored (and replaced), never
 used. It is written to a temporary file in the same directory and renamed into place,
 so a reader never sees it half-written. A directory that cannot be created or written
@@ -22,12 +22,12 @@ only means no cache (said once at DEBUG): counting never fails because of it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import marshal
 import os
 import sys
 import tempfile
+import zlib
 from pathlib import Path
 
 __all__ = ["CACHE_ENV", "cache_dir", "cache_path", "load_ranks", "store_ranks"]
@@ -37,8 +37,8 @@ log = logging.getLogger("normandy_core.vocabcache")
 #: The environment variable naming the cache directory (``off`` disables the cache).
 CACHE_ENV = "NORMANDY_CACHE_DIR"
 _OFF = ("off", "0", "false", "no", "none")
-_MAGIC = b"normandy-ranks-1\n"
-_DIGEST = 32  # SHA-256
+_MAGIC = b"normandy-ranks-2\n"
+_DIGEST = 4  # CRC-32, big-endian
 
 
 def cache_dir() -> Path | None:
@@ -77,7 +77,7 @@ def load_ranks(name: str, source_sha256: str, size: int) -> dict[bytes, int] | N
         log.debug("ignoring the vocabulary cache %s: not a cache file", path)
         return None
     payload = memoryview(data)[head:]
-    if hashlib.sha256(payload).digest() != data[len(_MAGIC) : head]:
+    if zlib.crc32(payload).to_bytes(_DIGEST, "big") != data[len(_MAGIC) : head]:
         log.debug("ignoring the vocabulary cache %s: its content does not match its hash", path)
         return None
     try:
@@ -102,7 +102,7 @@ def store_ranks(name: str, source_sha256: str, ranks: dict[bytes, int]) -> Path 
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(payload).digest() + payload)
+            f.write(_MAGIC + zlib.crc32(payload).to_bytes(_DIGEST, "big") + payload)
         os.replace(tmp, path)
     except OSError as error:
         log.debug("vocabulary cache not written to %s: %s", path, error)
