@@ -31,6 +31,17 @@ if not os.environ.get("NORMANDY_ARCHIVE_PATH"):
     atexit.register(shutil.rmtree, _archive_dir, ignore_errors=True)
     os.environ["NORMANDY_ARCHIVE_PATH"] = os.path.join(_archive_dir, "archive.sqlite3")
 
+# The vocabulary cache (normandy_core.vocabcache) defaults to ~/.cache/normandy: test
+# runs, and the processes they start, use a throwaway directory instead.
+if not os.environ.get("NORMANDY_CACHE_DIR"):
+    import atexit
+    import shutil
+    import tempfile
+
+    _cache_dir = tempfile.mkdtemp(prefix="normandy-test-cache-")
+    atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
+    os.environ["NORMANDY_CACHE_DIR"] = _cache_dir
+
 # Configuration without code (normandy_core.settings): test runs never pick up the user's
 # NORMANDY_COMPACTOR* variables or a normandy.toml / [tool.normandy] above the checkout.
 # The settings tests unset NORMANDY_CONFIG themselves, in a temporary directory.

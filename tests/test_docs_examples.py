@@ -119,6 +119,7 @@ def test_the_python_blocks_of_the_page_run(page: Path, tmp_path: Path) -> None:
         {
             "PYTHONPATH": project_pythonpath(),
             "NORMANDY_ARCHIVE_PATH": str(tmp_path / "archive.sqlite3"),
+            "NORMANDY_CACHE_DIR": str(tmp_path / "cache"),
             "HOME": str(tmp_path / "home"),
             "XDG_DATA_HOME": str(tmp_path / "data"),
         }

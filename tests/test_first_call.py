@@ -269,3 +269,41 @@ def test_near_the_threshold_the_exact_count_decides(tmp_path, monkeypatch):
     # exactly at the threshold: it fits
     out = _first_compact(4096 + exact)
     assert out["compacted"] is False and "cl100k_base" in out["loaded"]
+
+
+def test_a_first_call_that_archives_nothing_loads_neither_sqlite_nor_the_archive_settings():
+    """The archive hook plugin loads at the first boundary; its backend (SQLite), its
+    settings model and its background writer wait until a compaction drops something."""
+    code = (
+        _MESSAGES
+        + """
+import json, sys
+import normandy_core
+r = normandy_core.compact(msgs, compactor="window_manager", window=10**6)
+names = ("sqlite3", "normandy_archive.backend", "normandy_archive.settings",
+         "normandy_archive.maintenance", "normandy_archive.store", "normandy_archive.hooks")
+loaded = sorted(m for m in sys.modules if m in names)
+r = normandy_core.compact(msgs, compactor="window_manager", window=6000)
+print(json.dumps({
+    "loaded": loaded,
+    "compacted": r.compacted,
+    "archived": (r.note("archive") or {}).get("entries"),
+    "after": sorted(m for m in sys.modules if m in names),
+}))
+"""
+    )
+    out = json.loads(_fresh(code).stdout.strip().splitlines()[-1])
+    assert out["loaded"] == ["normandy_archive.hooks"]  # the plugin is there, and waits
+    assert out["compacted"] is True and out["archived"] > 0  # then archives as before
+    assert {"sqlite3", "normandy_archive.backend", "normandy_archive.settings"} <= set(out["after"])
+
+
+def test_the_archive_packages_names_load_at_first_access():
+    import normandy_archive
+
+    for name in normandy_archive.__all__:
+        assert getattr(normandy_archive, name) is not None, name
+    from normandy_archive.store import Archive
+
+    assert normandy_archive.Archive is Archive
+    assert set(normandy_archive.__all__) <= set(dir(normandy_archive))

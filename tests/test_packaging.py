@@ -270,6 +270,7 @@ def test_a_fresh_venv_from_the_wheels_imports_compacts_and_lists_the_plugins(
         if not k.startswith("NORMANDY_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")
     }
     env["NORMANDY_ARCHIVE_PATH"] = str(tmp_path / "archive.sqlite3")
+    env["NORMANDY_CACHE_DIR"] = str(tmp_path / "cache")
     code = """
 import json, sys, sysconfig
 import normandy_core

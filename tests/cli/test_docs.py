@@ -80,6 +80,7 @@ def _guide_env(tmp_path: Path) -> dict[str, str]:
         {
             "PYTHONPATH": project_pythonpath(),
             "NORMANDY_ARCHIVE_PATH": str(tmp_path / "archive.sqlite3"),
+            "NORMANDY_CACHE_DIR": str(tmp_path / "cache"),
             "XDG_DATA_HOME": str(tmp_path / "data"),
             "HOME": str(tmp_path),
         }

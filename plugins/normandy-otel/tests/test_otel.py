@@ -351,6 +351,7 @@ def test_the_global_providers_are_used_once_the_application_sets_them(tmp_path):
     providers although it was loaded before they were set."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NORMANDY_")}
     env["NORMANDY_ARCHIVE_PATH"] = str(tmp_path / "archive.sqlite3")
+    env["NORMANDY_CACHE_DIR"] = str(tmp_path / "cache")
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(_GLOBAL)],
         capture_output=True,

@@ -17,34 +17,35 @@ refused (``NORMANDY_ARCHIVE_REQUIRED=0`` makes it best-effort).
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from normandy_archive.backend import ArchiveBackend, open_archive
 from normandy_archive.errors import ArchiveConfigError, ArchiveError, NotAnArchiveError
-from normandy_archive.paths import archive_path, set_archive_path
-from normandy_archive.settings import (
-    ENV_BUSY_TIMEOUT,
-    ENV_PATH,
-    ENV_REQUIRED,
-    ENV_SESSION,
-    ENV_URL,
-    OFF,
-    ArchiveSettings,
-    archive_settings,
-    configure,
-    current_settings,
-    default_archive_path,
-)
-from normandy_archive.store import (
-    Archive,
-    ArchivedEntry,
-    CompactionRecord,
-    Recorded,
-    searchable_text,
-)
 
 if TYPE_CHECKING:
+    from normandy_archive.backend import ArchiveBackend, open_archive
     from normandy_archive.cli import main, register_cli
+    from normandy_archive.paths import archive_path, set_archive_path
+    from normandy_archive.settings import (
+        ENV_BUSY_TIMEOUT,
+        ENV_PATH,
+        ENV_REQUIRED,
+        ENV_SESSION,
+        ENV_URL,
+        OFF,
+        ArchiveSettings,
+        archive_settings,
+        configure,
+        current_settings,
+        default_archive_path,
+    )
+    from normandy_archive.store import (
+        Archive,
+        ArchivedEntry,
+        CompactionRecord,
+        Recorded,
+        searchable_text,
+    )
 
 __all__ = [
     "ENV_BUSY_TIMEOUT",
@@ -75,11 +76,48 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The command line (argparse, datetime) is imported when a command needs it, not
-    # when the hook loads at an agent's first compaction.
-    if name in ("main", "register_cli"):
-        from normandy_archive import cli
+#: Where each public name lives. They are imported at first access, not with the package:
+#: the hook plugin loads at an agent's first compaction, and a boundary that archives
+#: nothing (the conversation fits) needs neither SQLite nor the settings model; the
+#: command line (argparse, datetime) waits for a command.
+_LAZY = {
+    "ArchiveBackend": "backend",
+    "open_archive": "backend",
+    "main": "cli",
+    "register_cli": "cli",
+    "archive_path": "paths",
+    "set_archive_path": "paths",
+    **dict.fromkeys(
+        (
+            "ENV_BUSY_TIMEOUT",
+            "ENV_PATH",
+            "ENV_REQUIRED",
+            "ENV_SESSION",
+            "ENV_URL",
+            "OFF",
+            "ArchiveSettings",
+            "archive_settings",
+            "configure",
+            "current_settings",
+            "default_archive_path",
+        ),
+        "settings",
+    ),
+    **dict.fromkeys(
+        ("Archive", "ArchivedEntry", "CompactionRecord", "Recorded", "searchable_text"),
+        "store",
+    ),
+}
 
-        return getattr(cli, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"normandy_archive.{module}"), name)
+    globals()[name] = value  # later accesses do not come back here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -34,18 +34,20 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normandy_archive import maintenance
-from normandy_archive.backend import ArchiveBackend, open_archive
 from normandy_archive.errors import ArchiveError
-from normandy_archive.settings import ArchiveSettings, current_settings
-from normandy_archive.store import Archive
 from normandy_core import RecallHit, hookimpl
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from normandy_archive.backend import ArchiveBackend
     from normandy_archive.base import ArchivedEntry
+    from normandy_archive.settings import ArchiveSettings
     from normandy_core import AgentConfig, CompactionContext
+
+# The backend (SQLite), the settings model and the background writer are imported by
+# the hooks when a compaction drops something (or a recall comes), not when the plugin
+# loads: a boundary with nothing to drop does not pay for them.
 
 __all__ = ["after_compact", "before_commit", "recall_entries"]
 
@@ -61,6 +63,8 @@ def _archive(settings: ArchiveSettings) -> ArchiveBackend:
     with _lock:
         hit = _current.get(key)
         if hit is None:
+            from normandy_archive.backend import open_archive
+
             for old in _current.values():
                 old.close()  # a target no longer in use releases its connection
             _current.clear()
@@ -107,6 +111,9 @@ def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
     """Index, checkpoint and prune in the background writer, and serialize the entries
     the conversation keeps, the next compaction's dropped ones among them (SQLite;
     PostgreSQL indexes as it writes)."""
+    from normandy_archive import maintenance
+    from normandy_archive.store import Archive
+
     archive = _archive(settings)
     if not isinstance(archive, Archive):
         return
@@ -131,6 +138,8 @@ def before_commit(
     """
     if not meta.get("dropped"):
         return None
+    from normandy_archive.settings import current_settings
+
     settings = current_settings()
     if settings.off or not settings.required:
         return None
@@ -148,6 +157,8 @@ def after_compact(
     dropped = meta.get("dropped")
     if not dropped:
         return None
+    from normandy_archive.settings import current_settings
+
     settings = current_settings()
     if settings.off:
         return {
@@ -183,6 +194,9 @@ def recall_entries(query: str, session_id: str | None, limit: int) -> list[Recal
 
     :raises ArchiveError: the archive is off, or cannot be read.
     """
+    from normandy_archive.settings import current_settings
+    from normandy_archive.store import Archive
+
     settings = current_settings()
     if settings.off:
         raise ArchiveError(
