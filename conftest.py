@@ -31,8 +31,9 @@ if not os.environ.get("NORMANDY_ARCHIVE_PATH"):
     atexit.register(shutil.rmtree, _archive_dir, ignore_errors=True)
     os.environ["NORMANDY_ARCHIVE_PATH"] = os.path.join(_archive_dir, "archive.sqlite3")
 
-# The vocabulary cache (normandy_core.vocabcache) defaults to ~/.cache/normandy: test
-# runs, and the processes they start, use a throwaway directory instead.
+# The vocabulary cache (normandy_core.vocabcache) is off unless NORMANDY_CACHE_DIR names a
+# directory: test runs, and the processes they start, use a throwaway one, so the cache's
+# code runs in every test.
 if not os.environ.get("NORMANDY_CACHE_DIR"):
     import atexit
     import shutil

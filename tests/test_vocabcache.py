@@ -156,15 +156,16 @@ def test_a_cache_directory_that_cannot_be_written_means_no_cache(tmp_path, monke
     assert str(blocker) in said[0]
 
 
-def test_the_default_directory_is_the_users_cache_directory(tmp_path, monkeypatch):
-    monkeypatch.delenv("NORMANDY_CACHE_DIR")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert vocabcache.cache_dir() == tmp_path / "xdg" / "normandy"
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+def test_the_cache_is_off_unless_a_directory_is_named(tmp_path, monkeypatch):
+    """Off by default: nothing is written outside the archive unless asked."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert vocabcache.cache_dir() == tmp_path / "home" / ".cache" / "normandy"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    assert vocabcache.cache_dir() == tmp_path / "home" / ".cache" / "normandy"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("NORMANDY_CACHE_DIR")
+    assert vocabcache.cache_dir() is None
+    assert vocabcache.store_ranks(NAME, SHA, {b"a": 0}) is None
+    assert not (tmp_path / "home").exists() and not (tmp_path / "xdg").exists()
+    monkeypatch.setenv("NORMANDY_CACHE_DIR", "~/cache")
+    assert vocabcache.cache_dir() == tmp_path / "home" / "cache"
 
 
 def test_a_new_process_reads_the_cache_a_first_one_wrote(tmp_path):
