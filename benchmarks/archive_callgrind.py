@@ -34,7 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     window = int(args[1]) if len(args) > 1 else 24_000
     messages = int(args[2]) if len(args) > 2 else 700
 
-    import normandy_archive.hooks as hooks
     import normandy_archive.maintenance as maintenance
     from normandy_archive import archive_settings
     from normandy_core import AgentConfig, AgentMemory, run_compaction
@@ -45,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         pending.append((archive, limits, upcoming))
 
     maintenance._writer.hurry = True  # no waiting for a pause: it runs untraced, at once
-    hooks.maintenance.schedule = later  # type: ignore[assignment]
+    maintenance.schedule = later  # type: ignore[assignment]  # the hooks import it at use
     wl = workload(60, extra=messages, seed=13)
     acc = AgentConfig(
         model="gpt-4o",
