@@ -196,6 +196,7 @@ def test_billing_model_reads_the_unchanged_prefix_and_writes_the_rest():
         ("window_manager", {"schedule": "cost", "trigger": 0.8}, "trigger applies only"),
         ("window_manager", {"horizon": 20}, "horizon applies only"),
         ("window_manager", {"schedule": "cost", "horizon": 0}, "horizon"),
+        ("window_manager", {"schedule": "cost", "strategy": "sliding_window"}, "sliding_window"),
         ("clear_tool_results", {"horizon": 20}, "horizon applies only"),
         ("clear_tool_results", {"schedule": "often"}, "schedule"),
         ("pipeline", {"schedule": "soon", "steps": [{"compactor": "window_manager"}]}, "schedule"),

@@ -404,7 +404,11 @@ def _draw_case(
     if compactor == "pipeline":
         wm = opts["steps"][1]["opts"]
     cost_side = random.Random(f"cost:{seed}:{index}")
-    if wm is not None and cost_side.random() < _COST_SHARE:
+    if (
+        wm is not None
+        and cost_side.random() < _COST_SHARE
+        and wm.get("strategy") != "sliding_window"  # refused with schedule="cost"
+    ):
         wm["schedule"] = "cost"
         wm.pop("trigger", None)
         if cost_side.random() < 0.3:

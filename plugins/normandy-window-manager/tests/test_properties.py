@@ -123,7 +123,7 @@ def test_compaction_invariants(setup):
 @st.composite
 def cost_setups(draw):
     conv = draw(conversations())
-    strategy = draw(st.sampled_from(["oldest_first", "sliding_window", "summarize"]))
+    strategy = draw(st.sampled_from(["oldest_first", "summarize"]))  # sliding_window: refused
     counter_name = draw(st.sampled_from(["estimate", "conservative", "cl100k_base"]))
     reserved = draw(st.integers(0, 1_000))
     # the window sized against the conversation: the conversation fills from 30 % of the

@@ -30,7 +30,8 @@ class WindowManagerOptions(CompactorOptions):
     over the cycle it starts (at most ``horizon`` calls). It cuts to the floor: ``target``
     of the usable window when given, else 25 % (the newest messages; what is cut stays
     archived and recallable), clearing old tool results instead of dropping where that is
-    cheaper.
+    cheaper. It takes strategy ``oldest_first`` or ``summarize`` (``sliding_window``,
+    which keeps a number of turns whatever their size, is refused).
     """
 
     strategy: Strategy = "oldest_first"
@@ -82,6 +83,12 @@ class WindowManagerOptions(CompactorOptions):
             raise ValueError(
                 "trigger applies only to schedule 'threshold': schedule 'cost' decides when "
                 "to compact by what it costs (and always compacts over the usable window)"
+            )
+        if self.schedule == "cost" and self.strategy == "sliding_window":
+            raise ValueError(
+                "schedule 'cost' cuts to a token floor it prices, while strategy "
+                "'sliding_window' keeps the newest turns whatever their size (the cut "
+                "priced is not the cut made): use strategy 'oldest_first' or 'summarize'"
             )
         if self.schedule != "cost" and "horizon" in self.model_fields_set:
             raise ValueError(
