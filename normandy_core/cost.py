@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from normandy_core.catalog import catalog_prices
+from normandy_core.keys import is_compacted
 
 if TYPE_CHECKING:
     from normandy_core.calibration import CalibratedCounter
@@ -105,17 +106,6 @@ def first_change(old: Sequence[Entry], new: Sequence[Entry]) -> int:
     return n
 
 
-#: Metadata keys of entries a compaction made or changed (markers, summaries, cleared tool
-#: results, provider compactions and what they return): the intact part ends there.
-_COMPACTED_KEYS = (
-    "normandy.compaction_marker",
-    "normandy.summary",
-    "normandy.cleared_tool_uses",
-    "normandy.provider_compaction",
-    "normandy.provider_rebuilt",
-)
-
-
 def growth_per_call(entries: Sequence[Entry], sizes: Sequence[int], *, calls: int = 8) -> float:
     """Tokens the conversation grows per model call: what followed the ``calls``-th newest
     assistant entry (that entry included), per assistant entry, over the intact newest
@@ -123,7 +113,7 @@ def growth_per_call(entries: Sequence[Entry], sizes: Sequence[int], *, calls: in
     seen = 0
     total = 0
     for i in range(len(entries) - 1, -1, -1):
-        if any(key in entries[i].metadata for key in _COMPACTED_KEYS):
+        if is_compacted(entries[i]):
             break  # made or changed by a compaction: not how the session grows
         total += sizes[i]
         if entries[i].role == "assistant":

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from normandy_core.errors import NormandyError
+from normandy_core.keys import MARKER_KEY, SUMMARY_KEY
 from normandy_core.memory import (
     DocumentBlock,
     Entry,
@@ -78,7 +79,7 @@ DEFAULT_TIMEOUT = 10.0
 #: Tool names both providers accept.
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: Metadata keys of what compactors insert (markers, summaries): never recalled.
-_INSERTED_KEYS = ("normandy.compaction_marker", "normandy.summary")
+_INSERTED_KEYS = (MARKER_KEY, SUMMARY_KEY)
 #: More characters than any counter gives one token: text longer than this many times
 #: the limit is never counted whole (counting a huge tool output costs time, not room).
 _CHARS_PER_TOKEN_MAX = 64

@@ -31,6 +31,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from normandy_core.errors import NormandyError, OptionsError
+from normandy_core.keys import INSERTED_KEYS, PROVIDER_REBUILT_KEY
 from normandy_core.memory import Entry
 from normandy_core.structure import carries_results, tool_result_ids
 
@@ -62,12 +63,6 @@ RULES = (RULE_PINNED, RULE_FIRST_USER, RULE_TOOLS, RULE_PREDICATE)
 #: The most characters ``summary_instructions`` may have.
 MAX_INSTRUCTION_CHARS = 4000
 
-#: Metadata key of a user message a provider's compaction returned and a compactor put
-#: in the history as a new entry (OpenAI's ``/responses/compact`` gives the user messages
-#: back before its compaction item): a copy, never the task.
-PROVIDER_REBUILT_KEY = "normandy.provider_rebuilt"
-#: Metadata keys of the entries a compactor inserts (a marker, a summary, a copy).
-_INSERTED_KEYS = ("normandy.compaction_marker", "normandy.summary", PROVIDER_REBUILT_KEY)
 #: Tags opening the text of such entries, in every transcript format.
 _INSERTED_TAGS = ("[normandy:marker]", "[normandy:summary]")
 
@@ -203,7 +198,7 @@ class SurvivalRules(BaseModel):
 def is_inserted(entry: Entry) -> bool:
     """Whether ``entry`` is a marker, summary or provider-returned copy a compactor
     inserted (metadata or tag)."""
-    if any(entry.metadata.get(k) for k in _INSERTED_KEYS):
+    if any(entry.metadata.get(k) for k in INSERTED_KEYS):
         return True
     if entry.role != "user":
         return False

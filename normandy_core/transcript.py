@@ -40,6 +40,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ValidationError
 
+from normandy_core.keys import MARKER_KEY, PROVIDER_COMPACTION_KEY, SUMMARY_KEY
 from normandy_core.memory import (
     AgentMemory,
     Block,
@@ -71,7 +72,7 @@ __all__ = [
 WireFormat = Literal["openai", "anthropic", "responses"]
 
 #: Metadata key of the entry holding a provider's compaction (a summary the provider made).
-PROVIDER_COMPACTION = "normandy.provider_compaction"
+PROVIDER_COMPACTION = PROVIDER_COMPACTION_KEY
 
 
 class TranscriptError(ValueError):
@@ -139,8 +140,8 @@ class Transcript:
 
 #: Tags opening the text of a message a compactor inserted, and the metadata key of each.
 INSERTED_TAGS: dict[str, str] = {
-    "[normandy:marker]": "normandy.compaction_marker",
-    "[normandy:summary]": "normandy.summary",
+    "[normandy:marker]": MARKER_KEY,
+    "[normandy:summary]": SUMMARY_KEY,
 }
 
 

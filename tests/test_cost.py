@@ -579,3 +579,69 @@ def test_growth_is_measured_on_the_intact_newest_part():
     small = [40 if e.id in ("r0", "r1", "r2") else s for e, s in zip(cleared, sizes, strict=True)]
     # the three intact newest calls (a3..r5) are what the session grows by
     assert growth_per_call(cleared, small, calls=8) == pytest.approx(510)
+
+
+# -- a compaction's result weighed again (the campaign's idempotence defect) ---------------
+
+
+def test_a_cleared_result_is_recognised_without_its_metadata():
+    """Wire formats carry no metadata: a result cleared by either bundled compactor is
+    recognised by its placeholder's tag, so the growth estimate read back from the
+    provider's format is the one computed in memory."""
+    from normandy_clear_tool_results import DEFAULT_PLACEHOLDER
+    from normandy_core.cost import growth_per_call
+    from normandy_core.formats import from_openai, to_openai
+    from normandy_core.keys import CLEARED_KEY, CLEARED_TAG, is_compacted
+    from normandy_window_manager.schedule import CLEARED_TEXT
+
+    assert CLEARED_TEXT.startswith(CLEARED_TAG) and DEFAULT_PLACEHOLDER.startswith(CLEARED_TAG)
+    entries = _session(6)
+    new_acc, meta = run_compaction(_acc(_slowing(), horizon=100, target=0.3), mid_round=False)
+    assert meta["compacted"] and meta["cleared"]
+    cleared = [e for e in new_acc.memory.entries() if e.metadata.get(CLEARED_KEY)]
+    assert cleared and all(is_compacted(e) for e in cleared)
+    back = from_openai(to_openai(new_acc.memory)).entries()
+    ids = {e.tool_results[0].tool_use_id for e in cleared}
+    read = [e for e in back if e.tool_results and e.tool_results[0].tool_use_id in ids]
+    assert len(read) == len(cleared)
+    assert all(not e.metadata.get(CLEARED_KEY) and is_compacted(e) for e in read)
+    assert not any(is_compacted(e) for e in entries)  # results of their own: untouched
+    memory = new_acc.memory.entries()
+    assert growth_per_call(back, [len(e.text()) for e in back]) == growth_per_call(
+        memory, [len(e.text()) for e in memory]
+    )
+
+
+def test_clear_tool_results_leaves_a_result_window_manager_cleared():
+    """A pipeline's ``clear_tool_results`` reading back ``window_manager``'s output in a
+    wire format does not clear its placeholder again (it used to, so a second pass
+    rewrote the output)."""
+    from normandy_core.formats import from_openai, to_openai
+    from normandy_window_manager.schedule import CLEARED_TEXT
+
+    new_acc, meta = run_compaction(_acc(_slowing(), horizon=100, target=0.3), mid_round=False)
+    assert meta["cleared"]
+    back = AgentConfig(
+        compactor="clear_tool_results",
+        compactor_opts={"keep": 0, "trigger_tokens": 1, "counter": "cl100k_base"},
+    ).with_memory(from_openai(to_openai(new_acc.memory)))
+    again, meta2 = run_compaction(back, mid_round=False)
+    assert meta2["compacted"]  # it cleared the results nobody had cleared
+    assert set(meta2["cleared"]).isdisjoint(meta["cleared"])
+    results = {b.tool_use_id: b for e in again.memory.entries() for b in e.tool_results}
+    assert all(results[i].content == CLEARED_TEXT for i in meta["cleared"])
+
+
+def test_the_cost_schedule_weighs_its_result_again_until_it_waits():
+    """Cut once, the history's growth estimate changes (the cleared results end its intact
+    part): the schedule weighs the result again, compacts while that pays, reports the
+    rounds, and its output weighed once more waits."""
+    from normandy_window_manager.schedule import MAX_ROUNDS
+
+    acc = _acc(_slowing(), horizon=100, target=0.3)
+    new_acc, meta = run_compaction(acc, mid_round=False)
+    assert meta["compacted"] and 1 <= meta["cost_rounds"] <= MAX_ROUNDS
+    again_acc, again = run_compaction(new_acc, mid_round=False)
+    assert not again["compacted"]
+    assert again.get("cost_decision", "waits") == "waits"  # or under the floor: not weighed
+    assert again_acc is new_acc

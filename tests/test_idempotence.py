@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from normandy_core import AgentMemory, ToolResultBlock, ToolUseBlock, compact
 from normandy_core.formats import (
@@ -157,3 +159,54 @@ def test_a_summary_merged_into_a_user_message_is_split_back_out():
     parsed = from_anthropic(messages, system)
     assert [e.text() for e in parsed] == [e.text() for e in mem]
     assert [bool(e.metadata.get("normandy.summary")) for e in parsed] == [True, False, False]
+
+
+# -- schedule="cost" (issue 17) ----------------------------------------------------------
+
+
+@st.composite
+def cost_cases(draw: st.DrawFn) -> tuple[Any, dict[str, Any]]:
+    """A session in a format, and ``compact()`` arguments with ``schedule="cost"``: alone
+    or after ``clear_tool_results`` in a pipeline, the window from 30 % to 130 % of it."""
+    memory = generate_session(draw(st.integers(0, 10_000)), draw(st.integers(12, 90)))
+    fmt = draw(st.sampled_from(FORMATS))
+    size = compact(memory, window=10**7, opts=opts_for("oldest_first")).tokens_before
+    window = max(int(size / draw(st.sampled_from([0.3, 0.6, 0.9, 1.1, 1.3]))), 1_500)
+    strategy = draw(st.sampled_from(["oldest_first", "summarize"]))
+    wm = opts_for(strategy, schedule="cost", reserved_tokens=0, horizon=draw(st.integers(1, 50)))
+    if draw(st.booleans()):
+        wm["target"] = draw(st.sampled_from([0.1, 0.25, 0.5]))
+    kwargs: dict[str, Any] = {"window": window, "model": "claude-sonnet-4-5"}
+    if draw(st.booleans()):
+        clear = {
+            "keep": draw(st.integers(0, 5)),
+            "trigger_tokens": max(int(size * draw(st.floats(0.05, 1.5))), 1),
+            "counter": "cl100k_base",
+        }
+        kwargs |= {
+            "compactor": "pipeline",
+            "opts": {
+                "steps": [
+                    {"compactor": "clear_tool_results", "opts": clear},
+                    {"compactor": "window_manager", "opts": wm},
+                ]
+            },
+        }
+    else:
+        kwargs["opts"] = wm
+    return render(memory, fmt), kwargs
+
+
+@given(cost_cases())
+def test_the_cost_schedule_compacts_its_own_output_no_further(case: Any) -> None:
+    """The campaign's open defect (seed 53: 13 cases in 75,899): the schedule's growth
+    estimate and plans change once it has cut, and a cleared result lost its metadata in
+    a wire format, so a second pass compacted again. It now weighs its result again
+    until it waits, and recognises a cleared result by its placeholder's tag."""
+    data, kwargs = case
+    first = compact(data, **kwargs)
+    if not first.compacted:
+        return
+    second = compact(first.messages, **kwargs)
+    assert second.error is None, second.error
+    check_no_op(first, second)

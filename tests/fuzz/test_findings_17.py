@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from fuzz.campaign import case_rng, run_case
 from fuzz.provider import FuzzProvider
 from normandy_core import compact
 
@@ -80,3 +83,26 @@ def test_nothing_left_to_summarize_within_the_window_is_no_error() -> None:
     assert second.error is None, second.error
     assert not second.compacted and "nothing before the newest" in second.meta["skipped_because"]
     assert len(provider.calls) == 1
+
+
+#: The campaign cases of the cost schedule's idempotence defect: seed 53 (31 minutes at
+#: b953ae8: all 13 of its findings) and seed 47 (the pipelines among its later findings).
+COST_IDEMPOTENCE_CASES = (
+    [(53, i) for i in (5484, 7910, 20947, 24765, 28701, 30026, 36752, 48724, 50623, 52503, 55832)]
+    + [(53, 70765), (53, 76880)]
+    + [(47, i) for i in (24119, 28069, 36404, 38139, 40383, 49059)]
+)
+
+
+@pytest.mark.parametrize(("seed", "index"), COST_IDEMPOTENCE_CASES)
+def test_the_cost_schedule_is_idempotent_on_the_campaign_cases(seed: int, index: int) -> None:
+    """Campaign: the cases above (``window_manager`` with ``schedule="cost"``, mostly after
+    ``clear_tool_results`` in a pipeline, in every format; check ``idempotence``). Two
+    causes: the growth per call and the plans are estimated from the history, which the
+    compaction changes (the cleared results end the intact part), so the schedule weighed
+    on its own output found another plan paying and compacted again; and a result one
+    step cleared lost its metadata in a wire format, so the next cleared it again. The
+    schedule now weighs its result again until it waits (``cost_rounds``), and a cleared
+    result is recognised by its placeholder's tag (``normandy_core.keys.CLEARED_TAG``)."""
+    findings = run_case(case_rng(seed, index), seed=seed, index=index)
+    assert not findings, [f.message for f in findings]

@@ -13,6 +13,7 @@ from normandy_core import (
     run_compaction,
 )
 from normandy_core.testing.strategies import conversations
+from normandy_window_manager.schedule import MAX_ROUNDS
 
 SPECIAL = ("normandy.summary", "normandy.compaction_marker")
 
@@ -226,3 +227,8 @@ def test_cost_schedule_invariants(setup):
     assert meta["cost_rate_with"] == min(meta["cost_plans"].values())
     if meta["cost_decision"] == "pays":
         assert meta["cost_rate_with"] < meta["cost_rate_without"]
+    # weighed again until it waits: compacting the output again changes nothing
+    assert 1 <= meta["cost_rounds"] <= MAX_ROUNDS
+    again_acc, again = run_compaction(new_acc, mid_round=mid)
+    assert not again["compacted"], {k: v for k, v in again.items() if k != "dropped"}
+    assert again_acc is new_acc

@@ -11,6 +11,7 @@ from normandy_clear_tool_results.options import (
     RECALL_PLACEHOLDER,
     ClearToolResultsOptions,
 )
+from normandy_core import keys
 
 __all__ = [
     "CLEARED_KEY",
@@ -23,4 +24,4 @@ __all__ = [
 #: The name this compactor is registered under.
 NAME = "clear_tool_results"
 #: Entry metadata key listing the tool-use ids whose content this compactor cleared.
-CLEARED_KEY = "normandy.cleared_tool_uses"
+CLEARED_KEY = keys.CLEARED_KEY

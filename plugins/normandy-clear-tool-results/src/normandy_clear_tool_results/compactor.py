@@ -25,6 +25,7 @@ from normandy_core import (
     ToolResultBlock,
     ToolUseBlock,
     hookimpl,
+    keys,
 )
 
 if TYPE_CHECKING:
@@ -57,9 +58,7 @@ class _Use:
     result_indices: list[int]
 
 
-def _cleared_ids(entry: Entry) -> list[str]:
-    value = entry.metadata.get(CLEARED_KEY)
-    return [str(v) for v in value] if isinstance(value, list) else []
+_cleared_ids = keys.cleared_ids
 
 
 def _scan(entries: list[Entry]) -> tuple[list[_Use], set[str]]:
@@ -80,6 +79,9 @@ def _scan(entries: list[Entry]) -> tuple[list[_Use], set[str]]:
                 hit = by_id.get(b.tool_use_id)
                 if hit is not None:
                     hit.result_indices.append(i)
+                if b.text().startswith(keys.CLEARED_TAG):
+                    # cleared before, its metadata lost in a wire format
+                    cleared.add(b.tool_use_id)
     return uses, cleared
 
 

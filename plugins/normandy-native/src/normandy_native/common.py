@@ -31,6 +31,7 @@ from normandy_core import (
     build_context,
     call_compactor,
     group_units,
+    keys,
     new_id,
     prepare,
 )
@@ -61,7 +62,7 @@ __all__ = [
 log = logging.getLogger("normandy_native")
 
 #: Metadata key of the note put before a compaction that would open the history.
-MARKER_KEY = "normandy.compaction_marker"
+MARKER_KEY = keys.MARKER_KEY
 #: That note (its tag lets a transcript reader recognise it in any format).
 MARKER_TEXT = "[normandy:marker] Earlier messages were compacted by the model provider here."
 #: Metadata key of the compaction entry: the provider, and the ids of what it replaced.

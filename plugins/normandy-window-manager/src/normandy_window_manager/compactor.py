@@ -24,6 +24,7 @@ from normandy_core import (
     ToolResultBlock,
     group_units,
     hookimpl,
+    keys,
     new_id,
 )
 from normandy_core.calibration import CalibratedCounter
@@ -56,7 +57,7 @@ log = logging.getLogger("normandy_window_manager")
 #: The name this compactor is registered under.
 NAME = "window_manager"
 #: Metadata key marking the note inserted where history was cut.
-MARKER_KEY = "normandy.compaction_marker"
+MARKER_KEY = keys.MARKER_KEY
 #: The text of that note (with the agent's ``recall`` tool on, followed by
 #: :attr:`normandy_core.RecallSettings.note`, and inserted wherever entries were dropped,
 #: so the model knows it can get them back). Its tag

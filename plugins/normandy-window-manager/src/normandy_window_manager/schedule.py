@@ -31,14 +31,18 @@ says where. Two plans are weighed:
   unit's are never cleared.
 * **drop**: drop whole units down to the floor by the configured strategy.
 
-The cheaper plan (by cycle rate) wins. Over the usable window the schedule always
+The cheaper plan (by cycle rate) wins. Once it has cut, the schedule weighs its result
+again (the growth estimate and the plans change once the history is cut: cleared results
+end its intact part) and cuts again while that pays, at most :data:`MAX_ROUNDS` rounds:
+given its own output, it waits. Over the usable window the schedule always
 compacts (``forced``: the window is never exceeded); at a mid-round boundary under it,
 never (the contract). Every boundary it weighs reports in meta ``billed_next_without``
 and ``billed_next_with`` (next call), ``cost_rate_without`` and ``cost_rate_with`` (the
 next call's and the chosen cycle's billed tokens per call), ``cost_horizon_without`` and
 ``cost_horizon_with`` (the same over the cycle's calls), ``cost_cycle_calls``,
 ``cost_plan`` (``"clear"`` or ``"drop"``), ``cost_plans`` (each plan's rate),
-``cost_floor``, ``growth_per_call`` and ``cost_decision`` (``"forced"``, ``"pays"`` or ``"waits"``).
+``cost_floor``, ``growth_per_call`` and ``cost_decision`` (``"forced"``, ``"pays"`` or ``"waits"``),
+all of its first round; a compaction adds ``cost_rounds``.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from normandy_core import Entry, ToolResultBlock, group_units
+from normandy_core import Entry, ToolResultBlock, group_units, keys
 from normandy_core.cost import CacheRates, billed, cached_until, growth_per_call, rates_for
 
 if TYPE_CHECKING:
@@ -58,6 +62,7 @@ __all__ = [
     "CLEARED_KEY",
     "CLEARED_TEXT",
     "COST_FLOOR",
+    "MAX_ROUNDS",
     "Plan",
     "Priced",
     "cost_schedule",
@@ -67,12 +72,34 @@ __all__ = [
 
 #: Entry metadata key listing the tool-use ids whose results were cleared (the same key
 #: ``clear_tool_results`` uses, so either recognises the other's work).
-CLEARED_KEY = "normandy.cleared_tool_uses"
+CLEARED_KEY = keys.CLEARED_KEY
 #: What a cleared tool result says instead of its content.
 CLEARED_TEXT = "[tool result cleared by normandy window_manager to save context; archived]"
 #: The share of the usable window the cost schedule always keeps (the newest messages)
 #: when ``target`` is not given.
 COST_FLOOR = 0.25
+#: The most rounds of one boundary: a compaction's result is weighed again (the growth
+#: estimate and the plans change once the history is cut) and compacted again while that
+#: pays, so that compacting the output once more changes nothing.
+MAX_ROUNDS = 8
+#: The meta keys of the weighing (those of the first round are reported).
+_COST_KEYS = frozenset(
+    {
+        "schedule",
+        "cost_decision",
+        "billed_next_without",
+        "billed_next_with",
+        "cost_rate_without",
+        "cost_rate_with",
+        "cost_horizon_without",
+        "cost_horizon_with",
+        "cost_cycle_calls",
+        "cost_plan",
+        "cost_plans",
+        "cost_floor",
+        "growth_per_call",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -148,7 +175,47 @@ def price_plans(
 def cost_schedule(
     acc: AgentConfig, ctx: CompactionContext, o: WindowManagerOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """The ``cost`` schedule's boundary: wait, or compact the cheapest way (see the module)."""
+    """The ``cost`` schedule's boundary: wait, or compact the cheapest way, then weigh the
+    result again until it waits (see the module)."""
+    new_acc, meta = _cost_round(acc, ctx, o)
+    rounds = 1
+    while meta.get("compacted") and "error" not in meta and rounds < MAX_ROUNDS:
+        again_acc, again = _cost_round(new_acc, ctx, o)
+        if not again.get("compacted") or "error" in again:
+            break
+        meta = _merged(acc.memory.entries(), meta, again, again_acc)
+        new_acc = again_acc
+        rounds += 1
+    if meta.get("compacted"):
+        meta["cost_rounds"] = rounds
+    return new_acc, meta
+
+
+def _merged(
+    inputs: list[Entry], first: dict[str, Any], again: dict[str, Any], acc: AgentConfig
+) -> dict[str, Any]:
+    """The meta of two rounds as one compaction of ``inputs`` that left ``acc``: every input
+    entry cleared or dropped by either, once, with its input content; the kept ones changed
+    listed in ``shortened``; the cost figures of the first round (why it compacted), the
+    rest (target, marker) of the second."""
+    kept = {e.id for e in acc.memory.entries()}
+    touched = {e.id for e in first.get("dropped", ())} | {e.id for e in again.get("dropped", ())}
+    shortened = set(first.get("shortened") or ()) | set(again.get("shortened") or ())
+    cleared = list(dict.fromkeys([*(first.get("cleared") or ()), *(again.get("cleared") or ())]))
+    out = {**again, **{k: v for k, v in first.items() if k in _COST_KEYS}}
+    out["dropped"] = [e for e in inputs if e.id in touched]
+    out["shortened"] = [e.id for e in inputs if e.id in shortened and e.id in kept]
+    if not out["shortened"]:
+        del out["shortened"]
+    if cleared:
+        out["cleared"] = cleared
+    return out
+
+
+def _cost_round(
+    acc: AgentConfig, ctx: CompactionContext, o: WindowManagerOptions
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """One weighing: wait, or compact the cheapest way."""
     from normandy_window_manager.compactor import _compact
 
     assert ctx.window is not None
@@ -239,15 +306,13 @@ def _clearable(
             if (
                 isinstance(b, ToolResultBlock)
                 and b.tool_use_id not in done
-                and b.content != CLEARED_TEXT
+                and not b.text().startswith(keys.CLEARED_TAG)
             ):
                 out.append((i, b.tool_use_id))
     return out
 
 
-def _cleared_ids(entry: Entry) -> list[str]:
-    value = entry.metadata.get(CLEARED_KEY)
-    return [str(v) for v in value] if isinstance(value, list) else []
+_cleared_ids = keys.cleared_ids
 
 
 def _plans(

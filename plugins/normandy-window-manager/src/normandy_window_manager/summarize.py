@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from normandy_core import Entry, TextBlock, ToolResultBlock, ToolUseBlock
+from normandy_core import Entry, TextBlock, ToolResultBlock, ToolUseBlock, keys
 
 # asyncio, concurrent.futures, html and inspect serve the model summarizer only: imported
 # where it runs, so a compaction that does not summarize with a model never pays for them.
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 #: Metadata key marking a summary entry made by the ``summarize`` strategy.
-SUMMARY_KEY = "normandy.summary"
+SUMMARY_KEY = keys.SUMMARY_KEY
 #: The tag that opens every summary (``normandy_core.formats.INSERTED_TAGS``), so a
 #: transcript reader recognises it in any format.
 SUMMARY_TAG = "[normandy:summary]"
