@@ -1264,14 +1264,16 @@ def write(t: Transcript, memory: AgentMemory) -> Any:
         elif e.role == "system" and t.format == "anthropic":
             system_texts.append(e.text())
         else:
-            emitted = _rebuild(t.format, e, src)
+            placed: list[tuple[Block, int, Any]] = []
+            emitted = _rebuild(t.format, e, src, placed)
             out.extend(emitted)
-            # What was rendered is now the caller's: given back unchanged, it is kept as is.
+            # What was rendered is now the caller's: given back unchanged, it is kept as is,
+            # and changed again, its unchanged items are still given back as they are.
             t.sources[e.id] = Source(
                 raws=emitted,
                 role=e.role,
                 content=e.content,
-                parts=_rendered_parts(t.format, e.content, emitted),
+                parts=placed or _rendered_parts(t.format, e.content, emitted),
             )
         k += 1
     return _container(t, out, system_out, system_texts)
@@ -1354,14 +1356,17 @@ def _block_key(b: Block) -> tuple[str, str] | None:
     return None
 
 
-def _rebuild(fmt: WireFormat, e: Entry, src: Source | None) -> list[Any]:
-    """A changed or new entry in ``fmt``, keeping the raw parts it still holds."""
+def _rebuild(
+    fmt: WireFormat, e: Entry, src: Source | None, placed: list[tuple[Block, int, Any]]
+) -> list[Any]:
+    """A changed or new entry in ``fmt``, keeping the raw parts it still holds. A
+    Responses entry also fills ``placed``: each block with the item it went to."""
     matched = _match(src, e.content)
     if fmt == "anthropic":
         return _rebuild_anthropic(e, src, matched)
     if fmt == "openai":
         return _rebuild_chat(e, src, matched)
-    return _rebuild_responses(e, src, matched)
+    return _rebuild_responses(e, src, matched, placed)
 
 
 def _rebuild_anthropic(
@@ -1505,27 +1510,33 @@ def _chat_call(raw: Any, b: ToolUseBlock) -> dict[str, Any]:
 
 
 def _rebuild_responses(
-    e: Entry, src: Source | None, matched: list[tuple[Block, tuple[int, Any] | None, bool]]
+    e: Entry,
+    src: Source | None,
+    matched: list[tuple[Block, tuple[int, Any] | None, bool]],
+    placed: list[tuple[Block, int, Any]],
 ) -> list[Any]:
     out: list[Any] = []
-    if src is None:
-        return [_responses_fresh(e.role, b) for b, _, _ in matched if _keeps(b)]
-    done: set[int] = set()
+    done: dict[int, int] = {}  # raw position -> the index in ``out`` of its item
     for b, origin, _same in matched:
-        if origin is None:
+        if origin is None or src is None:
+            if src is None and not _keeps(b):
+                continue
+            placed.append((b, len(out), None))
             out.append(_responses_fresh(e.role, b))
             continue
         pos = origin[0]
-        raw = src.raws[pos]
-        if pos in done:
-            continue
-        item_blocks = [x for x in matched if x[1] is not None and x[1][0] == pos]
-        originals = [p for p in src.parts if p[1] == pos]
-        if len(item_blocks) == len(originals) and all(s for _, _, s in item_blocks):
-            out.append(raw)
-        else:
-            out.append(_responses_changed(raw, item_blocks))
-        done.add(pos)
+        if pos not in done:
+            raw = src.raws[pos]
+            item_blocks = [x for x in matched if x[1] is not None and x[1][0] == pos]
+            originals = [p for p in src.parts if p[1] == pos]
+            if len(item_blocks) == len(originals) and all(s for _, _, s in item_blocks):
+                out.append(raw)
+            else:
+                out.append(_responses_changed(raw, item_blocks))
+            done[pos] = len(out) - 1
+        placed.append((b, done[pos], None))
+    # the raw part of each block: its item (what _match hands back as the origin)
+    placed[:] = [(b, k, out[k]) for b, k, _ in placed]
     return out
 
 

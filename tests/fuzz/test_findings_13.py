@@ -107,6 +107,34 @@ def test_an_item_kept_beside_a_result_cleared_twice_stays_the_object_given() -> 
     assert cleared[:2] == ["a", "b"] and result.continued
 
 
+def test_an_item_beside_calls_whose_inputs_are_cleared_twice_stays_the_object_given() -> None:
+    """Campaign: seed 47, index 50360 (pipeline ``clear_tool_results`` with
+    ``clear_tool_inputs``, Responses, ``continue-full``): an assistant run holding a
+    message of two text parts, two calls and a ``file_search_call``; the second call to
+    clear one of its inputs rendered the search call anew (the first rebuild's items no
+    longer lined up with the entry's blocks). Check ``identity``."""
+    opts = {"trigger_tokens": 1_000, "keep": 2, "clear_tool_inputs": True}  # a, then b
+    search = {"type": "file_search_call", "id": "fs_1", "status": "completed", "queries": ["q"]}
+    text = [{"type": "output_text", "text": t, "annotations": []} for t in ("One.", "Two.")]
+    history: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        {"type": "message", "id": "msg_1", "role": "assistant", "content": text},
+        {"type": "function_call", "call_id": "a", "name": "read", "arguments": '{"p": 1}'},
+        {"type": "function_call", "call_id": "b", "name": "read", "arguments": '{"p": 2}'},
+        search,
+        {"type": "function_call_output", "call_id": "a", "output": LONG + "a"},
+        {"type": "function_call_output", "call_id": "b", "output": LONG + "b"},
+    ]
+    cleared: list[str] = []
+    for n in range(3):
+        history += [{"role": "user", "content": f"more {n}"}, *_responses_round(n)]
+        result = compact(history, compactor="clear_tool_results", opts=opts, format="responses")
+        cleared += result.meta.get("cleared", [])
+        assert any(m is search for m in result.messages)
+        assert any(m is history[1] for m in result.messages)  # its message: unchanged
+    assert cleared[:2] == ["a", "b"] and result.continued
+
+
 def test_the_irreducible_breakdown_adds_up_to_its_total() -> None:
     """Campaign: seed 7, index 3558 (window_manager summarize, Anthropic: '715 tokens are
     irreducible (... 3; ... 0; pinned entries 197; ... 169 ...)'), which the campaign first
