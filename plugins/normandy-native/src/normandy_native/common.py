@@ -279,18 +279,15 @@ def client_methods(
     return method, amethod
 
 
-def over(acc: AgentConfig, ctx: CompactionContext, opts: NativeOptions) -> tuple[bool, int]:
-    """Whether the boundary is over its trigger, and the usable window."""
+def over(acc: AgentConfig, ctx: CompactionContext, opts: NativeOptions) -> tuple[bool, int, int]:
+    """Whether the boundary is over its trigger, the usable window, and the tokens sent
+    (the conversation and the prompt)."""
     total = ctx.counter.memory_tokens(acc.memory) + ctx.prompt_tokens
     usable = (ctx.window or 0) - opts.reserved_tokens
     if ctx.window is None:
-        return (not ctx.mid_round and total > opts.trigger_tokens), usable
+        return (not ctx.mid_round and total > opts.trigger_tokens), usable, total
     threshold = usable if ctx.mid_round else min(opts.trigger_tokens, usable)
-    return total > threshold, usable
-
-
-def _over_window(acc: AgentConfig, ctx: CompactionContext, usable: int) -> bool:
-    return ctx.counter.memory_tokens(acc.memory) + ctx.prompt_tokens > usable
+    return total > threshold, usable, total
 
 
 #: Meta figures the boundary computes for the compaction as a whole.
@@ -362,7 +359,7 @@ def compact_with_provider(
     into the entries that replace them and the originals they replace (``dropped``).
     Whatever the provider cannot do goes to :func:`run_fallback`.
     """
-    fire, usable = over(acc, ctx, opts)
+    fire, usable, total = over(acc, ctx, opts)
     if not fire:
         return acc, {"compacted": False}
     model = ctx.model or ""
@@ -375,7 +372,7 @@ def compact_with_provider(
             "nothing before the newest message (but what the survival rules keep) is left "
             "for the provider to summarize"
         )
-        if opts._fallback is None and ctx.window is not None and not _over_window(acc, ctx, usable):
+        if opts._fallback is None and ctx.window is not None and total <= usable:
             # Over the trigger but within the window, with nothing left to summarize: not
             # a failure (the next compaction will have something to summarize).
             return acc, {"compacted": False, "native": False, "skipped_because": reason}
