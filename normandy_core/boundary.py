@@ -38,6 +38,7 @@ from normandy_core.plugins import describe_hook, hook_manager
 
 if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
+    from normandy_core.memory import AgentMemory
 
 __all__ = [
     "BoundaryInfo",
@@ -71,8 +72,9 @@ class BoundaryInfo(NamedTuple):
     the description error messages use. ``start_ns`` is the wall-clock time the boundary
     began (:func:`time.time_ns`), ``duration`` its length in seconds, hooks included;
     ``compactor_start`` (seconds after ``start_ns``) and ``compactor_duration`` time the
-    compactor's ``maybe_compact`` with the contract check, ``None`` when it was not
-    called. ``error_type`` says briefly why a boundary failed, for grouping:
+    compactor's ``maybe_compact`` with the contract check (at a boundary at or below the
+    level its ``compaction_threshold`` hook declared, the comparison that stands in for
+    the call), ``None`` when it was not reached. ``error_type`` says briefly why a boundary failed, for grouping:
     ``"reported"`` (the compactor returned the error path), ``"contract"`` (its result
     broke the contract), ``"timeout"`` (``compaction_timeout`` passed), ``"refused"`` (a
     ``before_commit`` hook refused to record the dropped entries), ``"abandoned_limit"``
@@ -561,7 +563,14 @@ def _resolve(
         )
     probe.ctx = ctx
     comp = prepared.compactor
-    probe.started = time.perf_counter() - t0
+    started = time.perf_counter()
+    probe.started = started - t0
+    level = prepared.thresholds[mid_round]
+    if level is not None and _below(acc.memory, ctx, level):
+        # The compactor declared (compaction_threshold) that it skips at or below this
+        # level: its call would give exactly this result (a property test compares them).
+        probe.took = time.perf_counter() - started
+        return CompactionResult(acc, _SKIP)
     try:
         if limit is None:
             result = call_plugin(call_compactor, comp, acc, ctx, prepared.options)
@@ -609,6 +618,24 @@ def _resolve(
                 result.meta.replace(hook_errors=hook_errors or None, hook_notes=notes or None),
             )
     return result
+
+
+def _below(memory: AgentMemory, ctx: CompactionContext, level: int) -> bool:
+    """Whether ``memory`` plus ``ctx.prompt_tokens`` is at most ``level`` tokens, counted as
+    ``ctx.counter`` counts (an upper bound first, while the tokenizer is not loaded).
+
+    ``False`` when counting fails: the compactor is then called and meets the failure
+    itself, so the boundary's result is the one it always was.
+    """
+    counter = ctx.counter
+    prompt = ctx.prompt_tokens
+    try:
+        bound = counter.memory_bound(memory)
+        if bound is not None and bound + prompt <= level:
+            return True
+        return counter.memory_tokens(memory) + prompt <= level
+    except Exception:
+        return False
 
 
 def _call_bounded(
