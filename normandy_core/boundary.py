@@ -38,7 +38,6 @@ from normandy_core.plugins import describe_hook, hook_manager
 
 if TYPE_CHECKING:
     from normandy_core.calibration import Calibration
-    from normandy_core.memory import AgentMemory
 
 __all__ = [
     "BoundaryInfo",
@@ -52,6 +51,9 @@ __all__ = [
 ]
 
 log = logging.getLogger("normandy_core.boundary")
+
+#: Makes a named tuple from a tuple without its Python-level ``__new__`` (hot path).
+_new_result = tuple.__new__
 
 
 class CompactionTimeoutError(Exception):
@@ -74,13 +76,14 @@ class BoundaryInfo(NamedTuple):
     ``compactor_start`` (seconds after ``start_ns``) and ``compactor_duration`` time the
     compactor's ``maybe_compact`` with the contract check (at a boundary at or below the
     level its ``compaction_threshold`` hook declared, the comparison that stands in for
-    the call), ``None`` when it was not reached. ``error_type`` says briefly why a boundary failed, for grouping:
-    ``"reported"`` (the compactor returned the error path), ``"contract"`` (its result
-    broke the contract), ``"timeout"`` (``compaction_timeout`` passed), ``"refused"`` (a
-    ``before_commit`` hook refused to record the dropped entries), ``"abandoned_limit"``
-    (too many abandoned threads to call it), ``"context"`` (the boundary's ``ctx``
-    could not be built), or the name of the exception the compactor raised
-    (``"RuntimeError"``, ``"mypackage.BusyError"``); ``None`` unless it failed.
+    the call), ``None`` when it was not reached. ``error_type`` says briefly why a
+    boundary failed, for grouping: ``"reported"`` (the compactor returned the error
+    path), ``"contract"`` (its result broke the contract), ``"timeout"``
+    (``compaction_timeout`` passed), ``"refused"`` (a ``before_commit`` hook refused to
+    record the dropped entries), ``"abandoned_limit"`` (too many abandoned threads to
+    call it), ``"context"`` (the boundary's ``ctx`` could not be built), or the name of
+    the exception the compactor raised (``"RuntimeError"``, ``"mypackage.BusyError"``);
+    ``None`` unless it failed.
 
     Immutable (a named tuple: made at every observed boundary, it must be cheap), so no
     hook can change what the next one receives.
@@ -167,8 +170,11 @@ def _selected(hook: str, *, gated: bool = False) -> list[tuple[Any, Any]]:
 
 
 #: The ``on_boundary`` selection of the last boundary: the hook manager, its
-#: implementations then, and the pairs of :func:`_selected`, each with its gate.
-_observer_plan: tuple[Any, list[Any], list[tuple[tuple[Any, Any], Any]]] | None = None
+#: implementations then, the pairs of :func:`_selected`, each with its gate, and those
+#: pairs alone when none has a gate (else ``None``).
+_observer_plan: (
+    tuple[Any, list[Any], list[tuple[tuple[Any, Any], Any]], list[tuple[Any, Any]] | None] | None
+) = None
 
 
 def _observers() -> list[tuple[Any, Any]]:
@@ -176,7 +182,8 @@ def _observers() -> list[tuple[Any, Any]]:
 
     The pairs are made again only when the hook manager or its ``on_boundary``
     implementations changed (a plugin registered or unregistered); the gates are asked
-    at every boundary, as :func:`active_when` promises.
+    at every boundary, as :func:`active_when` promises. Without gates the same list is
+    returned every time (callers only read it).
     """
     global _observer_plan
     pm = hook_manager()
@@ -187,8 +194,15 @@ def _observers() -> list[tuple[Any, Any]]:
     plan = _observer_plan
     if plan is None or plan[0] is not pm or plan[1] != impls:
         gates = [(p, getattr(p[0].function, ACTIVE_ATTR, None)) for p in _selected("on_boundary")]
-        plan = _observer_plan = (pm, list(impls), gates)
-    return [p for p, gate in plan[2] if gate is None or _open(p[0], gate)]
+        fixed = None if any(g is not None for _, g in gates) else [p for p, _ in gates]
+        plan = _observer_plan = (pm, list(impls), gates, fixed)
+    if plan[3] is not None:
+        return plan[3]
+    selected = []
+    for pair, gate in plan[2]:
+        if gate is None or _open(pair[0], gate):
+            selected.append(pair)
+    return selected
 
 
 def _open(impl: Any, gate: Callable[[], object]) -> bool:
@@ -566,11 +580,24 @@ def _resolve(
     started = time.perf_counter()
     probe.started = started - t0
     level = prepared.thresholds[mid_round]
-    if level is not None and _below(acc.memory, ctx, level):
+    if level is not None:
         # The compactor declared (compaction_threshold) that it skips at or below this
         # level: its call would give exactly this result (a property test compares them).
-        probe.took = time.perf_counter() - started
-        return CompactionResult(acc, _SKIP)
+        # Counted as it counts, an upper bound first while the tokenizer is not loaded;
+        # a count that fails falls through to the call, which meets the failure itself.
+        counter = ctx.counter
+        prompt = ctx.prompt_tokens
+        memory = acc.memory
+        try:
+            bound = counter.memory_bound(memory)
+            below = (bound is not None and bound + prompt <= level) or (
+                counter.memory_tokens(memory) + prompt <= level
+            )
+        except Exception:
+            below = False
+        if below:
+            probe.took = time.perf_counter() - started
+            return _new_result(CompactionResult, (acc, _SKIP))
     try:
         if limit is None:
             result = call_plugin(call_compactor, comp, acc, ctx, prepared.options)
@@ -618,24 +645,6 @@ def _resolve(
                 result.meta.replace(hook_errors=hook_errors or None, hook_notes=notes or None),
             )
     return result
-
-
-def _below(memory: AgentMemory, ctx: CompactionContext, level: int) -> bool:
-    """Whether ``memory`` plus ``ctx.prompt_tokens`` is at most ``level`` tokens, counted as
-    ``ctx.counter`` counts (an upper bound first, while the tokenizer is not loaded).
-
-    ``False`` when counting fails: the compactor is then called and meets the failure
-    itself, so the boundary's result is the one it always was.
-    """
-    counter = ctx.counter
-    prompt = ctx.prompt_tokens
-    try:
-        bound = counter.memory_bound(memory)
-        if bound is not None and bound + prompt <= level:
-            return True
-        return counter.memory_tokens(memory) + prompt <= level
-    except Exception:
-        return False
 
 
 def _call_bounded(

@@ -294,12 +294,18 @@ def boundary_summary(meta: Mapping[str, Any]) -> dict[str, Any]:
     other list of entries (such as shortened originals) becomes ``<key>_ids`` and
     ``<key>_count`` the same way. Everything else is kept as it is.
     """
-    out = {k: v for k, v in meta.items() if not _holds_entries(k, v)}
+    out: dict[str, Any] = {}
+    held: list[tuple[str, Any]] = []
+    # One pass; only a non-empty list or tuple can hold entries (most boundaries have none).
     for key, value in meta.items():
-        if _holds_entries(key, value):
-            items = list(value or [])
-            out[f"{key}_ids"] = [getattr(e, "id", None) for e in items]
-            out[f"{key}_count"] = len(items)
+        if key == "dropped" or (isinstance(value, (list, tuple)) and _holds_entries(key, value)):
+            held.append((key, value))
+        else:
+            out[key] = value
+    for key, value in held:
+        items = list(value or [])
+        out[f"{key}_ids"] = [getattr(e, "id", None) for e in items]
+        out[f"{key}_count"] = len(items)
     out.setdefault("dropped_ids", [])
     out.setdefault("dropped_count", 0)
     return out
