@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from normandy_core.config import AgentConfig
@@ -200,19 +200,17 @@ def _observers() -> list[tuple[Any, Any]]:
         return plan[3]
     selected = []
     for pair, gate in plan[2]:
-        if gate is None or _open(pair[0], gate):
-            selected.append(pair)
+        if gate is not None:
+            try:
+                if not call_plugin(gate):
+                    continue
+            except Exception as exc:  # a gate that raises counts as true
+                what = describe_hook(pair[0].plugin_name)
+                log.error(
+                    "the on_boundary gate of %s raised %s", what, _fault_text(exc), exc_info=exc
+                )
+        selected.append(pair)
     return selected
-
-
-def _open(impl: Any, gate: Callable[[], object]) -> bool:
-    """Whether ``impl``'s gate is true; a gate that raises counts as true (logged)."""
-    try:
-        return bool(call_plugin(gate))
-    except Exception as exc:
-        what = describe_hook(impl.plugin_name)
-        log.error("the on_boundary gate of %s raised %s", what, _fault_text(exc), exc_info=exc)
-        return True
 
 
 def _active(hook: str, impl: Any) -> bool:
@@ -589,7 +587,8 @@ def _resolve(
         prompt = ctx.prompt_tokens
         memory = acc.memory
         try:
-            bound = counter.memory_bound(memory)
+            # (memory_bound answers None at once after the tokenizer loaded: not asked)
+            bound = None if counter._exact else counter.memory_bound(memory)
             below = (bound is not None and bound + prompt <= level) or (
                 counter.memory_tokens(memory) + prompt <= level
             )
