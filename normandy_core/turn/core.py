@@ -186,6 +186,11 @@ class Finish:
 
 Effect = AppendMessage | MaybeCompact | CallModel | DispatchTools | Emit | Finish
 
+# The effects every boundary emits, made once (they are immutable and carry no data).
+_COMPACT_AT_START = MaybeCompact(mid_round=False)
+_COMPACT_MID_ROUND = MaybeCompact(mid_round=True)
+_CALL = CallModel(final=False)
+
 
 # -- state ----------------------------------------------------------------------------
 
@@ -351,7 +356,7 @@ def _on_user_input(state: TurnState, ev: UserInput) -> tuple[TurnState, tuple[Ef
     return new, (
         Emit({"type": "turn_started", "turn_id": state.turn_id}),
         AppendMessage("user", ev.content),
-        MaybeCompact(mid_round=False),
+        _COMPACT_AT_START,
     )
 
 
@@ -389,7 +394,7 @@ def _on_compaction_done(
         effects.append(CallModel(final=True, reason=reason))
         new = replace(state, phase=Phase.AWAITING_MODEL, budget=budget, final_reason=reason)
     else:
-        effects.append(CallModel(final=False))
+        effects.append(_CALL)
         new = replace(
             state, phase=Phase.AWAITING_MODEL, budget=budget, iterations=state.iterations + 1
         )
@@ -469,4 +474,4 @@ def _on_tool_results(state: TurnState, ev: ToolResults) -> tuple[TurnState, tupl
         batches=state.batches + 1,
         budget=_add(state.budget, ev.tokens),
     )
-    return new, (AppendMessage("user", ordered), MaybeCompact(mid_round=True))
+    return new, (AppendMessage("user", ordered), _COMPACT_MID_ROUND)
