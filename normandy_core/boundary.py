@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from normandy_core.config import AgentConfig
@@ -52,6 +52,9 @@ __all__ = [
 
 log = logging.getLogger("normandy_core.boundary")
 
+#: Makes a named tuple from a tuple without its Python-level ``__new__`` (hot path).
+_new_result = tuple.__new__
+
 
 class CompactionTimeoutError(Exception):
     """A compactor did not return within the configured ``compaction_timeout``."""
@@ -71,14 +74,16 @@ class BoundaryInfo(NamedTuple):
     the description error messages use. ``start_ns`` is the wall-clock time the boundary
     began (:func:`time.time_ns`), ``duration`` its length in seconds, hooks included;
     ``compactor_start`` (seconds after ``start_ns``) and ``compactor_duration`` time the
-    compactor's ``maybe_compact`` with the contract check, ``None`` when it was not
-    called. ``error_type`` says briefly why a boundary failed, for grouping:
-    ``"reported"`` (the compactor returned the error path), ``"contract"`` (its result
-    broke the contract), ``"timeout"`` (``compaction_timeout`` passed), ``"refused"`` (a
-    ``before_commit`` hook refused to record the dropped entries), ``"abandoned_limit"``
-    (too many abandoned threads to call it), ``"context"`` (the boundary's ``ctx``
-    could not be built), or the name of the exception the compactor raised
-    (``"RuntimeError"``, ``"mypackage.BusyError"``); ``None`` unless it failed.
+    compactor's ``maybe_compact`` with the contract check (at a boundary at or below the
+    level its ``compaction_threshold`` hook declared, the comparison that stands in for
+    the call), ``None`` when it was not reached. ``error_type`` says briefly why a
+    boundary failed, for grouping: ``"reported"`` (the compactor returned the error
+    path), ``"contract"`` (its result broke the contract), ``"timeout"``
+    (``compaction_timeout`` passed), ``"refused"`` (a ``before_commit`` hook refused to
+    record the dropped entries), ``"abandoned_limit"`` (too many abandoned threads to
+    call it), ``"context"`` (the boundary's ``ctx`` could not be built), or the name of
+    the exception the compactor raised (``"RuntimeError"``, ``"mypackage.BusyError"``);
+    ``None`` unless it failed.
 
     Immutable (a named tuple: made at every observed boundary, it must be cheap), so no
     hook can change what the next one receives.
@@ -165,8 +170,11 @@ def _selected(hook: str, *, gated: bool = False) -> list[tuple[Any, Any]]:
 
 
 #: The ``on_boundary`` selection of the last boundary: the hook manager, its
-#: implementations then, and the pairs of :func:`_selected`, each with its gate.
-_observer_plan: tuple[Any, list[Any], list[tuple[tuple[Any, Any], Any]]] | None = None
+#: implementations then, the pairs of :func:`_selected`, each with its gate, and those
+#: pairs alone when none has a gate (else ``None``).
+_observer_plan: (
+    tuple[Any, list[Any], list[tuple[tuple[Any, Any], Any]], list[tuple[Any, Any]] | None] | None
+) = None
 
 
 def _observers() -> list[tuple[Any, Any]]:
@@ -174,7 +182,8 @@ def _observers() -> list[tuple[Any, Any]]:
 
     The pairs are made again only when the hook manager or its ``on_boundary``
     implementations changed (a plugin registered or unregistered); the gates are asked
-    at every boundary, as :func:`active_when` promises.
+    at every boundary, as :func:`active_when` promises. Without gates the same list is
+    returned every time (callers only read it).
     """
     global _observer_plan
     pm = hook_manager()
@@ -185,18 +194,23 @@ def _observers() -> list[tuple[Any, Any]]:
     plan = _observer_plan
     if plan is None or plan[0] is not pm or plan[1] != impls:
         gates = [(p, getattr(p[0].function, ACTIVE_ATTR, None)) for p in _selected("on_boundary")]
-        plan = _observer_plan = (pm, list(impls), gates)
-    return [p for p, gate in plan[2] if gate is None or _open(p[0], gate)]
-
-
-def _open(impl: Any, gate: Callable[[], object]) -> bool:
-    """Whether ``impl``'s gate is true; a gate that raises counts as true (logged)."""
-    try:
-        return bool(call_plugin(gate))
-    except Exception as exc:
-        what = describe_hook(impl.plugin_name)
-        log.error("the on_boundary gate of %s raised %s", what, _fault_text(exc), exc_info=exc)
-        return True
+        fixed = None if any(g is not None for _, g in gates) else [p for p, _ in gates]
+        plan = _observer_plan = (pm, list(impls), gates, fixed)
+    if plan[3] is not None:
+        return plan[3]
+    selected = []
+    for pair, gate in plan[2]:
+        if gate is not None:
+            try:
+                if not call_plugin(gate):
+                    continue
+            except Exception as exc:  # a gate that raises counts as true
+                what = describe_hook(pair[0].plugin_name)
+                log.error(
+                    "the on_boundary gate of %s raised %s", what, _fault_text(exc), exc_info=exc
+                )
+        selected.append(pair)
+    return selected
 
 
 def _active(hook: str, impl: Any) -> bool:
@@ -561,7 +575,28 @@ def _resolve(
         )
     probe.ctx = ctx
     comp = prepared.compactor
-    probe.started = time.perf_counter() - t0
+    started = time.perf_counter()
+    probe.started = started - t0
+    level = prepared.thresholds[mid_round]
+    if level is not None:
+        # The compactor declared (compaction_threshold) that it skips at or below this
+        # level: its call would give exactly this result (a property test compares them).
+        # Counted as it counts, an upper bound first while the tokenizer is not loaded;
+        # a count that fails falls through to the call, which meets the failure itself.
+        counter = ctx.counter
+        prompt = ctx.prompt_tokens
+        memory = acc.memory
+        try:
+            # (memory_bound answers None at once after the tokenizer loaded: not asked)
+            bound = None if counter._exact else counter.memory_bound(memory)
+            below = (bound is not None and bound + prompt <= level) or (
+                counter.memory_tokens(memory) + prompt <= level
+            )
+        except Exception:
+            below = False
+        if below:
+            probe.took = time.perf_counter() - started
+            return _new_result(CompactionResult, (acc, _SKIP))
     try:
         if limit is None:
             result = call_plugin(call_compactor, comp, acc, ctx, prepared.options)

@@ -190,6 +190,47 @@ class CompactorSpec:
         """
         raise NotImplementedError  # pragma: no cover
 
+    @staticmethod
+    @hookspec(firstresult=True)
+    def compaction_threshold(opts: Any, window: int | None, mid_round: bool) -> int | None:
+        """Declare the token level at or below which :func:`maybe_compact` does nothing.
+
+        Optional, and a promise: at a boundary of this kind (``mid_round``) where the
+        conversation's calibrated size plus the prompt,
+        ``ctx.counter.memory_tokens(acc.memory) + ctx.prompt_tokens``, is at most the
+        level returned, ``maybe_compact(acc, ctx, opts)`` would return exactly
+        ``(acc, {"compacted": False})``: the plain skip path, no other key. The boundary
+        then does not call it. It counts the memory itself (the running total it keeps
+        anyway; an upper bound first, while the tokenizer is not loaded, as
+        ``window_manager`` does), and only a boundary over the level calls the compactor.
+        The result is the one the call would have given: the same ``acc`` and ``meta``
+        (``{"compacted": False}``), the same log line and ``on_boundary`` report, whose
+        :class:`~normandy_core.BoundaryInfo` times the check as the compactor's part.
+        Most boundaries of a long session skip, so this is what keeps one close to the
+        cost of counting the new messages.
+
+        A compactor whose skip decision depends on anything else (the turn's messages, a
+        schedule's estimates, a meta key it adds when it waits) returns ``None`` for that
+        kind of boundary, or does not implement the hook: the boundary then calls
+        :func:`maybe_compact` every time, as before. The conformance kit
+        (:func:`normandy_core.testing.check_call`) checks the promise: a call at or below
+        the level that does anything but the plain skip fails it.
+
+        :param opts: the compactor's prepared options (see :func:`maybe_compact`).
+        :param window: the context window ``ctx.window`` will hold (``None`` when the
+            compactor needs none).
+        :param mid_round: the kind of boundary: false at the start of a turn, true after
+            a tool batch. The hook is asked once for each.
+        :returns: the level in tokens (an ``int``; a negative one never skips), or
+            ``None`` to have every boundary of this kind call :func:`maybe_compact`.
+
+        Called where the config is made, twice (once per kind of boundary), after
+        :func:`validate_opts` accepted the options; never at a boundary. It must not
+        raise: a failure, or a result that is not an ``int``, is logged naming the
+        compactor, and the boundary then always calls :func:`maybe_compact`.
+        """
+        raise NotImplementedError  # pragma: no cover
+
 
 class HookSpec:
     """The hooks of a hook plugin (entry-point group ``normandy_core.hooks``)."""
@@ -360,6 +401,7 @@ SPEC_SETS: dict[str, type] = {
     "options_model": CompactorSpec,
     "needs_window": CompactorSpec,
     "validate_opts": CompactorSpec,
+    "compaction_threshold": CompactorSpec,
     "before_commit": HookSpec,
     "after_compact": HookSpec,
     "on_boundary": HookSpec,

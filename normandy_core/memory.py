@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -157,9 +158,22 @@ def _is_thinking(block: object) -> bool:
     return isinstance(block, _THINKING) or (isinstance(block, OpaqueBlock) and block.reasoning)
 
 
+_uuid_module = uuid
+
+
 def new_id() -> str:
-    """A fresh entry id (32 hex characters)."""
-    return uuid.uuid4().hex
+    """A fresh entry id (32 hex characters: a random version-4 UUID's ``hex``).
+
+    Made from :func:`os.urandom` directly, as :func:`uuid.uuid4` does, without building a
+    ``UUID`` object (two per tool batch in a turn). A program that replaces this
+    module's ``uuid`` (the quality benchmark seeds ids that way) gets its ``uuid4()``.
+    """
+    if uuid is not _uuid_module:
+        return str(uuid.uuid4().hex)
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return raw.hex()
 
 
 class Entry(BaseModel):
@@ -526,7 +540,9 @@ class AgentMemory:
         Safe under concurrent readers: the total stored is always the total of exactly
         the entries counted, whatever was appended meanwhile.
         """
-        branch = self._active()
+        branch = self._branch
+        if branch is None:
+            branch = self._active()
         n = len(branch)
         name = counter.name
         done, total = self._totals.get(name, (0, 0))
@@ -534,8 +550,22 @@ class AgentMemory:
             return total
         if done > n:  # pragma: no cover - a branch only shrinks through _restore
             done, total = 0, 0
+        cache = self._counts.get(name)
+        if cache is None:
+            cache = self._counts[name] = {}
         for e in branch[done:n]:
-            total += self.entry_tokens(e, counter)
+            # entry_tokens, written out (this runs for every new message of a turn)
+            content, role = e.content, e.role
+            variants = cache.get(e.id, ())
+            count = -1
+            for seen, seen_role, known in variants:
+                if seen_role == role and (seen is content or seen == content):
+                    count = known
+                    break
+            if count < 0:
+                count = counter.count_entry(e)
+                cache[e.id] = (*variants[-(_COUNT_VARIANTS - 1) :], (content, role, count))
+            total += count
         with self._lock:
             stored = self._totals.get(name, (0, 0))
             if stored[0] < n and self._branch is branch:

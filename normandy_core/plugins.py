@@ -264,6 +264,41 @@ class Compactor:
             return True
         return True if result is None else bool(result)
 
+    def compaction_threshold(self, opts: Any, window: int | None, mid_round: bool) -> int | None:
+        """The compactor's ``compaction_threshold(opts, window, mid_round)``: the token level
+        at or below which it promises the plain skip, or ``None`` (it does not implement
+        the hook, returned ``None``, raised, or returned something that is not an ``int``;
+        a failure is logged naming the compactor)."""
+        caller = self._pm.hook.compaction_threshold
+        if not caller.get_hookimpls():
+            return None
+        kind = "mid-round" if mid_round else "turn-start"
+        try:
+            level = call_plugin(caller, opts=opts, window=window, mid_round=mid_round)
+        except Exception as exc:
+            cause = exc.__cause__ if isinstance(exc, PluginFault) and exc.__cause__ else exc
+            log.error(
+                "compaction_threshold of %s raised %s: %s; every %s boundary calls its "
+                "maybe_compact",
+                self.describe(),
+                type(cause).__name__,
+                cause,
+                kind,
+            )
+            return None
+        if level is None:
+            return None
+        if isinstance(level, bool) or not isinstance(level, int):
+            log.error(
+                "compaction_threshold of %s returned %r, not an int or None; every %s "
+                "boundary calls its maybe_compact",
+                self.describe(),
+                level,
+                kind,
+            )
+            return None
+        return int(level)
+
     def validate_opts(
         self, opts: Any, entry: str, window: int | None = None, rules: Any = None
     ) -> None:

@@ -51,7 +51,9 @@ class Prepared:
     (``None``: the model's default, :func:`~normandy_core.default_counter_for`);
     ``calibration`` the agent's (``None``: the process-wide default); ``rules`` the
     config's survival rules (:class:`~normandy_core.SurvivalRules`), which every ``ctx``
-    built from it carries.
+    built from it carries; ``thresholds`` the levels the compactor's
+    ``compaction_threshold`` hook declared for a turn start and a mid-round boundary
+    (``None``: the boundary always calls ``maybe_compact``).
     """
 
     compactor: Compactor
@@ -61,6 +63,7 @@ class Prepared:
     counter_spec: str | None
     calibration: Calibration | None = None
     rules: SurvivalRules = None  # type: ignore[assignment]  # filled in __post_init__
+    thresholds: tuple[int | None, int | None] = (None, None)
     _counters: dict[tuple[str | None, int], CalibratedCounter] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -253,6 +256,12 @@ def prepare(
                 "window; pin a larger window (option 'context_window')"
             )
     comp.validate_opts(options, entry, resolved, survival)
+    # Asked once here, for each kind of boundary (indexed by ``mid_round``): a boundary
+    # then compares its running total with the level instead of calling the compactor.
+    thresholds = (
+        comp.compaction_threshold(options, resolved, False),
+        comp.compaction_threshold(options, resolved, True),
+    )
     spec = raw.get("counter")
     return Prepared(
         compactor=comp,
@@ -262,4 +271,5 @@ def prepare(
         counter_spec=spec if isinstance(spec, str) else None,
         calibration=calibration,
         rules=survival,
+        thresholds=thresholds,
     )

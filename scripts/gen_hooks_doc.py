@@ -161,6 +161,7 @@ def render() -> str:
         "options_model": "compactors (optional)",
         "needs_window": "compactors (optional)",
         "validate_opts": "compactors (optional)",
+        "compaction_threshold": "compactors that skip below a token level (optional)",
         "before_commit": "hook plugins that must record (optional; required when present)",
         "after_compact": "hook plugins",
         "on_boundary": "hook plugins that observe every boundary (optional)",

@@ -9,11 +9,14 @@ here compares a shortcut with the full computation over generated inputs.
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import re
 from types import MappingProxyType
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from normandy_core import (
@@ -22,13 +25,16 @@ from normandy_core import (
     Calibration,
     CompactionMeta,
     SurvivalRules,
+    get_counter,
     hookimpl,
+    register_compactor,
     register_hook,
     run_compaction,
     unregister_hook,
 )
 from normandy_core import boundary as boundary_module
 from normandy_core.contract import (
+    _SKIP,
     CompactionContext,
     ContractViolation,
     _check,
@@ -37,8 +43,9 @@ from normandy_core.contract import (
     check_compaction,
 )
 from normandy_core.plugins import hook_manager
+from normandy_core.testing import check_call
 from normandy_core.transcript import PROVIDER_COMPACTION
-from strategies import build, conversations
+from strategies import build, conversations, well_formed_conversations
 
 EXAMPLES = 60
 
@@ -287,3 +294,234 @@ def test_any_marked_equals_a_scan_of_the_active_branch(script, ops):
             memory = memory.derive(memory.entries()[1:])
         assert memory.any_marked(PROVIDER_COMPACTION) == _marked(memory)
     assert memory.any_marked(PROVIDER_COMPACTION) == _marked(memory)
+
+
+# -- the declared threshold: the boundary skips without calling the compactor --------
+
+_RATIOS = st.sampled_from([0.3, 0.9, 0.999, 1.0, 1.001, 1.1, 3.0])
+_SCHEDULES = st.sampled_from(
+    [
+        {},
+        {"trigger": 0.8, "target": 0.5},
+        {"schedule": "cost"},
+        {"schedule": "cost", "target": 0.4},
+    ]
+)
+
+
+class _Recorder:
+    """An on_boundary hook plugin that records what every boundary reports."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Any, ...]] = []
+
+    @hookimpl
+    def on_boundary(self, acc: Any, ctx: Any, meta: Any, info: Any) -> None:
+        self.seen.append(
+            (
+                info.outcome,
+                info.compactor,
+                info.distribution,
+                info.plugin,
+                info.error_type,
+                info.compactor_start is not None,
+                info.compactor_duration is not None,
+                ctx,
+                _comparable(meta),
+                [(e.role, e.content) for e in acc.memory.entries()],
+            )
+        )
+
+
+class _Lines(logging.Handler):
+    """The boundary's log lines, their durations left out."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.levelno, re.sub(r"[\d.]+ ms", "? ms", record.getMessage())))
+
+
+def _comparable(meta: Any) -> dict[str, Any]:
+    """``meta`` with entries as ids, the ids of inserted entries (new on every call) as
+    a placeholder and the notes left out (an archive's name its path)."""
+    out = {k: v for k, v in dict(meta).items() if k != "hook_notes"}
+    if "dropped" in out:
+        out["dropped"] = [e.id for e in out["dropped"]]
+    for key in out:
+        if key.endswith("_id") and isinstance(out[key], str):
+            out[key] = "<new id>"
+    return out
+
+
+def _without_threshold(acc: AgentConfig) -> AgentConfig:
+    """``acc`` whose prepared compactor declares no threshold: every boundary calls it."""
+    full = acc.with_memory(acc.memory.copy())
+    full._prepared[0] = dataclasses.replace(acc.prepared, thresholds=(None, None))
+    return full
+
+
+def _boundary(acc: AgentConfig, **kwargs: Any) -> tuple[Any, list[Any], list[Any]]:
+    """Run one boundary; its result, what on_boundary saw and the boundary's log lines."""
+    recorder, lines = _Recorder(), _Lines()
+    name = register_hook(recorder, name="threshold-recorder")
+    logger = logging.getLogger("normandy_core.boundary")
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.DEBUG)
+    try:
+        result = run_compaction(acc, **kwargs)
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
+        unregister_hook(name)
+    return result, recorder.seen, lines.lines
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    script=well_formed_conversations(),
+    ratio=_RATIOS,
+    schedule=_SCHEDULES,
+    spec=st.sampled_from(["cl100k_base", "estimate", "conservative"]),
+    factor=st.sampled_from([None, 1.0, 1.17]),
+    system=st.sampled_from(["", "You are terse. " * 20]),
+    mid_round=st.booleans(),
+    turn_id=st.sampled_from([None, "t1"]),
+    timeout=st.sampled_from([None, 30.0]),
+)
+def test_the_declared_threshold_gives_the_full_paths_result(
+    script, ratio, schedule, spec, factor, system, mid_round, turn_id, timeout
+):
+    """window_manager declares its skip level (compaction_threshold); a boundary at or
+    below it returns without calling the compactor. Over generated sessions sized around
+    the level, under both schedules, calibrated or not, with and without a time limit,
+    the fast path gives what calling the compactor gives: the same outcome, ``acc`` and
+    meta, the same on_boundary report and the same log line."""
+    memory = build(script)
+    calibration = Calibration()
+    if factor is not None:
+        calibration.observe("gpt-4o", get_counter(spec).name, 1_000, round(1_000 * factor))
+    opts: dict[str, Any] = {"counter": spec, "reserved_tokens": 100, **schedule}
+    probe = AgentConfig(
+        model="gpt-4o",
+        compactor="window_manager",
+        compactor_opts={**opts, "context_window": 10**9},
+        system_prompt=system,
+    )
+    ctx = build_context(probe, mid_round=mid_round, turn_id=turn_id, calibration=calibration)
+    size = ctx.counter.memory_tokens(memory) + ctx.prompt_tokens
+    share = 1.0 if mid_round else schedule.get("trigger", 1.0)
+    if schedule.get("schedule") == "cost" and not mid_round:
+        share = schedule.get("target", 0.25)
+    window = 100 + max(int(size * ratio / share), ctx.prompt_tokens + 1)
+    acc = AgentConfig(
+        model="gpt-4o",
+        compactor="window_manager",
+        compactor_opts={**opts, "context_window": window},
+        system_prompt=system,
+        compaction_timeout=timeout,
+        memory=memory.copy(),
+    )
+    assert acc.prepared.thresholds[mid_round] is not None
+    full_acc = _without_threshold(acc)
+    kwargs = {"mid_round": mid_round, "turn_id": turn_id, "calibration": calibration}
+    fast, fast_seen, fast_lines = _boundary(acc, **kwargs)
+    full, full_seen, full_lines = _boundary(full_acc, **kwargs)
+    event("compacted" if full.meta["compacted"] else "skipped")
+    assert _comparable(fast.meta) == _comparable(full.meta)
+    assert type(fast.meta) is type(full.meta)
+    if not fast.meta["compacted"]:
+        assert fast.acc is acc and full.acc is full_acc
+    entries = [[(e.role, e.content) for e in r.acc.memory.entries()] for r in (fast, full)]
+    assert entries[0] == entries[1]
+    assert [s[:7] + s[8:] for s in fast_seen] == [s[:7] + s[8:] for s in full_seen]
+    assert [s[7] for s in fast_seen] == [s[7] for s in full_seen]  # equal ctx
+    assert fast_lines == full_lines
+    # the input is never touched, on either path
+    assert [e.id for e in acc.memory.entries()] == [e.id for e in memory.entries()]
+
+
+class _Declares:
+    """A compactor in code that declares ``level`` and counts its maybe_compact calls."""
+
+    def __init__(self, level: object) -> None:
+        self.level = level
+        self.calls = 0
+
+    @hookimpl
+    def needs_window(self, opts: Any) -> bool:
+        return False
+
+    @hookimpl
+    def compaction_threshold(self, opts: Any, window: Any, mid_round: bool) -> Any:
+        if isinstance(self.level, BaseException):
+            raise self.level
+        return self.level
+
+    @hookimpl
+    def maybe_compact(self, acc: Any, ctx: Any, opts: Any) -> Any:
+        self.calls += 1
+        return acc, {"compacted": False}
+
+
+def _declared(level: object, n: int = 6) -> tuple[_Declares, AgentConfig]:
+    plugin = _Declares(level)
+    register_compactor("declares", plugin, replace=True)
+    memory = AgentMemory()
+    for i in range(n):
+        memory.add_message("user" if i % 2 == 0 else "assistant", f"message {i} " + "x" * 40)
+    acc = AgentConfig(model="gpt-4o", compactor="declares").with_memory(memory)
+    return plugin, acc
+
+
+def test_a_boundary_at_or_below_the_level_does_not_call_the_compactor():
+    """At or below the declared level the compactor is not called; one token over, it is."""
+    plugin, acc = _declared(0)
+    ctx = build_context(acc, mid_round=False)
+    size = ctx.counter.memory_tokens(acc.memory) + ctx.prompt_tokens
+    for level, called in ((size + 1, 0), (size, 0), (size - 1, 1), (-1, 1)):
+        plugin.level = level
+        acc = acc.replace(entry="test")  # prepared again: the hook is asked again
+        plugin.calls = 0
+        result = run_compaction(acc, mid_round=False)
+        assert result.meta is _SKIP and result.acc is acc
+        assert plugin.calls == called, level
+
+
+@pytest.mark.parametrize(
+    ("level", "said"),
+    [
+        (RuntimeError("no level today"), "raised RuntimeError: no level today"),
+        (SystemExit(3), "raised SystemExit: 3"),
+        ("5", "returned '5', not an int or None"),
+        (True, "returned True, not an int or None"),
+    ],
+)
+def test_a_failing_threshold_hook_is_logged_and_every_boundary_calls(level, said, caplog):
+    """A hook that raises (SystemExit included) or returns no int does not stop the
+    config: it is logged naming the compactor, and every boundary calls maybe_compact."""
+    with caplog.at_level(logging.ERROR, logger="normandy_core.plugins"):
+        plugin, acc = _declared(level)
+    assert acc.prepared.thresholds == (None, None)
+    assert "compaction_threshold of compactor 'declares'" in caplog.text
+    assert said in caplog.text
+    run_compaction(acc, mid_round=False)
+    run_compaction(acc, mid_round=True)
+    assert plugin.calls == 2
+
+
+def test_the_kit_fails_a_compactor_that_breaks_its_declared_level():
+    """A compactor that compacts at or below the level it declared fails check_call."""
+
+    class Liar(_Declares):
+        @hookimpl
+        def maybe_compact(self, acc: Any, ctx: Any, opts: Any) -> Any:
+            return acc, {"compacted": False, "strategy": "waited"}
+
+    register_compactor("liar", Liar(10**9), replace=True)
+    acc = AgentConfig(model="gpt-4o", compactor="liar").with_memory(_acc().memory)
+    with pytest.raises(AssertionError, match="compaction_threshold"):
+        check_call("liar", acc)

@@ -49,6 +49,9 @@ The kit adds rules the runtime cannot check at a single call:
 
 * at a mid-round boundary under the window (a window of 10⁹ tokens, or ``roomy_opts``
   for a compactor that needs no window) the same ``acc`` and memory come back;
+* a compactor that declares a level (its ``compaction_threshold`` hook) returns exactly
+  ``(acc, {"compacted": False})`` whenever the conversation plus the prompt is at or
+  below it, since the boundary does not call it there (checked at every call);
 * good options are accepted and every ``bad_opts`` example is refused where the config
   is made, with an :class:`~normandy_core.OptionsError` naming the entry point and the
   compactor;
@@ -146,6 +149,17 @@ def check_call(
         _fail(name, str(exc))
     if memory.dump() != dump:
         _fail(name, "it mutated its input memory")
+    level = acc.prepared.thresholds[ctx.mid_round] if opts is None else None
+    if level is not None and ctx.window == acc.prepared.window:
+        size = ctx.counter.memory_tokens(memory) + ctx.prompt_tokens
+        if size <= level and (new_acc is not acc or dict(meta) != {"compacted": False}):
+            _fail(
+                name,
+                f"at {size:,} tokens, at or below the {level:,} its compaction_threshold "
+                "declared, it did not return the plain skip (acc, {'compacted': False}); "
+                "the boundary does not call it there",
+                f"meta: {dict(meta)!r:.300}",
+            )
     return new_acc, dict(meta)
 
 

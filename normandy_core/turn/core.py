@@ -186,6 +186,11 @@ class Finish:
 
 Effect = AppendMessage | MaybeCompact | CallModel | DispatchTools | Emit | Finish
 
+# The effects every boundary emits, made once (they are immutable and carry no data).
+_COMPACT_AT_START = MaybeCompact(mid_round=False)
+_COMPACT_MID_ROUND = MaybeCompact(mid_round=True)
+_CALL = CallModel(final=False)
+
 
 # -- state ----------------------------------------------------------------------------
 
@@ -294,12 +299,18 @@ def boundary_summary(meta: Mapping[str, Any]) -> dict[str, Any]:
     other list of entries (such as shortened originals) becomes ``<key>_ids`` and
     ``<key>_count`` the same way. Everything else is kept as it is.
     """
-    out = {k: v for k, v in meta.items() if not _holds_entries(k, v)}
+    out: dict[str, Any] = {}
+    held: list[tuple[str, Any]] = []
+    # One pass; only a non-empty list or tuple can hold entries (most boundaries have none).
     for key, value in meta.items():
-        if _holds_entries(key, value):
-            items = list(value or [])
-            out[f"{key}_ids"] = [getattr(e, "id", None) for e in items]
-            out[f"{key}_count"] = len(items)
+        if key == "dropped" or (isinstance(value, (list, tuple)) and _holds_entries(key, value)):
+            held.append((key, value))
+        else:
+            out[key] = value
+    for key, value in held:
+        items = list(value or [])
+        out[f"{key}_ids"] = [getattr(e, "id", None) for e in items]
+        out[f"{key}_count"] = len(items)
     out.setdefault("dropped_ids", [])
     out.setdefault("dropped_count", 0)
     return out
@@ -345,7 +356,7 @@ def _on_user_input(state: TurnState, ev: UserInput) -> tuple[TurnState, tuple[Ef
     return new, (
         Emit({"type": "turn_started", "turn_id": state.turn_id}),
         AppendMessage("user", ev.content),
-        MaybeCompact(mid_round=False),
+        _COMPACT_AT_START,
     )
 
 
@@ -383,7 +394,7 @@ def _on_compaction_done(
         effects.append(CallModel(final=True, reason=reason))
         new = replace(state, phase=Phase.AWAITING_MODEL, budget=budget, final_reason=reason)
     else:
-        effects.append(CallModel(final=False))
+        effects.append(_CALL)
         new = replace(
             state, phase=Phase.AWAITING_MODEL, budget=budget, iterations=state.iterations + 1
         )
@@ -463,4 +474,4 @@ def _on_tool_results(state: TurnState, ev: ToolResults) -> tuple[TurnState, tupl
         batches=state.batches + 1,
         budget=_add(state.budget, ev.tokens),
     )
-    return new, (AppendMessage("user", ordered), MaybeCompact(mid_round=True))
+    return new, (AppendMessage("user", ordered), _COMPACT_MID_ROUND)

@@ -225,6 +225,9 @@ class _Runner:
             self.counter = acc.prepared.counter_for(acc.model, self.calibration)
         else:
             self.counter = CalibratedCounter(get_counter(counter), acc.model, self.calibration)
+        # The compactor's counter for this turn (ctx.counter): what a boundary that reports
+        # no token figures is sized with. Every acc of the turn shares the prepared one.
+        self.sizer = acc.prepared.counter_for(acc.model, self.calibration)
         # the recall tool (AgentConfig(recall=...)); a tool the caller gives under its name wins
         for name, fn in recall_tools(acc, self.counter, lambda: self.acc.memory).items():
             self.tools.setdefault(name, fn)
@@ -320,7 +323,7 @@ class _Runner:
         from the memory's cached counts: the conversation as it was given.
         """
         if "tokens_before" not in meta or "tokens_after" not in meta:
-            counter = self.acc.prepared.counter_for(self.acc.model, self.calibration)
+            counter = self.sizer
             before = counter.memory_tokens(self.acc.memory)
             changed = acc is not self.acc and bool(meta.get("compacted"))
             after = counter.memory_tokens(acc.memory) if changed else before

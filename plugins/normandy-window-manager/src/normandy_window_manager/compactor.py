@@ -11,6 +11,7 @@ entries keep their ids and lose their thinking blocks.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from normandy_core import (
 from normandy_core.calibration import CalibratedCounter
 from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
 from normandy_window_manager.options import WindowManagerOptions
-from normandy_window_manager.schedule import cost_schedule
+from normandy_window_manager.schedule import COST_FLOOR, cost_schedule
 from normandy_window_manager.summarize import (
     MIN_SUMMARY_TOKENS,
     SUMMARY_KEY,
@@ -46,6 +47,7 @@ __all__ = [
     "MARKER_KEY",
     "NAME",
     "SUMMARY_KEY",
+    "compaction_threshold",
     "maybe_compact",
     "needs_window",
     "options_model",
@@ -105,6 +107,30 @@ def validate_opts(
             f"only the model summarizer reads them, and {why}; use strategy 'summarize' "
             "with summarizer 'model' or 'auto', or drop summary_instructions"
         )
+
+
+@hookimpl
+def compaction_threshold(
+    opts: WindowManagerOptions, window: int | None, mid_round: bool
+) -> int | None:
+    """The level :func:`maybe_compact` skips at or below (``None`` without a window).
+
+    Mid-round the usable window (``window - reserved_tokens``) under either schedule; at
+    the start of a turn ``trigger`` of it (``schedule="threshold"``) or the cost
+    schedule's floor (``target``, else 25 % of it), below which that schedule waits
+    without weighing anything. Both are what :func:`maybe_compact` and
+    :func:`~normandy_window_manager.schedule.cost_schedule` compare with, rounded down
+    (a whole number of tokens is at most a level exactly when it is at most its floor).
+    """
+    if window is None:
+        return None
+    usable = window - opts.reserved_tokens
+    if mid_round:
+        return usable
+    if opts.schedule == "cost":
+        share = opts.target if "target" in opts.model_fields_set else COST_FLOOR
+        return int(share * usable)
+    return math.floor(opts.trigger * usable)
 
 
 @dataclass
