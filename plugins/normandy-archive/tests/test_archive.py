@@ -261,6 +261,83 @@ def test_settings_per_call_in_code_environment_and_off(path, tmp_path, monkeypat
         current_settings()
 
 
+def test_settings_resolved_once_follow_every_change(tmp_path, monkeypatch):
+    """current_settings() reuses what it resolved last only while nothing it reads changed:
+    the per-call settings, configure(), and each environment variable (the default path's
+    HOME and XDG_DATA_HOME too)."""
+    for name in ("NORMANDY_ARCHIVE_PATH", "NORMANDY_ARCHIVE_URL", "NORMANDY_ARCHIVE_SESSION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "one"))
+    first = current_settings()
+    assert current_settings() is first  # nothing changed: the same settings
+    assert first.path == tmp_path / "one" / "normandy" / "archive.sqlite3"
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "two"))
+    assert current_settings().path == tmp_path / "two" / "normandy" / "archive.sqlite3"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert current_settings().path == tmp_path / "home" / ".local/share/normandy/archive.sqlite3"
+    monkeypatch.setenv("NORMANDY_ARCHIVE_SESSION", "agent-7")
+    assert current_settings().session == "agent-7"
+    configure(session="set-in-code")
+    try:
+        assert current_settings().session == "set-in-code"
+        with archive_settings(session="per-call"):
+            assert current_settings().session == "per-call"
+            with archive_settings(session="inner"):
+                assert current_settings().session == "inner"
+            assert current_settings().session == "per-call"
+        assert current_settings().session == "set-in-code"
+    finally:
+        configure(session=None)
+    assert current_settings().session == "agent-7"
+    monkeypatch.setenv("NORMANDY_ARCHIVE_BUSY_TIMEOUT", "soon")
+    with pytest.raises(ArchiveConfigError, match="NORMANDY_ARCHIVE_BUSY_TIMEOUT"):
+        current_settings()  # a bad value is refused at every call, never remembered
+    with pytest.raises(ArchiveConfigError, match="NORMANDY_ARCHIVE_BUSY_TIMEOUT"):
+        current_settings()
+
+
+def test_the_background_writer_serializes_ahead_at_once_and_while_it_waits(path, monkeypatch):
+    """Entries the next compaction may drop are serialized as soon as they are scheduled,
+    also while the writer waits for a pause in the compactions before it indexes."""
+    from normandy_archive import base, maintenance
+
+    entries = list(generate_session(12, 40))
+    archive = Archive(path)
+    archive.record(entries[:2], session_id="s", index=False)
+    monkeypatch.setattr(maintenance, "IDLE", 30.0)  # no pause comes: the writer waits
+    monkeypatch.setattr(maintenance, "MAX_DELAY", 30.0)
+
+    def prepared(batch: list[Entry]) -> bool:
+        return all(base._prepared.get(id(e), (None,))[0] is e for e in batch)
+
+    def soon(batch: list[Entry]) -> bool:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if prepared(batch):
+                return True
+            time.sleep(0.01)
+        return False
+
+    try:
+        archive.last_write = time.monotonic()
+        maintenance.schedule(archive, None, entries[2:20])
+        assert soon(entries[2:20])
+        archive.last_write = time.monotonic()  # another compaction meanwhile
+        maintenance.schedule(archive, None, entries[20:40])
+        assert soon(entries[20:40])
+        assert archive.count("s") == 2  # still waiting for the pause: nothing indexed
+        with archive._connect() as conn:
+            assert conn is not None
+            assert conn.execute("SELECT count(*) FROM journal").fetchone()[0] == 1
+    finally:
+        assert maintenance.drain(30)  # draining does not wait for the pause
+    with archive._connect() as conn:
+        assert conn is not None
+        assert conn.execute("SELECT count(*) FROM journal").fetchone()[0] == 0
+    archive.close()
+
+
 def test_off_archives_nothing_and_a_bad_setting_refuses(path, monkeypatch):
     acc = config("window_manager", {"context_window": 20_000}).with_memory(
         generate_session(4, 150, end_mid_round=True)

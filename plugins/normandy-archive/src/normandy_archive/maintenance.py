@@ -45,6 +45,8 @@ PRUNE_EVERY = 60.0
 IDLE = 0.01
 #: The longest it waits for such a pause, in seconds, before it indexes anyway.
 MAX_DELAY = 2.0
+#: Entries it serializes ahead between two chances for another thread to run.
+PREPARE_STEP = 8
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class _Writer:
         deadline = time.monotonic() + timeout
         with self.cond:
             self.hurry = True
+            self.cond.notify_all()  # a writer waiting for a pause stops waiting
             try:
                 while self.pending or self.busy:
                     left = deadline - time.monotonic()
@@ -107,21 +110,41 @@ class _Writer:
                     self.busy = False
                     self.cond.notify_all()
 
+    @staticmethod
+    def prepare(archive: Archive, upcoming: Sequence[Entry]) -> None:
+        """Serialize ``upcoming`` ahead (:func:`~normandy_archive.base.prepare`), a few at
+        a time, letting a waiting thread take the interpreter between two (a boundary
+        running meanwhile does not wait for the whole batch)."""
+        from normandy_archive.base import prepare
+
+        try:
+            for start in range(0, len(upcoming), PREPARE_STEP):
+                if prepare(upcoming[start : start + PREPARE_STEP]):
+                    time.sleep(0)
+        except Exception as exc:  # pragma: no cover - serializing a checked entry
+            log.error("archive %s: preparing entries failed: %s", archive.location, exc)
+
     def serve(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
+        from normandy_archive.store import ArchiveBusyError
+
         latest = time.monotonic() + MAX_DELAY
+        # The entries the next compaction may drop are serialized at once, not after the
+        # pause (an agent compacting again soon finds them ready), and so are those of
+        # every compaction scheduled while it waits for the pause.
+        self.prepare(archive, upcoming)
         while not self.hurry:  # wait for a pause in the compactions, but not for ever
             now = time.monotonic()
             pause = now - archive.last_write
             if pause >= IDLE or now >= latest:
                 break
-            time.sleep(min(IDLE - pause, latest - now))
-        from normandy_archive.base import prepare
-        from normandy_archive.store import ArchiveBusyError
-
-        try:
-            prepare(upcoming)
-        except Exception as exc:  # pragma: no cover - serializing a checked entry
-            log.error("archive %s: preparing entries failed: %s", archive.location, exc)
+            with self.cond:
+                newer = self.pending.pop(id(archive), None)
+                if newer is None:
+                    self.cond.wait(min(IDLE - pause, latest - now))
+                    newer = self.pending.pop(id(archive), None)
+            if newer is not None:
+                limits = newer[1]
+                self.prepare(archive, newer[2])
         interrupted = archive.interrupted
         try:
             archive.index(yield_to_writers=True)

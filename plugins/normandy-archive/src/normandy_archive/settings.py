@@ -302,6 +302,7 @@ def configure(**settings: Any) -> None:
             _configured.pop(key, None)
         else:
             _configured[key] = value
+    _generation[0] += 1
 
 
 @contextlib.contextmanager
@@ -337,13 +338,40 @@ def _from_env(key: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
     return _check(key, raw, name), name
 
 
+#: The environment variables the settings are read from (the default path's too).
+_ENV_READ = (*_ENV.values(), ENV_URL, "XDG_DATA_HOME", "LOCALAPPDATA", "HOME")
+#: The last settings :func:`current_settings` resolved from ``os.environ``, and what they
+#: were resolved from: ``[per-call settings, configure()'s generation, environment values,
+#: settings]``.
+_last: list[Any] = [None, -1, None, None]
+#: Bumped by :func:`configure`, so settings resolved before it are not reused.
+_generation = [0]
+
+
 def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
     """The settings in force now (per call, then :func:`configure`, then the environment).
 
+    Resolved again only when the per-call settings, :func:`configure` or one of the
+    environment variables read changed (the hook asks at every compaction).
+
     :raises ArchiveConfigError: an environment variable has a bad value (named).
     """
-    env = os.environ if env is None else env
     call = _per_call.get() or {}
+    if env is not None:
+        return _resolve(call, env)
+    get = os.environ.get
+    seen = tuple([get(name) for name in _ENV_READ])
+    last = _last
+    if last[1] == _generation[0] and last[2] == seen and last[0] == call:
+        settings: ArchiveSettings = last[3]
+        return settings
+    settings = _resolve(call, os.environ)
+    _last[:] = [dict(call), _generation[0], seen, settings]
+    return settings
+
+
+def _resolve(call: Mapping[str, Any], env: Mapping[str, str]) -> ArchiveSettings:
+    """The settings of ``call`` (per-call), then :func:`configure`, then ``env``."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for key in _KEYS:
