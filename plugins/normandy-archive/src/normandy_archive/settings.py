@@ -340,10 +340,10 @@ def _from_env(key: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
 
 #: The environment variables the settings are read from (the default path's too).
 _ENV_READ = (*_ENV.values(), ENV_URL, "XDG_DATA_HOME", "LOCALAPPDATA", "HOME")
-#: The last settings :func:`current_settings` resolved from ``os.environ``, and what they
-#: were resolved from: ``[per-call settings, configure()'s generation, environment values,
-#: settings]``.
-_last: list[Any] = [None, -1, None, None]
+#: The last settings :func:`current_settings` resolved from ``os.environ``, after what
+#: they were resolved from: ``(per-call settings, configure()'s generation, environment
+#: values, settings)``, replaced whole (a thread reads one consistent tuple).
+_last: list[tuple[Any, ...]] = [({}, -1, (), None)]
 #: Bumped by :func:`configure`, so settings resolved before it are not reused.
 _generation = [0]
 
@@ -360,12 +360,14 @@ def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
     if env is not None:
         return _resolve(call, env)
     seen = _env_values()
-    last = _last
-    if last[1] == _generation[0] and last[2] == seen and last[0] == call:
-        settings: ArchiveSettings = last[3]
+    generation = _generation[0]
+    last_call, last_generation, last_seen, last = _last[0]
+    fresh = last_generation == generation and last_seen == seen and last_call == call
+    if fresh and last is not None:
+        settings: ArchiveSettings = last
         return settings
     settings = _resolve(call, os.environ)
-    _last[:] = [dict(call), _generation[0], seen, settings]
+    _last[0] = (dict(call), generation, seen, settings)
     return settings
 
 
