@@ -14,7 +14,6 @@ import functools
 import json
 import os
 import threading
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -158,19 +157,18 @@ def _is_thinking(block: object) -> bool:
     return isinstance(block, _THINKING) or (isinstance(block, OpaqueBlock) and block.reasoning)
 
 
-_uuid_module = uuid
+#: Where :func:`new_id` gets its 16 random bytes (a replay that must repeat its ids, as
+#: the quality benchmark's does, swaps in a seeded source).
+_random_bytes = os.urandom
 
 
 def new_id() -> str:
     """A fresh entry id (32 hex characters: a random version-4 UUID's ``hex``).
 
-    Made from :func:`os.urandom` directly, as :func:`uuid.uuid4` does, without building a
-    ``UUID`` object (two per tool batch in a turn). A program that replaces this
-    module's ``uuid`` (the quality benchmark seeds ids that way) gets its ``uuid4()``.
+    Made from 16 random bytes directly, as :func:`uuid.uuid4` does, without building a
+    ``UUID`` object (two per tool batch in a turn).
     """
-    if uuid is not _uuid_module:
-        return str(uuid.uuid4().hex)
-    raw = bytearray(os.urandom(16))
+    raw = bytearray(_random_bytes(16))
     raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
     return raw.hex()

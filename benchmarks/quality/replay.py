@@ -297,17 +297,17 @@ def seeded_ids(seed: int) -> Iterator[None]:
     import normandy_core.retrieval as retrieval
 
     rng = random.Random(seed)
-    ids = types.SimpleNamespace(uuid4=lambda: uuid.UUID(int=rng.getrandbits(128), version=4))
     nonces = types.SimpleNamespace(
         token_hex=lambda n: rng.getrandbits(8 * n).to_bytes(n, "big").hex()
     )
     names = vars(memory), vars(retrieval)
-    saved = names[0]["uuid"], names[1]["secrets"]
-    names[0]["uuid"], names[1]["secrets"] = ids, nonces
+    saved = names[0]["_random_bytes"], names[1]["secrets"]
+    names[0]["_random_bytes"] = lambda n: rng.getrandbits(8 * n).to_bytes(n, "big")
+    names[1]["secrets"] = nonces
     try:
         yield
     finally:
-        names[0]["uuid"], names[1]["secrets"] = saved
+        names[0]["_random_bytes"], names[1]["secrets"] = saved
 
 
 class _Model:
