@@ -175,7 +175,10 @@ def test_cost_schedule_invariants(setup):
     opts = acc.compactor_opts
     counter = get_counter(opts["counter"])
     usable = opts["context_window"] - opts["reserved_tokens"]
-    sent_before = original.tokens(counter) + acc.prompt_tokens
+    # what the boundary sends besides the conversation: the prompt and the request's own
+    # tokens (the prepared counter's, as the boundary's context gives them)
+    prompt = acc.prompt_tokens + acc.prepared.counter_for(acc.model).request_tokens
+    sent_before = original.tokens(counter) + prompt
 
     new_acc, meta = run_compaction(acc, mid_round=mid)
     event(f"decision: {meta.get('cost_decision', 'not weighed')}, plan {meta.get('cost_plan')}")
@@ -202,7 +205,7 @@ def test_cost_schedule_invariants(setup):
     # never over the window
     after = new_acc.memory.tokens(counter)
     assert meta["tokens_after"] == after
-    assert after + acc.prompt_tokens <= usable
+    assert after + prompt <= usable
     # nothing dropped unreported: every original entry not kept as it was is in dropped,
     # with its original content; what is kept changed is shortened or cleared only
     dropped = {e.id: e for e in meta["dropped"]}
