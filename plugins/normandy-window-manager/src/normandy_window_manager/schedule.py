@@ -82,24 +82,6 @@ COST_FLOOR = 0.25
 #: estimate and the plans change once the history is cut) and compacted again while that
 #: pays, so that compacting the output once more changes nothing.
 MAX_ROUNDS = 8
-#: The meta keys of the weighing (those of the first round are reported).
-_COST_KEYS = frozenset(
-    {
-        "schedule",
-        "cost_decision",
-        "billed_next_without",
-        "billed_next_with",
-        "cost_rate_without",
-        "cost_rate_with",
-        "cost_horizon_without",
-        "cost_horizon_with",
-        "cost_cycle_calls",
-        "cost_plan",
-        "cost_plans",
-        "cost_floor",
-        "growth_per_call",
-    }
-)
 
 
 @dataclass(frozen=True)
@@ -177,13 +159,14 @@ def cost_schedule(
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """The ``cost`` schedule's boundary: wait, or compact the cheapest way, then weigh the
     result again until it waits (see the module)."""
-    new_acc, meta = _cost_round(acc, ctx, o)
+    new_acc, meta, first = _cost_round(acc, ctx, o)
     rounds = 1
     while meta.get("compacted") and "error" not in meta and rounds < MAX_ROUNDS:
-        again_acc, again = _cost_round(new_acc, ctx, o)
+        again_acc, again, _ = _cost_round(new_acc, ctx, o)
         if not again.get("compacted") or "error" in again:
             break
-        meta = _merged(acc.memory.entries(), meta, again, again_acc)
+        # the weighing reported is the first round's: why it compacted
+        meta = {**_merged(acc.memory.entries(), meta, again, again_acc), **first}
         new_acc = again_acc
         rounds += 1
     if meta.get("compacted"):
@@ -196,13 +179,12 @@ def _merged(
 ) -> dict[str, Any]:
     """The meta of two rounds as one compaction of ``inputs`` that left ``acc``: every input
     entry cleared or dropped by either, once, with its input content; the kept ones changed
-    listed in ``shortened``; the cost figures of the first round (why it compacted), the
-    rest (target, marker) of the second."""
+    listed in ``shortened``; the rest (target, marker) of the second."""
     kept = {e.id for e in acc.memory.entries()}
     touched = {e.id for e in first.get("dropped", ())} | {e.id for e in again.get("dropped", ())}
     shortened = set(first.get("shortened") or ()) | set(again.get("shortened") or ())
     cleared = list(dict.fromkeys([*(first.get("cleared") or ()), *(again.get("cleared") or ())]))
-    out = {**again, **{k: v for k, v in first.items() if k in _COST_KEYS}}
+    out = dict(again)
     out["dropped"] = [e for e in inputs if e.id in touched]
     out["shortened"] = [e.id for e in inputs if e.id in shortened and e.id in kept]
     if not out["shortened"]:
@@ -214,8 +196,9 @@ def _merged(
 
 def _cost_round(
     acc: AgentConfig, ctx: CompactionContext, o: WindowManagerOptions
-) -> tuple[AgentConfig, dict[str, Any]]:
-    """One weighing: wait, or compact the cheapest way."""
+) -> tuple[AgentConfig, dict[str, Any], dict[str, Any]]:
+    """One weighing: wait, or compact the cheapest way; and the weighing's own meta keys
+    (none when the boundary is under the floor)."""
     from normandy_window_manager.compactor import _compact
 
     assert ctx.window is not None
@@ -229,7 +212,7 @@ def _cost_round(
     floor = int(share * usable)
     over = sent > usable
     if sent <= floor or (ctx.mid_round and not over):
-        return acc, {"compacted": False}
+        return acc, {"compacted": False}, {}
 
     entries = memory.entries()
     sizes = [counter.entry_tokens(memory, e) for e in entries]
@@ -261,15 +244,16 @@ def _cost_round(
         "growth_per_call": round(growth),
     }
     if not over and wait <= rate:
-        return acc, {"compacted": False, "cost_decision": "waits", **report}
+        report["cost_decision"] = "waits"
+        return acc, {"compacted": False, **report}, report
 
-    decision = "forced" if over else "pays"
+    report["cost_decision"] = "forced" if over else "pays"
     cleared_ids = [tool_id for _, tool_id in clearable[: best.clears]]
     new_acc, meta = _apply(acc, ctx, o, counter, entries, cleared_ids, best, usable, _compact)
     if not meta.get("compacted"):
-        return new_acc, {**meta, "cost_decision": decision, **report}
-    meta.update(cost_decision=decision, **report)
-    return new_acc, meta
+        return new_acc, {**meta, **report}, report
+    meta.update(report)
+    return new_acc, meta, report
 
 
 def _clearable(
