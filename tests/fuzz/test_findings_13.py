@@ -77,6 +77,20 @@ def test_a_newer_provider_compaction_does_not_report_earlier_drops_again() -> No
     assert not again, f"{len(again)} entries reported dropped by both calls: {again}"
 
 
+def _clear_a_then_b(history: list[dict[str, Any]], opts: dict[str, Any], *kept: Any) -> None:
+    """Grow ``history`` (a continued list) by three rounds, compacting at each with
+    ``clear_tool_results``: ``a`` and ``b`` are cleared in turn, each of ``kept`` comes
+    back as the very object given every time."""
+    cleared: list[str] = []
+    for n in range(3):
+        history += [{"role": "user", "content": f"more {n}"}, *_responses_round(n)]
+        result = compact(history, compactor="clear_tool_results", opts=opts, format="responses")
+        cleared += result.meta.get("cleared", [])
+        for item in kept:
+            assert any(m is item for m in result.messages), item
+    assert cleared[:2] == ["a", "b"] and result.continued
+
+
 def test_an_item_kept_beside_a_result_cleared_twice_stays_the_object_given() -> None:
     """Campaign: seed 21, index 31 (clear_tool_results, Responses, ``continue-full``): a
     results entry holding an ``mcp_approval_response`` beside outputs, cleared over two
@@ -98,13 +112,7 @@ def test_an_item_kept_beside_a_result_cleared_twice_stays_the_object_given() -> 
         {"type": "function_call_output", "call_id": "a", "output": LONG + "a"},
         {"type": "function_call_output", "call_id": "b", "output": LONG + "b"},
     ]
-    cleared: list[str] = []
-    for n in range(3):
-        history += [{"role": "user", "content": f"more {n}"}, *_responses_round(n)]
-        result = compact(history, compactor="clear_tool_results", opts=opts, format="responses")
-        cleared += result.meta.get("cleared", [])
-        assert any(m is approval for m in result.messages)
-    assert cleared[:2] == ["a", "b"] and result.continued
+    _clear_a_then_b(history, opts, approval)
 
 
 def test_an_item_beside_calls_whose_inputs_are_cleared_twice_stays_the_object_given() -> None:
@@ -125,14 +133,7 @@ def test_an_item_beside_calls_whose_inputs_are_cleared_twice_stays_the_object_gi
         {"type": "function_call_output", "call_id": "a", "output": LONG + "a"},
         {"type": "function_call_output", "call_id": "b", "output": LONG + "b"},
     ]
-    cleared: list[str] = []
-    for n in range(3):
-        history += [{"role": "user", "content": f"more {n}"}, *_responses_round(n)]
-        result = compact(history, compactor="clear_tool_results", opts=opts, format="responses")
-        cleared += result.meta.get("cleared", [])
-        assert any(m is search for m in result.messages)
-        assert any(m is history[1] for m in result.messages)  # its message: unchanged
-    assert cleared[:2] == ["a", "b"] and result.continued
+    _clear_a_then_b(history, opts, search, history[1])  # its message: unchanged too
 
 
 def test_the_irreducible_breakdown_adds_up_to_its_total() -> None:
