@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import sys
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -52,6 +53,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("normandy_core.boundary")
+#: The plugins module (its registry is replaced on reload, so it is read at every use).
+_plugins = sys.modules[hook_manager.__module__]
 
 #: Makes a named tuple from a tuple without its Python-level ``__new__`` (hot path).
 _new_result = tuple.__new__
@@ -187,7 +190,9 @@ def _observers() -> list[tuple[Any, Any]]:
     returned every time (callers only read it).
     """
     global _observer_plan
-    pm = hook_manager()
+    pm = _plugins._REG.hook_pm  # hook_manager(), without its call once loaded
+    if pm is None:
+        pm = hook_manager()
     caller = pm.hook.on_boundary
     impls = getattr(caller, "_hookimpls", None)
     if impls is None:  # pragma: no cover - a pluggy without the attribute

@@ -643,3 +643,46 @@ def test_a_repeated_boundary_takes_the_written_out_shortcut():
         assert quick is not None
         assert quick[1] is build_context(acc, mid_round=mid_round, turn_id="t")
         assert boundary_module._below_threshold(acc, mid_round, "other turn", None) is None
+
+
+_CALIBRATION_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("observe"),
+            st.sampled_from(["gpt-4o", "claude"]),
+            st.sampled_from(["tiktoken:cl100k_base", "estimate"]),
+            st.integers(0, 3_000),
+            st.integers(0, 4_000),
+        ),
+        st.tuples(st.just("reset"), st.sampled_from([None, "gpt-4o", "claude"])),
+        st.tuples(
+            st.just("snapshot"),
+            st.sampled_from([None, "gpt-4o", "claude"]),
+            st.sampled_from(["tiktoken:cl100k_base", "estimate"]),
+        ),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=EXAMPLES)
+@given(ops=_CALIBRATION_OPS)
+def test_a_kept_calibration_snapshot_equals_one_made_afresh(ops):
+    """The turn shells snapshot the calibration at every boundary; the snapshot kept
+    until evidence arrives or is reset is always what making it afresh gives, and each
+    call returns dicts of its own (changing one changes no later snapshot)."""
+    cal = Calibration(window=3)
+    for op in ops:
+        if op[0] == "observe":
+            cal.observe(op[1], op[2], op[3], op[4])
+        elif op[0] == "reset":
+            cal.reset(op[1])
+        else:
+            snap = cal.snapshot(op[1], op[2])
+            assert snap == cal._snapshot(op[1], op[2])[1]
+            again = cal.snapshot(op[1], op[2])
+            assert again == snap and again is not snap
+            assert again["recent_ratios"] is not snap["recent_ratios"]
+            snap["recent_ratios"].append(99.0)
+            snap["factor"] = -1
+            assert cal.snapshot(op[1], op[2]) == again
