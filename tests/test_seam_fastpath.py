@@ -636,6 +636,7 @@ def test_a_repeated_boundary_takes_the_written_out_shortcut():
         compactor_opts={"counter": "cl100k_base", "context_window": 10**6},
         memory=memory,
     )
+    get_counter("cl100k_base").count_text("loaded")  # exact counts, so the shortcut applies
     for mid_round in (False, True):
         assert boundary_module._below_threshold(acc, mid_round, "t", None) is None  # no ctx yet
         run_compaction(acc, mid_round=mid_round, turn_id="t")
@@ -686,3 +687,134 @@ def test_a_kept_calibration_snapshot_equals_one_made_afresh(ops):
             snap["recent_ratios"].append(99.0)
             snap["factor"] = -1
             assert cal.snapshot(op[1], op[2]) == again
+
+
+def _reference_call_plugin(fn: Any) -> Any:
+    """call_plugin as it was written before its shortcut: _watch() at every call."""
+    from normandy_core import faults
+
+    watched = faults._watch()
+    seen = faults._sigints
+    try:
+        return fn()
+    except Exception:
+        raise
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt) and (
+            watched == faults._UNKNOWN or (watched == faults._COUNTED and faults._sigints != seen)
+        ):
+            raise
+        raise faults.PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+
+
+def _app_handler(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("the application's handler")
+
+
+_HANDLERS = st.sampled_from(["keep", "default_int", "app", "SIG_IGN", "SIG_DFL"])
+_PLUGINS = st.sampled_from(["returns", "raises KeyboardInterrupt", "Ctrl-C", "SystemExit"])
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(steps=st.lists(st.tuples(_HANDLERS, _PLUGINS), min_size=1, max_size=6))
+def test_call_plugins_watch_shortcut_gives_the_full_watchs_verdict(steps):
+    """call_plugin skips _watch() while the SIGINT handler it installed is in place; over
+    sequences of handler changes by the application (its own handler, Python's default,
+    SIG_IGN, SIG_DFL) and plugins that return, raise KeyboardInterrupt themselves, get a
+    real Ctrl-C or exit, it gives the verdict of calling _watch() every time."""
+    import os
+    import signal
+
+    from normandy_core.faults import PluginFault, call_plugin
+
+    def plugin(kind: str) -> Any:
+        def run() -> str:
+            if kind == "raises KeyboardInterrupt":
+                raise KeyboardInterrupt("plugin")
+            if kind == "Ctrl-C":
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):  # the handler runs between bytecodes
+                    pass
+                return "the signal was ignored"
+            if kind == "SystemExit":
+                raise SystemExit(2)
+            return "returned"
+
+        return run
+
+    def verdict(call: Any, kind: str) -> str:
+        try:
+            return f"returned {call(plugin(kind))!r}"
+        except PluginFault as exc:
+            return f"contained: {exc}"
+        except KeyboardInterrupt:
+            return "Ctrl-C went through"
+
+    handlers = {
+        "default_int": signal.default_int_handler,
+        "app": _app_handler,
+        "SIG_IGN": signal.SIG_IGN,
+        "SIG_DFL": signal.SIG_DFL,
+    }
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        for handler, kind in steps:
+            if kind == "Ctrl-C" and handler == "SIG_DFL":
+                continue  # the default action ends the process
+            if (
+                handler == "keep"
+                and kind == "Ctrl-C"
+                and signal.getsignal(signal.SIGINT) in (signal.SIG_DFL,)
+            ):
+                continue
+            seen = []
+            for call in (call_plugin, _reference_call_plugin):
+                if handler != "keep":
+                    signal.signal(signal.SIGINT, handlers[handler])
+                seen.append(verdict(call, kind))
+            assert seen[0] == seen[1], (handler, kind)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("setting", ["DEBUG", "INFO", "disable", "disabled", "DEBUG again"])
+def test_the_skip_shortcut_logs_exactly_when_the_logger_is_enabled(setting):
+    """The shortcut reads the logger's own cache of isEnabledFor: a skipped boundary
+    logs its DEBUG line exactly when ``log.isEnabledFor(DEBUG)`` says so, whatever
+    changed the logger's level, disabled logging or disabled the logger meanwhile."""
+    acc = AgentConfig(
+        model="gpt-4o",
+        compactor="window_manager",
+        compactor_opts={"counter": "cl100k_base", "context_window": 10**6},
+        memory=_acc().memory,
+    )
+    get_counter("cl100k_base").count_text("loaded")  # exact counts, so the shortcut applies
+    run_compaction(acc, mid_round=False)
+    assert boundary_module._below_threshold(acc, False, None, None) is not None
+    logger = logging.getLogger("normandy_core.boundary")
+    lines = _Lines()
+    level, disabled = logger.level, logger.disabled
+    logger.addHandler(lines)
+    try:
+        logger.setLevel(logging.DEBUG)
+        run_compaction(acc, mid_round=False)  # fills the logger's cache
+        if setting == "INFO":
+            logger.setLevel(logging.INFO)
+        elif setting == "disable":
+            logging.disable(logging.DEBUG)
+        elif setting == "disabled":
+            logger.disabled = True
+        elif setting == "DEBUG again":
+            logger.setLevel(logging.INFO)
+            run_compaction(acc, mid_round=False)
+            logger.setLevel(logging.DEBUG)
+        lines.lines.clear()
+        expected = logger.isEnabledFor(logging.DEBUG)
+        run_compaction(acc, mid_round=False)
+        assert bool(lines.lines) == expected, setting
+        assert expected == (setting in ("DEBUG", "DEBUG again"))
+    finally:
+        logging.disable(logging.NOTSET)
+        logger.disabled = disabled
+        logger.setLevel(level)
+        logger.removeHandler(lines)
