@@ -53,9 +53,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("normandy_core.boundary")
-#: The logger's answers of ``isEnabledFor`` per level (logging clears it in place when
-#: levels change, and fills it in ``isEnabledFor``).
-_enabled: dict[int, bool] = log._cache  # type: ignore[attr-defined]
 #: The plugins module (its registry is replaced on reload, so it is read at every use).
 _plugins = sys.modules[hook_manager.__module__]
 
@@ -440,10 +437,7 @@ def run_compaction(
         started, ctx = quick
         end = time.perf_counter()
         result = _new_result(CompactionResult, (acc, _SKIP))
-        try:  # log.isEnabledFor(DEBUG), from the logger's own cache when it has the answer
-            logged = _enabled[logging.DEBUG] and not log.disabled
-        except KeyError:
-            logged = log.isEnabledFor(logging.DEBUG)
+        logged = log.isEnabledFor(logging.DEBUG)
         observers = _observers()
         if not (logged or observers):
             return result  # the hot path: a skip nobody watches costs no more than this
@@ -495,7 +489,7 @@ def _below_threshold(
     compares its ``ctx`` and count with :func:`build_context` and ``memory_tokens``.
     """
     try:
-        prepared = acc._prepared[0]  # acc.prepared, without the property's call
+        prepared = acc.prepared
         level = prepared.thresholds[mid_round]
         if level is None:
             return None

@@ -88,7 +88,6 @@ def _watch() -> str:
     another), so the hot path costs one C-level ``getsignal``, no system call. The wrapper
     calls the application's handler unchanged.
     """
-    global _installed
     if threading.get_ident() != _MAIN:
         return _NEVER_CTRL_C
     try:
@@ -97,28 +96,17 @@ def _watch() -> str:
             return _COUNTED
         if not callable(current):
             return _NEVER_CTRL_C  # SIG_IGN or SIG_DFL
-        _installed = _noting(current)
-        _signal.signal(_signal.SIGINT, _installed)
+        _signal.signal(_signal.SIGINT, _noting(current))
     except (ValueError, OSError):  # pragma: no cover - no signal support here
         return _UNKNOWN
     return _COUNTED
-
-
-#: The counting handler :func:`_watch` installed last (``call_plugin`` checks for it; a
-#: placeholder never in place before, as ``getsignal`` may answer ``None``).
-_installed: Any = object()
-_get_ident = threading.get_ident
 
 
 def call_plugin(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``, with any non-``Exception`` it raises turned into a
     :class:`PluginFault` naming it, unless it is the user's own Ctrl-C.
     """
-    # _watch(), without its call when our counting handler is the one in place
-    if _get_ident() == _MAIN and _signal.getsignal(_signal.SIGINT) is _installed:
-        watched = _COUNTED
-    else:
-        watched = _watch()
+    watched = _watch()
     seen = _sigints
     try:
         return fn(*args, **kwargs)
