@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
+import sys
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -51,6 +53,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("normandy_core.boundary")
+#: The plugins module (its registry is replaced on reload, so it is read at every use).
+_plugins = sys.modules[hook_manager.__module__]
 
 #: Makes a named tuple from a tuple without its Python-level ``__new__`` (hot path).
 _new_result = tuple.__new__
@@ -186,7 +190,9 @@ def _observers() -> list[tuple[Any, Any]]:
     returned every time (callers only read it).
     """
     global _observer_plan
-    pm = hook_manager()
+    pm = _plugins._REG.hook_pm  # hook_manager(), without its call once loaded
+    if pm is None:
+        pm = hook_manager()
     caller = pm.hook.on_boundary
     impls = getattr(caller, "_hookimpls", None)
     if impls is None:  # pragma: no cover - a pluggy without the attribute
@@ -423,9 +429,35 @@ def run_compaction(
     """
     start_ns = time.time_ns()
     t0 = time.perf_counter()
-    limit = timeout if timeout is not None else acc.compaction_timeout
+    quick = _below_threshold(acc, mid_round, turn_id, calibration)
+    if quick is not None:
+        # The compactor's declared threshold, met with a reused ctx: the plain skip
+        # (exactly what _resolve returns then; a property test compares the two paths).
+        # The comparison's end is the boundary's: nothing runs between them.
+        started, ctx = quick
+        end = time.perf_counter()
+        result = _new_result(CompactionResult, (acc, _SKIP))
+        logged = log.isEnabledFor(logging.DEBUG)
+        observers = _observers()
+        if not (logged or observers):
+            return result  # the hot path: a skip nobody watches costs no more than this
+        probe = _Probe()
+        probe.comp = acc.prepared.compactor
+        probe.ctx = ctx
+        probe.started = started - t0
+        probe.took = end - started
+        _report(acc, result, probe, "skipped", start_ns, end - t0, timeout, logged, observers)
+        return result
     probe = _Probe()
-    result = _resolve(acc, probe, limit, mid_round, turn_id, calibration, t0)
+    result = _resolve(
+        acc,
+        probe,
+        timeout if timeout is not None else acc.compaction_timeout,
+        mid_round,
+        turn_id,
+        calibration,
+        t0,
+    )
     duration = time.perf_counter() - t0
     meta = result.meta
     outcome: Outcome = (
@@ -439,24 +471,88 @@ def run_compaction(
     )
     logged = log.isEnabledFor(_LEVELS[outcome])
     observers = _observers()
-    if not (logged or observers):
-        return result  # the hot path: a skip nobody watches costs no more than this
+    if logged or observers:
+        _report(acc, result, probe, outcome, start_ns, duration, timeout, logged, observers)
+    return result
+
+
+def _below_threshold(
+    acc: AgentConfig, mid_round: bool, turn_id: str | None, calibration: Calibration | None
+) -> tuple[float, CompactionContext] | None:
+    """The threshold shortcut of :func:`_resolve`, for a boundary that reuses the last
+    ``ctx`` of its kind with an exact counter: the clock at the comparison's start and
+    the ``ctx``, when the memory is at or below the compactor's declared level; ``None``
+    otherwise (and for anything unusual), leaving the boundary to :func:`_resolve`.
+
+    Written out (no ``build_context`` call, ``memory_tokens`` inline): it is most of
+    what a turn-start boundary costs beyond counting the new message. A property test
+    compares its ``ctx`` and count with :func:`build_context` and ``memory_tokens``.
+    """
+    try:
+        prepared = acc.prepared
+        level = prepared.thresholds[mid_round]
+        if level is None:
+            return None
+        last = prepared._last_ctx[1 if mid_round else 0]
+        if last is None:
+            return None
+        # build_context's own test for returning the last ctx unchanged
+        was = last[2]
+        known = acc._prompt_tokens
+        if not (
+            was[3] is calibration
+            and was[4] is None
+            and was[0] == acc.model
+            and was[1] == (known[0] if known else acc.prompt_tokens)
+            and was[2] == turn_id
+        ):
+            return None
+        ctx: CompactionContext = last[0]
+        counter: Any = ctx.counter
+        base = counter._base
+        if not counter._exact or base is None or isinstance(base, str):
+            return None  # the bound first, or the base counter not resolved yet
+        started = time.perf_counter()
+        # counter.memory_tokens(memory), written out
+        n = acc.memory.tokens(base)
+        model, cal = counter.model, counter.calibration
+        if model is not None and model in cal._models:
+            f = cal.factor(model, base.name)
+            if f != 1.0:
+                n = math.ceil(n * f)
+    except Exception:
+        return None  # _resolve meets it again, and handles it
+    return (started, ctx) if n + ctx.prompt_tokens <= level else None
+
+
+def _report(
+    acc: AgentConfig,
+    result: CompactionResult,
+    probe: _Probe,
+    outcome: Outcome,
+    start_ns: int,
+    duration: float,
+    timeout: float | None,
+    logged: bool,
+    observers: list[tuple[Any, Any]],
+) -> None:
+    """The finished boundary's log line and ``on_boundary`` reports."""
     info = _info(acc, outcome, probe, start_ns, duration)
     if logged:
         _log(result, probe, info)
     if observers:
+        limit = timeout if timeout is not None else acc.compaction_timeout
         deadline = None if limit is None else time.monotonic() + limit
         _run_hooks(
             "on_boundary",
             result.acc,
             probe.ctx,
-            meta,
+            result.meta,
             deadline,
             stop_at_first=False,
             extra={"info": info},
             pairs=observers,
         )
-    return result
 
 
 #: The level of each outcome's log line.

@@ -57,6 +57,10 @@ class Calibration:
         # by 1.0 without naming its base (naming may load a tokenizer).
         self._models: frozenset[str] = frozenset()
         self._lock = threading.Lock()
+        # Bumped (under the lock) whenever the evidence changes: what a kept snapshot
+        # of ``snapshot`` is checked against.
+        self._version = 0
+        self._snapshots: dict[tuple[str | None, str], tuple[int, dict[str, Any]]] = {}
 
     def observe(self, model: str, counter: str, estimated: int, reported: int) -> float:
         """Record that ``counter`` estimated a request at ``estimated``, billed ``reported``.
@@ -74,6 +78,7 @@ class Calibration:
                 self._factors[key] = max(self.floor, math.ceil(top * 100 - 1e-9) / 100)
                 if model not in self._models:
                     self._models = self._models | {model}
+                self._version += 1
         return self.factor(model, counter)
 
     def factor(self, model: str | None, counter: str) -> float:
@@ -87,15 +92,31 @@ class Calibration:
         return model is not None and model in self._models
 
     def snapshot(self, model: str | None, counter: str) -> dict[str, Any]:
-        """What the factor rests on, for meta and events (JSON-ready)."""
+        """What the factor rests on, for meta and events (JSON-ready; a new dict each call).
+
+        Made again only when evidence arrived or was reset since the last snapshot of the
+        same ``(model, counter)`` (the turn shells take one at every boundary); otherwise
+        a copy of that one, equal to what making it again gives.
+        """
+        kept = self._snapshots.get((model, counter))
+        if kept is None or kept[0] != self._version:
+            kept = self._snapshot(model, counter)
+            self._snapshots[(model, counter)] = kept
+        snap = kept[1]
+        return {**snap, "recent_ratios": list(snap["recent_ratios"])}
+
+    def _snapshot(self, model: str | None, counter: str) -> tuple[int, dict[str, Any]]:
+        """The snapshot made afresh, with the version of the evidence it rests on."""
         key = (model or "", counter)
         with self._lock:
+            version = self._version
             ratios = list(self._ratios.get(key, ())) if model is not None else []
             seen = self._seen.get(key, 0) if model is not None else 0
-        return {
+            factor = self.factor(model, counter)
+        return version, {
             "model": model,
             "counter": counter,
-            "factor": self.factor(model, counter),
+            "factor": factor,
             "observations": seen,
             "recent_ratios": [round(r, 4) for r in ratios],
         }
@@ -113,6 +134,7 @@ class Calibration:
                     self._seen.pop(key, None)
                     self._factors.pop(key, None)
             self._models = frozenset(m for m, _ in self._factors)
+            self._version += 1
 
 
 _DEFAULT = Calibration()

@@ -525,3 +525,165 @@ def test_the_kit_fails_a_compactor_that_breaks_its_declared_level():
     acc = AgentConfig(model="gpt-4o", compactor="liar").with_memory(_acc().memory)
     with pytest.raises(AssertionError, match="compaction_threshold"):
         check_call("liar", acc)
+
+
+_BOUNDARIES = st.lists(
+    st.tuples(
+        st.lists(st.sampled_from(["", "hello", "a longer message " * 8, "x" * 300]), max_size=3),
+        st.booleans(),  # mid_round
+        st.sampled_from([None, "t1", "t2"]),  # turn_id
+        st.sampled_from([0, 1, 2]),  # calibration: None, the plain one, one with evidence
+        st.booleans(),  # whether the calibration gets new evidence first
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(
+    script=well_formed_conversations(),
+    boundaries=_BOUNDARIES,
+    ratio=_RATIOS,
+    spec=st.sampled_from(["cl100k_base", "estimate"]),
+    timeout=st.sampled_from([None, 30.0]),
+)
+def test_the_written_out_threshold_shortcut_gives_the_full_paths_result(
+    script, boundaries, ratio, spec, timeout
+):
+    """A run of boundaries on one agent (appends between them, the turn and kind and
+    calibration changing, evidence arriving): where run_compaction takes the written-out
+    shortcut (the last ctx of its kind reused, memory_tokens inline), the shortcut says
+    exactly what build_context and memory_tokens say, and every boundary gives what the
+    compactor's own call gives: the same meta, acc, on_boundary report and log line."""
+    memory = build(script)
+    cals = [None, Calibration(), Calibration()]
+    name = get_counter(spec).name
+    cals[2].observe("gpt-4o", name, 1_000, 1_170)  # type: ignore[union-attr]
+    opts: dict[str, Any] = {"counter": spec, "reserved_tokens": 100}
+    probe = AgentConfig(
+        model="gpt-4o", compactor="window_manager", compactor_opts={**opts, "context_window": 10**9}
+    )
+    ctx = build_context(probe, mid_round=False)
+    size = ctx.counter.memory_tokens(memory) + ctx.prompt_tokens
+    window = 100 + max(int(size * ratio) + 200, ctx.prompt_tokens + 1)
+    acc = AgentConfig(
+        model="gpt-4o",
+        compactor="window_manager",
+        compactor_opts={**opts, "context_window": window},
+        compaction_timeout=timeout,
+        memory=memory.copy(),
+    )
+    full_acc = _without_threshold(acc)
+    for b, (texts, mid_round, turn_id, cal, evidence) in enumerate(boundaries):
+        for n, text in enumerate(texts):
+            role = "user" if n % 2 == 0 else "assistant"
+            acc.memory.add_message(role, text, id=f"b{b}-{n}")  # the same ids on both sides
+            full_acc.memory.add_message(role, text, id=f"b{b}-{n}")
+        calibration = cals[cal]
+        if evidence and calibration is not None:
+            calibration.observe("gpt-4o", name, 1_000, 1_050 + 100 * cal)
+        level = acc.prepared.thresholds[mid_round]
+        quick = boundary_module._below_threshold(acc, mid_round, turn_id, calibration)
+        built = build_context(acc, mid_round=mid_round, turn_id=turn_id, calibration=calibration)
+        if quick is not None:
+            event("shortcut taken")
+            assert quick[1] is built
+            assert built.counter._exact
+            assert level is not None
+            assert built.counter.memory_tokens(acc.memory) + built.prompt_tokens <= level
+        else:
+            event("shortcut not taken")
+        kwargs = {"mid_round": mid_round, "turn_id": turn_id, "calibration": calibration}
+        fast, fast_seen, fast_lines = _boundary(acc, **kwargs)
+        full, full_seen, full_lines = _boundary(full_acc, **kwargs)
+        # entries a compaction inserted have new ids on each side: compared by content
+        assert _by_content(fast.meta) == _by_content(full.meta)
+        assert type(fast.meta) is type(full.meta)
+        if not fast.meta["compacted"]:
+            assert fast.acc is acc and full.acc is full_acc
+        entries = [[(e.role, e.content) for e in r.acc.memory.entries()] for r in (fast, full)]
+        assert entries[0] == entries[1]
+        seen = [[(*s[:7], _without_ids(s[8]), *s[9:]) for s in x] for x in (fast_seen, full_seen)]
+        assert seen[0] == seen[1]
+        assert [s[7] for s in fast_seen] == [s[7] for s in full_seen]  # equal ctx
+        assert fast_lines == full_lines
+        acc, full_acc = fast.acc, full.acc
+
+
+def _without_ids(seen: dict[str, Any]) -> dict[str, Any]:
+    """What ``_Recorder`` kept of a meta, the dropped entries counted, not named by id."""
+    return {k: len(v) if k == "dropped" else v for k, v in seen.items()}
+
+
+def _by_content(meta: Any) -> dict[str, Any]:
+    """``_comparable(meta)`` with the dropped entries as roles and contents."""
+    out = _comparable(meta)
+    if "dropped" in out:
+        out["dropped"] = [(e.role, e.content) for e in meta["dropped"]]
+    return out
+
+
+def test_a_repeated_boundary_takes_the_written_out_shortcut():
+    """The second boundary of a kind with the same arguments reuses the ctx and skips
+    through the shortcut (so the property above compares it, not only the slow path)."""
+    memory = AgentMemory()
+    for i in range(6):
+        memory.add_message("user" if i % 2 == 0 else "assistant", f"message {i}")
+    acc = AgentConfig(
+        model="gpt-4o",
+        compactor="window_manager",
+        compactor_opts={"counter": "cl100k_base", "context_window": 10**6},
+        memory=memory,
+    )
+    get_counter("cl100k_base").count_text("loaded")  # exact counts, so the shortcut applies
+    for mid_round in (False, True):
+        assert boundary_module._below_threshold(acc, mid_round, "t", None) is None  # no ctx yet
+        run_compaction(acc, mid_round=mid_round, turn_id="t")
+        quick = boundary_module._below_threshold(acc, mid_round, "t", None)
+        assert quick is not None
+        assert quick[1] is build_context(acc, mid_round=mid_round, turn_id="t")
+        assert boundary_module._below_threshold(acc, mid_round, "other turn", None) is None
+
+
+_CALIBRATION_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("observe"),
+            st.sampled_from(["gpt-4o", "claude"]),
+            st.sampled_from(["tiktoken:cl100k_base", "estimate"]),
+            st.integers(0, 3_000),
+            st.integers(0, 4_000),
+        ),
+        st.tuples(st.just("reset"), st.sampled_from([None, "gpt-4o", "claude"])),
+        st.tuples(
+            st.just("snapshot"),
+            st.sampled_from([None, "gpt-4o", "claude"]),
+            st.sampled_from(["tiktoken:cl100k_base", "estimate"]),
+        ),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=EXAMPLES)
+@given(ops=_CALIBRATION_OPS)
+def test_a_kept_calibration_snapshot_equals_one_made_afresh(ops):
+    """The turn shells snapshot the calibration at every boundary; the snapshot kept
+    until evidence arrives or is reset is always what making it afresh gives, and each
+    call returns dicts of its own (changing one changes no later snapshot)."""
+    cal = Calibration(window=3)
+    for op in ops:
+        if op[0] == "observe":
+            cal.observe(op[1], op[2], op[3], op[4])
+        elif op[0] == "reset":
+            cal.reset(op[1])
+        else:
+            snap = cal.snapshot(op[1], op[2])
+            assert snap == cal._snapshot(op[1], op[2])[1]
+            again = cal.snapshot(op[1], op[2])
+            assert again == snap and again is not snap
+            assert again["recent_ratios"] is not snap["recent_ratios"]
+            snap["recent_ratios"].append(99.0)
+            snap["factor"] = -1
+            assert cal.snapshot(op[1], op[2]) == again
