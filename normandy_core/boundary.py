@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import sys
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from normandy_core import plugins as _plugins
 from normandy_core.config import AgentConfig
 from normandy_core.contract import (
     _SKIP,
@@ -53,8 +53,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("normandy_core.boundary")
-#: The plugins module (its registry is replaced on reload, so it is read at every use).
-_plugins = sys.modules[hook_manager.__module__]
 
 #: Makes a named tuple from a tuple without its Python-level ``__new__`` (hot path).
 _new_result = tuple.__new__
