@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Callable
 from types import MappingProxyType
 from typing import Any
 
@@ -356,6 +357,30 @@ def _comparable(meta: Any) -> dict[str, Any]:
     return out
 
 
+def _same_boundary(
+    acc: AgentConfig,
+    full_acc: AgentConfig,
+    kwargs: dict[str, Any],
+    meta: Callable[[Any], Any],
+    seen: Callable[[Any], Any],
+) -> tuple[Any, Any]:
+    """Run one boundary on ``acc`` (the shortcut may apply) and on ``full_acc`` (the full
+    path); assert they agree: meta (through ``meta``), untouched acc on a skip, entries,
+    what on_boundary saw (through ``seen``, the ctx compared apart) and log lines."""
+    fast, fast_seen, fast_lines = _boundary(acc, **kwargs)
+    full, full_seen, full_lines = _boundary(full_acc, **kwargs)
+    assert meta(fast.meta) == meta(full.meta)
+    assert type(fast.meta) is type(full.meta)
+    if not fast.meta["compacted"]:
+        assert fast.acc is acc and full.acc is full_acc
+    entries = [[(e.role, e.content) for e in r.acc.memory.entries()] for r in (fast, full)]
+    assert entries[0] == entries[1]
+    assert [seen(s) for s in fast_seen] == [seen(s) for s in full_seen]
+    assert [s[7] for s in fast_seen] == [s[7] for s in full_seen]  # equal ctx
+    assert fast_lines == full_lines
+    return fast, full
+
+
 def _without_threshold(acc: AgentConfig) -> AgentConfig:
     """``acc`` whose prepared compactor declares no threshold: every boundary calls it."""
     full = acc.with_memory(acc.memory.copy())
@@ -428,18 +453,8 @@ def test_the_declared_threshold_gives_the_full_paths_result(
     assert acc.prepared.thresholds[mid_round] is not None
     full_acc = _without_threshold(acc)
     kwargs = {"mid_round": mid_round, "turn_id": turn_id, "calibration": calibration}
-    fast, fast_seen, fast_lines = _boundary(acc, **kwargs)
-    full, full_seen, full_lines = _boundary(full_acc, **kwargs)
+    _, full = _same_boundary(acc, full_acc, kwargs, _comparable, lambda s: s[:7] + s[8:])
     event("compacted" if full.meta["compacted"] else "skipped")
-    assert _comparable(fast.meta) == _comparable(full.meta)
-    assert type(fast.meta) is type(full.meta)
-    if not fast.meta["compacted"]:
-        assert fast.acc is acc and full.acc is full_acc
-    entries = [[(e.role, e.content) for e in r.acc.memory.entries()] for r in (fast, full)]
-    assert entries[0] == entries[1]
-    assert [s[:7] + s[8:] for s in fast_seen] == [s[:7] + s[8:] for s in full_seen]
-    assert [s[7] for s in fast_seen] == [s[7] for s in full_seen]  # equal ctx
-    assert fast_lines == full_lines
     # the input is never touched, on either path
     assert [e.id for e in acc.memory.entries()] == [e.id for e in memory.entries()]
 
@@ -595,19 +610,10 @@ def test_the_written_out_threshold_shortcut_gives_the_full_paths_result(
         else:
             event("shortcut not taken")
         kwargs = {"mid_round": mid_round, "turn_id": turn_id, "calibration": calibration}
-        fast, fast_seen, fast_lines = _boundary(acc, **kwargs)
-        full, full_seen, full_lines = _boundary(full_acc, **kwargs)
         # entries a compaction inserted have new ids on each side: compared by content
-        assert _by_content(fast.meta) == _by_content(full.meta)
-        assert type(fast.meta) is type(full.meta)
-        if not fast.meta["compacted"]:
-            assert fast.acc is acc and full.acc is full_acc
-        entries = [[(e.role, e.content) for e in r.acc.memory.entries()] for r in (fast, full)]
-        assert entries[0] == entries[1]
-        seen = [[(*s[:7], _without_ids(s[8]), *s[9:]) for s in x] for x in (fast_seen, full_seen)]
-        assert seen[0] == seen[1]
-        assert [s[7] for s in fast_seen] == [s[7] for s in full_seen]  # equal ctx
-        assert fast_lines == full_lines
+        fast, full = _same_boundary(
+            acc, full_acc, kwargs, _by_content, lambda s: (*s[:7], _without_ids(s[8]), *s[9:])
+        )
         acc, full_acc = fast.acc, full.acc
 
 
