@@ -23,6 +23,7 @@ from normandy_core.contract import (
     CompactionMeta,
     CompactionResult,
     ContractViolation,
+    _reused_context,
     account,
     build_context,
     call_compactor,
@@ -482,7 +483,7 @@ def _below_threshold(
     the ``ctx``, when the memory is at or below the compactor's declared level; ``None``
     otherwise (and for anything unusual), leaving the boundary to :func:`_resolve`.
 
-    Written out (no ``build_context`` call, ``memory_tokens`` inline): it is most of
+    Written out (build_context's reuse test alone, ``memory_tokens`` inline): it is most of
     what a turn-start boundary costs beyond counting the new message. A property test
     compares its ``ctx`` and count with :func:`build_context` and ``memory_tokens``.
     """
@@ -491,21 +492,18 @@ def _below_threshold(
         level = prepared.thresholds[mid_round]
         if level is None:
             return None
-        last = prepared._last_ctx[1 if mid_round else 0]
-        if last is None:
-            return None
-        # build_context's own test for returning the last ctx unchanged
-        was = last[2]
         known = acc._prompt_tokens
-        if not (
-            was[3] is calibration
-            and was[4] is None
-            and was[0] == acc.model
-            and was[1] == (known[0] if known else acc.prompt_tokens)
-            and was[2] == turn_id
-        ):
+        ctx = _reused_context(
+            prepared,
+            1 if mid_round else 0,
+            acc.model,
+            known[0] if known else acc.prompt_tokens,
+            turn_id,
+            calibration,
+            None,
+        )
+        if ctx is None:
             return None
-        ctx: CompactionContext = last[0]
         counter: Any = ctx.counter
         base = counter._base
         if not counter._exact or base is None or isinstance(base, str):

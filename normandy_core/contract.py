@@ -89,6 +89,38 @@ class CompactionContext:
             object.__setattr__(self, "rules", DEFAULT_RULES)
 
 
+def _reused_context(
+    prepared: Prepared,
+    slot: int,
+    model: str | None,
+    prompt_tokens: int | None,
+    turn_id: str | None,
+    calibration: Calibration | None,
+    rules: SurvivalRules | None,
+) -> CompactionContext | None:
+    """The last ctx of its kind (``slot`` 1 mid-round, 0 at a turn start) when it was
+    asked for with the same arguments, else ``None``: :func:`build_context`'s shortcut,
+    which the boundary's threshold check takes too.
+
+    The calibration and rules are compared by identity (the slot holds them, so their
+    ids cannot be reused, and ``counter_for`` keeps one counter per model and
+    calibration object).
+    """
+    last = prepared._last_ctx[slot]
+    if last is not None:
+        was = last[2]
+        if (
+            was[3] is calibration
+            and was[4] is rules
+            and was[0] == model
+            and was[1] == prompt_tokens
+            and was[2] == turn_id
+        ):
+            ctx: CompactionContext = last[0]
+            return ctx
+    return None
+
+
 def build_context(
     source: AgentConfig | Prepared,
     *,
@@ -115,22 +147,11 @@ def build_context(
         model = acc.model if model is None else model
         prompt_tokens = acc.prompt_tokens if prompt_tokens is None else prompt_tokens
     slot = 1 if mid_round else 0
+    reused = _reused_context(prepared, slot, model, prompt_tokens, turn_id, calibration, rules)
+    if reused is not None:
+        return reused
     last: tuple[CompactionContext, Any, Any] | None = prepared._last_ctx[slot]
-    # The same arguments as the last call of this kind: the same ctx, without looking up
-    # the counter. The calibration and rules are compared by identity (the slot holds
-    # them, so their ids cannot be reused, and ``counter_for`` keeps one counter per
-    # model and calibration object).
     asked = (model, prompt_tokens, turn_id, calibration, rules)
-    if last is not None:
-        was = last[2]
-        if (
-            was[3] is calibration
-            and was[4] is rules
-            and was[0] == model
-            and was[1] == prompt_tokens
-            and was[2] == turn_id
-        ):
-            return last[0]
     window = prepared.window
     counter = prepared.counter_for(model, calibration)
     if rules is None:
