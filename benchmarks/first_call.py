@@ -217,7 +217,11 @@ def wheel_venv(source: Path, work: Path, log: Callable[[str], None]) -> Path:
         )
 
     t0 = time.perf_counter()
-    built = run(uv, "build", "--offline", "--all-packages", "--wheel", "-o", dist, cwd=source)
+    build: list[str | Path] = [uv, "build", "--all-packages", "--wheel", "-o", dist]
+    built = run(*build, "--offline", cwd=source)
+    if built.returncode != 0:  # the build backend not in uv's cache (a new machine)
+        log("first_call: offline build failed; building with the registry")
+        built = run(*build, cwd=source)
     if built.returncode != 0:
         raise SystemExit(f"first_call: building the wheels failed:\n{built.stderr}")
     exported = run(
