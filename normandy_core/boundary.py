@@ -33,6 +33,7 @@ from normandy_core.faults import (
     PluginFault,
     PluginTimeoutError,
     abandoned_threads,
+    call_gate,
     call_plugin,
     run_bounded,
 )
@@ -207,7 +208,7 @@ def _observers() -> list[tuple[Any, Any]]:
     for pair, gate in plan[2]:
         if gate is not None:
             try:
-                if not call_plugin(gate):
+                if not call_gate(gate):
                     continue
             except Exception as exc:  # a gate that raises counts as true
                 what = describe_hook(pair[0].plugin_name)
@@ -224,7 +225,7 @@ def _active(hook: str, impl: Any) -> bool:
     if gate is None:
         return True
     try:
-        return bool(call_plugin(gate))
+        return call_gate(gate)
     except Exception as exc:
         what = describe_hook(impl.plugin_name)
         log.error("the %s gate of %s raised %s", hook, what, _fault_text(exc), exc_info=exc)
