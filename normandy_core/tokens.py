@@ -177,6 +177,11 @@ def _name_parts(entry: Entry, texts: list[str]) -> int:
     return 0
 
 
+#: ``json.dumps(obj, ensure_ascii=False)`` as one encoder, made once: ``dumps`` with an
+#: option builds a new encoder at every call (a tool batch's every call is counted).
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
+
+
 def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[list[str], int]:
     """The strings of an entry to count, and the fixed-cost tokens it carries.
 
@@ -236,7 +241,7 @@ def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[lis
         elif isinstance(b, ToolUseBlock):
             calls += 1
             texts.append(b.name)
-            wire = json.dumps(b.input, ensure_ascii=False)
+            wire = _ARGUMENTS.encode(b.input)  # json.dumps(b.input, ensure_ascii=False)
             given = entry.metadata.get(ARGUMENTS_KEY)
             if given and isinstance(given.get(b.id), str):
                 # the caller's own arguments string, sent as given: count the longer
