@@ -11,6 +11,7 @@ they build a new one (:meth:`AgentMemory.from_entries`, :func:`drop_thinking`).
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import threading
@@ -267,6 +268,8 @@ _BLOCK_TYPES = (
     DocumentBlock,
     OpaqueBlock,
 )
+#: The block types, once per block of a content (``map(isinstance, content, ...)``).
+_EVERY_BLOCK = itertools.repeat(_BLOCK_TYPES)
 #: Token counts kept per entry id and counter (content variants of one id).
 _COUNT_VARIANTS = 4
 
@@ -344,7 +347,8 @@ class AgentMemory:
             and eid
             and (turn_id is None or isinstance(turn_id, str))
             and isinstance(pinned, bool)
-            and (isinstance(content, str) or all(isinstance(b, _BLOCK_TYPES) for b in content))
+            # every block typed (map: no generator frame per block)
+            and (isinstance(content, str) or all(map(isinstance, content, _EVERY_BLOCK)))
         )
         # Typed blocks (the turn loop's, a compactor's) are valid already: constructing
         # without re-validation keeps appending cheap on the hot path.
