@@ -489,7 +489,7 @@ def _below_threshold(
     compares its ``ctx`` and count with :func:`build_context` and ``memory_tokens``.
     """
     try:
-        prepared = acc.prepared
+        prepared = acc._prepared[0]  # acc.prepared, without the property's call
         level = prepared.thresholds[mid_round]
         if level is None:
             return None

@@ -306,8 +306,7 @@ class AgentMemory:
         # metadata key -> (entries of the branch looked at so far, whether one had it set)
         self._marks: dict[str, tuple[int, bool]] = {}
         self._version = 0
-        # Guards _totals' read-modify-write: readers on other threads (an abandoned
-        # compactor, an observer) must never store a total for more entries than counted.
+        # any_marked stores under it (the token totals need none: see tokens).
         self._lock = threading.Lock()
 
     # -- building -------------------------------------------------------------------
@@ -577,10 +576,12 @@ class AgentMemory:
                 count = counter.count_entry(e)
                 cache[e.id] = (*variants[-(_COUNT_VARIANTS - 1) :], (content, role, count))
             total += count
-        with self._lock:
-            stored = self._totals.get(name, (0, 0))
-            if stored[0] < n and self._branch is branch:
-                self._totals[name] = (n, total)
+        # No lock: the pair is one tuple, exact for the n entries it names, so whichever
+        # reader stores last, the stored total is right. A slower reader may store a
+        # shorter pair after a longer one; the next call then counts the entries since
+        # again, from the cache.
+        if self._totals.get(name, (0, 0))[0] < n and self._branch is branch:
+            self._totals[name] = (n, total)
         return total
 
     def any_marked(self, key: str) -> bool:
