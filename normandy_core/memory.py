@@ -14,7 +14,6 @@ import functools
 import itertools
 import json
 import os
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -287,7 +286,6 @@ class AgentMemory:
         "_counts",
         "_entries",
         "_head",
-        "_lock",
         "_marks",
         "_totals",
         "_version",
@@ -306,8 +304,6 @@ class AgentMemory:
         # metadata key -> (entries of the branch looked at so far, whether one had it set)
         self._marks: dict[str, tuple[int, bool]] = {}
         self._version = 0
-        # any_marked stores under it (the token totals need none: see tokens).
-        self._lock = threading.Lock()
 
     # -- building -------------------------------------------------------------------
 
@@ -599,10 +595,9 @@ class AgentMemory:
         if done > n:  # pragma: no cover - a branch only shrinks through _restore
             done = 0
         found = any(e.metadata.get(key) for e in branch[done:n])
-        with self._lock:
-            stored = self._marks.get(key, (0, False))
-            if stored[0] < n and self._branch is branch:
-                self._marks[key] = (n, found)
+        # no lock, as in tokens: the pair is exact for the entries it names
+        if self._marks.get(key, (0, False))[0] < n and self._branch is branch:
+            self._marks[key] = (n, found)
         return found
 
     # -- persistence ----------------------------------------------------------------
