@@ -11,7 +11,6 @@ they build a new one (:meth:`AgentMemory.from_entries`, :func:`drop_thinking`).
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -267,8 +266,10 @@ _BLOCK_TYPES = (
     DocumentBlock,
     OpaqueBlock,
 )
-#: The block types, once per block of a content (``map(isinstance, content, ...)``).
-_EVERY_BLOCK = itertools.repeat(_BLOCK_TYPES)
+#: The block types, compared by identity: ``isinstance`` against a pydantic model class
+#: that an object is not an instance of goes through ``ABCMeta.__instancecheck__``, and a
+#: tool result would be checked against four other types first.
+_BLOCK_SET = frozenset(_BLOCK_TYPES)
 #: Token counts kept per entry id and counter (content variants of one id).
 _COUNT_VARIANTS = 4
 
@@ -342,8 +343,8 @@ class AgentMemory:
             and eid
             and (turn_id is None or isinstance(turn_id, str))
             and isinstance(pinned, bool)
-            # every block typed (map: no generator frame per block)
-            and (isinstance(content, str) or all(map(isinstance, content, _EVERY_BLOCK)))
+            # every block of a block type (exactly: a subclass's block is validated)
+            and (isinstance(content, str) or _BLOCK_SET.issuperset(map(type, content)))
         )
         # Typed blocks (the turn loop's, a compactor's) are valid already: constructing
         # without re-validation keeps appending cheap on the hot path.
