@@ -138,3 +138,23 @@ def test_tool_arguments_are_counted_as_json_dumps_writes_them(arguments):
     import json
 
     assert tokens_module._ARGUMENTS.encode(arguments) == json.dumps(arguments, ensure_ascii=False)
+
+
+class _MyText(TextBlock):
+    """A block of a subclass of a block type (counted as that type)."""
+
+
+class _MyUse(ToolUseBlock):
+    """Likewise for a tool use."""
+
+
+def test_a_block_of_a_subclass_counts_as_its_block_type():
+    use = {"id": "c1", "name": "grep", "input": {"q": "x"}}
+    plain = Entry(
+        id="a", role="assistant", content=(TextBlock(text="looking"), ToolUseBlock(**use))
+    )
+    sub = Entry(id="a", role="assistant", content=(_MyText(text="looking"), _MyUse(**use)))
+    assert [type(b) for b in sub.content] == [_MyText, _MyUse]
+    added = AgentMemory().add_message("assistant", sub.content)  # validated, not copied
+    for counter in (EXACT, BOUND):
+        assert counter.count_entry(sub) == counter.count_entry(plain) == counter.count_entry(added)
