@@ -562,16 +562,21 @@ class AgentMemory:
             cache = self._counts[name] = {}
         for e in branch[done:n]:
             # entry_tokens, written out (this runs for every new message of a turn)
-            content, role = e.content, e.role
-            variants = cache.get(e.id, ())
-            count = -1
-            for seen, seen_role, known in variants:
-                if seen_role == role and (seen is content or seen == content):
-                    count = known
-                    break
-            if count < 0:
+            eid = e.id
+            variants = cache.get(eid)
+            if variants is None:  # never counted (a new message): its first variant
                 count = counter.count_entry(e)
-                cache[e.id] = (*variants[-(_COUNT_VARIANTS - 1) :], (content, role, count))
+                cache[eid] = ((e.content, e.role, count),)
+            else:
+                content, role = e.content, e.role
+                count = -1
+                for seen, seen_role, known in variants:
+                    if seen_role == role and (seen is content or seen == content):
+                        count = known
+                        break
+                if count < 0:
+                    count = counter.count_entry(e)
+                    cache[eid] = (*variants[-(_COUNT_VARIANTS - 1) :], (content, role, count))
             total += count
         # No lock: the pair is one tuple, exact for the n entries it names, so whichever
         # reader stores last, the stored total is right. A slower reader may store a
