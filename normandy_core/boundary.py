@@ -33,6 +33,7 @@ from normandy_core.faults import (
     PluginFault,
     PluginTimeoutError,
     abandoned_threads,
+    call_gate,
     call_plugin,
     run_bounded,
 )
@@ -207,7 +208,7 @@ def _observers() -> list[tuple[Any, Any]]:
     for pair, gate in plan[2]:
         if gate is not None:
             try:
-                if not call_plugin(gate):
+                if not call_gate(gate):
                     continue
             except Exception as exc:  # a gate that raises counts as true
                 what = describe_hook(pair[0].plugin_name)
@@ -224,7 +225,7 @@ def _active(hook: str, impl: Any) -> bool:
     if gate is None:
         return True
     try:
-        return bool(call_plugin(gate))
+        return call_gate(gate)
     except Exception as exc:
         what = describe_hook(impl.plugin_name)
         log.error("the %s gate of %s raised %s", hook, what, _fault_text(exc), exc_info=exc)
@@ -478,17 +479,19 @@ def run_compaction(
 def _below_threshold(
     acc: AgentConfig, mid_round: bool, turn_id: str | None, calibration: Calibration | None
 ) -> tuple[float, CompactionContext] | None:
-    """The threshold shortcut of :func:`_resolve`, for a boundary that reuses the last
-    ``ctx`` of its kind with an exact counter: the clock at the comparison's start and
-    the ``ctx``, when the memory is at or below the compactor's declared level; ``None``
-    otherwise (and for anything unusual), leaving the boundary to :func:`_resolve`.
+    """The threshold shortcut of :func:`_resolve`, for a boundary with an exact counter:
+    the clock at the comparison's start and the ``ctx``, when the memory is at or below
+    the compactor's declared level; ``None`` otherwise (and for anything unusual), leaving
+    the boundary to :func:`_resolve`.
 
-    Written out (build_context's reuse test alone, ``memory_tokens`` inline): it is most of
-    what a turn-start boundary costs beyond counting the new message. A property test
-    compares its ``ctx`` and count with :func:`build_context` and ``memory_tokens``.
+    Written out (build_context's reuse test first, ``memory_tokens`` inline): it is most of
+    what a turn-start boundary costs beyond counting the new message. The ``ctx`` is built
+    when the last one of its kind cannot be reused (a new turn's first boundaries of
+    each kind), as :func:`_resolve` would build it. A property test compares its ``ctx``
+    and count with :func:`build_context` and ``memory_tokens``.
     """
     try:
-        prepared = acc.prepared
+        prepared = acc._prepared[0]  # acc.prepared, without the property's call
         level = prepared.thresholds[mid_round]
         if level is None:
             return None
@@ -503,7 +506,14 @@ def _below_threshold(
             None,
         )
         if ctx is None:
-            return None
+            ctx = build_context(
+                prepared,
+                model=acc.model,
+                prompt_tokens=acc.prompt_tokens,
+                mid_round=mid_round,
+                turn_id=turn_id,
+                calibration=calibration,
+            )
         counter: Any = ctx.counter
         base = counter._base
         if not counter._exact or base is None or isinstance(base, str):

@@ -28,6 +28,7 @@ __all__ = [
     "PluginFault",
     "PluginTimeoutError",
     "abandoned_threads",
+    "call_gate",
     "call_plugin",
     "run_bounded",
 ]
@@ -113,11 +114,33 @@ def call_plugin(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     except Exception:
         raise
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt) and (
-            watched == _UNKNOWN or (watched == _COUNTED and _sigints != seen)
-        ):
-            raise  # a real Ctrl-C (or one we cannot tell from it)
+        if _ctrl_c(exc, watched, seen):
+            raise
         raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+
+
+def call_gate(gate: Callable[[], object]) -> bool:
+    """``bool(gate())``, isolated as :func:`call_plugin` isolates a call: for the
+    ``active_when`` gates asked at every boundary, without the argument tuple and keyword
+    dict a call through :func:`call_plugin` builds."""
+    watched = _watch()
+    seen = _sigints
+    try:
+        return bool(gate())
+    except Exception:
+        raise
+    except BaseException as exc:
+        if _ctrl_c(exc, watched, seen):
+            raise
+        raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+
+
+def _ctrl_c(exc: BaseException, watched: str, seen: int) -> bool:
+    """Whether ``exc``, raised where :func:`_watch` said ``watched`` with ``seen`` SIGINTs
+    counted, is the user's own Ctrl-C (or one that cannot be told from it)."""
+    return isinstance(exc, KeyboardInterrupt) and (
+        watched == _UNKNOWN or (watched == _COUNTED and _sigints != seen)
+    )
 
 
 _lock = threading.Lock()

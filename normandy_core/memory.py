@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -241,6 +240,15 @@ class Entry(BaseModel):
         return self.model_copy(update={"content": kept})
 
 
+#: Every field set: ``add_message`` copies it with every field replaced (pydantic's
+#: ``model_copy``, unvalidated), the same entry ``Entry.model_construct`` makes from the same
+#: fields (all of them set), for about two thirds of the cost: ``model_construct`` walks
+#: every field's aliases and defaults, at each of the two appends of a tool batch.
+_TEMPLATE = Entry.model_construct(
+    id="-", parent_id=None, turn_id=None, role="user", content="", pinned=False, metadata={}
+)
+
+
 @functools.cache
 def _entry_list() -> TypeAdapter[list[Entry]]:
     """The validator of a dump's entries, built at the first :meth:`AgentMemory.load`."""
@@ -258,6 +266,10 @@ _BLOCK_TYPES = (
     DocumentBlock,
     OpaqueBlock,
 )
+#: The block types, compared by identity: ``isinstance`` against a pydantic model class
+#: that an object is not an instance of goes through ``ABCMeta.__instancecheck__``, and a
+#: tool result would be checked against four other types first.
+_BLOCK_SET = frozenset(_BLOCK_TYPES)
 #: Token counts kept per entry id and counter (content variants of one id).
 _COUNT_VARIANTS = 4
 
@@ -275,7 +287,6 @@ class AgentMemory:
         "_counts",
         "_entries",
         "_head",
-        "_lock",
         "_marks",
         "_totals",
         "_version",
@@ -294,9 +305,6 @@ class AgentMemory:
         # metadata key -> (entries of the branch looked at so far, whether one had it set)
         self._marks: dict[str, tuple[int, bool]] = {}
         self._version = 0
-        # Guards _totals' read-modify-write: readers on other threads (an abandoned
-        # compactor, an observer) must never store a total for more entries than counted.
-        self._lock = threading.Lock()
 
     # -- building -------------------------------------------------------------------
 
@@ -335,11 +343,12 @@ class AgentMemory:
             and eid
             and (turn_id is None or isinstance(turn_id, str))
             and isinstance(pinned, bool)
-            and (isinstance(content, str) or all(isinstance(b, _BLOCK_TYPES) for b in content))
+            # every block of a block type (exactly: a subclass's block is validated)
+            and (isinstance(content, str) or _BLOCK_SET.issuperset(map(type, content)))
         )
         # Typed blocks (the turn loop's, a compactor's) are valid already: constructing
         # without re-validation keeps appending cheap on the hot path.
-        entry = Entry.model_construct(**fields) if typed else Entry(**fields)
+        entry = _TEMPLATE.model_copy(update=fields) if typed else Entry(**fields)
         self._append(entry)
         return entry
 
@@ -553,21 +562,28 @@ class AgentMemory:
             cache = self._counts[name] = {}
         for e in branch[done:n]:
             # entry_tokens, written out (this runs for every new message of a turn)
-            content, role = e.content, e.role
-            variants = cache.get(e.id, ())
-            count = -1
-            for seen, seen_role, known in variants:
-                if seen_role == role and (seen is content or seen == content):
-                    count = known
-                    break
-            if count < 0:
+            eid = e.id
+            variants = cache.get(eid)
+            if variants is None:  # never counted (a new message): its first variant
                 count = counter.count_entry(e)
-                cache[e.id] = (*variants[-(_COUNT_VARIANTS - 1) :], (content, role, count))
+                cache[eid] = ((e.content, e.role, count),)
+            else:
+                content, role = e.content, e.role
+                count = -1
+                for seen, seen_role, known in variants:
+                    if seen_role == role and (seen is content or seen == content):
+                        count = known
+                        break
+                if count < 0:
+                    count = counter.count_entry(e)
+                    cache[eid] = (*variants[-(_COUNT_VARIANTS - 1) :], (content, role, count))
             total += count
-        with self._lock:
-            stored = self._totals.get(name, (0, 0))
-            if stored[0] < n and self._branch is branch:
-                self._totals[name] = (n, total)
+        # No lock: the pair is one tuple, exact for the n entries it names, so whichever
+        # reader stores last, the stored total is right. A slower reader may store a
+        # shorter pair after a longer one; the next call then counts the entries since
+        # again, from the cache.
+        if self._totals.get(name, (0, 0))[0] < n and self._branch is branch:
+            self._totals[name] = (n, total)
         return total
 
     def any_marked(self, key: str) -> bool:
@@ -585,10 +601,9 @@ class AgentMemory:
         if done > n:  # pragma: no cover - a branch only shrinks through _restore
             done = 0
         found = any(e.metadata.get(key) for e in branch[done:n])
-        with self._lock:
-            stored = self._marks.get(key, (0, False))
-            if stored[0] < n and self._branch is branch:
-                self._marks[key] = (n, found)
+        # no lock, as in tokens: the pair is exact for the entries it names
+        if self._marks.get(key, (0, False))[0] < n and self._branch is branch:
+            self._marks[key] = (n, found)
         return found
 
     # -- persistence ----------------------------------------------------------------

@@ -148,8 +148,15 @@ class TokenCounter(Protocol):
 _BLOCKS: list[Any] = []
 
 
+#: The same classes as a set, once imported: :func:`_entry_parts` tells a block's type by
+#: identity (``isinstance`` against a pydantic class the block is not an instance of goes
+#: through ``ABCMeta``'s check, at every block of a tool batch).
+_BLOCK_SET: frozenset[Any] = frozenset()
+
+
 def _blocks() -> list[Any]:
     """The block classes, imported once (memory imports pydantic; this module must not)."""
+    global _BLOCK_SET
     if not _BLOCKS:
         from normandy_core import memory as m
 
@@ -165,6 +172,7 @@ def _blocks() -> list[Any]:
                 m.OpaqueBlock,
             )
         )
+        _BLOCK_SET = frozenset(_BLOCKS)
     return _BLOCKS
 
 
@@ -175,6 +183,11 @@ def _name_parts(entry: Entry, texts: list[str]) -> int:
         texts.append(name)
         return TOKENS_PER_NAME
     return 0
+
+
+#: ``json.dumps(obj, ensure_ascii=False)`` as one encoder, made once: ``dumps`` with an
+#: option builds a new encoder at every call (a tool batch's every call is counted).
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
 
 
 def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[list[str], int]:
@@ -210,14 +223,19 @@ def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[lis
         # One system message: the entry's text (its texts and result texts, joined).
         messages = 1
         texts.append(entry.text())
+    exact = _BLOCK_SET
+    b: Any  # told apart by its exact type below, which mypy does not narrow by
     for b in entry.content:
-        if isinstance(b, TextBlock):
+        kind: Any = type(b)  # the block's type, by identity (a subclass's is looked up)
+        if kind not in exact:
+            kind = next((t for t in b_ if isinstance(b, t)), None)
+        if kind is TextBlock:
             if results:
                 if b.text:  # to_openai leaves empty parts out
                     held.append(b.text)
             elif not system:
                 texts.append(b.text)
-        elif isinstance(b, ToolResultBlock):
+        elif kind is ToolResultBlock:
             if not system:
                 messages += 1
                 texts.append(b.text())
@@ -233,30 +251,30 @@ def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[lis
                             held_media = True
                         else:
                             held.append(doc)
-        elif isinstance(b, ToolUseBlock):
+        elif kind is ToolUseBlock:
             calls += 1
             texts.append(b.name)
-            wire = json.dumps(b.input, ensure_ascii=False)
+            wire = _ARGUMENTS.encode(b.input)  # json.dumps(b.input, ensure_ascii=False)
             given = entry.metadata.get(ARGUMENTS_KEY)
             if given and isinstance(given.get(b.id), str):
                 # the caller's own arguments string, sent as given: count the longer
                 wire = max(wire, given[b.id], key=len)
             texts.append(wire)
-        elif isinstance(b, ThinkingBlock):
+        elif kind is ThinkingBlock:
             texts.append(b.thinking)
-        elif isinstance(b, RedactedThinkingBlock):
+        elif kind is RedactedThinkingBlock:
             fixed += math.ceil(len(b.data) / 4)
-        elif isinstance(b, ImageBlock):
+        elif kind is ImageBlock:
             fixed += IMAGE_TOKENS
             held_media = True
-        elif isinstance(b, DocumentBlock):
+        elif kind is DocumentBlock:
             doc = _document_text(b)
             if doc is None:
                 fixed += _document_tokens(b)
                 held_media = True
             else:
                 (held if results else texts).append(doc)
-        elif isinstance(b, OpaqueBlock):
+        elif kind is OpaqueBlock:
             texts.append(_opaque_text(b.data))
     if results:
         if held or held_media:

@@ -104,6 +104,26 @@ def test_from_entries_links_any_entries_in_order(items):
     assert memory.entries()[0].parent_id is None if items else memory.head is None
 
 
+@given(st.lists(entries(), min_size=1, max_size=6, unique_by=lambda e: e.id))
+def test_add_message_makes_the_entry_validation_would(items):
+    # typed content takes the unvalidated copy: the same entry, the same fields set, as
+    # validating the same fields (and as model_construct, which it replaces)
+    memory = AgentMemory()
+    for e in items:
+        added = memory.add_message(
+            e.role, e.content, id=e.id, turn_id=e.turn_id, pinned=e.pinned, metadata=e.metadata
+        )
+        fields = {**e.model_dump(), "parent_id": added.parent_id}
+        fields["content"] = e.content
+        validated = Entry(**fields)
+        assert added == validated == Entry.model_construct(**fields)
+        assert added.model_fields_set == validated.model_fields_set
+        assert added.model_dump(exclude_unset=True) == validated.model_dump(exclude_unset=True)
+        assert added.content is e.content or isinstance(e.content, str)
+        assert added.metadata == e.metadata and added.metadata is not e.metadata
+        assert type(added) is Entry and added.model_extra is None
+
+
 # -- drop_thinking ----------------------------------------------------------------------
 
 

@@ -453,3 +453,32 @@ def test_a_refused_compaction_is_logged_at_warning_naming_both_plugins(caplog):
     assert "compactor 'probe'" in text and "compaction was refused" in text
     assert "hook plugin 'code:refuser'" in text and "disk full" in text
     assert record.normandy_error_type == "refused"  # type: ignore[attr-defined]
+
+
+def test_a_gates_own_keyboard_interrupt_is_contained_and_a_real_ctrl_c_stops_the_boundary(
+    caplog,
+):
+    import os
+    import signal
+
+    def own() -> bool:
+        raise KeyboardInterrupt("the gate's own")
+
+    def ctrl_c() -> bool:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)  # the signal arrives here
+        return True
+
+    interrupting = _Gated(on=True)
+    interrupting.active = own  # type: ignore[method-assign]
+    gated = _gated(interrupting, "own_interrupt")
+    acc = _acc(_skip)
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        run_compaction(acc, mid_round=False)
+    assert [i.outcome for i in gated.seen] == ["skipped"]  # a gate that raises counts as true
+    assert any("KeyboardInterrupt: the gate's own" in r.getMessage() for r in caplog.records)
+    pressed = _Gated(on=True)
+    pressed.active = ctrl_c  # type: ignore[method-assign]
+    _gated(pressed, "ctrl_c")
+    with pytest.raises(KeyboardInterrupt):
+        run_compaction(acc, mid_round=True)

@@ -630,26 +630,37 @@ def _by_content(meta: Any) -> dict[str, Any]:
     return out
 
 
-def test_a_repeated_boundary_takes_the_written_out_shortcut():
-    """The second boundary of a kind with the same arguments reuses the ctx and skips
-    through the shortcut (so the property above compares it, not only the slow path)."""
+def test_every_boundary_with_an_exact_counter_takes_the_written_out_shortcut():
+    """Once the counter is known to count exactly, a kind's first boundary of a turn and
+    a repeated one both skip through the shortcut, with the ctx build_context gives (so
+    the property above compares it, not only the slow path); before that, the boundary
+    is left to the slow path."""
     memory = AgentMemory()
     for i in range(6):
         memory.add_message("user" if i % 2 == 0 else "assistant", f"message {i}")
-    acc = AgentConfig(
-        model="gpt-4o",
-        compactor="window_manager",
-        compactor_opts={"counter": "cl100k_base", "context_window": 10**6},
-        memory=memory,
-    )
+
+    def config(counter: str) -> AgentConfig:
+        return AgentConfig(
+            model="gpt-4o",
+            compactor="window_manager",
+            compactor_opts={"counter": counter, "context_window": 10**6},
+            memory=memory,
+        )
+
+    acc = config("cl100k_base")
     get_counter("cl100k_base").count_text("loaded")  # exact counts, so the shortcut applies
+    # the config's first boundary finds its counter exact (the slow path asks for a bound)
+    assert boundary_module._below_threshold(acc, False, "t0", None) is None
+    run_compaction(acc, mid_round=False, turn_id="t0")
     for mid_round in (False, True):
-        assert boundary_module._below_threshold(acc, mid_round, "t", None) is None  # no ctx yet
+        first = boundary_module._below_threshold(acc, mid_round, "t", None)  # a new turn
+        assert first is not None
+        assert first[1] is build_context(acc, mid_round=mid_round, turn_id="t")
         run_compaction(acc, mid_round=mid_round, turn_id="t")
         quick = boundary_module._below_threshold(acc, mid_round, "t", None)
-        assert quick is not None
-        assert quick[1] is build_context(acc, mid_round=mid_round, turn_id="t")
-        assert boundary_module._below_threshold(acc, mid_round, "other turn", None) is None
+        assert quick is not None and quick[1] is first[1]
+    fresh = config("cl100k_base")  # a counter of its own, not asked for a bound yet
+    assert boundary_module._below_threshold(fresh, True, "t", None) is None
 
 
 _CALIBRATION_OPS = st.lists(

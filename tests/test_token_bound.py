@@ -123,3 +123,38 @@ def test_no_bound_once_the_encoding_is_loaded_or_for_a_character_estimate():
     assert CalibratedCounter("cl100k_base", "gpt-4").memory_bound(memory) is None
     assert CalibratedCounter("conservative", None).memory_bound(memory) is None
     assert CalibratedCounter(None, "claude-sonnet-4-5").memory_bound(memory) is None
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(st.dictionaries(st.text(), _JSON, max_size=5))
+def test_tool_arguments_are_counted_as_json_dumps_writes_them(arguments):
+    # the counter's one encoder writes exactly what json.dumps(..., ensure_ascii=False) does
+    import json
+
+    assert tokens_module._ARGUMENTS.encode(arguments) == json.dumps(arguments, ensure_ascii=False)
+
+
+class _MyText(TextBlock):
+    """A block of a subclass of a block type (counted as that type)."""
+
+
+class _MyUse(ToolUseBlock):
+    """Likewise for a tool use."""
+
+
+def test_a_block_of_a_subclass_counts_as_its_block_type():
+    use = {"id": "c1", "name": "grep", "input": {"q": "x"}}
+    plain = Entry(
+        id="a", role="assistant", content=(TextBlock(text="looking"), ToolUseBlock(**use))
+    )
+    sub = Entry(id="a", role="assistant", content=(_MyText(text="looking"), _MyUse(**use)))
+    assert [type(b) for b in sub.content] == [_MyText, _MyUse]
+    added = AgentMemory().add_message("assistant", sub.content)  # validated, not copied
+    for counter in (EXACT, BOUND):
+        assert counter.count_entry(sub) == counter.count_entry(plain) == counter.count_entry(added)
