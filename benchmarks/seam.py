@@ -128,6 +128,31 @@ def turn_scripts(turns: int, batches_per_turn: int) -> tuple[Any, list[TurnScrip
     return wl, scripts
 
 
+def turn_agent(
+    turns: int, batches_per_turn: int
+) -> tuple[list[TurnScript], deque[str], dict[str, Any], AgentConfig]:
+    """The scripted turns, the queue of tool outputs they answer with, the agent's tools
+    and its config (its history counted, as an agent's is as it grows).
+
+    The tools: every tool the workload calls, each answering with the recorded output
+    next in line (queued by the caller before each turn). One table for every turn, as an
+    agent has, so a warm-up turn derives all their definitions (a per-process cost, not a
+    boundary's).
+    """
+    wl, scripts = turn_scripts(turns, batches_per_turn)
+    outputs: deque[str] = deque()
+
+    def recorded(**kwargs: Any) -> str:
+        return outputs.popleft()
+
+    tools = dict.fromkeys(
+        {u.name for e in wl.stream if e.role == "assistant" for u in e.tool_uses}, recorded
+    )
+    acc = _config(AgentMemory.from_entries(wl.history), context_window=10**12, reserved_tokens=0)
+    acc.memory.tokens(acc.prepared.counter_for(acc.model))
+    return scripts, outputs, tools, acc
+
+
 def run_turn_boundaries(turns: int, batches_per_turn: int) -> dict[str, Any]:
     """Seconds per boundary of whole ``run_turn`` calls, and of the floor for the same work.
 
@@ -143,20 +168,7 @@ def run_turn_boundaries(turns: int, batches_per_turn: int) -> dict[str, Any]:
     from normandy_core.turn import run_turn
 
     enc = raw_encoding()
-    wl, scripts = turn_scripts(turns, batches_per_turn)
-    # The agent's tools: every tool the workload calls, each answering with the recorded
-    # output next in line. One table for every turn, as an agent has, so the warm-up turn
-    # derives all their definitions (a per-process cost, not a boundary's).
-    outputs: deque[str] = deque()
-
-    def recorded(**kwargs: Any) -> str:
-        return outputs.popleft()
-
-    tools = dict.fromkeys(
-        {u.name for e in wl.stream if e.role == "assistant" for u in e.tool_uses}, recorded
-    )
-    acc = _config(AgentMemory.from_entries(wl.history), context_window=10**12, reserved_tokens=0)
-    acc.memory.tokens(acc.prepared.counter_for(acc.model))
+    scripts, outputs, tools, acc = turn_agent(turns, batches_per_turn)
     sums = {"ours": [0.0, 0.0], "floor": [0.0, 0.0], "boundaries": [0, 0]}
     for n, script in enumerate(scripts):
         t = n - 1

@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import gc
 import sys
-from collections import deque
 from typing import Any
 
 from benchmarks.common import raw_entry_tokens
@@ -83,23 +82,12 @@ def boundaries(arm: str, size: int, count: int) -> int:
 def turns(arm: str, batches_per_turn: int, count: int) -> int:
     """Whole ``run_turn`` calls (or their floor); how many boundaries they had."""
     from benchmarks.common import raw_encoding
-    from benchmarks.seam import _config, turn_scripts
-    from normandy_core import AgentMemory
+    from benchmarks.seam import turn_agent
     from normandy_core.clients.scripted import ScriptedClient
     from normandy_core.turn import run_turn
 
     enc = raw_encoding()
-    wl, scripts = turn_scripts(count, batches_per_turn)
-    outputs: deque[str] = deque()
-
-    def recorded(**kwargs: Any) -> str:
-        return outputs.popleft()
-
-    tools = dict.fromkeys(
-        {u.name for e in wl.stream if e.role == "assistant" for u in e.tool_uses}, recorded
-    )
-    acc = _config(AgentMemory.from_entries(wl.history), context_window=10**12, reserved_tokens=0)
-    acc.memory.tokens(acc.prepared.counter_for(acc.model))
+    scripts, outputs, tools, acc = turn_agent(count, batches_per_turn)
     counted = 0
     for n, script in enumerate(scripts):
         client = ScriptedClient(script.replies, model="gpt-4o")

@@ -476,6 +476,24 @@ def run_compaction(
     return result
 
 
+def _context(
+    acc: AgentConfig,
+    prepared: Any,
+    mid_round: bool,
+    turn_id: str | None,
+    calibration: Calibration | None,
+) -> CompactionContext:
+    """The boundary's ``ctx`` (:func:`build_context` for ``acc`` prepared as ``prepared``)."""
+    return build_context(
+        prepared,
+        model=acc.model,
+        prompt_tokens=acc.prompt_tokens,
+        mid_round=mid_round,
+        turn_id=turn_id,
+        calibration=calibration,
+    )
+
+
 def _below_threshold(
     acc: AgentConfig, mid_round: bool, turn_id: str | None, calibration: Calibration | None
 ) -> tuple[float, CompactionContext] | None:
@@ -506,14 +524,7 @@ def _below_threshold(
             None,
         )
         if ctx is None:
-            ctx = build_context(
-                prepared,
-                model=acc.model,
-                prompt_tokens=acc.prompt_tokens,
-                mid_round=mid_round,
-                turn_id=turn_id,
-                calibration=calibration,
-            )
+            ctx = _context(acc, prepared, mid_round, turn_id, calibration)
         counter: Any = ctx.counter
         base = counter._base
         if not counter._exact or base is None or isinstance(base, str):
@@ -663,14 +674,7 @@ def _resolve(
     try:
         prepared = acc.prepared
         probe.comp = prepared.compactor
-        ctx = build_context(
-            prepared,
-            model=acc.model,
-            prompt_tokens=acc.prompt_tokens,
-            mid_round=mid_round,
-            turn_id=turn_id,
-            calibration=calibration,
-        )
+        ctx = _context(acc, prepared, mid_round, turn_id, calibration)
     except Exception as exc:
         return _error(
             acc, f"compactor {acc.compactor!r} could not be prepared: {exc}", probe, "context", exc

@@ -20,7 +20,7 @@ import _signal  # type: ignore[import-not-found]
 import contextvars
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 __all__ = [
     "MAX_ABANDONED",
@@ -114,9 +114,7 @@ def call_plugin(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     except Exception:
         raise
     except BaseException as exc:
-        if _ctrl_c(exc, watched, seen):
-            raise
-        raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+        _contain(exc, watched, seen)
 
 
 def call_gate(gate: Callable[[], object]) -> bool:
@@ -130,17 +128,18 @@ def call_gate(gate: Callable[[], object]) -> bool:
     except Exception:
         raise
     except BaseException as exc:
-        if _ctrl_c(exc, watched, seen):
-            raise
-        raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+        _contain(exc, watched, seen)
 
 
-def _ctrl_c(exc: BaseException, watched: str, seen: int) -> bool:
-    """Whether ``exc``, raised where :func:`_watch` said ``watched`` with ``seen`` SIGINTs
-    counted, is the user's own Ctrl-C (or one that cannot be told from it)."""
-    return isinstance(exc, KeyboardInterrupt) and (
+def _contain(exc: BaseException, watched: str, seen: int) -> NoReturn:
+    """Raise ``exc`` (a non-``Exception`` raised where :func:`_watch` said ``watched``
+    with ``seen`` SIGINTs counted) again when it is the user's own Ctrl-C (or one that
+    cannot be told from it), else a :class:`PluginFault` naming it."""
+    if isinstance(exc, KeyboardInterrupt) and (
         watched == _UNKNOWN or (watched == _COUNTED and _sigints != seen)
-    )
+    ):
+        raise exc
+    raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
 
 
 _lock = threading.Lock()
