@@ -207,6 +207,13 @@ def _parse_arguments(args: Any, index: int, where: str, *, vocabulary: str) -> d
     return parsed
 
 
+def _custom_input(text: str) -> dict[str, Any]:
+    """A custom tool call's free-form input as a tool use's input: ``{"input": text}``, or
+    nothing for an empty one (the writers send an empty input as ``""``, so a call whose
+    input was cleared reads back as it was written, and counts the same)."""
+    return {"input": text} if text else {}
+
+
 def _keep_arguments(st: _Staged, call_id: str, given: Any, parsed: dict[str, Any]) -> None:
     """Record a call's own arguments string where it is longer than ours (it is sent)."""
     if isinstance(given, str) and len(given) > len(json.dumps(parsed, ensure_ascii=False)):
@@ -661,7 +668,7 @@ def _stage_chat_assistant(m: Mapping[str, Any], raw: Any, st: _Staged, i: int) -
             raw_input = custom.get("input", "")
             if not isinstance(raw_input, str):
                 raise TranscriptError(i, f"tool_calls[{j}].custom.input", "not a string")
-            use = ToolUseBlock(id=cid, name=custom["name"], input={"input": raw_input})
+            use = ToolUseBlock(id=cid, name=custom["name"], input=_custom_input(raw_input))
         elif kind == "function":
             fn = c.get("function")
             if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
@@ -935,7 +942,7 @@ def _stage_model_item(
         text = m.get("input", "")
         if not isinstance(text, str):
             raise TranscriptError(i, "input", "not a string")
-        st.add(ToolUseBlock(id=cid, name=name, input={"input": text}), pos, raw, (i, "call_id"))
+        st.add(ToolUseBlock(id=cid, name=name, input=_custom_input(text)), pos, raw, (i, "call_id"))
         return
     use_id = None
     if kind in _RESPONSES_CALLS:

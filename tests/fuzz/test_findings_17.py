@@ -106,3 +106,69 @@ def test_the_cost_schedule_is_idempotent_on_the_campaign_cases(seed: int, index:
     result is recognised by its placeholder's tag (``normandy_core.keys.CLEARED_TAG``)."""
     findings = run_case(case_rng(seed, index), seed=seed, index=index)
     assert not findings, [f.message for f in findings]
+
+
+def test_a_cleared_custom_call_reads_back_as_it_was_written() -> None:
+    """Campaign: seed 79, index 9672 (``clear_tool_results`` with ``clear_tool_inputs``
+    before ``window_manager`` in a pipeline, Chat Completions; check ``idempotence``). A
+    custom tool call (free-form input) whose input was cleared is written with an empty
+    input, which read back as ``{"input": ""}``, not the cleared ``{}``: the output counted
+    4 tokens more than the compaction had, over the window, and was compacted again. An
+    empty custom input now reads as no input, in both wire formats."""
+    findings = run_case(case_rng(79, 9672), seed=79, index=9672)
+    assert not findings, [f.message for f in findings]
+
+
+@pytest.mark.parametrize("fmt", ["openai", "responses"])
+def test_a_custom_call_reads_its_input_and_its_cleared_input_back(fmt: str) -> None:
+    """A custom tool call's input reads as ``{"input": text}``, an empty one as no input;
+    cleared by a compaction, it is written empty and reads back as the compaction left
+    it: compacting the output again changes nothing."""
+    from normandy_core import ToolUseBlock
+    from normandy_core.facade import parse_transcript
+
+    if fmt == "openai":
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": "Patch it. " * 40},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"c{k}", "type": "custom", "custom": {"name": "apply", "input": text}}
+                    for k, text in enumerate(("*** patch " * 30, ""))
+                ],
+            },
+            *({"role": "tool", "tool_call_id": f"c{k}", "content": "ok " * 30} for k in range(2)),
+            {"role": "assistant", "content": "Patched."},
+        ]
+    else:
+        messages = [
+            {"role": "user", "content": "Patch it. " * 40},
+            *(
+                {"type": "custom_tool_call", "call_id": f"c{k}", "name": "apply", "input": text}
+                for k, text in enumerate(("*** patch " * 30, ""))
+            ),
+            *(
+                {"type": "custom_tool_call_output", "call_id": f"c{k}", "output": "ok " * 30}
+                for k in range(2)
+            ),
+            {"role": "assistant", "content": "Patched."},
+        ]
+
+    def inputs(data: Any) -> list[dict[str, Any]]:
+        memory = parse_transcript(data, format=fmt)[1]
+        return [b.input for e in memory.entries() for b in e.blocks if isinstance(b, ToolUseBlock)]
+
+    assert inputs(messages) == [{"input": "*** patch " * 30}, {}]
+    settings: dict[str, Any] = {
+        "compactor": "clear_tool_results",
+        "opts": {"keep": 0, "clear_tool_inputs": True, "trigger_tokens": 1},
+        "window": 100_000,
+        "format": fmt,
+        "mid_round": True,
+    }
+    first = compact(messages, **settings)
+    assert first.compacted and first.error is None, first.error
+    assert inputs(first.messages) == [{}, {}]
+    again = compact(first.messages, **settings)
+    assert not again.compacted and again.tokens_before == first.tokens_after
