@@ -605,24 +605,35 @@ def _kill_9(
     return lines
 
 
+#: Seconds the compactions table is held locked at a time while a writer is awaited: well
+#: under the archive's lock timeout (5 s), which the writers beside it wait at most.
+_HOLD = 1.0
+
+
 def _kill_waiting(
     url: str, conn: psycopg.Connection[Any], proc: subprocess.Popen[str], tag: str, deadline: float
 ) -> None:
     """SIGKILL ``proc`` while its next archive statement waits for a lock on the
-    compactions table that ``conn`` holds (released once the process is gone)."""
-    with conn.transaction():
-        conn.execute("LOCK TABLE normandy.compactions IN EXCLUSIVE MODE")
-        # watched from another connection: pg_stat_activity is read once per transaction
-        with psycopg.connect(url, autocommit=True) as watch:
-            while not watch.execute(
-                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
-                "AND wait_event_type = 'Lock' AND query LIKE 'WITH t AS%%'",
-                [tag],
-            ).fetchone():
-                assert proc.poll() is None and time.monotonic() < deadline, tag
-                time.sleep(0.002)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
+    compactions table that ``conn`` holds (released once the process is gone; released
+    and taken again every :data:`_HOLD` seconds meanwhile, so the other writers never
+    wait past their lock timeout)."""
+    # watched from another connection: pg_stat_activity is read once per transaction
+    with psycopg.connect(url, autocommit=True) as watch:
+        while True:
+            with conn.transaction():
+                conn.execute("LOCK TABLE normandy.compactions IN EXCLUSIVE MODE")
+                held = time.monotonic() + _HOLD
+                while time.monotonic() < held:
+                    if watch.execute(
+                        "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
+                        "AND wait_event_type = 'Lock' AND query LIKE 'WITH t AS%%'",
+                        [tag],
+                    ).fetchone():
+                        os.kill(proc.pid, signal.SIGKILL)
+                        proc.wait(timeout=60)
+                        return
+                    assert proc.poll() is None and time.monotonic() < deadline, tag
+                    time.sleep(0.002)
 
 
 def _vanished_in_tx(log: Path | None, before: int, expected: int) -> int | None:
