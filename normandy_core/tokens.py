@@ -160,19 +160,10 @@ def _blocks() -> list[Any]:
     if not _BLOCKS:
         from normandy_core import memory as m
 
-        _BLOCKS.extend(
-            (
-                m.TextBlock,
-                m.ThinkingBlock,
-                m.RedactedThinkingBlock,
-                m.ToolUseBlock,
-                m.ToolResultBlock,
-                m.ImageBlock,
-                m.DocumentBlock,
-                m.OpaqueBlock,
-            )
-        )
-        _BLOCK_SET = frozenset(_BLOCKS)
+        # in the order _entry_parts unpacks them: Text, Thinking, RedactedThinking,
+        # ToolUse, ToolResult, Image, Document, Opaque
+        _BLOCKS.extend(m._BLOCK_TYPES)
+        _BLOCK_SET = m._BLOCK_SET
     return _BLOCKS
 
 

@@ -214,6 +214,12 @@ def _custom_input(text: str) -> dict[str, Any]:
     return {"input": text} if text else {}
 
 
+def _custom_text(b: ToolUseBlock) -> str:
+    """The free-form input a custom tool call is written with (:func:`_custom_input`'s
+    inverse: no input is written empty)."""
+    return str(b.input.get("input", "")) if b.input else ""
+
+
 def _keep_arguments(st: _Staged, call_id: str, given: Any, parsed: dict[str, Any]) -> None:
     """Record a call's own arguments string where it is longer than ours (it is sent)."""
     if isinstance(given, str) and len(given) > len(json.dumps(parsed, ensure_ascii=False)):
@@ -1509,7 +1515,7 @@ def _chat_call(raw: Any, b: ToolUseBlock) -> dict[str, Any]:
     base: dict[str, Any] = _json_dict(raw) if raw is not None else {"id": b.id, "type": "function"}
     if base.get("type") == "custom":
         custom = dict(base.get("custom") or {})
-        custom["input"] = str(b.input.get("input", "")) if b.input else ""
+        custom["input"] = _custom_text(b)
         return {**base, "custom": custom}
     fn = dict(base.get("function") or {"name": b.name})
     fn["arguments"] = json.dumps(b.input, ensure_ascii=False)
@@ -1564,7 +1570,7 @@ def _responses_changed(
     if kind == "function_call" and isinstance(b, ToolUseBlock):
         return {**d, "arguments": json.dumps(b.input, ensure_ascii=False)}
     if kind == "custom_tool_call" and isinstance(b, ToolUseBlock):
-        return {**d, "input": str(b.input.get("input", "")) if b.input else ""}
+        return {**d, "input": _custom_text(b)}
     if kind == "message":
         parts = []
         role = d.get("role")
