@@ -54,6 +54,7 @@ __all__ = [
     "migrate",
     "move_journal",
     "pending_sql",
+    "read_with",
     "source_ids",
 ]
 
@@ -308,52 +309,64 @@ COMPACTION_COLUMNS = (
 )
 
 
-def pending_sql(upto: bool = False) -> str:
+def pending_sql(
+    upto: bool = False,
+    journal: str = "main.journal",
+    journal_entries: str = "main.journal_entries",
+    k: str = "r.rowid",
+) -> str:
     """The rows of the journal as rows of ``entries`` (:data:`ENTRY_COLUMNS`): content
     neither in ``entries`` nor in an earlier journal row, in journal order, each with the
     ``seq`` :func:`move_journal` gives it. With ``upto``, only the journal rows of id up to
     the statement's first parameter (the move of a prefix of the journal numbers them
-    alike)."""
+    alike). ``journal``, ``journal_entries`` and ``k`` (a journal entry's order in its
+    row) name where the journal is read from (a reader adds the spool's rows to it)."""
     where = "WHERE j.id <= ?1" if upto else ""
     return f"""SELECT coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = 'entries'), 0)
             + row_number() OVER (ORDER BY p.jid, p.k) AS seq,
         p.session_id, p.entry_id, p.content_hash, p.turn_id, p.role, p.entry_json,
         p.source_ids, p.compaction_id, p.archived_at
-    FROM (SELECT j.id AS jid, r.rowid AS k, j.session_id, r.entry_id, r.content_hash,
+    FROM (SELECT j.id AS jid, {k} AS k, j.session_id, r.entry_id, r.content_hash,
             r.turn_id, r.role, r.entry_json, r.source_ids, j.compaction_id,
             j.created_at AS archived_at,
-            row_number() OVER (PARTITION BY r.content_hash ORDER BY j.id, r.rowid) AS nth
-        FROM main.journal_entries r JOIN main.journal j ON j.id = r.jid {where}) p
+            row_number() OVER (PARTITION BY r.content_hash ORDER BY j.id, {k}) AS nth
+        FROM {journal_entries} r JOIN {journal} j ON j.id = r.jid {where}) p
     WHERE p.nth = 1
         AND NOT EXISTS (SELECT 1 FROM main.entries x WHERE x.content_hash = p.content_hash)"""
 
 
-#: The compactions of the journal that hold content, as rows of ``compactions``
-#: (:data:`COMPACTION_COLUMNS`; ``entry_count`` at most what the move stores).
-PENDING_COMPACTIONS_SQL = (
-    "SELECT compaction_id, session_id, compactor, strategy, model, mid_round, created_at, "
-    "entry_count, tokens_before, tokens_after, meta_json, dropped_count "
-    "FROM main.journal WHERE entry_count > 0"
-)
+def read_with(
+    journal: str = "main.journal",
+    journal_entries: str = "main.journal_entries",
+    k: str = "r.rowid",
+    first: str = "",
+) -> str:
+    """What a read statement is prefixed with while the journal holds rows: ``entries``,
+    ``compactions`` and ``seen`` then also hold the journal's (``main.entries`` is the
+    table alone). The journal is read from the tables named as :func:`pending_sql`'s;
+    ``first``: common table expressions before the others (ending with a comma)."""
+    return (
+        f"WITH {first}entries ({ENTRY_COLUMNS}) AS (SELECT {ENTRY_COLUMNS} FROM main.entries "
+        f"UNION ALL {pending_sql(False, journal, journal_entries, k)}), "
+        f"compactions ({COMPACTION_COLUMNS}, rowid) AS "
+        f"(SELECT {COMPACTION_COLUMNS}, rowid FROM main.compactions UNION ALL "
+        "SELECT *, (1 << 62) + row_number() OVER (ORDER BY created_at) FROM "
+        "(SELECT compaction_id, session_id, compactor, strategy, model, mid_round, "
+        "created_at, entry_count, tokens_before, tokens_after, meta_json, dropped_count "
+        f"FROM {journal} WHERE entry_count > 0)), "
+        # the content a journal row dropped again: the last such row's session saw it last
+        "seen (seq, session_id, at) AS (SELECT seq, session_id, at FROM main.seen UNION ALL "
+        "SELECT e.seq, s.session_id, s.at FROM entries e JOIN (SELECT h.value AS hash, "
+        "j.session_id, j.created_at AS at, "
+        "row_number() OVER (PARTITION BY h.value ORDER BY j.id DESC) AS n "
+        f"FROM {journal} j, json_each(j.seen) h WHERE j.seen IS NOT NULL) s "
+        "ON s.hash = e.content_hash AND s.n = 1 "
+        "WHERE e.seq > coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = 'entries'), 0)) "
+    )
 
-#: What a read statement is prefixed with while the journal holds rows: ``entries``,
-#: ``compactions`` and ``seen`` then also hold the journal's (``main.entries`` is the
-#: table alone).
-READ_WITH = (
-    f"WITH entries ({ENTRY_COLUMNS}) AS (SELECT {ENTRY_COLUMNS} FROM main.entries "
-    f"UNION ALL {pending_sql()}), compactions ({COMPACTION_COLUMNS}, rowid) AS "
-    f"(SELECT {COMPACTION_COLUMNS}, rowid FROM main.compactions UNION ALL "
-    "SELECT *, (1 << 62) + row_number() OVER (ORDER BY created_at) FROM "
-    f"({PENDING_COMPACTIONS_SQL})), "
-    # the content a journal row dropped again: the last such row's session saw it last
-    "seen (seq, session_id, at) AS (SELECT seq, session_id, at FROM main.seen UNION ALL "
-    "SELECT e.seq, s.session_id, s.at FROM entries e JOIN (SELECT h.value AS hash, "
-    "j.session_id, j.created_at AS at, "
-    "row_number() OVER (PARTITION BY h.value ORDER BY j.id DESC) AS n "
-    "FROM main.journal j, json_each(j.seen) h WHERE j.seen IS NOT NULL) s "
-    "ON s.hash = e.content_hash AND s.n = 1 "
-    "WHERE e.seq > coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = 'entries'), 0)) "
-)
+
+#: :func:`read_with` of the journal alone.
+READ_WITH = read_with()
 
 
 def move_journal(conn: sqlite3.Connection, rows: int = 0) -> int:

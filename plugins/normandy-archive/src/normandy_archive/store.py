@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import collections
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -49,6 +50,16 @@ from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiv
 from normandy_archive.paths import archive_path
 from normandy_archive.schema import SCHEMA_VERSION
 from normandy_archive.settings import current_settings
+from normandy_archive.spool import CAN_SPOOL as _CAN_SPOOL
+from normandy_archive.spool import (
+    Frame,
+    Spool,
+    encode,
+    in_order,
+    orphans,
+    read_frames,
+    spool_files,
+)
 
 __all__ = [
     "MAX_ROWS",
@@ -217,6 +228,35 @@ def _journal_rows_of(jid: int, rows: Sequence[Prepared]) -> builtins.list[tuple[
     ]
 
 
+_JOURNAL_INSERT = (
+    "INSERT INTO journal (compaction_id, session_id, compactor, strategy, model, mid_round, "
+    "created_at, tokens_before, tokens_after, meta_json, dropped_count, entry_count, seen) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_ENTRIES_INSERT = (
+    "INSERT INTO journal_entries (jid, entry_id, content_hash, turn_id, role, entry_json, "
+    "source_ids) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _journal_values(c: CompactionRecord, meta_json: str) -> tuple[Any, ...]:
+    """A compaction's ``journal`` row up to ``dropped_count`` (entry count and ``seen``
+    follow)."""
+    return (
+        c.compaction_id,
+        c.session_id,
+        c.compactor,
+        c.strategy,
+        c.model,
+        None if c.mid_round is None else int(c.mid_round),
+        c.created_at,
+        c.tokens_before,
+        c.tokens_after,
+        meta_json,
+        c.dropped_count,
+    )
+
+
 def _journal_rows(conn: sqlite3.Connection) -> bool:
     """Whether the archive's journal holds rows (``False``: it has no journal table)."""
     try:
@@ -225,6 +265,54 @@ def _journal_rows(conn: sqlite3.Connection) -> bool:
         if "no such table" in str(exc):
             return False
         raise
+
+
+#: What a read statement is prefixed with while spooled compactions are loaded
+#: (:func:`_load_spool`): the journal with the spool's frames after its rows.
+_SPOOL_READ_WITH = schema.read_with(
+    "journal_all",
+    "journal_entries_all",
+    "r.k",
+    first=(
+        # the frames the archive does not hold yet, read in the statement's snapshot (a
+        # frame moved meanwhile is read from the journal, or the tables, not twice)
+        "spooled AS (SELECT * FROM temp.spool_journal s WHERE NOT EXISTS (SELECT 1 FROM "
+        "main.journal x WHERE x.compaction_id = s.compaction_id) AND NOT EXISTS (SELECT 1 "
+        "FROM main.compactions y WHERE y.compaction_id = s.compaction_id)), "
+        "journal_all AS (SELECT * FROM main.journal UNION ALL SELECT * FROM spooled), "
+        "journal_entries_all AS (SELECT rowid AS k, * FROM main.journal_entries UNION ALL "
+        "SELECT * FROM temp.spool_journal_entries WHERE jid IN (SELECT id FROM spooled)), "
+    ),
+)
+#: Where the spool's frames are numbered from, after any journal row id.
+_SPOOL_IDS = 1 << 40
+
+
+def _load_spool(conn: sqlite3.Connection, path: Path) -> str | None:
+    """Load the frames of the archive's spool files into temporary tables of the read
+    connection ``conn``; the prefix of read statements that then see those the archive
+    does not hold yet, or ``None`` when there are none."""
+    frames = [f for f in read_frames(path) if f.entries or f.journal[11]]
+    if not frames:
+        return None
+    conn.execute("DROP TABLE IF EXISTS temp.spool_journal")
+    conn.execute("DROP TABLE IF EXISTS temp.spool_journal_entries")
+    conn.execute("CREATE TEMP TABLE spool_journal AS SELECT * FROM main.journal WHERE 0")
+    conn.execute(
+        "CREATE TEMP TABLE spool_journal_entries AS SELECT rowid AS k, * FROM "
+        "main.journal_entries WHERE 0"
+    )
+    rows: builtins.list[tuple[Any, ...]] = []
+    for n, f in enumerate(frames):
+        jid = _SPOOL_IDS + n
+        j = f.journal
+        conn.execute(
+            "INSERT INTO temp.spool_journal VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (jid, *j[:11], len(f.entries), j[11]),
+        )
+        rows += [(_SPOOL_IDS + len(rows) + k, jid, *e) for k, e in enumerate(f.entries)]
+    conn.executemany("INSERT INTO temp.spool_journal_entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return _SPOOL_READ_WITH
 
 
 def _has_journal(conn: sqlite3.Connection) -> bool:
@@ -272,6 +360,8 @@ def _after_fork() -> None:
         archive._yield_lock = threading.Lock()
         archive._background_running = False
         archive.writers_waiting = 0
+        archive._spool = None  # the parent's file and frames: the parent moves them
+        archive._spooled = {}
 
 
 if hasattr(os, "register_at_fork"):
@@ -318,8 +408,11 @@ class Archive(ArchiveBackend):
     WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
     #: Size past which a write checkpoints it itself (no background writer keeping up).
     WAL_MAX_BYTES = 64 * 1024 * 1024
-    #: Journal rows the background writer moves per transaction.
+    #: Journal rows (and spooled compactions) the background writer moves per transaction.
     MOVE_BATCH = 2
+    #: Bytes of spooled compactions not moved yet past which compactions are written to
+    #: the archive directly (waiting for its lock, at most the busy timeout).
+    SPOOL_MAX_BYTES = 16 * 1024 * 1024
 
     def __init__(
         self,
@@ -361,6 +454,13 @@ class Archive(ArchiveBackend):
         self.last_write = 0.0
         """:func:`time.monotonic` of the last :meth:`record` (the background writer waits
         for a pause before it indexes)."""
+        self._spool: Spool | None = None
+        # content hash -> the spooled frame holding it (not moved into the journal yet)
+        self._spooled: dict[str, Frame] = {}
+        self.move_failure: str | None = None
+        """Why the last move of the spool into the archive failed (``None``: it did not).
+        While it failed, compactions are written to the archive directly, so a failing
+        archive refuses them with its own error."""
 
     def __repr__(self) -> str:
         return f"<Archive {str(self.path)!r}>"
@@ -495,8 +595,9 @@ class Archive(ArchiveBackend):
         if conn is not None:
             if _file_id(self.path) == self._wid:
                 return conn
-            # Deleted or rotated: what is left goes into the old file, then a new
-            # archive is opened at the path.
+            # Deleted or rotated: what is left goes into the old file (the compactions
+            # spooled before, too), then a new archive is opened at the path.
+            self._spool_into(conn)
             self._drop_writer(moved=True)
         return self._open_writer()
 
@@ -516,6 +617,12 @@ class Archive(ArchiveBackend):
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             self._init_schema(conn)
+            # SQLite opens a file it may not write read-only, and says so at the first
+            # write: write now, so a compaction is not spooled for an archive that can
+            # never take it
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("UPDATE archive_state SET value = value WHERE key = 'indexed_seq'")
+            conn.execute("COMMIT")
             conn.execute(f"PRAGMA synchronous = {self.sync.upper()}")
             # checkpoints are the background writer's (or a write's past WAL_MAX_BYTES);
             # once checkpointed, the log restarts and is cut back to WAL_CHECKPOINT_BYTES
@@ -535,8 +642,21 @@ class Archive(ArchiveBackend):
 
     def _replay(self, conn: sqlite3.Connection) -> None:
         """Move what a process that ended before its background writer did (killed,
-        crashed) left in the journal, at open. Readers see the journal meanwhile, so a
-        failure here loses nothing: it is logged, and the next move tries again."""
+        crashed) left in its spool file and in the journal, at open. Readers see both
+        meanwhile, so a failure here loses nothing: it is logged, and the next writer to
+        open the archive tries again."""
+        try:
+            with orphans(self.path) as found:
+                frames = in_order([fs for _, fs in found])
+                if frames:
+                    conn.execute("BEGIN IMMEDIATE")
+                    self._insert_frames(conn, frames, check=True)
+                    conn.execute("COMMIT")
+        except (sqlite3.Error, OSError) as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            log.warning("archive %s: spool files are moved later: %s", self.location, exc)
         try:
             if conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0]:
                 conn.execute("BEGIN IMMEDIATE")
@@ -547,6 +667,24 @@ class Archive(ArchiveBackend):
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             log.warning("archive %s: the journal is moved later: %s", self.location, exc)
+
+    def _spool_into(self, conn: sqlite3.Connection) -> None:
+        """Move the spooled frames into the archive open on ``conn`` (the file they were
+        committed for, before it was rotated); on failure they go into the next one."""
+        frames = self._pending_frames(0)
+        if not frames:
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            jids = self._insert_frames(conn, frames)
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            log.warning("archive %s: spooled compactions go to the new file: %s", self.path, exc)
+            return
+        self._frames_moved(frames, jids)
 
     def _drop_writer(self, *, moved: bool = False) -> None:
         conn, self._wconn, self._wid = self._wconn, None, None
@@ -673,7 +811,14 @@ class Archive(ArchiveBackend):
             )
 
     def close(self) -> None:
-        """Close this thread's read connection and the write connection."""
+        """Move what this process spooled (when the archive takes it), then close this
+        thread's read connection, the write connection and the spool file."""
+        spool = self._spool
+        if spool is not None and spool.pid == os.getpid() and spool.pending:
+            try:
+                self._move_spool(yield_to_writers=False)
+            except ArchiveError as exc:
+                log.warning("archive %s: spooled compactions moved later: %s", self.location, exc)
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:
@@ -681,6 +826,10 @@ class Archive(ArchiveBackend):
         with self._write_lock:
             if self._wpid == os.getpid():
                 self._drop_writer()
+            spool, self._spool = self._spool, None
+            self._spooled = {}
+            if spool is not None:
+                spool.close()  # removed once empty; else moved by the next writer
         with self._checkpoint_lock:
             ckpt, self._ckpt = self._ckpt, None
             if ckpt is not None and self._ckpt_pid == os.getpid():
@@ -716,79 +865,60 @@ class Archive(ArchiveBackend):
     def _write(
         self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str, *, index: bool
     ) -> int:
-        """Commit the compaction as one journal row: the content the archive does not
-        hold yet (in its tables, or in a journal row of this process not moved yet), and
-        the ``seen`` of content dropped again. The row is moved into the indexed tables by
-        :meth:`index` (the background writer's, or at once with ``index``); readers see
-        it meanwhile."""
+        """Commit the compaction: the content the archive does not hold yet (in its
+        tables, in a journal row or spooled frame of this process not moved yet), and the
+        ``seen`` of content dropped again.
+
+        A compaction's write (``index`` false) is one frame appended to this process's
+        spool (:mod:`normandy_archive.spool`), moved into the journal by :meth:`index`
+        (the background writer's); readers see it meanwhile. Otherwise (or while the
+        spool holds more than :data:`SPOOL_MAX_BYTES`, or its last move failed) it is
+        one journal row in one transaction, after the spooled frames; with ``index`` it
+        is then moved into the indexed tables at once.
+        """
+        if not index and self._spool_usable():
+            return self._spool_write(rows, compaction, meta_json)
         c = compaction
         # hex digests: a JSON array without json.dumps
         hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'
-        journaled, order = self._journaled, self._journal_order
+        journaled, order, spooled = self._journaled, self._journal_order, self._spooled
 
-        def work(conn: sqlite3.Connection) -> tuple[int, int, builtins.list[str]]:
-            have = (
-                {
-                    h
-                    for (h,) in conn.execute(
-                        "SELECT content_hash FROM entries WHERE content_hash IN "
-                        "(SELECT value FROM json_each(?))",
-                        (hashes,),
-                    )
-                }
-                if rows
-                else set()
-            )
+        def work(conn: sqlite3.Connection) -> tuple[int, int, builtins.list[str], Any]:
+            frames = self._pending_frames(0)
+            moved = self._insert_frames(conn, frames) if frames else []
+            have = self._have(conn, rows, hashes)
             if journaled:  # forget the journal rows moved since (by any process)
                 first = conn.execute("SELECT min(id) FROM journal").fetchone()[0]
                 while order and (first is None or order[0][0] < first):
-                    jid, moved = order.popleft()
-                    for h in moved:
+                    jid, gone = order.popleft()
+                    for h in gone:
                         if journaled.get(h) == jid:
                             del journaled[h]
-            new = [
-                r for r in rows if r.content_hash not in have and r.content_hash not in journaled
-            ]
-            again = [r.content_hash for r in rows if r.content_hash in journaled]
+            known = journaled.keys() | spooled.keys() if spooled else journaled.keys()
+            new = [r for r in rows if r.content_hash not in have and r.content_hash not in known]
+            again = [r.content_hash for r in rows if r.content_hash in known]
             if have:  # content dropped before: this session saw it last
                 conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
             if not new and not again:
-                return 0, 0, []
+                return 0, 0, [], (frames, moved)
             cur = conn.execute(
-                "INSERT INTO journal (compaction_id, session_id, compactor, strategy, model, "
-                "mid_round, created_at, tokens_before, tokens_after, meta_json, dropped_count, "
-                "entry_count, seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    c.compaction_id,
-                    c.session_id,
-                    c.compactor,
-                    c.strategy,
-                    c.model,
-                    None if c.mid_round is None else int(c.mid_round),
-                    c.created_at,
-                    c.tokens_before,
-                    c.tokens_after,
-                    meta_json,
-                    c.dropped_count,
-                    len(new),
-                    json.dumps(again) if again else None,
-                ),
+                _JOURNAL_INSERT,
+                (*_journal_values(c, meta_json), len(new), json.dumps(again) if again else None),
             )
             jid = int(cur.lastrowid or 0)
             if new:
-                conn.executemany(
-                    "INSERT INTO journal_entries (jid, entry_id, content_hash, turn_id, role, "
-                    "entry_json, source_ids) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    _journal_rows_of(jid, new),
-                )
-            return len(new), jid, [r.content_hash for r in new]
+                conn.executemany(_ENTRIES_INSERT, _journal_rows_of(jid, new))
+            return len(new), jid, [r.content_hash for r in new], (frames, moved)
 
-        def remember(result: tuple[int, int, builtins.list[str]]) -> None:
-            _, jid, written = result  # committed: its content is in the journal now
+        def remember(result: tuple[int, int, builtins.list[str], Any]) -> None:
+            _, jid, written, done = result  # committed: its content is in the journal now
+            if done[0]:
+                self._frames_moved(*done)
             if written:
                 for h in written:
                     journaled[h] = jid
                 order.append((jid, written))
+            self.move_failure = None
 
         self.last_write = time.monotonic()
         stored: int = self._transaction(
@@ -803,15 +933,210 @@ class Archive(ArchiveBackend):
         self.checkpoint(if_over=self.WAL_CHECKPOINT_BYTES if index else self.WAL_MAX_BYTES)
         return stored
 
+    @staticmethod
+    def _have(conn: sqlite3.Connection, rows: Sequence[Prepared], hashes: str) -> set[str]:
+        """The hashes of ``rows`` whose content the archive's tables hold."""
+        if not rows:
+            return set()
+        return {
+            h
+            for (h,) in conn.execute(
+                "SELECT content_hash FROM entries WHERE content_hash IN "
+                "(SELECT value FROM json_each(?))",
+                (hashes,),
+            )
+        }
+
+    # -- the spool --------------------------------------------------------------------
+
+    def _spool_usable(self) -> bool:
+        spool = self._spool
+        return (
+            _CAN_SPOOL
+            and self.move_failure is None
+            and (spool.pending_bytes if spool is not None else 0) < self.SPOOL_MAX_BYTES
+        )
+
+    def _spool_write(
+        self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str
+    ) -> int:
+        """Commit the compaction as one frame appended to this process's spool."""
+        c = compaction
+        hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'
+        doing = f"could not record {len(rows)} entries"
+        self.last_write = time.monotonic()
+        with self._writing(foreground=True):
+            conn = self._writer()  # opened (checked, created, moved to) or reopened
+            try:
+                have = self._have(conn, rows, hashes)
+            except sqlite3.Error as exc:
+                self._drop_writer()
+                raise self._error(exc, doing) from exc
+            spooled, journaled = self._spooled, self._journaled
+            new = [
+                r
+                for r in rows
+                if r.content_hash not in have
+                and r.content_hash not in spooled
+                and r.content_hash not in journaled
+            ]
+            again = [
+                r.content_hash
+                for r in rows
+                if r.content_hash in spooled or r.content_hash in journaled
+            ]
+            if not new and not again and not have:
+                return 0
+            frame = Frame(
+                (*_journal_values(c, meta_json), json.dumps(again) if again else None),
+                tuple(have),
+                tuple([row[1:] for row in _journal_rows_of(0, new)]),
+            )
+            spool = self._spool
+            try:
+                if spool is None or spool.pid != os.getpid():
+                    spool = self._spool = Spool(self.path, full_sync=self.sync == "full")
+                spool.append(frame, encode(frame))
+            except OSError as exc:
+                raise self._spool_error(exc, doing) from exc
+            for r in new:
+                spooled[r.content_hash] = frame
+        self.last_write = time.monotonic()
+        return len(new)
+
+    def _spool_error(self, exc: OSError, doing: str) -> ArchiveError:
+        where = self._spool.path if self._spool is not None else self.path.parent
+        text = f"{exc.strerror or exc} (writing the spool file {str(where)!r})"
+        if exc.errno in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", -1)):
+            text += self._why_full() or ": database or disk is full"
+        return ArchiveError(f"archive {str(self.path)!r}: {doing}: {text}")
+
+    def _pending_frames(self, limit: int) -> builtins.list[Frame]:
+        """The oldest spooled frames not moved yet (at most ``limit``; 0: all), under the
+        write lock."""
+        spool = self._spool
+        if spool is None or spool.pid != os.getpid() or not spool.pending:
+            return []
+        pending = spool.pending
+        count = len(pending) if limit <= 0 else min(limit, len(pending))
+        return [pending[n][0] for n in range(count)]
+
+    def _insert_frames(
+        self, conn: sqlite3.Connection, frames: Sequence[Frame], *, check: bool = False
+    ) -> builtins.list[int]:
+        """Write ``frames`` into the journal (inside the caller's transaction): each a
+        journal row with its entries, and the ``seen`` of the content it found in the
+        archive; the journal row ids (0: none). With ``check``, a frame whose compaction
+        the archive already holds (moved before its file was emptied) is skipped."""
+        jids: builtins.list[int] = []
+        for f in frames:
+            j = f.journal
+            if (
+                check
+                and conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM journal WHERE compaction_id = ?1) OR EXISTS "
+                    "(SELECT 1 FROM compactions WHERE compaction_id = ?1)",
+                    (j[0],),
+                ).fetchone()[0]
+            ):
+                jids.append(0)
+                continue
+            if f.have:
+                conn.executemany(schema.SEEN_SQL, [(j[1], j[6], h) for h in f.have])
+            if not f.entries and j[11] is None:
+                jids.append(0)
+                continue
+            cur = conn.execute(_JOURNAL_INSERT, (*j[:11], len(f.entries), j[11]))
+            jid = int(cur.lastrowid or 0)
+            if f.entries:
+                conn.executemany(_ENTRIES_INSERT, [(jid, *e) for e in f.entries])
+            jids.append(jid)
+        return jids
+
+    def _frames_moved(self, frames: Sequence[Frame], jids: Sequence[int]) -> None:
+        """Committed: ``frames`` are journal rows ``jids`` now (under the write lock)."""
+        assert self._spool is not None
+        self._spool.moved(len(frames))
+        spooled, journaled = self._spooled, self._journaled
+        for f, jid in zip(frames, jids, strict=True):
+            written = [e[1] for e in f.entries]
+            for h in written:
+                if spooled.get(h) is f:
+                    del spooled[h]
+                if jid:
+                    journaled[h] = jid
+            if jid and written:
+                self._journal_order.append((jid, written))
+
+    def _move_spools(self, *, yield_to_writers: bool) -> None:
+        """Move what this process spooled for this archive, through this ``Archive`` and
+        any other of the same path."""
+        self._move_spool(yield_to_writers=yield_to_writers)
+        for other in list(_instances):
+            if other is not self and other.path == self.path and other._pending_frames(1):
+                other._move_spool(yield_to_writers=yield_to_writers)
+        own = self._spool.path if self._spool is not None else None
+        if any(p != own for p in spool_files(self.path)):
+            self._move_orphans(background=yield_to_writers)
+
+    def _move_orphans(self, *, background: bool) -> None:
+        """Move what spool files no live ``Archive`` holds (their process ended, or their
+        ``Archive`` was dropped unclosed) hold, and remove the files."""
+        with orphans(self.path) as found:
+            frames = in_order([fs for _, fs in found])
+            if frames:
+                self._transaction(
+                    lambda conn: self._insert_frames(conn, frames, check=True),
+                    "could not move the compactions an ended process spooled",
+                    background=background,
+                )
+
+    def _move_spool(self, *, yield_to_writers: bool) -> int:
+        """Move the spooled frames into the journal; how many it moved."""
+        step = self.MOVE_BATCH if yield_to_writers else 0
+        done = 0
+        while True:
+            while yield_to_writers and self.writers_waiting:
+                time.sleep(0.0005)
+
+            def work(conn: sqlite3.Connection) -> tuple[builtins.list[Frame], builtins.list[int]]:
+                frames = self._pending_frames(step)
+                return frames, self._insert_frames(conn, frames) if frames else []
+
+            def moved(result: tuple[builtins.list[Frame], builtins.list[int]]) -> None:
+                if result[0]:
+                    self._frames_moved(*result)
+                self.move_failure = None
+
+            if not self._pending_frames(1):
+                return done
+            try:
+                frames, _ = self._transaction(
+                    work,
+                    "could not move the spooled compactions",
+                    background=yield_to_writers,
+                    committed=moved,
+                )
+            except ArchiveBusyError:
+                raise
+            except ArchiveError as exc:
+                self.move_failure = str(exc)
+                raise
+            done += len(frames)
+            if not frames:
+                return done
+
     def index(self, *, batch: int = 16, yield_to_writers: bool = False) -> int:
-        """Move the journal into the indexed tables, then index for full-text search what
-        was written and not indexed yet; how many entries it indexed.
+        """Move this process's spooled compactions into the journal and the journal into
+        the indexed tables, then index for full-text search what was written and not
+        indexed yet; how many entries it indexed.
 
         In transactions of at most ``batch`` entries, so a writer waits for one batch at
         most; with ``yield_to_writers`` (the background writer), a compaction waiting to
         write goes first between two batches. Rows a killed process left unindexed are
         indexed too.
         """
+        self._move_spools(yield_to_writers=yield_to_writers)
         step = self.MOVE_BATCH if yield_to_writers else 0
         while True:  # first the journal into the tables, a few rows a transaction
             while yield_to_writers and self.writers_waiting:
@@ -876,6 +1201,7 @@ class Archive(ArchiveBackend):
     def _remove(self, limits: Limits, *, vacuum: bool) -> int:
         if not os.path.lexists(self.path):
             return 0
+        self._move_spools(yield_to_writers=False)  # pruned with the rest
 
         def work(conn: sqlite3.Connection) -> int:
             schema.move_journal(conn)
@@ -945,6 +1271,16 @@ class Archive(ArchiveBackend):
             def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
                 return conn.execute(q, p).fetchall()
 
+            if version != 1 and spool_files(self.path):
+                with_spool = _load_spool(conn, self.path)
+                if with_spool is not None:
+
+                    def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
+                        if q.startswith("SELECT"):
+                            q = with_spool + q
+                        return conn.execute(q, p).fetchall()
+
+                    return work(version, run)
             if version != 1 and _journal_rows(conn):
 
                 def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
