@@ -14,11 +14,11 @@ writer to open the archive moves the frames a process left when it ended without
 them (killed, crashed, or the archive locked at exit) and removes its file.
 
 A frame: ``MAGIC``, the header's and body's sizes in bytes, the CRC-32 of both, the header
-(a JSON array: the journal row, the content hashes the archive already held, and one
-``[entry id, content hash, turn id, role, caller ids, characters]`` per entry), then the
-body (the entries' JSON, one after the other). A torn or damaged frame at the end of a
-file (a crash in the middle of a write) ends what is read of it: its compaction was
-never committed.
+(a JSON array: the journal row, the content hashes the archive already held, and each
+entry's size in characters), then the body (the entries' JSON, one after the other: their
+ids, roles, content hashes and caller's ids are read from it). A torn or damaged frame
+at the end of a file (a crash in the middle of a write) ends what is read of it: its
+compaction was never committed.
 """
 
 from __future__ import annotations
@@ -89,15 +89,9 @@ class Frame:
 
 
 def encode(frame: Frame) -> bytes:
-    """``frame`` as the bytes one append writes."""
-    head = json.dumps(
-        [
-            frame.journal,
-            frame.have,
-            [[e[0], e[1], e[2], e[3], e[5], len(e[4])] for e in frame.entries],
-        ],
-        ensure_ascii=False,
-    ).encode()
+    """``frame`` as the bytes one append writes (an entry's other columns are read from
+    its JSON when the frame is decoded)."""
+    head = json.dumps([frame.journal, frame.have, [len(e[4]) for e in frame.entries]]).encode()
     body = "".join([e[4] for e in frame.entries]).encode()
     crc = zlib.crc32(body, zlib.crc32(head))
     return b"".join((_HEAD.pack(MAGIC, len(head), len(body), crc), head, body))
@@ -119,18 +113,35 @@ def decode(data: bytes) -> tuple[list[Frame], int]:
         if zlib.crc32(body, zlib.crc32(head)) != crc:
             break
         try:
-            journal, have, rows = json.loads(head)
+            journal, have, sizes = json.loads(head)
             text = body.decode()
             entries: list[EntryRow] = []
             at = 0
-            for entry_id, digest, turn_id, role, sources, size in rows:
-                entries.append((entry_id, digest, turn_id, role, text[at : at + size], sources))
+            for size in sizes:
+                entries.append(_row(text[at : at + size]))
                 at += size
         except (ValueError, TypeError, UnicodeDecodeError):
             break
         frames.append(Frame(tuple(journal), tuple(have), tuple(entries)))
         pos = end
     return frames, pos
+
+
+def _row(data: str) -> EntryRow:
+    """The ``journal_entries`` row of the entry whose JSON is ``data``, as it was written."""
+    from normandy_archive.schema import content_hash, source_ids
+    from normandy_core import Entry
+
+    entry = Entry.model_validate_json(data)
+    ids = source_ids(entry)
+    return (
+        entry.id,
+        content_hash(entry, data),
+        entry.turn_id,
+        entry.role,
+        data,
+        json.dumps(tuple(ids)) if ids else None,
+    )
 
 
 def spool_files(archive: Path) -> list[Path]:

@@ -209,23 +209,24 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
+def _entry_row(r: Prepared) -> tuple[Any, ...]:
+    """The ``journal_entries`` row holding ``r``, without its journal row's id (its
+    caller's ids as JSON, made once with the rest of its serialization)."""
+    return (
+        r.entry.id,
+        r.content_hash,
+        r.entry.turn_id,
+        r.entry.role,
+        r.entry_json,
+        r.source_ids_json
+        if r.source_ids_json is not None or not r.source_ids
+        else json.dumps(r.source_ids),
+    )
+
+
 def _journal_rows_of(jid: int, rows: Sequence[Prepared]) -> builtins.list[tuple[Any, ...]]:
-    """The ``journal_entries`` rows of journal row ``jid`` holding ``rows`` (their caller's
-    ids as JSON, made once with the rest of their serialization)."""
-    return [
-        (
-            jid,
-            r.entry.id,
-            r.content_hash,
-            r.entry.turn_id,
-            r.entry.role,
-            r.entry_json,
-            r.source_ids_json
-            if r.source_ids_json is not None or not r.source_ids
-            else json.dumps(r.source_ids),
-        )
-        for r in rows
-    ]
+    """The ``journal_entries`` rows of journal row ``jid`` holding ``rows``."""
+    return [(jid, *_entry_row(r)) for r in rows]
 
 
 _JOURNAL_INSERT = (
@@ -990,7 +991,7 @@ class Archive(ArchiveBackend):
             frame = Frame(
                 (*_journal_values(c, meta_json), json.dumps(again) if again else None),
                 tuple(have),
-                tuple([row[1:] for row in _journal_rows_of(0, new)]),
+                tuple([_entry_row(r) for r in new]),
             )
             spool = self._spool
             try:
