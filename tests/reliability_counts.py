@@ -191,14 +191,14 @@ ROWS: tuple[Row, ...] = (
         "::test_sigkill_mid_compaction_with_concurrent_writers",
     ),
     Row(
-        "SIGKILL between the commit of compactions to the SQLite archive's journal and "
-        "their move into the indexed tables",
-        f"{len(JOURNAL_KILLS)} agents killed, after "
+        "SIGKILL between the commit of compactions (to the process's spool file, or to the "
+        "SQLite archive's journal) and their move into the indexed tables",
+        f"{2 * len(JOURNAL_KILLS)} agents killed (spool, journal), after "
         + " and ".join(str(n) for n in JOURNAL_KILLS)
         + " compactions",
         "archive integrity ok; every committed compaction recallable byte for byte from the "
-        "journal; the next writer moves it when it opens, each row keeping its number and "
-        "bytes",
+        "spool file or the journal; the next writer moves it when it opens (and removes the "
+        "spool file), each row keeping its number and bytes",
         "plugins/normandy-archive/tests/test_archive_journal.py"
         "::test_killed_between_the_journal_commit_and_the_move_everything_is_recallable",
     ),
@@ -242,9 +242,11 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "Archive write-locked by another process past the busy wait",
-        f"{LOCKED_COMPACTIONS} compactions",
-        f"all {LOCKED_COMPACTIONS} refused after the bounded wait (0.5 s here, 5 s by "
-        "default), the conversation kept; archived once the lock was gone; nothing lost",
+        f"1 + {LOCKED_COMPACTIONS} compactions",
+        "the first committed to the spool without waiting for the lock; once the spool's "
+        f"bound is reached, all {LOCKED_COMPACTIONS} refused after the bounded wait (0.5 s "
+        "here, 5 s by default), the conversation kept; all moved into the archive once the "
+        "lock was gone; nothing lost",
         "plugins/normandy-archive/tests/test_archive_faults.py"
         "::test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing",
     ),

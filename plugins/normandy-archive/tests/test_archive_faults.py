@@ -26,6 +26,7 @@ from reliability_counts import (
 )
 
 from normandy_archive import Archive, archive_settings
+from normandy_archive.spool import read_frames
 from normandy_core.workload import generate_session
 
 # -- disk full --------------------------------------------------------------------------
@@ -92,7 +93,10 @@ HOLDER = textwrap.dedent(
 )
 
 
-def test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing(tmp_path):
+def test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing(tmp_path, monkeypatch):
+    """Another process holds the archive's write lock: a compaction is spooled (committed
+    without the lock), until the spool holds ``SPOOL_MAX_BYTES`` not moved; past that,
+    each is refused after the bounded busy wait; once the lock is gone, all is moved."""
     path = tmp_path / "archive.sqlite3"
     agent = Replay("locked", seed=52, messages=600)
     with archive_settings(path=path, busy_timeout=0.5):
@@ -105,6 +109,10 @@ def test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing(tmp_path
         )
         try:
             assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+            meta = agent.next_compaction()  # spooled: the lock is not waited for
+            assert meta["compacted"] and "hook_errors" not in meta
+            assert len(read_frames(path)) == 1
+            monkeypatch.setattr(Archive, "SPOOL_MAX_BYTES", 1)  # the spool's bound reached
             for _ in range(LOCKED_COMPACTIONS):
                 started = time.monotonic()
                 meta = agent.next_compaction()
@@ -119,6 +127,7 @@ def test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing(tmp_path
             holder.wait(timeout=30)
         meta = agent.next_compaction()  # the lock is gone: the next one goes through
         assert meta["compacted"] and "hook_errors" not in meta
+        assert read_frames(path) == []  # with the spooled one, moved before it
     assert agent.lost(path) == set()
 
 

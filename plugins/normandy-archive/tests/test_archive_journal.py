@@ -1,12 +1,14 @@
-"""The SQLite archive's journal: what a compacting boundary commits, and waits for.
+"""The SQLite archive's spool and journal: what a compacting boundary commits, and waits for.
 
-A compaction is committed as one journal row (its new content, serialized ahead of
-time); the background writer moves it into the indexed tables later. Between the two,
-every read (``list``, ``show``, ``search``, ``recall``, both console scripts) sees the
+A compaction is committed as one frame appended to its process's spool file (``spool``,
+the default), or as one journal row (``journal``: past the spool's bound, after a failed
+move, or without file locks); the background writer moves frames into the journal and
+the journal into the indexed tables later. Between the two, every read (``list``,
+``show``, ``search``, ``recall``, both console scripts) sees the spooled frames and the
 journal's rows, numbered as the move numbers them; a process killed before the move
 leaves them to the next writer, which moves them when it opens; content is stored once
-whether it is still in the journal or already moved; and a journal write that fails
-(disk full) refuses the compaction with SQLite's own error.
+whether it is still spooled, in the journal or already moved; and a write that fails
+(disk full) refuses the compaction with the error the archive got.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from reliability_counts import JOURNAL_KILLS
 from normandy_archive import Archive, archive_settings
 from normandy_archive import main as archive_main
 from normandy_archive.hooks import recall_entries
+from normandy_archive.spool import read_frames, spool_files
 from normandy_core import Entry
 from normandy_core.cli import main as normandy_main
 from normandy_core.workload import generate_session
@@ -46,6 +49,23 @@ def _raw(path: Path) -> dict[str, int]:
         conn.close()
 
 
+def _pending(path: Path) -> int:
+    """Compactions committed and not moved yet: journal rows and spooled frames."""
+    return _raw(path)["journal"] + len(read_frames(path))
+
+
+@pytest.fixture(params=["spool", "journal"])
+def mode(request, monkeypatch) -> str:
+    """How a compaction's write is committed: spooled (the default) or a journal row."""
+    if request.param == "journal":
+        monkeypatch.setattr(Archive, "SPOOL_MAX_BYTES", 0)
+    return str(request.param)
+
+
+#: ``Archive.SPOOL_MAX_BYTES`` in a child process, per mode.
+_BOUND = {"spool": str(Archive.SPOOL_MAX_BYTES), "journal": "0"}
+
+
 def _distinct(entries: list[Entry]) -> int:
     from normandy_archive.schema import content_hash
 
@@ -57,7 +77,7 @@ def _word(entry: Entry) -> str:
 
 
 def test_reads_see_the_journal_before_the_move_numbered_as_the_move_numbers_them(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, mode
 ):
     path = tmp_path / "archive.sqlite3"
     first, second = ENTRIES[:30], ENTRIES[30:]
@@ -65,7 +85,8 @@ def test_reads_see_the_journal_before_the_move_numbered_as_the_move_numbers_them
     archive.record(first, session_id="s1", compactor="window_manager")  # moved, indexed
     cid = archive.record(second, session_id="s1", compactor="window_manager", index=False)
     raw = _raw(path)
-    assert raw["journal"] == 1 and raw["entries"] == _distinct(first)
+    assert _pending(path) == 1 and raw["entries"] == _distinct(first)
+    assert raw["journal"] == (mode == "journal")
     assert cid.entries == _distinct(ENTRIES) - _distinct(first)
 
     reader = Archive(path)  # another connection: what another process sees
@@ -99,9 +120,9 @@ def test_reads_see_the_journal_before_the_move_numbered_as_the_move_numbers_them
             json.loads(line)["entry_id"] for line in capsys.readouterr().out.splitlines()
         }
 
-    # moved: the same rows, the same numbers, the same bytes; the journal empty
+    # moved: the same rows, the same numbers, the same bytes; the journal and spool empty
     archive.index()
-    assert _raw(path)["journal"] == 0
+    assert _pending(path) == 0
     after = reader.list("s1", limit=1000)
     assert [(a.seq, a.entry_json, a.compaction_id) for a in after] == [
         (a.seq, a.entry_json, a.compaction_id) for a in before
@@ -112,7 +133,7 @@ def test_reads_see_the_journal_before_the_move_numbered_as_the_move_numbers_them
     reader.close()
 
 
-def test_recompaction_stores_nothing_twice_while_the_first_is_in_the_journal(tmp_path):
+def test_recompaction_stores_nothing_twice_while_the_first_is_in_the_journal(tmp_path, mode):
     path = tmp_path / "archive.sqlite3"
     n = _distinct(ENTRIES)
     archive = Archive(path)
@@ -140,7 +161,7 @@ def test_recompaction_stores_nothing_twice_while_the_first_is_in_the_journal(tmp
     # re-compaction once moved: nothing new, no journal row with content
     third = archive.record(ENTRIES, session_id="s4", index=False, at=4_000.0)
     assert (third.entries, third.existing) == (0, n)
-    assert _raw(path)["journal"] == 0
+    assert _raw(path)["journal"] == 0 and all(not f.entries for f in read_frames(path))
     archive.close()
     other.close()
 
@@ -152,10 +173,11 @@ KILLED = textwrap.dedent(
     from normandy_core.workload import generate_session
 
     entries = list(generate_session(int(sys.argv[2]), 400))
+    Archive.SPOOL_MAX_BYTES = int(sys.argv[3])  # 0: journal rows, not spooled frames
     archive = Archive(sys.argv[1])
     for n in range(0, len(entries), 25):
         batch = entries[n : n + 25]
-        # the boundary's write: the journal row committed, the move left to later
+        # the boundary's write: the frame or journal row committed, the move left to later
         cid = archive.record(batch, session_id="k", index=False)
         print(json.dumps([str(cid), [e.id for e in batch]]), flush=True)
     sys.stdin.readline()  # killed here, before any move
@@ -164,11 +186,14 @@ KILLED = textwrap.dedent(
 
 
 @pytest.mark.parametrize("commits", JOURNAL_KILLS)
-def test_killed_between_the_journal_commit_and_the_move_everything_is_recallable(tmp_path, commits):
+@pytest.mark.parametrize("how", ["spool", "journal"])
+def test_killed_between_the_journal_commit_and_the_move_everything_is_recallable(
+    tmp_path, commits, how
+):
     path = tmp_path / "archive.sqlite3"
     source = {e.id: e for e in generate_session(83, 400)}
     child = subprocess.Popen(
-        [sys.executable, "-c", KILLED, str(path), "83"],
+        [sys.executable, "-c", KILLED, str(path), "83", _BOUND[how]],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -183,7 +208,8 @@ def test_killed_between_the_journal_commit_and_the_move_everything_is_recallable
     finally:
         conn.close()
     raw = _raw(path)
-    assert raw["entries"] == 0 and raw["journal"] >= len(done)
+    assert raw["entries"] == 0 and _pending(path) >= len(done)
+    assert bool(spool_files(path)) == (how == "spool")  # the killed process's, left whole
 
     def check(archive: Archive) -> list[tuple[int, str]]:
         committed = {cid for cid, _ in done}
@@ -206,7 +232,8 @@ def test_killed_between_the_journal_commit_and_the_move_everything_is_recallable
     writer = Archive(path)
     writer.record([Entry(id="next", role="user", content="the next agent")], session_id="n")
     raw = _raw(path)  # its writer moved what the killed one left, when it opened
-    assert raw["journal"] == 0 and raw["entries"] == len(before) + 1
+    assert _pending(path) == 0 and raw["entries"] == len(before) + 1
+    assert spool_files(path) == []  # and removed its spool file
     assert check(reader)[: len(before)] == before  # the same rows, numbers and bytes
     writer.close()
     reader.close()
@@ -216,10 +243,11 @@ DISK_FULL = textwrap.dedent(
     """
     import json, os, resource, signal, sys
     from archive_helpers import config
-    from normandy_archive import Archive, ArchiveError
+    from normandy_archive import Archive, ArchiveError, maintenance
     from normandy_core import Entry, run_compaction
 
     path = sys.argv[1]
+    Archive.SPOOL_MAX_BYTES = int(sys.argv[2])  # 0: journal rows, not spooled frames
     archive = Archive(path)
     archive.record([Entry(id="early", role="user", content="archived before")], session_id="d")
     # a reader keeps the database open, so the writer reopened after the failure does
@@ -243,17 +271,27 @@ DISK_FULL = textwrap.dedent(
     for n in range(6):
         acc.memory.add_message("user", words(n), id=f"u{n}")
         acc.memory.add_message("assistant", f"noted {n}", id=f"a{n}")
-    before = acc
-    after, meta = run_compaction(acc, mid_round=False)
-    out["compacted"] = meta["compacted"]
-    out["error"] = meta.get("error")
-    out["kept"] = after is before
+    for n in ("", "2"):  # the second after the background writer tried to move the first
+        before = acc
+        after, meta = run_compaction(acc, mid_round=False)
+        out["compacted" + n] = meta["compacted"]
+        out["error" + n] = meta.get("error")
+        out["kept" + n] = after is before
+        out["dropped" + n] = [e.id for e in meta.get("dropped") or ()]
+        maintenance.drain(30)
+        acc = after
+        for k in range(6, 12):
+            acc.memory.add_message("user", words(k), id=f"u{n}-{k}")
+            acc.memory.add_message("assistant", f"noted {k}", id=f"a{n}-{k}")
     print(json.dumps(out))
     """
 )
 
 
-def test_a_disk_full_on_the_journal_write_refuses_the_compaction(tmp_path):
+def test_a_disk_full_on_the_journal_write_refuses_the_compaction(tmp_path, mode):
+    """Journal: the compaction is refused. Spool: a frame the file-size limit lets through
+    is committed, the background writer's move then fails, and the next compaction is
+    written to the archive directly and refused; the first stays spooled, readable."""
     path = tmp_path / "archive.sqlite3"
     helpers = Path(__file__).parent
     env = {
@@ -262,7 +300,7 @@ def test_a_disk_full_on_the_journal_write_refuses_the_compaction(tmp_path):
         "PYTHONPATH": os.pathsep.join([str(helpers), os.environ.get("PYTHONPATH", "")]),
     }
     proc = subprocess.run(
-        [sys.executable, "-c", DISK_FULL, str(path)],
+        [sys.executable, "-c", DISK_FULL, str(path), _BOUND[mode]],
         capture_output=True,
         text=True,
         env=env,
@@ -274,22 +312,33 @@ def test_a_disk_full_on_the_journal_write_refuses_the_compaction(tmp_path):
     assert "could not record 3 entries" in out["record"], out
     assert "database or disk is full" in out["record"]
     assert "cannot rollback" not in out["record"]
-    assert out["compacted"] is False and out["kept"] is True
-    assert "database or disk is full" in out["error"] and "conversation is kept" in out["error"]
+    spooled = out["dropped"] if mode == "spool" else []
+    assert out["compacted"] is (mode == "spool") and out["kept"] is (mode == "journal")
+    for n in ("", "2") if mode == "journal" else ("2",):
+        assert out["compacted" + n] is False and out["kept" + n] is True
+        assert "database or disk is full" in out["error" + n]
+        assert "conversation is kept" in out["error" + n]
     # nothing half written: the journal holds no row of either, and what was there stays
     raw = _raw(path)
     assert raw["journal"] == 0 and raw["entries"] == 1
+    assert len(read_frames(path)) == (mode == "spool")
     archive = Archive(path)
-    assert [a.entry.id for a in archive.list(limit=100)] == ["early"]
+    listed = [a.entry.id for a in archive.list(limit=100)]
+    assert listed[0] == "early" and set(listed[1:]) == set(spooled)
+    if mode == "spool":  # dropped entries of the same content are stored once
+        assert spooled and len(listed) > 1
     archive.close()
 
 
-def test_a_compaction_interrupts_the_background_writers_transaction_and_it_is_redone(tmp_path):
+def test_a_compaction_interrupts_the_background_writers_transaction_and_it_is_redone(
+    tmp_path, monkeypatch
+):
     import threading
     import time
 
     from normandy_archive.store import ArchiveBusyError
 
+    monkeypatch.setattr(Archive, "SPOOL_MAX_BYTES", 0)  # journal rows (spooled: test_archive_spool)
     path = tmp_path / "archive.sqlite3"
     archive = Archive(path)
     many = list(generate_session(72, 400))  # a journal row that takes a while to move

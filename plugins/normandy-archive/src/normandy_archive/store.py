@@ -258,6 +258,25 @@ def _journal_values(c: CompactionRecord, meta_json: str) -> tuple[Any, ...]:
     )
 
 
+def _probe_write(conn: sqlite3.Connection, timeout: float) -> None:
+    """Raise when the archive cannot be written (SQLite opens a file it may not write
+    read-only, and says so at the first write), so a compaction is not spooled for an
+    archive that can never take it. A lock another writer holds is not waited for: the
+    file is writable then, and the write tells."""
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE archive_state SET value = value WHERE key = 'indexed_seq'")
+        conn.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        if "locked" not in str(exc) and "busy" not in str(exc):
+            raise
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+
+
 def _journal_rows(conn: sqlite3.Connection) -> bool:
     """Whether the archive's journal holds rows (``False``: it has no journal table)."""
     try:
@@ -618,12 +637,7 @@ class Archive(ArchiveBackend):
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             self._init_schema(conn)
-            # SQLite opens a file it may not write read-only, and says so at the first
-            # write: write now, so a compaction is not spooled for an archive that can
-            # never take it
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("UPDATE archive_state SET value = value WHERE key = 'indexed_seq'")
-            conn.execute("COMMIT")
+            _probe_write(conn, self.timeout)
             conn.execute(f"PRAGMA synchronous = {self.sync.upper()}")
             # checkpoints are the background writer's (or a write's past WAL_MAX_BYTES);
             # once checkpointed, the log restarts and is cut back to WAL_CHECKPOINT_BYTES
