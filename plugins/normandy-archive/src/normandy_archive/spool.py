@@ -144,8 +144,9 @@ def _row(data: str) -> EntryRow:
     )
 
 
-def spool_files(archive: Path) -> list[Path]:
+def spool_files(archive: str | os.PathLike[str]) -> list[Path]:
     """The spool files of the archive at ``archive`` (regular files only), by name."""
+    archive = Path(archive)
     prefix = archive.name + SUFFIX
     try:
         with os.scandir(archive.parent) as found:
@@ -171,7 +172,7 @@ def in_order(files: Sequence[list[Frame]]) -> list[Frame]:
     return list(heapq.merge(*files, key=lambda f: f.journal[6]))
 
 
-def read_frames(archive: Path) -> list[Frame]:
+def read_frames(archive: str | os.PathLike[str]) -> list[Frame]:
     """Every whole frame of every spool file of ``archive``, read-only (:func:`in_order`):
     frames not moved yet, or moved by a writer that has not emptied its file yet (the
     caller leaves out those the archive holds)."""

@@ -1,0 +1,197 @@
+"""The spool: a compaction committed by one append to its process's file beside the archive.
+
+Frames read back exactly as written, and a torn or damaged end is left out; the file is
+owner-only and locked by its process while it lives; what an ``Archive`` dropped without
+closing, or a process that ended, left spooled is moved by the next writer; a spool file
+removed under a running writer is written again whole; a child made by ``fork`` spools
+into a file of its own. (Reads before the move, SIGKILL, disk full and a held lock are in
+test_archive_journal.py and test_archive_faults.py, for both commit paths.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from normandy_archive import Archive
+from normandy_archive.base import _prepare_one
+from normandy_archive.spool import Frame, decode, encode, read_frames, spool_files
+from normandy_archive.store import _entry_row
+from normandy_core import Entry
+from normandy_core.workload import generate_session
+
+SESSION = list(generate_session(91, 120))
+
+
+def _frame(n: int, entries: list[Entry], have: tuple[str, ...] = ()) -> Frame:
+    journal = (f"c{n}", "s", "window_manager", None, "gpt-4o", n % 2, 1000.0 + n, 9, 3, "{}", 5)
+    return Frame((*journal, None), have, tuple(_entry_row(_prepare_one(e)) for e in entries))
+
+
+_frames = st.lists(
+    st.tuples(
+        st.integers(0, len(SESSION) - 1),
+        st.integers(0, 12),
+        st.lists(st.text("0123456789abcdef", min_size=64, max_size=64), max_size=3),
+    ),
+    min_size=1,
+    max_size=5,
+).map(
+    lambda specs: [
+        _frame(n, SESSION[start : start + count], tuple(have))
+        for n, (start, count, have) in enumerate(specs)
+    ]
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(frames=_frames, cut=st.floats(0, 1), flip=st.integers(0, 10**6))
+def test_frames_read_back_as_written_and_a_torn_or_damaged_end_is_left_out(frames, cut, flip):
+    data = [encode(f) for f in frames]
+    whole = b"".join(data)
+    assert decode(whole) == (frames, len(whole))
+    # a write cut anywhere: the frames before it, whole, and nothing of the torn one
+    end = int(len(whole) * cut)
+    read, size = decode(whole[:end])
+    assert read == frames[: len(read)] and size == sum(len(d) for d in data[: len(read)])
+    assert size <= end < size + len(data[len(read)]) if len(read) < len(frames) else True
+    # a byte damaged in the last frame: that frame is left out, the others read
+    last = len(whole) - len(data[-1])
+    at = last + flip % len(data[-1])
+    damaged = whole[:at] + bytes([whole[at] ^ 0x5A]) + whole[at + 1 :]
+    assert decode(damaged)[0] == frames[:-1]
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from normandy_archive import Archive
+    from normandy_core import Entry
+    archive = Archive(sys.argv[1])
+    archive.record([Entry(id="live", role="user", content="a live process's frame")],
+                   session_id="live", index=False)
+    print("spooled", flush=True)
+    sys.stdin.readline()
+    archive.close()  # moves it, and removes the file
+    """
+)
+
+
+def test_a_spool_file_is_owner_only_locked_and_removed_once_moved(tmp_path):
+    old = os.umask(0)  # the most permissive umask: the spool must still be owner-only
+    try:
+        path = tmp_path / "archive.sqlite3"
+        archive = Archive(path)
+        archive.record(SESSION[:20], session_id="s", index=False)
+        (spool,) = spool_files(path)
+        assert stat.S_IMODE(spool.stat().st_mode) == 0o600
+        assert len(read_frames(path)) == 1 and archive.count("s") > 0  # read before the move
+        archive.index()  # moved, and the file emptied
+        assert read_frames(path) == [] and spool.exists() and spool.stat().st_size == 0
+        archive.close()  # empty: removed
+        assert spool_files(path) == []
+    finally:
+        os.umask(old)
+    # a live process's spool file is locked: another process's writer leaves it alone
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "spooled"
+        writer = Archive(path)
+        writer.record([Entry(id="w", role="user", content="writer")], session_id="w")
+        assert [f.journal[1] for f in read_frames(path)] == ["live"]
+        assert writer.count("live") == 1  # read from the live process's file
+        writer.close()
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.close()
+        assert holder.wait(timeout=30) == 0
+    assert spool_files(path) == [] and Archive(path).count("live") == 1
+
+
+def test_what_an_archive_dropped_unclosed_spooled_is_moved_by_the_next_writer(tmp_path):
+    path = tmp_path / "archive.sqlite3"
+    dropped = Archive(path)
+    cid = dropped.record(SESSION[:30], session_id="lost", index=False)
+    del dropped  # never closed: its file is no longer locked
+    assert len(spool_files(path)) == 1
+    survivor = Archive(path)
+    survivor.record([Entry(id="n", role="user", content="next")], session_id="n", index=False)
+    survivor.index()
+    assert survivor._spool is not None
+    assert spool_files(path) == [survivor._spool.path]  # the dropped one's file removed
+    assert read_frames(path) == []
+    assert [c.compaction_id for c in survivor.compactions("lost")] == [str(cid)]
+    assert survivor.count("lost") == cid.entries
+    survivor.close()
+
+
+def test_a_spool_file_removed_under_a_running_writer_is_written_again_whole(tmp_path):
+    path = tmp_path / "archive.sqlite3"
+    archive = Archive(path)
+    archive.last_write = 0.0
+    first = archive.record(SESSION[:20], session_id="s", index=False)
+    (spool,) = spool_files(path)
+    spool.unlink()  # a cleanup job, say: the frame is now only in memory
+    second = archive.record(SESSION[20:40], session_id="s", index=False)
+    (renewed,) = spool_files(path)
+    assert renewed != spool
+    # both frames in the new file, as a process killed now would leave them
+    assert [f.compaction_id for f in read_frames(path)] == [str(first), str(second)]
+    archive.index()
+    assert archive.count("s") == first.entries + second.entries
+    archive.close()
+
+
+FORKED = textwrap.dedent(
+    """
+    import json, os, sys
+    from normandy_archive import Archive
+    from normandy_archive.spool import read_frames, spool_files
+    from normandy_core import Entry
+    path = sys.argv[1]
+    archive = Archive(path)
+    archive.record([Entry(id="p1", role="user", content="parent before fork")],
+                   session_id="p", index=False)
+    pid = os.fork()
+    if pid == 0:  # the child: a file of its own; the parent's frame is not its to move
+        archive.record([Entry(id="c1", role="user", content="child after fork")],
+                       session_id="c", index=False)
+        archive.index()
+        os._exit(0)
+    os.waitpid(pid, 0)
+    after_child = len(read_frames(path))
+    archive.index()
+    print(json.dumps({"after_child": after_child, "files": len(spool_files(path)),
+                      "p": archive.count("p"), "c": archive.count("c")}))
+    archive.close()
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_child_made_by_fork_spools_into_a_file_of_its_own(tmp_path):
+    path = tmp_path / "archive.sqlite3"
+    out = subprocess.run(
+        [sys.executable, "-c", FORKED, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    # the child moved its own frame only; the parent's waited for the parent
+    assert result == {"after_child": 1, "files": 1, "p": 1, "c": 1}
