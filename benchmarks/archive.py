@@ -41,8 +41,9 @@ COUNTER = "cl100k_base"
 
 
 def _rows(path: Path) -> dict[str, int]:
-    """Entries and compactions the archive holds, in its tables or still in its journal
-    (read as every reader reads them: read-only, the journal's rows included)."""
+    """Entries and compactions the archive holds, in its tables or still in its journal or
+    spool (read as every reader reads them: read-only, the journal's rows and spooled
+    frames included)."""
     from normandy_archive import Archive
 
     archive = Archive(path)
@@ -286,9 +287,10 @@ def report(found: dict[str, Any]) -> str:
         )
         + "\n\nThe same boundary (same config and memory) run with the archive on and off, "
         "in alternating order, medians over the compacting boundaries. *On*: the hook "
-        "commits the dropped entries (new content only) in the boundary, `sync=normal`; "
-        "indexing, checkpoints, pruning and serializing the entries the next compaction "
-        "drops follow in the background writer, in the pause after each compaction. *Off*: "
+        "commits the dropped entries (new content only) in the boundary, `sync=normal`: one "
+        "frame appended to the process's spool file; moving it into the archive, indexing, "
+        "checkpoints, pruning and serializing the entries the next compaction drops follow "
+        "in the background writer, in the pause after each compaction. *Off*: "
         "`NORMANDY_ARCHIVE_PATH=off` (the hook is loaded and notes it). Target: <= 1.5x. "
         "The CPU column is the CPU time of the thread running the boundary "
         "(`time.thread_time`, medians): it leaves out the time the thread waited for a core "

@@ -467,18 +467,19 @@ class ArchiveBackend(abc.ABC):
         at: float | None = None,
         index: bool = True,
     ) -> Recorded:
-        """Archive one compaction's dropped entries in one committed transaction.
+        """Archive one compaction's dropped entries in one commit.
 
         Content the archive already holds (dropped before by this session or another, a
         re-compaction of the same history, another agent writing to the same database)
         is not stored again; the compaction is recorded only when it stored something.
         All or nothing: a crash leaves either every entry it stored or none. Returns the
-        compaction id with the counts (:class:`Recorded`). SQLite commits the
-        compaction as one journal row, which reads see at once; with ``index`` false,
-        moving it into the indexed tables and indexing it for full-text search are left
-        to a later ``index()`` (the hook's background writer does it), so the
-        transaction holds only the durable part. PostgreSQL writes its tables and
-        indexes at once.
+        compaction id with the counts (:class:`Recorded`). With ``index`` false, SQLite
+        commits the compaction as one frame appended to the process's spool file (or one
+        journal row), which reads see at once, and leaves moving it into the indexed
+        tables and indexing it for full-text search to a later ``index()`` (the hook's
+        background writer does it), so the boundary waits for the durable part only;
+        with ``index`` it writes and indexes at once. PostgreSQL writes its tables and
+        indexes at once, in one transaction.
 
         :raises ArchiveError: it could not be written (disk full, locked past the busy
             timeout, permission, not an archive, the database refused...), naming the

@@ -4,11 +4,13 @@ Loaded automatically once the distribution is installed; exclude it with
 ``NORMANDY_DISABLE_PLUGINS=archive`` (which leaves the ``normandy archive`` command, the
 entry point ``archive-cli``), or turn it off with ``NORMANDY_ARCHIVE_PATH=off``.
 
-*Required* (the default): :func:`before_commit` writes the compaction's dropped entries
-in one committed transaction before the compaction takes effect. When that fails (disk
-full, the lock held past the busy wait, the file gone, no permission, not an archive),
-it raises with the archive's own error and the boundary refuses the compaction: the
-conversation is kept as it was, so nothing is removed without a record.
+*Required* (the default): :func:`before_commit` commits the compaction's dropped entries
+before the compaction takes effect (SQLite: one append to this process's spool file, see
+:mod:`normandy_archive.spool`; PostgreSQL: one transaction). When that fails (disk full,
+the lock held past the busy wait once the spool is full or its move failed, the file
+gone, no permission, not an archive), it raises with the archive's own error and the
+boundary refuses the compaction: the conversation is kept as it was, so nothing is
+removed without a record.
 
 *Best effort* (``required=false``: ``NORMANDY_ARCHIVE_REQUIRED=0``, or
 ``configure(required=False)``): :func:`after_compact` writes after the compaction took
@@ -20,8 +22,8 @@ session dropped (:meth:`~normandy_archive.ArchiveBackend.search` with ``match="a
 on SQLite or PostgreSQL alike), a single word also looked up as an entry id or a
 tool-use id.
 
-Only the durable part runs in the boundary (SQLite: one journal row per compaction):
-moving it into the indexed tables, indexing for full-text search, checkpoints
+Only the durable part runs in the boundary (SQLite: one spooled frame per compaction):
+moving it into the journal and the indexed tables, indexing for full-text search, checkpoints
 and pruning past a retention limit (``max_bytes``, ``max_age_days``, ``max_sessions``)
 follow in the background writer (:mod:`normandy_archive.maintenance`), scheduled by
 :func:`after_compact` and drained when the interpreter exits.

@@ -1,7 +1,8 @@
 """The archive's background writer: what follows a durable write, off the hot path.
 
 The hook commits a compaction's dropped entries in the boundary (that is what makes
-them durable: SQLite, one journal row); moving them into the indexed tables and
+them durable: SQLite, one frame appended to the process's spool file); moving them into
+the journal and the indexed tables and
 indexing them (full text, caller ids), checkpointing the write-ahead log,
 pruning past the retention limits and serializing the entries the next compaction will
 drop (so that it does not have to) happen afterwards, in one daemon thread per
@@ -23,6 +24,7 @@ import atexit
 import logging
 import math
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -197,6 +199,9 @@ def _at_exit() -> None:
             "unindexed is indexed by the next write",
             DRAIN_TIMEOUT,
         )
+    store = sys.modules.get("normandy_archive.store")
+    if store is not None:  # spool files left empty are removed (the others, moved later)
+        store.close_spools()
 
 
 def _after_fork() -> None:

@@ -1,11 +1,13 @@
-"""The SQLite archive of dropped entries: one transaction per compaction, WAL, owner-only file.
+"""The SQLite archive of dropped entries: one commit per compaction, WAL, owner-only files.
 
 Entries are stored once by content (the schema is described in
-:mod:`normandy_archive.schema`): a compaction commits, in one transaction, one journal
-row holding the entries whose content the archive does not hold yet, with their
-session, the ids they had and the caller's ids found in them; the background writer
-then moves the row into the indexed tables and indexes them for full-text search.
-Reads see the journal's rows as if moved, and never write (``mode=ro``).
+:mod:`normandy_archive.schema`): a compaction commits the entries whose content the
+archive does not hold yet, with their session, the ids they had and the caller's ids
+found in them, as one frame appended to its process's spool file
+(:mod:`normandy_archive.spool`), or as one journal row in one transaction; the
+background writer moves frames into the journal, then journal rows into the indexed
+tables, and indexes them for full-text search. Reads see the spooled frames and the
+journal's rows as if moved, and never write (``mode=ro``).
 """
 
 from __future__ import annotations
@@ -388,6 +390,22 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
+def close_spools() -> None:
+    """Close the spool file of every ``Archive`` of this process that has nothing left
+    to move, which removes it (at the interpreter's exit, after the background writer's
+    drain; a file with frames left is moved by the next writer)."""
+    for archive in list(_instances):
+        if not archive._write_lock.acquire(timeout=1.0):  # a writer still at work
+            continue
+        try:
+            spool = archive._spool
+            if spool is not None and spool.pid == os.getpid() and not spool.pending:
+                archive._spool = None
+                spool.close()
+        finally:
+            archive._write_lock.release()
+
+
 class _SQLite(Dialect):
     """The SQL of the queries both backends share, as SQLite writes it."""
 
@@ -411,8 +429,11 @@ class Archive(ArchiveBackend):
     Writes go through one connection per process, kept open between calls (closing the
     last connection of a WAL database checkpoints it, which would cost every compaction
     a sync), reopened after ``fork`` and whenever the file at ``path`` is no longer the
-    one it has open (deleted or rotated), so nothing is written into an unlinked file.
-    Reads use a connection per thread, so an ``Archive`` may be shared by threads.
+    one it has open (deleted or rotated), so nothing is written into an unlinked file
+    (what was spooled before is moved into the file it was committed for first). A
+    compaction's write (``record(index=False)``) is spooled; :meth:`index` (the
+    background writer's), :meth:`prune` and :meth:`close` move what this process spooled
+    first. Reads use a connection per thread, so an ``Archive`` may be shared by threads.
     Reading never creates the file.
 
     ``timeout`` is the busy wait of a write, in seconds: how long it waits for another
