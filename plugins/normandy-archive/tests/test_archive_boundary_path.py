@@ -1,16 +1,34 @@
 """The archive's boundary path made cheaper, checked against the plain way of doing it:
-the settings remembered between compactions against settings resolved from scratch."""
+the settings remembered between compactions against settings resolved from scratch, the
+entries' JSON, content hashes and caller ids against ``model_dump_json()``,
+``content_hash`` from the entry alone and ``json.dumps``, and the meta's JSON and the
+compaction ids against ``json.dumps`` and ``uuid.uuid4()``."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import uuid
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normandy_archive import ArchiveConfigError, archive_settings, configure, current_settings
+from normandy_archive import ArchiveConfigError, archive_settings, base, configure, current_settings
+from normandy_archive.schema import content_hash, source_ids
+from normandy_core import Entry, OpaqueBlock
+from strategies import (
+    blocks,
+    ids,
+    json_objects,
+    json_values,
+    short_text,
+    tool_result_blocks,
+    tool_use_blocks,
+    turn_ids,
+)
 
 #: Values each environment variable the settings read takes (a bad one among them).
 ENV_VALUES = {
@@ -102,3 +120,73 @@ def test_remembered_settings_are_those_resolved_from_scratch(steps):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+#: Caller ids of any text (quotes, backslashes, control and non-ASCII characters).
+any_ids = st.text(max_size=12)
+opaque_blocks = st.builds(
+    OpaqueBlock,
+    format=st.sampled_from(["anthropic", "openai", "responses"]),
+    kind=short_text,
+    data=json_objects(),
+    use_id=st.none() | any_ids,
+    answers=st.none() | any_ids,
+    reasoning=st.booleans(),
+)
+any_blocks = (
+    blocks() | opaque_blocks | tool_use_blocks(id=any_ids) | tool_result_blocks(tool_use_id=any_ids)
+)
+any_entries = st.builds(
+    Entry,
+    id=ids,
+    parent_id=st.none() | ids,
+    turn_id=turn_ids,
+    role=st.sampled_from(["system", "user", "assistant", "tool"]),
+    content=short_text | st.text() | st.lists(any_blocks, max_size=6).map(tuple),
+    pinned=st.booleans(),
+    metadata=st.just({}) | json_objects(),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(any_entries)
+def test_an_entry_prepared_is_what_the_plain_calls_give(entry):
+    """What a row stores of an entry, made the cheaper way, byte for byte what the plain
+    calls give: ``model_dump_json()``, the content hash of the entry alone (not cut from
+    the JSON), the caller ids and ``json.dumps`` of them."""
+    prepared = base._prepare_one(entry)
+    ids_found = tuple(source_ids(entry))
+    assert prepared.entry is entry
+    assert prepared.entry_json == entry.model_dump_json()
+    assert prepared.content_hash == content_hash(entry)
+    assert prepared.source_ids == ids_found
+    assert prepared.source_ids_json == (json.dumps(ids_found) if ids_found else None)
+
+
+class _Unserializable:
+    def __str__(self) -> str:
+        return "written by str()"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.text(max_size=8),
+        json_values() | st.text() | st.builds(_Unserializable) | st.just(Path("/tmp/a b")),
+        max_size=6,
+    )
+)
+def test_the_meta_json_is_json_dumps(meta):
+    """A compaction's meta as its row stores it, the encoder made once: what
+    ``json.dumps(meta, ensure_ascii=False, default=str)`` writes."""
+    assert base._meta_json(meta) == json.dumps(meta, ensure_ascii=False, default=str)
+
+
+def test_compaction_ids_are_random_version_4_uuids():
+    """A compaction id is what ``uuid.uuid4().hex`` gives: 32 hex digits of a random
+    version-4 UUID of the RFC 4122 variant, a new one each time."""
+    made = [base._random_id() for _ in range(2000)]
+    assert len(set(made)) == len(made)
+    for cid in made:
+        u = uuid.UUID(hex=cid)
+        assert u.hex == cid and u.version == 4 and u.variant == uuid.RFC_4122

@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from normandy_archive.errors import ArchiveError
@@ -43,11 +45,17 @@ if TYPE_CHECKING:
     from normandy_archive.backend import ArchiveBackend
     from normandy_archive.base import ArchivedEntry
     from normandy_archive.settings import ArchiveSettings
+    from normandy_archive.store import Archive
     from normandy_core import AgentConfig, CompactionContext
 
 # The backend (SQLite), the settings model and the background writer are imported by
 # the hooks when a compaction drops something (or a recall comes), not when the plugin
-# loads: a boundary with nothing to drop does not pay for them.
+# loads: a boundary with nothing to drop does not pay for them. What the hooks use of
+# them at every compaction is kept here once imported (``import`` of a module already
+# loaded still costs about half a microsecond).
+_settings: Callable[[], ArchiveSettings] | None = None
+#: The background writer's module, and the SQLite backend's class (the one it serves).
+_background: tuple[ModuleType, type[Archive]] | None = None
 
 __all__ = ["after_compact", "before_commit", "recall_entries"]
 
@@ -107,15 +115,29 @@ def _record(
     }
 
 
+def _current_settings() -> ArchiveSettings:
+    """:func:`~normandy_archive.settings.current_settings` (imported at first use)."""
+    global _settings
+    if _settings is None:
+        from normandy_archive.settings import current_settings
+
+        _settings = current_settings
+    return _settings()
+
+
 def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
     """Index, checkpoint and prune in the background writer, and serialize the entries
     the conversation keeps, the next compaction's dropped ones among them (SQLite;
     PostgreSQL indexes as it writes)."""
-    from normandy_archive import maintenance
-    from normandy_archive.store import Archive
+    global _background
+    if _background is None:
+        from normandy_archive import maintenance
+        from normandy_archive.store import Archive
 
+        _background = (maintenance, Archive)
+    maintenance, sqlite = _background
     archive = _archive(settings)
-    if not isinstance(archive, Archive):
+    if not isinstance(archive, sqlite):
         return
     limits = None
     if settings.limited:
@@ -138,9 +160,7 @@ def before_commit(
     """
     if not meta.get("dropped"):
         return None
-    from normandy_archive.settings import current_settings
-
-    settings = current_settings()
+    settings = _current_settings()
     if settings.off or not settings.required:
         return None
     return _record(settings, acc, ctx, meta)
@@ -157,9 +177,7 @@ def after_compact(
     dropped = meta.get("dropped")
     if not dropped:
         return None
-    from normandy_archive.settings import current_settings
-
-    settings = current_settings()
+    settings = _current_settings()
     if settings.off:
         return {
             "path": None,
