@@ -190,3 +190,30 @@ def test_compaction_ids_are_random_version_4_uuids():
     for cid in made:
         u = uuid.UUID(hex=cid)
         assert u.hex == cid and u.version == 4 and u.variant == uuid.RFC_4122
+
+
+def test_the_archive_in_use_follows_the_settings(tmp_path):
+    """The hooks' archive for the settings they resolved: the same one while the same
+    settings come back (equal settings resolved again included), another when the target
+    changes (the one no longer in use closed), and a fresh one when the first target
+    comes back, never the one closed."""
+    from normandy_archive import hooks
+    from normandy_archive.settings import ArchiveSettings
+
+    one = ArchiveSettings(path=tmp_path / "one.sqlite3")
+    two = ArchiveSettings(path=tmp_path / "two.sqlite3")
+    first = hooks._archive(one)
+    try:
+        assert hooks._archive(one) is first
+        assert hooks._archive(ArchiveSettings(path=tmp_path / "one.sqlite3")) is first
+        other = hooks._archive(two)
+        assert other is not first and other.location == str(tmp_path / "two.sqlite3")
+        again = hooks._archive(one)
+        assert again is not first and again.location == first.location
+        assert hooks._archive(one) is again and hooks._archive(two) is not other
+    finally:
+        with hooks._lock:
+            for archive in hooks._current.values():
+                archive.close()
+            hooks._current.clear()
+            hooks._last_given[0] = None

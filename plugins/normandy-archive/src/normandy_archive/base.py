@@ -309,7 +309,7 @@ def _serialized(entries: Sequence[Entry]) -> builtins.list[Prepared]:
     pop = _prepared.pop
     with _prepared_lock:
         hits = [pop(id(e), None) for e in entries]
-        _prepared_bytes[0] -= sum(len(h.entry_json) for h in hits if h is not None)
+        _prepared_bytes[0] -= sum([len(h.entry_json) for h in hits if h is not None])
     return [
         h if h is not None and h.entry is e else _prepare_one(e)
         for e, h in zip(entries, hits, strict=True)

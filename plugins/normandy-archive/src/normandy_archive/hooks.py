@@ -62,9 +62,15 @@ __all__ = ["after_compact", "before_commit", "recall_entries"]
 _lock = threading.Lock()
 # only the archive in use: its connection stays open between compactions
 _current: dict[tuple[Path | str, float, str], ArchiveBackend] = {}
+#: The settings :func:`_archive` was last given and the archive it returned, replaced
+#: whole (read without the lock): the settings resolved once serve every compaction.
+_last_given: list[tuple[ArchiveSettings, ArchiveBackend] | None] = [None]
 
 
 def _archive(settings: ArchiveSettings) -> ArchiveBackend:
+    last = _last_given[0]
+    if last is not None and last[0] is settings:
+        return last[1]
     target = settings.target
     assert target is not None
     key = (target, settings.busy_timeout, settings.sync)
@@ -79,6 +85,7 @@ def _archive(settings: ArchiveSettings) -> ArchiveBackend:
             hit = _current[key] = open_archive(
                 target, timeout=settings.busy_timeout, sync=settings.sync
             )
+        _last_given[0] = (settings, hit)
         return hit
 
 
@@ -102,15 +109,16 @@ def _record(
     )
     stored, existing = cid.entries, cid.existing
     said = f"{stored} new, {existing} already there" if existing else "all new"
+    where = archive.location
     return {
-        "path": archive.location,
+        "path": where,
         "session": session,
         "entries": len(dropped),
         "stored": stored,
         "existing": existing,
         "compaction_id": str(cid) if stored else None,
         "required": settings.required,
-        "message": f"{len(dropped)} dropped entries archived to {archive.location} "
+        "message": f"{len(dropped)} dropped entries archived to {where} "
         f"({said}; session {session})",
     }
 
