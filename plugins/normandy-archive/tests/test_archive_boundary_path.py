@@ -217,3 +217,33 @@ def test_the_archive_in_use_follows_the_settings(tmp_path):
                 archive.close()
             hooks._current.clear()
             hooks._last_given[0] = None
+
+
+def test_a_background_writer_whose_loop_ended_is_started_again(tmp_path, monkeypatch):
+    """schedule() starts the writer thread when there is none, and again once its loop
+    ended (an error it does not catch), so work scheduled afterwards is still done."""
+    import threading
+
+    from normandy_archive import Archive, maintenance
+
+    raised: list[type[BaseException]] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_type))
+
+    class NotAnArchive:
+        """No ``last_write``: serving it raises out of the writer's loop."""
+
+    writer = maintenance._Writer()
+    writer.hurry = False
+    writer.schedule(NotAnArchive(), None, ())  # type: ignore[arg-type]
+    first = writer.thread
+    assert first is not None
+    first.join(10)
+    assert not first.is_alive() and writer.thread is None and raised == [AttributeError]
+    archive = Archive(tmp_path / "a.sqlite3")
+    try:
+        writer.schedule(archive, None, ())
+        second = writer.thread
+        assert second is not None and second is not first and second.is_alive()
+        assert writer.drain(10) and not writer.pending
+    finally:
+        archive.close()
