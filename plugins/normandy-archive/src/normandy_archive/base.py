@@ -19,9 +19,9 @@ import abc
 import builtins
 import json
 import math
+import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
@@ -268,11 +268,20 @@ PREPARED_MAX_BYTES = 16 * 1024 * 1024
 
 def _prepare_one(entry: Entry) -> Prepared:
     """``entry`` serialized once: its JSON, content hash (cut from that JSON) and caller's
-    ids, as a list and as the JSON array a row stores."""
-    data = entry.model_dump_json()
+    ids, as a list and as the JSON array a row stores.
+
+    The JSON is ``entry.model_dump_json()``'s, made by the model's serializer directly
+    (``model_dump_json`` passes it its defaults, one keyword at a time), and the ids'
+    array is ``json.dumps(ids)``'s, each id escaped by the function ``json.dumps`` uses.
+    """
+    data = type(entry).__pydantic_serializer__.to_json(entry).decode()
     ids = tuple(source_ids(entry))
-    ids_json = json.dumps(ids) if ids else None
+    ids_json = "[" + ", ".join(map(_json_string, ids)) + "]" if ids else None
     return Prepared(entry, data, content_hash(entry, data), ids, ids_json)
+
+
+#: A string as ``json.dumps`` writes it (``ensure_ascii``).
+_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 
 
 def prepare(entries: Sequence[Entry]) -> int:
@@ -300,11 +309,25 @@ def _serialized(entries: Sequence[Entry]) -> builtins.list[Prepared]:
     pop = _prepared.pop
     with _prepared_lock:
         hits = [pop(id(e), None) for e in entries]
-        _prepared_bytes[0] -= sum(len(h.entry_json) for h in hits if h is not None)
+        _prepared_bytes[0] -= sum([len(h.entry_json) for h in hits if h is not None])
     return [
         h if h is not None and h.entry is e else _prepare_one(e)
         for e, h in zip(entries, hits, strict=True)
     ]
+
+
+def _random_id() -> str:
+    """A fresh compaction id: a random version-4 UUID's ``hex``, made from 16 random bytes
+    as :func:`uuid.uuid4` makes it, without building the ``UUID``."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return raw.hex()
+
+
+#: A compaction's meta as its row stores it: ``json.dumps(meta, ensure_ascii=False,
+#: default=str)``, with the encoder that call would build made once.
+_meta_json: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
 #: The largest LIMIT or OFFSET either database takes (a signed 64-bit integer).
@@ -485,7 +508,7 @@ class ArchiveBackend(abc.ABC):
             timeout, permission, not an archive, the database refused...), naming the
             archive and the cause; nothing of it was written.
         """
-        cid = compaction_id or uuid.uuid4().hex
+        cid = compaction_id or _random_id()
         rows: dict[str, Prepared] = {}
         for r in _serialized(dropped):
             rows.setdefault(r.content_hash, r)
@@ -503,7 +526,7 @@ class ArchiveBackend(abc.ABC):
             tokens_after=int_or_none(info.get("tokens_after")),
             dropped_count=len(dropped),
         )
-        meta_json = json.dumps(info, ensure_ascii=False, default=str)
+        meta_json = _meta_json(info)
         stored = self._write(builtins.list(rows.values()), compaction, meta_json, index=index)
         return Recorded(cid, stored, len(rows) - stored)
 

@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from normandy_archive.errors import ArchiveError
@@ -45,20 +47,32 @@ if TYPE_CHECKING:
     from normandy_archive.backend import ArchiveBackend
     from normandy_archive.base import ArchivedEntry
     from normandy_archive.settings import ArchiveSettings
+    from normandy_archive.store import Archive
     from normandy_core import AgentConfig, CompactionContext
 
 # The backend (SQLite), the settings model and the background writer are imported by
 # the hooks when a compaction drops something (or a recall comes), not when the plugin
-# loads: a boundary with nothing to drop does not pay for them.
+# loads: a boundary with nothing to drop does not pay for them. What the hooks use of
+# them at every compaction is kept here once imported (``import`` of a module already
+# loaded still costs about half a microsecond).
+_settings: Callable[[], ArchiveSettings] | None = None
+#: The background writer's module, and the SQLite backend's class (the one it serves).
+_background: tuple[ModuleType, type[Archive]] | None = None
 
 __all__ = ["after_compact", "before_commit", "recall_entries"]
 
 _lock = threading.Lock()
 # only the archive in use: its connection stays open between compactions
 _current: dict[tuple[Path | str, float, str], ArchiveBackend] = {}
+#: The settings :func:`_archive` was last given and the archive it returned, replaced
+#: whole (read without the lock): the settings resolved once serve every compaction.
+_last_given: list[tuple[ArchiveSettings, ArchiveBackend] | None] = [None]
 
 
 def _archive(settings: ArchiveSettings) -> ArchiveBackend:
+    last = _last_given[0]
+    if last is not None and last[0] is settings:
+        return last[1]
     target = settings.target
     assert target is not None
     key = (target, settings.busy_timeout, settings.sync)
@@ -73,6 +87,7 @@ def _archive(settings: ArchiveSettings) -> ArchiveBackend:
             hit = _current[key] = open_archive(
                 target, timeout=settings.busy_timeout, sync=settings.sync
             )
+        _last_given[0] = (settings, hit)
         return hit
 
 
@@ -96,28 +111,43 @@ def _record(
     )
     stored, existing = cid.entries, cid.existing
     said = f"{stored} new, {existing} already there" if existing else "all new"
+    where = archive.location
     return {
-        "path": archive.location,
+        "path": where,
         "session": session,
         "entries": len(dropped),
         "stored": stored,
         "existing": existing,
         "compaction_id": str(cid) if stored else None,
         "required": settings.required,
-        "message": f"{len(dropped)} dropped entries archived to {archive.location} "
+        "message": f"{len(dropped)} dropped entries archived to {where} "
         f"({said}; session {session})",
     }
+
+
+def _current_settings() -> ArchiveSettings:
+    """:func:`~normandy_archive.settings.current_settings` (imported at first use)."""
+    global _settings
+    if _settings is None:
+        from normandy_archive.settings import current_settings
+
+        _settings = current_settings
+    return _settings()
 
 
 def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
     """Index, checkpoint and prune in the background writer, and serialize the entries
     the conversation keeps, the next compaction's dropped ones among them (SQLite;
     PostgreSQL indexes as it writes)."""
-    from normandy_archive import maintenance
-    from normandy_archive.store import Archive
+    global _background
+    if _background is None:
+        from normandy_archive import maintenance
+        from normandy_archive.store import Archive
 
+        _background = (maintenance, Archive)
+    maintenance, sqlite = _background
     archive = _archive(settings)
-    if not isinstance(archive, Archive):
+    if not isinstance(archive, sqlite):
         return
     limits = None
     if settings.limited:
@@ -140,9 +170,7 @@ def before_commit(
     """
     if not meta.get("dropped"):
         return None
-    from normandy_archive.settings import current_settings
-
-    settings = current_settings()
+    settings = _current_settings()
     if settings.off or not settings.required:
         return None
     return _record(settings, acc, ctx, meta)
@@ -159,9 +187,7 @@ def after_compact(
     dropped = meta.get("dropped")
     if not dropped:
         return None
-    from normandy_archive.settings import current_settings
-
-    settings = current_settings()
+    settings = _current_settings()
     if settings.off:
         return {
             "path": None,

@@ -64,17 +64,20 @@ class _Writer:
     """One daemon thread serving every archive of the process that has work."""
 
     def __init__(self) -> None:
-        self.cond = threading.Condition()
+        self.lock = threading.RLock()
+        """The condition's lock, taken directly where no wait follows (no Python frame)."""
+        self.cond = threading.Condition(self.lock)
         self.pending: dict[int, tuple[Archive, Limits | None, Sequence[Entry]]] = {}
         self.busy = False
         self.thread: threading.Thread | None = None
+        """The writer thread; ``None`` before it starts and once its loop has ended."""
         self.pruned: dict[str, float] = {}
         self.hurry = False  # draining: no waiting for a pause
 
     def schedule(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
-        with self.cond:
+        with self.lock:
             self.pending[id(archive)] = (archive, limits, upcoming)
-            if self.thread is None or not self.thread.is_alive():
+            if self.thread is None:  # not started, or its loop ended (it raised)
                 self.thread = threading.Thread(
                     target=self.run, name="normandy-archive-writer", daemon=True
                 )
@@ -97,6 +100,14 @@ class _Writer:
         return True
 
     def run(self) -> None:
+        try:
+            self.loop()
+        finally:
+            with self.lock:
+                if self.thread is threading.current_thread():
+                    self.thread = None  # the next schedule() starts another
+
+    def loop(self) -> None:
         while True:
             with self.cond:
                 while not self.pending:

@@ -338,12 +338,14 @@ def _from_env(key: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
     return _check(key, raw, name), name
 
 
-#: The environment variables the settings are read from (the default path's too).
-_ENV_READ = (*_ENV.values(), ENV_URL, "XDG_DATA_HOME", "LOCALAPPDATA", "HOME")
+#: The environment variables the default path is read from (``HOME`` also expands a
+#: ``~`` in a path read from the environment).
+_ENV_DEFAULT = ("XDG_DATA_HOME", "HOME", *(("LOCALAPPDATA",) if sys.platform == "win32" else ()))
 #: The last settings :func:`current_settings` resolved from ``os.environ``, after what
-#: they were resolved from: ``(per-call settings, configure()'s generation, environment
-#: values, settings)``, replaced whole (a thread reads one consistent tuple).
-_last: list[tuple[Any, ...]] = [({}, -1, (), None)]
+#: they were resolved from: ``(per-call settings, configure()'s generation, the
+#: environment variables read, their values, settings)``, replaced whole (a thread reads
+#: one consistent tuple).
+_last: list[tuple[Any, ...]] = [({}, -1, (), (), None)]
 #: Bumped by :func:`configure`, so settings resolved before it are not reused.
 _generation = [0]
 
@@ -359,22 +361,32 @@ def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
     call = _per_call.get() or {}
     if env is not None:
         return _resolve(call, env)
-    seen = _env_values()
     generation = _generation[0]
-    last_call, last_generation, last_seen, last = _last[0]
-    fresh = last_generation == generation and last_seen == seen and last_call == call
-    if fresh and last is not None:
+    last_call, last_generation, names, last_seen, last = _last[0]
+    same = last is not None and last_generation == generation and last_call == call
+    if not same:
+        names = _env_read(call)
+    get = os.environ.get
+    seen = tuple([get(name) for name in names])
+    if same and last_seen == seen:
         settings: ArchiveSettings = last
         return settings
     settings = _resolve(call, os.environ)
-    _last[0] = (dict(call), generation, seen, settings)
+    _last[0] = (dict(call), generation, names, seen, settings)
     return settings
 
 
-def _env_values() -> tuple[str | None, ...]:
-    """The values of the environment variables in :data:`_ENV_READ` (``None``: unset)."""
-    get = os.environ.get
-    return tuple([get(name) for name in _ENV_READ])
+def _env_read(call: Mapping[str, Any]) -> tuple[str, ...]:
+    """The environment variables that can change the settings under the per-call settings
+    ``call`` and :func:`configure`'s: those of the settings neither sets (for ``path``,
+    :data:`ENV_URL` and the default path's too)."""
+    names: list[str] = []
+    for key in _KEYS:
+        if key not in call and key not in _configured:
+            names.append(_ENV[key])
+            if key == "path":
+                names += (ENV_URL, *_ENV_DEFAULT)
+    return tuple(names)
 
 
 def _resolve(call: Mapping[str, Any], env: Mapping[str, str]) -> ArchiveSettings:
