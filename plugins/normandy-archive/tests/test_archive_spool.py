@@ -195,3 +195,40 @@ def test_a_child_made_by_fork_spools_into_a_file_of_its_own(tmp_path):
     result = json.loads(out.strip().splitlines()[-1])
     # the child moved its own frame only; the parent's waited for the parent
     assert result == {"after_child": 1, "files": 1, "p": 1, "c": 1}
+
+
+PRUNER = textwrap.dedent(
+    """
+    import sys
+    from normandy_archive import Archive
+    print(Archive(sys.argv[1]).prune(max_age_seconds=float(sys.argv[2])))
+    """
+)
+
+
+def test_content_dropped_again_is_not_lost_to_a_prune_before_the_move(tmp_path):
+    """A spooled compaction that drops again content the archive holds writes it again:
+    a prune by another process before the move (it cannot see the new drop) removes the
+    old copy, and the move stores it anew, under the session that dropped it last."""
+    path = tmp_path / "archive.sqlite3"
+    entries = SESSION[:12]
+    archive = Archive(path)
+    archive.record(entries, session_id="old", at=1_000.0)  # stored, indexed
+    stored = archive.count("old")
+    again = archive.record(entries, session_id="new", index=False)  # spooled, not moved
+    assert (again.entries, again.existing) == (0, len(entries))  # known to be there
+    pruned = subprocess.run(
+        [sys.executable, "-c", PRUNER, str(path), "86400"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert int(pruned) == stored > 0 and archive.count("old") == 0  # gone from the tables
+    archive.index()  # the move: what the prune removed is stored again
+    kept = archive.list(limit=100)
+    assert {a.entry.id for a in kept} == {e.id for e in entries}
+    assert {a.session_id for a in kept} == {"new"}
+    for a in kept:
+        assert a.entry.model_dump_json() == a.entry_json
+    archive.close()

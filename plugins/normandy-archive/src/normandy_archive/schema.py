@@ -351,9 +351,13 @@ def read_with(
         f"compactions ({COMPACTION_COLUMNS}, rowid) AS "
         f"(SELECT {COMPACTION_COLUMNS}, rowid FROM main.compactions UNION ALL "
         "SELECT *, (1 << 62) + row_number() OVER (ORDER BY created_at) FROM "
-        "(SELECT compaction_id, session_id, compactor, strategy, model, mid_round, "
-        "created_at, entry_count, tokens_before, tokens_after, meta_json, dropped_count "
-        f"FROM {journal} WHERE entry_count > 0)), "
+        # each with the entries the move will store for it (none: not listed): content
+        # another journal row or spooled frame held first, or the tables, is not its
+        "(SELECT j.compaction_id, j.session_id, j.compactor, j.strategy, j.model, "
+        "j.mid_round, j.created_at, p.n, j.tokens_before, j.tokens_after, j.meta_json, "
+        f"j.dropped_count FROM {journal} j JOIN (SELECT compaction_id AS cid, count(*) AS n "
+        "FROM entries WHERE seq > coalesce((SELECT seq FROM main.sqlite_sequence WHERE "
+        "name = 'entries'), 0) GROUP BY compaction_id) p ON p.cid = j.compaction_id)), "
         # the content a journal row dropped again: the last such row's session saw it last
         "seen (seq, session_id, at) AS (SELECT seq, session_id, at FROM main.seen UNION ALL "
         "SELECT e.seq, s.session_id, s.at FROM entries e JOIN (SELECT h.value AS hash, "

@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -372,6 +372,8 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _inherited: builtins.list[sqlite3.Connection] = []
 #: Every Archive of the process, so a child made by ``fork`` gets fresh locks.
 _instances: weakref.WeakSet[Archive] = weakref.WeakSet()
+#: Per archive path, the content hashes this process committed (``Archive._committed``).
+_committed: dict[str, set[str]] = {}
 
 
 def _after_fork() -> None:
@@ -454,6 +456,12 @@ class Archive(ArchiveBackend):
     #: Bytes of spooled compactions not moved yet past which compactions are written to
     #: the archive directly (waiting for its lock, at most the busy timeout).
     SPOOL_MAX_BYTES = 16 * 1024 * 1024
+    #: Content hashes of what it committed this process keeps per archive, to count what
+    #: a spooled compaction drops again (about 11 MB at most).
+    COMMITTED_MAX = 100_000
+    #: Entries past which a spooled compaction looks up in the archive what it holds
+    #: already, to count it (a re-compaction of a long history, say).
+    LOOKUP_MIN = 64
 
     def __init__(
         self,
@@ -498,6 +506,9 @@ class Archive(ArchiveBackend):
         self._spool: Spool | None = None
         # content hash -> the spooled frame holding it (not moved into the journal yet)
         self._spooled: dict[str, Frame] = {}
+        # content hashes this process committed to the archive at this path, at most
+        # COMMITTED_MAX (then forgotten), shared by its Archive objects
+        self._committed = _committed.setdefault(str(self.path), set())
         self.move_failure: str | None = None
         """Why the last move of the spool into the archive failed (``None``: it did not).
         While it failed, compactions are written to the archive directly, so a failing
@@ -954,6 +965,7 @@ class Archive(ArchiveBackend):
                 for h in written:
                     journaled[h] = jid
                 order.append((jid, written))
+            self._remember(r.content_hash for r in rows)  # written, or there already
             self.move_failure = None
 
         self.last_write = time.monotonic()
@@ -996,36 +1008,35 @@ class Archive(ArchiveBackend):
     def _spool_write(
         self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str
     ) -> int:
-        """Commit the compaction as one frame appended to this process's spool."""
+        """Commit the compaction as one frame appended to this process's spool: every
+        content it dropped but what this process's frames not moved yet hold (those are
+        named in its ``seen``). Content the archive holds already is written again and
+        left out by the move, which also refreshes its ``seen``: so what a prune removes
+        meanwhile is not lost. Returns how many entries hold content new to the archive
+        (``Recorded.entries``): looked up in it for a compaction of more than
+        :data:`LOOKUP_MIN` entries; for fewer, new to what this process archived (the
+        boundary does not read the archive)."""
         c = compaction
-        hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'
         doing = f"could not record {len(rows)} entries"
         self.last_write = time.monotonic()
         with self._writing(foreground=True):
-            conn = self._writer()  # opened (checked, created, moved to) or reopened
-            try:
-                have = self._have(conn, rows, hashes)
-            except sqlite3.Error as exc:
-                self._drop_writer()
-                raise self._error(exc, doing) from exc
-            spooled, journaled = self._spooled, self._journaled
-            new = [
-                r
-                for r in rows
-                if r.content_hash not in have
-                and r.content_hash not in spooled
-                and r.content_hash not in journaled
-            ]
-            again = [
-                r.content_hash
-                for r in rows
-                if r.content_hash in spooled or r.content_hash in journaled
-            ]
-            if not new and not again and not have:
-                return 0
+            conn = self._writer()  # opened (checked, created, moved to), or reopened
+            spooled, committed = self._spooled, self._committed
+            new = [r for r in rows if r.content_hash not in spooled]
+            again = [r.content_hash for r in rows if r.content_hash in spooled]
+            if len(rows) > self.LOOKUP_MIN:
+                hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'
+                try:
+                    have = self._have(conn, rows, hashes)
+                except sqlite3.Error as exc:
+                    self._drop_writer()
+                    raise self._error(exc, doing) from exc
+                known = sum([r.content_hash in committed or r.content_hash in have for r in rows])
+            else:
+                known = sum([r.content_hash in committed for r in rows])
             frame = Frame(
                 (*_journal_values(c, meta_json), json.dumps(again) if again else None),
-                tuple(have),
+                (),
                 tuple([_entry_row(r) for r in new]),
             )
             spool = self._spool
@@ -1037,8 +1048,17 @@ class Archive(ArchiveBackend):
                 raise self._spool_error(exc, doing) from exc
             for r in new:
                 spooled[r.content_hash] = frame
+            self._remember(r.content_hash for r in new)
         self.last_write = time.monotonic()
-        return len(new)
+        return len(rows) - known
+
+    def _remember(self, hashes: Iterable[str]) -> None:
+        """Note content this process committed (to count what a spooled compaction
+        finds there already; never to leave it out of a frame)."""
+        committed = self._committed
+        if len(committed) > self.COMMITTED_MAX:
+            committed.clear()
+        committed.update(hashes)
 
     def _spool_error(self, exc: OSError, doing: str) -> ArchiveError:
         where = self._spool.path if self._spool is not None else self.path.parent
