@@ -25,7 +25,7 @@ from reliability_counts import (
     ROTATIONS,
 )
 
-from normandy_archive import Archive, archive_settings
+from normandy_archive import Archive, archive_settings, maintenance
 from normandy_archive.spool import read_frames
 from normandy_core.workload import generate_session
 
@@ -101,6 +101,7 @@ def test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing(tmp_path
     agent = Replay("locked", seed=52, messages=600)
     with archive_settings(path=path, busy_timeout=0.5):
         assert agent.next_compaction()["compacted"]  # the archive exists and works
+        assert maintenance.drain(30) and read_frames(path) == []  # and has it all
         holder = subprocess.Popen(
             [sys.executable, "-c", HOLDER, str(path)],
             stdin=subprocess.PIPE,

@@ -232,3 +232,50 @@ def test_content_dropped_again_is_not_lost_to_a_prune_before_the_move(tmp_path):
     for a in kept:
         assert a.entry.model_dump_json() == a.entry_json
     archive.close()
+
+
+_records = st.lists(
+    st.tuples(
+        st.sampled_from(["s1", "s2", "s3"]),
+        st.integers(0, len(SESSION) - 1),
+        st.integers(1, 30),
+        st.booleans(),  # moved right after (index=True) or left to the background writer
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(records=_records)
+def test_spooled_and_journaled_compactions_leave_the_same_archive(tmp_path_factory, records):
+    """Whatever sequence of compactions (sessions, overlapping content, moved at once or
+    not), the spool and the journal leave the same rows once moved: the same entries,
+    numbers, bytes and sessions, and the same compactions with what they stored."""
+    found = []
+    for bound in (Archive.SPOOL_MAX_BYTES, 0):  # spooled frames, then journal rows
+        path = tmp_path_factory.mktemp("same") / "archive.sqlite3"
+        archive = Archive(path)
+        archive.SPOOL_MAX_BYTES = bound
+        for n, (session, start, count, now) in enumerate(records):
+            archive.record(
+                SESSION[start : start + count],
+                session_id=session,
+                compaction_id=f"c{n}",
+                at=1_000.0 + n,
+                index=now,
+            )
+        archive.index()
+        found.append(
+            (
+                [
+                    (a.seq, a.session_id, a.content_hash, a.entry_json)
+                    for a in archive.list(limit=10**6)
+                ],
+                sorted((c.compaction_id, c.entry_count) for c in archive.compactions(limit=10**6)),
+                archive.prune_plan(max_sessions=1).sessions,
+            )
+        )
+        assert read_frames(path) == []
+        archive.close()
+    assert found[0] == found[1]

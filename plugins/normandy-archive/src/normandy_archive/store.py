@@ -942,10 +942,19 @@ class Archive(ArchiveBackend):
                         if journaled.get(h) == jid:
                             del journaled[h]
             known = journaled.keys() | spooled.keys() if spooled else journaled.keys()
-            new = [r for r in rows if r.content_hash not in have and r.content_hash not in known]
+            fresh = [r for r in rows if r.content_hash not in have and r.content_hash not in known]
             again = [r.content_hash for r in rows if r.content_hash in known]
-            if have:  # content dropped before: this session saw it last
-                conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
+            if frames:
+                # the frames before it refresh their content's seen when moved: so does
+                # this one, after them (content the tables hold is written again, so a
+                # prune before the move loses nothing)
+                new = [r for r in rows if r.content_hash not in known]
+            else:
+                new = fresh
+                if have:  # content dropped before: this session saw it last
+                    conn.executemany(
+                        schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have]
+                    )
             if not new and not again:
                 return 0, 0, [], (frames, moved)
             cur = conn.execute(
@@ -955,7 +964,7 @@ class Archive(ArchiveBackend):
             jid = int(cur.lastrowid or 0)
             if new:
                 conn.executemany(_ENTRIES_INSERT, _journal_rows_of(jid, new))
-            return len(new), jid, [r.content_hash for r in new], (frames, moved)
+            return len(fresh), jid, [r.content_hash for r in new], (frames, moved)
 
         def remember(result: tuple[int, int, builtins.list[str], Any]) -> None:
             _, jid, written, done = result  # committed: its content is in the journal now
