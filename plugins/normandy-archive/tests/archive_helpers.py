@@ -173,3 +173,34 @@ class Replay:
         """Appended entries that are neither in the conversation nor archived."""
         final = {digest(e) for e in self.acc.memory}
         return set(self.appended) - final - archived(*paths)
+
+
+def python(script: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``script`` run by this interpreter with ``args``, its output captured (at most 60 s)."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
+
+
+def start_holder(script: str, path: Path, ready: str) -> subprocess.Popen[str]:
+    """``script`` started on ``path``, once it printed ``ready``; :func:`release` ends it."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == ready
+    return holder
+
+
+def release(holder: subprocess.Popen[str]) -> int:
+    """Let a :func:`start_holder` script go on (a line on its input); its exit status."""
+    assert holder.stdin is not None
+    holder.stdin.write("\n")
+    holder.stdin.close()
+    return holder.wait(timeout=30)

@@ -12,6 +12,7 @@ import textwrap
 import time
 
 import pytest
+from archive_helpers import python
 
 from normandy_archive import (
     Archive,
@@ -597,13 +598,7 @@ FORK = textwrap.dedent(
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 def test_a_child_forked_while_another_thread_writes_can_write(tmp_path):
     path = tmp_path / "forked.sqlite3"
-    done = subprocess.run(
-        [sys.executable, "-c", FORK, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = python(FORK, str(path), check=False)
     assert done.returncode == 0 and done.stdout.strip().endswith("child 0"), done
     assert Archive(path).count("child") == len(list(generate_session(9, 10))) - 3
 

@@ -11,13 +11,20 @@ they lose is counted in ``hook_errors``.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import time
 
 import pytest
-from archive_helpers import DROP_DAC, Replay, agent, archived, digest, lost
+from archive_helpers import (
+    DROP_DAC,
+    Replay,
+    agent,
+    archived,
+    digest,
+    lost,
+    release,
+    start_holder,
+)
 from reliability_counts import (
     DISK_FULL_LIMITS,
     LOCKED_COMPACTIONS,
@@ -102,14 +109,8 @@ def test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing(tmp_path
     with archive_settings(path=path, busy_timeout=0.5):
         assert agent.next_compaction()["compacted"]  # the archive exists and works
         assert maintenance.drain(30) and read_frames(path) == []  # and has it all
-        holder = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, str(path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
+        holder = start_holder(HOLDER, path, "locked")
         try:
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
             meta = agent.next_compaction()  # spooled: the lock is not waited for
             assert meta["compacted"] and "hook_errors" not in meta
             assert len(read_frames(path)) == 1
@@ -122,10 +123,7 @@ def test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing(tmp_path
                 assert "busy_timeout" in meta["error"]
                 assert waited < 0.5 + 2.0, waited  # a bounded wait, not 30 s
         finally:
-            assert holder.stdin is not None
-            holder.stdin.write("\n")
-            holder.stdin.close()
-            holder.wait(timeout=30)
+            release(holder)
         meta = agent.next_compaction()  # the lock is gone: the next one goes through
         assert meta["compacted"] and "hook_errors" not in meta
         assert read_frames(path) == []  # with the spooled one, moved before it

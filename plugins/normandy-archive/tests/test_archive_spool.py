@@ -13,11 +13,10 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from archive_helpers import python, release, start_holder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,24 +100,15 @@ def test_a_spool_file_is_owner_only_locked_and_removed_once_moved(tmp_path):
     finally:
         os.umask(old)
     # a live process's spool file is locked: another process's writer leaves it alone
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    holder = start_holder(HOLDER, path, "spooled")
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "spooled"
         writer = Archive(path)
         writer.record([Entry(id="w", role="user", content="writer")], session_id="w")
         assert [f.journal[1] for f in read_frames(path)] == ["live"]
         assert writer.count("live") == 1  # read from the live process's file
         writer.close()
     finally:
-        assert holder.stdin is not None
-        holder.stdin.write("\n")
-        holder.stdin.close()
-        assert holder.wait(timeout=30) == 0
+        assert release(holder) == 0
     assert spool_files(path) == [] and Archive(path).count("live") == 1
 
 
@@ -185,13 +175,7 @@ FORKED = textwrap.dedent(
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 def test_a_child_made_by_fork_spools_into_a_file_of_its_own(tmp_path):
     path = tmp_path / "archive.sqlite3"
-    out = subprocess.run(
-        [sys.executable, "-c", FORKED, str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    out = python(FORKED, str(path)).stdout
     result = json.loads(out.strip().splitlines()[-1])
     # the child moved its own frame only; the parent's waited for the parent
     assert result == {"after_child": 1, "files": 1, "p": 1, "c": 1}
@@ -217,13 +201,7 @@ def test_content_dropped_again_is_not_lost_to_a_prune_before_the_move(tmp_path):
     stored = archive.count("old")
     again = archive.record(entries, session_id="new", index=False)  # spooled, not moved
     assert (again.entries, again.existing) == (0, len(entries))  # known to be there
-    pruned = subprocess.run(
-        [sys.executable, "-c", PRUNER, str(path), "86400"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
+    pruned = python(PRUNER, str(path), "86400").stdout
     assert int(pruned) == stored > 0 and archive.count("old") == 0  # gone from the tables
     archive.index()  # the move: what the prune removed is stored again
     kept = archive.list(limit=100)

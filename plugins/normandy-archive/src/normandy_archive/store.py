@@ -16,6 +16,7 @@ import builtins
 import collections
 import contextlib
 import errno
+import functools
 import json
 import logging
 import os
@@ -167,6 +168,10 @@ def _file_id(path: Path) -> tuple[int, int] | None:
 
 #: Milliseconds a background transaction waits for another process's write lock.
 _BACKGROUND_WAIT_MS = 20
+
+
+class _NotMoved(Exception):
+    """Spool files whose frames could not be moved: they are kept."""
 
 
 class ArchiveBusyError(ArchiveError):
@@ -693,45 +698,41 @@ class Archive(ArchiveBackend):
         meanwhile, so a failure here loses nothing: it is logged, and the next writer to
         open the archive tries again."""
         try:
-            with orphans(self.path) as found:
+            with contextlib.suppress(_NotMoved), orphans(self.path) as found:
                 frames = in_order([fs for _, fs in found])
-                if frames:
-                    conn.execute("BEGIN IMMEDIATE")
-                    self._insert_frames(conn, frames, check=True)
-                    conn.execute("COMMIT")
-        except (sqlite3.Error, OSError) as exc:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+                moving = functools.partial(self._insert_frames, frames=frames, check=True)
+                if frames and self._try(conn, moving, "spool files are moved later") is None:
+                    raise _NotMoved  # the files stay
+        except OSError as exc:  # reading or removing them
             log.warning("archive %s: spool files are moved later: %s", self.location, exc)
-        try:
-            if conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0]:
-                conn.execute("BEGIN IMMEDIATE")
-                schema.move_journal(conn)
-                conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            log.warning("archive %s: the journal is moved later: %s", self.location, exc)
+        if conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0]:
+            self._try(conn, schema.move_journal, "the journal is moved later")
 
-    def _spool_into(self, conn: sqlite3.Connection) -> None:
-        """Move the spooled frames into the archive open on ``conn`` (the file they were
-        committed for, before it was rotated); on failure they go into the next one."""
-        frames = self._pending_frames(0)
-        if not frames:
-            return
+    def _try(
+        self, conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T], then: str
+    ) -> T | None:
+        """``work(conn)`` in one ``BEGIN IMMEDIATE`` transaction; on failure rolled back
+        and logged (``then``: what happens to it), and ``None``."""
         try:
             conn.execute("BEGIN IMMEDIATE")
-            jids = self._insert_frames(conn, frames)
+            result = work(conn)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-            log.warning("archive %s: spooled compactions go to the new file: %s", self.path, exc)
-            return
-        self._frames_moved(frames, jids)
+            log.warning("archive %s: %s: %s", self.location, then, exc)
+            return None
+        return result
+
+    def _spool_into(self, conn: sqlite3.Connection) -> None:
+        """Move the spooled frames into the archive open on ``conn`` (the file they were
+        committed for, before it was rotated); on failure they go into the next one."""
+        frames = self._pending_frames(0)
+        moving = functools.partial(self._insert_frames, frames=frames)
+        jids = self._try(conn, moving, "spooled compactions go to the new file") if frames else None
+        if jids is not None:
+            self._frames_moved(frames, jids)
 
     def _drop_writer(self, *, moved: bool = False) -> None:
         conn, self._wconn, self._wid = self._wconn, None, None
