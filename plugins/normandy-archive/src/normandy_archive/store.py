@@ -705,7 +705,12 @@ class Archive(ArchiveBackend):
                     raise _NotMoved  # the files stay
         except OSError as exc:  # reading or removing them
             log.warning("archive %s: spool files are moved later: %s", self.location, exc)
-        if conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0]:
+        try:
+            pending = conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0]
+        except sqlite3.Error as exc:
+            log.warning("archive %s: the journal is moved later: %s", self.location, exc)
+            return
+        if pending:
             self._try(conn, schema.move_journal, "the journal is moved later")
 
     def _try(
