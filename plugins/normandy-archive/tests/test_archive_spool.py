@@ -257,3 +257,26 @@ def test_spooled_and_journaled_compactions_leave_the_same_archive(tmp_path_facto
         assert read_frames(path) == []
         archive.close()
     assert found[0] == found[1]
+
+
+def test_a_spool_file_others_could_have_planted_is_neither_read_nor_moved(tmp_path):
+    """In a directory others may write to, a file named like a spool file that another
+    user owns, or that others may write, is left alone: its frames are not shown, nor
+    moved into the archive."""
+    path = tmp_path / "archive.sqlite3"
+    archive = Archive(path)
+    archive.record([Entry(id="real", role="user", content="real")], session_id="s")
+    planted = [path.parent / f"{path.name}.spool-1-{n}" for n in ("writable", "foreign")]
+    for p in planted:
+        p.write_bytes(encode(_frame(7, SESSION[:3])))
+    planted[0].chmod(0o666)
+    if os.geteuid() == 0:  # another owner (root can give it away)
+        os.chown(planted[1], 65534, 65534)
+        planted[1].chmod(0o600)
+    else:
+        planted[1].unlink()
+    assert spool_files(path) == [] and read_frames(path) == []
+    archive.index()
+    assert [a.entry.id for a in archive.list(limit=100)] == ["real"]
+    assert planted[0].exists() and planted[1].exists() == (os.geteuid() == 0)  # untouched
+    archive.close()

@@ -27,6 +27,7 @@ import collections
 import contextlib
 import heapq
 import json
+import logging
 import os
 import secrets
 import struct
@@ -52,6 +53,8 @@ __all__ = [
     "read_frames",
     "spool_files",
 ]
+
+log = logging.getLogger("normandy_archive")
 
 MAGIC = b"NSP1"
 _HEAD = struct.Struct("<4sIII")
@@ -145,7 +148,9 @@ def _row(data: str) -> EntryRow:
 
 
 def spool_files(archive: str | os.PathLike[str]) -> list[Path]:
-    """The spool files of the archive at ``archive`` (regular files only), by name."""
+    """The spool files of the archive at ``archive``, by name: regular files (not links)
+    of this user that no one else may write (in a directory others may write to, a file
+    planted there is not read, nor moved into the archive)."""
     archive = Path(archive)
     prefix = archive.name + SUFFIX
     try:
@@ -153,10 +158,21 @@ def spool_files(archive: str | os.PathLike[str]) -> list[Path]:
             return sorted(
                 Path(e.path)
                 for e in found
-                if e.name.startswith(prefix) and e.is_file(follow_symlinks=False)
+                if e.name.startswith(prefix) and e.is_file(follow_symlinks=False) and _ours(e)
             )
     except (FileNotFoundError, NotADirectoryError):
         return []
+
+
+def _ours(entry: os.DirEntry[str]) -> bool:
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    return st.st_uid == _EUID and not st.st_mode & 0o022
+
+
+_EUID = os.geteuid() if hasattr(os, "geteuid") else 0
 
 
 def _read(fd: int) -> bytes:
@@ -180,10 +196,12 @@ def read_frames(archive: str | os.PathLike[str]) -> list[Frame]:
     for path in spool_files(archive):
         try:
             fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
-        except OSError:  # emptied and removed meanwhile, or not ours to read
+        except OSError:  # emptied and removed meanwhile
             continue
         try:
             files.append(decode(_read(fd))[0])
+        except OSError as exc:  # what it holds is read by the next writer, or later
+            log.warning("spool file %s could not be read: %s", path, exc)
         finally:
             os.close(fd)
     return in_order(files)

@@ -1153,14 +1153,17 @@ class Archive(ArchiveBackend):
     def _move_orphans(self, *, background: bool) -> None:
         """Move what spool files no live ``Archive`` holds (their process ended, or their
         ``Archive`` was dropped unclosed) hold, and remove the files."""
-        with orphans(self.path) as found:
-            frames = in_order([fs for _, fs in found])
-            if frames:
-                self._transaction(
-                    lambda conn: self._insert_frames(conn, frames, check=True),
-                    "could not move the compactions an ended process spooled",
-                    background=background,
-                )
+        try:
+            with orphans(self.path) as found:
+                frames = in_order([fs for _, fs in found])
+                if frames:
+                    self._transaction(
+                        lambda conn: self._insert_frames(conn, frames, check=True),
+                        "could not move the compactions an ended process spooled",
+                        background=background,
+                    )
+        except OSError as exc:  # reading or removing them: readers see them meanwhile
+            log.warning("archive %s: spool files are moved later: %s", self.location, exc)
 
     def _move_spool(self, *, yield_to_writers: bool) -> int:
         """Move the spooled frames into the journal; how many it moved."""
