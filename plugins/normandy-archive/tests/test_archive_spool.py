@@ -30,9 +30,10 @@ from normandy_core.workload import generate_session
 SESSION = list(generate_session(91, 120))
 
 
-def _frame(n: int, entries: list[Entry], have: tuple[str, ...] = ()) -> Frame:
+def _frame(n: int, entries: list[Entry], seen: tuple[str, ...] = ()) -> Frame:
     journal = (f"c{n}", "s", "window_manager", None, "gpt-4o", n % 2, 1000.0 + n, 9, 3, "{}", 5)
-    return Frame((*journal, None), have, tuple(_entry_row(_prepare_one(e)) for e in entries))
+    again = json.dumps(list(seen)) if seen else None
+    return Frame((*journal, again), tuple(_entry_row(_prepare_one(e)) for e in entries))
 
 
 _frames = st.lists(
@@ -45,8 +46,8 @@ _frames = st.lists(
     max_size=5,
 ).map(
     lambda specs: [
-        _frame(n, SESSION[start : start + count], tuple(have))
-        for n, (start, count, have) in enumerate(specs)
+        _frame(n, SESSION[start : start + count], tuple(seen))
+        for n, (start, count, seen) in enumerate(specs)
     ]
 )
 

@@ -14,11 +14,10 @@ writer to open the archive moves the frames a process left when it ended without
 them (killed, crashed, or the archive locked at exit) and removes its file.
 
 A frame: ``MAGIC``, the header's and body's sizes in bytes, the CRC-32 of both, the header
-(a JSON array: the journal row, the content hashes the archive already held, and each
-entry's size in characters), then the body (the entries' JSON, one after the other: their
-ids, roles, content hashes and caller's ids are read from it). A torn or damaged frame
-at the end of a file (a crash in the middle of a write) ends what is read of it: its
-compaction was never committed.
+(a JSON array: the journal row and each entry's size in characters), then the body (the
+entries' JSON, one after the other: their ids, roles, content hashes and caller's ids are
+read from it). A torn or damaged frame at the end of a file (a crash in the middle of a
+write) ends what is read of it: its compaction was never committed.
 """
 
 from __future__ import annotations
@@ -81,10 +80,9 @@ class Frame:
     compactor, strategy, model, mid-round flag, time, tokens before and after, the meta's
     JSON, dropped count, and ``seen`` (a JSON array of the hashes of content it dropped
     again while that content was still in the journal, or ``None``)."""
-    have: tuple[str, ...]
-    """The hashes of content the archive held already (its ``seen`` is refreshed)."""
     entries: tuple[EntryRow, ...]
-    """Its new content, as ``journal_entries`` rows without the journal row's id."""
+    """The content it dropped (but what is named in ``seen``), as ``journal_entries``
+    rows without the journal row's id."""
 
     @property
     def compaction_id(self) -> str:
@@ -94,7 +92,7 @@ class Frame:
 def encode(frame: Frame) -> bytes:
     """``frame`` as the bytes one append writes (an entry's other columns are read from
     its JSON when the frame is decoded)."""
-    head = json.dumps([frame.journal, frame.have, [len(e[4]) for e in frame.entries]]).encode()
+    head = json.dumps([frame.journal, [len(e[4]) for e in frame.entries]]).encode()
     body = "".join([e[4] for e in frame.entries]).encode()
     crc = zlib.crc32(body, zlib.crc32(head))
     return b"".join((_HEAD.pack(MAGIC, len(head), len(body), crc), head, body))
@@ -116,7 +114,7 @@ def decode(data: bytes) -> tuple[list[Frame], int]:
         if zlib.crc32(body, zlib.crc32(head)) != crc:
             break
         try:
-            journal, have, sizes = json.loads(head)
+            journal, sizes = json.loads(head)
             text = body.decode()
             entries: list[EntryRow] = []
             at = 0
@@ -125,7 +123,7 @@ def decode(data: bytes) -> tuple[list[Frame], int]:
                 at += size
         except (ValueError, TypeError, UnicodeDecodeError):
             break
-        frames.append(Frame(tuple(journal), tuple(have), tuple(entries)))
+        frames.append(Frame(tuple(journal), tuple(entries)))
         pos = end
     return frames, pos
 

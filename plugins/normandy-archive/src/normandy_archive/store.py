@@ -932,14 +932,12 @@ class Archive(ArchiveBackend):
         if not index and self._spool_usable():
             return self._spool_write(rows, compaction, meta_json)
         c = compaction
-        # hex digests: a JSON array without json.dumps
-        hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'
         journaled, order, spooled = self._journaled, self._journal_order, self._spooled
 
         def work(conn: sqlite3.Connection) -> tuple[int, int, builtins.list[str], Any]:
             frames = self._pending_frames(0)
             moved = self._insert_frames(conn, frames) if frames else []
-            have = self._have(conn, rows, hashes)
+            have = self._have(conn, rows)
             if journaled:  # forget the journal rows moved since (by any process)
                 first = conn.execute("SELECT min(id) FROM journal").fetchone()[0]
                 while order and (first is None or order[0][0] < first):
@@ -997,10 +995,12 @@ class Archive(ArchiveBackend):
         return stored
 
     @staticmethod
-    def _have(conn: sqlite3.Connection, rows: Sequence[Prepared], hashes: str) -> set[str]:
+    def _have(conn: sqlite3.Connection, rows: Sequence[Prepared]) -> set[str]:
         """The hashes of ``rows`` whose content the archive's tables hold."""
         if not rows:
             return set()
+        # hex digests: a JSON array without json.dumps
+        hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'
         return {
             h
             for (h,) in conn.execute(
@@ -1040,18 +1040,18 @@ class Archive(ArchiveBackend):
             new = [r for r in rows if r.content_hash not in spooled]
             again = [r.content_hash for r in rows if r.content_hash in spooled]
             if len(rows) > self.LOOKUP_MIN:
-                hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'
                 try:
-                    have = self._have(conn, rows, hashes)
+                    have = self._have(conn, rows)
                 except sqlite3.Error as exc:
                     self._drop_writer()
                     raise self._error(exc, doing) from exc
                 known = sum([r.content_hash in committed or r.content_hash in have for r in rows])
             else:
                 known = sum([r.content_hash in committed for r in rows])
+            if not new and not again:  # nothing dropped
+                return 0
             frame = Frame(
                 (*_journal_values(c, meta_json), json.dumps(again) if again else None),
-                (),
                 tuple([_entry_row(r) for r in new]),
             )
             spool = self._spool
@@ -1096,9 +1096,9 @@ class Archive(ArchiveBackend):
         self, conn: sqlite3.Connection, frames: Sequence[Frame], *, check: bool = False
     ) -> builtins.list[int]:
         """Write ``frames`` into the journal (inside the caller's transaction): each a
-        journal row with its entries, and the ``seen`` of the content it found in the
-        archive; the journal row ids (0: none). With ``check``, a frame whose compaction
-        the archive already holds (moved before its file was emptied) is skipped."""
+        journal row with its entries; the journal row ids (0: none). With ``check``, a
+        frame whose compaction the archive already holds (moved before its file was
+        emptied) is skipped."""
         jids: builtins.list[int] = []
         for f in frames:
             j = f.journal
@@ -1112,8 +1112,6 @@ class Archive(ArchiveBackend):
             ):
                 jids.append(0)
                 continue
-            if f.have:
-                conn.executemany(schema.SEEN_SQL, [(j[1], j[6], h) for h in f.have])
             if not f.entries and j[11] is None:
                 jids.append(0)
                 continue
