@@ -86,6 +86,7 @@ class Frame:
 
     @property
     def compaction_id(self) -> str:
+        """The id of the compaction it commits."""
         return str(self.journal[0])
 
 
