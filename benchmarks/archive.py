@@ -6,13 +6,15 @@ it in a subprocess, because ``python -m benchmarks`` disables the archive hook f
 other figure (``NORMANDY_DISABLE_PLUGINS=archive``) and this one needs it loaded as an
 installed plugin, as an agent has it.
 
-* ``boundaries``: an agent replays a generated session and, at every tool batch, the
-  same boundary (the same config and memory) is run twice, once with the archive on (a
-  fresh SQLite file, required, ``sync=normal``) and once off (``path="off"``: the hook is
-  loaded and says so), in alternating order; the session goes on with the compacted
-  memory. Only compacting boundaries are reported. Two windows (24k and 128k tokens), and
-  each with the boundaries back to back (the worst case: the background writer gets no
-  pause, and competes with the next boundaries) or with a 50 ms pause after each
+* ``boundaries``: an agent replays a generated session, compacting at every tool batch,
+  in passes: with the archive on (a fresh SQLite file per pass, required,
+  ``sync=normal``) and off (``path="off"``: the hook is loaded and says so, and no
+  background writer runs), alternating (:data:`PASSES`). Each pass has its own memory, so
+  each counts the tokens of what it appended, as an agent's boundary does (two arms
+  sharing one memory would share its token counts: the arm run second would find them
+  counted). Only compacting boundaries are reported. Two windows (24k and 128k tokens),
+  and each with the boundaries back to back (the worst case: the background writer gets
+  no pause, and competes with the next boundaries) or with a 50 ms pause after each
   compaction standing for the model call that follows it (real ones take seconds).
 * ``throughput``: ``Archive.record`` of batches of distinct entries: the durable write
   (what a boundary waits for), the indexing that follows (the background writer's work),
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,12 +59,13 @@ def _rows(path: Path) -> dict[str, int]:
         archive.close()
 
 
-def boundaries(messages: int, window: int, pause: float, seed: int = 13) -> dict[str, Any]:
-    """Per compacting boundary: archive on vs off, medians and their ratio."""
+def _pass(
+    wl: Any, window: int, path: Path | str, pause: float
+) -> dict[str, list[float] | list[int]]:
+    """One replay of the session from its start, every compacting boundary timed."""
     from normandy_archive import archive_settings, base, maintenance
     from normandy_core import AgentConfig, AgentMemory, run_compaction
 
-    wl = workload(60, extra=messages, seed=seed)
     acc = AgentConfig(
         model="gpt-4o",
         compactor="window_manager",
@@ -73,55 +77,79 @@ def boundaries(messages: int, window: int, pause: float, seed: int = 13) -> dict
         },
         memory=AgentMemory.from_entries(wl.history),
     )
-    directory = Path(tempfile.mkdtemp(prefix="normandy-bench-archive-"))
-    path = directory / "archive.sqlite3"
-    on: list[float] = []
-    off: list[float] = []
-    cpu: dict[str, list[float]] = {"on": [], "off": []}
-    dropped: list[int] = []
-    ready = [0, 0]  # dropped entries found serialized ahead, of all dropped
-    try:
-        for n, batch in enumerate(wl.batches()):
+    on = path != "off"
+    found: dict[str, Any] = {"wall": [], "cpu": [], "dropped": [], "ahead": []}
+    with archive_settings(path=path, required=True):
+        for batch in wl.batches():
             append(acc.memory, batch)
-            results: dict[str, Any] = {}
-            for arm in ("on", "off") if n % 2 == 0 else ("off", "on"):
-                if arm == "on":  # what the background writer has serialized ahead by now
-                    with base._prepared_lock:
-                        ahead = {k: v.entry for k, v in base._prepared.items()}
-                with archive_settings(path=path if arm == "on" else "off", required=True):
-                    c0 = time.thread_time()
-                    t0 = clock()
-                    out = run_compaction(acc, mid_round=True)
-                    results[arm] = (out, clock() - t0, time.thread_time() - c0)
-            result, spent, _ = results["on"]
+            if on:  # what the background writer has serialized ahead by now
+                with base._prepared_lock:
+                    ahead = {k: v.entry for k, v in base._prepared.items()}
+            c0 = time.thread_time()
+            t0 = clock()
+            result = run_compaction(acc, mid_round=True)
+            spent, cpu = clock() - t0, time.thread_time() - c0
             if result.meta.compacted:
-                assert not result.meta.hook_errors and results["off"][0].meta.compacted
-                on.append(spent)
-                off.append(results["off"][1])
-                for arm in ("on", "off"):
-                    cpu[arm].append(results[arm][2])
-                dropped.append(len(result.meta.dropped))
-                ready[0] += sum(ahead.get(id(e)) is e for e in result.meta.dropped)
-                ready[1] += len(result.meta.dropped)
+                assert not result.meta.hook_errors
+                found["wall"].append(spent)
+                found["cpu"].append(cpu)
+                found["dropped"].append(len(result.meta.dropped))
+                if on:
+                    found["ahead"].append(sum(ahead.get(id(e)) is e for e in result.meta.dropped))
+                if pause:
+                    time.sleep(pause)  # the model call: the background writer's turn
             acc = result.acc
-            if pause and result.meta.compacted:
-                time.sleep(pause)  # the model call: the background writer's turn
+    if on:
         assert maintenance.drain(60)
-        stored = _rows(path)
+    return found
+
+
+#: The order of the passes (each a replay of the whole session), off and on alternating
+#: so that a drift of the machine's speed during the run weighs on both alike.
+PASSES = ("off", "on", "on", "off")
+
+
+def boundaries(
+    messages: int, window: int, pause: float, seed: int = 13, passes: Sequence[str] = PASSES
+) -> dict[str, Any]:
+    """Per compacting boundary: archive on vs off, medians and their ratio."""
+    wl = workload(60, extra=messages, seed=seed)
+    directory = Path(tempfile.mkdtemp(prefix="normandy-bench-archive-"))
+    runs: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
+    stored: dict[str, int] = {}
+    try:
+        for n, arm in enumerate(passes):
+            path = directory / f"archive-{n}.sqlite3"
+            runs[arm].append(_pass(wl, window, path if arm == "on" else "off", pause))
+            if arm == "on":
+                stored = _rows(path)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+    def pooled(arm: str, key: str) -> list[float]:
+        return [x for r in runs[arm] for x in r[key]]
+
+    on, off = median(pooled("on", "wall")), median(pooled("off", "wall"))
+    on_cpu, off_cpu = median(pooled("on", "cpu")), median(pooled("off", "cpu"))
+    dropped = pooled("on", "dropped")
+    assert dropped == pooled("off", "dropped")[: len(dropped)]  # the same compactions
+    ahead = sum(pooled("on", "ahead"))
+    # the harness's own error: the first off pass against the last, the same work
+    offs = [median(r["wall"]) for r in runs["off"]]
     return {
         "window": window,
         "pause": pause,
-        "compactions": len(on),
+        "passes": len(passes),
+        "compactions": len(runs["on"][0]["wall"]),
         "dropped": median(dropped),
-        "on": median(on),
-        "off": median(off),
-        "ratio": median(on) / median(off),
-        "on_cpu": median(cpu["on"]),
-        "off_cpu": median(cpu["off"]),
-        "cpu_ratio": median(cpu["on"]) / median(cpu["off"]),
-        "prepared_ahead": ready[0] / ready[1] if ready[1] else None,
+        "on": on,
+        "off": off,
+        "ratio": on / off,
+        "on_cpu": on_cpu,
+        "off_cpu": off_cpu,
+        "cpu_ratio": on_cpu / off_cpu,
+        "off_vs_off": offs[0] / offs[-1],
+        "prepared_ahead": ahead / sum(dropped) if dropped else None,
         "stored": stored,
     }
 
@@ -266,6 +294,7 @@ def report(found: dict[str, Any]) -> str:
                 fmt_time(b["off"]),
                 fmt_time(b["on"]),
                 f"{b['ratio']:.2f}x",
+                f"{b['off_vs_off']:.2f}x",
                 f"{fmt_time(b['off_cpu'])} / {fmt_time(b['on_cpu'])} ({b['cpu_ratio']:.2f}x)",
                 "" if b.get("prepared_ahead") is None else f"{b['prepared_ahead']:.0%}",
             ]
@@ -280,19 +309,25 @@ def report(found: dict[str, Any]) -> str:
                 "archive off",
                 "archive on (required)",
                 "ratio",
+                "off / off",
                 "CPU of the boundary's thread, off / on (ratio)",
                 "dropped entries serialized ahead",
             ],
             rows,
         )
-        + "\n\nThe same boundary (same config and memory) run with the archive on and off, "
-        "in alternating order, medians over the compacting boundaries. *On*: the hook "
-        "commits the dropped entries (new content only) in the boundary, `sync=normal`: one "
-        "frame appended to the process's spool file; moving it into the archive, indexing, "
-        "checkpoints, pruning and serializing the entries the next compaction drops follow "
-        "in the background writer, in the pause after each compaction. *Off*: "
-        "`NORMANDY_ARCHIVE_PATH=off` (the hook is loaded and notes it). Target: <= 1.5x. "
-        "The CPU column is the CPU time of the thread running the boundary "
+        + "\n\nThe session replayed from its start in passes, each with its own memory (and "
+        "so its own token counts) and, with the archive on, a fresh archive file: "
+        f"{found['boundaries'][0]['passes']} passes, off and on alternating (off, on, on, "
+        "off), medians over the compacting boundaries of every pass of each arm. *On*: "
+        "the hook commits the dropped entries (new content only) in the boundary, "
+        "`sync=normal`: one frame appended to the process's spool file; moving it into "
+        "the archive, indexing, checkpoints, pruning and serializing the entries the next "
+        "compaction drops follow in the background writer (back to back, it competes with "
+        "the next boundaries; with a pause, it works in the pause after each compaction). "
+        "*Off*: `NORMANDY_ARCHIVE_PATH=off` (the hook is loaded and notes it), no "
+        "background writer. Target: <= 1.5x. *Off / off*: the first off pass against the "
+        "last, the same work twice: how far the harness itself is from 1.00x on this "
+        "machine. The CPU column is the CPU time of the thread running the boundary "
         "(`time.thread_time`, medians): it leaves out the time the thread waited for a core "
         "on a loaded machine, and the time it waited for the background writer's lock "
         "or for the disk. The last column is the share of the dropped entries the "
