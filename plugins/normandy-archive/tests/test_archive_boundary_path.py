@@ -153,14 +153,23 @@ any_entries = st.builds(
 def test_an_entry_prepared_is_what_the_plain_calls_give(entry):
     """What a row stores of an entry, made the cheaper way, byte for byte what the plain
     calls give: ``model_dump_json()``, the content hash of the entry alone (not cut from
-    the JSON), the caller ids and ``json.dumps`` of them."""
+    the JSON), the caller ids and ``json.dumps`` of them, and the row of them a journal
+    or a spooled frame stores."""
     prepared = base._prepare_one(entry)
     ids_found = tuple(source_ids(entry))
     assert prepared.entry is entry
     assert prepared.entry_json == entry.model_dump_json()
     assert prepared.content_hash == content_hash(entry)
     assert prepared.source_ids == ids_found
-    assert prepared.source_ids_json == (json.dumps(ids_found) if ids_found else None)
+    ids_json = json.dumps(ids_found) if ids_found else None
+    assert prepared.row == (
+        entry.id,
+        content_hash(entry),
+        entry.turn_id,
+        entry.role,
+        entry.model_dump_json(),
+        ids_json,
+    )
 
 
 class _Unserializable:

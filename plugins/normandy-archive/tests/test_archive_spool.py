@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from normandy_archive import Archive
 from normandy_archive.base import _prepare_one
 from normandy_archive.spool import Frame, decode, encode, read_frames, spool_files
-from normandy_archive.store import _entry_row
 from normandy_core import Entry
 from normandy_core.workload import generate_session
 
@@ -33,7 +32,7 @@ SESSION = list(generate_session(91, 120))
 def _frame(n: int, entries: list[Entry], seen: tuple[str, ...] = ()) -> Frame:
     journal = (f"c{n}", "s", "window_manager", None, "gpt-4o", n % 2, 1000.0 + n, 9, 3, "{}", 5)
     again = json.dumps(list(seen)) if seen else None
-    return Frame((*journal, again), tuple(_entry_row(_prepare_one(e)) for e in entries))
+    return Frame((*journal, again), tuple(_prepare_one(e).row for e in entries))
 
 
 _frames = st.lists(

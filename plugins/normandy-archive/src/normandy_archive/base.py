@@ -273,11 +273,14 @@ def _prepare_one(entry: Entry) -> Prepared:
     The JSON is ``entry.model_dump_json()``'s, made by the model's serializer directly
     (``model_dump_json`` passes it its defaults, one keyword at a time), and the ids'
     array is ``json.dumps(ids)``'s, each id escaped by the function ``json.dumps`` uses.
+    The row a journal or a spooled frame stores is made here too, once.
     """
     data = type(entry).__pydantic_serializer__.to_json(entry).decode()
     ids = tuple(source_ids(entry))
     ids_json = "[" + ", ".join(map(_json_string, ids)) + "]" if ids else None
-    return Prepared(entry, data, content_hash(entry, data), ids, ids_json)
+    digest = content_hash(entry, data)
+    row = (entry.id, digest, entry.turn_id, entry.role, data, ids_json)
+    return Prepared(entry, data, digest, ids, row)
 
 
 #: A string as ``json.dumps`` writes it (``ensure_ascii``).
@@ -381,8 +384,10 @@ class Prepared(NamedTuple):
     entry_json: str
     content_hash: str
     source_ids: tuple[str, ...]
-    source_ids_json: str | None = None
-    """``source_ids`` as the JSON array a row stores (``None``: none), made once."""
+    row: tuple[str, str, str | None, str, str, str | None]
+    """The ``journal_entries`` row holding it, without its journal row's id: entry id,
+    content hash, turn id, role, JSON, and ``source_ids`` as the JSON array a row stores
+    (``None``: none)."""
 
 
 class Dialect(abc.ABC):

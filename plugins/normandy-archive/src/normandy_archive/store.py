@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -55,6 +55,7 @@ from normandy_archive.schema import SCHEMA_VERSION
 from normandy_archive.settings import current_settings
 from normandy_archive.spool import CAN_SPOOL as _CAN_SPOOL
 from normandy_archive.spool import (
+    EntryRow,
     Frame,
     Spool,
     encode,
@@ -216,24 +217,9 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _entry_row(r: Prepared) -> tuple[Any, ...]:
-    """The ``journal_entries`` row holding ``r``, without its journal row's id (its
-    caller's ids as JSON, made once with the rest of its serialization)."""
-    return (
-        r.entry.id,
-        r.content_hash,
-        r.entry.turn_id,
-        r.entry.role,
-        r.entry_json,
-        r.source_ids_json
-        if r.source_ids_json is not None or not r.source_ids
-        else json.dumps(r.source_ids),
-    )
-
-
 def _journal_rows_of(jid: int, rows: Sequence[Prepared]) -> builtins.list[tuple[Any, ...]]:
     """The ``journal_entries`` rows of journal row ``jid`` holding ``rows``."""
-    return [(jid, *_entry_row(r)) for r in rows]
+    return [(jid, *r.row) for r in rows]
 
 
 _JOURNAL_INSERT = (
@@ -1037,22 +1023,31 @@ class Archive(ArchiveBackend):
         with self._writing(foreground=True):
             conn = self._writer()  # opened (checked, created, moved to), or reopened
             spooled, committed = self._spooled, self._committed
-            new = [r for r in rows if r.content_hash not in spooled]
-            again = [r.content_hash for r in rows if r.content_hash in spooled]
+            have: Container[str] = ()
             if len(rows) > self.LOOKUP_MIN:
                 try:
                     have = self._have(conn, rows)
                 except sqlite3.Error as exc:
                     self._drop_writer()
                     raise self._error(exc, doing) from exc
-                known = sum([r.content_hash in committed or r.content_hash in have for r in rows])
-            else:
-                known = sum([r.content_hash in committed for r in rows])
+            entries: builtins.list[EntryRow] = []
+            new: builtins.list[str] = []
+            again: builtins.list[str] = []
+            known = 0
+            for r in rows:
+                h = r.content_hash
+                if h in committed or h in have:
+                    known += 1
+                if h in spooled:
+                    again.append(h)
+                else:
+                    new.append(h)
+                    entries.append(r.row)
             if not new and not again:  # nothing dropped
                 return 0
             frame = Frame(
                 (*_journal_values(c, meta_json), json.dumps(again) if again else None),
-                tuple([_entry_row(r) for r in new]),
+                tuple(entries),
             )
             spool = self._spool
             try:
@@ -1061,9 +1056,8 @@ class Archive(ArchiveBackend):
                 spool.append(frame, encode(frame))
             except OSError as exc:
                 raise self._spool_error(exc, doing) from exc
-            for r in new:
-                spooled[r.content_hash] = frame
-            self._remember(r.content_hash for r in new)
+            spooled.update(dict.fromkeys(new, frame))
+            self._remember(new)
         self.last_write = time.monotonic()
         return len(rows) - known
 
