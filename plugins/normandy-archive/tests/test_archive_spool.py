@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import stat
+import subprocess
+import sys
 import textwrap
+import time
 
 import pytest
 from archive_helpers import python, release, start_holder
@@ -280,3 +284,70 @@ def test_a_spool_file_others_could_have_planted_is_neither_read_nor_moved(tmp_pa
     assert [a.entry.id for a in archive.list(limit=100)] == ["real"]
     assert planted[0].exists() and planted[1].exists() == (os.geteuid() == 0)  # untouched
     archive.close()
+
+
+LOCKER = textwrap.dedent(
+    """
+    import sqlite3, sys
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    print("locked", flush=True)
+    sys.stdin.readline()
+    conn.execute("COMMIT")
+    """
+)
+
+EXITING_AGENT = textwrap.dedent(
+    """
+    from normandy_core import AgentConfig, run_compaction
+    from normandy_core.workload import generate_session
+    acc = AgentConfig(
+        model="gpt-4o", compactor="window_manager", session_id="exiting",
+        compactor_opts={"context_window": 8_000, "reserved_tokens": 500, "target": 0.5,
+                        "counter": "cl100k_base"},
+    )
+    done = 0
+    for e in generate_session(17, 160):
+        acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
+        if e.role == "user" and e.tool_results:
+            acc, meta = run_compaction(acc, mid_round=True)
+            assert "error" not in meta and "hook_errors" not in meta, meta
+            done += bool(meta["compacted"])
+    print(done, flush=True)
+    """
+)
+
+
+def test_a_clean_exit_moves_what_it_spooled_once_a_lock_held_meanwhile_is_gone(tmp_path):
+    """Another process holds the write lock while an agent compacts and exits: its
+    compactions are spooled, its background writer gives up on the lock, and its exit
+    moves them once the lock is free (waiting at most the busy timeout), then removes its
+    spool file: a clean exit leaves every compaction in the archive file."""
+    path = tmp_path / "archive.sqlite3"
+    first = Archive(path)  # an archive exists (in WAL mode), so its lock can be held
+    first.record([Entry(id="a", role="user", content="before")], session_id="before")
+    first.close()
+    holder = start_holder(LOCKER, path, "locked")
+    env = {**os.environ, "NORMANDY_ARCHIVE_PATH": str(path), "NORMANDY_ARCHIVE_BUSY_TIMEOUT": "20"}
+    env.pop("NORMANDY_DISABLE_PLUGINS", None)
+    agent = subprocess.Popen(
+        [sys.executable, "-c", EXITING_AGENT], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert agent.stdout is not None
+        compactions = int(agent.stdout.readline())  # all spooled; now it exits
+        assert compactions > 0
+        time.sleep(0.5)  # its background writer met the lock, and gave up on it
+        assert len(read_frames(path)) == compactions  # none moved yet
+    finally:
+        assert release(holder) == 0
+    assert agent.wait(timeout=60) == 0
+    assert spool_files(path) == []
+    conn = sqlite3.connect(path)  # in the file: its tables, or its journal (moved later)
+    try:
+        moved = conn.execute(
+            "SELECT (SELECT count(*) FROM compactions) + (SELECT count(*) FROM journal)"
+        ).fetchone()[0]
+    finally:
+        conn.close()
+    assert moved == compactions + 1  # and the one written before

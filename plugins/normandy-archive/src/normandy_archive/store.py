@@ -270,6 +270,20 @@ def _probe_write(conn: sqlite3.Connection, timeout: float) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
 
 
+def _journal_mode_wal(conn: sqlite3.Connection, timeout: float) -> str:
+    """Switch the file to WAL (a no-op once it is), waiting at most ``timeout`` seconds
+    for the lock: on a new file another process is switching too, SQLite answers
+    "database is locked" at once, without its busy wait."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.002)
+
+
 def _journal_rows(conn: sqlite3.Connection) -> bool:
     """Whether the archive's journal holds rows (``False``: it has no journal table)."""
     try:
@@ -384,10 +398,13 @@ if hasattr(os, "register_at_fork"):
 
 
 def close_spools() -> None:
-    """Close the spool file of every ``Archive`` of this process that has nothing left
-    to move, which removes it (at the interpreter's exit, after the background writer's
-    drain; a file with frames left is moved by the next writer)."""
+    """Move what every ``Archive`` of this process spooled and its background writer did
+    not move (it gives up on a lock another process holds), waiting at most the busy
+    timeout for the lock, then close the spool files left empty, which removes them (at
+    the interpreter's exit, after the background writer's drain; a file with frames left
+    is moved by the next writer)."""
     for archive in list(_instances):
+        archive._move_left()
         if not archive._write_lock.acquire(timeout=1.0):  # a writer still at work
             continue
         try:
@@ -852,12 +869,7 @@ class Archive(ArchiveBackend):
     def close(self) -> None:
         """Move what this process spooled (when the archive takes it), then close this
         thread's read connection, the write connection and the spool file."""
-        spool = self._spool
-        if spool is not None and spool.pid == os.getpid() and spool.pending:
-            try:
-                self._move_spool(yield_to_writers=False)
-            except ArchiveError as exc:
-                log.warning("archive %s: spooled compactions moved later: %s", self.location, exc)
+        self._move_left()
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:
@@ -878,7 +890,7 @@ class Archive(ArchiveBackend):
     def _init_schema(self, conn: sqlite3.Connection) -> None:
         """Check the file is an archive (or empty), switch it to WAL, create or migrate."""
         version = _archive_version(conn, self.path)
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _journal_mode_wal(conn, self.timeout)
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
             raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
         if version == SCHEMA_VERSION and _has_journal(conn):
@@ -1156,6 +1168,17 @@ class Archive(ArchiveBackend):
                     )
         except OSError as exc:  # reading or removing them: readers see them meanwhile
             log.warning("archive %s: spool files are moved later: %s", self.location, exc)
+
+    def _move_left(self) -> None:
+        """Move what this process spooled and has not moved yet, waiting at most the busy
+        timeout for the lock; on failure it stays in the spool file (logged), read by
+        readers and moved by the next writer."""
+        spool = self._spool
+        if spool is not None and spool.pid == os.getpid() and spool.pending:
+            try:
+                self._move_spool(yield_to_writers=False)
+            except ArchiveError as exc:
+                log.warning("archive %s: spooled compactions moved later: %s", self.location, exc)
 
     def _move_spool(self, *, yield_to_writers: bool) -> int:
         """Move the spooled frames into the journal; how many it moved."""
