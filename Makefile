@@ -16,7 +16,7 @@ UV_DEP :=
 endif
 RUN := $(UV) run --no-sync
 
-.PHONY: setup demo test lint typecheck pytest docs bench bench-full bench-quality fuzz clean
+.PHONY: setup demo test lint typecheck pytest docs bench bench-full bench-quality fuzz archive-soak clean
 
 # uv is bootstrapped into a project-local virtual environment when it is not on PATH.
 $(CURDIR)/.tools/bin/uv:
@@ -65,6 +65,11 @@ SEED ?= 1
 DURATION ?= 60
 fuzz: setup
 	$(RUN) python scripts/fuzz.py --seed $(SEED) --duration $(DURATION) --out out/fuzz-findings-$(SEED).jsonl
+
+# The archive's crash campaign (issue 14): agents killed mid-compaction, then every
+# committed compaction checked recallable: make archive-soak SEED=3 DURATION=1800.
+archive-soak: setup
+	$(RUN) python scripts/archive_soak.py --seed $(SEED) --duration $(DURATION)
 
 clean:
 	rm -rf .venv .tools .pytest_cache .mypy_cache .ruff_cache .hypothesis site
