@@ -43,33 +43,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-AGENT = """
-import hashlib, json, sys
-from normandy_archive.schema import content_hash
-from normandy_core import AgentConfig, get_counter, run_compaction
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
-tag, seed, n, window = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-reserved = 1_000
-acc = AgentConfig(
-    model="claude-sonnet-4-5", system_prompt=SYSTEM_PROMPT, tools=TOOLS,
-    compactor="window_manager", session_id=tag,
-    compactor_opts={"context_window": window, "reserved_tokens": reserved,
-                    "trigger": 0.9, "target": 0.5, "counter": "cl100k_base"},
-)
-counter = get_counter("cl100k_base")
-for e in generate_session(seed, n):
-    acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
-    if e.role == "user" and e.tool_results:
-        if acc.memory.tokens(counter) + acc.prompt_tokens > 0.85 * (window - reserved):
-            print("begin", flush=True)  # this boundary is about to compact
-        acc, meta = run_compaction(acc, mid_round=True)
-        assert "error" not in meta and "hook_errors" not in meta, meta
-        if meta["compacted"]:
-            done = [[content_hash(d), hashlib.sha256(d.model_dump_json().encode()).hexdigest()]
-                    for d in meta["dropped"]]
-            print(json.dumps(done), flush=True)
-print("end", flush=True)
-"""
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "plugins" / "normandy-archive" / "tests"))
+
+from archive_helpers import CRASH_AGENT  # noqa: E402  (the crash tests' agent)
 
 
 @dataclass
@@ -118,7 +95,7 @@ def _round(seed: int, number: int, scratch: Path) -> tuple[int, int]:
             [
                 sys.executable,
                 "-c",
-                AGENT,
+                CRASH_AGENT,
                 tag,
                 str(rng.randrange(10**6)),
                 str(messages),

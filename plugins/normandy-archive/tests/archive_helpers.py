@@ -43,6 +43,56 @@ DROP_DAC = textwrap.dedent(
     """
 )
 
+#: An agent killed in the middle of a compaction by the crash tests (and
+#: ``scripts/archive_soak.py``): ``tag seed messages [window]`` on its command line; it
+#: prints ``begin`` before a boundary that compacts, then the compaction's dropped entries
+#: (content hash and SHA-256 of the JSON of each) once it is done, and ``end``. Under a
+#: umask of 0: whatever it creates must still be owner-only.
+CRASH_AGENT = textwrap.dedent(
+    """
+    import hashlib, json, os, sys
+    os.umask(0)
+    from normandy_archive.schema import content_hash
+    from normandy_core import AgentConfig, get_counter, run_compaction
+    from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+    tag, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    window = int(sys.argv[4]) if len(sys.argv) > 4 else 20_000
+    reserved = 1_000
+    acc = AgentConfig(
+        model="claude-sonnet-4-5", system_prompt=SYSTEM_PROMPT, tools=TOOLS,
+        compactor="window_manager", session_id=tag,
+        compactor_opts={"context_window": window, "reserved_tokens": reserved,
+                        "trigger": 0.9, "target": 0.5, "counter": "cl100k_base"},
+    )
+    counter = get_counter("cl100k_base")
+    for e in generate_session(seed, n):
+        acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
+        if e.role == "user" and e.tool_results:
+            if acc.memory.tokens(counter) + acc.prompt_tokens > 0.85 * (window - reserved):
+                print("begin", flush=True)  # this boundary is about to compact
+            acc, meta = run_compaction(acc, mid_round=True)
+            assert "error" not in meta and "hook_errors" not in meta, meta
+            if meta["compacted"]:
+                done = [[content_hash(d), hashlib.sha256(d.model_dump_json().encode()).hexdigest()]
+                        for d in meta["dropped"]]
+                print(json.dumps(done), flush=True)
+    print("end", flush=True)
+    """
+)
+
+#: Holds the write lock of the archive named on its command line (``BEGIN IMMEDIATE``)
+#: from when it prints ``locked`` until :func:`release`.
+LOCK_HOLDER = textwrap.dedent(
+    """
+    import sqlite3, sys
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    print("locked", flush=True)
+    sys.stdin.readline()
+    conn.execute("COMMIT")
+    """
+)
+
 AGENT = textwrap.dedent(
     """
     import hashlib, json, os, sys

@@ -11,12 +11,12 @@ they lose is counted in ``hook_errors``.
 
 from __future__ import annotations
 
-import textwrap
 import time
 
 import pytest
 from archive_helpers import (
     DROP_DAC,
+    LOCK_HOLDER,
     Replay,
     agent,
     archived,
@@ -88,17 +88,6 @@ def test_disk_full_best_effort_counts_every_lost_entry(tmp_path, limit):
 
 # -- a write lock held by another process -------------------------------------------------
 
-HOLDER = textwrap.dedent(
-    """
-    import sqlite3, sys
-    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-    conn.execute("BEGIN IMMEDIATE")
-    print("locked", flush=True)
-    sys.stdin.readline()
-    conn.execute("COMMIT")
-    """
-)
-
 
 def test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing(tmp_path, monkeypatch):
     """Another process holds the archive's write lock: a compaction is spooled (committed
@@ -109,7 +98,7 @@ def test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing(tmp_path
     with archive_settings(path=path, busy_timeout=0.5):
         assert agent.next_compaction()["compacted"]  # the archive exists and works
         assert maintenance.drain(30) and read_frames(path) == []  # and has it all
-        holder = start_holder(HOLDER, path, "locked")
+        holder = start_holder(LOCK_HOLDER, path, "locked")
         try:
             meta = agent.next_compaction()  # spooled: the lock is not waited for
             assert meta["compacted"] and "hook_errors" not in meta

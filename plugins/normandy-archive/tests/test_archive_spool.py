@@ -20,7 +20,7 @@ import textwrap
 import time
 
 import pytest
-from archive_helpers import python, release, start_holder
+from archive_helpers import LOCK_HOLDER, python, release, start_holder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -286,17 +286,6 @@ def test_a_spool_file_others_could_have_planted_is_neither_read_nor_moved(tmp_pa
     archive.close()
 
 
-LOCKER = textwrap.dedent(
-    """
-    import sqlite3, sys
-    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-    conn.execute("BEGIN IMMEDIATE")
-    print("locked", flush=True)
-    sys.stdin.readline()
-    conn.execute("COMMIT")
-    """
-)
-
 EXITING_AGENT = textwrap.dedent(
     """
     from normandy_core import AgentConfig, run_compaction
@@ -327,7 +316,7 @@ def test_a_clean_exit_moves_what_it_spooled_once_a_lock_held_meanwhile_is_gone(t
     first = Archive(path)  # an archive exists (in WAL mode), so its lock can be held
     first.record([Entry(id="a", role="user", content="before")], session_id="before")
     first.close()
-    holder = start_holder(LOCKER, path, "locked")
+    holder = start_holder(LOCK_HOLDER, path, "locked")
     env = {**os.environ, "NORMANDY_ARCHIVE_PATH": str(path), "NORMANDY_ARCHIVE_BUSY_TIMEOUT": "20"}
     env.pop("NORMANDY_DISABLE_PLUGINS", None)
     agent = subprocess.Popen(

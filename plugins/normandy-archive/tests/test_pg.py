@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from archive_helpers import CRASH_AGENT
 from reliability_counts import PG_KILLS, PG_SAME_CONTENT_WRITERS, PG_WRITERS_BESIDE
 
 psycopg = pytest.importorskip("psycopg", reason="the 'postgres' extra is not installed")
@@ -526,41 +527,10 @@ def test_archive_commands_against_postgres(url, monkeypatch, capsys, tmp_path):
     assert main(["--url", url, "prune"]) == 2 and "no limit" in capsys.readouterr().err
 
 
-AGENT = textwrap.dedent(
-    """
-    import hashlib, json, sys
-    from normandy_archive.schema import content_hash
-    from normandy_core import AgentConfig, get_counter, run_compaction
-    from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
-    tag, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    window, reserved = 20_000, 1_000
-    acc = AgentConfig(
-        model="claude-sonnet-4-5", system_prompt=SYSTEM_PROMPT, tools=TOOLS,
-        compactor="window_manager", session_id=tag,
-        compactor_opts={"context_window": window, "reserved_tokens": reserved,
-                        "trigger": 0.9, "target": 0.5, "counter": "cl100k_base"},
-    )
-    counter = get_counter("cl100k_base")
-    for e in generate_session(seed, n):
-        acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
-        if e.role == "user" and e.tool_results:
-            if acc.memory.tokens(counter) + acc.prompt_tokens > 0.85 * (window - reserved):
-                print("begin", flush=True)  # this boundary is about to compact
-            acc, meta = run_compaction(acc, mid_round=True)
-            assert "error" not in meta and "hook_errors" not in meta, meta
-            if meta["compacted"]:
-                done = [[content_hash(d), hashlib.sha256(d.model_dump_json().encode()).hexdigest()]
-                        for d in meta["dropped"]]
-                print(json.dumps(done), flush=True)
-    print("end", flush=True)
-    """
-)
-
-
 def _agent(url: str, tag: str, seed: int, messages: int) -> subprocess.Popen[str]:
     env = {**os.environ, "NORMANDY_ARCHIVE_URL": url, "NORMANDY_ARCHIVE_PATH": os.devnull}
     return subprocess.Popen(
-        [sys.executable, "-c", AGENT, tag, str(seed), str(messages)],
+        [sys.executable, "-c", CRASH_AGENT, tag, str(seed), str(messages)],
         stdout=subprocess.PIPE,
         text=True,
         env={**env, "PGAPPNAME": tag},  # its connection, in pg_stat_activity
