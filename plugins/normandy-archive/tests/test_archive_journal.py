@@ -371,3 +371,38 @@ def test_a_compaction_interrupts_the_background_writers_transaction_and_it_is_re
     assert Archive(path).count() == _distinct(many + ENTRIES[:10])  # reads see it all
     assert archive.index() == _distinct(many + ENTRIES[:10])  # done again, all of it
     assert _raw(path)["journal"] == 0
+
+
+def test_an_interrupt_sqlite_reports_as_another_error_still_counts_as_one(tmp_path):
+    """A foreground write's interrupt can reach the background writer's statement while
+    SQLite builds a virtual table (``json_each``): SQLite then reports "vtable constructor
+    failed: json_each", not "interrupted" (seen in the crash campaign). It is still the
+    interrupt: the transaction is given up as busy and done again later, the write
+    connection kept, nothing logged as a failure. The race cannot be timed here, so the
+    work raises SQLite's message itself once the interrupt was sent."""
+    import sqlite3
+    import threading
+
+    from normandy_archive import ArchiveError
+    from normandy_archive.store import ArchiveBusyError
+
+    path = tmp_path / "archive.sqlite3"
+    archive = Archive(path)
+    archive.record(ENTRIES[:3], session_id="s")  # the write connection is open
+
+    def fails(conn: sqlite3.Connection) -> None:
+        raise sqlite3.OperationalError("vtable constructor failed: json_each")
+
+    def interrupted(conn: sqlite3.Connection) -> None:
+        interrupter = threading.Thread(target=archive._interrupt_background)
+        interrupter.start()
+        interrupter.join()
+        fails(conn)
+
+    with pytest.raises(ArchiveBusyError, match="a compaction's write went first"):
+        archive._transaction(interrupted, "could not move the journal", background=True)
+    assert archive.interrupted == 1 and archive._wconn is not None
+    with pytest.raises(ArchiveError, match="vtable constructor failed"):  # no interrupt: a fault
+        archive._transaction(fails, "could not move the journal", background=True)
+    assert archive.interrupted == 1
+    archive.close()
