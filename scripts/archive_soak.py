@@ -19,7 +19,8 @@ the round, with every agent ended:
   same content, a killed agent's whose last compaction committed it first);
 * content no agent reported is only a killed agent's (committed before it could say so);
 * only killed agents' spool files are left, and ``index()`` then moves them and indexes
-  every row.
+  every row;
+* no agent logged a failure (an index or a move that failed and was tried again later).
 
 Prints a line per round and a summary; exits 1 on the first round that fails a check,
 naming it (``--seed s --start r --rounds 1`` replays it). Archives live in a temporary
@@ -91,6 +92,7 @@ def _round(seed: int, number: int, scratch: Path) -> tuple[int, int]:
         tag = f"{'killed' if killed else 'alive'}-{number}-{k}"
         window = rng.choice([12_000, 20_000, 40_000])
         messages = rng.randint(150, 420)
+        err = (scratch / f"round-{number}-{k}.err").open("w")
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -102,9 +104,11 @@ def _round(seed: int, number: int, scratch: Path) -> tuple[int, int]:
                 str(window),
             ],
             stdout=subprocess.PIPE,
+            stderr=err,
             text=True,
             env=env,
         )
+        err.close()  # the agent has its own descriptor of it
         agents.append(
             Agent(tag, proc, rng.randint(0, 4) if killed else None, rng.uniform(0, 0.015))
         )
@@ -114,10 +118,13 @@ def _round(seed: int, number: int, scratch: Path) -> tuple[int, int]:
     for t in threads:
         t.join(timeout=600)
     killed = [a for a in agents if a.proc.returncode == -signal.SIGKILL]
-    for a in agents:
+    for k, a in enumerate(agents):
+        said = (scratch / f"round-{number}-{k}.err").read_text().strip()
         if a not in killed:  # a survivor, or one whose session ended before its kill came
-            assert a.proc.returncode == 0, f"{a.tag} exited with {a.proc.returncode}"
-            assert a.lines and a.lines[-1] == "end", f"{a.tag} did not finish"
+            assert a.proc.returncode == 0, f"{a.tag} exited with {a.proc.returncode}: {said}"
+            assert a.lines and a.lines[-1] == "end", f"{a.tag} did not finish: {said}"
+        # the archive logs what it could not do (a move or an index tried again later)
+        assert "failed" not in said, f"{a.tag} logged: {said}"
     return len(killed), _check(path, agents, killed)
 
 
