@@ -61,6 +61,13 @@ PG_SAME_CONTENT_WRITERS = ("forward", "forward", "reversed", "reversed")
 DISK_FULL_LIMITS = (256 * 1024, 600 * 1024)
 #: Compactions tried while another process holds the archive's write lock.
 LOCKED_COMPACTIONS = 3
+#: Seconds another process keeps holding the write lock after an agent's last compaction,
+#: while the agent exits.
+EXIT_LOCK_SECONDS = 0.5
+#: Rounds of processes writing their first compaction to a new archive at the same moment,
+#: and the processes of each round.
+NEW_ARCHIVE_ROUNDS = 10
+NEW_ARCHIVE_WRITERS = 4
 #: Ways the archive file disappears under a running agent.
 ROTATIONS = ("delete", "rotate")
 #: Agent sessions run against a read-only (0444) archive by a user the mode applies to.
@@ -249,6 +256,23 @@ ROWS: tuple[Row, ...] = (
         "lock was gone; nothing lost",
         "plugins/normandy-archive/tests/test_archive_faults.py"
         "::test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing",
+    ),
+    Row(
+        "Archive write-locked by another process while an agent exits",
+        f"1 agent, the lock held {EXIT_LOCK_SECONDS:g} s past its last compaction",
+        "every compaction spooled; its background writer gave up on the lock; its exit moved "
+        "them all into the archive file once the lock was gone and removed its spool file; "
+        "nothing lost",
+        "plugins/normandy-archive/tests/test_archive_spool.py"
+        "::test_a_clean_exit_moves_what_it_spooled_once_a_lock_held_meanwhile_is_gone",
+    ),
+    Row(
+        "A new archive created by several processes at once",
+        f"{NEW_ARCHIVE_ROUNDS} rounds of {NEW_ARCHIVE_WRITERS} processes",
+        "every first compaction written, none refused (before the fix, SQLite refused the "
+        "switch to WAL at once in 16 to 19 rounds of 40)",
+        "plugins/normandy-archive/tests/test_archive_first_open.py"
+        "::test_processes_creating_a_new_archive_at_once_all_get_to_write",
     ),
     Row(
         "Archive file " + " or ".join(f"{w}d" for w in ROTATIONS) + " under a running agent",

@@ -15,6 +15,8 @@ import textwrap
 import time
 from typing import Any
 
+from reliability_counts import NEW_ARCHIVE_ROUNDS, NEW_ARCHIVE_WRITERS
+
 from normandy_archive import Archive, schema
 from normandy_archive.store import _archive_version
 
@@ -83,7 +85,7 @@ def test_processes_creating_a_new_archive_at_once_all_get_to_write(tmp_path):
     its busy wait, to all but one (in 16 to 19 rounds of 40), and their compactions were
     refused with a message saying the lock was held past the busy timeout. Each now waits
     for it (at most the busy timeout) like any other lock."""
-    for round_ in range(10):
+    for round_ in range(NEW_ARCHIVE_ROUNDS):
         path = tmp_path / f"round-{round_}" / "archive.sqlite3"
         start = time.time() + 1.0
         procs = [
@@ -92,10 +94,10 @@ def test_processes_creating_a_new_archive_at_once_all_get_to_write(tmp_path):
                 stderr=subprocess.PIPE,
                 text=True,
             )
-            for _ in range(4)
+            for _ in range(NEW_ARCHIVE_WRITERS)
         ]
         errors = [p.communicate(timeout=60)[1] for p in procs]
-        assert [p.returncode for p in procs] == [0] * 4, "\n".join(errors)
+        assert [p.returncode for p in procs] == [0] * NEW_ARCHIVE_WRITERS, "\n".join(errors)
         archive = Archive(path)
-        assert archive.count("s") == 4
+        assert archive.count("s") == NEW_ARCHIVE_WRITERS
         archive.close()

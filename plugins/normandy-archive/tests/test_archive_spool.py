@@ -23,6 +23,7 @@ import pytest
 from archive_helpers import LOCK_HOLDER, python, release, start_holder
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reliability_counts import EXIT_LOCK_SECONDS
 
 from normandy_archive import Archive
 from normandy_archive.base import _prepare_one
@@ -326,7 +327,7 @@ def test_a_clean_exit_moves_what_it_spooled_once_a_lock_held_meanwhile_is_gone(t
         assert agent.stdout is not None
         compactions = int(agent.stdout.readline())  # all spooled; now it exits
         assert compactions > 0
-        time.sleep(0.5)  # its background writer met the lock, and gave up on it
+        time.sleep(EXIT_LOCK_SECONDS)  # its background writer met the lock, and gave up
         assert len(read_frames(path)) == compactions  # none moved yet
     finally:
         assert release(holder) == 0
