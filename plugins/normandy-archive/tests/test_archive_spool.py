@@ -19,6 +19,11 @@ import sys
 import textwrap
 import time
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
+
 import pytest
 from archive_helpers import LOCK_HOLDER, python, release, start_holder
 from hypothesis import given, settings
@@ -341,3 +346,55 @@ def test_a_clean_exit_moves_what_it_spooled_once_a_lock_held_meanwhile_is_gone(t
     finally:
         conn.close()
     assert moved == compactions + 1  # and the one written before
+
+
+@pytest.mark.skipif(fcntl is None, reason="no flock: compactions are written directly")
+def test_a_new_spool_file_is_never_seen_unlocked(tmp_path, monkeypatch):
+    """Another process looking for ended processes' spool files (to move them) may scan
+    between a new spool file's creation and its lock: it took the lock first, and the
+    compaction was refused with "Resource temporarily unavailable" (found by
+    test_processes_creating_a_new_archive_at_once_all_get_to_write). A spool file now
+    appears under its name already locked. The other process's scan is run here, holding
+    what it could lock, at the moment the file is made."""
+    from normandy_archive import spool as spool_module
+
+    path = tmp_path / "archive.sqlite3"
+    archive = Archive(path)
+    archive.record(SESSION[:3], session_id="first", index=True)  # no spool file yet
+    real_open = os.open
+    scans: list[list[str]] = []
+    held: list[int] = []
+
+    def open_then_scan(file, flags, *args):
+        fd = real_open(file, flags, *args)
+        if flags & os.O_CREAT and ".spool" in os.fspath(file):  # another process scans now
+            found = []
+            for other in spool_module.spool_files(path):
+                ofd = real_open(other, os.O_RDONLY)
+                try:
+                    fcntl.flock(ofd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # a live process's: left alone
+                    os.close(ofd)
+                    continue
+                held.append(ofd)  # taken for an ended process's, and held while moved
+                found.append(other.name)
+            scans.append(found)
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_scan)
+    try:
+        archive.record(SESSION[3:9], session_id="s", index=False)
+    finally:
+        monkeypatch.undo()
+        for fd in held:
+            os.close(fd)
+    assert scans and scans[-1] == []  # the scan never saw the new file unlocked
+    (spool,) = spool_files(path)
+    fd = os.open(spool, os.O_RDONLY)
+    try:
+        with pytest.raises(BlockingIOError):  # its process holds it
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
+    assert [f.journal[1] for f in read_frames(path)] == ["s"]
+    archive.close()

@@ -59,6 +59,9 @@ MAGIC = b"NSP1"
 _HEAD = struct.Struct("<4sIII")
 #: What a spool file's name adds to the archive's.
 SUFFIX = ".spool-"
+#: What the name of a spool file being made adds to the archive's (it is linked to its
+#: spool file name once locked; readers and writers never look at such a file).
+NEW = ".spoolnew-"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _datasync = getattr(os, "fdatasync", os.fsync)
@@ -254,21 +257,40 @@ class Spool:
         self.path, self.fd = self._create()
 
     def _create(self) -> tuple[Path, int]:
+        """A new spool file, owner-only, locked before it appears under its name: it is
+        made under a name spool files never have (:data:`NEW`), locked, then linked to its
+        spool file name (which fails rather than replace a file), so another process
+        looking for ended processes' files never finds it unlocked."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | _NOFOLLOW | _CLOEXEC
         for _ in range(16):
-            name = f"{self.archive.name}{SUFFIX}{os.getpid()}-{secrets.token_hex(4)}"
-            path = self.archive.parent / name
+            tail = f"{os.getpid()}-{secrets.token_hex(4)}"
+            path = self.archive.parent / f"{self.archive.name}{SUFFIX}{tail}"
+            new = self.archive.parent / f"{self.archive.name}{NEW}{tail}"
             try:
-                fd = os.open(path, flags, 0o600)  # new, so owner-only whatever the umask
+                fd = os.open(new, flags, 0o600)  # new, so owner-only whatever the umask
             except FileExistsError:
                 continue
             try:
                 if fcntl is not None:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                try:
+                    os.link(new, path)
+                except FileExistsError:
+                    os.close(fd)
+                    continue
+                except OSError:  # no hard links on this file system: renamed instead
+                    if os.path.lexists(path):
+                        os.close(fd)
+                        continue
+                    os.replace(new, path)
+                finally:
+                    with contextlib.suppress(OSError):
+                        new.unlink()
                 if self.full_sync:
                     _sync_directory(self.archive.parent)
             except BaseException:
-                os.close(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
                 with contextlib.suppress(OSError):
                     path.unlink()
                 raise
