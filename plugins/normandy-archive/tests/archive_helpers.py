@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -79,6 +80,24 @@ CRASH_AGENT = textwrap.dedent(
     print("end", flush=True)
     """
 )
+
+
+def unsound(path: str | Path) -> list[str]:
+    """What is wrong with the SQLite archive at ``path`` after crashes: ``PRAGMA
+    integrity_check``'s complaint, and each compaction row without its entries."""
+    conn = sqlite3.connect(path)
+    try:
+        check = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        partial = conn.execute(
+            "SELECT c.compaction_id FROM compactions c LEFT JOIN entries e "
+            "ON e.compaction_id = c.compaction_id GROUP BY c.compaction_id "
+            "HAVING count(e.seq) = 0 AND c.entry_count > 0"
+        ).fetchall()
+    finally:
+        conn.close()
+    found = [] if check == "ok" else [f"integrity_check: {check}"]
+    return found + [f"compaction {c} without its entries" for (c,) in partial]
+
 
 #: Holds the write lock of the archive named on its command line (``BEGIN IMMEDIATE``)
 #: from when it prints ``locked`` until :func:`release`.
