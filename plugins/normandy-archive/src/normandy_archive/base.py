@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from normandy_archive.errors import ArchiveError, ArchiveQueryError
 from normandy_archive.schema import content_hash, source_ids
@@ -35,6 +35,9 @@ from normandy_core import (
     ToolResultBlock,
     ToolUseBlock,
 )
+
+if TYPE_CHECKING:
+    from normandy_archive.spool import EntryRow
 
 __all__ = [
     "MAX_ROWS",
@@ -384,7 +387,7 @@ class Prepared(NamedTuple):
     entry_json: str
     content_hash: str
     source_ids: tuple[str, ...]
-    row: tuple[str, str, str | None, str, str, str | None]
+    row: EntryRow
     """The ``journal_entries`` row holding it, without its journal row's id: entry id,
     content hash, turn id, role, JSON, and ``source_ids`` as the JSON array a row stores
     (``None``: none)."""
