@@ -274,16 +274,22 @@ def _prepare_one(entry: Entry) -> Prepared:
     ids, as a list and as the JSON array a row stores.
 
     The JSON is ``entry.model_dump_json()``'s, made by the model's serializer directly
-    (``model_dump_json`` passes it its defaults, one keyword at a time), and the ids'
-    array is ``json.dumps(ids)``'s, each id escaped by the function ``json.dumps`` uses.
-    The row a journal or a spooled frame stores is made here too, once.
+    (``model_dump_json`` passes it its defaults, one keyword at a time). The row a
+    journal or a spooled frame stores is made here too, once (:func:`entry_row`).
     """
     data = type(entry).__pydantic_serializer__.to_json(entry).decode()
     ids = tuple(source_ids(entry))
+    row = entry_row(entry, data, ids)
+    return Prepared(entry, data, row[1], ids, row)
+
+
+def entry_row(entry: Entry, data: str, ids: Sequence[str]) -> EntryRow:
+    """The ``journal_entries`` row of ``entry``, whose JSON is ``data`` and caller's ids
+    ``ids``, without its journal row's id: entry id, content hash, turn id, role, JSON,
+    and the ids as ``json.dumps(ids)`` writes them (each escaped by the function
+    ``json.dumps`` uses; ``None``: none)."""
     ids_json = "[" + ", ".join(map(_json_string, ids)) + "]" if ids else None
-    digest = content_hash(entry, data)
-    row = (entry.id, digest, entry.turn_id, entry.role, data, ids_json)
-    return Prepared(entry, data, digest, ids, row)
+    return (entry.id, content_hash(entry, data), entry.turn_id, entry.role, data, ids_json)
 
 
 #: A string as ``json.dumps`` writes it (``ensure_ascii``).

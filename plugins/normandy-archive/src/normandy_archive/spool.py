@@ -134,19 +134,12 @@ def decode(data: bytes) -> tuple[list[Frame], int]:
 
 def _row(data: str) -> EntryRow:
     """The ``journal_entries`` row of the entry whose JSON is ``data``, as it was written."""
-    from normandy_archive.schema import content_hash, source_ids
+    from normandy_archive.base import entry_row
+    from normandy_archive.schema import source_ids
     from normandy_core import Entry
 
     entry = Entry.model_validate_json(data)
-    ids = source_ids(entry)
-    return (
-        entry.id,
-        content_hash(entry, data),
-        entry.turn_id,
-        entry.role,
-        data,
-        json.dumps(tuple(ids)) if ids else None,
-    )
+    return entry_row(entry, data, source_ids(entry))
 
 
 def spool_files(archive: str | os.PathLike[str]) -> list[Path]:
