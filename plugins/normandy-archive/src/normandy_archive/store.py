@@ -401,7 +401,7 @@ if hasattr(os, "register_at_fork"):
 def close_spools() -> None:
     """Move what every ``Archive`` of this process spooled and its background writer did
     not move (it gives up on a lock another process holds), waiting at most the busy
-    timeout for the lock, then close the spool files left empty, which removes them (at
+    timeout for the lock, then close the spool files, which removes those left empty (at
     the interpreter's exit, after the background writer's drain; a file with frames left
     is moved by the next writer)."""
     for archive in list(_instances):
@@ -409,10 +409,7 @@ def close_spools() -> None:
         if not archive._write_lock.acquire(timeout=1.0):  # a writer still at work
             continue
         try:
-            spool = archive._spool
-            if spool is not None and spool.pid == os.getpid() and not spool.pending:
-                archive._spool = None
-                spool.close()
+            archive._close_spool()
         finally:
             archive._write_lock.release()
 
@@ -887,15 +884,20 @@ class Archive(ArchiveBackend):
         with self._write_lock:
             if self._wpid == os.getpid():
                 self._drop_writer()
-            spool, self._spool = self._spool, None
-            self._spooled = {}
-            if spool is not None:
-                spool.close()  # removed once empty; else moved by the next writer
+            self._close_spool()
         with self._checkpoint_lock:
             ckpt, self._ckpt = self._ckpt, None
             if ckpt is not None and self._ckpt_pid == os.getpid():
                 with contextlib.suppress(sqlite3.Error):
                     ckpt.close()
+
+    def _close_spool(self) -> None:
+        """Close the spool file (under the write lock): removed once empty, else moved
+        by the next writer; a parent's, inherited over ``fork``, is left to the parent."""
+        spool, self._spool = self._spool, None
+        self._spooled = {}
+        if spool is not None:
+            spool.close()
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
         """Check the file is an archive (or empty), switch it to WAL, create or migrate."""
