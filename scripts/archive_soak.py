@@ -47,7 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "plugins" / "normandy-archive" / "tests"))
 
-from archive_helpers import CRASH_AGENT, unsound  # noqa: E402  (the crash tests' own)
+from archive_helpers import CRASH_AGENT, follow, unsound  # noqa: E402  (the crash tests' own)
 
 
 @dataclass
@@ -62,21 +62,7 @@ class Agent:
 
     def follow(self) -> None:
         """Read its lines; kill it ``delay`` s after the compaction it is to die in began."""
-        assert self.proc.stdout is not None
-        completed = 0
-        for line in self.proc.stdout:
-            self.lines.append(line.strip())
-            if line.startswith("["):
-                completed += 1
-            elif (
-                self.kill_after is not None
-                and line.strip() == "begin"
-                and completed >= self.kill_after
-            ):
-                time.sleep(self.delay)
-                os.kill(self.proc.pid, signal.SIGKILL)
-                break
-        self.proc.wait(timeout=300)
+        follow(self.proc, self.lines, self.kill_after, self.delay, timeout=300)
 
 
 def _round(seed: int, number: int, scratch: Path) -> tuple[int, int]:

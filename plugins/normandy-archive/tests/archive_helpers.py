@@ -10,10 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,29 @@ CRASH_AGENT = textwrap.dedent(
     print("end", flush=True)
     """
 )
+
+
+def follow(
+    proc: subprocess.Popen[str],
+    lines: list[str],
+    kill_after: int | None = None,
+    delay: float = 0.0,
+    timeout: float = 60.0,
+) -> None:
+    """Read the lines of ``proc`` (a :data:`CRASH_AGENT`) into ``lines``; SIGKILL it
+    ``delay`` s after the first compaction that begins once ``kill_after`` compactions
+    have completed (``None``: never), then wait for it."""
+    assert proc.stdout is not None
+    completed = 0
+    for line in proc.stdout:
+        lines.append(line.strip())
+        if line.startswith("["):
+            completed += 1
+        elif kill_after is not None and line.strip() == "begin" and completed >= kill_after:
+            time.sleep(delay)
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=timeout)
 
 
 def unsound(path: str | Path) -> list[str]:

@@ -21,9 +21,8 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 
-from archive_helpers import CRASH_AGENT, unsound
+from archive_helpers import CRASH_AGENT, follow, unsound
 from reliability_counts import CONCURRENT_PROCESSES, KILLED_PROCESSES
 
 from normandy_archive import Archive
@@ -40,22 +39,6 @@ def _start(tag: str, seed: int, messages: int, path: str) -> subprocess.Popen[st
     )
 
 
-def _kill_after(proc: subprocess.Popen[str], done: int, delay: float, lines: list[str]) -> None:
-    """Read ``proc``'s lines; SIGKILL it ``delay`` s after the first compaction that begins
-    once ``done`` compactions have completed."""
-    assert proc.stdout is not None
-    completed = 0
-    for line in proc.stdout:
-        lines.append(line.strip())
-        if line.startswith("["):
-            completed += 1
-        elif line.strip() == "begin" and completed >= done:
-            time.sleep(delay)
-            os.kill(proc.pid, signal.SIGKILL)
-            break
-    proc.wait(timeout=60)
-
-
 def test_sigkill_mid_compaction_with_concurrent_writers(tmp_path):
     path = str(tmp_path / "shared" / "archive.sqlite3")
     killed = {f"killed-{k}": _start(f"killed-{k}", 30 + k, 400, path) for k in range(2)}
@@ -63,7 +46,7 @@ def test_sigkill_mid_compaction_with_concurrent_writers(tmp_path):
     assert len(killed) == KILLED_PROCESSES and len(survivors) == CONCURRENT_PROCESSES
     outputs: dict[str, list[str]] = {tag: [] for tag in killed}
     readers = [
-        threading.Thread(target=_kill_after, args=(p, 2 + k, 0.004 * k, outputs[tag]))
+        threading.Thread(target=follow, args=(p, outputs[tag], 2 + k, 0.004 * k))
         for k, (tag, p) in enumerate(killed.items())
     ]
     for t in readers:
