@@ -31,8 +31,8 @@ if not os.environ.get("NORMANDY_ARCHIVE_PATH"):
     atexit.register(shutil.rmtree, _archive_dir, ignore_errors=True)
     os.environ["NORMANDY_ARCHIVE_PATH"] = os.path.join(_archive_dir, "archive.sqlite3")
 
-# The vocabulary cache (normandy_core.vocabcache) is off unless NORMANDY_CACHE_DIR names a
-# directory: test runs, and the processes they start, use a throwaway one, so the cache's
+# The vocabulary cache (normandy_core.conversation.vocabcache) is off unless NORMANDY_CACHE_DIR
+# names a directory: test runs, and the processes they start, use a throwaway one, so the cache's
 # code runs in every test.
 if not os.environ.get("NORMANDY_CACHE_DIR"):
     import atexit
@@ -43,7 +43,7 @@ if not os.environ.get("NORMANDY_CACHE_DIR"):
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
     os.environ["NORMANDY_CACHE_DIR"] = _cache_dir
 
-# Configuration without code (normandy_core.settings): test runs never pick up the user's
+# Configuration without code (normandy_core.contract.settings): test runs never pick up the user's
 # NORMANDY_COMPACTOR* variables or a normandy.toml / [tool.normandy] above the checkout.
 # The settings tests unset NORMANDY_CONFIG themselves, in a temporary directory.
 os.environ["NORMANDY_CONFIG"] = "off"

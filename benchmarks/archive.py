@@ -197,8 +197,8 @@ def recompaction(messages: int) -> dict[str, Any]:
     """``compact()`` of one transcript three times, a new session each: rows and times."""
     from normandy_archive import archive_settings
     from normandy_core import compact
-    from normandy_core.formats import to_openai
-    from normandy_core.workload import generate_session
+    from normandy_core.app.workload import generate_session
+    from normandy_core.transcripts.formats import to_openai
 
     transcript = to_openai(generate_session(29, messages))
     directory = Path(tempfile.mkdtemp(prefix="normandy-bench-archive-"))

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from normandy_core import Entry, TextBlock
-from normandy_core.workload import generate_session
+from normandy_core.app.workload import generate_session
 
 __all__ = ["postgres_server", "write_throughput"]
 

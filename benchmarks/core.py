@@ -23,7 +23,7 @@ from benchmarks.common import (
     workload,
 )
 from normandy_core import AgentConfig, AgentMemory, get_counter, run_compaction
-from normandy_core.workload import generate_session
+from normandy_core.app.workload import generate_session
 
 COUNTER = "cl100k_base"
 

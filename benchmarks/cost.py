@@ -4,11 +4,11 @@
         uv run --no-sync python -m benchmarks.cost [--windows 48000 128000] [--out FILE]
 
 Two parts, both deterministic (counts, not timings), both billing every model call against
-the one before it (:mod:`normandy_core.cost`: the unchanged prefix read at 0.1x the input
-price, the rest written at 1.25x; Claude Sonnet 4.5's $3/M input):
+the one before it (:mod:`normandy_core.conversation.cost`: the unchanged prefix read at 0.1x the
+input price, the rest written at 1.25x; Claude Sonnet 4.5's $3/M input):
 
 * **planted** (``--parts planted``): each configuration replays a session through the real
-  turn loop (:func:`normandy_core.demo.replay`). Sessions: the bundled demo session
+  turn loop (:func:`normandy_core.app.demo.replay`). Sessions: the bundled demo session
   (seed 7) and one generated with seed 11, with planted facts: a fact line is added to a
   user message or a tool output, and *needed* 5, 15, 30 or 60 calls later; a fact counts
   as available when the call at need time was sent its text (no recall).
@@ -35,10 +35,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from normandy_core import Entry
-from normandy_core.cost import DEFAULT_RATES, billed
-from normandy_core.demo import DemoSession, DemoTurn, load_session, replay
-from normandy_core.formats import block_to_anthropic
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.app.demo import DemoSession, DemoTurn, load_session, replay
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.conversation.cost import DEFAULT_RATES, billed
+from normandy_core.transcripts.formats import block_to_anthropic
 
 PRICE = 3.0  # claude-sonnet-4-5, dollars per million input tokens
 DELAYS = (5, 15, 30, 60)

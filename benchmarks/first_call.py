@@ -135,11 +135,11 @@ import normandy_core
 mark("import normandy_core (pluggy, the lazy facade)")
 import pydantic.main
 mark("import pydantic")
-import normandy_core.memory
+import normandy_core.conversation.memory
 mark("the entry and block models (pydantic builds their schemas)")
-import normandy_core.facade
+import normandy_core.transcripts.facade
 mark("the rest of the core (facade, boundary, transcript readers)")
-from normandy_core import plugins
+from normandy_core.contract import plugins
 plugins._REG.scan()
 mark("entry-point scan")
 plugins.resolve_compactor("window_manager")

@@ -29,12 +29,12 @@ from normandy_core import (
     pairing_problems,
     run_compaction,
 )
-from normandy_core.tokens import (
+from normandy_core.app.workload import generate_session
+from normandy_core.conversation.tokens import (
     MESSAGE_OVERHEAD,
     PARALLEL_CALLS_OVERHEAD,
     TOOL_CALL_OVERHEAD,
 )
-from normandy_core.workload import generate_session
 
 #: A kept item: the source entry and, for a partly kept result entry, the kept result ids.
 Kept = list[tuple[Entry, frozenset[str] | None]]

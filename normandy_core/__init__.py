@@ -1,8 +1,9 @@
 """Normandy for Python: keep an LLM agent's conversation inside its model's context window.
 
-The core defines the compactor contract as pluggy hookspecs (:mod:`normandy_core.hookspecs`),
-finds compactors and hook plugins by entry-point name (:mod:`normandy_core.plugins`), and
-holds the conversation model, token counting, the model catalog and the boundary function.
+The core defines the compactor contract as pluggy hookspecs
+(:mod:`normandy_core.contract.hookspecs`), finds compactors and hook plugins by entry-point name
+(:mod:`normandy_core.contract.plugins`), and holds the conversation model, token counting, the
+model catalog and the boundary function.
 
 Only the hook markers are imported eagerly; every other public name is imported on first
 access, so ``import normandy_core`` stays cheap (no pydantic, no tiktoken).
@@ -13,104 +14,110 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from normandy_core.hookspecs import CompactorSpec, HookSpec, active_when, hookimpl, hookspec
+from normandy_core.contract.hookspecs import (
+    CompactorSpec,
+    HookSpec,
+    active_when,
+    hookimpl,
+    hookspec,
+)
 
 __version__ = "0.1.0"
 
 _LAZY: dict[str, str] = {
     # memory
-    "AgentMemory": "memory",
-    "Entry": "memory",
-    "Block": "memory",
-    "Content": "memory",
-    "TextBlock": "memory",
-    "ThinkingBlock": "memory",
-    "RedactedThinkingBlock": "memory",
-    "ToolUseBlock": "memory",
-    "ToolResultBlock": "memory",
-    "ImageBlock": "memory",
-    "DocumentBlock": "memory",
-    "OpaqueBlock": "memory",
-    "drop_thinking": "memory",
-    "new_id": "memory",
+    "AgentMemory": "conversation.memory",
+    "Entry": "conversation.memory",
+    "Block": "conversation.memory",
+    "Content": "conversation.memory",
+    "TextBlock": "conversation.memory",
+    "ThinkingBlock": "conversation.memory",
+    "RedactedThinkingBlock": "conversation.memory",
+    "ToolUseBlock": "conversation.memory",
+    "ToolResultBlock": "conversation.memory",
+    "ImageBlock": "conversation.memory",
+    "DocumentBlock": "conversation.memory",
+    "OpaqueBlock": "conversation.memory",
+    "drop_thinking": "conversation.memory",
+    "new_id": "conversation.memory",
     # structure
-    "group_units": "structure",
-    "pairing_problems": "structure",
-    "tool_use_ids": "structure",
-    "tool_result_ids": "structure",
-    "carries_results": "structure",
+    "group_units": "conversation.structure",
+    "pairing_problems": "conversation.structure",
+    "tool_use_ids": "conversation.structure",
+    "tool_result_ids": "conversation.structure",
+    "carries_results": "conversation.structure",
     # tokens
-    "TokenCounter": "tokens",
-    "BaseCounter": "tokens",
-    "EstimateCounter": "tokens",
-    "TiktokenCounter": "tokens",
-    "get_counter": "tokens",
-    "default_counter_for": "tokens",
-    "estimate_tokens": "tokens",
+    "TokenCounter": "conversation.tokens",
+    "BaseCounter": "conversation.tokens",
+    "EstimateCounter": "conversation.tokens",
+    "TiktokenCounter": "conversation.tokens",
+    "get_counter": "conversation.tokens",
+    "default_counter_for": "conversation.tokens",
+    "estimate_tokens": "conversation.tokens",
     # catalog
-    "ModelCatalog": "catalog",
-    "Prices": "catalog",
-    "StaticCatalog": "catalog",
-    "default_catalog": "catalog",
+    "ModelCatalog": "conversation.catalog",
+    "Prices": "conversation.catalog",
+    "StaticCatalog": "conversation.catalog",
+    "default_catalog": "conversation.catalog",
     # options
-    "CompactorOptions": "options",
-    "CounterSpec": "options",
-    "validate_options": "options",
+    "CompactorOptions": "contract.options",
+    "CounterSpec": "contract.options",
+    "validate_options": "contract.options",
     # survival rules
-    "SurvivalRules": "survival",
-    "SurvivalError": "survival",
-    "first_user_entry": "survival",
+    "SurvivalRules": "conversation.survival",
+    "SurvivalError": "conversation.survival",
+    "first_user_entry": "conversation.survival",
     # config, the contract seam and the boundary
-    "AgentConfig": "config",
-    "current_settings": "settings",
-    "reload_settings": "settings",
-    "Prepared": "preparation",
-    "prepare": "preparation",
-    "CompactionContext": "contract",
-    "CompactionMeta": "contract",
-    "CompactionResult": "contract",
-    "ContractViolation": "contract",
-    "build_context": "contract",
-    "call_compactor": "contract",
-    "check_compaction": "contract",
-    "BoundaryInfo": "boundary",
-    "CompactionTimeoutError": "boundary",
-    "run_compaction": "boundary",
-    "run_on_boundary": "boundary",
-    "run_after_compact": "boundary",
-    "run_before_commit": "boundary",
-    "abandoned_threads": "faults",
-    "PluginFault": "faults",
+    "AgentConfig": "contract.config",
+    "current_settings": "contract.settings",
+    "reload_settings": "contract.settings",
+    "Prepared": "contract.preparation",
+    "prepare": "contract.preparation",
+    "CompactionContext": "contract.check",
+    "CompactionMeta": "contract.check",
+    "CompactionResult": "contract.check",
+    "ContractViolation": "contract.check",
+    "build_context": "contract.check",
+    "call_compactor": "contract.check",
+    "check_compaction": "contract.check",
+    "BoundaryInfo": "contract.boundary",
+    "CompactionTimeoutError": "contract.boundary",
+    "run_compaction": "contract.boundary",
+    "run_on_boundary": "contract.boundary",
+    "run_after_compact": "contract.boundary",
+    "run_before_commit": "contract.boundary",
+    "abandoned_threads": "contract.faults",
+    "PluginFault": "contract.faults",
     # calibration
-    "CalibratedCounter": "calibration",
-    "Calibration": "calibration",
+    "CalibratedCounter": "conversation.calibration",
+    "Calibration": "conversation.calibration",
     # plugins
-    "COMPACTOR_GROUP": "plugins",
-    "HOOK_GROUP": "plugins",
-    "Compactor": "plugins",
-    "PluginRow": "plugins",
-    "resolve_compactor": "plugins",
-    "register_compactor": "plugins",
-    "unregister_compactor": "plugins",
-    "register_hook": "plugins",
-    "unregister_hook": "plugins",
-    "list_plugins": "plugins",
-    "reload_plugins": "plugins",
-    "hook_manager": "plugins",
+    "COMPACTOR_GROUP": "contract.plugins",
+    "HOOK_GROUP": "contract.plugins",
+    "Compactor": "contract.plugins",
+    "PluginRow": "contract.plugins",
+    "resolve_compactor": "contract.plugins",
+    "register_compactor": "contract.plugins",
+    "unregister_compactor": "contract.plugins",
+    "register_hook": "contract.plugins",
+    "unregister_hook": "contract.plugins",
+    "list_plugins": "contract.plugins",
+    "reload_plugins": "contract.plugins",
+    "hook_manager": "contract.plugins",
     # the one-call facade and transcripts
-    "compact": "facade",
-    "acompact": "facade",
-    "CompactResult": "facade",
-    "CompactionError": "facade",
-    "CannotFitError": "facade",
-    "TranscriptError": "formats",
+    "compact": "transcripts.facade",
+    "acompact": "transcripts.facade",
+    "CompactResult": "transcripts.facade",
+    "CompactionError": "transcripts.facade",
+    "CannotFitError": "transcripts.facade",
+    "TranscriptError": "transcripts.formats",
     # the recall tool (the module is not named recall: that is the function)
-    "recall": "retrieval",
-    "recall_tool": "retrieval",
-    "RecallError": "retrieval",
-    "RecallHit": "retrieval",
-    "RecallResult": "retrieval",
-    "RecallSettings": "retrieval",
+    "recall": "contract.recall",
+    "recall_tool": "contract.recall",
+    "RecallError": "contract.recall",
+    "RecallHit": "contract.recall",
+    "RecallResult": "contract.recall",
+    "RecallSettings": "contract.recall",
     # errors
     "NormandyError": "errors",
     "PluginError": "errors",
@@ -238,7 +245,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from normandy_core.boundary import (
+    from normandy_core.contract.boundary import (
         BoundaryInfo,
         CompactionTimeoutError,
         run_after_compact,
@@ -246,10 +253,7 @@ if TYPE_CHECKING:
         run_compaction,
         run_on_boundary,
     )
-    from normandy_core.calibration import CalibratedCounter, Calibration
-    from normandy_core.catalog import ModelCatalog, Prices, StaticCatalog, default_catalog
-    from normandy_core.config import AgentConfig
-    from normandy_core.contract import (
+    from normandy_core.contract.check import (
         CompactionContext,
         CompactionMeta,
         CompactionResult,
@@ -258,27 +262,45 @@ if TYPE_CHECKING:
         call_compactor,
         check_compaction,
     )
-    from normandy_core.errors import (
-        NormandyError,
-        OptionsError,
-        PluginConflictError,
-        PluginDisabledError,
-        PluginError,
-        PluginLoadError,
-        SettingsError,
-        UnknownCompactorError,
-        WindowUnknownError,
+    from normandy_core.contract.config import AgentConfig
+    from normandy_core.contract.faults import PluginFault, abandoned_threads
+    from normandy_core.contract.options import (
+        CompactorOptions,
+        CounterSpec,
+        validate_options,
     )
-    from normandy_core.facade import (
-        CannotFitError,
-        CompactionError,
-        CompactResult,
-        acompact,
-        compact,
+    from normandy_core.contract.plugins import (
+        COMPACTOR_GROUP,
+        HOOK_GROUP,
+        Compactor,
+        PluginRow,
+        hook_manager,
+        list_plugins,
+        register_compactor,
+        register_hook,
+        reload_plugins,
+        resolve_compactor,
+        unregister_compactor,
+        unregister_hook,
     )
-    from normandy_core.faults import PluginFault, abandoned_threads
-    from normandy_core.formats import TranscriptError
-    from normandy_core.memory import (
+    from normandy_core.contract.preparation import Prepared, prepare
+    from normandy_core.contract.recall import (
+        RecallError,
+        RecallHit,
+        RecallResult,
+        RecallSettings,
+        recall,
+        recall_tool,
+    )
+    from normandy_core.contract.settings import current_settings, reload_settings
+    from normandy_core.conversation.calibration import CalibratedCounter, Calibration
+    from normandy_core.conversation.catalog import (
+        ModelCatalog,
+        Prices,
+        StaticCatalog,
+        default_catalog,
+    )
+    from normandy_core.conversation.memory import (
         AgentMemory,
         Block,
         Content,
@@ -294,44 +316,15 @@ if TYPE_CHECKING:
         drop_thinking,
         new_id,
     )
-    from normandy_core.options import (
-        CompactorOptions,
-        CounterSpec,
-        validate_options,
-    )
-    from normandy_core.plugins import (
-        COMPACTOR_GROUP,
-        HOOK_GROUP,
-        Compactor,
-        PluginRow,
-        hook_manager,
-        list_plugins,
-        register_compactor,
-        register_hook,
-        reload_plugins,
-        resolve_compactor,
-        unregister_compactor,
-        unregister_hook,
-    )
-    from normandy_core.preparation import Prepared, prepare
-    from normandy_core.retrieval import (
-        RecallError,
-        RecallHit,
-        RecallResult,
-        RecallSettings,
-        recall,
-        recall_tool,
-    )
-    from normandy_core.settings import current_settings, reload_settings
-    from normandy_core.structure import (
+    from normandy_core.conversation.structure import (
         carries_results,
         group_units,
         pairing_problems,
         tool_result_ids,
         tool_use_ids,
     )
-    from normandy_core.survival import SurvivalError, SurvivalRules, first_user_entry
-    from normandy_core.tokens import (
+    from normandy_core.conversation.survival import SurvivalError, SurvivalRules, first_user_entry
+    from normandy_core.conversation.tokens import (
         BaseCounter,
         EstimateCounter,
         TiktokenCounter,
@@ -340,3 +333,22 @@ if TYPE_CHECKING:
         estimate_tokens,
         get_counter,
     )
+    from normandy_core.errors import (
+        NormandyError,
+        OptionsError,
+        PluginConflictError,
+        PluginDisabledError,
+        PluginError,
+        PluginLoadError,
+        SettingsError,
+        UnknownCompactorError,
+        WindowUnknownError,
+    )
+    from normandy_core.transcripts.facade import (
+        CannotFitError,
+        CompactionError,
+        CompactResult,
+        acompact,
+        compact,
+    )
+    from normandy_core.transcripts.formats import TranscriptError

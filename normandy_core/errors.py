@@ -76,7 +76,7 @@ class OptionsError(NormandyError, ValueError):
 class SettingsError(OptionsError):
     """A configuration source is unreadable or holds a bad value.
 
-    Raised where the settings are loaded (:mod:`normandy_core.settings`): a
+    Raised where the settings are loaded (:mod:`normandy_core.contract.settings`): a
     ``normandy.toml`` or ``pyproject.toml`` that is not valid TOML, an unknown key, a value
     of the wrong type, a ``NORMANDY_COMPACTOR_OPTS`` that is not a JSON object. The message
     begins with the file (and the line, when it can be found) or the environment variable,

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 from project_paths import project_pythonpath
 
-from normandy_core import plugins
+from normandy_core.contract import plugins
 
 DISTS = Path(__file__).parent / "dists"
 

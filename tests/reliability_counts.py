@@ -132,7 +132,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "Faulty compactor selected on the command line",
-        f"{len(FAULTY_COMPACTORS)} runs of `python -m normandy_core.cli compact`",
+        f"{len(FAULTY_COMPACTORS)} runs of `python -m normandy_core.app.cli compact`",
         f"all {len(FAULTY_COMPACTORS)}: exit 1, one line naming the plugin, no traceback, "
         "nothing written",
         "tests/test_faulty_plugins.py::test_faulty_compactors_on_the_command_line",
@@ -385,7 +385,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "A malicious dist-info in the current directory, for the console script and "
-        "`python -m normandy_core.cli`",
+        "`python -m normandy_core.app.cli`",
         f"{len(CWD_INVOCATIONS)} invocations, 3 commands each",
         "all ignore it; its code never runs",
         "tests/test_security.py::test_a_dist_info_in_the_current_directory_is_ignored",

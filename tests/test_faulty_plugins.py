@@ -185,7 +185,8 @@ def test_faulty_compactors_on_the_command_line(third_party: ThirdPartyVenv, tmp_
 import subprocess, sys
 procs = {{
     name: subprocess.Popen(
-        [sys.executable, "-m", "normandy_core.cli", "compact", {str(src)!r}, "--compactor", name,
+        [sys.executable, "-m", "normandy_core.app.cli", "compact", {str(src)!r}, "--compactor",
+        name,
          "--timeout", "0.2", "-o", {str(tmp_path / "out.json")!r}],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

@@ -24,7 +24,8 @@ import tiktoken
 from project_paths import project_pythonpath
 from tiktoken import registry
 
-from normandy_core import plugins, tokens
+from normandy_core.contract import plugins
+from normandy_core.conversation import tokens
 
 _MESSAGES = """
 msgs = [{"role": "system", "content": "You are a coding agent."}]
@@ -93,7 +94,7 @@ def test_the_entry_point_scan_parses_metadata_only_of_distributions_that_registe
 import json
 import math
 import importlib.metadata as md
-from normandy_core import plugins
+from normandy_core.contract import plugins
 
 parsed = []
 original = md.PathDistribution.read_text
@@ -137,7 +138,7 @@ def test_the_first_distribution_of_a_name_on_the_path_wins(tmp_path, monkeypatch
             encoding="utf-8",
         )
         (info / "entry_points.txt").write_text(
-            f"[normandy_core.compactors]\n{name} = normandy_core.noop\n", encoding="utf-8"
+            f"[normandy_core.compactors]\n{name} = normandy_core.contract.noop\n", encoding="utf-8"
         )
     monkeypatch.syspath_prepend(str(tmp_path / "second"))
     monkeypatch.syspath_prepend(str(tmp_path / "first"))
@@ -200,7 +201,7 @@ def _first_compact(window: int, extra: str = "") -> dict[str, object]:
 import json
 import math
 import normandy_core
-from normandy_core import tokens
+from normandy_core.conversation import tokens
 {extra}
 r = normandy_core.compact(msgs, compactor="window_manager", window={window}, model="gpt-4")
 loaded = sorted(tokens._encodings)
@@ -221,7 +222,7 @@ def _sizes() -> tuple[int, int]:
     """The test transcript's exact cl100k count and its UTF-8 bound, as window_manager
     compares them (the request's reply priming added; no system prompt)."""
     from normandy_core import compact
-    from normandy_core.tokens import REPLY_PRIMING, Utf8BoundCounter
+    from normandy_core.conversation.tokens import REPLY_PRIMING, Utf8BoundCounter
 
     scope: dict[str, object] = {}
     exec(_MESSAGES, scope)
@@ -247,7 +248,7 @@ def test_calibration_evidence_for_the_model_loads_no_encoding_either(tmp_path, m
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "archive.sqlite3"))
     _, bound = _sizes()
     evidence = (
-        "from normandy_core.calibration import default_calibration\n"
+        "from normandy_core.conversation.calibration import default_calibration\n"
         "default_calibration().observe('gpt-4', 'tiktoken:cl100k_base', 1000, 1100)"
     )
     out = _first_compact(4096 + math.ceil(bound * 1.1) + 10, evidence)

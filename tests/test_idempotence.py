@@ -15,14 +15,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from normandy_core import AgentMemory, ToolResultBlock, ToolUseBlock, compact
-from normandy_core.formats import (
+from normandy_core.app.workload import generate_session
+from normandy_core.transcripts.formats import (
     INSERTED_TAGS,
     from_anthropic,
     from_openai,
     to_anthropic,
     to_openai,
 )
-from normandy_core.workload import generate_session
 
 STRATEGIES = ["oldest_first", "sliding_window", "summarize"]
 FORMATS = ["openai", "anthropic", "normandy"]

@@ -11,7 +11,13 @@ import pytest
 
 import normandy_core
 
-HEAVY = ("tiktoken", "tiktoken_ext", "pydantic", "normandy_core.noop", "normandy_window_manager")
+HEAVY = (
+    "tiktoken",
+    "tiktoken_ext",
+    "pydantic",
+    "normandy_core.contract.noop",
+    "normandy_window_manager",
+)
 
 
 def _fresh(code: str) -> object:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from normandy_core import compact
-from normandy_core.formats import TranscriptError, value_problem
+from normandy_core.transcripts.formats import TranscriptError, value_problem
 
 LIMIT = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
 needs_limit = pytest.mark.skipif(not LIMIT, reason="this interpreter converts any integer")

@@ -30,7 +30,7 @@ def test_noop_is_installed_for_real_and_changes_nothing():
     assert (handle.name, handle.distribution, handle.module) == (
         "noop",
         "normandy-core",
-        "normandy_core.noop",
+        "normandy_core.contract.noop",
     )
     assert handle.version  # read from the installed distribution's metadata
     assert handle.needs_window({}) is False

@@ -36,8 +36,8 @@ from normandy_core import (
     register_hook,
     run_compaction,
 )
-from normandy_core.contract import ContractViolation
-from normandy_core.faults import MAX_ABANDONED
+from normandy_core.contract.check import ContractViolation
+from normandy_core.contract.faults import MAX_ABANDONED
 from normandy_core.testing import check_call, context_for
 
 
@@ -271,7 +271,7 @@ def test_a_plugins_keyboard_interrupt_where_no_ctrl_c_can_arrive_is_contained(wh
     else:
         previous = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGINT, getattr(signal, where))
-        monkeypatch.setattr("normandy_core.faults._sigints", 0)
+        monkeypatch.setattr("normandy_core.contract.faults._sigints", 0)
     try:
         acc = _acc(bad, n=5, **kw)
         out, meta = run_compaction(acc, mid_round=False)
@@ -478,7 +478,7 @@ def test_options_are_validated_once_per_config():
 def test_options_are_validated_once_per_normandy_compact(tmp_path, capsys):
     counted = _Counted()
     register_compactor("counted", counted)
-    from normandy_core.cli import main
+    from normandy_core.app.cli import main
 
     src = tmp_path / "chat.json"
     src.write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")

@@ -70,7 +70,7 @@ def test_a_hook_named_like_ours_is_loaded_beside_it_and_reported(seam_dists, tmp
     assert len(seen) == 1 and all(i in seen[0] for i in dropped)
     assert archive.exists()  # our archive ran too: nothing was silently disabled
     proc = subprocess.run(
-        [str(seam_dists.python), "-m", "normandy_core.cli", "plugins"],
+        [str(seam_dists.python), "-m", "normandy_core.app.cli", "plugins"],
         capture_output=True,
         text=True,
         env={**os.environ, **env},
@@ -131,7 +131,7 @@ def test_base_exceptions_at_import_are_named_not_fatal(seam_dists, name):
     assert f"failed to import: {kind}" in r.data["err"]
     assert r.data["status"] == "error"
     proc = subprocess.run(
-        [str(seam_dists.python), "-m", "normandy_core.cli", "plugins"],
+        [str(seam_dists.python), "-m", "normandy_core.app.cli", "plugins"],
         capture_output=True,
         text=True,
         check=False,

@@ -33,8 +33,8 @@ from normandy_core import (
     run_compaction,
     unregister_hook,
 )
-from normandy_core import boundary as boundary_module
-from normandy_core.contract import (
+from normandy_core.contract import boundary as boundary_module
+from normandy_core.contract.check import (
     _SKIP,
     CompactionContext,
     ContractViolation,
@@ -43,9 +43,9 @@ from normandy_core.contract import (
     call_compactor,
     check_compaction,
 )
-from normandy_core.plugins import hook_manager
+from normandy_core.contract.plugins import hook_manager
 from normandy_core.testing import check_call
-from normandy_core.transcript import PROVIDER_COMPACTION
+from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 from strategies import build, conversations, well_formed_conversations
 
 EXAMPLES = 60

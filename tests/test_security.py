@@ -53,7 +53,7 @@ result = run_turn(acc, "go on", client=client)
 seen["run_turn"] = [b["meta"]["compacted"] for b in result.events_of("boundary")]
 
 def cli(*args):
-    p = subprocess.run([sys.executable, "-m", "normandy_core.cli", *args],
+    p = subprocess.run([sys.executable, "-m", "normandy_core.app.cli", *args],
                        capture_output=True, text=True, timeout=60)
     return [p.returncode, p.stdout, p.stderr]
 
@@ -109,7 +109,7 @@ def test_a_dist_info_in_the_current_directory_is_ignored(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NORMANDY_LOAD")}
     commands = {
         "console script": [str(BIN)],
-        "python -m": [sys.executable, "-m", "normandy_core.cli"],
+        "python -m": [sys.executable, "-m", "normandy_core.app.cli"],
     }
     args = {
         "listing": ["plugins", "--json"],

@@ -16,16 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from normandy_core import AgentConfig, compact, continuation, hookimpl
-from normandy_core.errors import (
-    OptionsError,
-    PluginDisabledError,
-    SettingsError,
-    UnknownCompactorError,
-    WindowUnknownError,
-)
-from normandy_core.formats import to_openai
-from normandy_core.settings import (
+from normandy_core import AgentConfig, compact, hookimpl
+from normandy_core.app.workload import generate_session
+from normandy_core.contract.settings import (
     ENV_COMPACTOR,
     ENV_CONFIG,
     ENV_OPTS,
@@ -34,7 +27,15 @@ from normandy_core.settings import (
     read_settings_file,
     reload_settings,
 )
-from normandy_core.workload import generate_session
+from normandy_core.errors import (
+    OptionsError,
+    PluginDisabledError,
+    SettingsError,
+    UnknownCompactorError,
+    WindowUnknownError,
+)
+from normandy_core.transcripts import continuation
+from normandy_core.transcripts.formats import to_openai
 
 
 @pytest.fixture
@@ -442,7 +443,7 @@ def test_unknown_compactor_names_its_source(here: Path, monkeypatch: pytest.Monk
 
 
 def test_disabled_compactor_names_its_source(here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from normandy_core import plugins
+    from normandy_core.contract import plugins
 
     monkeypatch.setenv(plugins.ENV_DISABLE, "clear_tool_results")
     plugins.reload_plugins()
@@ -599,8 +600,8 @@ def _reference(levels: list[dict[str, Any]], default: str) -> tuple[Any, ...]:
 def test_resolve_follows_the_stated_precedence(
     sources: list[dict[str, Any]], calls: list[dict[str, Any]], default: str
 ) -> None:
-    from normandy_core import plugins
-    from normandy_core.settings import Layer
+    from normandy_core.contract import plugins
+    from normandy_core.contract.settings import Layer
 
     for name in ("alpha", "beta"):
         if name not in plugins._REG.in_code:

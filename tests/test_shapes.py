@@ -20,8 +20,8 @@ from openai.types.responses import ResponseInputItemParam
 from pydantic import TypeAdapter
 
 from normandy_core import compact
-from normandy_core.formats import TranscriptError
-from normandy_core.transcript import PROVIDER_COMPACTION, detect, read
+from normandy_core.transcripts.formats import TranscriptError
+from normandy_core.transcripts.transcript import PROVIDER_COMPACTION, detect, read
 
 CHAT = TypeAdapter(list[ChatCompletionMessageParam])
 ANTHROPIC = TypeAdapter(list[BetaMessageParam])

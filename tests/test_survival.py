@@ -31,7 +31,7 @@ from normandy_core import (
     run_compaction,
     unregister_compactor,
 )
-from normandy_core.survival import survival_rules
+from normandy_core.conversation.survival import survival_rules
 from tests.cli.conftest import run_cli, write_json
 
 # -- validation where the config is made ---------------------------------------------
@@ -297,7 +297,7 @@ def test_a_pipeline_step_that_ignores_the_rules_fails_the_pipeline_naming_the_st
 
 def test_compact_remembers_continuations_per_rules() -> None:
     """A continuation is the same config: other rules take the full path."""
-    from normandy_core import continuation
+    from normandy_core.transcripts import continuation
 
     base = continuation.config_key("noop", {}, None, None, None, "openai")
     assert base == continuation.config_key("noop", {}, None, None, None, "openai", survival=None)
@@ -375,8 +375,8 @@ def test_the_command_line_sets_the_rules(tmp_path: Path) -> None:
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A temporary working directory, nothing else configured, settings read afresh."""
-    from normandy_core import continuation
-    from normandy_core.settings import ENV_COMPACTOR, ENV_CONFIG, ENV_OPTS, reload_settings
+    from normandy_core.contract.settings import ENV_COMPACTOR, ENV_CONFIG, ENV_OPTS, reload_settings
+    from normandy_core.transcripts import continuation
 
     for var in (ENV_CONFIG, ENV_COMPACTOR, ENV_OPTS):
         monkeypatch.delenv(var, raising=False)
@@ -388,7 +388,7 @@ def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 
 def test_a_settings_file_sets_the_declarative_rules(here: Path) -> None:
-    from normandy_core.settings import current_settings
+    from normandy_core.contract.settings import current_settings
 
     (here / "normandy.toml").write_text(
         'compactor = "window_manager"\nwindow = 12000\n\n'
@@ -443,8 +443,8 @@ def test_a_pyproject_table_sets_them_and_the_command_line_replaces_them(here: Pa
 def test_a_file_with_bad_rules_is_refused_naming_file_line_and_key(
     here: Path, table: str, says: str
 ) -> None:
+    from normandy_core.contract.settings import current_settings
     from normandy_core.errors import SettingsError
-    from normandy_core.settings import current_settings
 
     (here / "normandy.toml").write_text(f"window = 9000\n\n[survival]\n{table}\n", "utf-8")
     with pytest.raises(SettingsError) as err:
@@ -470,7 +470,7 @@ def test_configured_instructions_the_compactor_cannot_use_name_their_source(here
 
 def _with_provider_compaction() -> AgentMemory:
     from normandy_core import OpaqueBlock
-    from normandy_core.transcript import PROVIDER_COMPACTION
+    from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 
     mem = AgentMemory()
     mem.add_message("system", "You are a coding agent.", id="sys", turn_id="t0")
@@ -492,7 +492,7 @@ def _with_provider_compaction() -> AgentMemory:
 
 def test_the_pin_of_a_superseded_provider_compaction_moves_to_the_new_one() -> None:
     from normandy_core import OpaqueBlock
-    from normandy_core.transcript import PROVIDER_COMPACTION
+    from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 
     acc = AgentConfig().with_memory(_with_provider_compaction())
     old = {e.id: e for e in acc.memory.entries()}
@@ -519,7 +519,7 @@ def test_the_pin_of_a_superseded_provider_compaction_moves_to_the_new_one() -> N
 
 
 def test_a_returned_copy_of_a_user_message_is_never_the_task() -> None:
-    from normandy_core.survival import PROVIDER_REBUILT_KEY, is_inserted
+    from normandy_core.conversation.survival import PROVIDER_REBUILT_KEY, is_inserted
 
     copy = Entry(id="x", role="user", content="Fix it.", metadata={PROVIDER_REBUILT_KEY: True})
     task = Entry(id="task", role="user", content="Fix it.")

@@ -31,12 +31,12 @@ from normandy_core import (
     pairing_problems,
     run_compaction,
 )
+from normandy_core.app.workload import generate_session
 from normandy_core.clients.base import ModelReply
 from normandy_core.clients.scripted import ScriptedClient
-from normandy_core.preparation import pin_if_needed
+from normandy_core.contract.preparation import pin_if_needed
 from normandy_core.testing import context_for
 from normandy_core.testing.strategies import Case, cases, survival_rules
-from normandy_core.workload import generate_session
 
 _WM = {"counter": "estimate", "reserved_tokens": 500}
 #: name -> (compactor, options, whether the config has a model client)

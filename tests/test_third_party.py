@@ -389,7 +389,7 @@ acc = conversation(AgentConfig(compactor="tail", compactor_opts={"keep": 1}))
 new, meta = run_compaction(acc, mid_round=False)
 rows = list_plugins()
 modules = ["normandy_broken_import", "normandy_bad_signature", "normandy_no_entry",
-           "normandy_tail_fork", "normandy_window_manager", "normandy_core.noop"]
+           "normandy_tail_fork", "normandy_window_manager", "normandy_core.contract.noop"]
 before = [m for m in modules if m in sys.modules]
 list_plugins(load=True)  # the positive control: now everything is imported
 after = [m for m in modules if m in sys.modules]
@@ -403,7 +403,7 @@ emit({"compacted": meta["compacted"], "before": before, "after": after})
         "normandy_bad_signature",
         "normandy_no_entry",
         "normandy_window_manager",
-        "normandy_core.noop",
+        "normandy_core.contract.noop",
     }
     # broken_import ran only under list_plugins(load=True) (a failed import leaves no module).
     assert imports.read_text().splitlines() == ["normandy_broken_import"]

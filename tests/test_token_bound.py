@@ -1,6 +1,6 @@
 """The UTF-8 upper bound window checks use before a tokenizer is loaded.
 
-:class:`~normandy_core.tokens.Utf8BoundCounter` must never count less than the exact
+:class:`~normandy_core.conversation.tokens.Utf8BoundCounter` must never count less than the exact
 counter it stands in for (the real cl100k here, the encoding this machine has), nor
 than the character estimates the default counter may be, for any text and any entry;
 and :meth:`~normandy_core.CalibratedCounter.memory_bound` must stay at least
@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from normandy_core import AgentMemory, CalibratedCounter, Calibration, TiktokenCounter, get_counter
-from normandy_core import tokens as tokens_module
-from normandy_core.memory import Entry, TextBlock, ToolUseBlock
-from normandy_core.tokens import (
+from normandy_core.conversation import tokens as tokens_module
+from normandy_core.conversation.memory import Entry, TextBlock, ToolUseBlock
+from normandy_core.conversation.tokens import (
     ARGUMENTS_KEY,
     NAME_KEY,
     TOKENS_PER_MESSAGE,

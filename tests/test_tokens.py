@@ -18,10 +18,16 @@ from normandy_core import (
     estimate_tokens,
     get_counter,
 )
-from normandy_core import tokens as tokens_module
-from normandy_core.catalog import DEFAULT_WINDOWS
-from normandy_core.memory import DocumentBlock, Entry, ImageBlock, TextBlock, ToolUseBlock
-from normandy_core.tokens import (
+from normandy_core.conversation import tokens as tokens_module
+from normandy_core.conversation.catalog import DEFAULT_WINDOWS
+from normandy_core.conversation.memory import (
+    DocumentBlock,
+    Entry,
+    ImageBlock,
+    TextBlock,
+    ToolUseBlock,
+)
+from normandy_core.conversation.tokens import (
     DOCUMENT_TOKENS,
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
@@ -193,7 +199,7 @@ def test_the_name_is_stable_and_keys_the_memory_caches(offline):
 
 def test_meta_names_the_counter_that_counted(offline):
     from normandy_core import AgentConfig, run_compaction
-    from normandy_core.workload import generate_session
+    from normandy_core.app.workload import generate_session
 
     memory = generate_session(2, 60, end_mid_round=True)
     opts = {"context_window": 8_000, "reserved_tokens": 0, "counter": "o200k_base"}

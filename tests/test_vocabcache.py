@@ -1,5 +1,5 @@
-"""The vocabulary cache (normandy_core.vocabcache): a later process reads cl100k's decoded
-table instead of decoding the file again, builds the same encoding from it, and never
+"""The vocabulary cache (normandy_core.conversation.vocabcache): a later process reads cl100k's
+decoded table instead of decoding the file again, builds the same encoding from it, and never
 uses a file that is damaged, short, for another vocabulary, or for another table size.
 
 Every test points ``NORMANDY_CACHE_DIR`` at its own ``tmp_path`` (the suite's conftest
@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from project_paths import project_pythonpath
 
-from normandy_core import tokens, vocabcache
+from normandy_core.conversation import tokens, vocabcache
 
 NAME, SHA, SIZE = "cl100k_base", tokens._CL100K_SHA256, tokens._CL100K_SIZE
 
@@ -45,7 +45,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 class _NoDecode:
-    """Stands in for ``binascii`` in normandy_core.tokens: a decode fails the test."""
+    """Stands in for ``binascii`` in normandy_core.conversation.tokens: a decode fails the test."""
 
     @staticmethod
     def a2b_base64(data: bytes) -> bytes:

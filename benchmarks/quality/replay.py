@@ -45,10 +45,10 @@ from normandy_core import (
 )
 from normandy_core.clients import ModelReply, ScriptedClient
 from normandy_core.clients.scripted import ScriptedRequest
-from normandy_core.memory import Block
-from normandy_core.preparation import pin_if_needed
-from normandy_core.survival import is_inserted
-from normandy_core.tokens import TokenCounter
+from normandy_core.contract.preparation import pin_if_needed
+from normandy_core.conversation.memory import Block
+from normandy_core.conversation.survival import is_inserted
+from normandy_core.conversation.tokens import TokenCounter
 from normandy_core.turn import run_turn
 
 __all__ = [
@@ -293,8 +293,8 @@ def seeded_ids(seed: int) -> Iterator[None]:
     Both are random in the library; their token counts vary a little, and so would what
     fits a recall result's bound. Seeded, a replay gives the same figures at every run.
     """
-    import normandy_core.memory as memory
-    import normandy_core.retrieval as retrieval
+    import normandy_core.contract.recall as retrieval
+    import normandy_core.conversation.memory as memory
 
     rng = random.Random(seed)
     nonces = types.SimpleNamespace(

@@ -25,7 +25,7 @@ The JSON form (:func:`dump` / :func:`load`) is one object::
 ``output`` is the index of the tool output holding the fact in its turn's ``outputs``,
 or ``null`` when the fact is in the turn's user message. Blocks are Normandy's
 (Anthropic-shaped) block dicts. :func:`generated` builds sessions from
-:func:`normandy_core.workload.generate_session`; :func:`recorded` plants facts into the
+:func:`normandy_core.app.workload.generate_session`; :func:`recorded` plants facts into the
 demo's bundled recorded session; :func:`plant` does the planting for both, seeded.
 """
 
@@ -38,8 +38,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from normandy_core.memory import AgentMemory, ToolResultBlock
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.conversation.memory import AgentMemory, ToolResultBlock
 
 __all__ = [
     "FORMAT",
@@ -247,7 +247,7 @@ def generated(seed: int, messages: int) -> QualitySession:
 
 def recorded(turns: int | None = None, seed: int = 7) -> QualitySession:
     """The demo's bundled recorded session (its first ``turns`` turns), facts planted."""
-    from normandy_core.demo import load_session
+    from normandy_core.app.demo import load_session
 
     demo = load_session()
     chosen = demo.turns if turns is None else demo.turns[:turns]

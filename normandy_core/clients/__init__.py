@@ -30,8 +30,8 @@ from normandy_core.clients.base import (
     open_round_start,
     thinking_plan,
 )
-from normandy_core.clients.edits import ContextManagement
 from normandy_core.clients.scripted import ScriptedClient, ScriptedRequest
+from normandy_core.contract.edits import ContextManagement
 
 __all__ = [
     "AnthropicClient",

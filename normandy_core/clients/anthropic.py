@@ -1,7 +1,7 @@
 """A client for the Anthropic Messages API over the official ``anthropic`` SDK.
 
 Install with ``pip install normandy-core[anthropic]``; the SDK is imported when a client
-is made. Requests are built by :func:`normandy_core.formats.to_anthropic`, replies read
+is made. Requests are built by :func:`normandy_core.transcripts.formats.to_anthropic`, replies read
 back into Normandy's blocks, thinking signatures included, so they can be replayed
 unchanged within a tool round.
 
@@ -19,7 +19,7 @@ Extended thinking follows the API's rules so that no request is one it rejects:
 A history that opens with an assistant message (possible after a compaction) is sent
 after a one-line user turn, :data:`CONTINUATION`, since the API wants a user turn first.
 
-Provider compaction (see :mod:`normandy_core.clients.edits` and the ``anthropic_native``
+Provider compaction (see :mod:`normandy_core.contract.edits` and the ``anthropic_native``
 compactor):
 
 - a ``compaction`` block is a summary of everything before it, and the API ignores what
@@ -55,14 +55,14 @@ from normandy_core.clients.base import (
     sdk_options,
     thinking_plan,
 )
-from normandy_core.clients.edits import (
+from normandy_core.contract.edits import (
     COMPACT_BETA,
     ON_DEMAND_COMPACTION_BETA,
     ContextManagement,
 )
-from normandy_core.clients.edits import context_management as _checked_edits
-from normandy_core.formats import TranscriptError, from_anthropic, to_anthropic
-from normandy_core.memory import Entry
+from normandy_core.contract.edits import context_management as _checked_edits
+from normandy_core.conversation.memory import Entry
+from normandy_core.transcripts.formats import TranscriptError, from_anthropic, to_anthropic
 
 __all__ = [
     "CONTINUATION",
@@ -349,7 +349,7 @@ class AnthropicClient:
     use; ready SDK clients can be passed as ``client`` and ``async_client``. Refusals
     raise :class:`~normandy_core.clients.ModelClientError` with the API's message.
     ``context_management`` asks for server-side edits on every request (a
-    :class:`~normandy_core.clients.edits.ContextManagement` or its mapping, checked
+    :class:`~normandy_core.contract.edits.ContextManagement` or its mapping, checked
     here: a bad one raises :class:`~normandy_core.OptionsError`); a request's own
     ``context_management`` (an agent config's, sent by the turn shells) wins over it.
     """
@@ -357,7 +357,7 @@ class AnthropicClient:
     #: The provider whose compaction :meth:`compact_conversation` asks for.
     provider = "anthropic"
     #: The server-side edits this client can send (see
-    #: :func:`~normandy_core.clients.edits.client_edits`).
+    #: :func:`~normandy_core.contract.edits.client_edits`).
     server_edits = frozenset({"clear_tool_uses", "clear_thinking", "compact"})
 
     def __init__(

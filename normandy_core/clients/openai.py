@@ -2,7 +2,7 @@
 
 Install with ``pip install normandy-core[openai]``; the SDK is imported when a client is
 made. ``OpenAIClient(api="chat")`` (the default) speaks Chat Completions: requests are
-built by :func:`normandy_core.formats.to_openai` (tool uses become ``tool_calls``, the
+built by :func:`normandy_core.transcripts.formats.to_openai` (tool uses become ``tool_calls``, the
 results of a batch one ``tool`` message each, in order), replies read back into
 Normandy's blocks. Chat Completions does not replay reasoning, so thinking blocks are
 never sent and the ``thinking`` argument is not used; set ``reasoning_effort`` on the
@@ -37,9 +37,7 @@ from normandy_core.clients.base import (
     compaction_failure,
     sdk_options,
 )
-from normandy_core.errors import OptionsError
-from normandy_core.formats import to_openai
-from normandy_core.memory import (
+from normandy_core.conversation.memory import (
     Block,
     DocumentBlock,
     Entry,
@@ -49,6 +47,8 @@ from normandy_core.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from normandy_core.errors import OptionsError
+from normandy_core.transcripts.formats import to_openai
 
 __all__ = [
     "OpenAIClient",
@@ -458,7 +458,7 @@ def _json(raw: Any) -> dict[str, Any]:
 def _threshold(edits: Any, api: str, entry: str) -> int | None:
     """The compaction threshold a request's ``context_management`` asks for (``None``: no
     ``compact``); what the Responses API cannot send is refused, naming it."""
-    from normandy_core.clients.edits import context_management
+    from normandy_core.contract.edits import context_management
 
     checked = context_management(edits, entry=entry)
     if checked is None:
@@ -502,7 +502,7 @@ class OpenAIClient:
     @property
     def server_edits(self) -> frozenset[str]:
         """The server-side edits this client can send: ``compact`` on the Responses API,
-        none on Chat Completions (see :func:`~normandy_core.clients.edits.client_edits`)."""
+        none on Chat Completions (see :func:`~normandy_core.contract.edits.client_edits`)."""
         return frozenset({"compact"}) if self.api == "responses" else frozenset()
 
     def __init__(

@@ -78,17 +78,17 @@ except ImportError as exc:  # ModuleNotFoundError included
         name=exc.name,
     ) from exc
 
-from normandy_core.config import AgentConfig
-from normandy_core.contract import (
+from normandy_core.contract.check import (
     CompactionContext,
     ContractViolation,
     build_context,
     call_compactor,
 )
+from normandy_core.contract.config import AgentConfig
+from normandy_core.contract.plugins import resolve_compactor
+from normandy_core.conversation.memory import AgentMemory
+from normandy_core.conversation.survival import SurvivalRules
 from normandy_core.errors import OptionsError
-from normandy_core.memory import AgentMemory
-from normandy_core.plugins import resolve_compactor
-from normandy_core.survival import SurvivalRules
 from normandy_core.testing.strategies import (
     Case,
     Conversation,
@@ -214,7 +214,7 @@ def _config(
     """A config of compactor ``name`` holding ``memory``, its window pinned to ``window``
     when it sizes against one and ``opts`` pin none, under survival ``rules``, with the
     model ``client`` (``None``: none)."""
-    from normandy_core.preparation import pin_if_needed
+    from normandy_core.contract.preparation import pin_if_needed
 
     options = dict(opts)
     if "context_window" not in options:

@@ -21,7 +21,7 @@ except ImportError as exc:  # ModuleNotFoundError included
         name=exc.name,
     ) from exc
 
-from normandy_core.memory import (
+from normandy_core.conversation.memory import (
     AgentMemory,
     Block,
     Entry,
@@ -33,7 +33,7 @@ from normandy_core.memory import (
 )
 
 if TYPE_CHECKING:
-    from normandy_core.survival import SurvivalRules
+    from normandy_core.conversation.survival import SurvivalRules
 
 __all__ = [
     "TOOL_NAMES",
@@ -196,7 +196,7 @@ class KeepTurns:
 def survival_rules(draw: st.DrawFn, *, max_turns: int = 5) -> SurvivalRules:
     """Survival rules over :func:`conversations`: ``keep_first_user`` on or off, some of
     :data:`TOOL_NAMES` in ``keep_tools``, and maybe a :class:`KeepTurns` ``keep_if``."""
-    from normandy_core.survival import SurvivalRules
+    from normandy_core.conversation.survival import SurvivalRules
 
     keep_if = None
     if draw(st.booleans()):

@@ -22,8 +22,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+from normandy_core.conversation.memory import (
+    Block,
+    Content,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from normandy_core.errors import NormandyError
-from normandy_core.memory import Block, Content, TextBlock, ToolResultBlock, ToolUseBlock
 
 __all__ = [
     "AppendMessage",

@@ -20,17 +20,22 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from normandy_core.boundary import run_compaction
-from normandy_core.calibration import CalibratedCounter, Calibration, default_calibration
 from normandy_core.clients.base import (
     ModelClient,
     ModelReply,
     Usage,
     holds_provider_compaction,
 )
-from normandy_core.config import AgentConfig
-from normandy_core.eventloop import bind_turn_loop
-from normandy_core.memory import (
+from normandy_core.contract.boundary import run_compaction
+from normandy_core.contract.config import AgentConfig
+from normandy_core.contract.eventloop import bind_turn_loop
+from normandy_core.contract.recall import recall_tools
+from normandy_core.conversation.calibration import (
+    CalibratedCounter,
+    Calibration,
+    default_calibration,
+)
+from normandy_core.conversation.memory import (
     Content,
     DocumentBlock,
     Entry,
@@ -41,9 +46,8 @@ from normandy_core.memory import (
     ToolUseBlock,
     new_id,
 )
-from normandy_core.retrieval import recall_tools
-from normandy_core.tokens import TokenCounter, get_counter
-from normandy_core.transcript import PROVIDER_COMPACTION
+from normandy_core.conversation.tokens import TokenCounter, get_counter
+from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 from normandy_core.turn.core import (
     AppendMessage,
     Budget,
@@ -512,7 +516,7 @@ def run_turn(
 def _check_edits(client: Any, acc: AgentConfig, entry: str) -> None:
     """Refuse, before the first call, a client that cannot send the config's edits."""
     if acc.edits is not None:
-        from normandy_core.clients.edits import client_edits
+        from normandy_core.contract.edits import client_edits
 
         client_edits(client, acc.edits, entry=entry)
 
@@ -571,7 +575,7 @@ async def arun_turn(
     :class:`~normandy_core.clients.ModelClient` (run in a worker thread). Compaction runs
     in a worker thread (:func:`asyncio.to_thread`), so a slow compactor never blocks the
     loop; a coroutine the compactor needs (an async client's model summary) runs on this
-    loop (:func:`normandy_core.eventloop.turn_loop`). The calls of one reply run
+    loop (:func:`normandy_core.contract.eventloop.turn_loop`). The calls of one reply run
     concurrently as one batch (async tools awaited, sync tools in threads) and their
     results are appended together in tool-use order.
     """

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from normandy_core.errors import NormandyError
 
 if TYPE_CHECKING:
-    from normandy_core.config import AgentConfig
+    from normandy_core.contract.config import AgentConfig
 
 __all__ = [
     "ToolDefinitionError",

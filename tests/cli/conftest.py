@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from project_paths import with_project_path
 
-from normandy_core.formats import to_anthropic, to_openai
-from normandy_core.workload import generate_session
+from normandy_core.app.workload import generate_session
+from normandy_core.transcripts.formats import to_anthropic, to_openai
 
 BIN = Path(sys.executable).parent / "normandy"
 

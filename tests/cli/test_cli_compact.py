@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from normandy_core.formats import from_anthropic, from_openai
-from normandy_core.structure import pairing_problems
+from normandy_core.conversation.structure import pairing_problems
+from normandy_core.transcripts.formats import from_anthropic, from_openai
 from tests.cli.conftest import run_cli, write_json, write_jsonl
 
 
@@ -79,7 +79,7 @@ def test_noop_returns_input_unchanged(tmp_path: Path, openai_messages: Any) -> N
 
 
 def test_normandy_dump_and_mid_round(tmp_path: Path) -> None:
-    from normandy_core.workload import generate_session
+    from normandy_core.app.workload import generate_session
 
     memory = generate_session(5, messages=80, end_mid_round=True)
     src = write_json(tmp_path / "dump.json", memory.dump())
@@ -87,7 +87,7 @@ def test_normandy_dump_and_mid_round(tmp_path: Path) -> None:
     assert r.code == 0, r
     data = json.loads(r.out)
     assert data["format"] == "normandy.memory"
-    from normandy_core.memory import AgentMemory
+    from normandy_core.conversation.memory import AgentMemory
 
     out = AgentMemory.load(data)
     assert len(out) < len(memory)

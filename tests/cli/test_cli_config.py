@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from normandy_core.settings import ENV_COMPACTOR, ENV_CONFIG, ENV_OPTS
+from normandy_core.contract.settings import ENV_COMPACTOR, ENV_CONFIG, ENV_OPTS
 from tests.cli.conftest import run_cli, write_json
 
 

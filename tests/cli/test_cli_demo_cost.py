@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from normandy_core.cost import DEFAULT_RATES, billed
-from normandy_core.demo import load_session, replay
+from normandy_core.app.demo import load_session, replay
+from normandy_core.conversation.cost import DEFAULT_RATES, billed
 from tests.cli.conftest import run_cli
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from normandy_core.cli import build_parser, main
-from normandy_core.workload import generate_session
+from normandy_core.app.cli import build_parser, main
+from normandy_core.app.workload import generate_session
 from tests.cli.conftest import run_cli, write_json
 
 # -- help ---------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from normandy_core.cli import CliError, read_source
+from normandy_core.app.cli import CliError, read_source
 from tests.cli.conftest import Run, run_cli
 
 LIMIT = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from normandy_core.cli import read_source
+from normandy_core.app.cli import read_source
 
 COUNT = 20_000
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from normandy_core.console import ProgressBar, format_table, sparkline
+from normandy_core.app.console import ProgressBar, format_table, sparkline
 
 
 class _Tty(io.StringIO):

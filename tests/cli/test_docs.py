@@ -29,7 +29,7 @@ def _generator() -> ModuleType:
 
 
 def test_every_hookspec_is_in_the_hook_reference() -> None:
-    from normandy_core import hookspecs
+    from normandy_core.contract import hookspecs
 
     text = (DOCS / "hooks.md").read_text(encoding="utf-8")
     names = _generator().hookspec_names()
@@ -118,7 +118,7 @@ def test_the_guide_hook_plugin_sees_every_boundary_of_the_cli(guide_dists, tmp_p
     and ``normandy compact`` reaches it at a compacting boundary and prints its note."""
     env = _guide_env(tmp_path)
     proc = subprocess.run(
-        [str(guide_dists.python), "-m", "normandy_core.cli", "plugins", "--json"],
+        [str(guide_dists.python), "-m", "normandy_core.app.cli", "plugins", "--json"],
         env=env,
         capture_output=True,
         text=True,
@@ -139,7 +139,7 @@ def test_the_guide_hook_plugin_sees_every_boundary_of_the_cli(guide_dists, tmp_p
         [
             str(guide_dists.python),
             "-m",
-            "normandy_core.cli",
+            "normandy_core.app.cli",
             "compact",
             "chat.json",
             "-o",

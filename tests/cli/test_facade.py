@@ -9,8 +9,8 @@ import pytest
 
 import normandy_core
 from normandy_core import OptionsError, TranscriptError, UnknownCompactorError, compact
-from normandy_core.formats import from_anthropic, from_openai
-from normandy_core.structure import pairing_problems
+from normandy_core.conversation.structure import pairing_problems
+from normandy_core.transcripts.formats import from_anthropic, from_openai
 
 
 def test_openai_list(openai_messages: Any) -> None:
@@ -102,7 +102,7 @@ def test_bad_format_name() -> None:
 
 
 def test_normandy_memory_in_and_out() -> None:
-    from normandy_core.workload import generate_session
+    from normandy_core.app.workload import generate_session
 
     memory = generate_session(2, messages=60)
     result = compact(memory, window=12_000, model="claude-sonnet-4-5")

@@ -39,7 +39,7 @@ MODEL = "claude-async-summary-test"
 
 @pytest.fixture(autouse=True)
 def fresh_calibration() -> Any:
-    from normandy_core.calibration import default_calibration
+    from normandy_core.conversation.calibration import default_calibration
 
     default_calibration().reset(MODEL)
     yield

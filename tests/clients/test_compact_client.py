@@ -13,8 +13,8 @@ import pytest
 
 from normandy_core import TextBlock, compact
 from normandy_core.clients import AnthropicClient, ModelReply, OpenAIClient, ScriptedClient
-from normandy_core.continuation import config_key
-from normandy_core.facade import acompact
+from normandy_core.transcripts.continuation import config_key
+from normandy_core.transcripts.facade import acompact
 from normandy_window_manager.summarize import SUMMARY_SYSTEM_PROMPT
 
 servers = sys.modules["normandy_client_test_servers"]  # loaded by conftest.py

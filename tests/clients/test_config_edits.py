@@ -15,9 +15,9 @@ import pytest
 
 from normandy_core import AgentConfig, AgentMemory, OptionsError
 from normandy_core.clients import AnthropicClient, OpenAIClient
-from normandy_core.clients.edits import ContextManagement
 from normandy_core.clients.scripted import ScriptedClient
-from normandy_core.transcript import PROVIDER_COMPACTION
+from normandy_core.contract.edits import ContextManagement
+from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 from normandy_core.turn import arun_turn, run_turn
 
 pytest.importorskip("anthropic", reason="needs the anthropic extra")

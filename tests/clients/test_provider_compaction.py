@@ -21,7 +21,7 @@ from normandy_core.clients import (
     OpenAIClient,
     ProviderCompactionError,
 )
-from normandy_core.transcript import PROVIDER_COMPACTION
+from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 from normandy_core.turn import arun_turn, run_turn
 
 anthropic = pytest.importorskip("anthropic", reason="needs the anthropic extra")

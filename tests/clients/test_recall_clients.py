@@ -19,9 +19,9 @@ import pytest
 from recall_session import FACT, agent, read_file, script_actions
 
 from normandy_core import RecallSettings
-from normandy_core.calibration import default_calibration
 from normandy_core.clients import AnthropicClient, OpenAIClient
-from normandy_core.retrieval import RECALL_TAG
+from normandy_core.contract.recall import RECALL_TAG
+from normandy_core.conversation.calibration import default_calibration
 from normandy_core.turn import arun_turn, run_turn
 
 pytest.importorskip("anthropic", reason="needs the anthropic extra")

@@ -108,9 +108,9 @@ from normandy_core import (
     compact,
     get_counter,
 )
-from normandy_core.facade import CompactionError, CompactResult, parse_transcript
-from normandy_core.memory import DocumentBlock, OpaqueBlock
-from normandy_core.tokens import default_counter_for
+from normandy_core.conversation.memory import DocumentBlock, OpaqueBlock
+from normandy_core.conversation.tokens import default_counter_for
+from normandy_core.transcripts.facade import CompactionError, CompactResult, parse_transcript
 
 __all__ = [
     "COMPACTORS",
@@ -420,7 +420,8 @@ def _draw_case(
         opts = _native_opts(side, compactor, window, tokens, counter_opt)
         client = FuzzProvider.draw(side, NATIVE[compactor][0])
     # What every request costs once whatever its messages (the reply's priming, documented
-    # in normandy_core.tokens): the room left for the messages is the usable window less it.
+    # in normandy_core.conversation.tokens): the room left for the messages is the usable window
+    # less it.
     fixed = int(getattr(get_counter(counter), "request_tokens", 3))
     if compactor == "window_manager" or compactor in NATIVE:
         usable = window - int(opts.get("reserved_tokens", 4096)) - fixed

@@ -56,7 +56,7 @@ __all__ = [
 
 Format = Literal["openai", "anthropic", "normandy", "responses"]
 FORMATS: tuple[Format, ...] = ("openai", "anthropic", "normandy", "responses")
-#: The formats a provider defines (read and written by ``normandy_core.transcript``).
+#: The formats a provider defines (read and written by ``normandy_core.transcripts.transcript``).
 PROVIDER_FORMATS: tuple[Format, ...] = ("openai", "anthropic", "responses")
 #: Type names standing for block and item types a provider adds later.
 FUTURE_PREFIX = "fuzz_future_"

@@ -72,13 +72,13 @@ def test_the_core_refuses_unreported_loss_in_every_format(fn: Any) -> None:
 
 @pytest.mark.parametrize("fn", [_drop_first_unit, _rewrite_a_result])
 def test_unreported_loss_is_found_in_every_format(fn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from normandy_core import contract
+    from normandy_core.contract import check
 
     def shape_only(compactor: Any, acc: Any, ctx: Any, result: Any) -> Any:
         new_acc, meta = result
-        return contract.CompactionResult(new_acc, contract.CompactionMeta(meta))
+        return check.CompactionResult(new_acc, check.CompactionMeta(meta))
 
-    monkeypatch.setattr(contract, "check_compaction", shape_only)
+    monkeypatch.setattr(check, "check_compaction", shape_only)
     register_compactor("fuzz_faulty", _Faulty(fn))
     found: dict[str, set[str]] = {}
     for i in range(60):

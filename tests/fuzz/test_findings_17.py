@@ -103,7 +103,8 @@ def test_the_cost_schedule_is_idempotent_on_the_campaign_cases(seed: int, index:
     on its own output found another plan paying and compacted again; and a result one
     step cleared lost its metadata in a wire format, so the next cleared it again. The
     schedule now weighs its result again until it waits (``cost_rounds``), and a cleared
-    result is recognised by its placeholder's tag (``normandy_core.keys.CLEARED_TAG``)."""
+    result is recognised by its placeholder's tag
+    (``normandy_core.conversation.keys.CLEARED_TAG``)."""
     findings = run_case(case_rng(seed, index), seed=seed, index=index)
     assert not findings, [f.message for f in findings]
 
@@ -125,7 +126,7 @@ def test_a_custom_call_reads_its_input_and_its_cleared_input_back(fmt: str) -> N
     cleared by a compaction, it is written empty and reads back as the compaction left
     it: compacting the output again changes nothing."""
     from normandy_core import ToolUseBlock
-    from normandy_core.facade import parse_transcript
+    from normandy_core.transcripts.facade import parse_transcript
 
     if fmt == "openai":
         messages: list[dict[str, Any]] = [

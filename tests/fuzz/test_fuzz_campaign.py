@@ -24,7 +24,7 @@ from fuzz.campaign import COMPACTORS, CaseReport, Finding, case_rng, run_case, r
 from fuzz.generators import FORMATS, PROVIDER_FORMATS
 from fuzz.known import DEFECTS, classify
 from fuzz.provider import NATIVE
-from normandy_core import plugins
+from normandy_core.contract import plugins
 
 SEED = 5
 CASES = 300

@@ -1,9 +1,9 @@
 """Independent request validators for the fuzz campaign: the oracle of provider validity.
 
-Written from the providers' documented request rules, without ``normandy_core.structure``
-or the project's pairing checks, so a bug shared by the compactors and those helpers
-still shows. Each validator returns a list of problems (empty when the request is
-valid); a problem names the message index.
+Written from the providers' documented request rules, without
+``normandy_core.conversation.structure`` or the project's pairing checks, so a bug shared by the
+compactors and those helpers still shows. Each validator returns a list of problems (empty when the
+request is valid); a problem names the message index.
 
 OpenAI Chat Completions (``messages`` of ``/v1/chat/completions``):
 
@@ -1200,7 +1200,7 @@ def validate_normandy(dump: Any, *, allow_open_round: bool = True) -> list[str]:
         return problems
     # The project's conversions are what its clients send; the requests must be valid.
     from normandy_core import AgentMemory
-    from normandy_core.formats import to_anthropic, to_openai
+    from normandy_core.transcripts.formats import to_anthropic, to_openai
 
     try:
         memory = AgentMemory.load(dump)

@@ -28,8 +28,8 @@ from normandy_core import (
     unregister_compactor,
     unregister_hook,
 )
-from normandy_core.calibration import calibrated_counter, default_calibration
 from normandy_core.clients import open_round_start
+from normandy_core.conversation.calibration import calibrated_counter, default_calibration
 
 COMPACTOR = "keep_tail_test"
 #: (start, end) of every blocking ``sleep`` the compactor did, in perf_counter seconds.

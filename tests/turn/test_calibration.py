@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from normandy_core import AgentMemory, ImageBlock, TextBlock, ToolResultBlock, ToolUseBlock
-from normandy_core.calibration import CalibratedCounter, Calibration
 from normandy_core.clients import ModelClientError, ScriptedClient, complete_text
-from normandy_core.tokens import get_counter
+from normandy_core.conversation.calibration import CalibratedCounter, Calibration
+from normandy_core.conversation.tokens import get_counter
 from normandy_core.turn import tool_result
 
 

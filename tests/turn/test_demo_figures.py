@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from normandy_core import hookimpl, register_compactor, unregister_compactor
-from normandy_core.cli_demo import summary_rows
-from normandy_core.demo import load_session, replay
+from normandy_core.app.cli_demo import summary_rows
+from normandy_core.app.demo import load_session, replay
 
 support = sys.modules["normandy_turn_test_support"]  # loaded by conftest.py
 
@@ -39,7 +39,7 @@ def test_the_demo_counts_what_a_compactor_does_not_report(
     bare: str, boundary_figures: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not boundary_figures:  # not even the boundary adds them: the turn loop counts
-        import normandy_core.boundary as boundary
+        import normandy_core.contract.boundary as boundary
 
         monkeypatch.setattr(boundary, "account", lambda result, before, ctx: result)
     session = load_session()

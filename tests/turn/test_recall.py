@@ -37,11 +37,11 @@ from normandy_core import (
     reload_plugins,
     unregister_hook,
 )
-from normandy_core.calibration import default_calibration
 from normandy_core.clients import ModelReply, ScriptedClient
 from normandy_core.clients.anthropic import anthropic_request
 from normandy_core.clients.openai import openai_request
-from normandy_core.retrieval import MIN_LIMIT_TOKENS, RECALL_TAG, _coverage, _terms, render
+from normandy_core.contract.recall import MIN_LIMIT_TOKENS, RECALL_TAG, _coverage, _terms, render
+from normandy_core.conversation.calibration import default_calibration
 from normandy_core.turn import arun_turn, run_turn
 from strategies import entries as entry_strategy
 

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from normandy_core import AgentConfig, TextBlock, ThinkingBlock, ToolUseBlock
-from normandy_core.calibration import default_calibration
 from normandy_core.clients import ModelReply, ScriptedClient, Usage
+from normandy_core.conversation.calibration import default_calibration
 from normandy_core.turn import TurnAborted, arun_turn, run_turn
 
 support = sys.modules["normandy_turn_test_support"]  # loaded by conftest.py

@@ -21,7 +21,7 @@ from typing import Any
 
 from normandy_archive import Archive
 from normandy_core import AgentConfig, Entry, run_compaction
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
 #: Run first in a subprocess as root: drop the capabilities that let root ignore file
 #: permissions, so a 0444 file is read-only for it too (a no-op for other users).
@@ -57,7 +57,7 @@ CRASH_AGENT = textwrap.dedent(
     os.umask(0)
     from normandy_archive.schema import content_hash
     from normandy_core import AgentConfig, get_counter, run_compaction
-    from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+    from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
     tag, seed, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     window = int(sys.argv[4]) if len(sys.argv) > 4 else 20_000
     reserved = 1_000
@@ -148,7 +148,7 @@ AGENT = textwrap.dedent(
     if cfg.get("drop_dac"):
         exec(cfg["drop_dac"])
     from normandy_core import AgentConfig, run_compaction
-    from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+    from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
     def h(e):  # see digest()
         data = e.without_thinking().model_dump_json(include={"role", "content"})

@@ -31,9 +31,9 @@ from normandy_archive import (
 from normandy_archive.schema import content_hash, source_ids
 from normandy_archive.spool import read_frames
 from normandy_core import AgentConfig, AgentMemory, Entry, compact, list_plugins, run_compaction
-from normandy_core.cli import main as normandy_main
-from normandy_core.formats import to_openai
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.app.cli import main as normandy_main
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.transcripts.formats import to_openai
 
 
 @pytest.fixture
@@ -417,7 +417,7 @@ WRITER = textwrap.dedent(
     import sys
     from normandy_archive import Archive, maintenance
     from normandy_core import Entry
-    from normandy_core.workload import generate_session
+    from normandy_core.app.workload import generate_session
     path, tag, rounds, size = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     background = sys.argv[5] == "background"  # as the hook writes: index afterwards
     entries = list(generate_session(1, size))
@@ -568,7 +568,7 @@ FORK = textwrap.dedent(
     """
     import os, sys, threading, time
     from normandy_archive import Archive
-    from normandy_core.workload import generate_session
+    from normandy_core.app.workload import generate_session
     entries = list(generate_session(9, 10))
     archive = Archive(sys.argv[1], timeout=1.0)
     archive.record(entries[:3], session_id="parent")

@@ -34,7 +34,7 @@ from reliability_counts import (
 
 from normandy_archive import Archive, archive_settings, maintenance
 from normandy_archive.spool import read_frames
-from normandy_core.workload import generate_session
+from normandy_core.app.workload import generate_session
 
 # -- disk full --------------------------------------------------------------------------
 

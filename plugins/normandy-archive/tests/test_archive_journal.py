@@ -31,8 +31,8 @@ from normandy_archive import main as archive_main
 from normandy_archive.hooks import recall_entries
 from normandy_archive.spool import read_frames, spool_files
 from normandy_core import Entry
-from normandy_core.cli import main as normandy_main
-from normandy_core.workload import generate_session
+from normandy_core.app.cli import main as normandy_main
+from normandy_core.app.workload import generate_session
 
 ENTRIES = list(generate_session(71, 60))
 
@@ -173,7 +173,7 @@ KILLED = textwrap.dedent(
     """
     import json, sys
     from normandy_archive import Archive
-    from normandy_core.workload import generate_session
+    from normandy_core.app.workload import generate_session
 
     entries = list(generate_session(int(sys.argv[2]), 400))
     Archive.SPOOL_MAX_BYTES = int(sys.argv[3])  # 0: journal rows, not spooled frames

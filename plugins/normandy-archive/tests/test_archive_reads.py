@@ -35,8 +35,8 @@ from reliability_counts import (
 from normandy_archive import Archive, NotAnArchiveError
 from normandy_archive import main as archive_main
 from normandy_core import run_compaction
-from normandy_core.cli import main as normandy_main
-from normandy_core.workload import generate_session
+from normandy_core.app.cli import main as normandy_main
+from normandy_core.app.workload import generate_session
 
 SCRIPTS = {
     "normandy archive": Path(sys.executable).parent / "normandy",

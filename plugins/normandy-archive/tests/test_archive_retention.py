@@ -16,8 +16,8 @@ import pytest
 
 from normandy_archive import Archive, main, maintenance
 from normandy_core import AgentConfig, Entry, run_compaction
-from normandy_core.cli import main as normandy_main
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.app.cli import main as normandy_main
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
 DAY = 86_400.0
 NOW = time.time()

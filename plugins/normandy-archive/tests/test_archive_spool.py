@@ -34,7 +34,7 @@ from normandy_archive import Archive
 from normandy_archive.base import _prepare_one
 from normandy_archive.spool import Frame, decode, encode, read_frames, spool_files
 from normandy_core import Entry
-from normandy_core.workload import generate_session
+from normandy_core.app.workload import generate_session
 
 SESSION = list(generate_session(91, 120))
 
@@ -295,7 +295,7 @@ def test_a_spool_file_others_could_have_planted_is_neither_read_nor_moved(tmp_pa
 EXITING_AGENT = textwrap.dedent(
     """
     from normandy_core import AgentConfig, run_compaction
-    from normandy_core.workload import generate_session
+    from normandy_core.app.workload import generate_session
     acc = AgentConfig(
         model="gpt-4o", compactor="window_manager", session_id="exiting",
         compactor_opts={"context_window": 8_000, "reserved_tokens": 500, "target": 0.5,

@@ -18,8 +18,8 @@ import pytest
 from normandy_archive import Archive, archive_settings, main, maintenance, open_archive
 from normandy_archive.schema import SCHEMA_VERSION, content_hash
 from normandy_core import AgentConfig, compact, run_compaction
-from normandy_core.formats import to_anthropic, to_openai
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.transcripts.formats import to_anthropic, to_openai
 
 
 @pytest.fixture

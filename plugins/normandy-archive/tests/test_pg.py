@@ -39,7 +39,7 @@ from normandy_core import (  # noqa: E402
     list_plugins,
     run_compaction,
 )
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session  # noqa: E402
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session  # noqa: E402
 
 #: What the server logs when a client vanishes inside its transaction: at rest between
 #: statements, or in the middle of sending its pipeline (BEGIN is sent first).
@@ -231,7 +231,7 @@ SAME_CONTENT = textwrap.dedent(
     """
     import json, sys, time
     from normandy_archive.pg import PostgresArchive
-    from normandy_core.workload import generate_session
+    from normandy_core.app.workload import generate_session
     url, tag, order, start = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
     # every writer drops the same contents, under ids of its own
     mine = [e.model_copy(update={"id": f"{tag}-{e.id}"}) for e in generate_session(9, 160)]
@@ -453,7 +453,7 @@ def test_an_unreachable_database_is_reported_in_hook_errors(monkeypatch, tmp_pat
 
 def test_archive_commands_against_postgres(url, monkeypatch, capsys, tmp_path):
     from normandy_archive import main
-    from normandy_core.cli import main as normandy
+    from normandy_core.app.cli import main as normandy
 
     monkeypatch.delenv("NORMANDY_ARCHIVE_URL", raising=False)
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "unused.sqlite3"))

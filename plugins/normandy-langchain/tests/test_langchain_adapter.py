@@ -25,7 +25,7 @@ from lc_scripted import ScriptedChatModel, fingerprint, pairing_problems, read_c
 
 import normandy_core
 from normandy_core import OptionsError, UnknownCompactorError, hookimpl
-from normandy_core.formats import TranscriptError
+from normandy_core.transcripts.formats import TranscriptError
 from normandy_langchain import (
     EVENT,
     LangChainCompaction,

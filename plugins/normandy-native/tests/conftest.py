@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from normandy_core.calibration import default_calibration
+from normandy_core.conversation.calibration import default_calibration
 
 SERVERS = "normandy_client_test_servers"
 ROOT = Path(__file__).resolve().parents[3]

@@ -35,7 +35,7 @@ from normandy_core import (
     run_compaction,
 )
 from normandy_core.clients import OpenAIClient
-from normandy_core.transcript import PROVIDER_COMPACTION
+from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 from normandy_core.turn import arun_turn, run_turn
 from normandy_native.common import MARKER_KEY
 from normandy_native.options import ANTHROPIC_MIN_TRIGGER

@@ -29,7 +29,7 @@ from oa_scripted import (
 
 import normandy_core
 from normandy_core import OptionsError, UnknownCompactorError, hookimpl
-from normandy_core.formats import TranscriptError
+from normandy_core.transcripts.formats import TranscriptError
 from normandy_openai_agents import (
     SPAN,
     AgentsCompaction,

@@ -15,7 +15,7 @@ from normandy_core import (
     run_compaction,
     unregister_compactor,
 )
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
 CLEAR = {"compactor": "clear_tool_results", "opts": {"trigger_tokens": 30_000, "keep": 2}}
 

@@ -37,7 +37,7 @@ from pydantic_ai.models.test import TestModel
 
 import normandy_core
 from normandy_core import OptionsError, UnknownCompactorError, hookimpl
-from normandy_core.formats import TranscriptError
+from normandy_core.transcripts.formats import TranscriptError
 from normandy_pydantic_ai import (
     AsyncNormandyHistoryProcessor,
     HistoryCompactor,

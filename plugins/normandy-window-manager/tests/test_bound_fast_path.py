@@ -26,9 +26,9 @@ from normandy_core import (
     TiktokenCounter,
     run_compaction,
 )
-from normandy_core import tokens as tokens_module
+from normandy_core.conversation import tokens as tokens_module
+from normandy_core.conversation.tokens import REPLY_PRIMING
 from normandy_core.testing.strategies import conversations
-from normandy_core.tokens import REPLY_PRIMING
 
 MODEL = "gpt-4"  # cl100k, the encoding this machine has
 

@@ -13,7 +13,7 @@ from normandy_core import (
     pairing_problems,
     run_compaction,
 )
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 from normandy_window_manager.compactor import MARKER_KEY, SUMMARY_KEY
 
 WINDOW = 60_000

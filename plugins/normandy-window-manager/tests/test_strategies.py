@@ -17,7 +17,7 @@ from normandy_core import (
     resolve_compactor,
     run_compaction,
 )
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
 WINDOW = 60_000
 
@@ -266,7 +266,7 @@ def test_bad_options_are_refused_at_config_time(opts, fragment):
 
 
 def test_calibration_from_provider_usage_moves_the_decision():
-    from normandy_core.calibration import default_calibration
+    from normandy_core.conversation.calibration import default_calibration
 
     model = "calibration-test-model"
     memory = generate_session(11, 45, end_mid_round=True)
@@ -443,7 +443,7 @@ def test_summarize_succeeds_wherever_oldest_first_does(mid_round):
 def test_summarize_falls_back_when_the_budget_cannot_hold_the_header(summarizer):
     """summary_max_tokens=64 under a counter calibrated at 2.0: the summary's first line
     alone would be over budget. It drops as oldest_first instead of failing."""
-    from normandy_core.calibration import default_calibration
+    from normandy_core.conversation.calibration import default_calibration
 
     model = "header-budget-test-model"
     mem = generate_session(3, 40, end_mid_round=True)

@@ -27,8 +27,8 @@ from normandy_core import (
     ToolUseBlock,
     run_compaction,
 )
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 from normandy_core.clients import ModelReply
-from normandy_core.workload import SYSTEM_PROMPT, TOOLS, generate_session
 from normandy_window_manager.summarize import SUMMARY_SYSTEM_PROMPT
 
 WINDOW = 60_000

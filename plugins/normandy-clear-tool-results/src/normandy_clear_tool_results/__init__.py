@@ -11,7 +11,7 @@ from normandy_clear_tool_results.options import (
     RECALL_PLACEHOLDER,
     ClearToolResultsOptions,
 )
-from normandy_core import keys
+from normandy_core.conversation import keys
 
 __all__ = [
     "CLEARED_KEY",

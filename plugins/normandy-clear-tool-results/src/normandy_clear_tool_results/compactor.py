@@ -20,13 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_clear_tool_results import CLEARED_KEY, NAME
 from normandy_clear_tool_results.options import RECALL_PLACEHOLDER, ClearToolResultsOptions
-from normandy_core import (
-    Entry,
-    ToolResultBlock,
-    ToolUseBlock,
-    hookimpl,
-    keys,
-)
+from normandy_core import Entry, ToolResultBlock, ToolUseBlock, hookimpl
+from normandy_core.conversation import keys
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, Block, CompactionContext, TokenCounter
@@ -202,10 +197,10 @@ def _weigh(
     after: int,
 ) -> dict[str, Any]:
     """``schedule="cost"``: whether clearing now is cheaper over ``o.horizon`` calls than
-    waiting (:mod:`normandy_core.cost`'s model). ``ctx.window`` is ``None`` for this
+    waiting (:mod:`normandy_core.conversation.cost`'s model). ``ctx.window`` is ``None`` for this
     compactor (it sizes against no window), so waiting means not clearing within the
     horizon; with a window it would mean clearing like this when it would be passed."""
-    from normandy_core.cost import (
+    from normandy_core.conversation.cost import (
         billed,
         cached_until,
         first_change,

@@ -50,10 +50,10 @@ class ClearToolResultsOptions(CompactorOptions):
     placeholder: str = Field(default=DEFAULT_PLACEHOLDER, min_length=1, max_length=2000)
     """The text a cleared tool result is replaced by. Left at its default with the agent's
     ``recall`` tool on, the text names the tool instead (``RECALL_PLACEHOLDER``). Start a
-    text of your own with ``[tool result cleared`` (:data:`normandy_core.keys.CLEARED_TAG`)
-    so the result is still recognised as cleared when the conversation comes back through
-    a provider's format, which carries no metadata (otherwise a later compaction may
-    clear it again, or count it as new growth)."""
+    text of your own with ``[tool result cleared``
+    (:data:`normandy_core.conversation.keys.CLEARED_TAG`) so the result is still recognised as
+    cleared when the conversation comes back through a provider's format, which carries no metadata
+    (otherwise a later compaction may clear it again, or count it as new growth)."""
     counter: CounterSpec | None = None
     """``estimate``, ``conservative``, a tiktoken encoding or model name. Default: exact
     where tiktoken knows the model's encoding, else ``conservative``."""

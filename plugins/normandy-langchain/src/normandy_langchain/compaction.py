@@ -2,7 +2,7 @@
 
 The messages are read as OpenAI Chat Completions dicts (``convert_to_openai_messages``,
 one dict per message, each carrying its message's ``id``) and compacted by the core's
-own path (:func:`normandy_core.facade.compact_with`): the boundary checks the result,
+own path (:func:`normandy_core.transcripts.facade.compact_with`): the boundary checks the result,
 ``after_compact`` hooks receive what was dropped, and broken tool pairs are refused.
 The core hands back every message it kept as the very dict it was given, so each kept
 dict leads back to its original ``BaseMessage``, returned as the same object: id,
@@ -30,8 +30,8 @@ from langchain_core.messages import (
     convert_to_openai_messages,
 )
 
-from normandy_core.adapter import NamedCompactor
-from normandy_core.facade import CompactResult
+from normandy_core.transcripts.adapter import NamedCompactor
+from normandy_core.transcripts.facade import CompactResult
 
 __all__ = [
     "FUNCTION_ENTRY",
@@ -70,7 +70,7 @@ class LangChainCompaction:
 class MessageCompactor(NamedCompactor):
     """A compactor chosen by name, prepared once, for lists of LangChain messages.
 
-    The arguments are :class:`normandy_core.adapter.NamedCompactor`'s (errors name
+    The arguments are :class:`normandy_core.transcripts.adapter.NamedCompactor`'s (errors name
     ``entry``, by default ``normandy_langchain.compact_messages()``).
     """
 

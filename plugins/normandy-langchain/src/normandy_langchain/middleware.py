@@ -22,8 +22,8 @@ from langchain_core.messages import RemoveMessage
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 
-from normandy_core.adapter import AdapterSeam
-from normandy_core.eventloop import bind_turn_loop
+from normandy_core.contract.eventloop import bind_turn_loop
+from normandy_core.transcripts.adapter import AdapterSeam
 from normandy_langchain.compaction import LangChainCompaction, MessageCompactor
 
 __all__ = ["EVENT", "MIDDLEWARE_ENTRY", "NormandyMiddleware"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_core import Entry, OpaqueBlock, hookimpl
 from normandy_core.clients.base import ProviderCompaction
-from normandy_core.transcript import PROVIDER_COMPACTION
+from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 from normandy_native import ANTHROPIC_NATIVE
 from normandy_native.common import (
     NATIVE_KEY,

@@ -31,14 +31,14 @@ from normandy_core import (
     build_context,
     call_compactor,
     group_units,
-    keys,
     new_id,
     prepare,
 )
 from normandy_core.clients.base import ProviderCompaction, ProviderCompactionError
-from normandy_core.eventloop import turn_loop
-from normandy_core.survival import PROVIDER_REBUILT_KEY
-from normandy_core.transcript import PROVIDER_COMPACTION
+from normandy_core.contract.eventloop import turn_loop
+from normandy_core.conversation import keys
+from normandy_core.conversation.survival import PROVIDER_REBUILT_KEY
+from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext, SurvivalRules

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_core import Content, Entry, OpaqueBlock, OptionsError, TextBlock, hookimpl, new_id
 from normandy_core.clients.base import ProviderCompaction
-from normandy_core.survival import PROVIDER_REBUILT_KEY
-from normandy_core.transcript import PROVIDER_COMPACTION, TranscriptError, read
+from normandy_core.conversation.survival import PROVIDER_REBUILT_KEY
+from normandy_core.transcripts.transcript import PROVIDER_COMPACTION, TranscriptError, read
 from normandy_native import OPENAI_NATIVE
 from normandy_native.common import (
     NATIVE_KEY,

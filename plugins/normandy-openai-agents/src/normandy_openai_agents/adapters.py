@@ -26,8 +26,8 @@ from agents.run_config import CallModelData, ModelInputData
 from agents.tracing import custom_span
 from typing_extensions import Unpack
 
-from normandy_core.adapter import AdapterSeam, SeamOptions
-from normandy_core.eventloop import bind_turn_loop
+from normandy_core.contract.eventloop import bind_turn_loop
+from normandy_core.transcripts.adapter import AdapterSeam, SeamOptions
 from normandy_openai_agents.compaction import AgentsCompaction, ItemCompactor, newest
 
 __all__ = ["FILTER_ENTRY", "SESSION_ENTRY", "SPAN", "NormandyInputFilter", "NormandySession"]

@@ -3,7 +3,7 @@
 The items are read as the Responses API input list they are (``message`` items and easy
 messages, ``reasoning``, ``function_call`` / ``function_call_output``, custom tool calls,
 ``compaction`` items, every other item carried opaque and paired by ``call_id``), and
-compacted by the core's own path (:func:`normandy_core.facade.compact_with`, format
+compacted by the core's own path (:func:`normandy_core.transcripts.facade.compact_with`, format
 ``"responses"``): consecutive model-side items are one assistant entry (a reasoning item
 stays with the calls it precedes, a parallel batch stays whole), consecutive outputs one
 results entry; the entry holding the newest ``compaction`` item is pinned. The boundary
@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from normandy_core.adapter import NamedCompactor
-from normandy_core.facade import CompactResult, compact_with
+from normandy_core.transcripts.adapter import NamedCompactor
+from normandy_core.transcripts.facade import CompactResult, compact_with
 
 __all__ = ["AgentsCompaction", "ItemCompactor", "is_output", "newest", "open_round"]
 
@@ -92,7 +92,7 @@ class AgentsCompaction:
 class ItemCompactor(NamedCompactor):
     """A compactor chosen by name, prepared once, for lists of Responses input items.
 
-    The arguments are :class:`normandy_core.adapter.NamedCompactor`'s (``entry`` names
+    The arguments are :class:`normandy_core.transcripts.adapter.NamedCompactor`'s (``entry`` names
     the adapter in the errors).
     """
 

@@ -2,7 +2,7 @@
 
 Each ``ModelRequest`` or ``ModelResponse`` becomes one entry of an
 :class:`~normandy_core.AgentMemory`, one block per part, and the memory is compacted by the
-core's own path (:func:`normandy_core.facade.compact_with`): the boundary checks the
+core's own path (:func:`normandy_core.transcripts.facade.compact_with`): the boundary checks the
 result, ``after_compact`` hooks receive what was dropped, broken tool pairs are refused.
 Every message the compactor kept comes back as the very object it was given (parts,
 timestamps, ``usage``, ``provider_response_id``, ``metadata`` unchanged). A message the
@@ -50,9 +50,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from normandy_core.adapter import NamedCompactor
-from normandy_core.facade import CompactResult, compact_with
-from normandy_core.memory import (
+from normandy_core.conversation.memory import (
     AgentMemory,
     Block,
     Entry,
@@ -62,8 +60,10 @@ from normandy_core.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from normandy_core.structure import pairing_problems
-from normandy_core.transcript import TranscriptError
+from normandy_core.conversation.structure import pairing_problems
+from normandy_core.transcripts.adapter import NamedCompactor
+from normandy_core.transcripts.facade import CompactResult, compact_with
+from normandy_core.transcripts.transcript import TranscriptError
 
 __all__ = ["FUNCTION_ENTRY", "HistoryCompactor", "PydanticAICompaction", "compact_history"]
 
@@ -332,7 +332,7 @@ def _mid_round(messages: Sequence[ModelMessage]) -> bool:
 class HistoryCompactor(NamedCompactor):
     """A compactor chosen by name, prepared once, for Pydantic AI message histories.
 
-    The arguments are :class:`normandy_core.adapter.NamedCompactor`'s (errors name
+    The arguments are :class:`normandy_core.transcripts.adapter.NamedCompactor`'s (errors name
     ``entry``, by default ``normandy_pydantic_ai.compact_history()``).
     """
 

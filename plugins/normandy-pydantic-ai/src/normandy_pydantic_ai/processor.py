@@ -14,8 +14,8 @@ import logging
 
 from pydantic_ai.messages import ModelMessage
 
-from normandy_core.adapter import AdapterSeam
-from normandy_core.eventloop import bind_turn_loop
+from normandy_core.contract.eventloop import bind_turn_loop
+from normandy_core.transcripts.adapter import AdapterSeam
 from normandy_pydantic_ai.history import HistoryCompactor, PydanticAICompaction
 
 __all__ = [

@@ -25,11 +25,11 @@ from normandy_core import (
     ToolResultBlock,
     group_units,
     hookimpl,
-    keys,
     new_id,
 )
-from normandy_core.calibration import CalibratedCounter
-from normandy_core.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
+from normandy_core.conversation import keys
+from normandy_core.conversation.calibration import CalibratedCounter
+from normandy_core.conversation.tokens import DOCUMENT_TOKENS, IMAGE_TOKENS
 from normandy_window_manager.options import WindowManagerOptions
 from normandy_window_manager.schedule import COST_FLOOR, cost_schedule
 from normandy_window_manager.summarize import (
@@ -63,8 +63,8 @@ MARKER_KEY = keys.MARKER_KEY
 #: The text of that note (with the agent's ``recall`` tool on, followed by
 #: :attr:`normandy_core.RecallSettings.note`, and inserted wherever entries were dropped,
 #: so the model knows it can get them back). Its tag
-#: (``normandy_core.formats.INSERTED_TAGS``) lets a transcript reader recognise it in any
-#: format. It gives no count: the caller's formats count messages differently (OpenAI
+#: (``normandy_core.transcripts.formats.INSERTED_TAGS``) lets a transcript reader recognise it in
+#: any format. It gives no count: the caller's formats count messages differently (OpenAI
 #: sends one message per tool result), so any number would be wrong in some format.
 MARKER_TEXT = "[normandy:marker] Earlier messages were removed here to fit the context window."
 
@@ -513,7 +513,7 @@ def _irreducible_message(
     rule (``RULES`` order) keeping one of its entries (the whole unit: a tool use keeps
     its results), else the newest unit and the other kept entries.
     """
-    from normandy_core.survival import RULES
+    from normandy_core.conversation.survival import RULES
 
     system = newest = 0
     held = dict.fromkeys(ctx.rules.active(), 0)

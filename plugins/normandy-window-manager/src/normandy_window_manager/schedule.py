@@ -1,11 +1,11 @@
 """``schedule="cost"``: compact when it pays for the cache rewrite it causes.
 
-The billing model is :mod:`normandy_core.cost`'s: the next call reads from the prompt cache
-what the previous call sent (0.1x the input price) up to the first message a compaction
+The billing model is :mod:`normandy_core.conversation.cost`'s: the next call reads from the prompt
+cache what the previous call sent (0.1x the input price) up to the first message a compaction
 changed, and writes the rest (1.25x). Every call re-reads the whole kept conversation, so
 a large kept context costs every call, and a compaction costs one rewrite of what it keeps
 after its first change. Between two compactions the conversation grows by ``g`` tokens per
-call (:func:`normandy_core.cost.growth_per_call`, the newest eight calls).
+call (:func:`normandy_core.conversation.cost.growth_per_call`, the newest eight calls).
 
 A compaction *plan* leaves ``A`` tokens (prompt included) of which ``K`` stay cached; a
 *cycle* is the plan's compaction and the ``n`` calls until the next one. Its billed tokens
@@ -51,8 +51,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from normandy_core import Entry, ToolResultBlock, group_units, keys
-from normandy_core.cost import CacheRates, billed, cached_until, growth_per_call, rates_for
+from normandy_core import Entry, ToolResultBlock, group_units
+from normandy_core.conversation import keys
+from normandy_core.conversation.cost import (
+    CacheRates,
+    billed,
+    cached_until,
+    growth_per_call,
+    rates_for,
+)
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext

@@ -14,7 +14,8 @@ import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from normandy_core import Entry, TextBlock, ToolResultBlock, ToolUseBlock, keys
+from normandy_core import Entry, TextBlock, ToolResultBlock, ToolUseBlock
+from normandy_core.conversation import keys
 
 # asyncio, concurrent.futures, html and inspect serve the model summarizer only: imported
 # where it runs, so a compaction that does not summarize with a model never pays for them.
@@ -41,7 +42,7 @@ __all__ = [
 
 #: Metadata key marking a summary entry made by the ``summarize`` strategy.
 SUMMARY_KEY = keys.SUMMARY_KEY
-#: The tag that opens every summary (``normandy_core.formats.INSERTED_TAGS``), so a
+#: The tag that opens every summary (``normandy_core.transcripts.formats.INSERTED_TAGS``), so a
 #: transcript reader recognises it in any format.
 SUMMARY_TAG = "[normandy:summary]"
 #: The first line of a summary written by the model summarizer.
@@ -231,7 +232,7 @@ def _model_summary(
     import asyncio
     import inspect
 
-    from normandy_core.eventloop import turn_loop
+    from normandy_core.contract.eventloop import turn_loop
 
     client = acc.client
     prompt = build_summary_prompt(dropped, budget)

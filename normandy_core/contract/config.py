@@ -11,17 +11,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from normandy_core.catalog import ModelCatalog, default_catalog
-from normandy_core.memory import AgentMemory, new_id
-from normandy_core.preparation import CONFIG_HINT, Prepared, prepare
-from normandy_core.retrieval import RecallSettings
-from normandy_core.survival import SurvivalRules, survival_rules
+from normandy_core.contract.preparation import CONFIG_HINT, Prepared, prepare
+from normandy_core.contract.recall import RecallSettings
+from normandy_core.conversation.catalog import ModelCatalog, default_catalog
+from normandy_core.conversation.memory import AgentMemory, new_id
+from normandy_core.conversation.survival import SurvivalRules, survival_rules
 
 if TYPE_CHECKING:
-    from normandy_core.calibration import Calibration
-    from normandy_core.clients.edits import ContextManagement
-    from normandy_core.plugins import Compactor
-    from normandy_core.settings import Settings
+    from normandy_core.contract.edits import ContextManagement
+    from normandy_core.contract.plugins import Compactor
+    from normandy_core.contract.settings import Settings
+    from normandy_core.conversation.calibration import Calibration
 
 __all__ = ["AgentConfig"]
 
@@ -51,18 +51,18 @@ class AgentConfig:
     process-wide one the shells feed). ``recall`` turns on the ``recall`` tool
     (``True``, or :class:`~normandy_core.RecallSettings`; default off): the turn loop
     offers it to the model and answers its calls from the archive, and compaction
-    markers say it exists (see :mod:`normandy_core.retrieval`); it is refused here when
+    markers say it exists (see :mod:`normandy_core.contract.recall`); it is refused here when
     no hook plugin can search (``normandy-archive`` not installed) or a tool of
     ``tools`` has its name. ``survival`` holds the rules every compactor
     must honour (:class:`~normandy_core.SurvivalRules`, or a mapping of its fields;
     ``None``: the defaults, which keep pinned entries and the first user message); it
     is validated here and always reads back as a :class:`~normandy_core.SurvivalRules`.
     ``context_management`` asks the provider for server-side edits on every model call
-    of the turn shells (a :class:`~normandy_core.clients.edits.ContextManagement` or its
+    of the turn shells (a :class:`~normandy_core.contract.edits.ContextManagement` or its
     mapping: ``clear_tool_uses``, ``clear_thinking``, ``compact``; default none): it is
     checked here against the limits the API documents, and a turn refuses, before its
     first call, a client that cannot send the edits asked for (see
-    :func:`~normandy_core.clients.edits.client_edits`).
+    :func:`~normandy_core.contract.edits.client_edits`).
 
     It is the ``acc`` of the contract: compactors receive it and return it, or a copy with
     a new memory (:meth:`with_memory`). Making one, and every copy that changes the model,
@@ -114,7 +114,7 @@ class AgentConfig:
                 f"{_entry}: compaction_timeout must be a positive number of seconds, got {t!r}"
             )
         if self.context_management is not None:
-            from normandy_core.clients.edits import context_management
+            from normandy_core.contract.edits import context_management
 
             edits = context_management(self.context_management, entry=_entry)
             object.__setattr__(self, "context_management", edits)
@@ -129,7 +129,7 @@ class AgentConfig:
 
     def _check_recall(self, entry: str) -> None:
         """Refuse a recall tool that is not settings, clashes with a tool, or has no source."""
-        from normandy_core.retrieval import HOOK, recall_sources
+        from normandy_core.contract.recall import HOOK, recall_sources
 
         settings = self.recall
         if not isinstance(settings, RecallSettings):
@@ -251,7 +251,7 @@ class AgentConfig:
         """A config whose compactor settings come from the configuration: the
         environment (``NORMANDY_COMPACTOR``, ``NORMANDY_COMPACTOR_OPTS``), then
         ``normandy.toml`` or ``pyproject.toml``'s ``[tool.normandy]`` found from the current
-        directory upward (see :mod:`normandy_core.settings`).
+        directory upward (see :mod:`normandy_core.contract.settings`).
 
         ``fields`` are the config's fields; ``compactor``, ``compactor_opts``, ``model``,
         ``compaction_timeout`` and ``survival`` given here win over the configuration,
@@ -260,7 +260,7 @@ class AgentConfig:
         ``AgentConfig(**fields)`` (compactor ``noop``). Errors name the file or variable
         and the key at fault.
         """
-        from normandy_core.settings import current_settings
+        from normandy_core.contract.settings import current_settings
 
         return cls._configured(
             current_settings(), "normandy_core.AgentConfig.from_env()", window, fields
@@ -273,7 +273,7 @@ class AgentConfig:
         """:meth:`from_env` with the settings of the one file ``path`` only (a
         ``normandy.toml``, or a ``pyproject.toml``'s ``[tool.normandy]`` table), without
         the environment or a look-up."""
-        from normandy_core.settings import read_settings_file
+        from normandy_core.contract.settings import read_settings_file
 
         return cls._configured(
             read_settings_file(path), "normandy_core.AgentConfig.from_file()", window, fields
@@ -283,8 +283,8 @@ class AgentConfig:
     def _configured(
         cls, settings: Settings, entry: str, window: int | None, fields: dict[str, Any]
     ) -> AgentConfig:
+        from normandy_core.contract.preparation import pin_if_needed
         from normandy_core.errors import OptionsError, WindowUnknownError
-        from normandy_core.preparation import pin_if_needed
 
         s = settings.resolve(
             "noop",

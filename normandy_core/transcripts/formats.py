@@ -36,7 +36,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from normandy_core.memory import (
+from normandy_core.conversation.memory import (
     AgentMemory,
     Block,
     DocumentBlock,
@@ -49,7 +49,7 @@ from normandy_core.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from normandy_core.transcript import INSERTED_TAGS, TranscriptError, detect, read
+from normandy_core.transcripts.transcript import INSERTED_TAGS, TranscriptError, detect, read
 
 __all__ = [
     "INSERTED_TAGS",
@@ -271,7 +271,7 @@ def from_anthropic(
     Tool pairing is checked: a tool result must answer a tool use of the message before
     it, and every tool use needs its results in the next message (``allow_pending``
     accepts unanswered uses in the last message). Raises :class:`TranscriptError`
-    naming the message index and field at fault. See :mod:`normandy_core.transcript`.
+    naming the message index and field at fault. See :mod:`normandy_core.transcripts.transcript`.
     """
     return read(messages, "anthropic", system=system, allow_pending=allow_pending).memory
 
@@ -420,7 +420,7 @@ def detect_format(data: Any) -> Format:
 
     A dict with ``format: normandy.memory`` is a Normandy dump; a dict with ``messages``
     is looked into (with ``system`` beside it, Anthropic). A list is judged by evidence
-    anywhere in it (:func:`normandy_core.transcript.detect`); plain text-only lists read
+    anywhere in it (:func:`normandy_core.transcripts.transcript.detect`); plain text-only lists read
     the same in every format and are reported as ``"openai"``. Raises
     :class:`TranscriptError` otherwise.
     """

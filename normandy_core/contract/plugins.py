@@ -6,8 +6,8 @@ resolves its name, so a broken one that nobody selected cannot stop start-up. Ho
 plugins are loaded together the first time a hook is needed; one that fails is logged,
 named and skipped, and the others still load.
 
-Compactors are registered against :class:`~normandy_core.hookspecs.CompactorSpec` and hook
-plugins against :class:`~normandy_core.hookspecs.HookSpec`, each kind in plugin managers
+Compactors are registered against :class:`~normandy_core.contract.hookspecs.CompactorSpec` and hook
+plugins against :class:`~normandy_core.contract.hookspecs.HookSpec`, each kind in plugin managers
 of its own; pluggy's ``check_pending`` refuses a hook the kind does not define, naming the
 kind that may implement it.
 
@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from normandy_core import hookspecs
+from normandy_core.contract import hookspecs
+from normandy_core.contract.faults import PluginFault, call_plugin
 from normandy_core.errors import (
     OptionsError,
     PluginConflictError,
@@ -51,11 +52,10 @@ from normandy_core.errors import (
     PluginLoadError,
     UnknownCompactorError,
 )
-from normandy_core.faults import PluginFault, call_plugin
 
 if TYPE_CHECKING:
-    from normandy_core.config import AgentConfig
-    from normandy_core.contract import CompactionContext
+    from normandy_core.contract.check import CompactionContext
+    from normandy_core.contract.config import AgentConfig
 
 __all__ = [
     "ADAPTER_GROUP",
@@ -243,7 +243,7 @@ class Compactor:
         """
         if self._model is None:
             return raw if isinstance(raw, MappingProxyType) else MappingProxyType(dict(raw))
-        from normandy_core.options import validate_options
+        from normandy_core.contract.options import validate_options
 
         return validate_options(self._model, raw, entry=entry, compactor=self.name)
 
@@ -314,7 +314,7 @@ class Compactor:
         if not self.has_validate_opts:
             return
         if rules is None:
-            from normandy_core.survival import DEFAULT_RULES
+            from normandy_core.conversation.survival import DEFAULT_RULES
 
             rules = DEFAULT_RULES
         try:
@@ -688,7 +688,7 @@ _code_hooks: dict[str, Any] = {}
 def hook_manager() -> pluggy.PluginManager:
     """The plugin manager of hook plugins, loading the ``normandy_core.hooks`` entry points once.
 
-    It knows only the hook-plugin hookspecs (:class:`~normandy_core.hookspecs.HookSpec`).
+    It knows only the hook-plugin hookspecs (:class:`~normandy_core.contract.hookspecs.HookSpec`).
     Each entry point is registered under ``normandy_core.hooks:<name>``; one excluded by
     the environment is blocked under that name (``pm.is_blocked``); one that fails to
     import or to validate is logged, reported by :func:`list_plugins` and skipped. When

@@ -14,8 +14,8 @@ conversation plus the new entries, exactly as the turn loop does between two
 boundaries. The result therefore keeps the earlier cut points (a stable prefix, which
 keeps the provider's prompt cache warm), ``meta["dropped"]`` reports only what this call
 newly dropped (what earlier calls dropped was reported by them), and
-:attr:`~normandy_core.facade.CompactResult.continued` is true. ``compact(..., fresh=True)``
-compacts the list from scratch instead.
+:attr:`~normandy_core.transcripts.facade.CompactResult.continued` is true. ``compact(...,
+fresh=True)`` compacts the list from scratch instead.
 
 A list that does not extend a remembered one (other messages, a different config, a
 different format) takes the full path; nothing is ever guessed. The remembered prefix is
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from operator import is_
 from typing import TYPE_CHECKING, Any
 
-from normandy_core.transcript import (
+from normandy_core.transcripts.transcript import (
     PROVIDER_COMPACTION,
     Transcript,
     check_tools,
@@ -49,8 +49,8 @@ from normandy_core.transcript import (
 )
 
 if TYPE_CHECKING:
-    from normandy_core.config import AgentConfig
-    from normandy_core.memory import AgentMemory
+    from normandy_core.contract.config import AgentConfig
+    from normandy_core.conversation.memory import AgentMemory
 
 __all__ = ["MAX_MESSAGES", "MAX_STATES", "clear", "config_key"]
 
@@ -115,7 +115,7 @@ def config_key(
     ``recall`` (``None``, a bool or frozen :class:`~normandy_core.RecallSettings`) counts
     by value.
     """
-    from normandy_core import plugins
+    from normandy_core.contract import plugins
 
     if survival is not None and not isinstance(survival, Mapping):
         fields = getattr(type(survival), "model_fields", None) or {}
@@ -237,7 +237,7 @@ def remember(
 
 def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
     """Whether the first new message would join the entry of the last remembered one."""
-    from normandy_core.transcript import as_mapping
+    from normandy_core.transcripts.transcript import as_mapping
 
     if t.format == "anthropic":
         return False
@@ -261,7 +261,7 @@ def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
 def resume(key: tuple[Any, ...] | None, messages: Any, mid_round: bool) -> Any:
     """The result of compacting ``messages`` as a continuation, or ``None`` (full path).
 
-    Raises :class:`~normandy_core.formats.TranscriptError` for bad new messages, naming
+    Raises :class:`~normandy_core.transcripts.formats.TranscriptError` for bad new messages, naming
     their position in ``messages``.
     """
     if key is None or not isinstance(messages, list) or not _states:
@@ -280,9 +280,14 @@ def _continue(
     st: _State, messages: list[Any], k: int, new: list[Any], mid_round: bool, full: bool
 ) -> Any:
     """``full``: ``messages`` extends the list given last time, not the one returned."""
-    from normandy_core.boundary import run_compaction
-    from normandy_core.facade import CompactResult, _check_values, check_pairs, result_fields
-    from normandy_core.transcript import write
+    from normandy_core.contract.boundary import run_compaction
+    from normandy_core.transcripts.facade import (
+        CompactResult,
+        _check_values,
+        check_pairs,
+        result_fields,
+    )
+    from normandy_core.transcripts.transcript import write
 
     t = st.transcript
     if new:

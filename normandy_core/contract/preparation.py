@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 from normandy_core.errors import OptionsError, WindowUnknownError
 
 if TYPE_CHECKING:
-    from normandy_core.calibration import CalibratedCounter, Calibration
-    from normandy_core.catalog import ModelCatalog
-    from normandy_core.plugins import Compactor
-    from normandy_core.survival import SurvivalRules
+    from normandy_core.contract.plugins import Compactor
+    from normandy_core.conversation.calibration import CalibratedCounter, Calibration
+    from normandy_core.conversation.catalog import ModelCatalog
+    from normandy_core.conversation.survival import SurvivalRules
 
 __all__ = ["Prepared", "pin_if_needed", "pin_window", "prepare", "whole_positive"]
 
@@ -71,7 +71,7 @@ class Prepared:
 
     def __post_init__(self) -> None:
         if self.rules is None:
-            from normandy_core.survival import DEFAULT_RULES
+            from normandy_core.conversation.survival import DEFAULT_RULES
 
             object.__setattr__(self, "rules", DEFAULT_RULES)
 
@@ -92,7 +92,7 @@ class Prepared:
         key = (model, id(cal))
         hit = self._counters.get(key)
         if hit is None or (cal is not None and hit.calibration is not cal):
-            from normandy_core.calibration import CalibratedCounter
+            from normandy_core.conversation.calibration import CalibratedCounter
 
             hit = CalibratedCounter(self.counter_spec, model, cal)
             self._counters[key] = hit
@@ -131,7 +131,7 @@ def pin_if_needed(
     :func:`pin_window`'s checks apply either way; a compactor that needs no window gets
     ``opts`` unchanged (a copy).
     """
-    from normandy_core.plugins import resolve_compactor
+    from normandy_core.contract.plugins import resolve_compactor
 
     pinned = pin_window(opts, window, entry=entry, compactor=compactor)
     if window is None:
@@ -229,9 +229,9 @@ def prepare(
     :raises WindowUnknownError: the compactor needs a window and none can be found.
     :raises normandy_core.PluginError: the compactor is unknown, disabled or broken.
     """
-    from normandy_core.options import options_mapping
-    from normandy_core.plugins import resolve_compactor
-    from normandy_core.survival import survival_rules
+    from normandy_core.contract.options import options_mapping
+    from normandy_core.contract.plugins import resolve_compactor
+    from normandy_core.conversation.survival import survival_rules
 
     survival = survival_rules(rules, entry=entry)
     comp = resolve_compactor(compactor)

@@ -1,4 +1,4 @@
-"""``normandy demo``: the presentation of :func:`normandy_core.demo.replay`.
+"""``normandy demo``: the presentation of :func:`normandy_core.app.demo.replay`.
 
 A progress bar on stderr, one line per compaction, a closing table, and a chart of the
 context size per boundary: a PNG with ``--plot PATH`` (matplotlib, the ``plot`` extra)
@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from normandy_core.console import ProgressBar, format_table, sparkline
-from normandy_core.demo import Boundary, DemoReport, load_session, replay
+from normandy_core.app.console import ProgressBar, format_table, sparkline
+from normandy_core.app.demo import Boundary, DemoReport, load_session, replay
 
 __all__ = ["plot_report", "run_demo", "summary_rows"]
 
@@ -181,7 +181,7 @@ def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
 
 def _print_hooks(report: DemoReport) -> None:
     """Say which after_compact hooks saw the dropped entries (nothing is lost silently)."""
-    from normandy_core.plugins import list_plugins
+    from normandy_core.contract.plugins import list_plugins
 
     hooks = [r.name for r in list_plugins() if r.kind == "hook" and r.status == "loaded"]
     dropped = report.dropped

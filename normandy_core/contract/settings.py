@@ -54,7 +54,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from normandy_core import plugins
+from normandy_core.contract import plugins
 from normandy_core.errors import PluginError, SettingsError, UnknownCompactorError
 
 __all__ = [
@@ -533,8 +533,8 @@ def _check_survival(value: Mapping[str, Any], source: str) -> None:
     """The survival rules of ``source`` through :class:`~normandy_core.SurvivalRules`; a
     refusal is a :class:`SettingsError` beginning with ``source`` (a ``keep_if`` there is
     refused: a predicate is code only)."""
+    from normandy_core.conversation.survival import survival_rules
     from normandy_core.errors import OptionsError
-    from normandy_core.survival import survival_rules
 
     try:
         survival_rules(value, entry=source)

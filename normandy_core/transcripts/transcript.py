@@ -40,8 +40,8 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ValidationError
 
-from normandy_core.keys import MARKER_KEY, PROVIDER_COMPACTION_KEY, SUMMARY_KEY
-from normandy_core.memory import (
+from normandy_core.conversation.keys import MARKER_KEY, PROVIDER_COMPACTION_KEY, SUMMARY_KEY
+from normandy_core.conversation.memory import (
     AgentMemory,
     Block,
     Content,
@@ -56,7 +56,7 @@ from normandy_core.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from normandy_core.tokens import ARGUMENTS_KEY, NAME_KEY
+from normandy_core.conversation.tokens import ARGUMENTS_KEY, NAME_KEY
 
 __all__ = [
     "PROVIDER_COMPACTION",
@@ -199,7 +199,7 @@ def _parse_arguments(args: Any, index: int, where: str, *, vocabulary: str) -> d
         raise TranscriptError(index, where, str(exc)) from exc
     if not isinstance(parsed, dict):
         raise TranscriptError(index, where, "must encode a JSON object")
-    from normandy_core.formats import value_problem
+    from normandy_core.transcripts.formats import value_problem
 
     bad = value_problem(parsed)
     if bad is not None:
@@ -1385,7 +1385,7 @@ def _rebuild(
 def _rebuild_anthropic(
     e: Entry, src: Source | None, matched: list[tuple[Block, tuple[int, Any] | None, bool]]
 ) -> list[Any]:
-    from normandy_core.formats import block_to_anthropic
+    from normandy_core.transcripts.formats import block_to_anthropic
 
     role = "assistant" if e.role == "assistant" else "user"
     blocks: list[Any] = []
@@ -1409,7 +1409,7 @@ def _rebuild_anthropic(
 def _rebuild_chat(
     e: Entry, src: Source | None, matched: list[tuple[Block, tuple[int, Any] | None, bool]]
 ) -> list[Any]:
-    from normandy_core.formats import to_openai
+    from normandy_core.transcripts.formats import to_openai
 
     if src is None or e.role != src.role:
         return list(to_openai([e]))

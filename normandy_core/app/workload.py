@@ -12,7 +12,7 @@ import json
 import random
 from dataclasses import dataclass
 
-from normandy_core.memory import (
+from normandy_core.conversation.memory import (
     AgentMemory,
     Block,
     TextBlock,

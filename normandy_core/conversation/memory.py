@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 if TYPE_CHECKING:
-    from normandy_core.tokens import TokenCounter
+    from normandy_core.conversation.tokens import TokenCounter
 
 __all__ = [
     "AgentMemory",

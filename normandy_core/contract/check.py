@@ -14,17 +14,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
+from normandy_core.conversation.memory import Entry
+from normandy_core.conversation.structure import pairing_problems
 from normandy_core.errors import NormandyError
-from normandy_core.memory import Entry
-from normandy_core.structure import pairing_problems
-from normandy_core.transcript import PROVIDER_COMPACTION
+from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 
 if TYPE_CHECKING:
-    from normandy_core.calibration import CalibratedCounter, Calibration
-    from normandy_core.config import AgentConfig
-    from normandy_core.memory import AgentMemory
-    from normandy_core.preparation import Prepared
-    from normandy_core.survival import SurvivalRules
+    from normandy_core.contract.config import AgentConfig
+    from normandy_core.contract.preparation import Prepared
+    from normandy_core.conversation.calibration import CalibratedCounter, Calibration
+    from normandy_core.conversation.memory import AgentMemory
+    from normandy_core.conversation.survival import SurvivalRules
 
 __all__ = [
     "CompactionContext",
@@ -80,11 +80,11 @@ class CompactionContext:
 
     def __post_init__(self) -> None:
         if self.counter is None:
-            from normandy_core.calibration import CalibratedCounter
+            from normandy_core.conversation.calibration import CalibratedCounter
 
             object.__setattr__(self, "counter", CalibratedCounter(None, self.model))
         if self.rules is None:
-            from normandy_core.survival import DEFAULT_RULES
+            from normandy_core.conversation.survival import DEFAULT_RULES
 
             object.__setattr__(self, "rules", DEFAULT_RULES)
 
@@ -370,7 +370,7 @@ def _check(
     result: object,
 ) -> CompactionResult:
     """:func:`check_compaction` without its shortcut for the plain skip path."""
-    from normandy_core.config import AgentConfig
+    from normandy_core.contract.config import AgentConfig
 
     who = _describe(compactor)
 
@@ -563,8 +563,8 @@ def account(
     ``tokens_removed`` (the running turn's messages: their count before minus what is left
     of them after), all with ``ctx.counter``; and the next call's estimated billed input
     with prompt caching, ``billed_next_without`` and ``billed_next_with``, with the cached
-    tokens the compaction keeps, ``cache_kept_tokens`` (:mod:`normandy_core.cost`). Other
-    results are returned as they are.
+    tokens the compaction keeps, ``cache_kept_tokens`` (:mod:`normandy_core.conversation.cost`).
+    Other results are returned as they are.
     """
     if not result.meta.compacted:
         return result
@@ -591,8 +591,9 @@ def account(
 def _billed_next(
     result: CompactionResult, before: AgentMemory, ctx: CompactionContext
 ) -> dict[str, int]:
-    """The next call's billed input with and without the compaction (``normandy_core.cost``)."""
-    from normandy_core.cost import next_call_estimate, rates_for
+    """The next call's billed input with and without the compaction
+    (``normandy_core.conversation.cost``)."""
+    from normandy_core.conversation.cost import next_call_estimate, rates_for
 
     acc = result.acc
     prompt = ctx.prompt_tokens or acc.prompt_tokens + ctx.counter.request_tokens

@@ -12,7 +12,7 @@ module lets the model ask for them again:
   with :func:`recall_tool` giving the tool's definition in each provider's format.
 
 The core never imports a plugin: the search is the ``recall_entries`` hook
-(:meth:`normandy_core.hookspecs.HookSpec.recall_entries`), which the archive hook plugin
+(:meth:`normandy_core.contract.hookspecs.HookSpec.recall_entries`), which the archive hook plugin
 implements and any other hook plugin may. The core merges what the sources found,
 leaves out what the model can already see, bounds the result in tokens with the
 agent's counter and frames it as quoted data (:func:`render`): recalled text is shown
@@ -29,9 +29,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from normandy_core.errors import NormandyError
-from normandy_core.keys import MARKER_KEY, SUMMARY_KEY
-from normandy_core.memory import (
+from normandy_core.conversation.keys import MARKER_KEY, SUMMARY_KEY
+from normandy_core.conversation.memory import (
     DocumentBlock,
     Entry,
     ImageBlock,
@@ -42,11 +41,12 @@ from normandy_core.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from normandy_core.errors import NormandyError
 
 if TYPE_CHECKING:
-    from normandy_core.config import AgentConfig
-    from normandy_core.memory import AgentMemory
-    from normandy_core.tokens import TokenCounter
+    from normandy_core.contract.config import AgentConfig
+    from normandy_core.conversation.memory import AgentMemory
+    from normandy_core.conversation.tokens import TokenCounter
 
 __all__ = [
     "DEFAULT_LIMIT_TOKENS",
@@ -66,7 +66,7 @@ __all__ = [
 
 #: The tag that opens every recall result, so it is recognised (and never recalled again).
 RECALL_TAG = "[normandy:recall]"
-#: The hook the core calls to search (see :class:`~normandy_core.hookspecs.HookSpec`).
+#: The hook the core calls to search (see :class:`~normandy_core.contract.hookspecs.HookSpec`).
 HOOK = "recall_entries"
 #: The default bound of one recall result, in tokens.
 DEFAULT_LIMIT_TOKENS = 2000
@@ -262,7 +262,7 @@ class RecallResult:
 
 def recall_sources() -> list[str]:
     """The hook plugins that implement ``recall_entries`` (qualified names), in call order."""
-    from normandy_core.plugins import hook_manager
+    from normandy_core.contract.plugins import hook_manager
 
     impls = getattr(hook_manager().hook, HOOK).get_hookimpls()
     return [impl.plugin_name for impl in reversed(impls)]
@@ -276,14 +276,14 @@ def _search(
     With a ``timeout`` each source runs in a worker thread waited for that long; one still
     running past it is abandoned (its late answer ignored) and reported as failed.
     """
-    from normandy_core.boundary import _callers
-    from normandy_core.faults import (
+    from normandy_core.contract.boundary import _callers
+    from normandy_core.contract.faults import (
         AbandonedLimitError,
         PluginTimeoutError,
         call_plugin,
         run_bounded,
     )
-    from normandy_core.plugins import describe_hook, hook_manager
+    from normandy_core.contract.plugins import describe_hook, hook_manager
 
     pm = hook_manager()
     impls = list(reversed(getattr(pm.hook, HOOK).get_hookimpls()))
@@ -621,7 +621,7 @@ def recall(
     :raises RecallError: no source implements ``recall_entries``, or every one failed.
     :raises ValueError: an empty query, or a bad limit.
     """
-    from normandy_core.tokens import default_counter_for, get_counter
+    from normandy_core.conversation.tokens import default_counter_for, get_counter
 
     if not isinstance(query, str) or not query.strip():
         raise ValueError("recall: the query must be a non-empty string of keywords")

@@ -28,8 +28,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from normandy_core.memory import AgentMemory, Entry
-    from normandy_core.tokens import TokenCounter
+    from normandy_core.conversation.memory import AgentMemory, Entry
+    from normandy_core.conversation.tokens import TokenCounter
 
 __all__ = ["CalibratedCounter", "Calibration", "calibrated_counter", "default_calibration"]
 
@@ -176,7 +176,7 @@ class CalibratedCounter:
         """
         base = self._base
         if base is None or isinstance(base, str):
-            from normandy_core.tokens import default_counter_for, get_counter
+            from normandy_core.conversation.tokens import default_counter_for, get_counter
 
             base = get_counter(base if base is not None else default_counter_for(self.model))
             self._base = base
@@ -202,15 +202,15 @@ class CalibratedCounter:
         """What every request costs once besides its messages (the reply's priming), uncalibrated.
 
         The base counter's ``request_tokens``; for one not resolved yet (a spec, or the
-        model's default), :data:`~normandy_core.tokens.REPLY_PRIMING`, which every built-in
-        counter uses, so asking loads no tokenizer.
+        model's default), :data:`~normandy_core.conversation.tokens.REPLY_PRIMING`, which every
+        built-in counter uses, so asking loads no tokenizer.
         """
         base = self._base
         if base is not None and not isinstance(base, str):
             value = getattr(base, "request_tokens", None)
             if isinstance(value, int) and value >= 0:
                 return value  # the hot path: no import statement run at every boundary
-        from normandy_core.tokens import REPLY_PRIMING
+        from normandy_core.conversation.tokens import REPLY_PRIMING
 
         return REPLY_PRIMING
 

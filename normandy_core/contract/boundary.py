@@ -1,6 +1,6 @@
 """The one boundary function: build ``ctx``, call the selected compactor, check, run hooks.
 
-Every boundary is observable: it is logged on the ``normandy_core.boundary`` logger
+Every boundary is observable: it is logged on the ``normandy_core.contract.boundary`` logger
 (DEBUG when the compactor skipped, INFO when it compacted, WARNING when it failed, each
 line naming the compactor and its distribution) and reported to the ``on_boundary``
 hook of every hook plugin with a :class:`BoundaryInfo`, once its result is final.
@@ -15,9 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from normandy_core import plugins as _plugins
-from normandy_core.config import AgentConfig
-from normandy_core.contract import (
+from normandy_core.contract import plugins as _plugins
+from normandy_core.contract.check import (
     _SKIP,
     CompactionContext,
     CompactionMeta,
@@ -28,7 +27,8 @@ from normandy_core.contract import (
     build_context,
     call_compactor,
 )
-from normandy_core.faults import (
+from normandy_core.contract.config import AgentConfig
+from normandy_core.contract.faults import (
     AbandonedLimitError,
     PluginFault,
     PluginTimeoutError,
@@ -37,11 +37,11 @@ from normandy_core.faults import (
     call_plugin,
     run_bounded,
 )
-from normandy_core.hookspecs import ACTIVE_ATTR
-from normandy_core.plugins import describe_hook, hook_manager
+from normandy_core.contract.hookspecs import ACTIVE_ATTR
+from normandy_core.contract.plugins import describe_hook, hook_manager
 
 if TYPE_CHECKING:
-    from normandy_core.calibration import Calibration
+    from normandy_core.conversation.calibration import Calibration
 
 __all__ = [
     "BoundaryInfo",
@@ -412,7 +412,7 @@ def run_compaction(
     run; those that fail are listed in ``meta["hook_errors"]``, and the notes hooks of
     both kinds return in ``meta["hook_notes"]``.
 
-    Once the result is final, the boundary is logged on the ``normandy_core.boundary``
+    Once the result is final, the boundary is logged on the ``normandy_core.contract.boundary``
     logger (DEBUG skipped, INFO compacted, WARNING failed, naming the compactor and its
     distribution) and every ``on_boundary`` hook gets the result's ``acc`` and ``meta``
     with a :class:`BoundaryInfo`; a hook that fails there is logged and changes nothing.
@@ -421,7 +421,7 @@ def run_compaction(
     whole boundary, hooks included. Under it the compactor works on a private copy of the
     memory in a worker thread, so a compactor abandoned past the limit can never reach
     the live memory or its token totals; at most
-    :data:`~normandy_core.faults.MAX_ABANDONED` abandoned threads may be alive, past which
+    :data:`~normandy_core.contract.faults.MAX_ABANDONED` abandoned threads may be alive, past which
     the boundary is skipped with an error. The ``on_boundary`` hooks share a time limit
     of their own of the same length (a boundary that ran out of time is still reported).
     This function does not raise for a faulty compactor or hook; only a genuine Ctrl-C of

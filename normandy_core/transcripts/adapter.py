@@ -16,10 +16,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar, cast
 
-from normandy_core.config import AgentConfig
-from normandy_core.facade import CompactResult, _compact_read, prepare_resolved
-from normandy_core.settings import current_settings
-from normandy_core.transcript import Transcript
+from normandy_core.contract.config import AgentConfig
+from normandy_core.contract.settings import current_settings
+from normandy_core.transcripts.facade import CompactResult, _compact_read, prepare_resolved
+from normandy_core.transcripts.transcript import Transcript
 
 __all__ = ["AdapterSeam", "Compaction", "NamedCompactor", "SeamOptions", "adapter_hint"]
 
@@ -82,7 +82,7 @@ class NamedCompactor:
         """Compact ``messages`` (in ``format``) with the prepared config, as a continuation
         of the last call with this config when they extend the list it was given (or
         returned, its very objects first), as :func:`normandy_core.compact` does."""
-        from normandy_core import continuation
+        from normandy_core.transcripts import continuation
 
         s = self._settings
         key = continuation.config_key(

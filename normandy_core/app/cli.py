@@ -190,7 +190,7 @@ _JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 def _too_deep(name: str, text: str, line_offset: int) -> str:
     """``FILE: line L, column C: ...`` where ``text`` first nests past MAX_NESTING."""
-    from normandy_core.formats import MAX_NESTING
+    from normandy_core.transcripts.formats import MAX_NESTING
 
     depth = 0
     for m in _JSON_TOKEN.finditer(text):
@@ -315,7 +315,7 @@ def _json_default(obj: Any) -> Any:
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     """``normandy plugins [--json]``: every plugin once, each problem once; exit 3 on any."""
-    from normandy_core.plugins import list_plugins
+    from normandy_core.contract.plugins import list_plugins
 
     # The listing reports every load failure itself: the loader's log line would repeat it.
     loader = logging.getLogger("normandy_core.plugins")
@@ -337,7 +337,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     if not rows:
         print("no Normandy plugins installed")
         return EXIT_OK
-    from normandy_core.console import format_table
+    from normandy_core.app.console import format_table
 
     table = [[r.kind, r.name, r.distribution, r.version, r.module, r.status] for r in rows]
     print(format_table(table, ["KIND", "NAME", "DISTRIBUTION", "VERSION", "MODULE", "STATUS"]))
@@ -352,9 +352,9 @@ def cmd_plugins_show(args: argparse.Namespace) -> int:
     """``normandy plugins show NAME [--json]``: a compactor's options, from its options model."""
     import textwrap
 
+    from normandy_core.contract.options import describe_options, model_description
+    from normandy_core.contract.plugins import list_plugins, resolve_compactor
     from normandy_core.errors import UnknownCompactorError
-    from normandy_core.options import describe_options, model_description
-    from normandy_core.plugins import list_plugins, resolve_compactor
 
     try:
         comp = resolve_compactor(args.name)
@@ -464,7 +464,7 @@ def _settings(
     ``--opt`` pairs, when given, are the options as a whole (as ``opts=`` of
     :func:`normandy_core.compact`).
     """
-    from normandy_core.settings import KEYS, current_settings
+    from normandy_core.contract.settings import KEYS, current_settings
 
     return current_settings().resolve(
         "window_manager",
@@ -481,7 +481,7 @@ def _settings(
 def _prepare(settings: Any, entry: str, client: Any = None) -> Any:
     """The prepared config (compactor resolved, options and survival rules validated,
     window found), up front."""
-    from normandy_core.facade import prepare_resolved
+    from normandy_core.transcripts.facade import prepare_resolved
 
     return prepare_resolved(settings, entry=entry, hint=_CLI_HINT, client=client)
 
@@ -515,9 +515,13 @@ def _client(provider: str | None, model: str | None) -> Any:
 
 def cmd_compact(args: argparse.Namespace) -> int:
     """``normandy compact INPUT ...``."""
-    from normandy_core.facade import compact_with
-    from normandy_core.formats import TranscriptError
-    from normandy_core.tokens import counter_description, default_counter_for, get_counter
+    from normandy_core.conversation.tokens import (
+        counter_description,
+        default_counter_for,
+        get_counter,
+    )
+    from normandy_core.transcripts.facade import compact_with
+    from normandy_core.transcripts.formats import TranscriptError
 
     settings = _settings(args, parse_opts(args.opt))
     client = _client(args.client, settings.model)
@@ -599,8 +603,8 @@ def _meta_for_file(meta: dict[str, Any]) -> dict[str, Any]:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``normandy demo``: replay the bundled session and report."""
-    from normandy_core.cli_demo import run_demo
-    from normandy_core.demo import DEMO_WINDOW
+    from normandy_core.app.cli_demo import run_demo
+    from normandy_core.app.demo import DEMO_WINDOW
 
     settings = _settings(args, parse_opts(args.opt), keys=("compactor", "opts", "survival"))
     args.compactor = settings.compactor
@@ -630,7 +634,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_config(args: argparse.Namespace) -> int:
     """``normandy config [--json]``: the settings ``normandy compact`` and ``compact()``
     would use here, and where each comes from (checked, as they are when used)."""
-    from normandy_core.settings import ENV_CONFIG, KEYS, current_settings
+    from normandy_core.contract.settings import ENV_CONFIG, KEYS, current_settings
 
     current = current_settings()
     settings = current.resolve("window_manager")
@@ -646,7 +650,7 @@ def cmd_config(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"settings": rows, "files": files}, indent=2, default=_json_default))
         return EXIT_OK
-    from normandy_core.console import format_table
+    from normandy_core.app.console import format_table
 
     def shown(value: Any) -> str:
         if value is None:
@@ -748,7 +752,7 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
     ``problems`` when given (:func:`main` prints it, except for ``normandy plugins``,
     which lists it), else printed on stderr.
     """
-    from normandy_core.demo import DEMO_MODEL, DEMO_WINDOW
+    from normandy_core.app.demo import DEMO_MODEL, DEMO_WINDOW
 
     parser = _Parser(
         prog="normandy",
@@ -865,7 +869,7 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def _register_extensions(sub: Any, problems: list[str] | None = None) -> None:
-    from normandy_core.plugins import command_registrars, mark_command_failed
+    from normandy_core.contract.plugins import command_registrars, mark_command_failed
 
     def report(message: str) -> None:
         if problems is None:

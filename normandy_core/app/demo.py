@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from normandy_core.memory import ToolResultBlock
+    from normandy_core.conversation.memory import ToolResultBlock
     from normandy_core.turn import Tool
 
 __all__ = [
@@ -138,8 +138,8 @@ class DemoReport:
     final_tokens: int = 0
     thinking_disabled: int = 0
     #: Billed input tokens of each model call, in order, with prompt caching
-    #: (:mod:`normandy_core.cost`: the prefix the previous call sent unchanged read at the
-    #: cache-read rate, the rest written at the cache-write rate).
+    #: (:mod:`normandy_core.conversation.cost`: the prefix the previous call sent unchanged read at
+    #: the cache-read rate, the rest written at the cache-write rate).
     billed: list[float] = field(default_factory=list)
     #: Tokens each model call sent (system prompt and tools included), in order.
     sent: list[int] = field(default_factory=list)
@@ -227,7 +227,7 @@ class _Replay:
     def tool(self, name: str) -> Tool:
         """The replayed tool ``name``."""
 
-        from normandy_core.memory import ToolResultBlock
+        from normandy_core.conversation.memory import ToolResultBlock
 
         def call(**_input: Any) -> ToolResultBlock:
             rec = next(self.outputs, None)
@@ -268,10 +268,11 @@ class _Replay:
 
 
 class _Biller:
-    """Bills each request against the one before it (:mod:`normandy_core.cost`'s model)."""
+    """Bills each request against the one before it (:mod:`normandy_core.conversation.cost`'s
+    model)."""
 
     def __init__(self, counter: Any, prompt: int, report: DemoReport) -> None:
-        from normandy_core.cost import DEFAULT_RATES
+        from normandy_core.conversation.cost import DEFAULT_RATES
 
         self.counter = counter
         self.prompt = prompt
@@ -288,7 +289,7 @@ class _Biller:
         return hit[1]
 
     def call(self, messages: Sequence[Any]) -> None:
-        from normandy_core.cost import billed, first_change
+        from normandy_core.conversation.cost import billed, first_change
 
         sizes = [self.size(e) for e in messages]
         sent = self.prompt + sum(sizes)
@@ -324,8 +325,8 @@ def replay(
     messages)`` sees the entries each model call was sent, in order.
     """
     from normandy_core.clients.scripted import ScriptedClient
-    from normandy_core.config import AgentConfig
-    from normandy_core.preparation import pin_if_needed
+    from normandy_core.contract.config import AgentConfig
+    from normandy_core.contract.preparation import pin_if_needed
     from normandy_core.turn import run_turn
 
     options = dict(opts or {})
@@ -355,8 +356,8 @@ def replay(
         if on_boundary is not None:
             on_boundary(b, report.batches, total_batches)
 
-    from normandy_core.catalog import catalog_prices
-    from normandy_core.cost import rates_for
+    from normandy_core.conversation.catalog import catalog_prices
+    from normandy_core.conversation.cost import rates_for
 
     prices = catalog_prices(acc.catalog, model)
     report.input_price = None if prices is None else prices.input

@@ -3,7 +3,7 @@
 For users of other agent frameworks: give the messages as your framework holds them, get
 them back compacted in the same format, with the compactor's ``meta``.
 
-Rules for odd input (each raises :class:`~normandy_core.formats.TranscriptError`, a
+Rules for odd input (each raises :class:`~normandy_core.transcripts.formats.TranscriptError`, a
 ``ValueError`` whose message names the message index and the field; nothing is guessed):
 
 - a tool result that answers no tool use of the assistant message right before it;
@@ -13,7 +13,7 @@ Rules for odd input (each raises :class:`~normandy_core.formats.TranscriptError`
   could not be paired, nor dropped entries reported, unambiguously;
 - a role or content block the format does not define (``function_call``, unknown block
   types, an assistant message holding tool results...);
-- a value nested deeper than :data:`~normandy_core.formats.MAX_NESTING` (200) levels,
+- a value nested deeper than :data:`~normandy_core.transcripts.formats.MAX_NESTING` (200) levels,
   or a string holding a lone surrogate (a ``\\ud800`` JSON escape without its pair):
   neither could be counted, written back as UTF-8 or sent to a provider.
 
@@ -25,7 +25,7 @@ it was given (the same dict, the same SDK object, every field and unknown block)
 only what compaction creates or changes (markers, summaries, shortened results,
 stripped thinking) is rendered anew, in the input's format, keeping the fields of the
 message it changes. The shapes read, and what happens to each field, are listed in
-:mod:`normandy_core.transcript` and docs/compact.md.
+:mod:`normandy_core.transcripts.transcript` and docs/compact.md.
 """
 
 from __future__ import annotations
@@ -34,17 +34,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from normandy_core.boundary import run_compaction
-from normandy_core.config import AgentConfig
-from normandy_core.contract import CompactionMeta
+from normandy_core.contract.boundary import run_compaction
+from normandy_core.contract.check import CompactionMeta
+from normandy_core.contract.config import AgentConfig
+from normandy_core.contract.recall import RecallSettings
+from normandy_core.contract.settings import Resolved, current_settings
+from normandy_core.conversation.memory import AgentMemory, Entry
+from normandy_core.conversation.structure import pairing_problems
+from normandy_core.conversation.survival import SurvivalRules
 from normandy_core.errors import NormandyError, OptionsError, WindowUnknownError
-from normandy_core.formats import TranscriptError, value_problem
-from normandy_core.memory import AgentMemory, Entry
-from normandy_core.retrieval import RecallSettings
-from normandy_core.settings import Resolved, current_settings
-from normandy_core.structure import pairing_problems
-from normandy_core.survival import SurvivalRules
-from normandy_core.transcript import Transcript, as_mapping, read, write
+from normandy_core.transcripts.formats import TranscriptError, value_problem
+from normandy_core.transcripts.transcript import Transcript, as_mapping, read, write
 
 __all__ = [
     "ENTRY",
@@ -106,7 +106,7 @@ class CompactResult:
     the boundary checked it (``compacted``, the token figures of a compaction,
     ``strategy``, ``dropped``...). ``memory``: the compacted conversation.
     ``continued``: the list extended one an earlier call compacted, and was compacted as
-    its continuation (:mod:`normandy_core.continuation`): earlier cuts are kept and
+    its continuation (:mod:`normandy_core.transcripts.continuation`): earlier cuts are kept and
     ``meta`` reports only what this call did.
 
     The typed fields are always there, whatever happened: :attr:`compacted`,
@@ -138,7 +138,7 @@ class CompactResult:
         if not self._counted:
             counter = self._counter
             if counter is None:
-                from normandy_core.calibration import CalibratedCounter
+                from normandy_core.conversation.calibration import CalibratedCounter
 
                 counter = CalibratedCounter(None, None)
             self._counted.append(int(counter.memory_tokens(self.memory)))
@@ -228,7 +228,7 @@ def _check_values(messages: Sequence[Any], start: int = 0) -> None:
 
 def read_transcript(data: Any, format: FormatName = "auto") -> Transcript | AgentMemory:
     """The transcript ``data`` read under the rules of this module: a
-    :class:`~normandy_core.transcript.Transcript` (with where each entry came from), or
+    :class:`~normandy_core.transcripts.transcript.Transcript` (with where each entry came from), or
     the memory of a Normandy dump or :class:`~normandy_core.AgentMemory`.
     """
     if format not in _FORMATS:
@@ -332,8 +332,8 @@ def keep_other_branches(original: AgentMemory, compacted: AgentMemory) -> AgentM
 def render_transcript(memory: AgentMemory, fmt: str, like: Any) -> Any:
     """``memory`` in ``fmt``, in the container shape of ``like`` (a Normandy dump or memory).
 
-    Provider formats are written by :func:`normandy_core.transcript.write`, which needs
-    the :class:`~normandy_core.transcript.Transcript` the input was read into.
+    Provider formats are written by :func:`normandy_core.transcripts.transcript.write`, which needs
+    the :class:`~normandy_core.transcripts.transcript.Transcript` the input was read into.
     """
     if fmt == "normandy":
         return memory if isinstance(like, AgentMemory) else memory.dump()
@@ -388,7 +388,7 @@ def compact(
     ``compactor``, ``opts``, ``model``, ``window`` and ``timeout`` left out (``None``)
     are taken from the configuration when it sets them: ``NORMANDY_COMPACTOR``,
     ``NORMANDY_COMPACTOR_OPTS``, ``normandy.toml`` or ``pyproject.toml``'s
-    ``[tool.normandy]`` (:mod:`normandy_core.settings`; arguments given always win).
+    ``[tool.normandy]`` (:mod:`normandy_core.contract.settings`; arguments given always win).
     ``survival`` sets the survival rules (:class:`~normandy_core.SurvivalRules` or a
     mapping of its fields), over a configured ``survival`` table; with neither, the
     defaults keep pinned entries and the first user message.
@@ -401,22 +401,22 @@ def compact(
     Called before every request on a list that grew since the last call (the full
     history, or the list the last call returned plus new messages), only the new
     messages are read and counted, and the list is compacted as the continuation of the
-    last call (:mod:`normandy_core.continuation`, :attr:`CompactResult.continued`);
+    last call (:mod:`normandy_core.transcripts.continuation`, :attr:`CompactResult.continued`);
     ``fresh=True`` compacts from scratch.
 
     When nothing is compacted by a call that does not continue an earlier one (or the
     compactor reports an error, see :attr:`CompactResult.error`) ``messages`` comes back
-    unchanged. An error result is logged as a warning (logger ``normandy_core.boundary``)
+    unchanged. An error result is logged as a warning (logger ``normandy_core.contract.boundary``)
     naming the compactor; ``raise_on_error=True`` raises :class:`CannotFitError` for it
     instead of returning it (as :meth:`CompactResult.check` does). Raises
-    :class:`~normandy_core.formats.TranscriptError` for odd input (see the module
+    :class:`~normandy_core.transcripts.formats.TranscriptError` for odd input (see the module
     docstring), :class:`~normandy_core.OptionsError` or
     :class:`~normandy_core.WindowUnknownError` for a bad config,
     :class:`~normandy_core.SettingsError` for a bad configuration source (naming the file
     or variable and the key), :class:`~normandy_core.PluginError` for an unknown or broken
     compactor, and :class:`CompactionError` when a compactor breaks the tool pairs.
     """
-    from normandy_core import continuation
+    from normandy_core.transcripts import continuation
 
     s = current_settings().resolve(
         "window_manager",
@@ -465,11 +465,11 @@ async def acompact(messages: Any, **kwargs: Any) -> CompactResult:
     tasks while a compactor counts, summarizes or the archive writes. A coroutine the
     compactor needs there (an async ``client``'s model summary) runs on the caller's
     event loop, where the client's connections live, as under
-    :func:`~normandy_core.turn.arun_turn` (:func:`normandy_core.eventloop.turn_loop`).
+    :func:`~normandy_core.turn.arun_turn` (:func:`normandy_core.contract.eventloop.turn_loop`).
     """
     import asyncio
 
-    from normandy_core.eventloop import bind_turn_loop
+    from normandy_core.contract.eventloop import bind_turn_loop
 
     with bind_turn_loop(asyncio.get_running_loop()):
         return await asyncio.to_thread(compact, messages, **kwargs)
@@ -495,7 +495,7 @@ def prepare_config(
     caller (the ``normandy`` command passes its own). ``client`` is the config's model
     client (for a compactor that asks the model); ``recall`` its ``recall`` setting.
     """
-    from normandy_core.preparation import CONFIG_HINT, pin_if_needed
+    from normandy_core.contract.preparation import CONFIG_HINT, pin_if_needed
 
     if opts is not None and not isinstance(opts, Mapping):
         raise OptionsError(

@@ -8,8 +8,8 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
+from normandy_core.conversation.tokens import get_counter
 from normandy_core.errors import OptionsError
-from normandy_core.tokens import get_counter
 
 __all__ = ["CompactorOptions", "CounterSpec", "options_mapping", "validate_options"]
 

@@ -31,12 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from normandy_core.catalog import catalog_prices
-from normandy_core.keys import is_compacted
+from normandy_core.conversation.catalog import catalog_prices
+from normandy_core.conversation.keys import is_compacted
 
 if TYPE_CHECKING:
-    from normandy_core.calibration import CalibratedCounter
-    from normandy_core.memory import AgentMemory, Entry
+    from normandy_core.conversation.calibration import CalibratedCounter
+    from normandy_core.conversation.memory import AgentMemory, Entry
 
 __all__ = [
     "DEFAULT_RATES",
