@@ -95,7 +95,7 @@ class TurnScript(NamedTuple):
 def turn_scripts(turns: int, batches_per_turn: int) -> tuple[Any, list[TurnScript]]:
     """The history's workload and ``turns + 1`` scripted turns (the first a warm-up)."""
     from normandy_core.clients.base import ModelReply
-    from normandy_core.conversation.memory import TextBlock, ToolResultBlock
+    from normandy_core.conversation.entries import TextBlock, ToolResultBlock
 
     wl = workload(200, extra=(turns + 1) * batches_per_turn * 6 + 64)
     batches = wl.batches()

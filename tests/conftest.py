@@ -189,12 +189,12 @@ def clean_registry(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A fresh plugin registry per test, no NORMANDY_* lists, nothing left registered."""
     for var in (plugins.ENV_LOAD, plugins.ENV_DISABLE):
         monkeypatch.delenv(var, raising=False)
-    compactors = set(plugins._REG.in_code)
-    hooks = set(plugins._code_hooks)
+    compactors, hooks = map(set, plugins.registered_in_code())
     plugins.reload_plugins()
     yield
-    for name in set(plugins._REG.in_code) - compactors:
+    now_compactors, now_hooks = plugins.registered_in_code()
+    for name in set(now_compactors) - compactors:
         plugins.unregister_compactor(name)
-    for qname in set(plugins._code_hooks) - hooks:
+    for qname in set(now_hooks) - hooks:
         plugins.unregister_hook(qname)
     plugins.reload_plugins()

@@ -13,13 +13,12 @@ import tempfile
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from reliability_counts import FACADE_BAD_CASES, FUZZ_ARBITRARY, FUZZ_BYTES, FUZZ_VALID
 
 from normandy_core import AgentMemory, compact, get_counter, pairing_problems
 from normandy_core.app.cli import CliError, main, read_source
-from normandy_core.conversation.memory import RedactedThinkingBlock, ThinkingBlock
+from normandy_core.conversation.entries import RedactedThinkingBlock, ThinkingBlock
 from normandy_core.testing.strategies import conversations
 from normandy_core.transcripts.facade import parse_transcript
 from normandy_core.transcripts.formats import MAX_NESTING, TranscriptError, to_anthropic, to_openai

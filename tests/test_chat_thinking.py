@@ -8,8 +8,7 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from normandy_core import RedactedThinkingBlock, TextBlock, ThinkingBlock, compact, drop_thinking
 from normandy_core.transcripts.formats import TranscriptError

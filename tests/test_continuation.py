@@ -9,8 +9,7 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from normandy_core import compact
 from normandy_core.app.workload import generate_session

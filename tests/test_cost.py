@@ -6,8 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import event, given, settings
-from hypothesis import strategies as st
+from hypothesis import event, given, settings, strategies as st
 
 from normandy_core import (
     AgentConfig,

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from normandy_core import AgentMemory, ToolResultBlock, ToolUseBlock, compact
 from normandy_core.app.workload import generate_session

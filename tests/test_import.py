@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import subprocess
 import sys
@@ -47,16 +48,24 @@ def test_a_noop_turn_never_pays_for_tiktoken():
     assert loaded == []
 
 
-def test_every_name_in_all_is_exposed():
-    exported = set(normandy_core.__all__)
-    assert len(exported) == len(normandy_core.__all__)
-    for name in normandy_core.__all__:
-        value = getattr(normandy_core, name)
-        module = normandy_core._LAZY.get(name)
-        if module is not None:
-            assert value is getattr(importlib.import_module(f"normandy_core.{module}"), name)
-    assert set(normandy_core._LAZY) <= exported
+def test_every_name_in_all_is_exposed_as_the_object_its_module_defines():
+    exported = normandy_core.__all__
+    assert len(set(exported)) == len(exported)
     assert dir(normandy_core) == sorted(exported)
+    assert len(exported) > 90
+    for name in exported:
+        value = getattr(normandy_core, name)
+        module = getattr(value, "__module__", None)
+        if isinstance(value, type) or inspect.isfunction(value):
+            # the object itself, from where it is defined (not a copy or a wrapper)
+            assert module is not None and module.startswith("normandy_core."), name
+            assert getattr(importlib.import_module(module), name, value) is value, name
+
+
+def test_star_import_gives_every_public_name():
+    namespace: dict[str, object] = {}
+    exec("from normandy_core import *", namespace)
+    assert set(normandy_core.__all__) <= set(namespace)
 
 
 def test_every_lazy_name_resolves_in_a_fresh_interpreter():

@@ -1,7 +1,7 @@
 """Every boundary is observable: the ``on_boundary`` hook and the boundary's log lines.
 
 ``on_boundary`` fires at every boundary (skipped, compacted, failed in each way) once the
-result is final, isolated like the other hooks; the ``normandy_core.contract.boundary`` logger
+result is final, isolated like the other hooks; the ``normandy_core.boundary`` logger
 says DEBUG for a skip, INFO for a compaction and WARNING for a failure, naming the
 compactor and its distribution.
 """

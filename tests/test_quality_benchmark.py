@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.quality import replay as quality
-from benchmarks.quality import sessions
+from benchmarks.quality import replay as quality, sessions
 from benchmarks.quality.run import aggregate, tables
 from normandy_core import Entry, get_counter
 

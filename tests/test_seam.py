@@ -10,8 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from reliability_counts import (
     BASE_EXCEPTIONS,
     MUTATED_DROPPED,
@@ -36,8 +35,8 @@ from normandy_core import (
     register_hook,
     run_compaction,
 )
-from normandy_core.contract.check import ContractViolation
 from normandy_core.contract.faults import MAX_ABANDONED
+from normandy_core.contract.types import ContractViolation
 from normandy_core.testing import check_call, context_for
 
 

@@ -17,8 +17,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from hypothesis import event, given, settings
-from hypothesis import strategies as st
+from hypothesis import event, given, settings, strategies as st
 
 from normandy_core import (
     AgentConfig,
@@ -33,17 +32,10 @@ from normandy_core import (
     run_compaction,
     unregister_hook,
 )
-from normandy_core.contract import boundary as boundary_module
-from normandy_core.contract.check import (
-    _SKIP,
-    CompactionContext,
-    ContractViolation,
-    _check,
-    build_context,
-    call_compactor,
-    check_compaction,
-)
+from normandy_core.contract import hooks
+from normandy_core.contract.check import _check, build_context, call_compactor, check_compaction
 from normandy_core.contract.plugins import hook_manager
+from normandy_core.contract.types import SKIP as _SKIP, CompactionContext, ContractViolation
 from normandy_core.testing import check_call
 from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 from strategies import build, conversations, well_formed_conversations
@@ -253,12 +245,18 @@ def test_the_kept_observer_selection_equals_selecting_afresh(ops):
                     registered.append(register_hook(plugin, name=f"fastpath-{op}-{n}"))
             elif registered:
                 unregister_hook(registered.pop())
-            fresh = boundary_module._selected("on_boundary", gated=True)
-            kept = boundary_module._observers()
-            assert [i for i, _ in kept] == [i for i, _ in fresh]
+            # afresh, from pluggy's own list: the implementations in call order whose
+            # gate is open
+            fresh = [
+                impl
+                for impl in reversed(pm.hook.on_boundary.get_hookimpls())
+                if impl.plugin is not gated or gated.open
+            ]
+            kept = hooks.selected("on_boundary", gated=True)
+            assert [c.impl for c in kept] == fresh
             seen = gated.seen, always.seen
             run_compaction(acc, mid_round=False)
-            plugins = {i.plugin for i, _ in fresh}
+            plugins = {impl.plugin for impl in fresh}
             assert gated.seen == seen[0] + (gated in plugins)
             assert always.seen == seen[1] + (always in plugins)
     finally:
@@ -376,15 +374,25 @@ def _same_boundary(
     entries = [[(e.role, e.content) for e in r.acc.memory.entries()] for r in (fast, full)]
     assert entries[0] == entries[1]
     assert [seen(s) for s in fast_seen] == [seen(s) for s in full_seen]
-    assert [s[7] for s in fast_seen] == [s[7] for s in full_seen]  # equal ctx
+    # equal ctx (each config has its own counter object: compared by what it counts with)
+    assert [_ctx_fields(s[7]) for s in fast_seen] == [_ctx_fields(s[7]) for s in full_seen]
     assert fast_lines == full_lines
     return fast, full
 
 
+def _ctx_fields(ctx: CompactionContext | None) -> Any:
+    if ctx is None:
+        return None
+    fields = {f.name: getattr(ctx, f.name) for f in dataclasses.fields(ctx)}
+    counter = fields.pop("counter")
+    return (fields, counter.name, counter.model, counter.calibration)
+
+
 def _without_threshold(acc: AgentConfig) -> AgentConfig:
-    """``acc`` whose prepared compactor declares no threshold: every boundary calls it."""
-    full = acc.with_memory(acc.memory.copy())
-    full._prepared[0] = dataclasses.replace(acc.prepared, thresholds=(None, None))
+    """A copy of ``acc`` (its memory copied) whose prepared compactor declares no
+    threshold, so every boundary calls it; ``acc`` keeps its own."""
+    full = acc.replace(memory=acc.memory.copy())
+    full._derived.prepared = dataclasses.replace(full.prepared, thresholds=(None, None))
     return full
 
 
@@ -563,7 +571,7 @@ _BOUNDARIES = st.lists(
     spec=st.sampled_from(["cl100k_base", "estimate"]),
     timeout=st.sampled_from([None, 30.0]),
 )
-def test_the_written_out_threshold_shortcut_gives_the_full_paths_result(
+def test_a_run_of_boundaries_around_the_threshold_gives_the_full_paths_result(
     script, boundaries, ratio, spec, timeout
 ):
     """A run of boundaries on one agent (appends between them, the turn and kind and
@@ -599,16 +607,11 @@ def test_the_written_out_threshold_shortcut_gives_the_full_paths_result(
         if evidence and calibration is not None:
             calibration.observe("gpt-4o", name, 1_000, 1_050 + 100 * cal)
         level = acc.prepared.thresholds[mid_round]
-        quick = boundary_module._below_threshold(acc, mid_round, turn_id, calibration)
         built = build_context(acc, mid_round=mid_round, turn_id=turn_id, calibration=calibration)
-        if quick is not None:
-            event("shortcut taken")
-            assert quick[1] is built
-            assert built.counter._exact
-            assert level is not None
-            assert built.counter.memory_tokens(acc.memory) + built.prompt_tokens <= level
+        if level is not None and built.counter.at_most(acc.memory, level - built.prompt_tokens):
+            event("at or below the declared threshold")
         else:
-            event("shortcut not taken")
+            event("over the declared threshold")
         kwargs = {"mid_round": mid_round, "turn_id": turn_id, "calibration": calibration}
         # entries a compaction inserted have new ids on each side: compared by content
         fast, full = _same_boundary(
@@ -630,37 +633,46 @@ def _by_content(meta: Any) -> dict[str, Any]:
     return out
 
 
-def test_every_boundary_with_an_exact_counter_takes_the_written_out_shortcut():
-    """Once the counter is known to count exactly, a kind's first boundary of a turn and
-    a repeated one both skip through the shortcut, with the ctx build_context gives (so
-    the property above compares it, not only the slow path); before that, the boundary
-    is left to the slow path."""
+def test_a_boundary_at_or_below_the_declared_threshold_never_calls_the_compactor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whether the counter is exact yet or still bounds, at a kind's first boundary of a
+    turn and at a repeated one, a boundary at or below the threshold skips without the
+    compactor's call, with the ctx build_context gives; one over it calls it."""
     memory = AgentMemory()
     for i in range(6):
         memory.add_message("user" if i % 2 == 0 else "assistant", f"message {i}")
-
-    def config(counter: str) -> AgentConfig:
-        return AgentConfig(
-            model="gpt-4o",
-            compactor="window_manager",
-            compactor_opts={"counter": counter, "context_window": 10**6},
-            memory=memory,
-        )
-
-    acc = config("cl100k_base")
-    get_counter("cl100k_base").count_text("loaded")  # exact counts, so the shortcut applies
-    # the config's first boundary finds its counter exact (the slow path asks for a bound)
-    assert boundary_module._below_threshold(acc, False, "t0", None) is None
-    run_compaction(acc, mid_round=False, turn_id="t0")
-    for mid_round in (False, True):
-        first = boundary_module._below_threshold(acc, mid_round, "t", None)  # a new turn
-        assert first is not None
-        assert first[1] is build_context(acc, mid_round=mid_round, turn_id="t")
-        run_compaction(acc, mid_round=mid_round, turn_id="t")
-        quick = boundary_module._below_threshold(acc, mid_round, "t", None)
-        assert quick is not None and quick[1] is first[1]
-    fresh = config("cl100k_base")  # a counter of its own, not asked for a bound yet
-    assert boundary_module._below_threshold(fresh, True, "t", None) is None
+    acc = AgentConfig(
+        model="gpt-4o",
+        compactor="window_manager",
+        compactor_opts={"counter": "cl100k_base", "context_window": 10**6},
+        memory=memory,
+    )
+    comp = acc.prepared.compactor
+    calls: list[Any] = []
+    call = comp.maybe_compact
+    monkeypatch.setattr(comp, "maybe_compact", lambda *a: calls.append(a) or call(*a))
+    seen: list[Any] = []
+    recorder = _Recorder()
+    name = register_hook(recorder, name="threshold-calls")
+    try:
+        for turn in ("t0", "t1"):
+            for mid_round in (False, True, True):
+                result = run_compaction(acc, mid_round=mid_round, turn_id=turn)
+                assert result.meta is _SKIP and result.acc is acc
+                ctx = build_context(acc, mid_round=mid_round, turn_id=turn)
+                seen.append(recorder.seen[-1][7] is ctx)
+        assert calls == []
+        assert all(seen)
+        small = acc.replace(compactor_opts={"counter": "cl100k_base", "context_window": 8_000})
+        comp = small.prepared.compactor
+        monkeypatch.setattr(comp, "maybe_compact", lambda *a: calls.append(a) or call(*a))
+        for i in range(40):
+            small.memory.add_message("user", f"a longer message number {i} " * 60)
+        run_compaction(small, mid_round=False, turn_id="t2")
+        assert len(calls) == 1
+    finally:
+        unregister_hook(name)
 
 
 _CALIBRATION_OPS = st.lists(

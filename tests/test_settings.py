@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from normandy_core import AgentConfig, compact, hookimpl
 from normandy_core.app.workload import generate_session

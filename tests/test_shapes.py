@@ -596,8 +596,7 @@ def _generated(fmt: str, rnd: Any, rounds: int) -> Any:
 def test_round_trip_property_every_shape() -> None:
     import random
 
-    from hypothesis import given
-    from hypothesis import strategies as st
+    from hypothesis import given, strategies as st
 
     @given(
         fmt=st.sampled_from(["openai", "anthropic", "responses"]),

@@ -12,12 +12,11 @@ and :meth:`~normandy_core.CalibratedCounter.memory_bound` must stay at least
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from normandy_core import AgentMemory, CalibratedCounter, Calibration, TiktokenCounter, get_counter
 from normandy_core.conversation import tokens as tokens_module
-from normandy_core.conversation.memory import Entry, TextBlock, ToolUseBlock
+from normandy_core.conversation.entries import Entry, TextBlock, ToolUseBlock
 from normandy_core.conversation.tokens import (
     ARGUMENTS_KEY,
     NAME_KEY,

@@ -20,7 +20,7 @@ from normandy_core import (
 )
 from normandy_core.conversation import tokens as tokens_module
 from normandy_core.conversation.catalog import DEFAULT_WINDOWS
-from normandy_core.conversation.memory import (
+from normandy_core.conversation.entries import (
     DocumentBlock,
     Entry,
     ImageBlock,

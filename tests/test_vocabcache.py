@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 import tiktoken
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from project_paths import project_pythonpath
 
 from normandy_core.conversation import tokens, vocabcache

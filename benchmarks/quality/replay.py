@@ -46,7 +46,7 @@ from normandy_core import (
 from normandy_core.clients import ModelReply, ScriptedClient
 from normandy_core.clients.scripted import ScriptedRequest
 from normandy_core.contract.preparation import pin_if_needed
-from normandy_core.conversation.memory import Block
+from normandy_core.conversation.entries import Block
 from normandy_core.conversation.survival import is_inserted
 from normandy_core.conversation.tokens import TokenCounter
 from normandy_core.turn import run_turn
@@ -294,13 +294,13 @@ def seeded_ids(seed: int) -> Iterator[None]:
     fits a recall result's bound. Seeded, a replay gives the same figures at every run.
     """
     import normandy_core.contract.recall as retrieval
-    import normandy_core.conversation.memory as memory
+    import normandy_core.conversation.entries as entries
 
     rng = random.Random(seed)
     nonces = types.SimpleNamespace(
         token_hex=lambda n: rng.getrandbits(8 * n).to_bytes(n, "big").hex()
     )
-    names = vars(memory), vars(retrieval)
+    names = vars(entries), vars(retrieval)
     saved = names[0]["_random_bytes"], names[1]["secrets"]
     names[0]["_random_bytes"] = lambda n: rng.getrandbits(8 * n).to_bytes(n, "big")
     names[1]["secrets"] = nonces

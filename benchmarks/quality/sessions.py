@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
-from normandy_core.conversation.memory import AgentMemory, ToolResultBlock
+from normandy_core.conversation.entries import ToolResultBlock
+from normandy_core.conversation.memory import AgentMemory
 
 __all__ = [
     "FORMAT",

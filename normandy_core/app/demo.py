@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from normandy_core.conversation.memory import ToolResultBlock
+    from normandy_core.conversation.entries import ToolResultBlock
     from normandy_core.turn import Tool
 
 __all__ = [
@@ -227,7 +227,7 @@ class _Replay:
     def tool(self, name: str) -> Tool:
         """The replayed tool ``name``."""
 
-        from normandy_core.conversation.memory import ToolResultBlock
+        from normandy_core.conversation.entries import ToolResultBlock
 
         def call(**_input: Any) -> ToolResultBlock:
             rec = next(self.outputs, None)

@@ -12,14 +12,14 @@ import json
 import random
 from dataclasses import dataclass
 
-from normandy_core.conversation.memory import (
-    AgentMemory,
+from normandy_core.conversation.entries import (
     Block,
     TextBlock,
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
+from normandy_core.conversation.memory import AgentMemory
 
 __all__ = ["SYSTEM_PROMPT", "TOOLS", "SessionSpec", "generate_session"]
 

@@ -59,9 +59,9 @@ from normandy_core.contract.edits import (
     COMPACT_BETA,
     ON_DEMAND_COMPACTION_BETA,
     ContextManagement,
+    context_management as _checked_edits,
 )
-from normandy_core.contract.edits import context_management as _checked_edits
-from normandy_core.conversation.memory import Entry
+from normandy_core.conversation.entries import Entry
 from normandy_core.transcripts.formats import TranscriptError, from_anthropic, to_anthropic
 
 __all__ = [

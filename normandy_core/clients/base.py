@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from normandy_core.conversation.memory import (
+from normandy_core.conversation.entries import (
     Block,
     Content,
     Entry,

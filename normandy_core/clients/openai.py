@@ -37,7 +37,7 @@ from normandy_core.clients.base import (
     compaction_failure,
     sdk_options,
 )
-from normandy_core.conversation.memory import (
+from normandy_core.conversation.entries import (
     Block,
     DocumentBlock,
     Entry,

@@ -15,7 +15,7 @@ from normandy_core.clients.base import (
     as_entries,
     thinking_plan,
 )
-from normandy_core.conversation.memory import (
+from normandy_core.conversation.entries import (
     Block,
     Entry,
     RedactedThinkingBlock,

@@ -11,34 +11,35 @@ runtime applies.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
-from normandy_core.conversation.memory import Entry
+from normandy_core.contract.config import AgentConfig
+from normandy_core.contract.types import (
+    SKIP,
+    TOKEN_KEYS,
+    CompactionContext,
+    CompactionMeta,
+    ContractViolation,
+)
+from normandy_core.conversation.cost import next_call_estimate, rates_for
+from normandy_core.conversation.entries import Entry
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.conversation.structure import pairing_problems
-from normandy_core.errors import NormandyError
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 
 if TYPE_CHECKING:
-    from normandy_core.contract.config import AgentConfig
     from normandy_core.contract.preparation import Prepared
-    from normandy_core.conversation.calibration import CalibratedCounter, Calibration
+    from normandy_core.conversation.calibration import Calibration
     from normandy_core.conversation.memory import AgentMemory
     from normandy_core.conversation.survival import SurvivalRules
 
 __all__ = [
-    "CompactionContext",
-    "CompactionMeta",
     "CompactionResult",
-    "ContractViolation",
     "account",
     "build_context",
     "call_compactor",
     "check_compaction",
 ]
 
-#: Meta keys holding token figures: non-negative ints when present.
-TOKEN_KEYS = ("tokens_before", "tokens_after", "tokens_removed")
 #: Config fields a compactor must return unchanged (it may only replace the memory).
 _SETTINGS = (
     "model",
@@ -49,76 +50,6 @@ _SETTINGS = (
     "catalog",
     "survival",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionContext:
-    """The decision inputs of one boundary (the contract's ``ctx``), immutable.
-
-    ``model``: the model id of the turn. ``window``: its context window, ``None`` only for
-    a compactor that needs none. ``prompt_tokens``: estimated tokens of the system prompt
-    and tool definitions the next call sends (about four characters per token), plus what
-    the request itself costs once (``counter.request_tokens``, the reply's priming), 0 when
-    there is no window. ``mid_round``: false at the start of a turn, true after a tool
-    batch, where the model's tool round is still open. ``turn_id``: the running turn, so a
-    compactor can tell this turn's messages (``None`` outside a turn loop: the newest
-    entry's turn is then taken as the running one). ``counter``: the calibrated counter
-    prepared for this config (its ``counter`` option, else the model's default, scaled by
-    the agent's calibration); every size decision uses it, and the boundary computes the
-    token figures of the result with it. ``rules``: the config's survival rules
-    (:class:`~normandy_core.SurvivalRules`; the defaults when not given): what the
-    compactor must keep, and the summary instructions.
-    """
-
-    model: str | None
-    window: int | None
-    prompt_tokens: int
-    mid_round: bool
-    turn_id: str | None = None
-    counter: CalibratedCounter = None  # type: ignore[assignment]  # filled in __post_init__
-    rules: SurvivalRules = None  # type: ignore[assignment]  # filled in __post_init__
-
-    def __post_init__(self) -> None:
-        if self.counter is None:
-            from normandy_core.conversation.calibration import CalibratedCounter
-
-            object.__setattr__(self, "counter", CalibratedCounter(None, self.model))
-        if self.rules is None:
-            from normandy_core.conversation.survival import DEFAULT_RULES
-
-            object.__setattr__(self, "rules", DEFAULT_RULES)
-
-
-def _reused_context(
-    prepared: Prepared,
-    slot: int,
-    model: str | None,
-    prompt_tokens: int | None,
-    turn_id: str | None,
-    calibration: Calibration | None,
-    rules: SurvivalRules | None,
-) -> CompactionContext | None:
-    """The last ctx of its kind (``slot`` 1 mid-round, 0 at a turn start) when it was
-    asked for with the same arguments, else ``None``: :func:`build_context`'s shortcut,
-    which the boundary's threshold check takes too.
-
-    The calibration and rules are compared by identity (the slot holds them, so their
-    ids cannot be reused, and ``counter_for`` keeps one counter per model and
-    calibration object).
-    """
-    last = prepared._last_ctx[slot]
-    if last is not None:
-        was = last[2]
-        if (
-            was[3] is calibration
-            and was[4] is rules
-            and was[0] == model
-            and was[1] == prompt_tokens
-            and was[2] == turn_id
-        ):
-            ctx: CompactionContext = last[0]
-            return ctx
-    return None
 
 
 def build_context(
@@ -132,7 +63,7 @@ def build_context(
     rules: SurvivalRules | None = None,
 ) -> CompactionContext:
     """The ``ctx`` of one call of a prepared compactor (window, counter and survival rules
-    as prepared).
+    as prepared; :meth:`~normandy_core.Prepared.context`).
 
     ``source`` is a config (its prepared compactor, model and prompt tokens are used) or
     a :class:`~normandy_core.Prepared` (then give ``model`` and ``prompt_tokens``; a
@@ -141,136 +72,20 @@ def build_context(
     overrides the prepared one (the turn shells pass their own); ``rules`` the prepared
     survival rules (a pipeline gives its steps its own).
     """
-    prepared: Prepared = getattr(source, "prepared", source)  # type: ignore[arg-type]
-    if prepared is not source:  # an AgentConfig
-        acc: Any = source
-        model = acc.model if model is None else model
-        prompt_tokens = acc.prompt_tokens if prompt_tokens is None else prompt_tokens
-    slot = 1 if mid_round else 0
-    reused = _reused_context(prepared, slot, model, prompt_tokens, turn_id, calibration, rules)
-    if reused is not None:
-        return reused
-    last: tuple[CompactionContext, Any, Any] | None = prepared._last_ctx[slot]
-    asked = (model, prompt_tokens, turn_id, calibration, rules)
-    window = prepared.window
-    counter = prepared.counter_for(model, calibration)
-    if rules is None:
-        rules = prepared.rules
-    # The request's own cost (the reply's priming) shares the window, once per request.
-    tokens = (prompt_tokens or 0) + counter.request_tokens if window is not None else 0
-    # A boundary of the same turn and kind gets the same (immutable) ctx again: building one
-    # is most of what a boundary that does not compact costs beyond counting. One slot per
-    # kind, so a turn start between tool batches does not evict the tool batches' ctx.
-    key = (model, tokens, mid_round, turn_id)
-    if (
-        last is not None
-        and last[0].counter is counter
-        and last[0].rules is rules
-        and last[1] == key
-    ):
-        prepared._last_ctx[slot] = (last[0], key, asked)
-        return last[0]
-    ctx = CompactionContext(
-        model=model,
-        window=window,
-        prompt_tokens=tokens,
+    if isinstance(source, AgentConfig):
+        prepared = source.prepared
+        model = source.model if model is None else model
+        prompt_tokens = source.prompt_tokens if prompt_tokens is None else prompt_tokens
+    else:
+        prepared = source
+    return prepared.context(
         mid_round=mid_round,
+        model=model,
+        prompt_tokens=prompt_tokens or 0,
         turn_id=turn_id,
-        counter=counter,
+        calibration=calibration,
         rules=rules,
     )
-    prepared._last_ctx[slot] = (ctx, key, asked)  # one atomic replacement: thread-safe
-    return ctx
-
-
-class CompactionMeta(dict[str, Any]):
-    """The contract's ``meta``, checked and read-only: a ``dict`` that refuses changes.
-
-    Read it like the contract's mapping (``meta["compacted"]``, ``meta.get("dropped")``)
-    or through the typed properties. ``dropped`` is a tuple of frozen entries. Hooks get
-    this object, so no hook can change what the next one receives; ``dict(meta)`` is a
-    mutable copy and :meth:`replace` a changed read-only one.
-    """
-
-    __slots__ = ()
-
-    def _read_only(self, *args: Any, **kwargs: Any) -> NoReturn:
-        raise TypeError("compaction meta is read-only; copy it with dict(meta) or meta.replace()")
-
-    __setitem__ = _read_only
-    __delitem__ = _read_only
-    __ior__ = _read_only
-    clear = _read_only
-    pop = _read_only
-    popitem = _read_only
-    setdefault = _read_only
-    update = _read_only
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (CompactionMeta, (dict(self),))
-
-    def __copy__(self) -> CompactionMeta:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> CompactionMeta:
-        return self
-
-    def replace(self, **changes: Any) -> CompactionMeta:
-        """A copy with ``changes`` (a value of ``None`` removes the key)."""
-        data = dict(self)
-        for key, value in changes.items():
-            if value is None:
-                data.pop(key, None)
-            else:
-                data[key] = value
-        return CompactionMeta(data)
-
-    @property
-    def compacted(self) -> bool:
-        """Whether the compactor compacted."""
-        return bool(dict.get(self, "compacted"))
-
-    @property
-    def dropped(self) -> tuple[Entry, ...]:
-        """The removed (or rewritten) entries with their original content, oldest first."""
-        return tuple(dict.get(self, "dropped") or ())
-
-    @property
-    def error(self) -> str | None:
-        """The error of the error path, else ``None``."""
-        err = dict.get(self, "error")
-        return None if err is None else str(err)
-
-    @property
-    def strategy(self) -> str | None:
-        """The compactor's strategy name, when it reports one."""
-        value = dict.get(self, "strategy")
-        return None if value is None else str(value)
-
-    @property
-    def tokens_before(self) -> int | None:
-        """Tokens of the whole active branch before compaction (``ctx.counter``)."""
-        return dict.get(self, "tokens_before")
-
-    @property
-    def tokens_after(self) -> int | None:
-        """Tokens of the whole active branch after compaction (``ctx.counter``)."""
-        return dict.get(self, "tokens_after")
-
-    @property
-    def tokens_removed(self) -> int | None:
-        """Tokens of the running turn's messages that compaction removed."""
-        return dict.get(self, "tokens_removed")
-
-    @property
-    def hook_errors(self) -> tuple[Mapping[str, str], ...]:
-        """One ``{"hook", "plugin", "error"}`` per ``after_compact`` hook that failed."""
-        return tuple(dict.get(self, "hook_errors") or ())
-
-    @property
-    def hook_notes(self) -> tuple[Mapping[str, Any], ...]:
-        """One ``{"hook", "plugin", "note"}`` per note a hook returned, in the order run."""
-        return tuple(dict.get(self, "hook_notes") or ())
 
 
 class CompactionResult(NamedTuple):
@@ -297,14 +112,6 @@ class CompactionResult(NamedTuple):
     def error(self) -> str | None:
         """The error of the error path, else ``None``."""
         return self.meta.error
-
-
-#: The skip path's meta, shared (it is read-only).
-_SKIP = CompactionMeta({"compacted": False})
-
-
-class ContractViolation(NormandyError):
-    """A compactor's result breaks the contract; the message names the compactor and rule."""
 
 
 def _describe(compactor: Any) -> str:
@@ -359,7 +166,7 @@ def check_compaction(
         # The common skip path, nothing to check: exactly ``(acc, {"compacted": False})``
         # (``False`` itself: ``{"compacted": 0}`` compares equal, and the full check
         # refuses it). The full check gives the same verdict (a property test says so).
-        return CompactionResult(acc, _SKIP)
+        return CompactionResult(acc, SKIP)
     return _check(compactor, acc, ctx, result)
 
 
@@ -370,8 +177,6 @@ def _check(
     result: object,
 ) -> CompactionResult:
     """:func:`check_compaction` without its shortcut for the plain skip path."""
-    from normandy_core.contract.config import AgentConfig
-
     who = _describe(compactor)
 
     def refuse(rule: str) -> NoReturn:
@@ -446,12 +251,12 @@ def _check_rules(
         return
     now = {e.id: e for e in new}
     known = {e.id for e in old}
-    superseded = any(e.metadata.get(PROVIDER_COMPACTION) and e.id not in known for e in new)
+    superseded = any(e.metadata.get(PROVIDER_COMPACTION_KEY) and e.id not in known for e in new)
     for e in old:
         rule = protected.get(e.id)
         if rule is None:
             continue
-        if superseded and rule == "pinned" and e.metadata.get(PROVIDER_COMPACTION):
+        if superseded and rule == "pinned" and e.metadata.get(PROVIDER_COMPACTION_KEY):
             continue
         kept = now.get(e.id)
         if kept is None:
@@ -532,17 +337,16 @@ def call_compactor(
         :func:`check_compaction` refused its result.
     """
     memory = acc.memory
-    # memory._snapshot(), written out: this runs at every boundary
-    snapshot = (memory._version, memory._head, len(memory._entries))
+    snapshot = memory.state()
     try:
         raw = compactor.maybe_compact(acc, ctx, opts)
     except BaseException:
-        memory._restore(snapshot)
+        memory.restore(snapshot)
         if acc.memory is not memory:
             object.__setattr__(acc, "memory", memory)
         raise
-    if (memory._version, memory._head, len(memory._entries)) != snapshot:
-        memory._restore(snapshot)
+    if memory.state() != snapshot:
+        memory.restore(snapshot)
         raise ContractViolation(
             f"{_describe(compactor)} mutated the memory it was given (restored)"
         )
@@ -593,8 +397,6 @@ def _billed_next(
 ) -> dict[str, int]:
     """The next call's billed input with and without the compaction
     (``normandy_core.conversation.cost``)."""
-    from normandy_core.conversation.cost import next_call_estimate, rates_for
-
     acc = result.acc
     prompt = ctx.prompt_tokens or acc.prompt_tokens + ctx.counter.request_tokens
     rates = rates_for(acc.catalog, ctx.model)

@@ -11,16 +11,24 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from normandy_core.contract.preparation import CONFIG_HINT, Prepared, prepare
-from normandy_core.contract.recall import RecallSettings
+from normandy_core.contract.edits import ContextManagement, context_management
+from normandy_core.contract.preparation import (
+    CONFIG_HINT,
+    Prepared,
+    check_recall,
+    pin_if_needed,
+    prepare,
+)
+from normandy_core.contract.recall_settings import RecallSettings
+from normandy_core.contract.settings import Settings, current_settings, read_settings_file
 from normandy_core.conversation.catalog import ModelCatalog, default_catalog
-from normandy_core.conversation.memory import AgentMemory, new_id
+from normandy_core.conversation.entries import new_id
+from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.survival import SurvivalRules, survival_rules
+from normandy_core.errors import OptionsError, WindowUnknownError
 
 if TYPE_CHECKING:
-    from normandy_core.contract.edits import ContextManagement
     from normandy_core.contract.plugins import Compactor
-    from normandy_core.contract.settings import Settings
     from normandy_core.conversation.calibration import Calibration
 
 __all__ = ["AgentConfig"]
@@ -31,6 +39,17 @@ _CONFIGURED_HINT = (
     "pass window=<tokens> or model= a model the catalog knows, or set window or model in "
     "the configuration (normandy.toml or pyproject.toml [tool.normandy])"
 )
+
+
+@dataclass
+class Derived:
+    """What is worked out from a config's settings, once: the prepared compactor, the
+    catalog's windows per model, the prompt's token estimate. It travels beside the
+    config's data, shared by its copies that keep the settings (:meth:`AgentConfig.with_memory`)."""
+
+    prepared: Prepared | None = None
+    windows: dict[str, int] = field(default_factory=dict)
+    prompt_tokens: int | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,11 +111,16 @@ class AgentConfig:
     _entry: dataclasses.InitVar[str] = _CREATE
     _validate: dataclasses.InitVar[bool] = True
     _hint: dataclasses.InitVar[str] = CONFIG_HINT
-    _prepared: list[Prepared] = field(default_factory=list, repr=False)
-    _windows: dict[str, int] = field(default_factory=dict, repr=False)
-    _prompt_tokens: list[int] = field(default_factory=list, repr=False)
+    _derived: Derived = field(default_factory=lambda: Derived(), repr=False)
 
     def __post_init__(self, _entry: str, _validate: bool, _hint: str) -> None:
+        self._normalise(_entry)
+        if _validate or self._derived.prepared is None:
+            # The contract's promise: a bad option is refused where the config is made.
+            self._derived.prepared = self._prepare(_entry, _hint)
+
+    def _normalise(self, entry: str) -> None:
+        """Check the config's own data and bring each field to its one form."""
         if not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
         # A copy: the options prepared here cannot change behind the config's back when
@@ -104,53 +128,28 @@ class AgentConfig:
         object.__setattr__(self, "compactor_opts", dict(self.compactor_opts))
         if not isinstance(self.memory, AgentMemory):
             raise TypeError(
-                f"{_entry}: memory must be an AgentMemory, got {type(self.memory).__name__}"
+                f"{entry}: memory must be an AgentMemory, got {type(self.memory).__name__}"
             )
         if not isinstance(self.survival, SurvivalRules):
-            object.__setattr__(self, "survival", survival_rules(self.survival, entry=_entry))
-        t = self.compaction_timeout
-        if t is not None and not (isinstance(t, (int, float)) and 0 < t < float("inf")):
+            object.__setattr__(self, "survival", survival_rules(self.survival, entry=entry))
+        timeout = self.compaction_timeout
+        if timeout is not None and not (
+            isinstance(timeout, (int, float)) and 0 < timeout < float("inf")
+        ):
             raise ValueError(
-                f"{_entry}: compaction_timeout must be a positive number of seconds, got {t!r}"
+                f"{entry}: compaction_timeout must be a positive number of seconds, got {timeout!r}"
             )
         if self.context_management is not None:
-            from normandy_core.contract.edits import context_management
-
-            edits = context_management(self.context_management, entry=_entry)
+            edits = context_management(self.context_management, entry=entry)
             object.__setattr__(self, "context_management", edits)
         if self.recall is True:
             object.__setattr__(self, "recall", RecallSettings())
         elif self.recall is False:
             object.__setattr__(self, "recall", None)
-        if _validate or not self._prepared:
-            if self.recall is not None:
-                self._check_recall(_entry)
-            self._prepared[:] = [self._prepare(_entry, _hint)]
-
-    def _check_recall(self, entry: str) -> None:
-        """Refuse a recall tool that is not settings, clashes with a tool, or has no source."""
-        from normandy_core.contract.recall import HOOK, recall_sources
-
-        settings = self.recall
-        if not isinstance(settings, RecallSettings):
+        elif self.recall is not None and not isinstance(self.recall, RecallSettings):
             raise TypeError(
-                f"{entry}: recall must be True, False, None or a RecallSettings, got "
-                f"{type(settings).__name__}"
-            )
-        for tool in self.tools:
-            fn = tool.get("function")
-            name = tool.get("name") or (fn.get("name") if isinstance(fn, Mapping) else None)
-            if name == settings.tool_name:
-                raise ValueError(
-                    f"{entry}: recall: tools already has a tool named {name!r}; rename it, or "
-                    "name the recall tool otherwise (RecallSettings(tool_name=...))"
-                )
-        if not recall_sources():
-            raise ValueError(
-                f"{entry}: recall is on, but no hook plugin implements {HOOK} to search "
-                "what compaction dropped: install normandy-archive (pip install "
-                "normandy-archive), or check `normandy plugins` for why its archive hook "
-                "did not load"
+                f"{entry}: recall must be True, False, None or a RecallSettings, "
+                f"got {type(self.recall).__name__}"
             )
 
     @property
@@ -168,6 +167,9 @@ class AgentConfig:
         return (*self.tools, settings.definition())
 
     def _prepare(self, entry: str, hint: str) -> Prepared:
+        """The prepare step for this config: the compactor and recall, as configured."""
+        if self.recall_settings is not None:
+            check_recall(self.recall_settings, self.tools, entry=entry)
         return prepare(
             self.compactor,
             self.compactor_opts,
@@ -177,14 +179,16 @@ class AgentConfig:
             prompt_tokens=self.prompt_tokens,
             calibration=self.calibration,
             hint=hint,
-            memo=self._windows,
+            memo=self._derived.windows,
             rules=self.rules,
         )
 
     @property
     def prepared(self) -> Prepared:
         """What was prepared for this config's compactor where the config was made."""
-        return self._prepared[0]
+        prepared = self._derived.prepared
+        assert prepared is not None  # set in __post_init__
+        return prepared
 
     @property
     def rules(self) -> SurvivalRules:
@@ -210,13 +214,14 @@ class AgentConfig:
     def prompt_tokens(self) -> int:
         """Estimated tokens of the system prompt and tool definitions (four characters each),
         the recall tool's included when it is on."""
-        if not self._prompt_tokens:
+        derived = self._derived
+        if derived.prompt_tokens is None:
             chars = len(self.system_prompt)
             tools = self.tool_definitions
             if tools:
                 chars += len(json.dumps(list(tools), ensure_ascii=False, default=str))
-            self._prompt_tokens.append(math.ceil(chars / 4))
-        return self._prompt_tokens[0]
+            derived.prompt_tokens = math.ceil(chars / 4)
+        return derived.prompt_tokens
 
     def with_memory(self, memory: AgentMemory) -> AgentConfig:
         """A copy holding ``memory``; compactor settings are unchanged, so not prepared again.
@@ -239,11 +244,13 @@ class AgentConfig:
     ) -> AgentConfig:
         """A copy with ``changes``; the compactor is prepared again under ``entry`` (the
         survival rules included)."""
-        changes["_prepared"] = []
-        if "model" in changes or "catalog" in changes:
-            changes["_windows"] = {}
-        if any(k in changes for k in ("system_prompt", "tools", "recall")):
-            changes["_prompt_tokens"] = []
+        kept = self._derived
+        changes["_derived"] = Derived(
+            windows={} if "model" in changes or "catalog" in changes else kept.windows,
+            prompt_tokens=None
+            if any(k in changes for k in ("system_prompt", "tools", "recall"))
+            else kept.prompt_tokens,
+        )
         return dataclasses.replace(self, _entry=entry, **changes)
 
     @classmethod
@@ -260,8 +267,6 @@ class AgentConfig:
         ``AgentConfig(**fields)`` (compactor ``noop``). Errors name the file or variable
         and the key at fault.
         """
-        from normandy_core.contract.settings import current_settings
-
         return cls._configured(
             current_settings(), "normandy_core.AgentConfig.from_env()", window, fields
         )
@@ -273,8 +278,6 @@ class AgentConfig:
         """:meth:`from_env` with the settings of the one file ``path`` only (a
         ``normandy.toml``, or a ``pyproject.toml``'s ``[tool.normandy]`` table), without
         the environment or a look-up."""
-        from normandy_core.contract.settings import read_settings_file
-
         return cls._configured(
             read_settings_file(path), "normandy_core.AgentConfig.from_file()", window, fields
         )
@@ -283,9 +286,6 @@ class AgentConfig:
     def _configured(
         cls, settings: Settings, entry: str, window: int | None, fields: dict[str, Any]
     ) -> AgentConfig:
-        from normandy_core.contract.preparation import pin_if_needed
-        from normandy_core.errors import OptionsError, WindowUnknownError
-
         s = settings.resolve(
             "noop",
             compactor=fields.pop("compactor", None),

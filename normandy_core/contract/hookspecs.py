@@ -18,11 +18,16 @@ import pluggy
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from normandy_core.contract.boundary import BoundaryInfo
-    from normandy_core.contract.check import CompactionContext, CompactionMeta
-    from normandy_core.contract.config import AgentConfig
-    from normandy_core.contract.recall import RecallHit
-    from normandy_core.conversation.memory import Entry
+    # The specs type acc structurally (an import circle otherwise: see AgentConfigView);
+    # what compactors and hooks receive is an AgentConfig.
+    from normandy_core.contract.types import (
+        AgentConfigView as AgentConfig,
+        BoundaryInfo,
+        CompactionContext,
+        CompactionMeta,
+        RecallHit,
+    )
+    from normandy_core.conversation.entries import Entry
     from normandy_core.conversation.survival import SurvivalRules
 
 __all__ = ["PROJECT_NAME", "CompactorSpec", "HookSpec", "active_when", "hookimpl", "hookspec"]

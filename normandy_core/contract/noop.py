@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from normandy_core.contract.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from normandy_core.contract.check import CompactionContext
     from normandy_core.contract.config import AgentConfig
+    from normandy_core.contract.types import CompactionContext
 
 __all__ = ["maybe_compact", "needs_window", "validate_opts"]
 

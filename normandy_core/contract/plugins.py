@@ -36,10 +36,10 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pluggy
 
@@ -54,8 +54,7 @@ from normandy_core.errors import (
 )
 
 if TYPE_CHECKING:
-    from normandy_core.contract.check import CompactionContext
-    from normandy_core.contract.config import AgentConfig
+    from normandy_core.contract.types import AgentConfigView, CompactionContext
 
 __all__ = [
     "ADAPTER_GROUP",
@@ -67,7 +66,11 @@ __all__ = [
     "Compactor",
     "PluginRow",
     "command_registrars",
+    "HookCaller",
     "describe_hook",
+    "generation",
+    "registered_in_code",
+    "hook_callers",
     "hook_manager",
     "list_plugins",
     "register_compactor",
@@ -218,7 +221,7 @@ class Compactor:
         """The compactor's options model (its ``options_model`` hook), or ``None``."""
         return self._model
 
-    def maybe_compact(self, acc: AgentConfig, ctx: CompactionContext, opts: Any) -> Any:
+    def maybe_compact(self, acc: AgentConfigView, ctx: CompactionContext, opts: Any) -> Any:
         """Call the compactor's ``maybe_compact``; the result is checked by the caller
         (:func:`normandy_core.call_compactor`).
 
@@ -527,6 +530,37 @@ class _Registry:
         self.hook_status: dict[str, tuple[str, str | None]] = {}
         self.command_status: dict[str, tuple[str, str | None]] = {}
         self.hook_described: dict[str, str] = {}
+        #: Hook plugins registered in code, by qualified name (kept by :meth:`reset`).
+        self.code_hooks: dict[str, Any] = {}
+        #: How many times the plugins were reloaded: what was worked out from them before
+        #: is stale once it changes.
+        self.generation = 0
+        #: Per hook: the manager and implementations its callers were made for, and them.
+        self.callers: dict[str, tuple[Any, tuple[Any, ...], tuple[HookCaller, ...]]] = {}
+
+    def reset(self) -> None:
+        """Forget what was discovered and loaded; keep what was registered in code."""
+        kept = self.in_code, self.code_hooks, self.generation + 1
+        self.__init__()  # type: ignore[misc]
+        self.in_code, self.code_hooks, self.generation = kept
+
+    def hook_callers(self, pm: Any, hook: str, impls: list[Any]) -> tuple[HookCaller, ...]:
+        """:func:`hook_callers`, made again only when ``pm`` or ``impls`` changed.
+
+        Making subset callers is most of what an observed boundary would cost, so they
+        are kept while the hook plugins stay the same.
+        """
+        cached = self.callers.get(hook)
+        if (
+            cached is not None
+            and cached[0] is pm
+            and len(cached[1]) == len(impls)
+            and all(a is b for a, b in zip(cached[1], impls, strict=True))
+        ):
+            return cached[2]
+        made = _make_callers(pm, hook, impls)
+        self.callers[hook] = (pm, tuple(impls), made)
+        return made
 
     def scan(self) -> dict[str, dict[str, list[_EP]]]:
         eps = self.eps
@@ -582,6 +616,33 @@ class _Registry:
         return None
 
 
+class HookCaller(NamedTuple):
+    """One implementation of a hook, with a caller through pluggy's call path that calls
+    only it, and its :func:`~normandy_core.active_when` gate (``None``: always called)."""
+
+    impl: Any
+    call: Any
+    gate: Callable[[], object] | None
+
+
+def _make_callers(pm: Any, hook: str, impls: list[Any]) -> tuple[HookCaller, ...]:
+    """A :class:`HookCaller` per implementation, in pluggy's order (the last registered
+    first): a subset caller of one plugin each, or the hook's own caller when it has one."""
+    if len(impls) == 1:
+        calls = [getattr(pm.hook, hook)]
+    else:
+        impls = impls[::-1]
+        plugins = [impl.plugin for impl in impls]
+        calls = [
+            pm.subset_hook_caller(hook, remove_plugins=[p for p in plugins if p is not impl.plugin])
+            for impl in impls
+        ]
+    return tuple(
+        HookCaller(impl, call, getattr(impl.function, hookspecs.ACTIVE_ATTR, None))
+        for impl, call in zip(impls, calls, strict=True)
+    )
+
+
 _REG = _Registry()
 
 
@@ -591,13 +652,25 @@ def reload_plugins() -> None:
     The next look-up reads the installed distributions and the environment again. Plugins
     registered in code are kept.
     """
-    global _REG
-    in_code = _REG.in_code
-    code_hooks = _code_hooks.copy()
-    _REG = _Registry()
-    _REG.in_code = in_code
-    _code_hooks.clear()
-    _code_hooks.update(code_hooks)
+    with _REG.lock:
+        _REG.reset()
+
+
+def registered_in_code() -> tuple[list[str], list[str]]:
+    """The compactors (names) and hook plugins (qualified names) registered in code."""
+    return sorted(_REG.in_code), sorted(_REG.code_hooks)
+
+
+def generation() -> int:
+    """How many times :func:`reload_plugins` ran: a value to key what is worked out from
+    the installed plugins by (it changes when they may have)."""
+    return _REG.generation
+
+
+def hook_callers(hook: str) -> tuple[HookCaller, ...]:
+    """``hook``'s implementations in pluggy's call order, each with its own caller."""
+    pm = hook_manager()
+    return _REG.hook_callers(pm, hook, getattr(pm.hook, hook).get_hookimpls())
 
 
 def installed_compactor_names() -> list[str]:
@@ -682,9 +755,6 @@ def unregister_compactor(name: str) -> None:
         _REG.resolved.pop(name, None)
 
 
-_code_hooks: dict[str, Any] = {}
-
-
 def hook_manager() -> pluggy.PluginManager:
     """The plugin manager of hook plugins, loading the ``normandy_core.hooks`` entry points once.
 
@@ -737,7 +807,7 @@ def hook_manager() -> pluggy.PluginManager:
                 reg.hook_status[name] = ("error", errors[0])
             else:
                 reg.hook_status[name] = ("loaded", None)
-        for code_name, obj in _code_hooks.items():
+        for code_name, obj in _REG.code_hooks.items():
             _register_checked(
                 pm, obj, code_name, f"hook plugin {code_name!r} ({_IN_CODE})", HOOK_GROUP
             )
@@ -767,17 +837,17 @@ def register_hook(plugin: Any, name: str | None = None) -> str:
     qname = f"code:{base}"
     pm = hook_manager()
     with _REG.lock:
-        if qname in _code_hooks:
+        if qname in _REG.code_hooks:
             raise ValueError(f"a hook plugin named {base!r} is already registered in code")
         _register_checked(pm, obj, qname, f"hook plugin {base!r} ({_IN_CODE})", HOOK_GROUP)
-        _code_hooks[qname] = obj
+        _REG.code_hooks[qname] = obj
     return qname
 
 
 def unregister_hook(qualified_name: str) -> None:
     """Remove a hook plugin registered with :func:`register_hook`."""
     with _REG.lock:
-        _code_hooks.pop(qualified_name, None)
+        _REG.code_hooks.pop(qualified_name, None)
         pm = hook_manager()
         if pm.get_plugin(qualified_name) is not None:
             pm.unregister(name=qualified_name)
@@ -821,7 +891,7 @@ def list_plugins(*, load: bool = False) -> list[PluginRow]:
         status, error = reg.hook_status.get(name, ("not loaded", None))
         for ep in candidates:
             rows.append(PluginRow(name, ep.group, ep.value, ep.dist, ep.version, status, error))
-    for qname, obj in sorted(_code_hooks.items()):
+    for qname, obj in sorted(_REG.code_hooks.items()):
         module = getattr(obj, "__module__", None) or getattr(obj, "__name__", "?")
         rows.append(PluginRow(qname, HOOK_GROUP, str(module), _IN_CODE, "-", "loaded"))
     for name, candidates in sorted(eps[COMMAND_GROUP].items()):

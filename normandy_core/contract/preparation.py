@@ -11,20 +11,29 @@ command and the ``pipeline`` (for each of its steps) all prepare through here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from normandy_core.contract.types import CompactionContext
 from normandy_core.errors import OptionsError, WindowUnknownError
 
 if TYPE_CHECKING:
     from normandy_core.contract.plugins import Compactor
+    from normandy_core.contract.recall_settings import RecallSettings
     from normandy_core.conversation.calibration import CalibratedCounter, Calibration
     from normandy_core.conversation.catalog import ModelCatalog
     from normandy_core.conversation.survival import SurvivalRules
 
-__all__ = ["Prepared", "pin_if_needed", "pin_window", "prepare", "whole_positive"]
+__all__ = [
+    "Prepared",
+    "check_recall",
+    "pin_if_needed",
+    "pin_window",
+    "prepare",
+    "whole_positive",
+]
 
 
 def whole_positive(value: Any) -> int | None:
@@ -67,6 +76,7 @@ class Prepared:
     _counters: dict[tuple[str | None, int], CalibratedCounter] = field(
         default_factory=dict, repr=False, compare=False
     )
+    #: Per kind of boundary (indexed by ``mid_round``): the last ctx and what it was asked with.
     _last_ctx: list[Any] = field(default_factory=lambda: [None, None], repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +107,51 @@ class Prepared:
             hit = CalibratedCounter(self.counter_spec, model, cal)
             self._counters[key] = hit
         return hit
+
+    def context(
+        self,
+        *,
+        mid_round: bool,
+        model: str | None,
+        prompt_tokens: int,
+        turn_id: str | None = None,
+        calibration: Calibration | None = None,
+        rules: SurvivalRules | None = None,
+    ) -> CompactionContext:
+        """The ``ctx`` of one call of this compactor (see :func:`~normandy_core.build_context`).
+
+        A boundary of the same kind asked the same way gets the same (immutable) ctx
+        again: building one is most of what a boundary that does not compact costs beyond
+        counting. One slot per kind, so a turn start between tool batches does not evict
+        theirs. The calibration and rules are compared by identity (the slot holds them,
+        so their ids cannot be reused).
+        """
+        slot = 1 if mid_round else 0
+        last = self._last_ctx[slot]
+        if last is not None:
+            ctx, was = last
+            if (
+                was[3] is calibration
+                and was[4] is rules
+                and was[0] == model
+                and was[1] == prompt_tokens
+                and was[2] == turn_id
+            ):
+                return ctx  # type: ignore[no-any-return]
+        counter = self.counter_for(model, calibration)
+        # The request's own cost (the reply's priming) shares the window, once per request.
+        tokens = prompt_tokens + counter.request_tokens if self.window is not None else 0
+        ctx = CompactionContext(
+            model=model,
+            window=self.window,
+            prompt_tokens=tokens,
+            mid_round=mid_round,
+            turn_id=turn_id,
+            counter=counter,
+            rules=self.rules if rules is None else rules,
+        )
+        self._last_ctx[slot] = (ctx, (model, prompt_tokens, turn_id, calibration, rules))
+        return ctx
 
 
 def pin_window(
@@ -273,3 +328,28 @@ def prepare(
         rules=survival,
         thresholds=thresholds,
     )
+
+
+def check_recall(
+    settings: RecallSettings, tools: Sequence[Mapping[str, Any]], *, entry: str
+) -> None:
+    """Refuse a recall tool whose name a tool of ``tools`` has, or that has no source (no
+    hook plugin implements ``recall_entries``)."""
+    from normandy_core.contract.plugins import hook_callers
+    from normandy_core.contract.recall_settings import HOOK
+
+    for tool in tools:
+        fn = tool.get("function")
+        name = tool.get("name") or (fn.get("name") if isinstance(fn, Mapping) else None)
+        if name == settings.tool_name:
+            raise ValueError(
+                f"{entry}: recall: tools already has a tool named {name!r}; rename it, or "
+                "name the recall tool otherwise (RecallSettings(tool_name=...))"
+            )
+    if not hook_callers(HOOK):
+        raise ValueError(
+            f"{entry}: recall is on, but no hook plugin implements {HOOK} to search "
+            "what compaction dropped: install normandy-archive (pip install "
+            "normandy-archive), or check `normandy plugins` for why its archive hook "
+            "did not load"
+        )

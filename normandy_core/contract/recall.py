@@ -23,14 +23,29 @@ saying it is data from earlier in the session, never instructions.
 from __future__ import annotations
 
 import json
-import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from normandy_core.conversation.keys import MARKER_KEY, SUMMARY_KEY
-from normandy_core.conversation.memory import (
+from normandy_core.contract.faults import (
+    AbandonedLimitError,
+    PluginTimeoutError,
+    call_plugin,
+    run_bounded,
+)
+from normandy_core.contract.plugins import describe_hook, hook_callers
+from normandy_core.contract.recall_settings import (
+    DEFAULT_LIMIT_TOKENS,
+    DEFAULT_MAX_ENTRIES,
+    DEFAULT_TIMEOUT,
+    HOOK,
+    RecallError,
+    RecallSettings,
+    Scope,
+)
+from normandy_core.contract.types import RecallHit
+from normandy_core.conversation.entries import (
     DocumentBlock,
     Entry,
     ImageBlock,
@@ -41,7 +56,7 @@ from normandy_core.conversation.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from normandy_core.errors import NormandyError
+from normandy_core.conversation.keys import MARKER_KEY, SUMMARY_KEY
 
 if TYPE_CHECKING:
     from normandy_core.contract.config import AgentConfig
@@ -49,35 +64,16 @@ if TYPE_CHECKING:
     from normandy_core.conversation.tokens import TokenCounter
 
 __all__ = [
-    "DEFAULT_LIMIT_TOKENS",
-    "HOOK",
-    "MIN_LIMIT_TOKENS",
     "RECALL_TAG",
-    "RecallError",
-    "RecallHit",
     "RecallResult",
-    "RecallSettings",
     "recall",
     "recall_sources",
-    "recall_tool",
     "recall_tools",
     "render",
 ]
 
 #: The tag that opens every recall result, so it is recognised (and never recalled again).
 RECALL_TAG = "[normandy:recall]"
-#: The hook the core calls to search (see :class:`~normandy_core.contract.hookspecs.HookSpec`).
-HOOK = "recall_entries"
-#: The default bound of one recall result, in tokens.
-DEFAULT_LIMIT_TOKENS = 2000
-#: The smallest bound accepted: room for the framing and some recalled text.
-MIN_LIMIT_TOKENS = 200
-#: The default number of entries asked of the sources per call.
-DEFAULT_MAX_ENTRIES = 12
-#: The default bound, in seconds, of one call's wait for the sources.
-DEFAULT_TIMEOUT = 10.0
-#: Tool names both providers accept.
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 #: Metadata keys of what compactors insert (markers, summaries): never recalled.
 _INSERTED_KEYS = (MARKER_KEY, SUMMARY_KEY)
 #: More characters than any counter gives one token: text longer than this many times
@@ -87,155 +83,6 @@ _CHARS_PER_TOKEN_MAX = 64
 _MAX_ASKED = 1000
 #: How much of the query the header echoes, in characters.
 _QUERY_ECHO = 160
-
-Scope = Literal["session", "all"]
-
-
-class RecallError(NormandyError):
-    """Nothing could be searched: no source is installed, or every source failed."""
-
-
-def _tool_description() -> str:
-    return (
-        "Search the earlier part of this conversation that was removed to fit the context "
-        "window, and get the best-matching messages back, quoted. Use it when you need "
-        "something from earlier that you can no longer see: a file's content, a tool "
-        "output, an error message, an id, a decision, or a constraint the user gave. The "
-        "query is keywords (names, paths, identifiers, error text): entries matching any "
-        "of them are found, those matching more rank first."
-    )
-
-
-_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "query": {
-            "type": "string",
-            "description": "Keywords to search for, separated by spaces.",
-        }
-    },
-    "required": ["query"],
-    "additionalProperties": False,
-}
-
-
-@dataclass(frozen=True)
-class RecallSettings:
-    """The ``recall`` tool of an agent (``AgentConfig(recall=RecallSettings(...))``).
-
-    ``limit_tokens`` bounds each result (counted with the agent's token counter, at
-    least :data:`MIN_LIMIT_TOKENS`); ``max_entries`` is how many matching entries are
-    asked of the sources per call; ``scope`` is ``"session"`` (what compaction dropped
-    in this agent's session, the default) or ``"all"`` (every session of the archive:
-    only for an archive that holds no one else's conversations); ``tool_name`` is the
-    name the model calls it by; ``timeout`` bounds, in seconds, how long a call waits for
-    each source (a source past it is abandoned and reported like a failed one; ``None``:
-    no bound).
-
-    :raises ValueError: naming the setting and what is allowed.
-    """
-
-    limit_tokens: int = DEFAULT_LIMIT_TOKENS
-    max_entries: int = DEFAULT_MAX_ENTRIES
-    scope: Scope = "session"
-    tool_name: str = "recall"
-    timeout: float | None = DEFAULT_TIMEOUT
-
-    def __post_init__(self) -> None:
-        to = self.timeout
-        if to is not None and (
-            isinstance(to, bool) or not isinstance(to, (int, float)) or not 0 < to < 1e6
-        ):
-            raise ValueError(
-                f"RecallSettings: timeout must be a number of seconds above 0, or None, got {to!r}"
-            )
-        lt = self.limit_tokens
-        if isinstance(lt, bool) or not isinstance(lt, int) or lt < MIN_LIMIT_TOKENS:
-            raise ValueError(
-                f"RecallSettings: limit_tokens must be a whole number of tokens >= "
-                f"{MIN_LIMIT_TOKENS}, got {lt!r}"
-            )
-        me = self.max_entries
-        if isinstance(me, bool) or not isinstance(me, int) or not 1 <= me <= 1000:
-            raise ValueError(
-                f"RecallSettings: max_entries must be a whole number from 1 to 1000, got {me!r}"
-            )
-        if self.scope not in ("session", "all"):
-            raise ValueError(
-                f"RecallSettings: scope must be 'session' or 'all', got {self.scope!r}"
-            )
-        if not isinstance(self.tool_name, str) or not _TOOL_NAME.match(self.tool_name):
-            raise ValueError(
-                "RecallSettings: tool_name must be 1 to 64 letters, digits, '_' or '-' "
-                f"(what both providers accept), got {self.tool_name!r}"
-            )
-
-    def definition(self) -> dict[str, Any]:
-        """The tool's definition in the form ``AgentConfig.tools`` holds (``name``,
-        ``description``, ``input_schema``); the clients render it for their provider."""
-        return recall_tool(self, format="anthropic")
-
-    @property
-    def note(self) -> str:
-        """The sentence a compaction marker or summary adds when the tool is on."""
-        return (
-            f"The `{self.tool_name}` tool brings them back: call it with keywords (names, "
-            "paths, ids, error text) when you need something from them."
-        )
-
-
-def recall_tool(
-    settings: RecallSettings | None = None,
-    *,
-    format: Literal["anthropic", "openai", "responses"] = "anthropic",
-) -> dict[str, Any]:
-    """The recall tool's definition for a provider's ``tools`` list.
-
-    ``format`` is ``"anthropic"`` (Messages API: ``name``, ``description``,
-    ``input_schema``), ``"openai"`` (Chat Completions: a ``function`` tool) or
-    ``"responses"`` (the Responses API's flat function tool). The model calls it with
-    one argument, ``query``.
-    """
-    s = settings or RecallSettings()
-    schema = json.loads(json.dumps(_SCHEMA))  # a copy the caller may change
-    if format == "anthropic":
-        return {"name": s.tool_name, "description": _tool_description(), "input_schema": schema}
-    if format == "openai":
-        return {
-            "type": "function",
-            "function": {
-                "name": s.tool_name,
-                "description": _tool_description(),
-                "parameters": schema,
-            },
-        }
-    if format == "responses":
-        return {
-            "type": "function",
-            "name": s.tool_name,
-            "description": _tool_description(),
-            "parameters": schema,
-            "strict": True,
-        }
-    raise ValueError(
-        f"recall_tool: format must be 'anthropic', 'openai' or 'responses', got {format!r}"
-    )
-
-
-@dataclass(frozen=True)
-class RecallHit:
-    """One entry a recall source found, best match first in the source's answer.
-
-    ``entry`` is the entry as it was dropped (its id, role and original content);
-    ``session_id`` the session that archived it; ``archived_at`` when (Unix time);
-    ``tool_names`` the names of the tools whose results it holds, by tool-use id, when
-    the source knows them (a tool result does not carry its tool's name).
-    """
-
-    entry: Entry
-    session_id: str | None = None
-    archived_at: float | None = None
-    tool_names: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -262,10 +109,7 @@ class RecallResult:
 
 def recall_sources() -> list[str]:
     """The hook plugins that implement ``recall_entries`` (qualified names), in call order."""
-    from normandy_core.contract.plugins import hook_manager
-
-    impls = getattr(hook_manager().hook, HOOK).get_hookimpls()
-    return [impl.plugin_name for impl in reversed(impls)]
+    return [caller.impl.plugin_name for caller in hook_callers(HOOK)]
 
 
 def _search(
@@ -276,30 +120,20 @@ def _search(
     With a ``timeout`` each source runs in a worker thread waited for that long; one still
     running past it is abandoned (its late answer ignored) and reported as failed.
     """
-    from normandy_core.contract.boundary import _callers
-    from normandy_core.contract.faults import (
-        AbandonedLimitError,
-        PluginTimeoutError,
-        call_plugin,
-        run_bounded,
-    )
-    from normandy_core.contract.plugins import describe_hook, hook_manager
-
-    pm = hook_manager()
-    impls = list(reversed(getattr(pm.hook, HOOK).get_hookimpls()))
-    if not impls:
+    callers = hook_callers(HOOK)
+    if not callers:
         raise RecallError(
             "nothing to recall from: no hook plugin implements recall_entries; install "
             "normandy-archive (its archive hook does), or register one"
         )
     answers: list[list[RecallHit]] = []
     errors: list[str] = []
-    for impl, caller in zip(impls, _callers(pm, HOOK, impls), strict=True):
-        what = describe_hook(impl.plugin_name)
+    for caller in callers:
+        what = describe_hook(caller.impl.plugin_name)
 
-        def ask(caller: Any = caller) -> Any:
+        def ask(call: Any = caller.call) -> Any:
             # pluggy gives the list of the (one) implementation's non-None answers
-            return call_plugin(caller, query=query, session_id=session_id, limit=limit)
+            return call_plugin(call, query=query, session_id=session_id, limit=limit)
 
         try:
             got = ask() if timeout is None else run_bounded(ask, timeout, f"normandy-recall {what}")

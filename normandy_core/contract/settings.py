@@ -212,7 +212,7 @@ class Settings:
             window is None,
             timeout is None,
             survival is None,
-            id(plugins._REG),
+            plugins.generation(),
         )
         plan = self._plans.get(token)
         if plan is None:
@@ -307,7 +307,7 @@ class Settings:
         that does is given its window where the config is prepared). Options no source
         ties to a compactor are checked against the compactor in use, when it is known
         (:meth:`resolve`). Errors begin with the source."""
-        token = ("", id(plugins._REG))
+        token = ("", plugins.generation())
         if token in self._checked:
             return
         levels: list[_Level] = [(layer.values, layer.origins) for layer in self.layers]
@@ -322,7 +322,7 @@ class Settings:
 
     def _check_floating(self, final: str) -> None:
         """Check the options that no source ties to a compactor against ``final``."""
-        token = (final, id(plugins._REG))
+        token = (final, plugins.generation())
         if token in self._checked:
             return
         levels: list[_Level] = [(layer.values, layer.origins) for layer in self.layers]

@@ -28,7 +28,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from normandy_core.conversation.memory import AgentMemory, Entry
+    from normandy_core.conversation.entries import Entry
+    from normandy_core.conversation.memory import AgentMemory
     from normandy_core.conversation.tokens import TokenCounter
 
 __all__ = ["CalibratedCounter", "Calibration", "calibrated_counter", "default_calibration"]
@@ -231,10 +232,19 @@ class CalibratedCounter:
             base = self.base
         n = memory.tokens(base)
         model, calibration = self.model, self.calibration
-        if model is None or model not in calibration._models:
-            return n  # no evidence for the model: the factor is 1.0 (as in ``factor``)
+        if not calibration.has_evidence(model):
+            return n  # the factor is 1.0 (as in ``factor``)
         f = calibration.factor(model, base.name)
         return n if f == 1.0 else math.ceil(n * f)
+
+    def at_most(self, memory: AgentMemory, tokens: int) -> bool:
+        """Whether :meth:`memory_tokens` of ``memory`` is at most ``tokens``: the cheap
+        upper bound is asked first (:meth:`memory_bound`), so a memory well below needs no
+        tokenizer."""
+        bound = self.memory_bound(memory)
+        if bound is not None and bound <= tokens:
+            return True
+        return self.memory_tokens(memory) <= tokens
 
     def memory_bound(self, memory: AgentMemory) -> int | None:
         """An upper bound of :meth:`memory_tokens` that loads no tokenizer, or ``None``.

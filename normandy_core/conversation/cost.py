@@ -36,7 +36,8 @@ from normandy_core.conversation.keys import is_compacted
 
 if TYPE_CHECKING:
     from normandy_core.conversation.calibration import CalibratedCounter
-    from normandy_core.conversation.memory import AgentMemory, Entry
+    from normandy_core.conversation.entries import Entry
+    from normandy_core.conversation.memory import AgentMemory
 
 __all__ = [
     "DEFAULT_RATES",

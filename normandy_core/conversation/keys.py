@@ -10,7 +10,7 @@ placeholder of a cleared tool result.
 
 from __future__ import annotations
 
-from normandy_core.conversation.memory import Entry, ToolResultBlock
+from normandy_core.conversation.entries import Entry, ToolResultBlock
 
 __all__ = [
     "CLEARED_KEY",

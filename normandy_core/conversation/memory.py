@@ -12,233 +12,26 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import TypeAdapter
+
+from normandy_core.conversation.entries import (
+    BLOCK_TYPES,
+    Content,
+    Entry,
+    Role,
+    new_id,
+)
 
 if TYPE_CHECKING:
     from normandy_core.conversation.tokens import TokenCounter
 
-__all__ = [
-    "AgentMemory",
-    "Block",
-    "Content",
-    "DocumentBlock",
-    "Entry",
-    "ImageBlock",
-    "OpaqueBlock",
-    "RedactedThinkingBlock",
-    "Role",
-    "TextBlock",
-    "ThinkingBlock",
-    "ToolResultBlock",
-    "ToolUseBlock",
-    "drop_thinking",
-    "new_id",
-]
+__all__ = ["AgentMemory", "drop_thinking"]
 
 MEMORY_FORMAT = "normandy.memory"
 MEMORY_VERSION = 1
-
-Role = Literal["system", "user", "assistant", "tool"]
-
-
-class _Block(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class TextBlock(_Block):
-    """Plain text."""
-
-    type: Literal["text"] = "text"
-    text: str
-
-
-class ThinkingBlock(_Block):
-    """A model's extended-thinking block; ``signature`` lets the provider verify it on replay."""
-
-    type: Literal["thinking"] = "thinking"
-    thinking: str
-    signature: str = ""
-
-
-class RedactedThinkingBlock(_Block):
-    """Thinking the provider encrypted; replayed as the opaque ``data`` it came with."""
-
-    type: Literal["redacted_thinking"] = "redacted_thinking"
-    data: str
-
-
-class ImageBlock(_Block):
-    """An image, by ``source`` (``{"type": "base64", "media_type", "data"}`` or a URL)."""
-
-    type: Literal["image"] = "image"
-    source: dict[str, Any]
-
-
-class DocumentBlock(_Block):
-    """A document (PDF or text) by ``source``, with an optional title."""
-
-    type: Literal["document"] = "document"
-    source: dict[str, Any]
-    title: str | None = None
-
-
-class OpaqueBlock(_Block):
-    """A provider block or item the conversation carries without interpreting it.
-
-    ``format`` is the wire format it came in (``"anthropic"``, ``"openai"`` for Chat
-    Completions, ``"responses"`` for the OpenAI Responses API), ``kind`` its type there
-    (``"server_tool_use"``, ``"mcp_call"``, ``"compaction"``...) and ``data`` the block
-    as given, as JSON. It moves with its entry and is never altered. ``use_id`` marks a
-    call answered in a later entry by an opaque block whose ``answers`` is that id (the
-    Responses API's ``computer_call`` and ``computer_call_output``, for instance): the
-    pair is kept or dropped together, like a tool use and its result. ``reasoning``
-    marks provider reasoning that stripping thinking may remove.
-    """
-
-    type: Literal["opaque"] = "opaque"
-    format: str
-    kind: str
-    data: dict[str, Any]
-    use_id: str | None = None
-    answers: str | None = None
-    reasoning: bool = False
-
-
-ResultPart = Annotated[TextBlock | ImageBlock | DocumentBlock, Field(discriminator="type")]
-
-
-class ToolUseBlock(_Block):
-    """The model's call of tool ``name`` with JSON ``input``; ``id`` pairs it with its result."""
-
-    type: Literal["tool_use"] = "tool_use"
-    id: str
-    name: str
-    input: dict[str, Any] = Field(default_factory=dict)
-
-
-class ToolResultBlock(_Block):
-    """The result of the tool use whose id is ``tool_use_id``."""
-
-    type: Literal["tool_result"] = "tool_result"
-    tool_use_id: str
-    content: str | tuple[ResultPart, ...] = ""
-    is_error: bool = False
-
-    def text(self) -> str:
-        """The result's text parts, joined by newlines."""
-        if isinstance(self.content, str):
-            return self.content
-        return "\n".join(p.text for p in self.content if isinstance(p, TextBlock))
-
-
-Block = Annotated[
-    TextBlock
-    | ThinkingBlock
-    | RedactedThinkingBlock
-    | ToolUseBlock
-    | ToolResultBlock
-    | ImageBlock
-    | DocumentBlock
-    | OpaqueBlock,
-    Field(discriminator="type"),
-]
-#: An entry's content: plain text, or a tuple of typed blocks.
-Content = str | tuple[Block, ...]
-
-_THINKING = (ThinkingBlock, RedactedThinkingBlock)
-
-
-def _is_thinking(block: object) -> bool:
-    return isinstance(block, _THINKING) or (isinstance(block, OpaqueBlock) and block.reasoning)
-
-
-#: Where :func:`new_id` gets its 16 random bytes (a replay that must repeat its ids, as
-#: the quality benchmark's does, swaps in a seeded source).
-_random_bytes = os.urandom
-
-
-def new_id() -> str:
-    """A fresh entry id (32 hex characters: a random version-4 UUID's ``hex``).
-
-    Made from 16 random bytes directly, as :func:`uuid.uuid4` does, without building a
-    ``UUID`` object (two per tool batch in a turn).
-    """
-    raw = bytearray(_random_bytes(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
-    return raw.hex()
-
-
-class Entry(BaseModel):
-    """One message of the conversation, under a stable ``id``.
-
-    ``parent_id`` links it into the memory's graph, ``turn_id`` names the agent turn that
-    produced it, and ``pinned`` entries are never removed by a compactor. ``metadata`` is
-    free-form JSON for plugins (the summarize strategy marks its summaries there).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    id: str = Field(min_length=1)
-    parent_id: str | None = None
-    turn_id: str | None = None
-    role: Role
-    content: Content
-    pinned: bool = False
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-    @property
-    def blocks(self) -> tuple[Block, ...]:
-        """The content as blocks (plain text becomes one :class:`TextBlock`)."""
-        if isinstance(self.content, str):
-            return (TextBlock(text=self.content),) if self.content else ()
-        return self.content
-
-    @property
-    def tool_uses(self) -> list[ToolUseBlock]:
-        """The tool-use blocks of this entry, in order."""
-        if isinstance(self.content, str):
-            return []
-        return [b for b in self.content if isinstance(b, ToolUseBlock)]
-
-    @property
-    def tool_results(self) -> list[ToolResultBlock]:
-        """The tool-result blocks of this entry, in order."""
-        if isinstance(self.content, str):
-            return []
-        return [b for b in self.content if isinstance(b, ToolResultBlock)]
-
-    @property
-    def has_thinking(self) -> bool:
-        """Whether the entry holds a thinking or redacted-thinking block."""
-        if isinstance(self.content, str):
-            return False
-        return any(_is_thinking(b) for b in self.content)
-
-    def text(self) -> str:
-        """The entry's text, tool-result texts included, joined by newlines."""
-        if isinstance(self.content, str):
-            return self.content
-        parts: list[str] = []
-        for b in self.content:
-            if isinstance(b, TextBlock):
-                parts.append(b.text)
-            elif isinstance(b, ToolResultBlock):
-                parts.append(b.text())
-        return "\n".join(parts)
-
-    def without_thinking(self) -> Entry:
-        """This entry without thinking blocks (the same object when it has none)."""
-        if not self.has_thinking:
-            return self
-        assert not isinstance(self.content, str)
-        kept = tuple(b for b in self.content if not _is_thinking(b))
-        return self.model_copy(update={"content": kept})
-
 
 #: Every field set: ``add_message`` copies it with every field replaced (pydantic's
 #: ``model_copy``, unvalidated), the same entry ``Entry.model_construct`` makes from the same
@@ -256,20 +49,10 @@ def _entry_list() -> TypeAdapter[list[Entry]]:
 
 
 _ROLES = frozenset(("system", "user", "assistant", "tool"))
-_BLOCK_TYPES = (
-    TextBlock,
-    ThinkingBlock,
-    RedactedThinkingBlock,
-    ToolUseBlock,
-    ToolResultBlock,
-    ImageBlock,
-    DocumentBlock,
-    OpaqueBlock,
-)
 #: The block types, compared by identity: ``isinstance`` against a pydantic model class
 #: that an object is not an instance of goes through ``ABCMeta.__instancecheck__``, and a
 #: tool result would be checked against four other types first.
-_BLOCK_SET = frozenset(_BLOCK_TYPES)
+_BLOCK_SET = frozenset(BLOCK_TYPES)
 #: Token counts kept per entry id and counter (content variants of one id).
 _COUNT_VARIANTS = 4
 
@@ -445,15 +228,17 @@ class AgentMemory:
         }
         return mem
 
-    def _snapshot(self) -> tuple[int, str | None, int]:
-        """What identifies this memory's state (for the boundary's mutation check)."""
+    def state(self) -> tuple[int, str | None, int]:
+        """What identifies this memory's state: equal states, no change in between (the
+        contract's check that a compactor did not append to the memory it was given)."""
         return (self._version, self._head, len(self._entries))
 
-    def _restore(self, snap: tuple[int, str | None, int]) -> None:
-        """Undo appends made since ``snap`` (the memory is append-only, so this is exact)."""
-        if self._snapshot() == snap:
+    def restore(self, state: tuple[int, str | None, int]) -> None:
+        """Undo the appends made since :meth:`state` returned ``state`` (the memory is
+        append-only, so this is exact)."""
+        if self.state() == state:
             return
-        _, head, n = snap
+        _, head, n = state
         for eid in list(self._entries)[n:]:
             del self._entries[eid]
         self._head = head

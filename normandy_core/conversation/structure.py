@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from normandy_core.conversation.memory import OpaqueBlock, ToolResultBlock, ToolUseBlock
+from normandy_core.conversation.entries import OpaqueBlock, ToolResultBlock, ToolUseBlock
 
 if TYPE_CHECKING:
-    from normandy_core.conversation.memory import Entry
+    from normandy_core.conversation.entries import Entry
 
 __all__ = ["carries_results", "group_units", "pairing_problems", "tool_result_ids", "tool_use_ids"]
 

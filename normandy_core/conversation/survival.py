@@ -30,8 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from normandy_core.conversation.entries import Entry
 from normandy_core.conversation.keys import INSERTED_KEYS, PROVIDER_REBUILT_KEY
-from normandy_core.conversation.memory import Entry
 from normandy_core.conversation.structure import carries_results, tool_result_ids
 from normandy_core.errors import NormandyError, OptionsError
 

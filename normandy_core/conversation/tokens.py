@@ -51,10 +51,20 @@ import os
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from normandy_core.conversation.memory import Entry
+from normandy_core.conversation.entries import (
+    BLOCK_TYPES,
+    DocumentBlock,
+    Entry,
+    ImageBlock,
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
 __all__ = [
     "DOCUMENT_TOKENS",
@@ -145,28 +155,6 @@ class TokenCounter(Protocol):
         ...
 
 
-_BLOCKS: list[Any] = []
-
-
-#: The same classes as a set, once imported: :func:`_entry_parts` tells a block's type by
-#: identity (``isinstance`` against a pydantic class the block is not an instance of goes
-#: through ``ABCMeta``'s check, at every block of a tool batch).
-_BLOCK_SET: frozenset[Any] = frozenset()
-
-
-def _blocks() -> list[Any]:
-    """The block classes, imported once (memory imports pydantic; this module must not)."""
-    global _BLOCK_SET
-    if not _BLOCKS:
-        from normandy_core.conversation import memory as m
-
-        # in the order _entry_parts unpacks them: Text, Thinking, RedactedThinking,
-        # ToolUse, ToolResult, Image, Document, Opaque
-        _BLOCKS.extend(m._BLOCK_TYPES)
-        _BLOCK_SET = m._BLOCK_SET
-    return _BLOCKS
-
-
 def _name_parts(entry: Entry, texts: list[str]) -> int:
     """Append the entry's message ``name`` (if it carries one) to ``texts``; its fixed cost."""
     name = entry.metadata.get(NAME_KEY)
@@ -184,104 +172,147 @@ _ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
 def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[list[str], int]:
     """The strings of an entry to count, and the fixed-cost tokens it carries.
 
-    The strings are those :func:`~normandy_core.transcripts.formats.to_openai` sends, in the pieces
-    it sends them (text parts apart, texts it joins joined), so an exact count of each adds up
-    to the wire's count; ``per_message`` is one message's overhead. What the OpenAI wire
-    drops (thinking, media of an assistant message) is counted too: the entry may go to
-    another provider.
+    The strings are those :func:`~normandy_core.transcripts.formats.to_openai` sends, in
+    the pieces it sends them (text parts apart, texts it joins joined), so an exact count of
+    each adds up to the wire's count; ``per_message`` is one message's overhead. What the
+    OpenAI wire drops (thinking, media of an assistant message) is counted too: the entry
+    may go to another provider.
     """
     texts: list[str] = []
-    if isinstance(entry.content, str):  # the common case, before any import
+    if isinstance(entry.content, str):  # the common case
         texts.append(entry.content)
         fixed = per_message
         if entry.metadata:
             fixed += _name_parts(entry, texts)
         return texts, fixed
-    b_ = _blocks()
-    TextBlock, ThinkingBlock, RedactedThinkingBlock, ToolUseBlock = b_[:4]
-    ToolResultBlock, ImageBlock, DocumentBlock, OpaqueBlock = b_[4:]
-    role = entry.role
-    fixed = 0
-    messages = 0  # messages the entry is on the wire
-    calls = 0
-    # Content sent beside tool results: one user message after the tool messages, its
-    # texts joined with newlines when it holds only text (as to_openai writes it).
-    held: list[str] = []
-    held_media = False
-    system = role == "system"
-    results = not system and role != "assistant" and bool(entry.tool_results)
-    if system:
-        # One system message: the entry's text (its texts and result texts, joined).
-        messages = 1
-        texts.append(entry.text())
-    exact = _BLOCK_SET
-    b: Any  # told apart by its exact type below, which mypy does not narrow by
-    for b in entry.content:
-        kind: Any = type(b)  # the block's type, by identity (a subclass's is looked up)
-        if kind not in exact:
-            kind = next((t for t in b_ if isinstance(b, t)), None)
-        if kind is TextBlock:
-            if results:
-                if b.text:  # to_openai leaves empty parts out
-                    held.append(b.text)
-            elif not system:
-                texts.append(b.text)
-        elif kind is ToolResultBlock:
-            if not system:
-                messages += 1
-                texts.append(b.text())
-            if not isinstance(b.content, str):
-                for p in b.content:
-                    if isinstance(p, ImageBlock):
-                        fixed += IMAGE_TOKENS
-                        held_media = True
-                    elif isinstance(p, DocumentBlock):
-                        doc = _document_text(p)
-                        if doc is None:
-                            fixed += _document_tokens(p)
-                            held_media = True
-                        else:
-                            held.append(doc)
-        elif kind is ToolUseBlock:
-            calls += 1
-            texts.append(b.name)
-            wire = _ARGUMENTS.encode(b.input)  # json.dumps(b.input, ensure_ascii=False)
-            given = entry.metadata.get(ARGUMENTS_KEY)
-            if given and isinstance(given.get(b.id), str):
-                # the caller's own arguments string, sent as given: count the longer
-                wire = max(wire, given[b.id], key=len)
-            texts.append(wire)
-        elif kind is ThinkingBlock:
-            texts.append(b.thinking)
-        elif kind is RedactedThinkingBlock:
-            fixed += math.ceil(len(b.data) / 4)
-        elif kind is ImageBlock:
-            fixed += IMAGE_TOKENS
-            held_media = True
-        elif kind is DocumentBlock:
-            doc = _document_text(b)
-            if doc is None:
-                fixed += _document_tokens(b)
-                held_media = True
-            else:
-                (held if results else texts).append(doc)
-        elif kind is OpaqueBlock:
-            texts.append(_opaque_text(b.data))
-    if results:
-        if held or held_media:
-            messages += 1
-            if held_media:
-                texts.extend(held)
-            else:
-                texts.append("\n".join(held))
-    elif not system:
-        messages += 1
-    fixed += messages * per_message + calls * TOOL_CALL_OVERHEAD
-    if calls > 1:
-        fixed += PARALLEL_CALLS_OVERHEAD
+    parts = _BlockParts(entry, texts)
+    for block in entry.content:
+        parts.add(block)
+    fixed = parts.finish(per_message)
     if entry.metadata:
         fixed += _name_parts(entry, texts)
     return texts, fixed
+
+
+class _BlockParts:
+    """What an entry of blocks is counted as, block by block, in the messages the OpenAI
+    wire makes of it: tool results each a message, the rest of their entry's content one
+    user message after them (its texts joined with newlines when it holds only text)."""
+
+    __slots__ = (
+        "calls",
+        "entry",
+        "fixed",
+        "held",
+        "held_media",
+        "messages",
+        "results",
+        "system",
+        "texts",
+    )
+
+    def __init__(self, entry: Entry, texts: list[str]) -> None:
+        self.entry = entry
+        self.texts = texts
+        self.fixed = 0
+        self.messages = 0
+        self.calls = 0
+        self.held: list[str] = []
+        self.held_media = False
+        self.system = entry.role == "system"
+        self.results = not self.system and entry.role != "assistant" and bool(entry.tool_results)
+        if self.system:
+            # One system message: the entry's text (its texts and result texts, joined).
+            self.messages = 1
+            texts.append(entry.text())
+
+    def add(self, block: Any) -> None:
+        """Count one block."""
+        kind: Any = type(block)  # by identity; a subclass's block is looked up
+        add = _ADD_BLOCK.get(kind)
+        if add is None:
+            kind = next((t for t in BLOCK_TYPES if isinstance(block, t)), None)
+            add = _ADD_BLOCK.get(kind)
+        if add is not None:
+            add(self, block)
+
+    def finish(self, per_message: int) -> int:
+        """The fixed-cost tokens of the whole entry, its messages' overhead included."""
+        if self.results:
+            if self.held or self.held_media:
+                self.messages += 1
+                if self.held_media:
+                    self.texts.extend(self.held)
+                else:
+                    self.texts.append("\n".join(self.held))
+        elif not self.system:
+            self.messages += 1
+        fixed = self.fixed + self.messages * per_message + self.calls * TOOL_CALL_OVERHEAD
+        return fixed + (PARALLEL_CALLS_OVERHEAD if self.calls > 1 else 0)
+
+    def text(self, block: TextBlock) -> None:
+        if self.results:
+            if block.text:  # to_openai leaves empty parts out
+                self.held.append(block.text)
+        elif not self.system:
+            self.texts.append(block.text)
+
+    def tool_result(self, block: ToolResultBlock) -> None:
+        if not self.system:
+            self.messages += 1
+            self.texts.append(block.text())
+        if not isinstance(block.content, str):
+            for part in block.content:
+                if isinstance(part, ImageBlock):
+                    self.fixed += IMAGE_TOKENS
+                    self.held_media = True
+                elif isinstance(part, DocumentBlock):
+                    self.document(part, self.held)
+
+    def tool_use(self, block: ToolUseBlock) -> None:
+        self.calls += 1
+        self.texts.append(block.name)
+        wire = _ARGUMENTS.encode(block.input)  # json.dumps(block.input, ensure_ascii=False)
+        given = self.entry.metadata.get(ARGUMENTS_KEY)
+        if given and isinstance(given.get(block.id), str):
+            # the caller's own arguments string, sent as given: count the longer
+            wire = max(wire, given[block.id], key=len)
+        self.texts.append(wire)
+
+    def thinking(self, block: ThinkingBlock) -> None:
+        self.texts.append(block.thinking)
+
+    def redacted_thinking(self, block: RedactedThinkingBlock) -> None:
+        self.fixed += math.ceil(len(block.data) / 4)
+
+    def image(self, block: ImageBlock) -> None:
+        self.fixed += IMAGE_TOKENS
+        self.held_media = True
+
+    def document(self, block: DocumentBlock, into: list[str] | None = None) -> None:
+        text = _document_text(block)
+        if text is None:
+            self.fixed += _document_tokens(block)
+            self.held_media = True
+        else:
+            (into if into is not None else self.held if self.results else self.texts).append(text)
+
+    def opaque(self, block: OpaqueBlock) -> None:
+        self.texts.append(_opaque_text(block.data))
+
+
+#: How each block type is counted (looked up by exact type: ``isinstance`` against a
+#: pydantic class a block is not an instance of goes through ``ABCMeta``'s check).
+_ADD_BLOCK: dict[type, Any] = {
+    TextBlock: _BlockParts.text,
+    ThinkingBlock: _BlockParts.thinking,
+    RedactedThinkingBlock: _BlockParts.redacted_thinking,
+    ToolUseBlock: _BlockParts.tool_use,
+    ToolResultBlock: _BlockParts.tool_result,
+    ImageBlock: _BlockParts.image,
+    DocumentBlock: _BlockParts.document,
+    OpaqueBlock: _BlockParts.opaque,
+}
 
 
 def _opaque_text(data: Any) -> str:

@@ -78,14 +78,10 @@ except ImportError as exc:  # ModuleNotFoundError included
         name=exc.name,
     ) from exc
 
-from normandy_core.contract.check import (
-    CompactionContext,
-    ContractViolation,
-    build_context,
-    call_compactor,
-)
+from normandy_core.contract.check import build_context, call_compactor
 from normandy_core.contract.config import AgentConfig
 from normandy_core.contract.plugins import resolve_compactor
+from normandy_core.contract.types import CompactionContext, ContractViolation
 from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.survival import SurvivalRules
 from normandy_core.errors import OptionsError

@@ -21,8 +21,7 @@ except ImportError as exc:  # ModuleNotFoundError included
         name=exc.name,
     ) from exc
 
-from normandy_core.conversation.memory import (
-    AgentMemory,
+from normandy_core.conversation.entries import (
     Block,
     Entry,
     ImageBlock,
@@ -31,6 +30,7 @@ from normandy_core.conversation.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from normandy_core.conversation.memory import AgentMemory
 
 if TYPE_CHECKING:
     from normandy_core.conversation.survival import SurvivalRules

@@ -125,12 +125,10 @@ def config_key(
         rules = json.dumps(survival, sort_keys=True, default=_opaque)
     except (TypeError, ValueError):
         return None
-    handle = plugins._REG.resolved.get(compactor)
-    if handle is None:
-        try:
-            handle = plugins.resolve_compactor(compactor)
-        except Exception:  # the full path reports it
-            return None
+    try:
+        handle = plugins.resolve_compactor(compactor)
+    except Exception:  # the full path reports it
+        return None
     return (
         compactor,
         frozen,
@@ -140,7 +138,7 @@ def config_key(
         timeout,
         format,
         recall,
-        id(plugins._REG),
+        plugins.generation(),
         id(handle),
         id(client),
     )

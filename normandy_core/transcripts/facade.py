@@ -35,11 +35,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from normandy_core.contract.boundary import run_compaction
-from normandy_core.contract.check import CompactionMeta
 from normandy_core.contract.config import AgentConfig
-from normandy_core.contract.recall import RecallSettings
+from normandy_core.contract.recall_settings import RecallSettings
 from normandy_core.contract.settings import Resolved, current_settings
-from normandy_core.conversation.memory import AgentMemory, Entry
+from normandy_core.contract.types import CompactionMeta
+from normandy_core.conversation.entries import Entry
+from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.structure import pairing_problems
 from normandy_core.conversation.survival import SurvivalRules
 from normandy_core.errors import NormandyError, OptionsError, WindowUnknownError

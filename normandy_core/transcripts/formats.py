@@ -36,8 +36,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from normandy_core.conversation.memory import (
-    AgentMemory,
+from normandy_core.conversation.entries import (
     Block,
     DocumentBlock,
     Entry,
@@ -49,6 +48,7 @@ from normandy_core.conversation.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from normandy_core.conversation.memory import AgentMemory
 from normandy_core.transcripts.transcript import INSERTED_TAGS, TranscriptError, detect, read
 
 __all__ = [

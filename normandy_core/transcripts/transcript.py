@@ -40,9 +40,7 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ValidationError
 
-from normandy_core.conversation.keys import MARKER_KEY, PROVIDER_COMPACTION_KEY, SUMMARY_KEY
-from normandy_core.conversation.memory import (
-    AgentMemory,
+from normandy_core.conversation.entries import (
     Block,
     Content,
     DocumentBlock,
@@ -56,6 +54,8 @@ from normandy_core.conversation.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from normandy_core.conversation.keys import MARKER_KEY, PROVIDER_COMPACTION_KEY, SUMMARY_KEY
+from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.tokens import ARGUMENTS_KEY, NAME_KEY
 
 __all__ = [

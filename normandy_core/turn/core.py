@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from normandy_core.conversation.memory import (
+from normandy_core.conversation.entries import (
     Block,
     Content,
     TextBlock,

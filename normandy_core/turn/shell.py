@@ -35,7 +35,7 @@ from normandy_core.conversation.calibration import (
     Calibration,
     default_calibration,
 )
-from normandy_core.conversation.memory import (
+from normandy_core.conversation.entries import (
     Content,
     DocumentBlock,
     Entry,

@@ -108,7 +108,7 @@ from normandy_core import (
     compact,
     get_counter,
 )
-from normandy_core.conversation.memory import DocumentBlock, OpaqueBlock
+from normandy_core.conversation.entries import DocumentBlock, OpaqueBlock
 from normandy_core.conversation.tokens import default_counter_for
 from normandy_core.transcripts.facade import CompactionError, CompactResult, parse_transcript
 

@@ -23,7 +23,7 @@ from normandy_core.clients.base import (
     Usage,
 )
 from normandy_core.clients.openai import responses_input
-from normandy_core.conversation.memory import TextBlock
+from normandy_core.conversation.entries import TextBlock
 
 __all__ = ["BEHAVIOURS", "NATIVE", "FuzzProvider"]
 

@@ -17,8 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from fuzz.campaign import COMPACTORS, CaseReport, Finding, case_rng, run_case, run_indexed
 from fuzz.generators import FORMATS, PROVIDER_FORMATS

@@ -14,8 +14,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from normandy_core import AgentConfig, AgentMemory, TextBlock, ToolResultBlock, ToolUseBlock
 from normandy_core.clients import ModelReply, ScriptedClient, Usage

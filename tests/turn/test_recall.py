@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from recall_session import FACT, READ_FILE, agent, calls, read_file, scripted_replies
 
 from normandy_core import (
@@ -40,7 +39,8 @@ from normandy_core import (
 from normandy_core.clients import ModelReply, ScriptedClient
 from normandy_core.clients.anthropic import anthropic_request
 from normandy_core.clients.openai import openai_request
-from normandy_core.contract.recall import MIN_LIMIT_TOKENS, RECALL_TAG, _coverage, _terms, render
+from normandy_core.contract.recall import RECALL_TAG, _coverage, _terms, render
+from normandy_core.contract.recall_settings import MIN_LIMIT_TOKENS
 from normandy_core.conversation.calibration import default_calibration
 from normandy_core.turn import arun_turn, run_turn
 from strategies import entries as entry_strategy

@@ -13,8 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from normandy_archive import ArchiveConfigError, archive_settings, base, configure, current_settings
 from normandy_archive.schema import content_hash, source_ids

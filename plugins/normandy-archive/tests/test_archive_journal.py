@@ -26,8 +26,7 @@ import pytest
 from archive_helpers import digest
 from reliability_counts import JOURNAL_KILLS
 
-from normandy_archive import Archive, archive_settings
-from normandy_archive import main as archive_main
+from normandy_archive import Archive, archive_settings, main as archive_main
 from normandy_archive.hooks import recall_entries
 from normandy_archive.spool import read_frames, spool_files
 from normandy_core import Entry

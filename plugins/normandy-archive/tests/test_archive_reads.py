@@ -32,8 +32,7 @@ from reliability_counts import (
     SYMLINKS,
 )
 
-from normandy_archive import Archive, NotAnArchiveError
-from normandy_archive import main as archive_main
+from normandy_archive import Archive, NotAnArchiveError, main as archive_main
 from normandy_core import run_compaction
 from normandy_core.app.cli import main as normandy_main
 from normandy_core.app.workload import generate_session

@@ -26,8 +26,7 @@ except ImportError:  # pragma: no cover - not POSIX
 
 import pytest
 from archive_helpers import LOCK_HOLDER, python, release, start_holder
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from reliability_counts import EXIT_LOCK_SECONDS
 
 from normandy_archive import Archive

