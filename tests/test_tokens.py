@@ -18,8 +18,9 @@ from normandy_core import (
     estimate_tokens,
     get_counter,
 )
-from normandy_core.conversation import tokens as tokens_module
+from normandy_core.conversation import encodings as encodings_module, tokens as tokens_module
 from normandy_core.conversation.catalog import DEFAULT_WINDOWS
+from normandy_core.conversation.encodings import OFFLINE_ENCODING, Encodings
 from normandy_core.conversation.entries import (
     DocumentBlock,
     Entry,
@@ -31,7 +32,6 @@ from normandy_core.conversation.tokens import (
     DOCUMENT_TOKENS,
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
-    OFFLINE_ENCODING,
     counter_description,
 )
 
@@ -48,8 +48,7 @@ def offline(monkeypatch, tmp_path):
         monkeypatch.setenv(var, "http://127.0.0.1:9")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    monkeypatch.setattr(tokens_module, "_encodings", {})
-    monkeypatch.setattr(tokens_module, "_warned", set())
+    monkeypatch.setattr(tokens_module, "ENCODINGS", Encodings())
     monkeypatch.setattr(tokens_module, "_counters", {})
 
 
@@ -160,7 +159,7 @@ def silent_proxy(monkeypatch):
 
 
 def test_a_download_that_hangs_falls_back_after_the_timeout(silent_proxy, monkeypatch, caplog):
-    monkeypatch.setattr(tokens_module, "ENCODING_LOAD_TIMEOUT", 0.5)
+    monkeypatch.setattr(encodings_module, "ENCODING_LOAD_TIMEOUT", 0.5)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="normandy_core.tokens"):
         counter = TiktokenCounter("o200k_base")

@@ -21,9 +21,9 @@ import tiktoken
 from hypothesis import given, strategies as st
 from project_paths import project_pythonpath
 
-from normandy_core.conversation import tokens, vocabcache
+from normandy_core.conversation import encodings, vocabcache
 
-NAME, SHA, SIZE = "cl100k_base", tokens._CL100K_SHA256, tokens._CL100K_SIZE
+NAME, SHA, SIZE = "cl100k_base", encodings.CL100K_SHA256, encodings.CL100K_SIZE
 
 
 def _reference() -> dict[str, Any]:
@@ -53,12 +53,12 @@ class _NoDecode:
 
 def test_the_first_build_fills_the_cache_and_the_next_reads_it(cache, monkeypatch):
     assert not cache.exists()
-    first = tokens._bundled_cl100k()
+    first = encodings.bundled_cl100k()
     files = list(cache.iterdir())
     assert [f.name for f in files] == [vocabcache.cache_path(NAME, SHA).name]  # type: ignore[union-attr]
     assert files[0].name.startswith(f"cl100k_base-{SHA[:32]}-py")
-    monkeypatch.setattr(tokens, "binascii", _NoDecode)
-    second = tokens._bundled_cl100k()
+    monkeypatch.setattr(encodings, "binascii", _NoDecode)
+    second = encodings.bundled_cl100k()
     assert first is not None and second is not None
     assert second._mergeable_ranks == first._mergeable_ranks == _REFERENCE["mergeable_ranks"]
     text = "def f(x):\n    return x ** 2  # naïve — 数字 🙂\r\n\t  end"
@@ -84,7 +84,7 @@ def _cached_encoding() -> Any:
             before = os.environ["NORMANDY_CACHE_DIR"]
             os.environ["NORMANDY_CACHE_DIR"] = folder
             try:
-                tokens._bundled_cl100k()  # decodes and stores
+                encodings.bundled_cl100k()  # decodes and stores
                 ranks = vocabcache.load_ranks(NAME, SHA, SIZE)
             finally:
                 os.environ["NORMANDY_CACHE_DIR"] = before
@@ -92,9 +92,9 @@ def _cached_encoding() -> Any:
         _built.append(
             tiktoken.Encoding(
                 name="cached",
-                pat_str=tokens._CL100K_PAT,
+                pat_str=encodings.CL100K_PAT,
                 mergeable_ranks=ranks,
-                special_tokens=dict(tokens._CL100K_SPECIAL),
+                special_tokens=dict(encodings.CL100K_SPECIAL),
             )
         )
     return _built[0]
@@ -102,7 +102,7 @@ def _cached_encoding() -> Any:
 
 @pytest.mark.parametrize("damage", ["flip a byte", "cut short", "not a cache file", "empty"])
 def test_a_damaged_cache_file_is_ignored_and_rewritten(cache, damage):
-    tokens._bundled_cl100k()
+    encodings.bundled_cl100k()
     path = vocabcache.cache_path(NAME, SHA)
     assert path is not None
     data = bytearray(path.read_bytes())
@@ -116,7 +116,7 @@ def test_a_damaged_cache_file_is_ignored_and_rewritten(cache, damage):
         data = bytearray()
     path.write_bytes(bytes(data))
     assert vocabcache.load_ranks(NAME, SHA, SIZE) is None
-    enc = tokens._bundled_cl100k()  # decodes the file again, and replaces the damaged one
+    enc = encodings.bundled_cl100k()  # decodes the file again, and replaces the damaged one
     assert enc is not None and enc._mergeable_ranks == _REFERENCE["mergeable_ranks"]
     assert vocabcache.load_ranks(NAME, SHA, SIZE) == _REFERENCE["mergeable_ranks"]
 
@@ -136,7 +136,7 @@ def test_off_turns_the_cache_off(tmp_path, monkeypatch, value):
     monkeypatch.setenv("NORMANDY_CACHE_DIR", value)
     monkeypatch.chdir(tmp_path)
     assert vocabcache.cache_dir() is None and vocabcache.cache_path(NAME, SHA) is None
-    enc = tokens._bundled_cl100k()
+    enc = encodings.bundled_cl100k()
     assert enc is not None and enc.encode_ordinary("hello world") == [15339, 1917]
     assert vocabcache.store_ranks(NAME, SHA, {b"a": 0}) is None
     assert list(tmp_path.iterdir()) == []
@@ -147,7 +147,7 @@ def test_a_cache_directory_that_cannot_be_written_means_no_cache(tmp_path, monke
     blocker.write_text("not a directory")
     monkeypatch.setenv("NORMANDY_CACHE_DIR", str(blocker / "cache"))
     with caplog.at_level("DEBUG", logger="normandy_core.vocabcache"):
-        enc = tokens._bundled_cl100k()
+        enc = encodings.bundled_cl100k()
     assert enc is not None and enc.encode_ordinary("hello world") == [15339, 1917]
     assert vocabcache.load_ranks(NAME, SHA, SIZE) is None
     said = [r.getMessage() for r in caplog.records if r.name == "normandy_core.vocabcache"]

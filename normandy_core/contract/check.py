@@ -192,20 +192,8 @@ def _check(
     meta = dict(raw_meta)
     if (changed := _same_settings(acc, new_acc)) is not None:
         refuse(f"changed the config's {changed!r}; a compactor may only replace the memory")
-    for key in TOKEN_KEYS:
-        value = meta.get(key)
-        if value is not None and not (
-            isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        ):
-            refuse(f"returned meta[{key!r}] = {value!r}, not a non-negative int")
+    _check_meta_fields(refuse, meta)
     dropped = meta.get("dropped")
-    if dropped is not None and not isinstance(dropped, (list, tuple)):
-        refuse(f"returned 'dropped' of type {type(dropped).__name__}, not a list")
-    if "error" in meta:
-        if meta["compacted"]:
-            refuse(f"reported an error while compacted=True: {meta['error']!r:.200}")
-        if not isinstance(meta["error"], str):
-            refuse(f"returned an error that is not text: {meta['error']!r:.200}")
     if not meta["compacted"]:
         if dropped:
             refuse("reported dropped entries with compacted=False")
@@ -230,6 +218,25 @@ def _check(
         )
     meta["dropped"] = listed
     return CompactionResult(new_acc, CompactionMeta(meta))
+
+
+def _check_meta_fields(refuse: Callable[[str], NoReturn], meta: Mapping[str, Any]) -> None:
+    """Token figures are non-negative ints, ``dropped`` a list, an error text and only on
+    the error path."""
+    for key in TOKEN_KEYS:
+        value = meta.get(key)
+        if value is not None and not (
+            isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        ):
+            refuse(f"returned meta[{key!r}] = {value!r}, not a non-negative int")
+    dropped = meta.get("dropped")
+    if dropped is not None and not isinstance(dropped, (list, tuple)):
+        refuse(f"returned 'dropped' of type {type(dropped).__name__}, not a list")
+    if "error" in meta:
+        if meta["compacted"]:
+            refuse(f"reported an error while compacted=True: {meta['error']!r:.200}")
+        if not isinstance(meta["error"], str):
+            refuse(f"returned an error that is not text: {meta['error']!r:.200}")
 
 
 def _starts_with_assistant(entries: Sequence[Entry]) -> bool:

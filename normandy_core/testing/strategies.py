@@ -8,7 +8,9 @@ system entry and abandoned branches. Every drawn conversation pairs its tools co
 
 from __future__ import annotations
 
+import itertools
 import string
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -81,12 +83,7 @@ def conversations(
 ) -> Conversation:
     """A valid tool-using conversation; ``mid_round`` forces ending after a tool batch or not."""
     mem = AgentMemory()
-    counter = [0]
-
-    def tid() -> str:
-        counter[0] += 1
-        return f"toolu_{counter[0]:04d}"
-
+    tool_ids = (f"toolu_{n:04d}" for n in itertools.count(1))
     if draw(st.booleans()):
         mem.add_message("system", draw(texts(1, 200)), turn_id="t0")
     turns = draw(st.integers(1, max_turns))
@@ -100,44 +97,7 @@ def conversations(
         )
         rounds = draw(st.integers(1 if (last_turn and ends_mid) else 0, max_rounds))
         for r in range(rounds):
-            blocks: list[Block] = []
-            if draw(st.booleans()):
-                blocks.append(
-                    ThinkingBlock(thinking=draw(texts(1, 200)), signature=f"sig-{turn_id}-{r}")
-                )
-            if draw(st.booleans()):
-                blocks.append(TextBlock(text=draw(texts(1, 120))))
-            uses = [
-                ToolUseBlock(
-                    id=tid(),
-                    name=draw(st.sampled_from(TOOL_NAMES)),
-                    input={"arg": draw(texts(0, 60)), "n": draw(st.integers(0, 99))},
-                )
-                for _ in range(draw(st.integers(1, 3)))
-            ]
-            blocks.extend(uses)
-            mem.add_message("assistant", tuple(blocks), turn_id=turn_id)
-            results = []
-            for u in uses:
-                if draw(st.integers(0, 7)) == 0:
-                    content: object = (
-                        TextBlock(text="screenshot"),
-                        ImageBlock(
-                            source={"type": "base64", "media_type": "image/png", "data": "iVBO"}
-                        ),
-                    )
-                else:
-                    content = draw(texts(0, max_result_chars))
-                results.append(
-                    ToolResultBlock(
-                        tool_use_id=u.id, content=content, is_error=draw(st.integers(0, 9)) == 0
-                    )
-                )
-            if draw(st.booleans()):
-                mem.add_message("user", tuple(results), turn_id=turn_id)
-            else:
-                for res in results:
-                    mem.add_message("tool", (res,), turn_id=turn_id)
+            _tool_round(draw, mem, turn_id, f"sig-{turn_id}-{r}", tool_ids, max_result_chars)
         if last_turn and ends_mid:
             break
         final: list[Block] = []
@@ -146,14 +106,67 @@ def conversations(
         final.append(TextBlock(text=draw(texts(1, 300))))
         mem.add_message("assistant", tuple(final), turn_id=turn_id)
         if not fork_done and not last_turn and draw(st.integers(0, 4)) == 0:
-            # an abandoned branch: answer again from the user message of this turn
             fork_done = True
-            head = mem.head
-            user_entry = next(e for e in mem if e.turn_id == turn_id)
-            alt = mem.fork(user_entry.id)
-            alt.add_message("assistant", "an alternative answer", turn_id=turn_id)
-            mem = alt.fork(head)
+            mem = _with_abandoned_branch(mem, turn_id)
     return Conversation(memory=mem, ends_mid_round=ends_mid)
+
+
+def _tool_round(
+    draw: st.DrawFn,
+    mem: AgentMemory,
+    turn_id: str,
+    signature: str,
+    tool_ids: Iterator[str],
+    max_result_chars: int,
+) -> None:
+    """Append one tool round: the assistant's calls (with thinking and text, or not), and
+    their results in one user message or one tool message each."""
+    blocks: list[Block] = []
+    if draw(st.booleans()):
+        blocks.append(ThinkingBlock(thinking=draw(texts(1, 200)), signature=signature))
+    if draw(st.booleans()):
+        blocks.append(TextBlock(text=draw(texts(1, 120))))
+    uses = [
+        ToolUseBlock(
+            id=next(tool_ids),
+            name=draw(st.sampled_from(TOOL_NAMES)),
+            input={"arg": draw(texts(0, 60)), "n": draw(st.integers(0, 99))},
+        )
+        for _ in range(draw(st.integers(1, 3)))
+    ]
+    blocks.extend(uses)
+    mem.add_message("assistant", tuple(blocks), turn_id=turn_id)
+    results = [_tool_result(draw, use.id, max_result_chars) for use in uses]
+    if draw(st.booleans()):
+        mem.add_message("user", tuple(results), turn_id=turn_id)
+    else:
+        for result in results:
+            mem.add_message("tool", (result,), turn_id=turn_id)
+
+
+def _tool_result(draw: st.DrawFn, tool_use_id: str, max_result_chars: int) -> ToolResultBlock:
+    """A tool's result: text, now and then a screenshot, now and then an error."""
+    content: object
+    if draw(st.integers(0, 7)) == 0:
+        content = (
+            TextBlock(text="screenshot"),
+            ImageBlock(source={"type": "base64", "media_type": "image/png", "data": "iVBO"}),
+        )
+    else:
+        content = draw(texts(0, max_result_chars))
+    return ToolResultBlock(
+        tool_use_id=tool_use_id, content=content, is_error=draw(st.integers(0, 9)) == 0
+    )
+
+
+def _with_abandoned_branch(mem: AgentMemory, turn_id: str) -> AgentMemory:
+    """``mem`` with an abandoned branch: the turn's user message answered again, then the
+    original branch taken back up."""
+    head = mem.head
+    user_entry = next(e for e in mem if e.turn_id == turn_id)
+    alt = mem.fork(user_entry.id)
+    alt.add_message("assistant", "an alternative answer", turn_id=turn_id)
+    return alt.fork(head)
 
 
 @dataclass
