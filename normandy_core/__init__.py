@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         call_compactor as call_compactor,
         check_compaction as check_compaction,
     )
+    from normandy_core.contract.compactor import Compactor as Compactor
     from normandy_core.contract.config import (
         AgentConfig as AgentConfig,
     )
@@ -61,9 +62,6 @@ if TYPE_CHECKING:
         validate_options as validate_options,
     )
     from normandy_core.contract.plugins import (
-        COMPACTOR_GROUP as COMPACTOR_GROUP,
-        HOOK_GROUP as HOOK_GROUP,
-        Compactor as Compactor,
         PluginRow as PluginRow,
         hook_manager as hook_manager,
         list_plugins as list_plugins,
@@ -86,6 +84,10 @@ if TYPE_CHECKING:
         RecallError as RecallError,
         RecallSettings as RecallSettings,
         recall_tool as recall_tool,
+    )
+    from normandy_core.contract.registration import (
+        COMPACTOR_GROUP as COMPACTOR_GROUP,
+        HOOK_GROUP as HOOK_GROUP,
     )
     from normandy_core.contract.settings import (
         current_settings as current_settings,

@@ -28,7 +28,7 @@ from normandy_core.conversation.survival import SurvivalRules, survival_rules
 from normandy_core.errors import OptionsError, WindowUnknownError
 
 if TYPE_CHECKING:
-    from normandy_core.contract.plugins import Compactor
+    from normandy_core.contract.compactor import Compactor
     from normandy_core.conversation.calibration import Calibration
 
 __all__ = ["AgentConfig"]

@@ -31,50 +31,49 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata as md
-import inspect
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
 
 import pluggy
 
 from normandy_core.contract import hookspecs
+from normandy_core.contract.compactor import Compactor
 from normandy_core.contract.faults import PluginFault, call_plugin
+from normandy_core.contract.registration import (
+    COMPACTOR_GROUP,
+    HOOK_GROUP,
+    instantiate,
+    new_manager,
+    register_checked,
+)
 from normandy_core.errors import (
-    OptionsError,
     PluginConflictError,
     PluginDisabledError,
     PluginLoadError,
     UnknownCompactorError,
 )
 
-if TYPE_CHECKING:
-    from normandy_core.contract.types import AgentConfigView, CompactionContext
-
 __all__ = [
     "ADAPTER_GROUP",
     "COMMAND_GROUP",
-    "COMPACTOR_GROUP",
     "ENV_DISABLE",
     "ENV_LOAD",
-    "HOOK_GROUP",
-    "Compactor",
+    "HookCaller",
     "PluginRow",
     "command_registrars",
-    "HookCaller",
     "describe_hook",
     "generation",
-    "registered_in_code",
     "hook_callers",
     "hook_manager",
     "list_plugins",
     "register_compactor",
     "register_hook",
+    "registered_in_code",
     "reload_plugins",
     "resolve_compactor",
     "unregister_compactor",
@@ -83,10 +82,6 @@ __all__ = [
 
 log = logging.getLogger("normandy_core.plugins")
 
-#: Entry-point group of compactors; the entry-point name is the name users configure.
-COMPACTOR_GROUP = "normandy_core.compactors"
-#: Entry-point group of hook plugins, all loaded automatically.
-HOOK_GROUP = "normandy_core.hooks"
 #: Allow-list of plugin names, bare or group-qualified (comma-separated; set but empty: none).
 ENV_LOAD = "NORMANDY_LOAD_PLUGINS"
 #: Deny-list of plugin names, bare or group-qualified (comma-separated).
@@ -116,8 +111,6 @@ _SHORT = {
     ADAPTER_GROUP: "adapters",
 }
 _IN_CODE = "<registered in code>"
-#: Which kind of plugin implements each hook, for the refusal of a misplaced one.
-_WHO = {COMPACTOR_GROUP: "compactor", HOOK_GROUP: "hook plugin"}
 
 
 @dataclass(frozen=True)
@@ -177,319 +170,6 @@ class PluginRow:
     def as_dict(self) -> dict[str, Any]:
         """The row as a JSON-ready dict (with ``kind``)."""
         return {**asdict(self), "kind": self.kind}
-
-
-@dataclass
-class Compactor:
-    """A resolved compactor: its name, where it comes from, and a typed facade to its hooks.
-
-    The plugin is registered in a plugin manager of its own that knows only the compactor
-    hookspecs, so ``maybe_compact`` is called on the selected compactor only, with
-    pluggy's calling conventions.
-    """
-
-    name: str
-    distribution: str
-    version: str
-    plugin: Any
-    module: str
-    group: str = COMPACTOR_GROUP
-    _pm: pluggy.PluginManager = field(
-        repr=False, default_factory=lambda: _new_pm(hookspecs.CompactorSpec)
-    )
-    _model: Any = field(repr=False, default=None)
-    _impl: Any = field(repr=False, default=None)
-
-    def describe(self) -> str:
-        """``compactor 'x' (group normandy_core.compactors) from normandy-x 1.0``."""
-        return (
-            f"compactor {self.name!r} (group {self.group}) from {self.distribution} {self.version}"
-        )
-
-    @property
-    def has_validate_opts(self) -> bool:
-        """Whether the compactor implements ``validate_opts``."""
-        return bool(self._pm.hook.validate_opts.get_hookimpls())
-
-    @property
-    def has_needs_window(self) -> bool:
-        """Whether the compactor implements ``needs_window``."""
-        return bool(self._pm.hook.needs_window.get_hookimpls())
-
-    @property
-    def options_model(self) -> Any:
-        """The compactor's options model (its ``options_model`` hook), or ``None``."""
-        return self._model
-
-    def maybe_compact(self, acc: AgentConfigView, ctx: CompactionContext, opts: Any) -> Any:
-        """Call the compactor's ``maybe_compact``; the result is checked by the caller
-        (:func:`normandy_core.call_compactor`).
-
-        Its manager holds this one plugin, so the implementation pluggy validated at load
-        is called directly, with the arguments it names (pluggy's convention): the hot
-        path of every boundary does not pay for a hook dispatch it cannot need.
-        """
-        impl = self._impl
-        if impl is None:
-            return self._pm.hook.maybe_compact(acc=acc, ctx=ctx, opts=opts)
-        fn, names = impl
-        if names == ("acc", "ctx", "opts"):
-            return fn(acc, ctx, opts)
-        given = {"acc": acc, "ctx": ctx, "opts": opts}
-        return fn(*[given[n] for n in names])
-
-    def parse_options(self, raw: Mapping[str, Any], entry: str) -> Any:
-        """The options ``maybe_compact`` receives: parsed with the options model, or
-        ``raw`` as a read-only mapping when the compactor declares none.
-
-        :raises OptionsError: beginning with ``entry``, naming the compactor and option.
-        """
-        if self._model is None:
-            return raw if isinstance(raw, MappingProxyType) else MappingProxyType(dict(raw))
-        from normandy_core.contract.options import validate_options
-
-        return validate_options(self._model, raw, entry=entry, compactor=self.name)
-
-    def needs_window(self, opts: Any) -> bool:
-        """The compactor's ``needs_window(opts)``; ``True`` when it does not implement it
-        or it fails (a failure is logged)."""
-        if not self.has_needs_window:
-            return True
-        if self._model is not None and not isinstance(opts, self._model):
-            try:
-                opts = self.parse_options(opts, f"{self.name}.needs_window()")
-            except OptionsError:
-                return True  # refused where the config is made
-        try:
-            result = call_plugin(self._pm.hook.needs_window, opts=opts)
-        except Exception as exc:
-            log.error("needs_window of %s raised %s: %s", self.describe(), type(exc).__name__, exc)
-            return True
-        return True if result is None else bool(result)
-
-    def compaction_threshold(self, opts: Any, window: int | None, mid_round: bool) -> int | None:
-        """The compactor's ``compaction_threshold(opts, window, mid_round)``: the token level
-        at or below which it promises the plain skip, or ``None`` (it does not implement
-        the hook, returned ``None``, raised, or returned something that is not an ``int``;
-        a failure is logged naming the compactor)."""
-        caller = self._pm.hook.compaction_threshold
-        if not caller.get_hookimpls():
-            return None
-        kind = "mid-round" if mid_round else "turn-start"
-        try:
-            level = call_plugin(caller, opts=opts, window=window, mid_round=mid_round)
-        except Exception as exc:
-            cause = exc.__cause__ if isinstance(exc, PluginFault) and exc.__cause__ else exc
-            log.error(
-                "compaction_threshold of %s raised %s: %s; every %s boundary calls its "
-                "maybe_compact",
-                self.describe(),
-                type(cause).__name__,
-                cause,
-                kind,
-            )
-            return None
-        if level is None:
-            return None
-        if isinstance(level, bool) or not isinstance(level, int):
-            log.error(
-                "compaction_threshold of %s returned %r, not an int or None; every %s "
-                "boundary calls its maybe_compact",
-                self.describe(),
-                level,
-                kind,
-            )
-            return None
-        return int(level)
-
-    def validate_opts(
-        self, opts: Any, entry: str, window: int | None = None, rules: Any = None
-    ) -> None:
-        """Call the compactor's ``validate_opts`` when it has one (``rules``: the config's
-        :class:`~normandy_core.SurvivalRules`, the defaults when ``None``).
-
-        Any refusal surfaces as :class:`~normandy_core.OptionsError` beginning with
-        ``entry`` and naming the compactor: an implementation that raises something else
-        (``SystemExit`` included), or an ``OptionsError`` that does not begin with
-        ``entry``, is wrapped (the original exception is chained), so every bad option
-        names the call that made the config.
-        """
-        if not self.has_validate_opts:
-            return
-        if rules is None:
-            from normandy_core.conversation.survival import DEFAULT_RULES
-
-            rules = DEFAULT_RULES
-        try:
-            call_plugin(
-                self._pm.hook.validate_opts, opts=opts, entry=entry, window=window, rules=rules
-            )
-        except OptionsError as exc:
-            if str(exc).startswith(entry):
-                raise
-            raise OptionsError(
-                f"{entry}: compactor {self.name!r} refused its options: {exc}"
-            ) from exc
-        except Exception as exc:
-            cause = exc.__cause__ if isinstance(exc, PluginFault) else exc
-            raise OptionsError(
-                f"{entry}: compactor {self.name!r} refused its options: "
-                f"{type(cause).__name__}: {cause}"
-            ) from cause
-
-
-def _new_pm(specs: type) -> pluggy.PluginManager:
-    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-    pm.add_hookspecs(specs)
-    return pm
-
-
-def _instantiate(obj: Any, what: str) -> Any:
-    """The plugin object: a class is instantiated (without arguments), anything else kept.
-
-    A constructor that raises (anything, ``SystemExit`` included) is a load failure of
-    the plugin, named like an import error.
-    """
-    if not inspect.isclass(obj):
-        return obj
-    try:
-        return call_plugin(obj)
-    except Exception as exc:
-        cause = exc.__cause__ if isinstance(exc, PluginFault) else exc
-        raise PluginLoadError(
-            f"{what} could not be instantiated: {type(cause).__name__}: {cause}"
-        ) from cause
-
-
-def _misplaced(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
-    """The hooks ``plugin`` implements that ``pm``'s hookspec set does not define."""
-    names = []
-    for caller in pm.get_hookcallers(plugin) or []:
-        if caller.spec is None:
-            names.append(caller.name)
-    return names
-
-
-def _register_checked(
-    pm: pluggy.PluginManager, plugin: Any, name: str, what: str, group: str
-) -> None:
-    """Register with pluggy's signature validation and ``check_pending``.
-
-    A hook the plugin's kind does not define is refused naming the kind that may
-    implement it; so is a hook wrapper (each implementation is called on its own).
-    """
-    try:
-        pm.register(plugin, name=name)
-    except pluggy.PluginValidationError as exc:
-        raise PluginLoadError(f"{what} has a hook that does not match its hookspec: {exc}") from exc
-    except ValueError as exc:
-        raise PluginLoadError(f"{what} could not be registered: {exc}") from exc
-    try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as exc:
-        unknown = _misplaced(pm, plugin)
-        pm.unregister(plugin)
-        parts = []
-        for hook in unknown:
-            owner = hookspecs.SPEC_SETS.get(hook)
-            if owner is None:
-                parts.append(f"{hook!r}, which is not a Normandy hook")
-            else:
-                kind = "compactor" if owner is hookspecs.CompactorSpec else "hook plugin"
-                other = COMPACTOR_GROUP if kind == "compactor" else HOOK_GROUP
-                parts.append(
-                    f"{hook!r}, which only a {kind} implements (entry-point group {other}); "
-                    f"as a {_WHO[group]} it would never be called"
-                )
-        known = ", ".join(n for n, s in hookspecs.SPEC_SETS.items() if _group_of(s) == group)
-        raise PluginLoadError(
-            f"{what} implements "
-            + "; ".join(parts or [str(exc)])
-            + f". A {_WHO[group]} may implement: {known}"
-        ) from exc
-    for caller in pm.get_hookcallers(plugin) or []:
-        for impl in caller.get_hookimpls():
-            if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper):
-                pm.unregister(plugin)
-                raise PluginLoadError(
-                    f"{what} declares {caller.name!r} as a hook wrapper; Normandy calls every "
-                    "hook implementation on its own, so declare it without wrapper=True or "
-                    "hookwrapper=True"
-                )
-    unmarked = _unmarked(pm, plugin, group)
-    if unmarked:
-        pm.unregister(plugin)
-        raise PluginLoadError(
-            f"{what} has "
-            + "; ".join(f"a {name} that {why}" for name, why in unmarked)
-            + f": decorate {'it' if len(unmarked) == 1 else 'each'} with "
-            "@normandy_core.hookimpl (from normandy_core import hookimpl), or it is never called"
-        )
-
-
-def _unmarked(pm: pluggy.PluginManager, plugin: Any, group: str) -> list[tuple[str, str]]:
-    """``(hook, why)`` for each callable of ``plugin`` named like a hook of its kind that
-    pluggy did not register: a function left without ``@hookimpl``, or marked with the
-    ``hookimpl`` of another project (pytest's, say)."""
-    implemented = {caller.name for caller in pm.get_hookcallers(plugin) or []}
-    found = []
-    for name, specs in hookspecs.SPEC_SETS.items():
-        if _group_of(specs) != group or name in implemented:
-            continue
-        try:
-            attr = getattr(plugin, name, None)
-        except Exception:  # a property that raises: not a hook function
-            continue
-        if not callable(attr):
-            continue
-        ours = f"{hookspecs.PROJECT_NAME}_impl"
-        others = sorted(a[: -len("_impl")] for a in dir(attr) if a.endswith("_impl") and a != ours)
-        why = (
-            f"is marked by the hookimpl of {others[0]!r}, not Normandy's"
-            if others
-            else "is not marked as a hook"
-        )
-        found.append((name, why))
-    return found
-
-
-def _group_of(specs: type) -> str:
-    return COMPACTOR_GROUP if specs is hookspecs.CompactorSpec else HOOK_GROUP
-
-
-def _make_compactor(
-    name: str, plugin: Any, dist: str, version: str, module: str, what: str
-) -> Compactor:
-    obj = _instantiate(plugin, what)
-    comp = Compactor(name=name, distribution=dist, version=version, plugin=obj, module=module)
-    _register_checked(comp._pm, obj, f"{COMPACTOR_GROUP}:{name}", what, COMPACTOR_GROUP)
-    impls = comp._pm.hook.maybe_compact.get_hookimpls()
-    if len(impls) == 1:
-        comp._impl = (impls[0].function, tuple(impls[0].argnames))
-    if not impls:
-        hint = ""
-        if inspect.isroutine(obj):
-            hint = (
-                f"; it is a function ({getattr(obj, '__name__', '?')}), and a plugin is a "
-                "module or class (or instance) holding functions decorated with "
-                "@normandy_core.hookimpl: name the module or class instead"
-            )
-        raise PluginLoadError(f"{what} does not implement the required hook 'maybe_compact'{hint}")
-    if comp._pm.hook.options_model.get_hookimpls():
-        try:
-            model = call_plugin(comp._pm.hook.options_model)
-        except Exception as exc:
-            raise PluginLoadError(
-                f"{what}: options_model raised {type(exc).__name__}: {exc}"
-            ) from exc
-        from pydantic import BaseModel
-
-        if not (inspect.isclass(model) and issubclass(model, BaseModel)):
-            raise PluginLoadError(
-                f"{what}: options_model returned {model!r}, not a pydantic model class"
-            )
-        comp._model = model
-    return comp
 
 
 def _env_list(var: str) -> set[str] | None:
@@ -722,7 +402,7 @@ def resolve_compactor(name: str) -> Compactor:
         if why is not None:
             raise PluginDisabledError(f"{ep.describe()} is {why}")
         try:
-            comp = _make_compactor(name, ep.load(), ep.dist, ep.version, ep.value, ep.describe())
+            comp = Compactor.load(name, ep.load(), ep.dist, ep.version, ep.value, ep.describe())
         except PluginLoadError as err:
             log.error("%s", err)
             reg.failed[name] = err
@@ -742,7 +422,7 @@ def register_compactor(name: str, plugin: Any, *, replace: bool = False) -> Comp
             raise ValueError(f"compactor name {name!r} is already registered")
         module = getattr(plugin, "__module__", None) or getattr(plugin, "__name__", "?")
         what = f"compactor {name!r} ({_IN_CODE})"
-        comp = _make_compactor(name, plugin, _IN_CODE, "-", str(module), what)
+        comp = Compactor.load(name, plugin, _IN_CODE, "-", str(module), what)
         _REG.in_code[name] = comp
         _REG.resolved[name] = comp
         return comp
@@ -773,7 +453,7 @@ def hook_manager() -> pluggy.PluginManager:
     with reg.lock:
         if reg.hook_pm is not None:
             return reg.hook_pm
-        pm = _new_pm(hookspecs.HookSpec)
+        pm = new_manager(hookspecs.HookSpec)
         for name, candidates in sorted(reg.scan()[HOOK_GROUP].items()):
             qname = f"{HOOK_GROUP}:{name}"
             why = reg.excluded(name, HOOK_GROUP)
@@ -786,8 +466,8 @@ def hook_manager() -> pluggy.PluginManager:
             for ep in candidates:
                 reg_name = f"{qname}@{ep.dist}" if conflict else qname
                 try:
-                    obj = _instantiate(ep.load(), ep.describe())
-                    _register_checked(pm, obj, reg_name, ep.describe(), HOOK_GROUP)
+                    obj = instantiate(ep.load(), ep.describe())
+                    register_checked(pm, obj, reg_name, ep.describe(), HOOK_GROUP)
                 except PluginLoadError as err:
                     log.error("%s", err)
                     errors.append(str(err))
@@ -808,7 +488,7 @@ def hook_manager() -> pluggy.PluginManager:
             else:
                 reg.hook_status[name] = ("loaded", None)
         for code_name, obj in _REG.code_hooks.items():
-            _register_checked(
+            register_checked(
                 pm, obj, code_name, f"hook plugin {code_name!r} ({_IN_CODE})", HOOK_GROUP
             )
         reg.hook_pm = pm
@@ -832,14 +512,14 @@ def register_hook(plugin: Any, name: str | None = None) -> str:
     Returns the qualified name to pass to :func:`unregister_hook`. Signatures are validated
     now: a mismatch raises :class:`~normandy_core.PluginLoadError`.
     """
-    obj = _instantiate(plugin, f"hook plugin {name or getattr(plugin, '__name__', '?')!r}")
+    obj = instantiate(plugin, f"hook plugin {name or getattr(plugin, '__name__', '?')!r}")
     base = name or getattr(obj, "__name__", None) or type(obj).__name__
     qname = f"code:{base}"
     pm = hook_manager()
     with _REG.lock:
         if qname in _REG.code_hooks:
             raise ValueError(f"a hook plugin named {base!r} is already registered in code")
-        _register_checked(pm, obj, qname, f"hook plugin {base!r} ({_IN_CODE})", HOOK_GROUP)
+        register_checked(pm, obj, qname, f"hook plugin {base!r} ({_IN_CODE})", HOOK_GROUP)
         _REG.code_hooks[qname] = obj
     return qname
 

@@ -20,7 +20,7 @@ from normandy_core.contract.types import CompactionContext
 from normandy_core.errors import OptionsError, WindowUnknownError
 
 if TYPE_CHECKING:
-    from normandy_core.contract.plugins import Compactor
+    from normandy_core.contract.compactor import Compactor
     from normandy_core.contract.recall_settings import RecallSettings
     from normandy_core.conversation.calibration import CalibratedCounter, Calibration
     from normandy_core.conversation.catalog import ModelCatalog
