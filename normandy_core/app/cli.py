@@ -18,15 +18,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from normandy_core import __version__
+
+if TYPE_CHECKING:
+    from normandy_core.transcripts.jsonio import JsonSource
 
 __all__ = ["EXIT_COMPACTOR", "EXIT_INPUT", "EXIT_OK", "EXIT_PLUGIN", "main"]
 
@@ -79,209 +80,17 @@ def parse_opts(pairs: Sequence[str]) -> dict[str, Any]:
 # -- reading and writing transcripts -------------------------------------------------
 
 
-class Source:
-    """A transcript read from a file or stdin, remembering where each message was."""
-
-    def __init__(self, name: str, data: Any, kind: str, lines: list[int] | None) -> None:
-        self.name = name
-        self.data = data
-        self.kind = kind  # "json" or "jsonl"
-        self.lines = lines  # line number of each top-level message, when known
-
-    def where(self, index: int | None) -> str:
-        """``FILE: line L (message i)`` for a message index."""
-        if index is None:
-            return self.name
-        if self.lines is not None and 0 <= index < len(self.lines):
-            return f"{self.name}: line {self.lines[index]} (message {index})"
-        return f"{self.name}: message {index}"
-
-
-def _array_lines(text: str) -> list[int] | None:
-    """Line numbers of the elements of a top-level JSON array (``None`` if not an array).
-
-    One pass: the newlines are counted from the previous element's start, never from
-    the top of the text again (counting from the top made reading quadratic).
-    """
-    dec = json.JSONDecoder()
-    i = len(text) - len(text.lstrip())
-    if not text.startswith("[", i):
-        return None
-    i += 1
-    lines: list[int] = []
-    n = len(text)
-    line, counted = 1, 0  # ``line`` is the line of position ``counted``
-    while True:
-        while i < n and text[i] in " \t\r\n,":
-            i += 1
-        if i >= n or text[i] == "]":
-            return lines
-        line += text.count("\n", counted, i)
-        counted = i
-        lines.append(line)
-        try:
-            _, i = dec.raw_decode(text, i)
-        except json.JSONDecodeError:
-            return None
-
-
-class _NumberRefused(Exception):
-    """Raised by the reader's decoder on a number it will not read (see :data:`_DECODER`)."""
-
-
-def _refuse_constant(literal: str) -> Any:
-    raise _NumberRefused(literal)
-
-
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if math.isinf(value):
-        raise _NumberRefused(literal)
-    return value
-
-
-#: The reader's JSON decoder: ``NaN``, ``Infinity`` and ``-Infinity`` (which ``json``
-#: accepts though they are not JSON) and numbers that overflow a float (``1e400``) are
-#: refused, since they would be written back as ``Infinity`` or ``NaN``; an integer
-#: with more digits than ``sys.get_int_max_str_digits()`` makes the decoder itself raise
-#: ``ValueError``. :func:`_bad_number` then finds the literal's line and column.
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
-
-
-def read_source(path: str) -> Source:
-    """Read a JSON document or JSON Lines from ``path`` (``-``: stdin)."""
-    name = "<stdin>" if path == "-" else path
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as exc:
-        raise CliError(f"{name}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise CliError(f"{name}: line {line}: not UTF-8 text") from exc
-    if not text.strip():
-        raise CliError(f"{name}: empty input; expected a JSON array or JSON Lines")
-    try:
-        data = _DECODER.decode(text)
-    except RecursionError:
-        raise CliError(_too_deep(name, text, 0)) from None
-    except json.JSONDecodeError as exc:
-        first = text.lstrip().splitlines()[0] if text.strip() else ""
-        if exc.msg == "Extra data" or (_is_object(first) and "\n" in text.strip()):
-            return _read_jsonl(name, text)
-        raise CliError(
-            f"{name}: line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}"
-        ) from exc
-    except (_NumberRefused, ValueError) as exc:
-        raise CliError(_bad_number(name, text, 0, exc)) from None
-    return Source(name, data, "json", _array_lines(text) if isinstance(data, list) else None)
-
-
-def _is_object(line: str) -> bool:
-    try:
-        return isinstance(_DECODER.decode(line), dict)
-    except (ValueError, RecursionError, _NumberRefused):
-        return False
-
-
-_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-
-
-def _too_deep(name: str, text: str, line_offset: int) -> str:
-    """``FILE: line L, column C: ...`` where ``text`` first nests past MAX_NESTING."""
+def read_source(path: str) -> JsonSource:
+    """The transcript at ``path`` (``-``: stdin), read as JSON or JSON Lines by
+    :func:`normandy_core.transcripts.jsonio.read_source`; a refusal is a :class:`CliError`
+    (exit 2) with the reader's message, which names the file and the line at fault."""
     from normandy_core.transcripts.formats import MAX_NESTING
+    from normandy_core.transcripts.jsonio import JsonInputError, read_source as read_json
 
-    depth = 0
-    for m in _JSON_TOKEN.finditer(text):
-        tok = m.group()
-        if tok in "[{":
-            depth += 1
-            if depth > MAX_NESTING:
-                line = text.count("\n", 0, m.start()) + 1
-                col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
-                return (
-                    f"{name}: line {line + line_offset}, column {col}: JSON nested deeper than "
-                    f"{MAX_NESTING} levels (objects and arrays); refused"
-                )
-        elif tok in "]}":
-            depth -= 1
-    return f"{name}: JSON nested too deeply to read; refused"
-
-
-#: A JSON string (skipped whole, so digits inside strings are never taken for numbers)
-#: or a number, including the non-JSON constants the ``json`` module reads.
-_JSON_NUMBER = re.compile(
-    r'"[^"\\]*(?:\\.[^"\\]*)*"'
-    r"|-?Infinity|NaN|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
-)
-
-
-def _number_literal_problem(literal: str) -> str | None:
-    """Why the reader refuses a number ``literal``, or ``None``."""
-    if literal in ("NaN", "Infinity", "-Infinity"):
-        return f"{literal} is not a JSON number (it would not be written back as given); refused"
-    shown = literal if len(literal) <= 24 else f"{literal[:12]}...{literal[-6:]}"
-    if any(c in literal for c in ".eE"):
-        if not math.isinf(float(literal)):
-            return None
-        return (
-            f"the number {shown} is too large for a float (it would be written back as "
-            "Infinity, which is not JSON); refused"
-        )
-    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
-    digits = len(literal.lstrip("-"))
-    if not limit or digits <= limit:
-        return None
-    return (
-        f"an integer of {digits:,} digits, more than this interpreter converts "
-        f"(sys.get_int_max_str_digits() is {limit:,}); refused"
-    )
-
-
-def _bad_number(name: str, text: str, line_offset: int, exc: Exception) -> str:
-    """``FILE: line L, column C: ...`` for the first number in ``text`` the reader refuses.
-
-    Called once the decoder refused a number: everything before it is valid JSON, so the
-    first refused literal found scanning from the top is the one.
-    """
-    for m in _JSON_NUMBER.finditer(text):
-        literal = m.group()
-        if literal.startswith('"'):
-            continue
-        problem = _number_literal_problem(literal)
-        if problem is not None:
-            line = text.count("\n", 0, m.start()) + 1
-            col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
-            return f"{name}: line {line + line_offset}, column {col}: {problem}"
-    return f"{name}: not readable as JSON: {exc}"
-
-
-def _read_jsonl(name: str, text: str) -> Source:
-    items: list[Any] = []
-    lines: list[int] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = _DECODER.decode(line)
-        except RecursionError:
-            raise CliError(_too_deep(name, line, n - 1)) from None
-        except json.JSONDecodeError as exc:
-            raise CliError(
-                f"{name}: line {n}, column {exc.colno}: not valid JSON Lines: {exc.msg}"
-            ) from exc
-        except (_NumberRefused, ValueError) as exc:
-            raise CliError(_bad_number(name, line, n - 1, exc)) from None
-        if not isinstance(item, dict):
-            raise CliError(
-                f"{name}: line {n}: expected a JSON object per line, got {type(item).__name__}"
-            )
-        items.append(item)
-        lines.append(n)
-    if len(items) == 1 and items[0].get("format") == "normandy.memory":
-        return Source(name, items[0], "jsonl", None)
-    return Source(name, items, "jsonl", lines)
+    try:
+        return read_json(path, max_nesting=MAX_NESTING)
+    except JsonInputError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def render(data: Any, kind: str) -> str:
