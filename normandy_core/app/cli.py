@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 from normandy_core import __version__
 
@@ -511,15 +511,30 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) -> None:
+class Subcommands(Protocol):
+    """What ``add_subparsers()`` returns, as far as the commands use it."""
+
+    def add_parser(
+        self, name: str, *, help: str | None = ..., description: str | None = ...
+    ) -> argparse.ArgumentParser:
+        """A parser for the subcommand ``name``."""
+        ...
+
+
+def _add_subcommands(parser: argparse.ArgumentParser, dest: str, help: str) -> Subcommands:
+    """The subcommands of ``parser``; the one given is stored as ``dest``."""
+    return parser.add_subparsers(dest=dest, metavar="COMMAND", parser_class=_Parser, help=help)
+
+
+def _add_compactor_args(parser: argparse.ArgumentParser, default_window: int | None) -> None:
     """--compactor, --opt and --window; ``default_window`` is only shown in the help."""
-    p.add_argument(
+    parser.add_argument(
         "--compactor",
         default=None,
         help="compactor name (default: the configured one, see 'normandy config', else "
         "window_manager)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--opt",
         action="append",
         default=[],
@@ -527,7 +542,7 @@ def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) 
         help="a compactor option; VALUE is a JSON literal (0.9, 3, true, [..]) or a string; "
         "repeatable; given, they replace the configured options",
     )
-    p.add_argument(
+    parser.add_argument(
         "--window",
         type=_positive_int,
         default=None,
@@ -535,19 +550,19 @@ def _add_compactor_args(p: argparse.ArgumentParser, default_window: int | None) 
         help="context window in tokens (pins the context_window option)"
         + (f"; default {default_window:,}" if default_window else "; default: the configured one"),
     )
-    p.add_argument(
+    parser.add_argument(
         "--keep-tool",
         action="append",
         default=[],
         metavar="NAME",
         help="survival rule: keep every call of tool NAME with its results; repeatable",
     )
-    p.add_argument(
+    parser.add_argument(
         "--no-keep-first-user",
         action="store_true",
         help="survival rule off: let compaction drop the first user message (the task)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--summary-instructions",
         metavar="TEXT",
         help="instructions the model summarizer gets with every summary it writes",
@@ -561,18 +576,23 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
     ``problems`` when given (:func:`main` prints it, except for ``normandy plugins``,
     which lists it), else printed on stderr.
     """
-    from normandy_core.app.demo import DEMO_MODEL, DEMO_WINDOW
-
     parser = _Parser(
         prog="normandy",
         description="Keep an LLM agent's conversation inside its model's context window.",
     )
     parser.add_argument("--version", action="version", version=f"normandy {__version__}")
-    sub = parser.add_subparsers(
-        dest="command", metavar="COMMAND", parser_class=_Parser, help="the command to run"
-    )
+    commands = _add_subcommands(parser, "command", "the command to run")
+    _add_plugins_command(commands)
+    _add_compact_command(commands)
+    _add_demo_command(commands)
+    _add_config_command(commands)
+    _register_extensions(commands, problems)
+    return parser
 
-    p = sub.add_parser(
+
+def _add_plugins_command(commands: Subcommands) -> None:
+    """``normandy plugins [--json]`` and ``normandy plugins show NAME [--json]``."""
+    parser = commands.add_parser(
         "plugins",
         help="list installed compactors and hook plugins; show a compactor's options",
         description="List every installed compactor, hook plugin and command extension "
@@ -580,12 +600,9 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
         "one compactor's options with 'normandy plugins show NAME'. Exits 3 when any "
         "plugin failed to load.",
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_plugins)
-    psub = p.add_subparsers(
-        dest="plugins_command", metavar="COMMAND", parser_class=_Parser, help="what to show"
-    )
-    show = psub.add_parser(
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(func=cmd_plugins)
+    show = _add_subcommands(parser, "plugins_command", "what to show").add_parser(
         "show",
         help="a compactor's options: types, defaults and descriptions",
         description="Print a compactor's options from its options model: each option's "
@@ -595,35 +612,40 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
     show.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     show.set_defaults(func=cmd_plugins_show)
 
-    p = sub.add_parser(
+
+def _add_compact_command(commands: Subcommands) -> None:
+    """``normandy compact INPUT ...``."""
+    parser = commands.add_parser(
         "compact",
         help="compact a transcript (OpenAI, Anthropic or Normandy; JSON or JSON Lines)",
         description="Compact a transcript once and write it back in the same format.",
     )
-    p.add_argument("input", metavar="INPUT", help="transcript file, or - for stdin")
-    p.add_argument("-o", "--output", metavar="OUT", help="write here (default: stdout)")
-    p.add_argument(
+    parser.add_argument("input", metavar="INPUT", help="transcript file, or - for stdin")
+    parser.add_argument("-o", "--output", metavar="OUT", help="write here (default: stdout)")
+    parser.add_argument(
         "--format",
         choices=["auto", "openai", "anthropic", "responses", "normandy"],
         default="auto",
         help="transcript format of INPUT (default: auto, detected from the messages)",
     )
-    _add_compactor_args(p, None)
-    p.add_argument(
+    _add_compactor_args(parser, None)
+    parser.add_argument(
         "--model",
         metavar="M",
         help="model id (token counter, catalog window); default: the configured one",
     )
-    p.add_argument("--mid-round", action="store_true", help="the last tool round is still open")
-    p.add_argument("--meta", metavar="PATH", help="write the compactor's meta as JSON here")
-    p.add_argument(
+    parser.add_argument(
+        "--mid-round", action="store_true", help="the last tool round is still open"
+    )
+    parser.add_argument("--meta", metavar="PATH", help="write the compactor's meta as JSON here")
+    parser.add_argument(
         "--timeout",
         type=_positive_float,
         metavar="S",
         help="abandon a compactor that takes longer than S seconds (exit 1, nothing written); "
         "default: the configured timeout, else none",
     )
-    p.add_argument(
+    parser.add_argument(
         "--client",
         choices=sorted(_CLIENT_ENV),
         help="a model client for a compactor that asks the model (--opt summarizer=model), "
@@ -631,19 +653,24 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
         "reads its key and URL from "
         + "; ".join(f"{k}: {v}" for k, v in sorted(_CLIENT_ENV.items())),
     )
-    p.set_defaults(func=cmd_compact)
+    parser.set_defaults(func=cmd_compact)
 
-    p = sub.add_parser(
+
+def _add_demo_command(commands: Subcommands) -> None:
+    """``normandy demo ...``."""
+    from normandy_core.app.demo import DEMO_MODEL, DEMO_WINDOW
+
+    parser = commands.add_parser(
         "demo",
         help="replay a long bundled agent session through the turn loop",
         description="Replay the bundled tool-using session through run_turn and compact it.",
     )
-    _add_compactor_args(p, DEMO_WINDOW)
-    p.add_argument("--model", metavar="M", default=DEMO_MODEL, help=f"default {DEMO_MODEL}")
-    p.add_argument("--turns", type=_positive_int, metavar="N", help="replay only N turns")
-    p.add_argument("--plot", metavar="PATH", help="write a PNG chart (needs the plot extra)")
-    prog = p.add_mutually_exclusive_group()
-    prog.add_argument(
+    _add_compactor_args(parser, DEMO_WINDOW)
+    parser.add_argument("--model", metavar="M", default=DEMO_MODEL, help=f"default {DEMO_MODEL}")
+    parser.add_argument("--turns", type=_positive_int, metavar="N", help="replay only N turns")
+    parser.add_argument("--plot", metavar="PATH", help="write a PNG chart (needs the plot extra)")
+    progress = parser.add_mutually_exclusive_group()
+    progress.add_argument(
         "--progress",
         dest="progress",
         action="store_const",
@@ -651,17 +678,20 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
         default=None,
         help="draw the progress bar even when stderr is not a terminal",
     )
-    prog.add_argument(
+    progress.add_argument(
         "--no-progress",
         dest="progress",
         action="store_const",
         const=False,
         help="never draw the progress bar (default: drawn when stderr is a terminal)",
     )
-    p.add_argument("--quiet", action="store_true", help="no line per compaction")
-    p.set_defaults(func=cmd_demo)
+    parser.add_argument("--quiet", action="store_true", help="no line per compaction")
+    parser.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser(
+
+def _add_config_command(commands: Subcommands) -> None:
+    """``normandy config [--json]``."""
+    parser = commands.add_parser(
         "config",
         help="show the settings compact uses here and where each comes from",
         description="Show the compactor settings that 'normandy compact' and compact() "
@@ -670,14 +700,12 @@ def build_parser(problems: list[str] | None = None) -> argparse.ArgumentParser:
         "pyproject.toml [tool.normandy], the default), checked as they are when used. "
         "Exits 2 on a bad setting, 3 on an unknown or broken compactor.",
     )
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_config)
-
-    _register_extensions(sub, problems)
-    return parser
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(func=cmd_config)
 
 
-def _register_extensions(sub: Any, problems: list[str] | None = None) -> None:
+def _register_extensions(commands: Subcommands, problems: list[str] | None = None) -> None:
+    """Let each command extension add its subcommands to ``commands``; report failures."""
     from normandy_core.contract.plugins import command_registrars, mark_command_failed
 
     def report(message: str) -> None:
@@ -696,7 +724,7 @@ def _register_extensions(sub: Any, problems: list[str] | None = None) -> None:
             report(str(register))
             continue
         try:
-            register(sub)
+            register(commands)
         except Exception as exc:
             message = f"command extension {name!r} failed to register: {type(exc).__name__}: {exc}"
             mark_command_failed(name, message)
