@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 from normandy_core import __version__
 
 if TYPE_CHECKING:
+    from normandy_core.contract.compactor import Compactor
     from normandy_core.transcripts.jsonio import JsonSource
 
 __all__ = ["EXIT_COMPACTOR", "EXIT_INPUT", "EXIT_OK", "EXIT_PLUGIN", "main"]
@@ -159,72 +160,87 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def cmd_plugins_show(args: argparse.Namespace) -> int:
     """``normandy plugins show NAME [--json]``: a compactor's options, from its options model."""
-    import textwrap
-
     from normandy_core.contract.options import describe_options, model_description
-    from normandy_core.contract.plugins import list_plugins, resolve_compactor
-    from normandy_core.errors import UnknownCompactorError
 
-    try:
-        comp = resolve_compactor(args.name)
-    except UnknownCompactorError as exc:
-        kinds = {r.kind for r in list_plugins() if r.name == args.name}
-        what = [text for k, text in _KIND_NAMES if k in kinds]
-        if what:
-            raise CliError(
-                f"{args.name!r} is {' and '.join(what)}, not a compactor: only compactors "
-                "take options. "
-                f"Installed compactors: {', '.join(repr(n) for n in exc.installed)}",
-                EXIT_PLUGIN,
-            ) from None
-        raise
-    model = comp.options_model
+    compactor = _compactor_to_show(args.name)
+    model = compactor.options_model
     options = describe_options(model) if model is not None else None
     about = model_description(model) if model is not None else ""
     if args.json:
         data = {
-            "name": comp.name,
+            "name": compactor.name,
             "kind": "compactor",
-            "distribution": comp.distribution,
-            "version": comp.version,
-            "module": comp.module,
+            "distribution": compactor.distribution,
+            "version": compactor.version,
+            "module": compactor.module,
             "description": about,
             "options": options,
         }
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return EXIT_OK
-    lines = [f"compactor {comp.name!r} from {comp.distribution} {comp.version} ({comp.module})"]
+    lines = [
+        f"compactor {compactor.name!r} from {compactor.distribution} {compactor.version} "
+        f"({compactor.module})"
+    ]
     if about:
         lines += ["", *_plain(about).splitlines()]
     lines.append("")
-    if options is None:
-        lines.append(
-            "It declares no options model (no options_model hook): its options are given "
-            "to it as a read-only mapping and checked by its validate_opts, if it has one."
-        )
-    elif not options:
-        lines.append("It takes no options.")
-    else:
-        lines += textwrap.wrap(
-            "Options (--opt KEY=VALUE on the command line, opts={...} for compact(), "
-            "compactor_opts={...} for AgentConfig, NORMANDY_COMPACTOR_OPTS or the opts "
-            "table of normandy.toml):",
-            width=88,
-        )
-        for o in options:
-            value = "(required)" if o["required"] else f"= {_python_literal(o['default'])}"
-            lines += ["", f"  {o['name']}: {o['type']} {value}"]
-            if o["description"]:
-                for para in _plain(o["description"]).split("\n\n"):
-                    lines += textwrap.wrap(
-                        " ".join(para.split()),
-                        width=88,
-                        initial_indent="      ",
-                        subsequent_indent="      ",
-                        break_on_hyphens=False,
-                    )
+    lines += _options_text(options)
     print("\n".join(lines))
     return EXIT_OK
+
+
+def _compactor_to_show(name: str) -> Compactor:
+    """The installed compactor ``name``; a :class:`CliError` (exit 3) when ``name`` is a
+    plugin of another kind, since only compactors take options."""
+    from normandy_core.contract.plugins import list_plugins, resolve_compactor
+    from normandy_core.errors import UnknownCompactorError
+
+    try:
+        return resolve_compactor(name)
+    except UnknownCompactorError as exc:
+        kinds = {row.kind for row in list_plugins() if row.name == name}
+        what = [text for kind, text in _KIND_NAMES if kind in kinds]
+        if what:
+            raise CliError(
+                f"{name!r} is {' and '.join(what)}, not a compactor: only compactors "
+                "take options. "
+                f"Installed compactors: {', '.join(repr(n) for n in exc.installed)}",
+                EXIT_PLUGIN,
+            ) from None
+        raise
+
+
+def _options_text(options: list[dict[str, Any]] | None) -> list[str]:
+    """The lines of ``plugins show`` that describe the options (``None``: no options model)."""
+    import textwrap
+
+    if options is None:
+        return [
+            "It declares no options model (no options_model hook): its options are given "
+            "to it as a read-only mapping and checked by its validate_opts, if it has one."
+        ]
+    if not options:
+        return ["It takes no options."]
+    lines = textwrap.wrap(
+        "Options (--opt KEY=VALUE on the command line, opts={...} for compact(), "
+        "compactor_opts={...} for AgentConfig, NORMANDY_COMPACTOR_OPTS or the opts "
+        "table of normandy.toml):",
+        width=88,
+    )
+    for option in options:
+        value = "(required)" if option["required"] else f"= {_python_literal(option['default'])}"
+        lines += ["", f"  {option['name']}: {option['type']} {value}"]
+        if option["description"]:
+            for para in _plain(option["description"]).split("\n\n"):
+                lines += textwrap.wrap(
+                    " ".join(para.split()),
+                    width=88,
+                    initial_indent="      ",
+                    subsequent_indent="      ",
+                    break_on_hyphens=False,
+                )
+    return lines
 
 
 #: How ``plugins show`` names what is not a compactor.
