@@ -11,10 +11,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from normandy_core.app.console import ProgressBar, format_table, sparkline
 from normandy_core.app.demo import Boundary, DemoReport, load_session, replay
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.lines import Line2D
 
 __all__ = ["plot_report", "run_demo", "summary_rows"]
 
@@ -29,51 +33,26 @@ def summary_rows(report: DemoReport, reference_window: int | None = None) -> lis
     ``reference_window`` is the window a compactor that needs none (``noop``) is compared
     with, to show what the session would have sent without compaction.
     """
-    comps = report.compactions
-    starts = sum(1 for b in report.boundaries if not b.mid_round)
-    window = report.window
-    before = sum(b.before for b in comps)
-    after = sum(b.after for b in comps)
-    history = report.final_tokens + report.tokens_removed
+    compactions = report.compactions
+    errors = f" ({len(report.errors)} errors)" if report.errors else ""
     rows: list[list[str]] = [
-        [
-            "boundaries",
-            f"{len(report.boundaries):,} ({starts} turn starts, "
-            f"{report.batches} after tool batches)",
-        ],
-        [
-            "compactions",
-            f"{len(comps):,}" + (f" ({len(report.errors)} errors)" if report.errors else ""),
-        ],
-        [
-            "tokens before -> after",
-            f"{before // len(comps):,} -> {after // len(comps):,} per compaction on average"
-            if comps
-            else "-",
-        ],
+        ["boundaries", _boundaries_text(report)],
+        ["compactions", f"{len(compactions):,}{errors}"],
+        ["tokens before -> after", _average_text(compactions)],
         ["entries dropped", f"{report.dropped:,}"],
-        [
-            "peak context sent",
-            f"{report.peak:,} of a {window:,}-token window ({_pct(report.peak, window)})"
-            if window
-            else f"{report.peak:,}"
-            + (
-                f" ({report.peak / reference_window:.1f}x a {reference_window:,}-token "
-                "window: the request would be refused)"
-                if reference_window and report.peak > reference_window
-                else ""
-            ),
-        ],
-        [
-            "history replayed",
-            f"{history:,} tokens" + (f" ({history / window:.1f}x the window)" if window else ""),
-        ],
-        [
-            "time compacting",
-            f"{report.compact_seconds * 1000:,.0f} ms "
-            f"({report.compact_seconds * 1e6 / max(len(report.boundaries), 1):,.0f} µs per "
-            f"boundary); replay {report.total_seconds:.2f} s",
-        ],
+        ["peak context sent", _peak_text(report, reference_window)],
+    ]
+    if compactions:
+        rows.append(
+            [
+                "peak before compaction",
+                f"{report.peak_before:,} (a tool batch may overshoot; "
+                "the boundary brings it back before the next call)",
+            ]
+        )
+    rows += [
+        ["history replayed", _history_text(report)],
+        ["time compacting", _time_text(report)],
     ]
     if report.billed:
         rows.append(["input cost (cache-aware)", _cost_text(report)])
@@ -85,16 +64,51 @@ def summary_rows(report: DemoReport, reference_window: int | None = None) -> lis
                 "a mid-round compaction stripped)",
             ]
         )
-    if comps:
-        rows.insert(
-            5,
-            [
-                "peak before compaction",
-                f"{report.peak_before:,} (a tool batch may overshoot; "
-                "the boundary brings it back before the next call)",
-            ],
-        )
     return rows
+
+
+def _boundaries_text(report: DemoReport) -> str:
+    """How many boundaries, at turn starts and after tool batches."""
+    starts = sum(1 for boundary in report.boundaries if not boundary.mid_round)
+    return f"{len(report.boundaries):,} ({starts} turn starts, {report.batches} after tool batches)"
+
+
+def _average_text(compactions: list[Boundary]) -> str:
+    """The context before and after a compaction, on average (``-`` without any)."""
+    if not compactions:
+        return "-"
+    before = sum(boundary.before for boundary in compactions) // len(compactions)
+    after = sum(boundary.after for boundary in compactions) // len(compactions)
+    return f"{before:,} -> {after:,} per compaction on average"
+
+
+def _peak_text(report: DemoReport, reference_window: int | None) -> str:
+    """The largest context sent, against the window (or the reference window it exceeds)."""
+    window = report.window
+    if window:
+        return f"{report.peak:,} of a {window:,}-token window ({_pct(report.peak, window)})"
+    if reference_window and report.peak > reference_window:
+        return (
+            f"{report.peak:,} ({report.peak / reference_window:.1f}x a {reference_window:,}-token "
+            "window: the request would be refused)"
+        )
+    return f"{report.peak:,}"
+
+
+def _history_text(report: DemoReport) -> str:
+    """The tokens the whole session held, also as a multiple of the window."""
+    history = report.final_tokens + report.tokens_removed
+    window = report.window
+    return f"{history:,} tokens" + (f" ({history / window:.1f}x the window)" if window else "")
+
+
+def _time_text(report: DemoReport) -> str:
+    """The time the boundaries took, in all and per boundary, beside the replay's."""
+    per_boundary = report.compact_seconds * 1e6 / max(len(report.boundaries), 1)
+    return (
+        f"{report.compact_seconds * 1000:,.0f} ms ({per_boundary:,.0f} µs per boundary); "
+        f"replay {report.total_seconds:.2f} s"
+    )
 
 
 def _money(report: DemoReport, value: float) -> str:
@@ -217,100 +231,18 @@ def plot_report(report: DemoReport, path: str | Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
 
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    xs: list[float] = []
-    ys: list[float] = []
-    for b in report.boundaries:
-        xs += [b.index, b.index]
-        ys += [b.before / 1000, b.after / 1000]
-    comps = report.compactions
     fig, ax = plt.subplots(figsize=(11, 5.2), dpi=150)
-    ax.fill_between(xs, ys, color="#4C72B0", alpha=0.12, linewidth=0)
-    ax.plot(xs, ys, color="#4C72B0", linewidth=1.3, label="context sent to the model")
-    if report.window:
-        ax.axhline(report.window / 1000, color="#C44E52", linestyle="--", linewidth=1.4)
-        ax.text(
-            0.995,
-            report.window / 1000,
-            f"window {report.window:,}",
-            transform=ax.get_yaxis_transform(),
-            ha="right",
-            va="bottom",
-            color="#C44E52",
-            fontsize=9,
-        )
-    threshold = _trigger_line(report)
-    if threshold is not None:
-        ax.axhline(threshold / 1000, color="#8C8C8C", linestyle=":", linewidth=1.2)
-        ax.text(
-            0.995,
-            threshold / 1000,
-            f"compaction threshold {threshold:,}",
-            transform=ax.get_yaxis_transform(),
-            ha="right",
-            va="top",
-            color="#6B6B6B",
-            fontsize=8.5,
-            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.5},
-            zorder=5,
-        )
-    for b in comps:
-        ax.vlines(b.index, b.after / 1000, b.before / 1000, color="#DD8452", linewidth=1.8)
-    ax.scatter(
-        [b.index for b in comps],
-        [b.before / 1000 for b in comps],
-        marker="v",
-        s=26,
-        color="#DD8452",
-        zorder=3,
-    )
-    starts = [b.index for b in report.boundaries if not b.mid_round]
-    for s in starts:
-        ax.axvline(s, color="#999999", linewidth=0.4, alpha=0.35, zorder=0)
-    strategy = next((str(b.meta.get("strategy")) for b in comps if b.meta.get("strategy")), "")
-    title = f"{report.compactor}" + (f" ({strategy})" if strategy else "")
-    ax.set_title(
-        f"Context size per boundary: {len(report.boundaries)} boundaries, "
-        f"{len(comps)} compactions, {title}",
-        fontsize=12,
-        loc="left",
-    )
-    ax.set_xlabel("boundary (turn starts and tool batches, in order; grey lines mark turns)")
-    ax.set_ylabel("tokens (thousands)")
-    ax.set_xlim(0, max(len(report.boundaries) - 1, 1))
-    ax.set_ylim(0, max([y for y in ys] + [(report.window or 0) / 1000]) * 1.12)
-    ax.grid(axis="y", alpha=0.3)
-    for side in ("top", "right") if not report.billed else ("top",):
-        ax.spines[side].set_visible(False)
-    handles = [
-        Line2D([], [], color="#4C72B0", linewidth=1.5, label="context (prompt + history)"),
-        Line2D([], [], color="#DD8452", marker="v", linewidth=1.8, label="compaction"),
-    ]
-    if report.window:
-        handles.append(Line2D([], [], color="#C44E52", linestyle="--", label="context window"))
-    cumulative = report.cumulative_cost
-    if cumulative:
-        # calls and boundaries pair one to one: each boundary precedes one model call
-        cost_ax = ax.twinx()
-        calls = list(range(len(cumulative)))
-        cost_ax.plot(calls, cumulative, color="#55A868", linewidth=1.6)
-        cost_ax.set_ylabel(
-            "cumulative input cost ($)" if report.input_price else "cumulative billed tokens"
-        )
-        cost_ax.set_ylim(0, max(cumulative[-1], 1e-9) * 1.12)
-        cost_ax.spines["top"].set_visible(False)
-        handles.append(
-            Line2D(
-                [],
-                [],
-                color="#55A868",
-                linewidth=1.6,
-                label=f"cumulative cost ({_money(report, report.cost)})",
-            )
-        )
+    context = _plot_context(ax, report)
+    _plot_levels(ax, report)
+    _plot_compactions(ax, report)
+    _label_axes(ax, report, context)
+    handles = _legend_handles(report)
+    cost = _plot_cost(ax, report)
+    if cost is not None:
+        handles.append(cost)
     ax.legend(handles=handles, loc="upper left", frameon=False, fontsize=9, ncol=4)
     history = report.final_tokens + report.tokens_removed
     ax.text(
@@ -328,6 +260,136 @@ def plot_report(report: DemoReport, path: str | Path) -> Path:
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def _plot_context(ax: Axes, report: DemoReport) -> list[float]:
+    """The context before and after each boundary, a saw-tooth; returns its heights
+    (thousands of tokens)."""
+    indexes: list[float] = []
+    context: list[float] = []
+    for boundary in report.boundaries:
+        indexes += [boundary.index, boundary.index]
+        context += [boundary.before / 1000, boundary.after / 1000]
+    ax.fill_between(indexes, context, color="#4C72B0", alpha=0.12, linewidth=0)
+    ax.plot(indexes, context, color="#4C72B0", linewidth=1.3, label="context sent to the model")
+    return context
+
+
+def _plot_levels(ax: Axes, report: DemoReport) -> None:
+    """The window and the compaction threshold, as labelled horizontal lines."""
+    if report.window:
+        ax.axhline(report.window / 1000, color="#C44E52", linestyle="--", linewidth=1.4)
+        _label_level(
+            ax, report.window, f"window {report.window:,}", va="bottom", color="#C44E52", fontsize=9
+        )
+    threshold = _trigger_line(report)
+    if threshold is not None:
+        ax.axhline(threshold / 1000, color="#8C8C8C", linestyle=":", linewidth=1.2)
+        _label_level(
+            ax,
+            threshold,
+            f"compaction threshold {threshold:,}",
+            va="top",
+            color="#6B6B6B",
+            fontsize=8.5,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 1.5},
+            zorder=5,
+        )
+
+
+def _label_level(ax: Axes, tokens: int, text: str, **style: Any) -> None:
+    """``text`` at the right end of the horizontal line at ``tokens``."""
+    ax.text(0.995, tokens / 1000, text, transform=ax.get_yaxis_transform(), ha="right", **style)
+
+
+def _plot_compactions(ax: Axes, report: DemoReport) -> None:
+    """Each compaction as a drop from before to after; each turn start as a grey line."""
+    compactions = report.compactions
+    for boundary in compactions:
+        ax.vlines(
+            boundary.index,
+            boundary.after / 1000,
+            boundary.before / 1000,
+            color="#DD8452",
+            linewidth=1.8,
+        )
+    ax.scatter(
+        [boundary.index for boundary in compactions],
+        [boundary.before / 1000 for boundary in compactions],
+        marker="v",
+        s=26,
+        color="#DD8452",
+        zorder=3,
+    )
+    for boundary in report.boundaries:
+        if not boundary.mid_round:
+            ax.axvline(boundary.index, color="#999999", linewidth=0.4, alpha=0.35, zorder=0)
+
+
+def _label_axes(ax: Axes, report: DemoReport, context: list[float]) -> None:
+    """The title, the axes' labels and limits, the grid and the frame."""
+    compactions = report.compactions
+    strategy = next(
+        (
+            str(boundary.meta.get("strategy"))
+            for boundary in compactions
+            if boundary.meta.get("strategy")
+        ),
+        "",
+    )
+    title = f"{report.compactor}" + (f" ({strategy})" if strategy else "")
+    ax.set_title(
+        f"Context size per boundary: {len(report.boundaries)} boundaries, "
+        f"{len(compactions)} compactions, {title}",
+        fontsize=12,
+        loc="left",
+    )
+    ax.set_xlabel("boundary (turn starts and tool batches, in order; grey lines mark turns)")
+    ax.set_ylabel("tokens (thousands)")
+    ax.set_xlim(0, max(len(report.boundaries) - 1, 1))
+    ax.set_ylim(0, max([*context, (report.window or 0) / 1000]) * 1.12)
+    ax.grid(axis="y", alpha=0.3)
+    for side in ("top", "right") if not report.billed else ("top",):
+        ax.spines[side].set_visible(False)
+
+
+def _legend_handles(report: DemoReport) -> list[Line2D]:
+    """The legend's entries for the context, the compactions and the window."""
+    from matplotlib.lines import Line2D
+
+    handles = [
+        Line2D([], [], color="#4C72B0", linewidth=1.5, label="context (prompt + history)"),
+        Line2D([], [], color="#DD8452", marker="v", linewidth=1.8, label="compaction"),
+    ]
+    if report.window:
+        handles.append(Line2D([], [], color="#C44E52", linestyle="--", label="context window"))
+    return handles
+
+
+def _plot_cost(ax: Axes, report: DemoReport) -> Line2D | None:
+    """The cumulative input cost on a second axis, when the replay billed its calls;
+    returns its legend entry."""
+    from matplotlib.lines import Line2D
+
+    cumulative = report.cumulative_cost
+    if not cumulative:
+        return None
+    # calls and boundaries pair one to one: each boundary precedes one model call
+    cost_ax = ax.twinx()
+    calls = list(range(len(cumulative)))
+    cost_ax.plot(calls, cumulative, color="#55A868", linewidth=1.6)
+    cost_ax.set_ylabel(
+        "cumulative input cost ($)" if report.input_price else "cumulative billed tokens"
+    )
+    cost_ax.set_ylim(0, max(cumulative[-1], 1e-9) * 1.12)
+    cost_ax.spines["top"].set_visible(False)
+    return Line2D(
+        [],
+        [],
+        color="#55A868",
+        linewidth=1.6,
+        label=f"cumulative cost ({_money(report, report.cost)})",
+    )
 
 
 def _trigger_line(report: DemoReport) -> int | None:
