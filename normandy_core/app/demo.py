@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from normandy_core.clients.scripted import ScriptedRequest
+    from normandy_core.contract.config import AgentConfig
+    from normandy_core.conversation.cost import CacheRates
     from normandy_core.conversation.entries import ToolResultBlock
     from normandy_core.turn import Tool
 
@@ -260,10 +263,10 @@ class _Replay:
             was, now = meta.get("tokens_before"), meta.get("tokens_after")
             removed = was - now if isinstance(was, int) and isinstance(now, int) else 0
             before = after + max(removed, 0)
-            b = Boundary(len(report.boundaries), self.turn, mid_round, before, after, meta)
-            report.boundaries.append(b)
+            boundary = Boundary(len(report.boundaries), self.turn, mid_round, before, after, meta)
+            report.boundaries.append(boundary)
             report.batches += int(mid_round)
-            self.progress(b)
+            self.progress(boundary)
         self.last = time.perf_counter()
 
 
@@ -271,15 +274,26 @@ class _Biller:
     """Bills each request against the one before it (:mod:`normandy_core.conversation.cost`'s
     model)."""
 
-    def __init__(self, counter: Any, prompt: int, report: DemoReport) -> None:
-        from normandy_core.conversation.cost import DEFAULT_RATES
-
+    def __init__(self, counter: Any, prompt: int, report: DemoReport, rates: CacheRates) -> None:
         self.counter = counter
         self.prompt = prompt
         self.report = report
-        self.rates = DEFAULT_RATES
+        self.rates = rates
         self.previous: tuple[Any, ...] = ()
         self.sizes: dict[int, tuple[Any, int]] = {}
+
+    @classmethod
+    def for_config(cls, acc: AgentConfig, report: DemoReport) -> _Biller:
+        """A biller at the catalog's prices for ``acc.model``; notes them in ``report``."""
+        from normandy_core.conversation.catalog import catalog_prices
+        from normandy_core.conversation.cost import rates_for
+
+        model = acc.model
+        prices = catalog_prices(acc.catalog, model)
+        report.input_price = None if prices is None else prices.input
+        rates = rates_for(acc.catalog, model)
+        report.cache_read, report.cache_write = rates.read, rates.write
+        return cls(acc.prepared.counter_for(model, None), acc.prompt_tokens, report, rates)
 
     def size(self, entry: Any) -> int:
         hit = self.sizes.get(id(entry))
@@ -324,10 +338,8 @@ def replay(
     ``survival`` sets the survival rules (``None``: the defaults). ``on_call(index,
     messages)`` sees the entries each model call was sent, in order.
     """
-    from normandy_core.clients.scripted import ScriptedClient
     from normandy_core.contract.config import AgentConfig
     from normandy_core.contract.preparation import pin_if_needed
-    from normandy_core.turn import run_turn
 
     options = dict(opts or {})
     if "context_window" not in options:
@@ -350,39 +362,48 @@ def replay(
         window=acc.resolve_window(),
         prompt_tokens=acc.prompt_tokens,
     )
-    names = {str(t["name"]) for t in session.tools}
 
-    def progress(b: Boundary) -> None:
+    def progress(boundary: Boundary) -> None:
         if on_boundary is not None:
-            on_boundary(b, report.batches, total_batches)
+            on_boundary(boundary, report.batches, total_batches)
 
-    from normandy_core.conversation.catalog import catalog_prices
-    from normandy_core.conversation.cost import rates_for
-
-    prices = catalog_prices(acc.catalog, model)
-    report.input_price = None if prices is None else prices.input
-    bill = _Biller(acc.prepared.counter_for(model, None), acc.prompt_tokens, report)
-    bill.rates = rates_for(acc.catalog, model)
-    report.cache_read, report.cache_write = bill.rates.read, bill.rates.write
+    bill = _Biller.for_config(acc, report)
+    tool_names = {str(t["name"]) for t in session.tools}
     started = time.perf_counter()
-    for n, turn in enumerate(chosen, 1):
-        rec = _Replay(n, turn.outputs, report, progress)
-        client = ScriptedClient.from_records(turn.replies, model=model)
-        result = run_turn(
-            acc,
-            turn.user,
-            client=client,
-            tools={name: rec.tool(name) for name in names},
-            turn_id=turn.turn_id,
-            thinking=2048,
-            on_event=rec.on_event,
-        )
-        acc = result.acc
-        report.turns += 1
-        for request in client.requests:
+    for number, turn in enumerate(chosen, 1):
+        acc, requests = _replay_turn(acc, number, turn, tool_names, report, progress)
+        for request in requests:
             if on_call is not None:
                 on_call(len(report.billed), request.messages)
             bill.call(request.messages)
     report.total_seconds = time.perf_counter() - started
     report.final_tokens = report.boundaries[-1].after if report.boundaries else 0
     return report
+
+
+def _replay_turn(
+    acc: AgentConfig,
+    number: int,
+    turn: DemoTurn,
+    tool_names: set[str],
+    report: DemoReport,
+    progress: Callable[[Boundary], None],
+) -> tuple[AgentConfig, list[ScriptedRequest]]:
+    """Run the recorded ``turn`` (the ``number``-th) through ``run_turn``; returns the
+    config after it and the requests its model calls were sent, in order."""
+    from normandy_core.clients.scripted import ScriptedClient
+    from normandy_core.turn import run_turn
+
+    recording = _Replay(number, turn.outputs, report, progress)
+    client = ScriptedClient.from_records(turn.replies, model=acc.model)
+    result = run_turn(
+        acc,
+        turn.user,
+        client=client,
+        tools={name: recording.tool(name) for name in tool_names},
+        turn_id=turn.turn_id,
+        thinking=2048,
+        on_event=recording.on_event,
+    )
+    report.turns += 1
+    return result.acc, client.requests
