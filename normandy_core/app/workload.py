@@ -166,6 +166,19 @@ def _output(rng: random.Random, name: str, spec: SessionSpec) -> str:
     return _prose(rng, size)
 
 
+class _EntryIds:
+    """The ids of a session's entries, in order: ``e{seed}-{n:07d}``, ``n`` from 1."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.issued = 0
+
+    def new(self) -> str:
+        """The next entry's id."""
+        self.issued += 1
+        return f"e{self.seed}-{self.issued:07d}"
+
+
 def generate_session(
     seed: int = 0,
     messages: int = 1_000,
@@ -180,63 +193,68 @@ def generate_session(
     """
     spec = spec or SessionSpec(messages=messages)
     rng = random.Random(seed)
+    ids = _EntryIds(seed)
     mem = AgentMemory()
-    counter = 0
-
-    def eid() -> str:
-        nonlocal counter
-        counter += 1
-        return f"e{seed}-{counter:07d}"
-
-    mem.add_message("system", SYSTEM_PROMPT, id=eid(), turn_id="t0000")
+    mem.add_message("system", SYSTEM_PROMPT, id=ids.new(), turn_id="t0000")
     turn = 0
     while len(mem) < spec.messages:
         turn += 1
-        tid = f"t{turn:04d}"
-        mod = rng.choice(_MODULES)
-        mem.add_message(
-            "user",
-            f"In the {mod} module, {rng.choice(_PROSE).lower().strip()}. Please investigate "
-            "and fix it, then run the tests.",
-            id=eid(),
-            turn_id=tid,
-        )
-        for r in range(rng.randint(*spec.rounds_per_turn)):
-            blocks: list[Block] = []
-            if spec.thinking:
-                blocks.append(
-                    ThinkingBlock(
-                        thinking=_prose(rng, rng.randint(120, 600)), signature=f"sig-{tid}-{r}"
-                    )
-                )
-            if rng.random() < 0.4:
-                blocks.append(TextBlock(text=_prose(rng, rng.randint(60, 240))))
-            uses: list[ToolUseBlock] = []
-            for _ in range(rng.randint(1, spec.max_parallel)):
-                name, args = _tool_call(rng)
-                uses.append(
-                    ToolUseBlock(
-                        id=f"toolu_{seed}_{counter:07d}_{len(uses)}", name=name, input=args
-                    )
-                )
-            blocks.extend(uses)
-            mem.add_message("assistant", tuple(blocks), id=eid(), turn_id=tid)
-            results = tuple(
-                ToolResultBlock(
-                    tool_use_id=u.id,
-                    content=_output(rng, u.name, spec),
-                    is_error=rng.random() < 0.05,
-                )
-                for u in uses
-            )
-            mem.add_message("user", results, id=eid(), turn_id=tid)
+        turn_id = f"t{turn:04d}"
+        mem.add_message("user", _task(rng), id=ids.new(), turn_id=turn_id)
+        for round_index in range(rng.randint(*spec.rounds_per_turn)):
+            _add_tool_round(mem, rng, spec, ids, f"sig-{turn_id}-{round_index}", turn_id)
             if len(mem) >= spec.messages:
                 if end_mid_round:
                     return mem
                 break
         final: list[Block] = []
         if spec.thinking:
-            final.append(ThinkingBlock(thinking=_prose(rng, 300), signature=f"sig-{tid}-final"))
+            final.append(ThinkingBlock(thinking=_prose(rng, 300), signature=f"sig-{turn_id}-final"))
         final.append(TextBlock(text=_prose(rng, rng.randint(200, 800))))
-        mem.add_message("assistant", tuple(final), id=eid(), turn_id=tid)
+        mem.add_message("assistant", tuple(final), id=ids.new(), turn_id=turn_id)
     return mem
+
+
+def _task(rng: random.Random) -> str:
+    """A user's request that opens a turn."""
+    module = rng.choice(_MODULES)
+    return (
+        f"In the {module} module, {rng.choice(_PROSE).lower().strip()}. Please investigate "
+        "and fix it, then run the tests."
+    )
+
+
+def _add_tool_round(
+    mem: AgentMemory,
+    rng: random.Random,
+    spec: SessionSpec,
+    ids: _EntryIds,
+    signature: str,
+    turn_id: str,
+) -> None:
+    """Add one round: an assistant message (thinking signed ``signature``, maybe text,
+    one to ``spec.max_parallel`` tool calls) and the user message of their results."""
+    blocks: list[Block] = []
+    if spec.thinking:
+        blocks.append(
+            ThinkingBlock(thinking=_prose(rng, rng.randint(120, 600)), signature=signature)
+        )
+    if rng.random() < 0.4:
+        blocks.append(TextBlock(text=_prose(rng, rng.randint(60, 240))))
+    uses: list[ToolUseBlock] = []
+    for _ in range(rng.randint(1, spec.max_parallel)):
+        name, args = _tool_call(rng)
+        # unique in the session: the entries issued so far place the round, len(uses) the call
+        use_id = f"toolu_{ids.seed}_{ids.issued:07d}_{len(uses)}"
+        uses.append(ToolUseBlock(id=use_id, name=name, input=args))
+    blocks.extend(uses)
+    mem.add_message("assistant", tuple(blocks), id=ids.new(), turn_id=turn_id)
+    results = tuple(
+        ToolResultBlock(
+            tool_use_id=use.id,
+            content=_output(rng, use.name, spec),
+            is_error=rng.random() < 0.05,
+        )
+        for use in uses
+    )
+    mem.add_message("user", results, id=ids.new(), turn_id=turn_id)
