@@ -404,15 +404,15 @@ def _given(data: Any, fmt: str) -> str:
             for e in data.get("entries") or []
             if isinstance(e, dict)
         }
-        n, node, seen = 0, data.get("head"), set()
+        count, node, seen = 0, data.get("head"), set()
         while node is not None and node in parents and node not in seen:
             seen.add(node)
-            n += 1
+            count += 1
             node = parents[node]
-        return f"{n:,} entr{'y' if n == 1 else 'ies'}"
+        return f"{count:,} entr{'y' if count == 1 else 'ies'}"
     items = data.get("messages") if isinstance(data, dict) else data
-    n = len(items) if isinstance(items, list) else 0
-    return f"{n:,} message{'' if n == 1 else 's'}"
+    count = len(items) if isinstance(items, list) else 0
+    return f"{count:,} message{'' if count == 1 else 's'}"
 
 
 def _meta_for_file(meta: dict[str, Any]) -> dict[str, Any]:

@@ -126,9 +126,12 @@ def _cost_text(report: DemoReport) -> str:
     )
 
 
-def _compaction_line(b: Boundary) -> str:
-    where = f"turn {b.turn:>2} " + ("after a tool batch" if b.mid_round else "at turn start   ")
-    meta = b.meta
+def _compaction_line(boundary: Boundary) -> str:
+    """The line ``normandy demo`` prints for a compaction."""
+    where = f"turn {boundary.turn:>2} " + (
+        "after a tool batch" if boundary.mid_round else "at turn start   "
+    )
+    meta = boundary.meta
     strategy = meta.get("strategy", "?")
     extra = ""
     if meta.get("shortened"):
@@ -136,7 +139,7 @@ def _compaction_line(b: Boundary) -> str:
     if "summary_id" in meta:
         extra += ", summary inserted"
     return (
-        f"  compaction {where}: {b.before:>7,} -> {b.after:>7,} tokens "
+        f"  compaction {where}: {boundary.before:>7,} -> {boundary.after:>7,} tokens "
         f"({strategy}, {int(meta.get('dropped_count', 0)):>3} entries dropped{extra})"
     )
 
@@ -157,12 +160,12 @@ def run_demo(args: argparse.Namespace, opts: dict[str, Any]) -> int:
     )
     bar = ProgressBar(batches, label="replaying", enabled=args.progress)
 
-    def on_boundary(b: Boundary, done: int, total: int) -> None:
-        if b.compacted and not args.quiet:
-            bar.write(_compaction_line(b))
-        elif "error" in b.meta:
-            bar.write(f"  compactor error at turn {b.turn}: {b.meta['error']}")
-        bar.update(done, f"context {b.after:,}")
+    def on_boundary(boundary: Boundary, done: int, total: int) -> None:
+        if boundary.compacted and not args.quiet:
+            bar.write(_compaction_line(boundary))
+        elif "error" in boundary.meta:
+            bar.write(f"  compactor error at turn {boundary.turn}: {boundary.meta['error']}")
+        bar.update(done, f"context {boundary.after:,}")
 
     report = replay(
         session,

@@ -98,19 +98,19 @@ def sparkline(values: Sequence[float], *, width: int = 72, top: float | None = N
     """
     if not values:
         return ""
-    n = len(values)
-    cols = min(width, n)
+    count = len(values)
+    cols = min(width, count)
     buckets = [
-        max(values[i * n // cols : max((i + 1) * n // cols, i * n // cols + 1)])
+        max(values[i * count // cols : max((i + 1) * count // cols, i * count // cols + 1)])
         for i in range(cols)
     ]
-    hi = top if top is not None else max(buckets)
-    if hi <= 0:
+    full = top if top is not None else max(buckets)
+    if full <= 0:
         return _BARS[0] * cols
     out = []
-    for v in buckets:
-        level = round(min(max(v, 0) / hi, 1.0) * (len(_BARS) - 1))
-        out.append(_BARS[max(level, 1 if v > 0 else 0)])
+    for value in buckets:
+        level = round(min(max(value, 0) / full, 1.0) * (len(_BARS) - 1))
+        out.append(_BARS[max(level, 1 if value > 0 else 0)])
     return "".join(out)
 
 

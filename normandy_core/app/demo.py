@@ -80,22 +80,22 @@ def load_session(path: str | Path | None = None) -> DemoSession:
         lines = fh.read().splitlines()
     turns: list[DemoTurn] = []
     header: dict[str, Any] | None = None
-    for n, line in enumerate(lines, 1):
+    for number, line in enumerate(lines, 1):
         try:
-            rec = json.loads(line)
+            record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{source}: line {n}: not valid JSON: {exc.msg}") from exc
+            raise ValueError(f"{source}: line {number}: not valid JSON: {exc.msg}") from exc
         if header is None:
-            if rec.get("format") != _FORMAT:
+            if record.get("format") != _FORMAT:
                 raise ValueError(f"{source}: line 1: not a demo session (format {_FORMAT!r})")
-            header = rec
+            header = record
             continue
         turns.append(
             DemoTurn(
-                turn_id=str(rec["turn_id"]),
-                user=str(rec["user"]),
-                replies=tuple({"content": r} for r in rec["replies"]),
-                outputs=tuple(rec["outputs"]),
+                turn_id=str(record["turn_id"]),
+                user=str(record["user"]),
+                replies=tuple({"content": reply} for reply in record["replies"]),
+                outputs=tuple(record["outputs"]),
             )
         )
     if header is None:
@@ -183,8 +183,8 @@ class DemoReport:
         scale = (self.input_price or 1e6) / 1e6
         out: list[float] = []
         total = 0.0
-        for b in self.billed:
-            total += b * scale
+        for tokens in self.billed:
+            total += tokens * scale
             out.append(total)
         return out
 
@@ -233,14 +233,14 @@ class _Replay:
         from normandy_core.conversation.entries import ToolResultBlock
 
         def call(**_input: Any) -> ToolResultBlock:
-            rec = next(self.outputs, None)
-            if rec is None:
+            record = next(self.outputs, None)
+            if record is None:
                 raise RuntimeError(f"the recording has no output left for a {name!r} call")
             self.last = time.perf_counter()
             return ToolResultBlock(
-                tool_use_id=str(rec["tool_use_id"]),
-                content=str(rec["content"]),
-                is_error=bool(rec.get("is_error", False)),
+                tool_use_id=str(record["tool_use_id"]),
+                content=str(record["content"]),
+                is_error=bool(record.get("is_error", False)),
             )
 
         return call

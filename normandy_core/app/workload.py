@@ -118,13 +118,13 @@ def _json(rng: random.Random, size: int) -> str:
 
 def _tests(rng: random.Random, size: int) -> str:
     out = ["============================= test session starts =============================="]
-    n = 0
+    number = 0
     while sum(len(x) + 1 for x in out) < size:
-        n += 1
+        number += 1
         mod, noun = rng.choice(_MODULES), rng.choice(_NOUNS)
         if rng.random() < 0.15:
             out += [
-                f"FAILED tests/test_{mod}.py::test_{noun}_{n} - AssertionError: "
+                f"FAILED tests/test_{mod}.py::test_{noun}_{number} - AssertionError: "
                 f"assert {rng.randint(100, 999)}.{rng.randint(10, 99)} == "
                 f"{rng.randint(100, 999)}.{rng.randint(10, 99)}",
                 "Traceback (most recent call last):",
@@ -132,7 +132,7 @@ def _tests(rng: random.Random, size: int) -> str:
                 "    total = round(amount * rate, 2)",
             ]
         else:
-            out.append(f"tests/test_{mod}.py::test_{noun}_{n} PASSED")
+            out.append(f"tests/test_{mod}.py::test_{noun}_{number} PASSED")
     return "\n".join(out)[:size]
 
 
