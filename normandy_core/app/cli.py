@@ -542,8 +542,12 @@ def _add_subcommands(parser: argparse.ArgumentParser, dest: str, help: str) -> S
     return parser.add_subparsers(dest=dest, metavar="COMMAND", parser_class=_Parser, help=help)
 
 
-def _add_compactor_args(parser: argparse.ArgumentParser, default_window: int | None) -> None:
-    """--compactor, --opt and --window; ``default_window`` is only shown in the help."""
+def _add_compactor_args(
+    parser: argparse.ArgumentParser, *, default_window: int | None, default_model: str | None
+) -> None:
+    """--compactor, --opt, --window, the survival rules and --model, which ``compact`` and
+    ``demo`` share; ``default_window`` is only shown in the help (``None``: the configured
+    one, as for ``default_model``)."""
     parser.add_argument(
         "--compactor",
         default=None,
@@ -582,6 +586,14 @@ def _add_compactor_args(parser: argparse.ArgumentParser, default_window: int | N
         "--summary-instructions",
         metavar="TEXT",
         help="instructions the model summarizer gets with every summary it writes",
+    )
+    parser.add_argument(
+        "--model",
+        metavar="M",
+        default=default_model,
+        help=f"default {default_model}"
+        if default_model
+        else "model id (token counter, catalog window); default: the configured one",
     )
 
 
@@ -644,12 +656,7 @@ def _add_compact_command(commands: Subcommands) -> None:
         default="auto",
         help="transcript format of INPUT (default: auto, detected from the messages)",
     )
-    _add_compactor_args(parser, None)
-    parser.add_argument(
-        "--model",
-        metavar="M",
-        help="model id (token counter, catalog window); default: the configured one",
-    )
+    _add_compactor_args(parser, default_window=None, default_model=None)
     parser.add_argument(
         "--mid-round", action="store_true", help="the last tool round is still open"
     )
@@ -681,8 +688,7 @@ def _add_demo_command(commands: Subcommands) -> None:
         help="replay a long bundled agent session through the turn loop",
         description="Replay the bundled tool-using session through run_turn and compact it.",
     )
-    _add_compactor_args(parser, DEMO_WINDOW)
-    parser.add_argument("--model", metavar="M", default=DEMO_MODEL, help=f"default {DEMO_MODEL}")
+    _add_compactor_args(parser, default_window=DEMO_WINDOW, default_model=DEMO_MODEL)
     parser.add_argument("--turns", type=_positive_int, metavar="N", help="replay only N turns")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG chart (needs the plot extra)")
     progress = parser.add_mutually_exclusive_group()
