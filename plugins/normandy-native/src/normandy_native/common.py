@@ -127,24 +127,26 @@ def plan(
     (OpenAI's ``/responses/compact``), so a plan that would send nothing else but earlier
     compactions is ``None`` too: compacting again would change nothing but cost a call,
     at every boundary after it."""
-    p = Plan(entries=list(entries))
+    planned = Plan(entries=list(entries))
     units = group_units(entries)
     if not units:
         return None
     keep = protected_ids(entries, rules)
     *older, newest = units
-    p.tail = list(range(*newest))
+    planned.tail = list(range(*newest))
     for start, end in older:
         unit = entries[start:end]
         if any(e.role == "system" for e in unit):
-            p.system.extend(range(start, end))
+            planned.system.extend(range(start, end))
         elif any(e.id in keep for e in unit):
-            p.kept.extend(range(start, end))
+            planned.kept.extend(range(start, end))
         else:
-            p.summarized.extend(range(start, end))
-    if all(_ours(entries[i]) or (returns_users and _plain_user(entries[i])) for i in p.summarized):
+            planned.summarized.extend(range(start, end))
+    if all(
+        _ours(entries[i]) or (returns_users and _plain_user(entries[i])) for i in planned.summarized
+    ):
         return None
-    return p
+    return planned
 
 
 def client_of(acc: AgentConfig, provider: str, example: str) -> Any:

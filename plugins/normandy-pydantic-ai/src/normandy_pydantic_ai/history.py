@@ -146,9 +146,9 @@ def _message_id(
     changed in place by Pydantic AI); ``fresh`` receives this read's."""
     digest = _digest(msg, known)
     fresh[id(msg)] = (msg, digest)
-    n = seen.get(digest, 0)
-    seen[digest] = n + 1
-    return digest if n == 0 else f"{digest}-{n}"
+    earlier = seen.get(digest, 0)
+    seen[digest] = earlier + 1
+    return digest if earlier == 0 else f"{digest}-{earlier}"
 
 
 def _user_text(part: UserPromptPart) -> Block:
@@ -222,10 +222,10 @@ class _Reader:
     def call_id(self, tool_call_id: str) -> str:
         """The internal id of a call: its own, numbered when an earlier call used it."""
         internal = tool_call_id
-        n = 1
+        number = 1
         while internal in self.used:
-            internal = f"{tool_call_id}#{n}"
-            n += 1
+            internal = f"{tool_call_id}#{number}"
+            number += 1
         self.used.add(internal)
         self.open_calls[tool_call_id] = internal
         return internal

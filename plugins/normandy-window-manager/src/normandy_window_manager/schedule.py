@@ -127,8 +127,8 @@ def cycle_rate(
     else:
         best = float(top)
     candidates = {1, top} | {min(max(int(best) + d, 1), top) for d in (0, 1)}
-    n = min(sorted(candidates), key=rate)
-    return rate(n), n
+    calls = min(sorted(candidates), key=rate)
+    return rate(calls), calls
 
 
 @dataclass(frozen=True)

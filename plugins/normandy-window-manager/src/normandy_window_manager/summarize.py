@@ -112,10 +112,11 @@ def check_summary(text: Any, budget: int, counter: TokenCounter) -> str:
         raise SummaryError("the summarizer returned an empty summary")
     if _ERRORISH.match(text):
         raise SummaryError(f"the summary looks like an error message: {text[:120]!r}")
-    n = counter.count_text(text)
-    if n > budget:
+    tokens = counter.count_text(text)
+    if tokens > budget:
         raise SummaryError(
-            f"the summary has {n:,} tokens, over summary_max_tokens or the room left ({budget:,})"
+            f"the summary has {tokens:,} tokens, over summary_max_tokens or the room left "
+            f"({budget:,})"
         )
     return text
 
