@@ -213,12 +213,7 @@ def cut_to_target(
     goal = int(opts.target * usable) - ctx.prompt_tokens
     limit = usable - ctx.prompt_tokens
     recall = _recall_note(acc)
-    marker = Entry(
-        id=new_id(),
-        role="user",
-        content=MARKER_TEXT if recall is None else f"{MARKER_TEXT} {recall}",
-        metadata={MARKER_KEY: True},
-    )
+    marker = _marker(recall)
     reserve = opts.summary_max_tokens if opts.strategy == "summarize" else None
     cut = _UnitCut(branch, reserve, counter.count_entry(marker), recall is not None)
     if opts.strategy == "sliding_window":
@@ -233,7 +228,12 @@ def cut_to_target(
             room = _summary_room(counter, total, goal, limit)
             plan.inserted = _summary(acc, ctx, opts, counter, branch.entries, dropped, room)
         except _NoRoomForSummary as exc:
-            return _fallback(acc, ctx, opts, counter, before, usable, exc.reason)
+            # no room for a summary: the plan of oldest_first, said in meta
+            plain = opts.model_copy(update={"strategy": "oldest_first"})
+            new_acc, meta = cut_to_target(acc, ctx, plain, counter, before, usable)
+            if meta.get("compacted") or "error" in meta:
+                meta.update(strategy=opts.strategy, summary_fallback=exc.reason)
+            return new_acc, meta
         except SummaryError as exc:
             return acc, {"compacted": False, "error": f"window_manager summarize: {exc}"}
         plan.insert_at = dropped[0]
@@ -256,6 +256,12 @@ def cut_to_target(
     if nothing_to_do and not any(e.has_thinking for e in branch.entries):
         return acc, {"compacted": False}
     return _commit(acc, ctx, opts, counter, plan, before, goal)
+
+
+def _marker(recall: str | None) -> Entry:
+    """The note put where history was cut (followed by the recall tool's note when on)."""
+    text = MARKER_TEXT if recall is None else f"{MARKER_TEXT} {recall}"
+    return Entry(id=new_id(), role="user", content=text, metadata={MARKER_KEY: True})
 
 
 def _place_marker(plan: _Plan, cut: _UnitCut, marker: Entry, at: int) -> int:
@@ -325,24 +331,6 @@ def _summary(
         content=summary + note,
         metadata={SUMMARY_KEY: True, "summarized_ids": [entries[i].id for i in dropped]},
     )
-
-
-def _fallback(
-    acc: AgentConfig,
-    ctx: CompactionContext,
-    opts: WindowManagerOptions,
-    counter: CalibratedCounter,
-    before: int,
-    usable: int,
-    reason: str,
-) -> tuple[AgentConfig, dict[str, Any]]:
-    """``summarize`` without room for a summary: the plan of ``oldest_first``, said in meta."""
-    plain = opts.model_copy(update={"strategy": "oldest_first"})
-    new_acc, meta = cut_to_target(acc, ctx, plain, counter, before, usable)
-    if meta.get("compacted") or "error" in meta:
-        meta["strategy"] = opts.strategy
-        meta["summary_fallback"] = reason
-    return new_acc, meta
 
 
 def _recall_note(acc: AgentConfig) -> str | None:
