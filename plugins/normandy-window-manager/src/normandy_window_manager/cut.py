@@ -178,10 +178,10 @@ class _UnitCut:
                 return
             self.drop_unit(unit)
 
-    def dropped(self) -> list[int]:
-        """The dropped indices. Dropping only an earlier marker or summary would put a new
-        one in its place, churn rather than compaction: those are kept again (and none
-        is dropped)."""
+    def settle(self) -> list[int]:
+        """End the dropping: the dropped indices. Dropping only an earlier marker or
+        summary would put a new one in its place, churn rather than compaction: those are
+        kept again, and none is dropped."""
         indices = [i for i, kept in enumerate(self.keep) if not kept]
         if indices and all(_made_here(self.branch.entries[i]) for i in indices):
             for i in indices:
@@ -221,7 +221,7 @@ def cut_to_target(
     cut.drop_oldest_until(goal)
     cut.drop_leading_results()
     plan = _Plan(entries=list(branch.entries), keep=cut.keep)
-    dropped = cut.dropped()
+    dropped = cut.settle()
     total = cut.total
     if opts.strategy == "summarize" and dropped:
         try:
