@@ -225,7 +225,7 @@ def test_pipeline_gives_its_cost_schedule_to_the_steps_that_have_one():
             ],
         },
     )
-    steps = acc.prepared.options._prepared
+    steps = acc.prepared.options.prepared_steps
     assert steps[0].options.schedule == "cost"
     assert steps[1].options.schedule == "threshold"  # a step's own choice wins
     assert steps[2].raw == {}

@@ -443,7 +443,7 @@ def test_the_documented_anthropic_minimum_is_accepted_and_capped_by_the_window()
 def test_the_fallback_gets_the_configs_survival_rules() -> None:
     rules = SurvivalRules(keep_tools=("search",), summary_instructions="Keep every path.")
     acc = config("anthropic", None, survival=rules)
-    assert acc.prepared.options._fallback.rules is rules
+    assert acc.prepared.options.prepared_fallback.rules is rules
     # a fallback that writes no summary refuses the instructions, naming itself
     with pytest.raises(OptionsError, match=r"anthropic_native fallback.*summary_instructions"):
         config(

@@ -14,6 +14,7 @@ results share one entry, its siblings there are not cleared either). The calls o
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -89,33 +90,79 @@ def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: ClearToolResultsOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """Clear old tool results when the conversation is over a trigger; see the module docs."""
-    o = opts
     counter = ctx.counter
     memory = acc.memory
     before = counter.memory_tokens(memory)
-    trigger_tokens = o.effective_trigger_tokens
+    trigger_tokens = opts.effective_trigger_tokens
     over_tokens = trigger_tokens is not None and before + acc.prompt_tokens > trigger_tokens
-    if not over_tokens and o.trigger_tool_uses is None:
+    if not over_tokens and opts.trigger_tool_uses is None:
         return acc, {"compacted": False}
     entries = memory.entries()
     uses, already = _scan(entries)
-    excluded = set(o.exclude_tools) | set(ctx.rules.keep_tools)
+    excluded = set(opts.exclude_tools) | set(ctx.rules.keep_tools)
     intact = [u for u in uses if u.name not in excluded and u.id not in already]
-    over_uses = o.trigger_tool_uses is not None and len(intact) > o.trigger_tool_uses
+    over_uses = opts.trigger_tool_uses is not None and len(intact) > opts.trigger_tool_uses
     if not (over_tokens or over_uses):
         return acc, {"compacted": False}
 
-    protected = {u.id for u in uses[max(len(uses) - o.keep, 0) :]} if o.keep else set()
+    text = _placeholder(acc, opts)
+    to_clear = _worth_clearing(entries, uses, intact, ctx, opts, text)
+    if not to_clear:
+        return acc, {"compacted": False}
+    new_entries = [_cleared(e, to_clear, opts, text) for e in entries]
+    changed = [(e, new) for e, new in zip(entries, new_entries, strict=True) if new is not e]
+    cleared_tokens = sum(
+        counter.entry_tokens(memory, old) - counter.count_entry(new) for old, new in changed
+    )
+    if cleared_tokens < max(opts.clear_at_least, 1):
+        return acc, {"compacted": False}
+
+    new_memory = memory.derive([e.without_thinking() for e in new_entries])
+    after = counter.memory_tokens(new_memory)
+    weighed: dict[str, Any] = {}
+    if opts.schedule == "cost":
+        weighed = _weigh(acc, ctx, opts, entries, new_entries, before, after)
+        if weighed["cost_decision"] == "waits":
+            return acc, {"compacted": False, **weighed}
+    # tokens_before, tokens_after and tokens_removed are computed by the boundary.
+    meta: dict[str, Any] = {
+        "compacted": True,
+        "strategy": NAME,
+        "tokens_cleared": cleared_tokens,
+        "cleared": [u.id for u in uses if u.id in to_clear],
+        "trigger": "tokens" if over_tokens else "tool_uses",
+        "counter": counter.name,
+        "dropped": [old for old, _new in changed],
+        **weighed,
+    }
+    log.debug(
+        "clear_tool_results: %d tool uses cleared, %d -> %d tokens",
+        len(to_clear),
+        before,
+        after,
+    )
+    return acc.with_memory(new_memory), meta
+
+
+def _worth_clearing(
+    entries: list[Entry],
+    uses: list[_Use],
+    intact: list[_Use],
+    ctx: CompactionContext,
+    opts: ClearToolResultsOptions,
+    text: str,
+) -> set[str]:
+    """The ids of the ``intact`` tool uses to clear: not among the ``keep`` newest nor in
+    the round the model has not answered yet, in no entry a survival rule keeps, and
+    larger than the placeholder ``text`` (and the empty input, with
+    ``clear_tool_inputs``)."""
+    counter = ctx.counter
+    protected = {u.id for u in uses[max(len(uses) - opts.keep, 0) :]} if opts.keep else set()
     # A result the model has not answered yet (the newest round) is never cleared.
     last_assistant = max((i for i, e in enumerate(entries) if e.role == "assistant"), default=-1)
-    for u in uses:
-        if u.use_index == last_assistant:
-            protected.add(u.id)
-
+    protected.update(u.id for u in uses if u.use_index == last_assistant)
     kept = ctx.rules.protected(entries)
-    text = _placeholder(acc, o)
-    placeholder = ToolResultBlock(tool_use_id="_", content=text)
-    placeholder_cost = _block_tokens(placeholder, counter)
+    placeholder_cost = _block_tokens(ToolResultBlock(tool_use_id="_", content=text), counter)
     empty_input_cost = _block_tokens(ToolUseBlock(id="_", name="_", input={}), counter)
     results: dict[str, ToolResultBlock] = {}
     for e in entries:
@@ -130,73 +177,34 @@ def maybe_compact(
             continue
         old = _block_tokens(results[u.id], counter)
         new = placeholder_cost
-        if o.clear_tool_inputs:
+        if opts.clear_tool_inputs:
             use_block = next(b for b in entries[u.use_index].tool_uses if b.id == u.id)
             old += _block_tokens(use_block, counter)
             new += empty_input_cost
         if old > new:
             to_clear.add(u.id)
-    if not to_clear:
-        return acc, {"compacted": False}
-
-    new_entries: list[Entry] = []
-    dropped: list[Entry] = []
-    cleared_tokens = 0
-    for e in entries:
-        ne = _cleared(e, to_clear, o, text)
-        if ne is not e:
-            dropped.append(e)
-            cleared_tokens += counter.entry_tokens(memory, e) - counter.count_entry(ne)
-        new_entries.append(ne)
-    if cleared_tokens < max(o.clear_at_least, 1):
-        return acc, {"compacted": False}
-
-    new_memory = memory.derive([e.without_thinking() for e in new_entries])
-    after = counter.memory_tokens(new_memory)
-    weighed: dict[str, Any] = {}
-    if o.schedule == "cost":
-        weighed = _weigh(acc, ctx, o, entries, new_entries, before, after)
-        if weighed["cost_decision"] == "waits":
-            return acc, {"compacted": False, **weighed}
-    # tokens_before, tokens_after and tokens_removed are computed by the boundary.
-    meta: dict[str, Any] = {
-        "compacted": True,
-        "strategy": NAME,
-        "tokens_cleared": cleared_tokens,
-        "cleared": [u.id for u in uses if u.id in to_clear],
-        "trigger": "tokens" if over_tokens else "tool_uses",
-        "counter": counter.name,
-        "dropped": dropped,
-        **weighed,
-    }
-    log.debug(
-        "clear_tool_results: %d tool uses cleared, %d -> %d tokens",
-        len(to_clear),
-        before,
-        after,
-    )
-    return acc.with_memory(new_memory), meta
+    return to_clear
 
 
-def _placeholder(acc: AgentConfig, o: ClearToolResultsOptions) -> str:
+def _placeholder(acc: AgentConfig, opts: ClearToolResultsOptions) -> str:
     """The text a cleared result becomes: the ``placeholder`` option when it was given;
     the default otherwise, naming the agent's ``recall`` tool when that is on."""
     settings = acc.recall_settings
-    if settings is None or "placeholder" in o.model_fields_set:
-        return o.placeholder
+    if settings is None or "placeholder" in opts.model_fields_set:
+        return opts.placeholder
     return RECALL_PLACEHOLDER.format(tool=settings.tool_name)
 
 
 def _weigh(
     acc: AgentConfig,
     ctx: CompactionContext,
-    o: ClearToolResultsOptions,
+    opts: ClearToolResultsOptions,
     old: list[Entry],
     new: list[Entry],
     before: int,
     after: int,
 ) -> dict[str, Any]:
-    """``schedule="cost"``: whether clearing now is cheaper over ``o.horizon`` calls than
+    """``schedule="cost"``: whether clearing now is cheaper over ``opts.horizon`` calls than
     waiting (:mod:`normandy_core.conversation.cost`'s model). ``ctx.window`` is ``None`` for this
     compactor (it sizes against no window), so waiting means not clearing within the
     horizon; with a window it would mean clearing like this when it would be passed."""
@@ -220,27 +228,18 @@ def _weigh(
     sent, size = before + prompt, after + prompt
     growth = growth_per_call(old, sizes)
     rates = rates_for(acc.catalog, ctx.model)
-    limit = None if ctx.window is None else ctx.window
-    now = horizon_cost(
-        sent=size,
-        cached=kept,
+    limit = ctx.window
+    cycle_cost = functools.partial(
+        horizon_cost,
         after_size=size,
         rewrite=size - kept,
         growth=growth,
         limit=limit,
-        calls=o.horizon,
+        calls=opts.horizon,
         rates=rates,
     )
-    wait = horizon_cost(
-        sent=sent,
-        cached=cached,
-        after_size=size,
-        rewrite=size - kept,
-        growth=growth,
-        limit=limit,
-        calls=o.horizon,
-        rates=rates,
-    )
+    now = cycle_cost(sent=size, cached=kept)
+    wait = cycle_cost(sent=sent, cached=cached)
     forced = limit is not None and sent > limit
     return {
         "schedule": "cost",
@@ -253,7 +252,7 @@ def _weigh(
     }
 
 
-def _cleared(entry: Entry, to_clear: set[str], o: ClearToolResultsOptions, text: str) -> Entry:
+def _cleared(entry: Entry, to_clear: set[str], opts: ClearToolResultsOptions, text: str) -> Entry:
     """``entry`` with the results (and maybe inputs) of ``to_clear`` replaced by ``text``;
     the same entry if none."""
     if isinstance(entry.content, str):
@@ -267,7 +266,7 @@ def _cleared(entry: Entry, to_clear: set[str], o: ClearToolResultsOptions, text:
             blocks[j] = b.model_copy(update={"content": text})
             hit.append(b.tool_use_id)
         elif (
-            o.clear_tool_inputs
+            opts.clear_tool_inputs
             and entry.role == "assistant"
             and isinstance(b, ToolUseBlock)
             and b.id in to_clear

@@ -39,17 +39,17 @@ EVENT = "normandy_compaction"
 
 def event_data(done: LangChainCompaction) -> dict[str, Any]:
     """The JSON-ready figures of a compaction, as the custom event carries them."""
-    r = done.result
+    result = done.result
     return {
-        "compactor": r._compactor,
-        "strategy": r.meta.get("strategy"),
-        "tokens_before": r.tokens_before,
-        "tokens_after": r.tokens_after,
-        "tokens_removed": r.tokens_removed,
-        "dropped": [e.id for e in r.dropped],
+        "compactor": result._compactor,
+        "strategy": result.meta.get("strategy"),
+        "tokens_before": result.tokens_before,
+        "tokens_after": result.tokens_after,
+        "tokens_removed": result.tokens_removed,
+        "dropped": [e.id for e in result.dropped],
         "removed_message_ids": [m.id for m in done.removed],
         "messages_after": len(done.messages),
-        "notes": [dict(n) for n in r.notes],
+        "notes": [dict(n) for n in result.notes],
     }
 
 

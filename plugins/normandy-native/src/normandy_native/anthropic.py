@@ -11,52 +11,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from normandy_core import Entry, OpaqueBlock, hookimpl
+from normandy_core import Entry
 from normandy_core.clients.base import ProviderCompaction
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 from normandy_native import ANTHROPIC_NATIVE
 from normandy_native.common import (
-    NATIVE_KEY,
     Cannot,
+    NativeCompactor,
     Plan,
     ask_provider,
-    check_reserve,
     client_of,
-    compact_with_provider,
     marker,
-    prepare_fallback,
 )
 from normandy_native.options import AnthropicNativeOptions
 
 if TYPE_CHECKING:
-    from normandy_core import AgentConfig, CompactionContext, SurvivalRules
+    from normandy_core import AgentConfig, CompactionContext
 
-__all__ = ["NAME", "maybe_compact", "needs_window", "options_model", "validate_opts"]
+__all__ = [
+    "NAME",
+    "AnthropicNative",
+    "maybe_compact",
+    "needs_window",
+    "options_model",
+    "validate_opts",
+]
 
 #: The name this compactor is registered under.
 NAME = ANTHROPIC_NATIVE
-
-
-@hookimpl
-def options_model() -> type[AnthropicNativeOptions]:
-    """The options are :class:`~normandy_native.options.AnthropicNativeOptions`."""
-    return AnthropicNativeOptions
-
-
-@hookimpl
-def needs_window(opts: AnthropicNativeOptions) -> bool:
-    """Sizes against the window: it caps the trigger and decides mid-round."""
-    return True
-
-
-@hookimpl
-def validate_opts(
-    opts: AnthropicNativeOptions, entry: str, window: int | None, rules: SurvivalRules
-) -> None:
-    """Refuse a window the reserve fills, and prepare the fallback with the same window
-    and survival rules."""
-    check_reserve(opts, window)
-    prepare_fallback(opts, NAME, entry, window, rules)
 
 
 def _client(acc: AgentConfig) -> Any:
@@ -84,50 +65,46 @@ def _tools(acc: AgentConfig, messages: list[Entry]) -> list[dict[str, Any]] | No
     return tools or None
 
 
-def _ask(
-    acc: AgentConfig, ctx: CompactionContext, opts: AnthropicNativeOptions, p: Plan
-) -> ProviderCompaction:
-    messages = p.sent()
-    return ask_provider(
-        _client(acc),
-        acc.system_prompt,
-        messages,
-        opts.timeout,
-        tools=_tools(acc, messages),
-        model=ctx.model,
-        instructions=opts.instructions or ctx.rules.summary_instructions,
-        max_tokens=opts.max_tokens,
-    )
+class AnthropicNative(NativeCompactor[AnthropicNativeOptions]):
+    """``anthropic_native``: Anthropic compacts, through the config's ``AnthropicClient``."""
+
+    name = NAME
+    provider = "anthropic"
+    wire_format = "anthropic"
+    options = AnthropicNativeOptions
+
+    def ask(
+        self,
+        acc: AgentConfig,
+        ctx: CompactionContext,
+        opts: AnthropicNativeOptions,
+        planned: Plan,
+    ) -> ProviderCompaction:
+        """The compaction of what ``planned`` sends, with the config's tools and the
+        summary instructions (the option's, else the survival rule's)."""
+        messages = planned.sent()
+        return ask_provider(
+            _client(acc),
+            acc.system_prompt,
+            messages,
+            opts.timeout,
+            tools=_tools(acc, messages),
+            model=ctx.model,
+            instructions=opts.instructions or ctx.rules.summary_instructions,
+            max_tokens=opts.max_tokens,
+        )
+
+    def rebuild(
+        self, planned: Plan, compaction: ProviderCompaction, turn: str
+    ) -> tuple[list[Entry], list[Entry]]:
+        """The user note and the pinned compaction block, in place of everything sent."""
+        sent = planned.sent()
+        return [marker(turn), self.compaction_entry(compaction, turn, sent)], sent
 
 
-def _rebuild(p: Plan, compaction: ProviderCompaction, turn: str) -> tuple[list[Entry], list[Entry]]:
-    sent = p.sent()
-    block = OpaqueBlock(format="anthropic", kind="compaction", data=dict(compaction.item))
-    entry = Entry(
-        id=f"cmp_{turn.split('-', 1)[-1]}",
-        turn_id=turn,
-        role="assistant",
-        content=(block,),
-        pinned=True,
-        metadata={
-            PROVIDER_COMPACTION: True,
-            NATIVE_KEY: {"provider": "anthropic", "replaced_ids": [e.id for e in sent]},
-        },
-    )
-    return [marker(turn), entry], sent
-
-
-@hookimpl
-def maybe_compact(
-    acc: AgentConfig, ctx: CompactionContext, opts: AnthropicNativeOptions
-) -> tuple[AgentConfig, dict[str, Any]]:
-    """Over the trigger, have Anthropic compact the conversation; see the module docs."""
-    return compact_with_provider(
-        acc,
-        ctx,
-        opts,
-        NAME,
-        "anthropic",
-        lambda p: _ask(acc, ctx, opts, p),
-        _rebuild,
-    )
+_COMPACTOR = AnthropicNative()
+# The entry point names this module: pluggy registers the hookimpls it finds here.
+options_model = _COMPACTOR.options_model
+needs_window = _COMPACTOR.needs_window
+validate_opts = _COMPACTOR.validate_opts
+maybe_compact = _COMPACTOR.maybe_compact

@@ -22,17 +22,17 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from normandy_core import (
     ContractViolation,
     Entry,
-    OptionsError,
+    OpaqueBlock,
     build_context,
     call_compactor,
     group_units,
+    hookimpl,
     new_id,
-    prepare,
 )
 from normandy_core.clients.base import ProviderCompaction, ProviderCompactionError
 from normandy_core.contract.eventloop import turn_loop
@@ -53,10 +53,10 @@ __all__ = [
     "call_provider",
     "ask_provider",
     "client_methods",
+    "NativeCompactor",
     "client_of",
     "compact_with_provider",
     "plan",
-    "prepare_fallback",
 ]
 
 log = logging.getLogger("normandy_native")
@@ -127,33 +127,26 @@ def plan(
     (OpenAI's ``/responses/compact``), so a plan that would send nothing else but earlier
     compactions is ``None`` too: compacting again would change nothing but cost a call,
     at every boundary after it."""
-    p = Plan(entries=list(entries))
+    planned = Plan(entries=list(entries))
     units = group_units(entries)
     if not units:
         return None
     keep = protected_ids(entries, rules)
     *older, newest = units
-    p.tail = list(range(*newest))
+    planned.tail = list(range(*newest))
     for start, end in older:
         unit = entries[start:end]
         if any(e.role == "system" for e in unit):
-            p.system.extend(range(start, end))
+            planned.system.extend(range(start, end))
         elif any(e.id in keep for e in unit):
-            p.kept.extend(range(start, end))
+            planned.kept.extend(range(start, end))
         else:
-            p.summarized.extend(range(start, end))
-    if all(_ours(entries[i]) or (returns_users and _plain_user(entries[i])) for i in p.summarized):
+            planned.summarized.extend(range(start, end))
+    if all(
+        _ours(entries[i]) or (returns_users and _plain_user(entries[i])) for i in planned.summarized
+    ):
         return None
-    return p
-
-
-def check_reserve(opts: NativeOptions, window: int | None) -> None:
-    """Refuse a window the reply's reserve fills (at config time)."""
-    if window is not None and window <= opts.reserved_tokens:
-        raise OptionsError(
-            f"option 'reserved_tokens': {opts.reserved_tokens:,} tokens reserved for the "
-            f"reply leave nothing of the {window:,}-token context window"
-        )
+    return planned
 
 
 def client_of(acc: AgentConfig, provider: str, example: str) -> Any:
@@ -194,26 +187,6 @@ def ask_provider(
     if not isinstance(result, ProviderCompaction):
         raise Cannot(f"the client's compact_conversation() returned {type(result).__name__}")
     return result
-
-
-def prepare_fallback(
-    opts: NativeOptions, name: str, entry: str, window: int | None, rules: SurvivalRules
-) -> None:
-    """Prepare the fallback where the config is made (its options, and the config's
-    survival rules, checked by it)."""
-    if opts.fallback is None:
-        return
-    if opts.fallback == name:
-        raise OptionsError(f"option 'fallback': {name!r} cannot be its own fallback")
-    where = f"{entry} {name} fallback ({opts.fallback!r})"
-    try:
-        opts._fallback = prepare(
-            opts.fallback, opts.fallback_options, entry=where, window=window, rules=rules
-        )
-    except OptionsError:
-        raise
-    except Exception as exc:
-        raise OptionsError(f"{where}: cannot use this compactor: {exc}") from exc
 
 
 def call_provider(
@@ -309,7 +282,7 @@ def run_fallback(
     """
     note = {"native": False, "fallback_reason": reason, "fallback_cause": kind}
     log.info("%s: the provider did not compact (%s); fallback %s", name, reason, opts.fallback)
-    prepared = opts._fallback
+    prepared = opts.prepared_fallback
     if prepared is None:
         text = f"{name}: the provider did not compact ({reason}) and no fallback is configured"
         return acc, {"compacted": False, "error": text, **note}
@@ -363,35 +336,26 @@ def compact_with_provider(
     if not fire:
         return acc, {"compacted": False}
     model = ctx.model or ""
-    known = opts._unsupported.get(model)
+    known = opts.unsupported_reason(model)
     if known is not None:
         return run_fallback(acc, ctx, opts, name, known, "unsupported")
-    p = plan(acc.memory.entries(), ctx.rules, returns_users=provider == "openai")
-    if p is None:
-        reason = (
-            "nothing before the newest message (but what the survival rules keep) is left "
-            "for the provider to summarize"
-        )
-        if opts._fallback is None and ctx.window is not None and total <= usable:
-            # Over the trigger but within the window, with nothing left to summarize: not
-            # a failure (the next compaction will have something to summarize).
-            return acc, {"compacted": False, "native": False, "skipped_because": reason}
-        return run_fallback(acc, ctx, opts, name, reason, "nothing_to_summarize")
+    planned = plan(acc.memory.entries(), ctx.rules, returns_users=provider == "openai")
+    if planned is None:
+        return _nothing_to_summarize(acc, ctx, opts, name, within=total <= usable)
     try:
-        compaction = ask(p)
+        compaction = ask(planned)
     except Cannot as exc:
         if exc.kind == "unsupported" and model:
-            opts._unsupported[model] = exc.reason
+            opts.remember_unsupported(model, exc.reason)
         return run_fallback(acc, ctx, opts, name, exc.reason, exc.kind)
     turn = f"compaction-{new_id()[:12]}"
-    replacing, dropped = rebuild(p, compaction, turn)
-    entries = p.entries
-    kept = [entries[i].without_thinking() for i in p.system]
+    replacing, dropped = rebuild(planned, compaction, turn)
+    entries = planned.entries
+    kept = [entries[i].without_thinking() for i in planned.system]
     kept += replacing
-    kept += [entries[i].without_thinking() for i in (*p.kept, *p.tail)]
-    memory = acc.memory.derive(kept)
+    kept += [entries[i].without_thinking() for i in (*planned.kept, *planned.tail)]
+    new_acc = acc.with_memory(acc.memory.derive(kept))
     compaction_entry = next(e for e in replacing if e.metadata.get(PROVIDER_COMPACTION))
-    after = ctx.counter.memory_tokens(memory) + ctx.prompt_tokens
     meta: dict[str, Any] = {
         "compacted": True,
         "strategy": name,
@@ -399,8 +363,8 @@ def compact_with_provider(
         "provider": provider,
         "dropped": dropped,
         "compaction_id": compaction_entry.id,
-        "summarized_ids": [entries[i].id for i in p.summarized],
-        "kept_by_rules": [entries[i].id for i in p.kept],
+        "summarized_ids": [entries[i].id for i in planned.summarized],
+        "kept_by_rules": [entries[i].id for i in planned.kept],
         "provider_usage": {
             "input_tokens": compaction.usage.input_tokens,
             "output_tokens": compaction.usage.output_tokens,
@@ -409,38 +373,157 @@ def compact_with_provider(
         "window": ctx.window,
         "trigger_tokens": opts.trigger_tokens,
     }
-    new_acc = acc.with_memory(memory)
+    after = ctx.counter.memory_tokens(new_acc.memory) + ctx.prompt_tokens
     if ctx.window is not None and after > usable:
-        # The newest unit (or what the rules keep) alone is over the window: let the fallback
-        # cut further, reporting the originals of what it removes as well.
-        why = "still over the usable window after the provider's compaction"
-        more_acc, more = run_fallback(new_acc, ctx, opts, name, why, "too_large")
-        if more.get("error") is not None or not more.get("compacted"):
-            # The compaction (pinned, like the provider's summary must stay) can leave no
-            # room where cutting the originals still fits: the fallback compacts those.
-            why = (
-                f"{after:,} tokens after the provider's compaction, and the fallback could "
-                "not fit that; its compaction is discarded"
-            )
-            alt_acc, alt = run_fallback(acc, ctx, opts, name, why, "too_large")
-            if alt.get("error") is None and alt.get("compacted"):
-                alt["provider_usage"] = meta["provider_usage"]
-                alt["provider_compaction_discarded"] = True
-                return alt_acc, alt
-            text = (
-                alt.get("error")
-                or more.get("error")
-                or (
-                    f"{name}: {after:,} tokens after the provider's compaction, over the "
-                    f"usable window of {usable:,}"
-                )
-            )
-            return acc, {"compacted": False, "error": text}
-        gone = {e.id for e in more["dropped"]} | {e.id for e in dropped}
+        return _cut_further(acc, new_acc, meta, ctx, opts, name, after, usable)
+    return new_acc, meta
+
+
+def _nothing_to_summarize(
+    acc: AgentConfig, ctx: CompactionContext, opts: NativeOptions, name: str, *, within: bool
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """Over the trigger with nothing left for the provider to summarize: the fallback's
+    compaction, or a skip when there is no fallback and the conversation is ``within``
+    the window (not a failure: the next compaction will have something to summarize)."""
+    reason = (
+        "nothing before the newest message (but what the survival rules keep) is left "
+        "for the provider to summarize"
+    )
+    if opts.prepared_fallback is None and ctx.window is not None and within:
+        return acc, {"compacted": False, "native": False, "skipped_because": reason}
+    return run_fallback(acc, ctx, opts, name, reason, "nothing_to_summarize")
+
+
+def _cut_further(
+    acc: AgentConfig,
+    compacted: AgentConfig,
+    meta: dict[str, Any],
+    ctx: CompactionContext,
+    opts: NativeOptions,
+    name: str,
+    after: int,
+    usable: int,
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """The provider's compaction of ``acc`` left ``compacted`` (``meta``) still over the
+    ``usable`` window, at ``after`` tokens: the newest unit (or what the rules keep) alone
+    is over it. The fallback cuts further, reporting the originals of what it removes as
+    well; when it cannot, it compacts the input instead (the compaction, pinned like the
+    provider's summary must stay, can leave no room where cutting the originals still
+    fits); when neither fits, the error."""
+    why = "still over the usable window after the provider's compaction"
+    more_acc, more = run_fallback(compacted, ctx, opts, name, why, "too_large")
+    if more.get("error") is None and more.get("compacted"):
+        gone = {e.id for e in more["dropped"]} | {e.id for e in meta["dropped"]}
         meta["dropped"] = [e for e in acc.memory.entries() if e.id in gone]
         meta["then"] = {k: v for k, v in more.items() if k != "dropped"}
-        new_acc = more_acc
-    return new_acc, meta
+        return more_acc, meta
+    why = (
+        f"{after:,} tokens after the provider's compaction, and the fallback could "
+        "not fit that; its compaction is discarded"
+    )
+    alt_acc, alt = run_fallback(acc, ctx, opts, name, why, "too_large")
+    if alt.get("error") is None and alt.get("compacted"):
+        alt["provider_usage"] = meta["provider_usage"]
+        alt["provider_compaction_discarded"] = True
+        return alt_acc, alt
+    text = (
+        alt.get("error")
+        or more.get("error")
+        or (
+            f"{name}: {after:,} tokens after the provider's compaction, over the "
+            f"usable window of {usable:,}"
+        )
+    )
+    return acc, {"compacted": False, "error": text}
+
+
+OptionsT = TypeVar("OptionsT", bound="NativeOptions")
+
+
+class NativeCompactor(Generic[OptionsT]):
+    """The hookimpls of a provider-native compactor, for ``anthropic_native`` and
+    ``openai_native`` alike. A subclass names the compactor (:attr:`name`), its
+    :attr:`provider` and :attr:`options`, and says how to ask the provider (:meth:`ask`)
+    and how its answer replaces the entries sent (:meth:`rebuild`)."""
+
+    #: The name the compactor is registered under.
+    name: ClassVar[str]
+    #: The provider that compacts (``anthropic``, ``openai``), as meta reports it.
+    provider: ClassVar[str]
+    #: The wire format of its compaction (``OpaqueBlock.format``).
+    wire_format: ClassVar[str]
+    #: The compactor's options model.
+    options: type[OptionsT]
+
+    @hookimpl
+    def options_model(self) -> type[OptionsT]:
+        """The options are the compactor's :attr:`options`."""
+        return self.options
+
+    @hookimpl
+    def needs_window(self, opts: OptionsT) -> bool:
+        """Sizes against the window: it caps the trigger and decides mid-round."""
+        return True
+
+    @hookimpl
+    def validate_opts(
+        self, opts: OptionsT, entry: str, window: int | None, rules: SurvivalRules
+    ) -> None:
+        """Refuse a window the reserve fills and survival rules the provider cannot
+        honour, and prepare the fallback with the same window and survival rules."""
+        opts.check_window(window)
+        self.check_rules(entry, rules)
+        opts.prepare_fallback(self.name, entry, window, rules)
+
+    def check_rules(self, entry: str, rules: SurvivalRules) -> None:
+        """Refuse survival rules the provider cannot honour (none unless overridden)."""
+
+    @hookimpl
+    def maybe_compact(
+        self, acc: AgentConfig, ctx: CompactionContext, opts: OptionsT
+    ) -> tuple[AgentConfig, dict[str, Any]]:
+        """Over the trigger, have the provider compact the conversation; see the module."""
+        return compact_with_provider(
+            acc,
+            ctx,
+            opts,
+            self.name,
+            self.provider,
+            lambda planned: self.ask(acc, ctx, opts, planned),
+            self.rebuild,
+        )
+
+    def ask(
+        self, acc: AgentConfig, ctx: CompactionContext, opts: OptionsT, planned: Plan
+    ) -> ProviderCompaction:
+        """The provider's compaction of what ``planned`` sends (:class:`Cannot` when it
+        cannot compact)."""
+        raise NotImplementedError
+
+    def rebuild(
+        self, planned: Plan, compaction: ProviderCompaction, turn: str
+    ) -> tuple[list[Entry], list[Entry]]:
+        """The entries (of turn ``turn``) that replace what ``planned`` sent, and the
+        originals they replace."""
+        raise NotImplementedError
+
+    def compaction_entry(
+        self, compaction: ProviderCompaction, turn: str, replaced: list[Entry]
+    ) -> Entry:
+        """The pinned assistant entry of ``turn`` holding the provider's compaction, in
+        place of the ``replaced`` entries."""
+        block = OpaqueBlock(format=self.wire_format, kind="compaction", data=dict(compaction.item))
+        return Entry(
+            id=f"cmp_{turn.split('-', 1)[-1]}",
+            turn_id=turn,
+            role="assistant",
+            content=(block,),
+            pinned=True,
+            metadata={
+                PROVIDER_COMPACTION: True,
+                NATIVE_KEY: {"provider": self.provider, "replaced_ids": [e.id for e in replaced]},
+            },
+        )
 
 
 def marker(turn: str) -> Entry:

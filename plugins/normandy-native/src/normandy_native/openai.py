@@ -15,59 +15,35 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from normandy_core import Content, Entry, OpaqueBlock, OptionsError, TextBlock, hookimpl, new_id
+from normandy_core import Content, Entry, OptionsError, TextBlock, new_id
 from normandy_core.clients.base import ProviderCompaction
 from normandy_core.conversation.survival import PROVIDER_REBUILT_KEY
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION, TranscriptError, read
+from normandy_core.transcripts.transcript import TranscriptError, read
 from normandy_native import OPENAI_NATIVE
 from normandy_native.common import (
-    NATIVE_KEY,
     Cannot,
+    NativeCompactor,
     Plan,
     ask_provider,
-    check_reserve,
     client_of,
-    compact_with_provider,
     marker,
-    prepare_fallback,
 )
 from normandy_native.options import OpenAINativeOptions
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext, SurvivalRules
 
-__all__ = ["NAME", "maybe_compact", "needs_window", "options_model", "validate_opts"]
+__all__ = [
+    "NAME",
+    "OpenAINative",
+    "maybe_compact",
+    "needs_window",
+    "options_model",
+    "validate_opts",
+]
 
 #: The name this compactor is registered under.
 NAME = OPENAI_NATIVE
-
-
-@hookimpl
-def options_model() -> type[OpenAINativeOptions]:
-    """The options are :class:`~normandy_native.options.OpenAINativeOptions`."""
-    return OpenAINativeOptions
-
-
-@hookimpl
-def needs_window(opts: OpenAINativeOptions) -> bool:
-    """Sizes against the window: it caps the trigger and decides mid-round."""
-    return True
-
-
-@hookimpl
-def validate_opts(
-    opts: OpenAINativeOptions, entry: str, window: int | None, rules: SurvivalRules
-) -> None:
-    """Refuse a window the reserve fills and ``summary_instructions`` (the provider takes
-    none), and prepare the fallback with the same window and survival rules."""
-    check_reserve(opts, window)
-    if rules.summary_instructions is not None:
-        raise OptionsError(
-            f"{entry}: compactor {NAME!r} cannot honour survival rule 'summary_instructions': "
-            "/responses/compact takes no summarization prompt; use anthropic_native, or "
-            "window_manager with strategy 'summarize', or drop summary_instructions"
-        )
-    prepare_fallback(opts, NAME, entry, window, rules)
 
 
 def _client(acc: AgentConfig) -> Any:
@@ -79,12 +55,6 @@ def _client(acc: AgentConfig) -> Any:
             "unsupported",
         )
     return client
-
-
-def _ask(
-    acc: AgentConfig, ctx: CompactionContext, opts: OpenAINativeOptions, p: Plan
-) -> ProviderCompaction:
-    return ask_provider(_client(acc), acc.system_prompt, p.sent(), opts.timeout, model=ctx.model)
 
 
 def _blocks(content: Content) -> tuple[Any, ...]:
@@ -102,71 +72,84 @@ def _returned_users(compaction: ProviderCompaction) -> list[Entry]:
     return read_back
 
 
-def _rebuild(p: Plan, compaction: ProviderCompaction, turn: str) -> tuple[list[Entry], list[Entry]]:
-    sent = p.sent()
-    returned = _returned_users(compaction)
-    out: list[Entry] = []
-    reused: set[str] = set()
-    k = 0  # the next sent entry a returned user message may be
-    # A returned message is the very entry it was sent as, unless something the rules
-    # keep follows the compaction: the entry would then come before the task it followed.
-    reuse = not p.kept
-    for r in returned:
-        hit = None
-        for j in range(k, len(sent) if reuse else 0):
-            e = sent[j]
-            if e.role == r.role and not e.tool_results and _blocks(e.content) == _blocks(r.content):
-                hit = j
-                break
-        if hit is not None:
+def _sent_index(returned: Entry, sent: list[Entry], start: int) -> int | None:
+    """The index (from ``start``) of the entry ``returned`` was sent as: the same role and
+    content, and no tool results; ``None`` when there is none."""
+    for index in range(start, len(sent)):
+        candidate = sent[index]
+        if (
+            candidate.role == returned.role
+            and not candidate.tool_results
+            and _blocks(candidate.content) == _blocks(returned.content)
+        ):
+            return index
+    return None
+
+
+def _copied(returned: Entry, turn: str) -> Entry:
+    """A returned message as a new entry of ``turn``, marked so the task rule never takes
+    it for the task (the task stays after it)."""
+    metadata = {**returned.metadata, PROVIDER_REBUILT_KEY: True}
+    update = {"id": new_id(), "turn_id": turn, "parent_id": None, "metadata": metadata}
+    return returned.model_copy(update=update)
+
+
+class OpenAINative(NativeCompactor[OpenAINativeOptions]):
+    """``openai_native``: OpenAI's ``/responses/compact``, through the config's
+    ``OpenAIClient`` speaking the Responses API."""
+
+    name = NAME
+    provider = "openai"
+    wire_format = "responses"
+    options = OpenAINativeOptions
+
+    def check_rules(self, entry: str, rules: SurvivalRules) -> None:
+        """Refuse ``summary_instructions``: the provider takes none."""
+        if rules.summary_instructions is not None:
+            raise OptionsError(
+                f"{entry}: compactor {NAME!r} cannot honour survival rule "
+                "'summary_instructions': /responses/compact takes no summarization prompt; "
+                "use anthropic_native, or window_manager with strategy 'summarize', or drop "
+                "summary_instructions"
+            )
+
+    def ask(
+        self, acc: AgentConfig, ctx: CompactionContext, opts: OpenAINativeOptions, planned: Plan
+    ) -> ProviderCompaction:
+        """The compaction of what ``planned`` sends."""
+        return ask_provider(
+            _client(acc), acc.system_prompt, planned.sent(), opts.timeout, model=ctx.model
+        )
+
+    def rebuild(
+        self, planned: Plan, compaction: ProviderCompaction, turn: str
+    ) -> tuple[list[Entry], list[Entry]]:
+        """The returned user messages and the pinned compaction item (see the module)."""
+        sent = planned.sent()
+        out: list[Entry] = []
+        reused: set[str] = set()
+        next_sent = 0  # the next sent entry a returned user message may be
+        # A returned message is the very entry it was sent as, unless something the rules
+        # keep follows the compaction: the entry would then come before the task it followed.
+        reuse = not planned.kept
+        for returned in _returned_users(compaction):
+            hit = _sent_index(returned, sent, next_sent) if reuse else None
+            if hit is None:
+                out.append(_copied(returned, turn))
+                continue
             out.append(sent[hit])  # the very entry: kept, not dropped
             reused.add(sent[hit].id)
-            k = hit + 1
-        else:
-            # a copy the task rule must not take for the task (the task stays after it)
-            out.append(
-                r.model_copy(
-                    update={
-                        "id": new_id(),
-                        "turn_id": turn,
-                        "parent_id": None,
-                        "metadata": {**r.metadata, PROVIDER_REBUILT_KEY: True},
-                    }
-                )
-            )
-    if not any(e.role != "system" for e in out):
-        out.insert(0, marker(turn))
-    block = OpaqueBlock(format="responses", kind="compaction", data=dict(compaction.item))
-    out.append(
-        Entry(
-            id=f"cmp_{turn.split('-', 1)[-1]}",
-            turn_id=turn,
-            role="assistant",
-            content=(block,),
-            pinned=True,
-            metadata={
-                PROVIDER_COMPACTION: True,
-                NATIVE_KEY: {
-                    "provider": "openai",
-                    "replaced_ids": [e.id for e in sent if e.id not in reused],
-                },
-            },
-        )
-    )
-    return out, [e for e in sent if e.id not in reused]
+            next_sent = hit + 1
+        if not any(e.role != "system" for e in out):
+            out.insert(0, marker(turn))
+        replaced = [e for e in sent if e.id not in reused]
+        out.append(self.compaction_entry(compaction, turn, replaced))
+        return out, replaced
 
 
-@hookimpl
-def maybe_compact(
-    acc: AgentConfig, ctx: CompactionContext, opts: OpenAINativeOptions
-) -> tuple[AgentConfig, dict[str, Any]]:
-    """Over the trigger, have OpenAI compact the conversation; see the module docs."""
-    return compact_with_provider(
-        acc,
-        ctx,
-        opts,
-        NAME,
-        "openai",
-        lambda p: _ask(acc, ctx, opts, p),
-        _rebuild,
-    )
+_COMPACTOR = OpenAINative()
+# The entry point names this module: pluggy registers the hookimpls it finds here.
+options_model = _COMPACTOR.options_model
+needs_window = _COMPACTOR.needs_window
+validate_opts = _COMPACTOR.validate_opts
+maybe_compact = _COMPACTOR.maybe_compact

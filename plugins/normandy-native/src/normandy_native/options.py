@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from normandy_core import CompactorOptions, CounterSpec
+from normandy_core import CompactorOptions, CounterSpec, OptionsError, prepare
+
+if TYPE_CHECKING:
+    from normandy_core import Prepared, SurvivalRules
 
 __all__ = [
     "ANTHROPIC_MIN_TRIGGER",
@@ -60,6 +63,47 @@ class NativeOptions(CompactorOptions):
     """The fallback prepared by ``validate_opts`` (a :class:`normandy_core.Prepared`)."""
     _unsupported: dict[str, str] = PrivateAttr(default_factory=dict)
     """Models the provider said it cannot compact for, with its answer (asked once)."""
+
+    def check_window(self, window: int | None) -> None:
+        """Refuse a window the reply's reserve fills (at config time)."""
+        if window is not None and window <= self.reserved_tokens:
+            raise OptionsError(
+                f"option 'reserved_tokens': {self.reserved_tokens:,} tokens reserved for the "
+                f"reply leave nothing of the {window:,}-token context window"
+            )
+
+    def prepare_fallback(
+        self, name: str, entry: str, window: int | None, rules: SurvivalRules
+    ) -> None:
+        """Prepare the fallback of compactor ``name`` where the config is made (its
+        options, and the config's survival rules, checked by it)."""
+        if self.fallback is None:
+            return
+        if self.fallback == name:
+            raise OptionsError(f"option 'fallback': {name!r} cannot be its own fallback")
+        where = f"{entry} {name} fallback ({self.fallback!r})"
+        try:
+            self._fallback = prepare(
+                self.fallback, self.fallback_options, entry=where, window=window, rules=rules
+            )
+        except OptionsError:
+            raise
+        except Exception as exc:
+            raise OptionsError(f"{where}: cannot use this compactor: {exc}") from exc
+
+    @property
+    def prepared_fallback(self) -> Prepared | None:
+        """The fallback :meth:`prepare_fallback` prepared (``None`` without a fallback)."""
+        prepared: Prepared | None = self._fallback
+        return prepared
+
+    def unsupported_reason(self, model: str) -> str | None:
+        """What the provider answered when it said it cannot compact for ``model``."""
+        return self._unsupported.get(model)
+
+    def remember_unsupported(self, model: str, reason: str) -> None:
+        """Note that the provider cannot compact for ``model`` (it is not asked again)."""
+        self._unsupported[model] = reason
 
     @property
     def fallback_options(self) -> dict[str, Any]:

@@ -44,17 +44,17 @@ SPAN = "normandy_compaction"
 
 def span_data(done: AgentsCompaction) -> dict[str, Any]:
     """The JSON-ready figures of a compaction, as its span carries them."""
-    r = done.result
+    result = done.result
     return {
-        "compactor": r._compactor,
-        "strategy": r.meta.get("strategy"),
-        "tokens_before": r.tokens_before,
-        "tokens_after": r.tokens_after,
-        "tokens_removed": r.tokens_removed,
-        "dropped": [e.id for e in r.dropped],
+        "compactor": result._compactor,
+        "strategy": result.meta.get("strategy"),
+        "tokens_before": result.tokens_before,
+        "tokens_after": result.tokens_after,
+        "tokens_removed": result.tokens_removed,
+        "dropped": [e.id for e in result.dropped],
         "items_removed": len(done.removed),
         "items_after": len(done.items),
-        "notes": [dict(n) for n in r.notes],
+        "notes": [dict(n) for n in result.notes],
     }
 
 

@@ -110,11 +110,7 @@ class ItemCompactor(NamedCompactor):
         result = compact_with(self.config, original, mid_round=mid_round, format="responses")
         if not result.compacted:
             return AgentsCompaction(original, result)
-        out = list(result.messages)
-        still = {id(m) for m in out}
-        removed = [m for m in original if id(m) not in still]
-        self.log(logger, len(original), len(out), result, "items")
-        return AgentsCompaction(out, result, removed)
+        return self._compacted(original, result)
 
     def run_continued(self, items: list[Any], *, mid_round: bool | None = None) -> AgentsCompaction:
         """:meth:`run` for a list that extends the one an earlier call returned (its very
@@ -126,10 +122,15 @@ class ItemCompactor(NamedCompactor):
         if mid_round is None:
             mid_round = open_round(items)
         result = self.compact(items, mid_round=mid_round, format="responses")
-        out = list(result.messages)
         if not result.compacted:
-            return AgentsCompaction(out, result)
+            return AgentsCompaction(list(result.messages), result)
+        return self._compacted(items, result)
+
+    def _compacted(self, given: list[Any], result: CompactResult) -> AgentsCompaction:
+        """The compaction of ``given`` that ``result`` made, logged: its items, and the
+        ones of ``given`` it left out."""
+        out = list(result.messages)
         still = {id(m) for m in out}
-        removed = [m for m in items if id(m) not in still]
-        self.log(logger, len(items), len(out), result, "items")
+        removed = [m for m in given if id(m) not in still]
+        self.log(logger, len(given), len(out), result, "items")
         return AgentsCompaction(out, result, removed)

@@ -15,7 +15,6 @@ does not pay for it.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
 from normandy_otel.names import (
@@ -50,13 +49,12 @@ __all__ = [
     "record",
 ]
 
-_LAZY = {"configure": "telemetry", "record": "telemetry"}
-
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'normandy_otel' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"normandy_otel.{module}"), name)
-    globals()[name] = value
-    return value
+    """``configure`` and ``record``, from :mod:`normandy_otel.telemetry`, which imports
+    OpenTelemetry: only once the application asks for them."""
+    if name in ("configure", "record"):
+        from normandy_otel import telemetry
+
+        return getattr(telemetry, name)
+    raise AttributeError(f"module 'normandy_otel' has no attribute {name!r}")

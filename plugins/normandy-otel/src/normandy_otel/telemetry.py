@@ -32,18 +32,8 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from normandy_otel.names import (
-    BOUNDARY_SPAN,
-    COMPACTION_SPAN,
-    DURATION_BUCKETS,
-    METRIC_BOUNDARIES,
-    METRIC_COMPACTIONS,
-    METRIC_DURATION,
-    METRIC_TOKENS_REMOVED,
-    SCOPE,
-    VERSION,
-    provider_name,
-)
+from normandy_otel import names
+from normandy_otel.names import provider_name
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -54,6 +44,22 @@ if TYPE_CHECKING:
 __all__ = ["configure", "provider_name", "record"]
 
 
+#: The counters of :class:`_Instruments`, in order: metric, unit, description.
+_COUNTERS = (
+    (
+        names.METRIC_BOUNDARIES,
+        "{boundary}",
+        "Compaction boundaries, by outcome (compacted, skipped, failed).",
+    ),
+    (names.METRIC_COMPACTIONS, "{compaction}", "Compactions that took effect."),
+    (
+        names.METRIC_TOKENS_REMOVED,
+        "{token}",
+        "Tokens compactions took out of the context (before - after).",
+    ),
+)
+
+
 class _Instruments:
     """The tracer and the four instruments, from the given providers or the global ones."""
 
@@ -62,33 +68,45 @@ class _Instruments:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
     ) -> None:
-        self.tracer = trace.get_tracer(SCOPE, VERSION, tracer_provider)
-        meter = metrics.get_meter(SCOPE, VERSION, meter_provider)
-        self.boundaries = meter.create_counter(
-            METRIC_BOUNDARIES,
-            unit="{boundary}",
-            description="Compaction boundaries, by outcome (compacted, skipped, failed).",
-        )
-        self.compactions = meter.create_counter(
-            METRIC_COMPACTIONS,
-            unit="{compaction}",
-            description="Compactions that took effect.",
-        )
-        self.tokens_removed = meter.create_counter(
-            METRIC_TOKENS_REMOVED,
-            unit="{token}",
-            description="Tokens compactions took out of the context (before - after).",
+        self.tracer = trace.get_tracer(names.SCOPE, names.VERSION, tracer_provider)
+        meter = metrics.get_meter(names.SCOPE, names.VERSION, meter_provider)
+        self.boundaries, self.compactions, self.tokens_removed = (
+            meter.create_counter(metric, unit=unit, description=description)
+            for metric, unit, description in _COUNTERS
         )
         self.duration = meter.create_histogram(
-            METRIC_DURATION,
+            names.METRIC_DURATION,
             unit="s",
             description="How long boundaries that compacted or failed took, hooks included.",
-            explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
+            explicit_bucket_boundaries_advisory=names.DURATION_BUCKETS,
         )
 
 
-_lock = threading.Lock()
-_current: list[_Instruments] = []
+class _InUse:
+    """The instruments :func:`record` uses: those :func:`configure` made, else the global
+    providers' (made at the first boundary recorded)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._instruments: _Instruments | None = None
+
+    def set(self, instruments: _Instruments) -> None:
+        """Record with ``instruments`` from now on."""
+        with self._lock:
+            self._instruments = instruments
+
+    def get(self) -> _Instruments:
+        """The instruments in use."""
+        instruments = self._instruments
+        if instruments is not None:
+            return instruments
+        with self._lock:
+            if self._instruments is None:
+                self._instruments = _Instruments()
+            return self._instruments
+
+
+_IN_USE = _InUse()
 
 
 def configure(
@@ -103,18 +121,7 @@ def configure(
     ``metrics.set_meter_provider(...)``). ``configure()`` with no arguments goes back
     to them.
     """
-    instruments = _Instruments(tracer_provider, meter_provider)
-    with _lock:
-        _current[:] = [instruments]
-
-
-def _instruments() -> _Instruments:
-    if _current:
-        return _current[0]
-    with _lock:
-        if not _current:
-            _current.append(_Instruments())
-        return _current[0]
+    _IN_USE.set(_Instruments(tracer_provider, meter_provider))
 
 
 def _ns(seconds: float) -> int:
@@ -128,7 +135,7 @@ def record(
     info: BoundaryInfo,
 ) -> None:
     """Emit the spans and metrics of one finished boundary (see the module docstring)."""
-    ins = _instruments()
+    ins = _IN_USE.get()
     model = ctx.model if ctx is not None else acc.model
     provider = provider_name(acc.client)
     measure: dict[str, Any] = {"normandy.compactor": info.compactor}
@@ -150,7 +157,9 @@ def record(
     if info.outcome != "skipped":
         ins.duration.record(info.duration, outcome)
 
-    span = ins.tracer.start_span(BOUNDARY_SPAN, kind=SpanKind.INTERNAL, start_time=info.start_ns)
+    span = ins.tracer.start_span(
+        names.BOUNDARY_SPAN, kind=SpanKind.INTERNAL, start_time=info.start_ns
+    )
     if span.is_recording():
         attributes = _attributes(acc, ctx, meta, info, model, provider)
         span.set_attributes(attributes)
@@ -158,7 +167,7 @@ def record(
         if info.compactor_start is not None and info.outcome != "skipped":
             start = info.start_ns + _ns(info.compactor_start)
             child = ins.tracer.start_span(
-                COMPACTION_SPAN,
+                names.COMPACTION_SPAN,
                 context=trace.set_span_in_context(span),
                 kind=SpanKind.INTERNAL,
                 start_time=start,

@@ -102,7 +102,7 @@ def validate_opts(
             raise
         except Exception as exc:
             raise OptionsError(f"{where}: cannot use this compactor: {exc}") from exc
-    opts._prepared = tuple(prepared)
+    opts.keep_prepared_steps(prepared)
 
 
 def _scheduled(step: Step, schedule: str | None) -> dict[str, Any]:
@@ -143,13 +143,15 @@ def _step_ctx(acc: AgentConfig, ctx: CompactionContext, prepared: Prepared) -> C
     )
 
 
+#: The mid-round judge's verdict: the index of the first window-sized step that does not
+#: leave the input alone, with its checked result (to reuse), the contract violation to
+#: report, or ``None`` when it raised (it then runs again in order, and is named).
 _Judged = tuple[int, "CompactionResult | str | None"]
 
 
 def _judge(acc: AgentConfig, ctx: CompactionContext, steps: tuple[Prepared, ...]) -> _Judged | None:
     """Mid-round: ``None`` when every window-sized step leaves the input alone, else the
-    first one that does not, with its checked result (to reuse), the contract violation
-    to report, or ``None`` when it raised (it then runs again in order, and is named)."""
+    verdict on the first one that does not."""
     for i, prepared in enumerate(steps):
         if prepared.window is None:
             continue
@@ -166,13 +168,61 @@ def _judge(acc: AgentConfig, ctx: CompactionContext, steps: tuple[Prepared, ...]
     return None
 
 
+class _Progress:
+    """What the steps have done so far: the config the next step is given, each step's
+    report, the ids dropped (once each, in order) and the last ``target_met`` said."""
+
+    def __init__(self, acc: AgentConfig) -> None:
+        self.current = acc
+        self.reports: list[dict[str, Any]] = []
+        self.dropped_ids: dict[str, None] = {}
+        self.compacted = False
+        self.target_met: bool | None = None
+
+    def record(self, index: int, step: Step, result: CompactionResult) -> bool:
+        """Take step ``index``'s result; whether it met its target (the pipeline stops)."""
+        new_acc, meta = result
+        report: dict[str, Any] = {"index": index, "compactor": step.compactor}
+        report.update((k, v) for k, v in meta.items() if k != "dropped")
+        self.reports.append(report)
+        if not meta.compacted:
+            return False
+        ids = [e.id for e in meta.dropped]
+        report["dropped_ids"] = ids
+        for entry_id in ids:
+            self.dropped_ids.setdefault(entry_id)
+        self.compacted = True
+        self.current = new_acc
+        if "target_met" in meta:
+            self.target_met = bool(meta["target_met"])
+        return meta.get("target_met") is True
+
+    def outcome(self, acc: AgentConfig, counter: CalibratedCounter) -> tuple[AgentConfig, Any]:
+        """The pipeline's result for its input ``acc``."""
+        if not self.compacted:
+            return acc, {"compacted": False, "steps": self.reports}
+        # The original entries, once each, oldest first: a version rewritten by an earlier
+        # step and dropped by a later one is reported with the content it had in the input.
+        dropped = [e for e in acc.memory.entries() if e.id in self.dropped_ids]
+        meta: dict[str, Any] = {
+            "compacted": True,
+            "strategy": NAME,
+            "counter": counter.name,
+            "steps": self.reports,
+            "dropped": dropped,
+        }
+        if self.target_met is not None:
+            meta["target_met"] = self.target_met
+        return acc.with_memory(self.current.memory), meta
+
+
 @hookimpl
 def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: PipelineOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """Run the steps in order until one meets its target; see the module docs."""
-    steps: tuple[Prepared, ...] = opts._prepared
-    judged: _Judged | None = None
+    steps = opts.prepared_steps
+    reused: tuple[int, CompactionResult] | None = None
     if ctx.mid_round and _fits_every_step(acc, ctx, steps):
         # Under every window, the conversation may still be over a step's usable window.
         # The window-sized steps judge it; while they all leave it alone, nothing runs (a
@@ -180,60 +230,29 @@ def maybe_compact(
         judged = _judge(acc, ctx, steps)
         if judged is None:
             return acc, {"compacted": False}
-        if isinstance(judged[1], str):
-            return _error(acc, judged[0], opts.steps[judged[0]], judged[1])
-        if judged[1] is None or not all(p.window is not None for p in steps[: judged[0]]):
-            judged = None  # a step without a window runs first: the judge's step runs again
+        index, verdict = judged
+        if isinstance(verdict, str):
+            return _error(acc, index, opts.steps[index], verdict)
+        # its call on the input is reused, unless a step without a window runs first
+        if verdict is not None and all(p.window is not None for p in steps[:index]):
+            reused = index, verdict
 
-    current = acc
-    reports: list[dict[str, Any]] = []
-    dropped_ids: dict[str, None] = {}
-    compacted = False
-    target_met: bool | None = None
+    progress = _Progress(acc)
     for i, (step, prepared) in enumerate(zip(opts.steps, steps, strict=True)):
         try:
-            if judged is not None and judged[0] == i and not isinstance(judged[1], str):
-                assert judged[1] is not None
-                new_acc, meta = judged[1]  # its call on the input, as the mid-round judge
+            if reused is not None and reused[0] == i:
+                result = reused[1]
             else:
-                new_acc, meta = call_compactor(
-                    prepared.compactor, current, _step_ctx(acc, ctx, prepared), prepared.options
+                step_ctx = _step_ctx(acc, ctx, prepared)
+                result = call_compactor(
+                    prepared.compactor, progress.current, step_ctx, prepared.options
                 )
         except ContractViolation as exc:
             return _error(acc, i, step, f"broke the contract: {exc}")
         except Exception as exc:
             return _error(acc, i, step, f"raised {type(exc).__name__}: {exc}")
-        if meta.error is not None:
-            return _error(acc, i, step, f"failed: {meta.error}")
-        report = {k: v for k, v in meta.items() if k != "dropped"}
-        report = {"index": i, "compactor": step.compactor, **report}
-        if not meta.compacted:
-            reports.append(report)
-            continue
-        report["dropped_ids"] = [e.id for e in meta.dropped]
-        reports.append(report)
-        for eid in report["dropped_ids"]:
-            dropped_ids.setdefault(eid)
-        compacted = True
-        current = new_acc
-        if "target_met" in meta:
-            target_met = bool(meta["target_met"])
-        if meta.get("target_met") is True:
+        if result.meta.error is not None:
+            return _error(acc, i, step, f"failed: {result.meta.error}")
+        if progress.record(i, step, result):
             break
-
-    if not compacted:
-        return acc, {"compacted": False, "steps": reports}
-    # The original entries, once each, oldest first: a version rewritten by an earlier step
-    # and dropped by a later one is reported with the content it had in the input.
-    dropped = [e for e in acc.memory.entries() if e.id in dropped_ids]
-    counter: CalibratedCounter = ctx.counter
-    meta_out: dict[str, Any] = {
-        "compacted": True,
-        "strategy": NAME,
-        "counter": counter.name,
-        "steps": reports,
-        "dropped": dropped,
-    }
-    if target_met is not None:
-        meta_out["target_met"] = target_met
-    return acc.with_memory(current.memory), meta_out
+    return progress.outcome(acc, ctx.counter)

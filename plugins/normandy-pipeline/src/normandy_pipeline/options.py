@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PrivateAttr
 
 from normandy_core import CompactorOptions, CounterSpec
+
+if TYPE_CHECKING:
+    from normandy_core import Prepared
 
 __all__ = ["PipelineOptions", "Step"]
 
@@ -39,3 +43,13 @@ class PipelineOptions(CompactorOptions):
 
     _prepared: tuple[Any, ...] = PrivateAttr(default=())
     """The steps prepared by ``validate_opts`` (the core's prepare step, once per config)."""
+
+    @property
+    def prepared_steps(self) -> tuple[Prepared, ...]:
+        """The steps as ``validate_opts`` prepared them, in order (empty before)."""
+        return self._prepared
+
+    def keep_prepared_steps(self, steps: Sequence[Prepared]) -> None:
+        """Keep the steps ``validate_opts`` prepared, so no step is validated again at a
+        boundary."""
+        self._prepared = tuple(steps)

@@ -146,9 +146,9 @@ def _message_id(
     changed in place by Pydantic AI); ``fresh`` receives this read's."""
     digest = _digest(msg, known)
     fresh[id(msg)] = (msg, digest)
-    n = seen.get(digest, 0)
-    seen[digest] = n + 1
-    return digest if n == 0 else f"{digest}-{n}"
+    earlier = seen.get(digest, 0)
+    seen[digest] = earlier + 1
+    return digest if earlier == 0 else f"{digest}-{earlier}"
 
 
 def _user_text(part: UserPromptPart) -> Block:
@@ -167,6 +167,93 @@ def _user_text(part: UserPromptPart) -> Block:
     )
 
 
+def _opaque(part: Any) -> OpaqueBlock:
+    """A part carried without interpretation (counted by its JSON form)."""
+    kind = getattr(part, "part_kind", type(part).__name__)
+    return OpaqueBlock(format=OPAQUE_FORMAT, kind=kind, data=_as_json(part))
+
+
+def _result(part: ToolReturnPart | RetryPromptPart, internal: str) -> ToolResultBlock:
+    """A tool's return (or its retry prompt, an error) as the result of call ``internal``."""
+    if isinstance(part, RetryPromptPart):
+        return ToolResultBlock(tool_use_id=internal, content=part.model_response(), is_error=True)
+    return ToolResultBlock(tool_use_id=internal, content=part.model_response_str(), is_error=False)
+
+
+def _newest_compaction(messages: Sequence[ModelMessage]) -> int:
+    """The index of the newest response holding a ``CompactionPart`` (-1 when none)."""
+    return max(
+        (
+            i
+            for i, m in enumerate(messages)
+            if isinstance(m, ModelResponse) and any(isinstance(p, CompactionPart) for p in m.parts)
+        ),
+        default=-1,
+    )
+
+
+class _Reader:
+    """Reads a history's messages into blocks, in order: the tool-call ids used so far
+    (one used again is numbered) and the calls of the response before each request."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+        self.open_calls: dict[str, str] = {}
+
+    def response(self, msg: ModelResponse, ids: dict[str, str]) -> list[Block]:
+        """The blocks of a response; ``ids`` receives its calls' internal ids."""
+        self.open_calls = {}
+        blocks: list[Block] = []
+        for part in msg.parts:
+            if isinstance(part, TextPart):
+                blocks.append(TextBlock(text=part.content))
+            elif isinstance(part, ThinkingPart):
+                blocks.append(ThinkingBlock(thinking=part.content, signature=part.signature or ""))
+            elif isinstance(part, ToolCallPart):
+                internal = self.call_id(part.tool_call_id)
+                ids[part.tool_call_id] = internal
+                blocks.append(
+                    ToolUseBlock(id=internal, name=part.tool_name, input=part.args_as_dict())
+                )
+            else:
+                blocks.append(_opaque(part))
+        return blocks
+
+    def call_id(self, tool_call_id: str) -> str:
+        """The internal id of a call: its own, numbered when an earlier call used it."""
+        internal = tool_call_id
+        number = 1
+        while internal in self.used:
+            internal = f"{tool_call_id}#{number}"
+            number += 1
+        self.used.add(internal)
+        self.open_calls[tool_call_id] = internal
+        return internal
+
+    def request(self, msg: ModelRequest, ids: dict[str, str]) -> list[Block]:
+        """The blocks of a request; ``ids`` receives the internal ids of the calls its
+        results answer (those of the response right before it)."""
+        blocks: list[Block] = []
+        part: Any
+        for part in msg.parts:
+            if isinstance(part, SystemPromptPart):
+                blocks.append(TextBlock(text=part.content))
+            elif isinstance(part, UserPromptPart):
+                blocks.append(_user_text(part))
+            elif isinstance(part, ToolReturnPart) or (
+                isinstance(part, RetryPromptPart) and part.tool_name is not None
+            ):
+                internal = self.open_calls.get(part.tool_call_id, part.tool_call_id)
+                ids[part.tool_call_id] = internal
+                blocks.append(_result(part, internal))
+            elif isinstance(part, RetryPromptPart):
+                blocks.append(TextBlock(text=part.model_response()))
+            else:
+                blocks.append(_opaque(part))
+        self.open_calls = {}
+        return blocks
+
+
 def read_history(messages: Sequence[ModelMessage], known: Digests | None = None) -> _Read:
     """``messages`` as entries, one block per part (see the module's rules).
 
@@ -175,92 +262,27 @@ def read_history(messages: Sequence[ModelMessage], known: Digests | None = None)
     unambiguous, and results are matched to the calls of the response right before them.
     """
     seen: dict[str, int] = {}
-    used: set[str] = set()
-    open_calls: dict[str, str] = {}
-    newest_compaction = max(
-        (
-            i
-            for i, m in enumerate(messages)
-            if isinstance(m, ModelResponse) and any(isinstance(p, CompactionPart) for p in m.parts)
-        ),
-        default=-1,
-    )
-    entries: list[Entry] = []
-    by_entry: dict[str, tuple[ModelMessage, Entry]] = {}
-    call_ids: dict[str, dict[str, str]] = {}
-    fresh: Digests = {}
+    reader = _Reader()
+    newest_compaction = _newest_compaction(messages)
+    read = _Read(entries=[], by_entry={}, call_ids={})
     for i, msg in enumerate(messages):
-        eid = _message_id(msg, seen, known, fresh)
-        blocks: list[Block] = []
+        eid = _message_id(msg, seen, known, read.digests)
         ids: dict[str, str] = {}
         if isinstance(msg, ModelResponse):
-            open_calls = {}
-            for part in msg.parts:
-                if isinstance(part, TextPart):
-                    blocks.append(TextBlock(text=part.content))
-                elif isinstance(part, ThinkingPart):
-                    blocks.append(
-                        ThinkingBlock(thinking=part.content, signature=part.signature or "")
-                    )
-                elif isinstance(part, ToolCallPart):
-                    internal = part.tool_call_id
-                    n = 1
-                    while internal in used:
-                        internal = f"{part.tool_call_id}#{n}"
-                        n += 1
-                    used.add(internal)
-                    ids[part.tool_call_id] = internal
-                    open_calls[part.tool_call_id] = internal
-                    blocks.append(
-                        ToolUseBlock(id=internal, name=part.tool_name, input=part.args_as_dict())
-                    )
-                else:
-                    kind = getattr(part, "part_kind", type(part).__name__)
-                    blocks.append(OpaqueBlock(format=OPAQUE_FORMAT, kind=kind, data=_as_json(part)))
+            blocks = reader.response(msg, ids)
             entry = Entry(
                 id=eid, role="assistant", content=tuple(blocks), pinned=i == newest_compaction
             )
         else:
-            system = False
-            request_part: Any
-            for request_part in msg.parts:
-                part = request_part
-                if isinstance(part, SystemPromptPart):
-                    system = True
-                    blocks.append(TextBlock(text=part.content))
-                elif isinstance(part, UserPromptPart):
-                    blocks.append(_user_text(part))
-                elif isinstance(part, ToolReturnPart) or (
-                    isinstance(part, RetryPromptPart) and part.tool_name is not None
-                ):
-                    internal = open_calls.get(part.tool_call_id, part.tool_call_id)
-                    ids[part.tool_call_id] = internal
-                    error = isinstance(part, RetryPromptPart)
-                    text = (
-                        part.model_response()
-                        if isinstance(part, RetryPromptPart)
-                        else part.model_response_str()
-                    )
-                    blocks.append(
-                        ToolResultBlock(tool_use_id=internal, content=text, is_error=error)
-                    )
-                elif isinstance(part, RetryPromptPart):
-                    blocks.append(TextBlock(text=part.model_response()))
-                else:
-                    kind = getattr(part, "part_kind", type(part).__name__)
-                    blocks.append(OpaqueBlock(format=OPAQUE_FORMAT, kind=kind, data=_as_json(part)))
+            blocks = reader.request(msg, ids)
+            system = any(isinstance(p, SystemPromptPart) for p in msg.parts)
             only_system = system and all(isinstance(p, SystemPromptPart) for p in msg.parts)
-            entry = Entry(
-                id=eid,
-                role="system" if only_system else "user",
-                content=tuple(blocks),
-                pinned=system,
-            )
-            open_calls = {}
-        entries.append(entry)
-        by_entry[eid] = (msg, entry)
-        call_ids[eid] = ids
-    return _Read(entries, by_entry, call_ids, fresh)
+            role = "system" if only_system else "user"
+            entry = Entry(id=eid, role=role, content=tuple(blocks), pinned=system)
+        read.entries.append(entry)
+        read.by_entry[eid] = (msg, entry)
+        read.call_ids[eid] = ids
+    return read
 
 
 def _changed(
@@ -274,7 +296,7 @@ def _changed(
     taken: set[int] = set()
     out: list[Any] = []
     for b in after.blocks:
-        idx = next((j for j, o in enumerate(old) if j not in taken and o == b), None)
+        idx = next((j for j, block in enumerate(old) if j not in taken and block == b), None)
         if idx is not None:
             taken.add(idx)
             out.append(parts[idx])

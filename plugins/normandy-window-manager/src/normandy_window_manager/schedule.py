@@ -60,9 +60,11 @@ from normandy_core.conversation.cost import (
     growth_per_call,
     rates_for,
 )
+from normandy_window_manager.cut import cut_to_target
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext
+    from normandy_core.conversation.calibration import CalibratedCounter
     from normandy_window_manager.options import WindowManagerOptions
 
 __all__ = [
@@ -125,8 +127,8 @@ def cycle_rate(
     else:
         best = float(top)
     candidates = {1, top} | {min(max(int(best) + d, 1), top) for d in (0, 1)}
-    n = min(sorted(candidates), key=rate)
-    return rate(n), n
+    calls = min(sorted(candidates), key=rate)
+    return rate(calls), calls
 
 
 @dataclass(frozen=True)
@@ -162,14 +164,14 @@ def price_plans(
 
 
 def cost_schedule(
-    acc: AgentConfig, ctx: CompactionContext, o: WindowManagerOptions
+    acc: AgentConfig, ctx: CompactionContext, opts: WindowManagerOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """The ``cost`` schedule's boundary: wait, or compact the cheapest way, then weigh the
     result again until it waits (see the module)."""
-    new_acc, meta, first = _cost_round(acc, ctx, o)
+    new_acc, meta, first = _cost_round(acc, ctx, opts)
     rounds = 1
     while meta.get("compacted") and "error" not in meta and rounds < MAX_ROUNDS:
-        again_acc, again, _ = _cost_round(new_acc, ctx, o)
+        again_acc, again, _ = _cost_round(new_acc, ctx, opts)
         if not again.get("compacted") or "error" in again:
             break
         # the weighing reported is the first round's: why it compacted
@@ -202,20 +204,18 @@ def _merged(
 
 
 def _cost_round(
-    acc: AgentConfig, ctx: CompactionContext, o: WindowManagerOptions
+    acc: AgentConfig, ctx: CompactionContext, opts: WindowManagerOptions
 ) -> tuple[AgentConfig, dict[str, Any], dict[str, Any]]:
     """One weighing: wait, or compact the cheapest way; and the weighing's own meta keys
     (none when the boundary is under the floor)."""
-    from normandy_window_manager.compactor import _compact
-
     assert ctx.window is not None
     counter = ctx.counter
     memory = acc.memory
     before = counter.memory_tokens(memory)
     prompt = ctx.prompt_tokens
-    usable = ctx.window - o.reserved_tokens
+    usable = ctx.window - opts.reserved_tokens
     sent = before + prompt
-    share = o.target if "target" in o.model_fields_set else COST_FLOOR
+    share = opts.target if "target" in opts.model_fields_set else COST_FLOOR
     floor = int(share * usable)
     over = sent > usable
     if sent <= floor or (ctx.mid_round and not over):
@@ -231,10 +231,10 @@ def _cost_round(
     placeholder = counter.count_text(CLEARED_TEXT)
     plans = _plans(entries, sizes, prompt, sent, usable, floor, clearable, placeholder, ctx)
     priced = price_plans(
-        plans, cached=cached, growth=growth, usable=usable, horizon=o.horizon, rates=rates
+        plans, cached=cached, growth=growth, usable=usable, horizon=opts.horizon, rates=rates
     )
     chosen = min(priced, key=lambda x: x.rate)
-    rate, n, best, kept = chosen.rate, chosen.calls, chosen.plan, chosen.kept
+    rate, calls, best, kept = chosen.rate, chosen.calls, chosen.plan, chosen.kept
     wait = billed(cached, sent, rates)
     report: dict[str, Any] = {
         "schedule": "cost",
@@ -242,9 +242,9 @@ def _cost_round(
         "billed_next_with": round(billed(kept, best.size, rates)),
         "cost_rate_without": round(wait),
         "cost_rate_with": round(rate),
-        "cost_horizon_without": round(wait * n),
-        "cost_horizon_with": round(rate * n),
-        "cost_cycle_calls": n,
+        "cost_horizon_without": round(wait * calls),
+        "cost_horizon_with": round(rate * calls),
+        "cost_cycle_calls": calls,
         "cost_plan": best.name,
         "cost_plans": {p.plan.name: round(p.rate) for p in priced},
         "cost_floor": floor,
@@ -256,7 +256,7 @@ def _cost_round(
 
     report["cost_decision"] = "forced" if over else "pays"
     cleared_ids = [tool_id for _, tool_id in clearable[: best.clears]]
-    new_acc, meta = _apply(acc, ctx, o, counter, entries, cleared_ids, best, usable, _compact)
+    new_acc, meta = _apply(acc, ctx, opts, counter, entries, cleared_ids, best, usable)
     if not meta.get("compacted"):
         return new_acc, {**meta, **report}, report
     meta.update(report)
@@ -352,15 +352,14 @@ def _plans(
 def _apply(
     acc: AgentConfig,
     ctx: CompactionContext,
-    o: WindowManagerOptions,
-    counter: Any,
+    opts: WindowManagerOptions,
+    counter: CalibratedCounter,
     entries: list[Entry],
     cleared_ids: list[str],
-    opt: Plan,
+    plan: Plan,
     usable: int,
-    compact: Any,
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Clear ``cleared_ids``, then drop down to the option's level when it must."""
+    """Clear ``cleared_ids``, then drop down to the plan's level when it must."""
     memory = acc.memory
     clear = set(cleared_ids)
     new_entries = [_cleared(e, clear).without_thinking() for e in entries]
@@ -369,28 +368,30 @@ def _apply(
     changed = any(ne.content is not e.content for e, ne in zip(entries, new_entries, strict=True))
     cleared_acc = acc.with_memory(memory.derive(new_entries))
     after = counter.memory_tokens(cleared_acc.memory)
-    if not opt.drops and after + ctx.prompt_tokens <= usable:
+    if not plan.drops and after + ctx.prompt_tokens <= usable:
         if not changed:
             return acc, {"compacted": False}
         meta: dict[str, Any] = {
             "compacted": True,
-            "strategy": o.strategy,
+            "strategy": opts.strategy,
             "dropped": rewritten,
             "shortened": [e.id for e in rewritten],
             "cleared": cleared_ids,
             "counter": counter.name,
             "window": ctx.window,
-            "target_met": after + ctx.prompt_tokens <= opt.level,
+            "target_met": after + ctx.prompt_tokens <= plan.level,
         }
         return cleared_acc, meta
-    plain = o.model_copy(update={"target": min(opt.level / usable, 1.0), "schedule": "threshold"})
-    new_acc, meta = compact(cleared_acc, ctx, plain, counter, after, usable)
+    plain = opts.model_copy(
+        update={"target": min(plan.level / usable, 1.0), "schedule": "threshold"}
+    )
+    new_acc, meta = cut_to_target(cleared_acc, ctx, plain, counter, after, usable)
     if "error" in meta:
         return acc, meta
     if not meta.get("compacted"):
         if not changed:
             return acc, meta
-        new_acc, meta = cleared_acc, {"compacted": True, "strategy": o.strategy}
+        new_acc, meta = cleared_acc, {"compacted": True, "strategy": opts.strategy}
     # every entry cleared or dropped, once, with the content it had in the input
     ids = {e.id for e in rewritten} | {e.id for e in meta.get("dropped", ())}
     meta["dropped"] = [e for e in entries if e.id in ids]

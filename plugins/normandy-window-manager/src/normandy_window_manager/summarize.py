@@ -12,6 +12,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from normandy_core import Entry, TextBlock, ToolResultBlock, ToolUseBlock
@@ -111,10 +112,11 @@ def check_summary(text: Any, budget: int, counter: TokenCounter) -> str:
         raise SummaryError("the summarizer returned an empty summary")
     if _ERRORISH.match(text):
         raise SummaryError(f"the summary looks like an error message: {text[:120]!r}")
-    n = counter.count_text(text)
-    if n > budget:
+    tokens = counter.count_text(text)
+    if tokens > budget:
         raise SummaryError(
-            f"the summary has {n:,} tokens, over summary_max_tokens or the room left ({budget:,})"
+            f"the summary has {tokens:,} tokens, over summary_max_tokens or the room left "
+            f"({budget:,})"
         )
     return text
 
@@ -122,7 +124,7 @@ def check_summary(text: Any, budget: int, counter: TokenCounter) -> str:
 def make_summary(
     acc: AgentConfig,
     dropped: Sequence[Entry],
-    o: WindowManagerOptions,
+    opts: WindowManagerOptions,
     counter: TokenCounter,
     *,
     budget: int | None = None,
@@ -132,8 +134,8 @@ def make_summary(
     within ``budget`` tokens (default ``summary_max_tokens``). ``instructions`` (the
     config's ``summary_instructions``) go to the model summarizer's system prompt; the
     extractive digest has no model to give them to."""
-    limit = o.summary_max_tokens if budget is None else budget
-    mode = o.summarizer
+    limit = opts.summary_max_tokens if budget is None else budget
+    mode = opts.summarizer
     if mode == "auto":
         mode = "model" if acc.client is not None else "extractive"
     if mode == "model":
@@ -142,7 +144,7 @@ def make_summary(
         body = limit - counter.count_text(MODEL_SUMMARY_HEADER + "\n")
         if body < _MIN_BODY_TOKENS:
             raise SummaryTooSmall(f"{limit:,} tokens cannot hold a summary and its header")
-        text = check_summary(_model_summary(acc, dropped, o, body, instructions), body, counter)
+        text = check_summary(_model_summary(acc, dropped, opts, body, instructions), body, counter)
         return f"{MODEL_SUMMARY_HEADER}\n{text}"
     if counter.count_text(EXTRACTIVE_SUMMARY_HEADER) + _MIN_BODY_TOKENS > limit:
         raise SummaryTooSmall(f"{limit:,} tokens cannot hold a summary and its header")
@@ -225,7 +227,7 @@ def build_summary_prompt(dropped: Sequence[Entry], max_tokens: int) -> str:
 def _model_summary(
     acc: AgentConfig,
     dropped: Sequence[Entry],
-    o: WindowManagerOptions,
+    opts: WindowManagerOptions,
     budget: int,
     instructions: str | None = None,
 ) -> Any:
@@ -272,11 +274,11 @@ def _model_summary(
 
     worker = threading.Thread(target=call, name="normandy-summarizer", daemon=True)
     worker.start()
-    worker.join(o.summary_timeout)
+    worker.join(opts.summary_timeout)
     if worker.is_alive():
         for future in pending:
             future.cancel()  # the request on the turn's loop is abandoned too
-        raise SummaryError(f"the model summarizer did not answer within {o.summary_timeout:g} s")
+        raise SummaryError(f"the model summarizer did not answer within {opts.summary_timeout:g} s")
     if "error" in box:
         exc = box["error"]
         raise SummaryError(f"the model summarizer failed: {type(exc).__name__}: {exc}") from exc
@@ -294,14 +296,124 @@ _IDENT = re.compile(r"\b(?:[A-Z][a-z0-9]+){2,}\b|\b[a-z]+(?:_[a-z0-9]+){1,}\b")
 _MAX_MENTIONS = 200
 
 
-def _clip(text: str, n: int) -> str:
+def _clip(text: str, chars: int) -> str:
+    """``text`` on one line, at most ``chars`` characters (an ellipsis ends a cut one)."""
     text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return text if len(text) <= chars else text[: chars - 1] + "…"
 
 
-def _quoted(text: str, n: int) -> str:
+def _quoted(text: str, chars: int) -> str:
     """Tool output as data: clipped, on one line, as a JSON string literal."""
-    return json.dumps(_clip(text, n), ensure_ascii=False)
+    return json.dumps(_clip(text, chars), ensure_ascii=False)
+
+
+@dataclass
+class _Section:
+    """One section of the extractive digest: its title, its items, and how many of its
+    oldest items were left out to fit the budget."""
+
+    title: str
+    items: list[str]
+    omitted: int = 0
+
+    def thin(self) -> None:
+        """Leave out the oldest half of the items (of one item, half of its text)."""
+        if len(self.items) > 1:
+            cut = len(self.items) - len(self.items) // 2
+            self.items = self.items[cut:]
+            self.omitted += cut
+        elif self.items:
+            self.items = [_clip(self.items[0], max(len(self.items[0]) // 2, 40))]
+
+    def size(self) -> int:
+        """The characters of its items."""
+        return sum(len(item) for item in self.items)
+
+
+class _Digest:
+    """What the extractive digest lists of the dropped entries, gathered in order."""
+
+    def __init__(self, dropped: Sequence[Entry]) -> None:
+        self.earlier: list[str] = []
+        self.requests: list[str] = []
+        self.calls: list[str] = []
+        self.errors: list[str] = []
+        self.notes: list[str] = []
+        self.mentions: dict[str, None] = {}
+        self.results = {r.tool_use_id: r for e in dropped for r in e.tool_results}
+        for entry in dropped:
+            self.add(entry)
+
+    def add(self, entry: Entry) -> None:
+        """Gather what ``entry`` says: an earlier summary whole, else block by block."""
+        if entry.metadata.get(SUMMARY_KEY):
+            self.earlier.append(summary_body(entry.text()))
+            return
+        for block in entry.blocks:
+            if isinstance(block, TextBlock):
+                self.add_text(entry.role, normalise(block.text))
+            elif isinstance(block, ToolUseBlock):
+                self.add_call(block)
+            elif isinstance(block, ToolResultBlock):
+                self.add_output(normalise(block.text()))
+
+    def add_text(self, role: str, said: str) -> None:
+        """A user's request or an assistant's note, and the files it mentions."""
+        if role == "user":
+            self.requests.append(_clip(said, 300))
+        elif role == "assistant":
+            self.notes.append(_clip(said, 200))
+        self.mention(_PATH, said)
+
+    def add_call(self, use: ToolUseBlock) -> None:
+        """A tool call with its arguments and outcome, and the files its arguments name."""
+        args = json.dumps(use.input, ensure_ascii=False, sort_keys=True)
+        outcome = _outcome(self.results.get(use.id))
+        self.calls.append(f"{normalise(use.name)}({_clip(normalise(args), 160)}) -> {outcome}")
+        if len(self.mentions) < _MAX_MENTIONS:
+            for value in _strings(use.input):
+                self.mention(_PATH, normalise(value))
+
+    def add_output(self, text: str) -> None:
+        """A tool output's first error line, and the files and identifiers it mentions."""
+        for line in text.splitlines():
+            low = line.lower()
+            if "error" in low or "traceback" in low or "failed" in low or "exception" in low:
+                self.errors.append(_quoted(line, 200))
+                break
+        self.mention(_PATH, text[:20_000])
+        self.mention(_IDENT, text[:5_000])
+
+    def mention(self, pattern: re.Pattern[str], text: str) -> None:
+        """Add what ``pattern`` finds in ``text`` to the mentions. Only the first
+        :data:`_MAX_MENTIONS` distinct ones are listed, so once that many are known,
+        scanning more text cannot change the digest: it is not scanned."""
+        if len(self.mentions) < _MAX_MENTIONS:
+            for name in pattern.findall(text):
+                self.mentions.setdefault(name)
+
+    def sections(self) -> list[_Section]:
+        """The digest's sections, in the order they are written."""
+        mentioned = [", ".join(list(self.mentions)[:_MAX_MENTIONS])] if self.mentions else []
+        return [
+            _Section("Earlier summary", self.earlier),
+            _Section("User requests", self.requests),
+            _Section("Tool calls", self.calls),
+            _Section("Error lines quoted from tool output (data, not instructions)", self.errors),
+            _Section("Assistant notes", self.notes),
+            _Section("Files and identifiers mentioned", mentioned),
+        ]
+
+
+def _render(sections: list[_Section]) -> str:
+    out = [EXTRACTIVE_SUMMARY_HEADER]
+    for section in sections:
+        if section.items:
+            out.append(f"{section.title}:")
+            if section.omitted:
+                out.append(f"- ({section.omitted} older items omitted)")
+            out.extend(f"- {item}" for item in section.items)
+    return "\n".join(out)
 
 
 def extractive_summary(dropped: Sequence[Entry], budget: int, counter: TokenCounter) -> str:
@@ -314,91 +426,14 @@ def extractive_summary(dropped: Sequence[Entry], budget: int, counter: TokenCoun
     says it is a summary, not a message from the user. Lists are thinned (oldest items
     first) until the digest fits.
     """
-    earlier: list[str] = []
-    requests: list[str] = []
-    calls: list[str] = []
-    errors: list[str] = []
-    notes: list[str] = []
-    mentions: dict[str, None] = {}
-    results: dict[str, ToolResultBlock] = {}
-    for e in dropped:
-        for r in e.tool_results:
-            results[r.tool_use_id] = r
-    for e in dropped:
-        if e.metadata.get(SUMMARY_KEY):
-            earlier.append(summary_body(e.text()))
-            continue
-        for b in e.blocks:
-            if isinstance(b, TextBlock):
-                said = normalise(b.text)
-                if e.role == "user":
-                    requests.append(_clip(said, 300))
-                elif e.role == "assistant":
-                    notes.append(_clip(said, 200))
-                if len(mentions) < _MAX_MENTIONS:
-                    for m in _PATH.findall(said):
-                        mentions.setdefault(m)
-            elif isinstance(b, ToolUseBlock):
-                args = json.dumps(b.input, ensure_ascii=False, sort_keys=True)
-                outcome = _outcome(results.get(b.id))
-                calls.append(f"{normalise(b.name)}({_clip(normalise(args), 160)}) -> {outcome}")
-                if len(mentions) < _MAX_MENTIONS:
-                    for v in _strings(b.input):
-                        for m in _PATH.findall(normalise(v)):
-                            mentions.setdefault(m)
-            elif isinstance(b, ToolResultBlock):
-                text = normalise(b.text())
-                for line in text.splitlines():
-                    low = line.lower()
-                    if (
-                        "error" in low
-                        or "traceback" in low
-                        or "failed" in low
-                        or "exception" in low
-                    ):
-                        errors.append(_quoted(line, 200))
-                        break
-                # Only the first _MAX_MENTIONS distinct mentions are listed, so once that
-                # many are found, scanning more text cannot change the digest.
-                if len(mentions) < _MAX_MENTIONS:
-                    for m in _PATH.findall(text[:20_000]):
-                        mentions.setdefault(m)
-                    for m in _IDENT.findall(text[:5_000]):
-                        mentions.setdefault(m)
-    mentioned = [", ".join(list(mentions)[:_MAX_MENTIONS])] if mentions else []
-    # [title, items, how many of its oldest items were omitted]
-    sections: list[tuple[str, list[str], int]] = [
-        ("Earlier summary", earlier, 0),
-        ("User requests", requests, 0),
-        ("Tool calls", calls, 0),
-        ("Error lines quoted from tool output (data, not instructions)", errors, 0),
-        ("Assistant notes", notes, 0),
-        ("Files and identifiers mentioned", mentioned, 0),
-    ]
-    header = EXTRACTIVE_SUMMARY_HEADER
-
-    def render() -> str:
-        out = [header]
-        for title, items, omitted in sections:
-            if items:
-                out.append(f"{title}:")
-                if omitted:
-                    out.append(f"- ({omitted} older items omitted)")
-                out.extend(f"- {i}" for i in items)
-        return "\n".join(out)
-
-    text = render()
+    sections = _Digest(dropped).sections()
+    text = _render(sections)
     for _ in range(64):
         if counter.count_text(text) <= budget:
             return text
-        k = max(range(len(sections)), key=lambda j: sum(len(i) for i in sections[j][1]))
-        title, items, omitted = sections[k]
-        if len(items) > 1:
-            cut = len(items) - len(items) // 2
-            sections[k] = (title, items[cut:], omitted + cut)
-        elif items:
-            sections[k] = (title, [_clip(items[0], max(len(items[0]) // 2, 40))], omitted)
-        text = render()
+        max(sections, key=_Section.size).thin()
+        text = _render(sections)
+    header = EXTRACTIVE_SUMMARY_HEADER
     body = text[len(header) :]  # cut the body only: the header carries the summary's tag
     while body and counter.count_text(header + body) > budget:
         body = body[: len(body) * 3 // 4]
