@@ -344,14 +344,14 @@ def replay(
     options = dict(opts or {})
     if "context_window" not in options:
         options = pin_if_needed(compactor, options, window, entry="normandy demo")
-    acc = AgentConfig(
+    acc = AgentConfig.made_by(
+        "normandy demo",
         model=model,
         system_prompt=session.system,
         tools=session.tools,
         compactor=compactor,
         compactor_opts=options,
         survival=survival,
-        _entry="normandy demo",
     )
     chosen = session.turns if turns is None else session.turns[:turns]
     total_batches = sum(len(t.replies) - 1 for t in chosen)

@@ -239,6 +239,22 @@ class AgentConfig:
         object.__setattr__(new, "compactor_opts", dict(self.compactor_opts))
         return new
 
+    def with_client(self, client: Any) -> AgentConfig:
+        """A copy whose model client is ``client`` (``None``: none); the compactor settings
+        are unchanged, so not prepared again (a compactor that falls back to one that must
+        not call the model gives it such a copy)."""
+        new = copy.copy(self)
+        object.__setattr__(new, "client", client)
+        object.__setattr__(new, "compactor_opts", dict(self.compactor_opts))
+        return new
+
+    @classmethod
+    def made_by(cls, entry: str, *, hint: str = CONFIG_HINT, **fields: Any) -> AgentConfig:
+        """``AgentConfig(**fields)`` made on behalf of the public entry point ``entry``
+        (``"normandy demo"``, ``"normandy_core.compact()"``), which every refusal names
+        first; ``hint`` says how to pin a window in that entry point's words."""
+        return cls(**fields, _entry=entry, _hint=hint)
+
     def replace(
         self, *, entry: str = "normandy_core.AgentConfig.replace()", **changes: Any
     ) -> AgentConfig:

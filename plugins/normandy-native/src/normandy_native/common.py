@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import inspect
 import logging
 import threading
@@ -289,7 +288,7 @@ def run_fallback(
     note["fallback"] = prepared.name
     given = acc
     if kind == "unreachable" and acc.client is not None:
-        given = dataclasses.replace(acc, client=None, _validate=False)
+        given = acc.with_client(None)
     fctx = build_context(
         prepared,
         model=ctx.model,
