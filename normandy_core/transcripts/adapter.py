@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar, cast
 from normandy_core.contract.config import AgentConfig
 from normandy_core.contract.settings import current_settings
 from normandy_core.transcripts.facade import CompactResult, _compact_read, prepare_resolved
-from normandy_core.transcripts.transcript import Transcript
+from normandy_core.transcripts.staging import Transcript
 
 __all__ = ["AdapterSeam", "Compaction", "NamedCompactor", "SeamOptions", "adapter_hint"]
 

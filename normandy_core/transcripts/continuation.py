@@ -39,14 +39,11 @@ from dataclasses import dataclass
 from operator import is_
 from typing import TYPE_CHECKING, Any
 
-from normandy_core.transcripts.transcript import (
-    PROVIDER_COMPACTION,
-    Transcript,
-    check_tools,
-    detect,
-    extend,
-    stage,
-)
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
+from normandy_core.transcripts.detection import detect
+from normandy_core.transcripts.formats import as_mapping
+from normandy_core.transcripts.staging import Transcript, check_tools, extend
+from normandy_core.transcripts.transcript import stage
 
 if TYPE_CHECKING:
     from normandy_core.contract.config import AgentConfig
@@ -235,8 +232,6 @@ def remember(
 
 def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
     """Whether the first new message would join the entry of the last remembered one."""
-    from normandy_core.transcripts.transcript import as_mapping
-
     if t.format == "anthropic":
         return False
     a = as_mapping(last, None, None)
@@ -296,14 +291,14 @@ def _continue(
         staged = list(stage(t.format, new, k))
         t.pending = check_tools(staged, True, t.seen, t.pending)
         newest = max(
-            (j for j, s in enumerate(staged) if s.meta.get(PROVIDER_COMPACTION)), default=-1
+            (j for j, s in enumerate(staged) if s.meta.get(PROVIDER_COMPACTION_KEY)), default=-1
         )
         if newest < 0:
             memory = st.memory.copy()
         else:  # a newer provider compaction: the pin moves to it
             memory = st.memory.derive(
                 e.model_copy(update={"pinned": False})
-                if e.pinned and e.metadata.get(PROVIDER_COMPACTION)
+                if e.pinned and e.metadata.get(PROVIDER_COMPACTION_KEY)
                 else e
                 for e in st.memory
             )

@@ -44,8 +44,9 @@ from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.structure import pairing_problems
 from normandy_core.conversation.survival import SurvivalRules
 from normandy_core.errors import NormandyError, OptionsError, WindowUnknownError
-from normandy_core.transcripts.formats import TranscriptError, value_problem
-from normandy_core.transcripts.transcript import Transcript, as_mapping, read, write
+from normandy_core.transcripts.formats import TranscriptError, as_mapping, value_problem
+from normandy_core.transcripts.staging import Transcript
+from normandy_core.transcripts.transcript import read, write
 
 __all__ = [
     "ENTRY",
@@ -229,7 +230,7 @@ def _check_values(messages: Sequence[Any], start: int = 0) -> None:
 
 def read_transcript(data: Any, format: FormatName = "auto") -> Transcript | AgentMemory:
     """The transcript ``data`` read under the rules of this module: a
-    :class:`~normandy_core.transcripts.transcript.Transcript` (with where each entry came from), or
+    :class:`~normandy_core.transcripts.staging.Transcript` (with where each entry came from), or
     the memory of a Normandy dump or :class:`~normandy_core.AgentMemory`.
     """
     if format not in _FORMATS:
@@ -334,7 +335,7 @@ def render_transcript(memory: AgentMemory, fmt: str, like: Any) -> Any:
     """``memory`` in ``fmt``, in the container shape of ``like`` (a Normandy dump or memory).
 
     Provider formats are written by :func:`normandy_core.transcripts.transcript.write`, which needs
-    the :class:`~normandy_core.transcripts.transcript.Transcript` the input was read into.
+    the :class:`~normandy_core.transcripts.staging.Transcript` the input was read into.
     """
     if fmt == "normandy":
         return memory if isinstance(like, AgentMemory) else memory.dump()

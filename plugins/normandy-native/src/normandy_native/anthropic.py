@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_core import Entry, OpaqueBlock, hookimpl
 from normandy_core.clients.base import ProviderCompaction
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_native import ANTHROPIC_NATIVE
 from normandy_native.common import (
     NATIVE_KEY,
@@ -110,7 +110,7 @@ def _rebuild(p: Plan, compaction: ProviderCompaction, turn: str) -> tuple[list[E
         content=(block,),
         pinned=True,
         metadata={
-            PROVIDER_COMPACTION: True,
+            PROVIDER_COMPACTION_KEY: True,
             NATIVE_KEY: {"provider": "anthropic", "replaced_ids": [e.id for e in sent]},
         },
     )

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_core import Content, Entry, OpaqueBlock, OptionsError, TextBlock, hookimpl, new_id
 from normandy_core.clients.base import ProviderCompaction
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.conversation.survival import PROVIDER_REBUILT_KEY
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION, TranscriptError, read
+from normandy_core.transcripts.formats import TranscriptError
+from normandy_core.transcripts.transcript import read
 from normandy_native import OPENAI_NATIVE
 from normandy_native.common import (
     NATIVE_KEY,
@@ -145,7 +147,7 @@ def _rebuild(p: Plan, compaction: ProviderCompaction, turn: str) -> tuple[list[E
             content=(block,),
             pinned=True,
             metadata={
-                PROVIDER_COMPACTION: True,
+                PROVIDER_COMPACTION_KEY: True,
                 NATIVE_KEY: {
                     "provider": "openai",
                     "replaced_ids": [e.id for e in sent if e.id not in reused],
