@@ -9,9 +9,8 @@ thinking, tool use and result, image, document) and the ones it carries as
 result, search results, container uploads, ``compaction``, any future type).
 
 :func:`to_anthropic` and :func:`from_anthropic` convert whole conversations (the model
-clients use them); :func:`read_anthropic` and :func:`rebuild_anthropic` are the reader and
-writer :mod:`normandy_core.transcripts.transcript` uses to give back what a compactor
-kept as the very objects it was given.
+clients use them); :func:`read_anthropic` and :func:`rebuild_anthropic` serve
+:func:`~normandy_core.transcripts.transcript.read` and ``write``.
 """
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ after the tool messages).
 
 An assistant message's Anthropic thinking parts, as LangChain's
 ``convert_to_openai_messages`` leaves them for a Claude conversation, are read and
-carried through. :func:`read_chat` and :func:`rebuild_chat` are the reader and writer
-:mod:`normandy_core.transcripts.transcript` uses to give back what a compactor kept as
-the very objects it was given.
+carried through. :func:`read_chat` and :func:`rebuild_chat` serve
+:func:`~normandy_core.transcripts.transcript.read` and ``write``.
 """
 
 from __future__ import annotations

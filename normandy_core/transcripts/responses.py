@@ -6,9 +6,8 @@ opaque, paired by ``call_id`` where it has an output item.
 Consecutive model-side items (reasoning, assistant messages, calls) are one assistant
 entry and consecutive outputs one results entry, so a reasoning item stays with the calls
 it precedes and a parallel batch stays whole. A ``compaction`` item is an entry of its
-own. :func:`read_responses` and :func:`rebuild_responses` are the reader and writer
-:mod:`normandy_core.transcripts.transcript` uses to give back what a compactor kept as
-the very objects it was given.
+own. :func:`read_responses` and :func:`rebuild_responses` serve
+:func:`~normandy_core.transcripts.transcript.read` and ``write``.
 """
 
 from __future__ import annotations
