@@ -4,7 +4,8 @@ back as given, and ``compact()`` on them. May import contract, conversation and 
 Each module imports only those listed before it:
 
 1. ``formats``: the format names, :class:`~normandy_core.TranscriptError`, the values no
-   message may hold, the tags of inserted entries;
+   message may hold, the tags of inserted entries; beside it ``jsonio``, the transcript
+   file reader (JSON or JSON Lines);
 2. ``staging``: messages staged as entries, where each came from, the pairing checks;
 3. ``anthropic``, then ``chat`` (Chat Completions; it reads Anthropic thinking parts),
    and ``responses``: one wire format each, reader and writer;
