@@ -41,7 +41,7 @@ from typing import Any
 from benchmarks.common import clock, fmt_time, median, raw_encoding, settle
 from normandy_core.app.workload import generate_session
 from normandy_core.conversation.tokens import MESSAGE_OVERHEAD
-from normandy_core.transcripts.formats import to_openai
+from normandy_core.transcripts.chat import to_openai
 
 TITLE = "12. The framework adapters per call, against the frameworks' own trimming"
 WINDOW = 32_000

@@ -198,7 +198,7 @@ def recompaction(messages: int) -> dict[str, Any]:
     from normandy_archive import archive_settings
     from normandy_core import compact
     from normandy_core.app.workload import generate_session
-    from normandy_core.transcripts.formats import to_openai
+    from normandy_core.transcripts.chat import to_openai
 
     transcript = to_openai(generate_session(29, messages))
     directory = Path(tempfile.mkdtemp(prefix="normandy-bench-archive-"))

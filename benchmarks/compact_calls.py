@@ -34,7 +34,7 @@ from benchmarks.common import BUDGET, clock, fmt_time, median, raw_encoding, set
 from normandy_core import compact
 from normandy_core.app.workload import generate_session
 from normandy_core.conversation.tokens import MESSAGE_OVERHEAD
-from normandy_core.transcripts.formats import to_openai
+from normandy_core.transcripts.chat import to_openai
 
 TITLE = "8. compact() before every request, on a growing list"
 #: A cl100k model with a 128k window; the window is pinned anyway (``window=BUDGET``).

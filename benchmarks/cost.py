@@ -38,7 +38,7 @@ from normandy_core import Entry
 from normandy_core.app.demo import DemoSession, DemoTurn, load_session, replay
 from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 from normandy_core.conversation.cost import DEFAULT_RATES, billed
-from normandy_core.transcripts.formats import block_to_anthropic
+from normandy_core.transcripts.anthropic import block_to_anthropic
 
 PRICE = 3.0  # claude-sonnet-4-5, dollars per million input tokens
 DELAYS = (5, 15, 30, 60)

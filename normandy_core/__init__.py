@@ -161,15 +161,12 @@ if TYPE_CHECKING:
         UnknownCompactorError as UnknownCompactorError,
         WindowUnknownError as WindowUnknownError,
     )
-    from normandy_core.transcripts.facade import (
+    from normandy_core.transcripts.facade import acompact as acompact, compact as compact
+    from normandy_core.transcripts.formats import TranscriptError as TranscriptError
+    from normandy_core.transcripts.result import (
         CannotFitError as CannotFitError,
         CompactionError as CompactionError,
         CompactResult as CompactResult,
-        acompact as acompact,
-        compact as compact,
-    )
-    from normandy_core.transcripts.transcript import (
-        TranscriptError as TranscriptError,
     )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
-from normandy_core.transcripts.formats import block_to_anthropic
+from normandy_core.transcripts.anthropic import block_to_anthropic
 
 OUT = Path(__file__).resolve().parent.parent / "normandy_core" / "data" / "demo_session.jsonl.gz"
 

@@ -24,7 +24,7 @@ def _messages(block: dict[str, Any]) -> Any:
     """A coding agent's session as Chat Completions dicts: 245 messages, about 92,000
     tokens, with parallel tool calls (``normandy_core.app.workload``, seed 7)."""
     from normandy_core.app.workload import generate_session
-    from normandy_core.transcripts.formats import to_openai
+    from normandy_core.transcripts.chat import to_openai
 
     return to_openai(generate_session(seed=7, messages=150))
 

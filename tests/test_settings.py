@@ -34,7 +34,7 @@ from normandy_core.errors import (
     WindowUnknownError,
 )
 from normandy_core.transcripts import continuation
-from normandy_core.transcripts.formats import to_openai
+from normandy_core.transcripts.chat import to_openai
 
 
 @pytest.fixture

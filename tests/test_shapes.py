@@ -20,8 +20,10 @@ from openai.types.responses import ResponseInputItemParam
 from pydantic import TypeAdapter
 
 from normandy_core import compact
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
+from normandy_core.transcripts.detection import detect
 from normandy_core.transcripts.formats import TranscriptError
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION, detect, read
+from normandy_core.transcripts.transcript import read
 
 CHAT = TypeAdapter(list[ChatCompletionMessageParam])
 ANTHROPIC = TypeAdapter(list[BetaMessageParam])
@@ -377,7 +379,7 @@ def test_anthropic_compaction_block_is_pinned_and_kept() -> None:
     out = result.messages["messages"]
     assert req["messages"][1] in out  # the assistant message with the compaction block
     assert any(m is req["messages"][1] for m in out)
-    entry = next(e for e in result.memory if e.metadata.get(PROVIDER_COMPACTION))
+    entry = next(e for e in result.memory if e.metadata.get(PROVIDER_COMPACTION_KEY))
     assert entry.pinned
 
 

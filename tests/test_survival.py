@@ -470,7 +470,7 @@ def test_configured_instructions_the_compactor_cannot_use_name_their_source(here
 
 def _with_provider_compaction() -> AgentMemory:
     from normandy_core import OpaqueBlock
-    from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
+    from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 
     mem = AgentMemory()
     mem.add_message("system", "You are a coding agent.", id="sys", turn_id="t0")
@@ -482,7 +482,7 @@ def _with_provider_compaction() -> AgentMemory:
         id="c1",
         turn_id="c1",
         pinned=True,
-        metadata={PROVIDER_COMPACTION: True},
+        metadata={PROVIDER_COMPACTION_KEY: True},
     )
     mem.add_message("user", "Fix the parser.", id="task", turn_id="t1")
     mem.add_message("assistant", "Looking.", id="a1", turn_id="t1")
@@ -492,7 +492,7 @@ def _with_provider_compaction() -> AgentMemory:
 
 def test_the_pin_of_a_superseded_provider_compaction_moves_to_the_new_one() -> None:
     from normandy_core import OpaqueBlock
-    from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
+    from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 
     acc = AgentConfig().with_memory(_with_provider_compaction())
     old = {e.id: e for e in acc.memory.entries()}
@@ -502,7 +502,7 @@ def test_the_pin_of_a_superseded_provider_compaction_moves_to_the_new_one() -> N
         role="assistant",
         content=(OpaqueBlock(format="anthropic", kind="compaction", data={"n": 2}),),
         pinned=True,
-        metadata={PROVIDER_COMPACTION: True},
+        metadata={PROVIDER_COMPACTION_KEY: True},
     )
     marker = Entry(id="m2", turn_id="c2", role="user", content="[normandy:marker] here")
     kept = [old["sys"], marker, newer, old["task"], old["u2"]]
@@ -519,7 +519,8 @@ def test_the_pin_of_a_superseded_provider_compaction_moves_to_the_new_one() -> N
 
 
 def test_a_returned_copy_of_a_user_message_is_never_the_task() -> None:
-    from normandy_core.conversation.survival import PROVIDER_REBUILT_KEY, is_inserted
+    from normandy_core.conversation.keys import PROVIDER_REBUILT_KEY
+    from normandy_core.conversation.survival import is_inserted
 
     copy = Entry(id="x", role="user", content="Fix it.", metadata={PROVIDER_REBUILT_KEY: True})
     task = Entry(id="task", role="user", content="Fix it.")

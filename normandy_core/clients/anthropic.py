@@ -1,9 +1,10 @@
 """A client for the Anthropic Messages API over the official ``anthropic`` SDK.
 
 Install with ``pip install normandy-core[anthropic]``; the SDK is imported when a client
-is made. Requests are built by :func:`normandy_core.transcripts.formats.to_anthropic`, replies read
-back into Normandy's blocks, thinking signatures included, so they can be replayed
-unchanged within a tool round.
+is made. Requests are built by
+:func:`normandy_core.transcripts.anthropic.to_anthropic`, replies read back into
+Normandy's blocks, thinking signatures included, so they can be replayed unchanged within
+a tool round.
 
 Extended thinking follows the API's rules so that no request is one it rejects:
 
@@ -62,7 +63,8 @@ from normandy_core.contract.edits import (
     context_management as _checked_edits,
 )
 from normandy_core.conversation.entries import Entry
-from normandy_core.transcripts.formats import TranscriptError, from_anthropic, to_anthropic
+from normandy_core.transcripts.anthropic import from_anthropic, to_anthropic
+from normandy_core.transcripts.formats import TranscriptError
 
 __all__ = [
     "CONTINUATION",

@@ -2,7 +2,7 @@
 
 Install with ``pip install normandy-core[openai]``; the SDK is imported when a client is
 made. ``OpenAIClient(api="chat")`` (the default) speaks Chat Completions: requests are
-built by :func:`normandy_core.transcripts.formats.to_openai` (tool uses become ``tool_calls``, the
+built by :func:`normandy_core.transcripts.chat.to_openai` (tool uses become ``tool_calls``, the
 results of a batch one ``tool`` message each, in order), replies read back into
 Normandy's blocks. Chat Completions does not replay reasoning, so thinking blocks are
 never sent and the ``thinking`` argument is not used; set ``reasoning_effort`` on the
@@ -48,7 +48,7 @@ from normandy_core.conversation.entries import (
     ToolUseBlock,
 )
 from normandy_core.errors import OptionsError
-from normandy_core.transcripts.formats import to_openai
+from normandy_core.transcripts.chat import to_openai
 
 __all__ = [
     "OpenAIClient",

@@ -1,7 +1,7 @@
 """Token counting: a protocol, a character estimate and tiktoken counters.
 
 The counters count an entry as the OpenAI Chat Completions wire carries it
-(:func:`normandy_core.transcripts.formats.to_openai`), by OpenAI's published rules (the cookbook
+(:func:`normandy_core.transcripts.chat.to_openai`), by OpenAI's published rules (the cookbook
 "How to count tokens with tiktoken"), and add a documented margin only where the
 provider publishes no figure:
 
@@ -165,7 +165,7 @@ _ARGUMENTS = json.JSONEncoder(ensure_ascii=False)
 def _entry_parts(entry: Entry, per_message: int = MESSAGE_OVERHEAD) -> tuple[list[str], int]:
     """The strings of an entry to count, and the fixed-cost tokens it carries.
 
-    The strings are those :func:`~normandy_core.transcripts.formats.to_openai` sends, in
+    The strings are those :func:`~normandy_core.transcripts.chat.to_openai` sends, in
     the pieces it sends them (text parts apart, texts it joins joined), so an exact count of
     each adds up to the wire's count; ``per_message`` is one message's overhead. What the
     OpenAI wire drops (thinking, media of an assistant message) is counted too: the entry

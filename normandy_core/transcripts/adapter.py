@@ -14,14 +14,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
 from normandy_core.contract.config import AgentConfig
 from normandy_core.contract.settings import current_settings
-from normandy_core.transcripts.facade import CompactResult, _compact_read, prepare_resolved
-from normandy_core.transcripts.transcript import Transcript
+from normandy_core.transcripts.facade import FormatName, compact_continued, prepare_resolved
+from normandy_core.transcripts.result import CompactResult
 
-__all__ = ["AdapterSeam", "Compaction", "NamedCompactor", "SeamOptions", "adapter_hint"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+__all__ = [
+    "AdapterSeam",
+    "Compaction",
+    "CompactorSettings",
+    "NamedCompactor",
+    "SeamOptions",
+    "adapter_hint",
+]
 
 
 def adapter_hint(entry: str) -> str:
@@ -78,35 +88,18 @@ class NamedCompactor:
     def _start(self) -> None:
         """Set up what a subclass keeps between runs (called once, by ``__init__``)."""
 
-    def compact(self, messages: list[Any], *, mid_round: bool, format: str) -> CompactResult:
+    def compact(self, messages: list[Any], *, mid_round: bool, format: FormatName) -> CompactResult:
         """Compact ``messages`` (in ``format``) with the prepared config, as a continuation
         of the last call with this config when they extend the list it was given (or
         returned, its very objects first), as :func:`normandy_core.compact` does."""
-        from normandy_core.transcripts import continuation
-
-        s = self._settings
-        key = continuation.config_key(
-            s.compactor,
-            s.opts,
-            s.model,
-            s.window,
-            s.timeout,
-            format,
-            self._client,
-            survival=s.survival,
-        )
-        hit = continuation.resume(key, messages, mid_round)
-        if hit is not None:
-            return cast("CompactResult", hit)
-        result, t = _compact_read(
-            self.config,
+        return compact_continued(
+            self._settings,
+            lambda: self.config,
             messages,
             mid_round=mid_round,
-            format=format,  # type: ignore[arg-type]
+            format=format,
+            client=self._client,
         )
-        if key is not None and isinstance(t, Transcript):
-            continuation.remember(key, self.config, t, result.memory, messages, result.messages)
-        return result
 
     def log(
         self, logger: logging.Logger, before: int, after: int, result: CompactResult, what: str
@@ -142,13 +135,18 @@ class Compaction(Protocol):
 DoneT = TypeVar("DoneT", bound=Compaction)
 
 
-class SeamOptions(TypedDict, total=False):
-    """The keyword options every framework seam takes (see :class:`AdapterSeam`)."""
+class CompactorSettings(TypedDict, total=False):
+    """What a seam hands its :class:`NamedCompactor` beside the compactor and its options."""
 
     model: str | None
     window: int | None
     timeout: float | None
     client: Any
+
+
+class SeamOptions(CompactorSettings, total=False):
+    """The keyword options every framework seam takes (see :class:`AdapterSeam`)."""
+
     raise_on_error: bool
     on_compact: Callable[[Any], None] | None
 
@@ -176,23 +174,12 @@ class AdapterSeam(Generic[DoneT]):
         compactor: str | None = None,
         opts: Mapping[str, Any] | None = None,
         *,
-        model: str | None = None,
-        window: int | None = None,
-        timeout: float | None = None,
-        client: Any = None,
         raise_on_error: bool = False,
         on_compact: Callable[[DoneT], None] | None = None,
+        **settings: Unpack[CompactorSettings],
     ) -> None:
         super().__init__()  # the framework's own base class, when it has one
-        self.compactor = self.compactor_class(
-            compactor,
-            opts,
-            model=model,
-            window=window,
-            timeout=timeout,
-            client=client,
-            entry=self.entry,
-        )
+        self.compactor = self.compactor_class(compactor, opts, entry=self.entry, **settings)
         self.raise_on_error = raise_on_error
         self.on_compact = on_compact
         self._start()

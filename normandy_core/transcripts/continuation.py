@@ -14,7 +14,7 @@ conversation plus the new entries, exactly as the turn loop does between two
 boundaries. The result therefore keeps the earlier cut points (a stable prefix, which
 keeps the provider's prompt cache warm), ``meta["dropped"]`` reports only what this call
 newly dropped (what earlier calls dropped was reported by them), and
-:attr:`~normandy_core.transcripts.facade.CompactResult.continued` is true. ``compact(...,
+:attr:`~normandy_core.CompactResult.continued` is true. ``compact(...,
 fresh=True)`` compacts the list from scratch instead.
 
 A list that does not extend a remembered one (other messages, a different config, a
@@ -39,20 +39,25 @@ from dataclasses import dataclass
 from operator import is_
 from typing import TYPE_CHECKING, Any
 
-from normandy_core.transcripts.transcript import (
-    PROVIDER_COMPACTION,
+from normandy_core.contract import plugins
+from normandy_core.contract.boundary import run_compaction
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
+from normandy_core.transcripts.detection import detect
+from normandy_core.transcripts.formats import as_mapping, check_values
+from normandy_core.transcripts.result import CompactResult, check_pairs, compact_result
+from normandy_core.transcripts.staging import (
     Transcript,
     check_tools,
-    detect,
     extend,
-    stage,
+    newest_compaction,
 )
+from normandy_core.transcripts.transcript import stage, write
 
 if TYPE_CHECKING:
     from normandy_core.contract.config import AgentConfig
     from normandy_core.conversation.memory import AgentMemory
 
-__all__ = ["MAX_MESSAGES", "MAX_STATES", "clear", "config_key"]
+__all__ = ["MAX_MESSAGES", "MAX_STATES", "clear", "config_key", "remember", "resume"]
 
 #: How many compactions are remembered (the most recently used are kept).
 MAX_STATES = 8
@@ -77,17 +82,70 @@ class _State:
     size: int = 0  # messages counted against MAX_MESSAGES while remembered
 
 
-_lock = threading.Lock()
-_states: OrderedDict[int, _State] = OrderedDict()
-_count = 0
+class _Memo:
+    """The remembered compactions, least recently used first, within :data:`MAX_STATES`
+    and :data:`MAX_MESSAGES`; safe to use from several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: OrderedDict[int, _State] = OrderedDict()
+        self._messages = 0  # the sizes of the states held
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def clear(self) -> None:
+        """Forget every remembered compaction."""
+        with self._lock:
+            self._states.clear()
+            self._messages = 0
+
+    def put(self, st: _State) -> None:
+        """Remember ``st`` (unless its lists alone are over :data:`MAX_MESSAGES`),
+        forgetting the least recently used beyond the bounds."""
+        size = st.size = len(st.given) + len(st.out)
+        if size > MAX_MESSAGES:
+            return
+        with self._lock:
+            self._states[id(st)] = st
+            self._messages += size
+            while self._states and (
+                len(self._states) > MAX_STATES or self._messages > MAX_MESSAGES
+            ):
+                _, old = self._states.popitem(last=False)
+                self._messages -= old.size
+
+    def take(self, key: tuple[Any, ...], messages: list[Any]) -> tuple[_State, int, bool] | None:
+        """The remembered state ``messages`` extends, removed from the memo, the length of
+        the list it extends, and whether that list is the one it was given (not the one
+        it returned)."""
+        n = len(messages)
+        with self._lock:
+            for sid, st in reversed(self._states.items()):
+                for given in (st.given, st.out):
+                    k = len(given)
+                    if st.key != key or k == 0 or k > n or messages[k - 1] is not given[k - 1]:
+                        continue
+                    if st.out_snapshot != st.out:
+                        break  # a live message was changed in place since it was seen
+                    if given is st.out:
+                        if not all(map(is_, given, messages)):  # the very same objects, in C
+                            continue
+                    elif not _same_prefix(given, messages, st.out, st.out_pos):
+                        continue
+                    del self._states[sid]
+                    self._messages -= st.size
+                    return st, k, given is st.given
+        return None
+
+
+#: The compactions this process remembers.
+_states = _Memo()
 
 
 def clear() -> None:
     """Forget every remembered compaction."""
-    global _count
-    with _lock:
-        _states.clear()
-        _count = 0
+    _states.clear()
 
 
 def _opaque(obj: Any) -> str:
@@ -115,8 +173,6 @@ def config_key(
     ``recall`` (``None``, a bool or frozen :class:`~normandy_core.RecallSettings`) counts
     by value.
     """
-    from normandy_core.contract import plugins
-
     if survival is not None and not isinstance(survival, Mapping):
         fields = getattr(type(survival), "model_fields", None) or {}
         survival = {name: getattr(survival, name) for name in fields}
@@ -127,7 +183,7 @@ def config_key(
         return None
     try:
         handle = plugins.resolve_compactor(compactor)
-    except Exception:  # the full path reports it
+    except Exception:  # an unknown or broken compactor: the full path reports it
         return None
     return (
         compactor,
@@ -138,32 +194,10 @@ def config_key(
         timeout,
         format,
         recall,
-        plugins.generation(),
+        plugins.generation(),  # a reload of the plugins starts afresh
         id(handle),
         id(client),
     )
-
-
-def _take(key: tuple[Any, ...], messages: list[Any]) -> tuple[_State, int, bool] | None:
-    """The remembered state ``messages`` extends, removed from the memo, and its length."""
-    n = len(messages)
-    with _lock:
-        for sid, st in reversed(_states.items()):
-            for given in (st.given, st.out):
-                k = len(given)
-                if st.key != key or k == 0 or k > n or messages[k - 1] is not given[k - 1]:
-                    continue
-                if st.out_snapshot != st.out:
-                    break  # a live message was changed in place since it was seen
-                if given is st.out:
-                    if not all(map(is_, given, messages)):  # the very same objects, in C
-                        continue
-                elif not _same_prefix(given, messages, st.out, st.out_pos):
-                    continue
-                del _states[sid]
-                _forget(st)
-                return st, k, given is st.given
-    return None
 
 
 def _same_prefix(given: list[Any], messages: list[Any], out: list[Any], out_pos: list[int]) -> bool:
@@ -193,24 +227,6 @@ def _positions(out: Sequence[Any], known: Mapping[int, int]) -> list[int]:
     return [known.get(id(m), -1) for m in out]
 
 
-def _forget(st: _State) -> None:
-    global _count
-    _count -= st.size
-
-
-def _remember(st: _State) -> None:
-    global _count
-    size = st.size = len(st.given) + len(st.out)
-    if size > MAX_MESSAGES:
-        return
-    with _lock:
-        _states[id(st)] = st
-        _count += size
-        while _states and (len(_states) > MAX_STATES or _count > MAX_MESSAGES):
-            _, old = _states.popitem(last=False)
-            _forget(old)
-
-
 def remember(
     key: tuple[Any, ...] | None,
     acc: AgentConfig,
@@ -230,41 +246,41 @@ def remember(
         return
     known = {id(m): i for i, m in enumerate(given)}
     pos = _positions(out, known)
-    _remember(_State(key, acc, t, memory.copy(), list(given), list(out), pos, out_snapshot))
+    _states.put(_State(key, acc, t, memory.copy(), list(given), list(out), pos, out_snapshot))
 
 
 def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
     """Whether the first new message would join the entry of the last remembered one."""
-    from normandy_core.transcripts.transcript import as_mapping
-
     if t.format == "anthropic":
         return False
-    a = as_mapping(last, None, None)
-    b = as_mapping(first, None, None)
+    last_message = as_mapping(last, None, None)
+    first_message = as_mapping(first, None, None)
     if t.format == "openai":
-        return a.get("role") == "tool" and b.get("role") == "tool"
-
-    def side(m: Mapping[str, Any]) -> str:
-        kind = m.get("type") or "message"
-        if kind == "message":
-            return "model" if m.get("role") == "assistant" else "input"
-        if kind.endswith("_output") or kind == "mcp_approval_response":  # outputs side
-            return "outputs"
-        return "model"
-
-    sa, sb = side(a), side(b)
-    return sa == sb and sa != "input"
+        return last_message.get("role") == "tool" and first_message.get("role") == "tool"
+    last_side = _responses_side(last_message)
+    return last_side == _responses_side(first_message) and last_side != "input"
 
 
-def resume(key: tuple[Any, ...] | None, messages: Any, mid_round: bool) -> Any:
+def _responses_side(item: Mapping[str, Any]) -> str:
+    """Which entry a Responses item joins: its own (``input``), the model-side run or the
+    outputs run."""
+    kind = item.get("type") or "message"
+    if kind == "message":
+        return "model" if item.get("role") == "assistant" else "input"
+    if kind.endswith("_output") or kind == "mcp_approval_response":  # outputs side
+        return "outputs"
+    return "model"
+
+
+def resume(key: tuple[Any, ...] | None, messages: Any, mid_round: bool) -> CompactResult | None:
     """The result of compacting ``messages`` as a continuation, or ``None`` (full path).
 
-    Raises :class:`~normandy_core.transcripts.formats.TranscriptError` for bad new messages, naming
-    their position in ``messages``.
+    Raises :class:`~normandy_core.TranscriptError` for bad new messages, naming their
+    position in ``messages``.
     """
     if key is None or not isinstance(messages, list) or not _states:
         return None
-    hit = _take(key, messages)
+    hit = _states.take(key, messages)
     if hit is None:
         return None
     st, k, full = hit
@@ -276,43 +292,18 @@ def resume(key: tuple[Any, ...] | None, messages: Any, mid_round: bool) -> Any:
 
 def _continue(
     st: _State, messages: list[Any], k: int, new: list[Any], mid_round: bool, full: bool
-) -> Any:
-    """``full``: ``messages`` extends the list given last time, not the one returned."""
-    from normandy_core.contract.boundary import run_compaction
-    from normandy_core.transcripts.facade import (
-        CompactResult,
-        _check_values,
-        check_pairs,
-        result_fields,
-    )
-    from normandy_core.transcripts.transcript import write
-
+) -> CompactResult | None:
+    """Compact ``messages``, the remembered list of ``st`` (its first ``k``) and ``new``;
+    ``full``: they extend the list given last time, not the one returned. ``None`` when
+    the new messages are of another format."""
+    memory = _grown_memory(st, new, k)
+    if memory is None:
+        return None
     t = st.transcript
-    if new:
-        _check_values(new, k)
-        fmt = detect(new, prefer=t.format)
-        if fmt != t.format and fmt != "openai":  # evidence of another format
-            return None
-        staged = list(stage(t.format, new, k))
-        t.pending = check_tools(staged, True, t.seen, t.pending)
-        newest = max(
-            (j for j, s in enumerate(staged) if s.meta.get(PROVIDER_COMPACTION)), default=-1
-        )
-        if newest < 0:
-            memory = st.memory.copy()
-        else:  # a newer provider compaction: the pin moves to it
-            memory = st.memory.derive(
-                e.model_copy(update={"pinned": False})
-                if e.pinned and e.metadata.get(PROVIDER_COMPACTION)
-                else e
-                for e in st.memory
-            )
-        extend(t, memory, staged, pin=newest)
-    else:
-        memory = st.memory.copy()
     t.container = messages
     new_acc, meta = run_compaction(st.acc.with_memory(memory), mid_round=mid_round)
-    if meta.get("compacted"):
+    compacted = bool(meta.get("compacted"))
+    if compacted:
         check_pairs(st.acc, new_acc.memory)
         kept = new_acc.memory
         out = write(t, kept)
@@ -320,27 +311,68 @@ def _continue(
         kept = memory
         out = [*st.out, *new]
     _prune_sources(t, kept)
-    result = CompactResult(out, meta, t.format, kept, continued=True, **result_fields(st.acc))
+    result = compact_result(st.acc, out, meta, t.format, kept, continued=True)
+    _states.put(_next_state(st, kept, out, new, k, compacted=compacted, full=full))
+    return result
+
+
+def _grown_memory(st: _State, new: list[Any], k: int) -> AgentMemory | None:
+    """The remembered conversation of ``st`` with the messages ``new`` (numbered from
+    ``k``) read onto it, or ``None`` when they are evidence of another format."""
+    if not new:
+        return st.memory.copy()
+    t = st.transcript
+    check_values(new, k)
+    fmt = detect(new, prefer=t.format)
+    if fmt != t.format and fmt != "openai":  # evidence of another format
+        return None
+    staged = list(stage(t.format, new, k))
+    t.pending = check_tools(staged, True, t.seen, t.pending)
+    newest = newest_compaction(staged)
+    if newest < 0:
+        memory = st.memory.copy()
+    else:  # a newer provider compaction: the pin moves to it
+        memory = st.memory.derive(
+            e.model_copy(update={"pinned": False})
+            if e.pinned and e.metadata.get(PROVIDER_COMPACTION_KEY)
+            else e
+            for e in st.memory
+        )
+    extend(t, memory, staged, pin=newest)
+    return memory
+
+
+def _next_state(
+    st: _State,
+    kept: AgentMemory,
+    out: list[Any],
+    new: list[Any],
+    k: int,
+    *,
+    compacted: bool,
+    full: bool,
+) -> _State:
+    """What continues the call that continued ``st`` with ``new`` and returned ``out``."""
     fresh = copy.deepcopy(new)
-    if meta.get("compacted"):
+    if compacted:
         copies = {id(m): c for m, c in zip(st.out, st.out_snapshot, strict=True)}
         copies.update({id(m): c for m, c in zip(new, fresh, strict=True)})
         out_snapshot = [copies[id(m)] if id(m) in copies else copy.deepcopy(m) for m in out]
     else:
         out_snapshot = [*st.out_snapshot, *fresh]
     if full:  # the caller keeps its whole history: remember where the live messages sit
-        given = st.given  # extended to equal ``messages`` by the prefix check
-        old_pos = st.out_pos
-        if meta.get("compacted"):
-            known = {id(m): p for m, p in zip(st.out, old_pos, strict=True)}
+        given = st.given  # extended to equal the caller's list by the prefix check
+        if compacted:
+            known = {id(m): p for m, p in zip(st.out, st.out_pos, strict=True)}
             known.update({id(m): k + j for j, m in enumerate(new)})
             out_pos = _positions(out, known)
         else:
-            out_pos = [*old_pos, *range(k, k + len(new))]
+            out_pos = [*st.out_pos, *range(k, k + len(new))]
     else:  # continued from the list returned: matched by identity against ``out``
         given, out_pos = [], [-1] * len(out)
-    _remember(_State(st.key, st.acc, t, kept.copy(), given, list(out), out_pos, out_snapshot))
-    return result
+    return _State(
+        st.key, st.acc, st.transcript, kept.copy(), given, list(out), out_pos, out_snapshot
+    )
 
 
 def _prune_sources(t: Transcript, memory: AgentMemory) -> None:

@@ -30,31 +30,39 @@ message it changes. The shapes read, and what happens to each field, are listed 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 from normandy_core.contract.boundary import run_compaction
 from normandy_core.contract.config import AgentConfig
 from normandy_core.contract.recall_settings import RecallSettings
 from normandy_core.contract.settings import Resolved, current_settings
-from normandy_core.contract.types import CompactionMeta
 from normandy_core.conversation.entries import Entry
 from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.structure import pairing_problems
 from normandy_core.conversation.survival import SurvivalRules
-from normandy_core.errors import NormandyError, OptionsError, WindowUnknownError
-from normandy_core.transcripts.formats import TranscriptError, value_problem
-from normandy_core.transcripts.transcript import Transcript, as_mapping, read, write
+from normandy_core.errors import OptionsError, WindowUnknownError
+from normandy_core.transcripts import continuation
+from normandy_core.transcripts.formats import TranscriptError, check_values, value_problem
+from normandy_core.transcripts.result import (
+    CompactResult,
+    check_pairs,
+    compact_result,
+)
+from normandy_core.transcripts.staging import Transcript
+from normandy_core.transcripts.transcript import read, write
 
 __all__ = [
     "ENTRY",
-    "CannotFitError",
-    "CompactResult",
-    "CompactionError",
     "acompact",
     "compact",
+    "compact_continued",
+    "compact_read",
+    "compact_with",
     "parse_transcript",
+    "prepare_config",
+    "prepare_resolved",
+    "read_transcript",
 ]
 
 #: The entry point named in option errors raised by :func:`compact`.
@@ -70,166 +78,9 @@ FormatName = Literal["auto", "openai", "anthropic", "responses", "normandy"]
 _FORMATS = ("auto", "openai", "anthropic", "responses", "normandy")
 
 
-class CompactionError(NormandyError):
-    """:func:`compact` has no transcript fit to send.
-
-    Raised itself when a compactor returned a conversation a provider would reject (tool
-    pairs broken): it is refused, never returned; the message names the compactor and
-    each problem. :class:`CannotFitError` is the compactor's own error, on request.
-    """
-
-
-class CannotFitError(CompactionError):
-    """The compactor reported an error, so the transcript came back unchanged and may not
-    fit the window (``window_manager``'s "cannot fit the context window", a compactor
-    that raised or timed out, an archive that refused the compaction...).
-
-    Raised by :meth:`CompactResult.check` and by ``compact(..., raise_on_error=True)``;
-    the message names the compactor and its error. ``result`` is the
-    :class:`CompactResult` (its ``messages`` are the input, unchanged).
-    """
-
-    def __init__(self, result: CompactResult) -> None:
-        self.result = result
-        who = result._compactor or "the compactor"
-        super().__init__(
-            f"{who} could not compact the transcript, which is returned unchanged and may "
-            f"not fit the window: {result.error}"
-        )
-
-
-@dataclass(frozen=True)
-class CompactResult:
-    """What :func:`compact` returns.
-
-    ``messages``: the transcript in the format and shape it was given (a list, or a dict
-    with ``messages`` and, for Anthropic, ``system``). ``meta``: the compactor's meta as
-    the boundary checked it (``compacted``, the token figures of a compaction,
-    ``strategy``, ``dropped``...). ``memory``: the compacted conversation.
-    ``continued``: the list extended one an earlier call compacted, and was compacted as
-    its continuation (:mod:`normandy_core.transcripts.continuation`): earlier cuts are kept and
-    ``meta`` reports only what this call did.
-
-    The typed fields are always there, whatever happened: :attr:`compacted`,
-    :attr:`tokens_before`, :attr:`tokens_after`, :attr:`tokens_removed` (ints),
-    :attr:`dropped` (a list), :attr:`error` and :attr:`archive` (``None`` when there is
-    none). :meth:`check` raises :class:`CannotFitError` for an error result.
-    """
-
-    messages: Any
-    meta: CompactionMeta
-    format: str
-    memory: AgentMemory = field(repr=False)
-    continued: bool = False
-    #: The compactor's description (``compactor 'x' (group ...) from dist 1.0``).
-    _compactor: str | None = field(default=None, repr=False, compare=False)
-    #: The counter the boundary sized with (``ctx.counter``), for the figures of a result
-    #: that did not compact.
-    _counter: Any = field(default=None, repr=False, compare=False)
-    _counted: list[int] = field(default_factory=list, repr=False, compare=False)
-
-    @property
-    def compacted(self) -> bool:
-        """Whether the compactor compacted."""
-        return bool(self.meta.get("compacted"))
-
-    def _count(self) -> int:
-        """Tokens of :attr:`memory`'s active branch, with the boundary's counter (cached:
-        the memory keeps its counts, so this is free once the compactor has counted)."""
-        if not self._counted:
-            counter = self._counter
-            if counter is None:
-                from normandy_core.conversation.calibration import CalibratedCounter
-
-                counter = CalibratedCounter(None, None)
-            self._counted.append(int(counter.memory_tokens(self.memory)))
-        return self._counted[0]
-
-    @property
-    def tokens_before(self) -> int:
-        """Tokens of the conversation the compactor was given (the boundary's count with the
-        compactor's counter, ``ctx.counter``). When nothing was compacted it equals
-        :attr:`tokens_after`: the input's count."""
-        value = self.meta.tokens_before
-        return value if value is not None else self._count()
-
-    @property
-    def tokens_after(self) -> int:
-        """Tokens of the conversation returned (:attr:`memory`), with the same counter."""
-        value = self.meta.tokens_after
-        return value if value is not None else self._count()
-
-    @property
-    def tokens_removed(self) -> int:
-        """Tokens of the running turn's messages that compaction removed (the newest
-        message's turn outside a turn loop); 0 when nothing was compacted."""
-        value = self.meta.tokens_removed
-        return value if value is not None else 0
-
-    @property
-    def dropped(self) -> list[Entry]:
-        """The removed entries, oldest first (empty when nothing was removed)."""
-        return list(self.meta.dropped)
-
-    @property
-    def error(self) -> str | None:
-        """The compactor's error (the input is then returned unchanged), else ``None``."""
-        err = self.meta.get("error")
-        return None if err is None else str(err)
-
-    @property
-    def archive(self) -> Mapping[str, Any] | None:
-        """The note of the ``archive`` hook plugin (``path``, ``session``, ``entries``,
-        ``message``...): where the dropped entries went; ``None`` when nothing was
-        archived (nothing dropped, or no archive installed)."""
-        return self.note("archive")
-
-    def check(self) -> CompactResult:
-        """This result, or :class:`CannotFitError` when the compactor reported an error
-        (the transcript is then the input, unchanged, and may not fit the window)."""
-        if self.error is not None:
-            raise CannotFitError(self)
-        return self
-
-    @property
-    def notes(self) -> tuple[Mapping[str, Any], ...]:
-        """What the hook plugins said they did with the dropped entries, in the order they
-        ran: one ``{"hook", "plugin", "note"}`` per note (``meta["hook_notes"]``). An
-        archive's note says where the dropped content went."""
-        return self.meta.hook_notes
-
-    def note(self, hook: str) -> Mapping[str, Any] | None:
-        """The last note of the hook plugin ``hook`` (its name, bare or qualified, such as
-        ``"archive"`` or ``"normandy_core.hooks:archive"``), or ``None``."""
-        found = None
-        for item in self.notes:
-            name = str(item.get("hook", ""))
-            if name == hook or name.rsplit(":", 1)[-1].split("@", 1)[0] == hook:
-                found = item.get("note")
-        return found
-
-
-def _as_dict(obj: Any) -> Any:
-    """``obj`` as a mapping where it is one (or an SDK object), else as it is (the value
-    checks name what is wrong with it)."""
-    try:
-        return as_mapping(obj, None, None)
-    except TranscriptError:
-        return obj
-
-
-def _check_values(messages: Sequence[Any], start: int = 0) -> None:
-    """Refuse deep nesting and lone surrogates, naming the message (numbered from
-    ``start``) and the field."""
-    for i, raw in enumerate(messages, start):
-        bad = value_problem(_as_dict(raw))
-        if bad is not None:
-            raise TranscriptError(i, bad[0] or None, bad[1])
-
-
 def read_transcript(data: Any, format: FormatName = "auto") -> Transcript | AgentMemory:
     """The transcript ``data`` read under the rules of this module: a
-    :class:`~normandy_core.transcripts.transcript.Transcript` (with where each entry came from), or
+    :class:`~normandy_core.transcripts.staging.Transcript` (with where each entry came from), or
     the memory of a Normandy dump or :class:`~normandy_core.AgentMemory`.
     """
     if format not in _FORMATS:
@@ -241,7 +92,7 @@ def read_transcript(data: Any, format: FormatName = "auto") -> Transcript | Agen
     ):
         entries = data.get("entries")
         if isinstance(entries, list):
-            _check_values(entries)
+            check_values(entries)
         try:
             memory = AgentMemory.load(data)
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
@@ -266,7 +117,7 @@ def read_transcript(data: Any, format: FormatName = "auto") -> Transcript | Agen
     ):
         messages = list(messages)  # a generator or another iterable, read once
     if isinstance(messages, Sequence) and not isinstance(messages, (str, bytes, bytearray)):
-        _check_values(messages)
+        check_values(messages)
     t = read(messages, format, system=system)
     if isinstance(data, Mapping) or messages is not data:
         t.container = data if isinstance(data, Mapping) else messages
@@ -328,19 +179,6 @@ def keep_other_branches(original: AgentMemory, compacted: AgentMemory) -> AgentM
             parent = entry.parent_id
     graph = [*compacted.all_entries(), *reversed(ancestors), *others]
     return AgentMemory.from_graph(graph, compacted.head)
-
-
-def render_transcript(memory: AgentMemory, fmt: str, like: Any) -> Any:
-    """``memory`` in ``fmt``, in the container shape of ``like`` (a Normandy dump or memory).
-
-    Provider formats are written by :func:`normandy_core.transcripts.transcript.write`, which needs
-    the :class:`~normandy_core.transcripts.transcript.Transcript` the input was read into.
-    """
-    if fmt == "normandy":
-        return memory if isinstance(like, AgentMemory) else memory.dump()
-    if isinstance(like, Transcript):
-        return write(like, memory)
-    raise ValueError(f"render_transcript: {fmt!r} needs the Transcript the input was read into")
 
 
 def _unchanged(data: Any, read: Transcript | AgentMemory) -> Any:
@@ -417,9 +255,7 @@ def compact(
     or variable and the key), :class:`~normandy_core.PluginError` for an unknown or broken
     compactor, and :class:`CompactionError` when a compactor breaks the tool pairs.
     """
-    from normandy_core.transcripts import continuation
-
-    s = current_settings().resolve(
+    settings = current_settings().resolve(
         "window_manager",
         compactor=compactor,
         opts=opts,
@@ -428,29 +264,22 @@ def compact(
         timeout=timeout,
         survival=survival,
     )
-    key = (
-        None
-        if fresh
-        else continuation.config_key(
-            s.compactor,
-            s.opts,
-            s.model,
-            s.window,
-            s.timeout,
-            format,
-            client,
-            survival=s.survival,
-            recall=recall,
+
+    def prepared() -> AgentConfig:
+        return prepare_resolved(
+            settings, entry=ENTRY, hint=COMPACT_HINT, client=client, recall=recall
         )
+
+    result = compact_continued(
+        settings,
+        prepared,
+        messages,
+        mid_round=mid_round,
+        format=format,
+        client=client,
+        recall=recall,
+        fresh=fresh,
     )
-    hit = continuation.resume(key, messages, mid_round)
-    if hit is not None:
-        result = cast("CompactResult", hit)
-    else:
-        acc = prepare_resolved(s, entry=ENTRY, hint=COMPACT_HINT, client=client, recall=recall)
-        result, t = _compact_read(acc, messages, mid_round=mid_round, format=format)
-        if key is not None and isinstance(t, Transcript):
-            continuation.remember(key, acc, t, result.memory, messages, result.messages)
     # The boundary logs the failure (WARNING, naming the compactor and its distribution).
     if result.error is not None and raise_on_error:
         result.check()
@@ -503,7 +332,9 @@ def prepare_config(
             f"{entry}: opts must be a mapping of option names to values, got {type(opts).__name__}"
         )
     options = pin_if_needed(compactor, opts or {}, window, entry=entry)
-    return AgentConfig(
+    return AgentConfig.made_by(
+        entry,
+        hint=hint or CONFIG_HINT,
         model=model,
         compactor=compactor,
         compactor_opts=options,
@@ -511,8 +342,6 @@ def prepare_config(
         survival=survival,
         client=client,
         recall=recall,
-        _entry=entry,
-        _hint=hint or CONFIG_HINT,
     )
 
 
@@ -551,33 +380,20 @@ def compact_with(
     acc: AgentConfig, messages: Any, *, mid_round: bool = False, format: FormatName = "auto"
 ) -> CompactResult:
     """Compact ``messages`` once with the prepared config ``acc`` (see :func:`compact`)."""
-    return _compact_read(acc, messages, mid_round=mid_round, format=format)[0]
+    return compact_read(acc, messages, mid_round=mid_round, format=format)[0]
 
 
-def check_pairs(acc: AgentConfig, memory: AgentMemory) -> None:
-    """Refuse a compacted conversation with broken tool pairs, naming the compactor.
-
-    The boundary's contract check refuses broken pairs when the input had none; the input
-    may hold an open round, which that check leaves to the transcript rules.
-    """
-    problems = pairing_problems(memory.entries(), allow_pending=True)
-    if problems:
-        raise CompactionError(
-            f"{acc.compactor_handle.describe()} returned a conversation with broken tool "
-            "pairs: " + "; ".join(problems)
-        )
-
-
-def _compact_read(
+def compact_read(
     acc: AgentConfig, messages: Any, *, mid_round: bool, format: FormatName
 ) -> tuple[CompactResult, Transcript | AgentMemory]:
+    """:func:`compact_with`, and the transcript ``messages`` were read into (what a
+    continuation of this call needs)."""
     t = read_transcript(messages, format)
     memory = t if isinstance(t, AgentMemory) else t.memory
     fmt = "normandy" if isinstance(t, AgentMemory) else t.format
     new_acc, meta = run_compaction(acc.with_memory(memory), mid_round=mid_round)
-    typed = result_fields(acc)
     if not meta.get("compacted"):
-        return CompactResult(_unchanged(messages, t), meta, fmt, memory, **typed), t
+        return compact_result(acc, _unchanged(messages, t), meta, fmt, memory), t
     check_pairs(acc, new_acc.memory)
     out = new_acc.memory
     if isinstance(t, AgentMemory):
@@ -585,13 +401,44 @@ def _compact_read(
         rendered = out if isinstance(messages, AgentMemory) else out.dump()
     else:
         rendered = write(t, out)
-    return CompactResult(rendered, meta, fmt, out, **typed), t
+    return compact_result(acc, rendered, meta, fmt, out), t
 
 
-def result_fields(acc: AgentConfig) -> dict[str, Any]:
-    """The private fields of a :class:`CompactResult` made with the prepared ``acc``: the
-    compactor's description and the counter its boundary sized with (``ctx.counter``)."""
-    return {
-        "_compactor": acc.compactor_handle.describe(),
-        "_counter": acc.prepared.counter_for(acc.model),
-    }
+def compact_continued(
+    settings: Resolved,
+    prepared: Callable[[], AgentConfig],
+    messages: Any,
+    *,
+    mid_round: bool,
+    format: FormatName,
+    client: Any = None,
+    recall: RecallSettings | bool | None = None,
+    fresh: bool = False,
+) -> CompactResult:
+    """Compact ``messages`` as the continuation of an earlier call with the same
+    ``settings``, ``format``, ``client`` and ``recall`` when they extend the list it was
+    given or returned (:mod:`~normandy_core.transcripts.continuation`), else in full with
+    the config ``prepared`` gives (called only then), remembered for the next call.
+    ``fresh`` compacts in full and remembers nothing.
+    """
+    key = None
+    if not fresh:
+        key = continuation.config_key(
+            settings.compactor,
+            settings.opts,
+            settings.model,
+            settings.window,
+            settings.timeout,
+            format,
+            client,
+            survival=settings.survival,
+            recall=recall,
+        )
+    result = continuation.resume(key, messages, mid_round)
+    if result is not None:
+        return result
+    acc = prepared()
+    result, t = compact_read(acc, messages, mid_round=mid_round, format=format)
+    if key is not None and isinstance(t, Transcript):
+        continuation.remember(key, acc, t, result.memory, messages, result.messages)
+    return result

@@ -46,8 +46,8 @@ from normandy_core.conversation.entries import (
     ToolUseBlock,
     new_id,
 )
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.conversation.tokens import TokenCounter, get_counter
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
 from normandy_core.turn.core import (
     AppendMessage,
     Budget,
@@ -301,10 +301,10 @@ class _Runner:
         """
         memory = self.acc.memory
         entries = memory.entries()
-        if any(e.pinned and e.metadata.get(PROVIDER_COMPACTION) for e in entries):
+        if any(e.pinned and e.metadata.get(PROVIDER_COMPACTION_KEY) for e in entries):
             unpinned = [
                 e.model_copy(update={"pinned": False})
-                if e.pinned and e.metadata.get(PROVIDER_COMPACTION)
+                if e.pinned and e.metadata.get(PROVIDER_COMPACTION_KEY)
                 else e
                 for e in entries
             ]
@@ -316,7 +316,7 @@ class _Runner:
             id=eid,
             turn_id=self.turn_id,
             pinned=True,
-            metadata={PROVIDER_COMPACTION: True},
+            metadata={PROVIDER_COMPACTION_KEY: True},
         )
 
     def compacted(self, acc: AgentConfig, meta: Mapping[str, Any]) -> Event:
@@ -375,7 +375,7 @@ class _Runner:
         # count says nothing about how Normandy's counter sizes the conversation.
         edited = any(
             e.get("type") in ("context_management", "provider_compaction") for e in reply.events
-        ) or self.acc.memory.any_marked(PROVIDER_COMPACTION)
+        ) or self.acc.memory.any_marked(PROVIDER_COMPACTION_KEY)
         if model is not None and reply.usage.input_tokens > 0 and not edited:
             self.calibration.observe(model, self.base.name, estimated, reply.usage.input_tokens)
         for note in reply.events:

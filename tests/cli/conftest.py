@@ -13,7 +13,8 @@ import pytest
 from project_paths import with_project_path
 
 from normandy_core.app.workload import generate_session
-from normandy_core.transcripts.formats import to_anthropic, to_openai
+from normandy_core.transcripts.anthropic import to_anthropic
+from normandy_core.transcripts.chat import to_openai
 
 BIN = Path(sys.executable).parent / "normandy"
 

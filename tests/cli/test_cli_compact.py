@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from normandy_core.conversation.structure import pairing_problems
-from normandy_core.transcripts.formats import from_anthropic, from_openai
+from normandy_core.transcripts.anthropic import from_anthropic
+from normandy_core.transcripts.chat import from_openai
 from tests.cli.conftest import run_cli, write_json, write_jsonl
 
 

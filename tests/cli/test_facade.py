@@ -10,7 +10,8 @@ import pytest
 import normandy_core
 from normandy_core import OptionsError, TranscriptError, UnknownCompactorError, compact
 from normandy_core.conversation.structure import pairing_problems
-from normandy_core.transcripts.formats import from_anthropic, from_openai
+from normandy_core.transcripts.anthropic import from_anthropic
+from normandy_core.transcripts.chat import from_openai
 
 
 def test_openai_list(openai_messages: Any) -> None:

@@ -13,7 +13,8 @@ import pytest
 
 import normandy_core
 from normandy_core import CompactionError, compact
-from normandy_core.transcripts.facade import CannotFitError, acompact
+from normandy_core.transcripts.facade import acompact
+from normandy_core.transcripts.result import CannotFitError
 
 ROOT = Path(__file__).resolve().parents[2]
 

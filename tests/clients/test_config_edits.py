@@ -17,7 +17,7 @@ from normandy_core import AgentConfig, AgentMemory, OptionsError
 from normandy_core.clients import AnthropicClient, OpenAIClient
 from normandy_core.clients.scripted import ScriptedClient
 from normandy_core.contract.edits import ContextManagement
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.turn import arun_turn, run_turn
 
 pytest.importorskip("anthropic", reason="needs the anthropic extra")
@@ -121,7 +121,7 @@ def test_openai_responses_compacts_at_the_configs_trigger(mode: str) -> None:
         at = max(i for i, it in enumerate(items) if it.get("type") == "compaction")
         assert json.dumps(items[at], sort_keys=True) in made
         assert "Finding 0" not in json.dumps(items)
-    assert any(e.metadata.get(PROVIDER_COMPACTION) for e in second.acc.memory.entries())
+    assert any(e.metadata.get(PROVIDER_COMPACTION_KEY) for e in second.acc.memory.entries())
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

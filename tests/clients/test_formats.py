@@ -13,14 +13,10 @@ from normandy_core import (
     ToolUseBlock,
     pairing_problems,
 )
-from normandy_core.transcripts.formats import (
-    TranscriptError,
-    detect_format,
-    from_anthropic,
-    from_openai,
-    to_anthropic,
-    to_openai,
-)
+from normandy_core.transcripts.anthropic import from_anthropic, to_anthropic
+from normandy_core.transcripts.chat import from_openai, to_openai
+from normandy_core.transcripts.detection import detect_format
+from normandy_core.transcripts.formats import TranscriptError
 
 PNG = "iVBORw0KGgo="
 
@@ -258,7 +254,7 @@ def test_openai_messages_given_as_parts_come_back_as_the_same_parts():
     """Found by the fuzz campaign: user (and assistant) content given as several text
     parts came back joined into one string, which counts a token more or less, so a
     second compact() of the output compacted again."""
-    from normandy_core.transcripts.formats import from_openai, to_openai
+    from normandy_core.transcripts.chat import from_openai, to_openai
 
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},

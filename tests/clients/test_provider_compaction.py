@@ -21,7 +21,7 @@ from normandy_core.clients import (
     OpenAIClient,
     ProviderCompactionError,
 )
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.turn import arun_turn, run_turn
 
 anthropic = pytest.importorskip("anthropic", reason="needs the anthropic extra")
@@ -160,7 +160,7 @@ def test_anthropic_server_compaction_becomes_a_pinned_summary_entry(mode: str, p
     assert first.text == "Found it." and second.text == "Fixed."
     (made,) = provider.issued
     # one pinned entry holds the block (with the model's tool call after it), as made
-    holders = [e for e in second.acc.memory.entries() if e.metadata.get(PROVIDER_COMPACTION)]
+    holders = [e for e in second.acc.memory.entries() if e.metadata.get(PROVIDER_COMPACTION_KEY)]
     assert len(holders) == 1 and holders[0].pinned
     block = holders[0].blocks[0]
     assert isinstance(block, OpaqueBlock) and block.kind == "compaction"
@@ -262,7 +262,7 @@ def test_openai_context_management_compaction_item_is_kept_and_sent_back(mode: s
         assert json.dumps(items[at], sort_keys=True) in made
         assert all(it.get("role") == "user" for it in items[:at])
         assert "Finding 0" not in json.dumps(items)
-    holders = [e for e in second.acc.memory.entries() if e.metadata.get(PROVIDER_COMPACTION)]
+    holders = [e for e in second.acc.memory.entries() if e.metadata.get(PROVIDER_COMPACTION_KEY)]
     assert holders and all(
         isinstance(b, OpaqueBlock) and b.format == "responses"
         for b in holders[-1].blocks

@@ -110,7 +110,8 @@ from normandy_core import (
 )
 from normandy_core.conversation.entries import DocumentBlock, OpaqueBlock
 from normandy_core.conversation.tokens import default_counter_for
-from normandy_core.transcripts.facade import CompactionError, CompactResult, parse_transcript
+from normandy_core.transcripts.facade import parse_transcript
+from normandy_core.transcripts.result import CompactionError, CompactResult
 
 __all__ = [
     "COMPACTORS",

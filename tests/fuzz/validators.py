@@ -1200,7 +1200,8 @@ def validate_normandy(dump: Any, *, allow_open_round: bool = True) -> list[str]:
         return problems
     # The project's conversions are what its clients send; the requests must be valid.
     from normandy_core import AgentMemory
-    from normandy_core.transcripts.formats import to_anthropic, to_openai
+    from normandy_core.transcripts.anthropic import to_anthropic
+    from normandy_core.transcripts.chat import to_openai
 
     try:
         memory = AgentMemory.load(dump)

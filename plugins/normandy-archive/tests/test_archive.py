@@ -33,7 +33,7 @@ from normandy_archive.spool import read_frames
 from normandy_core import AgentConfig, AgentMemory, Entry, compact, list_plugins, run_compaction
 from normandy_core.app.cli import main as normandy_main
 from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
-from normandy_core.transcripts.formats import to_openai
+from normandy_core.transcripts.chat import to_openai
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from normandy_archive import Archive, archive_settings, main, maintenance, open_
 from normandy_archive.schema import SCHEMA_VERSION, content_hash
 from normandy_core import AgentConfig, compact, run_compaction
 from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
-from normandy_core.transcripts.formats import to_anthropic, to_openai
+from normandy_core.transcripts.anthropic import to_anthropic
+from normandy_core.transcripts.chat import to_openai
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ from normandy_core import (
     run_compaction,
 )
 from normandy_core.clients import OpenAIClient
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.turn import arun_turn, run_turn
 from normandy_native.common import MARKER_KEY
 from normandy_native.options import ANTHROPIC_MIN_TRIGGER
@@ -53,7 +53,7 @@ def issued(provider: Any, item: dict[str, Any]) -> bool:
 
 
 def compaction_of(acc: AgentConfig) -> Any:
-    found = [e for e in acc.memory.entries() if e.metadata.get(PROVIDER_COMPACTION)]
+    found = [e for e in acc.memory.entries() if e.metadata.get(PROVIDER_COMPACTION_KEY)]
     assert len(found) == 1, [e.id for e in acc.memory.entries()]
     return found[0]
 
@@ -319,7 +319,7 @@ def test_a_refusing_or_failing_provider_falls_back_to_window_manager(
     assert ("refused" if mode == "refuse" else "529" if kind == "anthropic" else "503") in (
         meta["fallback_reason"]
     )
-    assert not any(e.metadata.get(PROVIDER_COMPACTION) for e in new_acc.memory.entries())
+    assert not any(e.metadata.get(PROVIDER_COMPACTION_KEY) for e in new_acc.memory.entries())
     assert first_user_entry(new_acc.memory.entries()).id == "task"
     # the summary is the model's when the provider answers; an unreachable one is not
     # asked again (the fallback writes its summary offline)

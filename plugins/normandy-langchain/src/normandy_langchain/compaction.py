@@ -31,7 +31,7 @@ from langchain_core.messages import (
 )
 
 from normandy_core.transcripts.adapter import NamedCompactor
-from normandy_core.transcripts.facade import CompactResult
+from normandy_core.transcripts.result import CompactResult
 
 __all__ = [
     "FUNCTION_ENTRY",

@@ -36,8 +36,7 @@ from normandy_core import (
 from normandy_core.clients.base import ProviderCompaction, ProviderCompactionError
 from normandy_core.contract.eventloop import turn_loop
 from normandy_core.conversation import keys
-from normandy_core.conversation.survival import PROVIDER_REBUILT_KEY
-from normandy_core.transcripts.transcript import PROVIDER_COMPACTION
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY, PROVIDER_REBUILT_KEY
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext, SurvivalRules
@@ -97,7 +96,7 @@ class Plan:
 def _ours(entry: Entry) -> bool:
     return bool(
         entry.metadata.get(MARKER_KEY)
-        or entry.metadata.get(PROVIDER_COMPACTION)
+        or entry.metadata.get(PROVIDER_COMPACTION_KEY)
         or entry.metadata.get(PROVIDER_REBUILT_KEY)
     )
 
@@ -106,7 +105,7 @@ def protected_ids(entries: Sequence[Entry], rules: SurvivalRules) -> set[str]:
     """The ids ``rules`` keep in ``entries``, but for the pin of a provider compaction: a
     new compaction summarizes it and takes its place (and its pin)."""
     view = [
-        e.model_copy(update={"pinned": False}) if e.metadata.get(PROVIDER_COMPACTION) else e
+        e.model_copy(update={"pinned": False}) if e.metadata.get(PROVIDER_COMPACTION_KEY) else e
         for e in entries
     ]
     return set(rules.protected(view))
@@ -354,7 +353,7 @@ def compact_with_provider(
     kept += replacing
     kept += [entries[i].without_thinking() for i in (*planned.kept, *planned.tail)]
     new_acc = acc.with_memory(acc.memory.derive(kept))
-    compaction_entry = next(e for e in replacing if e.metadata.get(PROVIDER_COMPACTION))
+    compaction_entry = next(e for e in replacing if e.metadata.get(PROVIDER_COMPACTION_KEY))
     meta: dict[str, Any] = {
         "compacted": True,
         "strategy": name,
@@ -519,7 +518,7 @@ class NativeCompactor(Generic[OptionsT]):
             content=(block,),
             pinned=True,
             metadata={
-                PROVIDER_COMPACTION: True,
+                PROVIDER_COMPACTION_KEY: True,
                 NATIVE_KEY: {"provider": self.provider, "replaced_ids": [e.id for e in replaced]},
             },
         )

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_core import Content, Entry, OptionsError, TextBlock, new_id
 from normandy_core.clients.base import ProviderCompaction
-from normandy_core.conversation.survival import PROVIDER_REBUILT_KEY
-from normandy_core.transcripts.transcript import TranscriptError, read
+from normandy_core.conversation.keys import PROVIDER_REBUILT_KEY
+from normandy_core.transcripts.formats import TranscriptError
+from normandy_core.transcripts.transcript import read
 from normandy_native import OPENAI_NATIVE
 from normandy_native.common import (
     Cannot,

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normandy_core.transcripts.adapter import NamedCompactor
-from normandy_core.transcripts.facade import CompactResult, compact_with
+from normandy_core.transcripts.facade import compact_with
+from normandy_core.transcripts.result import CompactResult
 
 __all__ = ["AgentsCompaction", "ItemCompactor", "is_output", "newest", "open_round"]
 

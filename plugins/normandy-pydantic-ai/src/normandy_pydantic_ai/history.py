@@ -62,8 +62,9 @@ from normandy_core.conversation.entries import (
 from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.structure import pairing_problems
 from normandy_core.transcripts.adapter import NamedCompactor
-from normandy_core.transcripts.facade import CompactResult, compact_with
-from normandy_core.transcripts.transcript import TranscriptError
+from normandy_core.transcripts.facade import compact_with
+from normandy_core.transcripts.formats import TranscriptError
+from normandy_core.transcripts.result import CompactResult
 
 __all__ = ["FUNCTION_ENTRY", "HistoryCompactor", "PydanticAICompaction", "compact_history"]
 
