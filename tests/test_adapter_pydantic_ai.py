@@ -46,7 +46,7 @@ emit({{
     "changed": changed,
     "strategies": [d.result.meta.get("strategy") for d in done],
     "dropped": [e.id for d in done for e in d.result.dropped],
-    "compactor": done[0].result._compactor if done else None,
+    "compactor": done[0].result.compactor if done else None,
 }})
 """,
         env={"NORMANDY_TEST_HOOK_LOG": str(hook_log)},

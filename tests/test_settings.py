@@ -67,7 +67,7 @@ def write(path: Path, text: str) -> Path:
 def test_nothing_configured_keeps_the_defaults(here: Path, messages: Any) -> None:
     assert current_settings().layers == ()
     result = compact(messages, window=32_000)
-    assert "compactor 'window_manager'" in str(result._compactor)
+    assert "compactor 'window_manager'" in str(result.compactor)
     assert result.compacted and result.tokens_after <= 32_000
     agent = AgentConfig.from_env(system_prompt="be brief")
     assert agent.compactor == "noop" and agent.compactor_opts == {}
@@ -82,7 +82,7 @@ def test_environment_chooses_compactor_and_options(
 ) -> None:
     monkeypatch.setenv(ENV_COMPACTOR, "noop")
     result = compact(messages, window=32_000)
-    assert not result.compacted and "compactor 'noop'" in str(result._compactor)
+    assert not result.compacted and "compactor 'noop'" in str(result.compactor)
 
     monkeypatch.setenv(ENV_COMPACTOR, "window_manager")
     monkeypatch.setenv(ENV_OPTS, '{"strategy": "sliding_window", "keep_last_turns": 1}')

@@ -51,7 +51,7 @@ class CannotFitError(CompactionError):
 
     def __init__(self, result: CompactResult) -> None:
         self.result = result
-        who = result._compactor or "the compactor"
+        who = result.compactor or "the compactor"
         super().__init__(
             f"{who} could not compact the transcript, which is returned unchanged and may "
             f"not fit the window: {result.error}"
@@ -73,7 +73,8 @@ class CompactResult:
     The typed fields are always there, whatever happened: :attr:`compacted`,
     :attr:`tokens_before`, :attr:`tokens_after`, :attr:`tokens_removed` (ints),
     :attr:`dropped` (a list), :attr:`error` and :attr:`archive` (``None`` when there is
-    none). :meth:`check` raises :class:`CannotFitError` for an error result.
+    none), :attr:`compactor` (the compactor that ran, described) and :meth:`figures`
+    (all of it as JSON). :meth:`check` raises :class:`CannotFitError` for an error result.
     """
 
     messages: Any
@@ -81,8 +82,8 @@ class CompactResult:
     format: str
     memory: AgentMemory = field(repr=False)
     continued: bool = False
-    #: The compactor's description (``compactor 'x' (group ...) from dist 1.0``).
-    _compactor: str | None = field(default=None, repr=False, compare=False)
+    #: The compactor that ran, described (``compactor 'x' (group ...) from dist 1.0``).
+    compactor: str | None = field(default=None, repr=False, compare=False)
     #: The counter the boundary sized with (``ctx.counter``), for the figures of a result
     #: that did not compact.
     _counter: Any = field(default=None, repr=False, compare=False)
@@ -92,6 +93,20 @@ class CompactResult:
     def compacted(self) -> bool:
         """Whether the compactor compacted."""
         return bool(self.meta.get("compacted"))
+
+    def figures(self) -> dict[str, Any]:
+        """The compaction's figures, JSON-ready: the compactor, its strategy, the token
+        counts, the dropped entries' ids and the hooks' notes (what the framework
+        adapters put in their events and spans)."""
+        return {
+            "compactor": self.compactor,
+            "strategy": self.meta.get("strategy"),
+            "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after,
+            "tokens_removed": self.tokens_removed,
+            "dropped": [e.id for e in self.dropped],
+            "notes": [dict(n) for n in self.notes],
+        }
 
     def _count(self) -> int:
         """Tokens of :attr:`memory`'s active branch, with the boundary's counter (cached:
@@ -187,7 +202,7 @@ def compact_result(
         fmt,
         memory,
         continued=continued,
-        _compactor=acc.compactor_handle.describe(),
+        compactor=acc.compactor_handle.describe(),
         _counter=acc.prepared.counter_for(acc.model),
     )
 

@@ -39,17 +39,13 @@ EVENT = "normandy_compaction"
 
 def event_data(done: LangChainCompaction) -> dict[str, Any]:
     """The JSON-ready figures of a compaction, as the custom event carries them."""
-    result = done.result
+    figures = done.result.figures()
+    notes = figures.pop("notes")  # last, as the events have always listed them
     return {
-        "compactor": result._compactor,
-        "strategy": result.meta.get("strategy"),
-        "tokens_before": result.tokens_before,
-        "tokens_after": result.tokens_after,
-        "tokens_removed": result.tokens_removed,
-        "dropped": [e.id for e in result.dropped],
+        **figures,
         "removed_message_ids": [m.id for m in done.removed],
         "messages_after": len(done.messages),
-        "notes": [dict(n) for n in result.notes],
+        "notes": notes,
     }
 
 

@@ -44,17 +44,13 @@ SPAN = "normandy_compaction"
 
 def span_data(done: AgentsCompaction) -> dict[str, Any]:
     """The JSON-ready figures of a compaction, as its span carries them."""
-    result = done.result
+    figures = done.result.figures()
+    notes = figures.pop("notes")  # last, as the events have always listed them
     return {
-        "compactor": result._compactor,
-        "strategy": result.meta.get("strategy"),
-        "tokens_before": result.tokens_before,
-        "tokens_after": result.tokens_after,
-        "tokens_removed": result.tokens_removed,
-        "dropped": [e.id for e in result.dropped],
+        **figures,
         "items_removed": len(done.removed),
         "items_after": len(done.items),
-        "notes": [dict(n) for n in result.notes],
+        "notes": notes,
     }
 
 
