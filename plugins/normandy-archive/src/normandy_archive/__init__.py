@@ -9,10 +9,12 @@ this distribution is installed. Read the archive back with :class:`Archive`::
     hits = Archive().search("TypeError billing")
 
 The file is :func:`archive_path`: a per-call :func:`archive_settings`, else
-:func:`configure` (or :func:`set_archive_path`), else ``$NORMANDY_ARCHIVE_PATH``, else
-``~/.local/share/normandy/archive.sqlite3``; ``off`` turns the archive off. By default the
-archive is *required*: a compaction whose dropped entries cannot be written durably is
-refused (``NORMANDY_ARCHIVE_REQUIRED=0`` makes it best-effort).
+:func:`configure` (or :func:`set_archive_path`), else ``$NORMANDY_ARCHIVE_PATH``, else the
+``[archive]`` table of ``normandy.toml`` (``[tool.normandy.archive]`` of
+``pyproject.toml``), else ``~/.local/share/normandy/archive.sqlite3``; ``off`` turns the
+archive off. By default the archive is *required*: a compaction whose dropped entries
+cannot be written durably is refused (``NORMANDY_ARCHIVE_REQUIRED=0`` makes it
+best-effort).
 """
 
 from __future__ import annotations
