@@ -198,16 +198,8 @@ def test_a_bad_pyproject_archive_setting_names_its_table(here: Path) -> None:
 
 
 def test_an_unknown_section_is_refused_naming_the_file_and_line(here: Path) -> None:
-    pyproject = write(
-        here / "pyproject.toml",
-        """
-        [tool.normandy]
-        compactor = "window_manager"
-
-        [tool.normandy.archve]
-        path = "off"
-        """,
-    )
+    text = '[tool.normandy]\ncompactor = "window_manager"\n\n[tool.normandy.archve]\npath = "off"\n'
+    pyproject = write(here / "pyproject.toml", text)
     pattern = (
         rf"^{re.escape(str(pyproject))}: line 4: \[tool.normandy\] key 'archve': unknown "
         r"section; did you mean 'archive'\?"

@@ -119,7 +119,7 @@ def _settings_reader() -> Callable[[], ArchiveSettings]:
 def _background() -> tuple[ModuleType, type[Archive]]:
     """The background writer's module, and the SQLite backend's class (the one it
     serves), imported at first use."""
-    from normandy_archive import maintenance
+    import normandy_archive.maintenance as maintenance
     from normandy_archive.store import Archive
 
     return maintenance, Archive
