@@ -35,12 +35,13 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from normandy_archive.errors import ArchiveConfigError
 from normandy_core.contract.settings import (
     Layer,
     SettingKey,
+    Settings,
     SettingsSection,
     current_settings as current_core_settings,
     highest,
@@ -342,17 +343,27 @@ def _code_level(name: str, values: Mapping[str, Any]) -> Layer:
     return Layer(name, values, dict.fromkeys(values, name))
 
 
+class _Remembered(NamedTuple):
+    """The settings last resolved, and what they were resolved from."""
+
+    call: Mapping[str, Any]
+    configured: Layer
+    files: Settings
+    #: The values of :data:`_WATCHED`.
+    seen: tuple[str | None, ...]
+    settings: ArchiveSettings
+
+
 class _ProcessSettings:
-    """What :func:`configure` set for the process, and the settings last resolved with
-    what they were resolved from (so a compaction that changes nothing reuses them)."""
+    """What :func:`configure` set for the process, and the settings last resolved (so a
+    compaction that changes nothing reuses them)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         #: Replaced whole by :meth:`configure`: the level of what it set.
         self._configured = _code_level("configure()", {})
-        #: ``(per call, configured, core settings, watched variables, settings)``,
-        #: replaced whole (a thread reads one consistent tuple).
-        self._last: tuple[Any, Layer, Any, tuple[str | None, ...], ArchiveSettings] | None = None
+        #: Replaced whole, so a thread reads one consistent record.
+        self._last: _Remembered | None = None
 
     def configure(self, settings: Mapping[str, Any]) -> None:
         """Set (or, for ``None``, forget) the given settings for the process."""
@@ -365,24 +376,28 @@ class _ProcessSettings:
         """The settings in force (see :func:`current_settings`)."""
         call = _per_call.get() or {}
         configured = self._configured
-        if env is not None:  # resolved from scratch
-            core = load_settings(env, os.getcwd()).section(SECTION, env)
-            return _resolve((_code_level("per call", call), configured, *core))
-        settings = current_core_settings()
+        if env is not None:  # from scratch
+            try:
+                cwd: str | None = os.getcwd()
+            except OSError:  # the working directory was removed: no file is found
+                cwd = None
+            files = load_settings(env, cwd).section(SECTION, env)
+            return _resolve((_code_level("per call", call), configured, *files))
+        found = current_core_settings()
         seen = tuple([os.environ.get(name) for name in _WATCHED])
         last = self._last
         if (
             last is not None
-            and last[1] is configured
-            and last[2] is settings
-            and last[3] == seen
-            and last[0] == call
+            and last.configured is configured
+            and last.files is found
+            and last.seen == seen
+            and last.call == call
         ):
-            return last[4]
-        core = settings.section(SECTION, os.environ)
-        resolved = _resolve((_code_level("per call", call), configured, *core))
-        self._last = (call, configured, settings, seen, resolved)
-        return resolved
+            return last.settings
+        sources = found.section(SECTION, os.environ)
+        settings = _resolve((_code_level("per call", call), configured, *sources))
+        self._last = _Remembered(call, configured, found, seen, settings)
+        return settings
 
 
 _PROCESS = _ProcessSettings()
