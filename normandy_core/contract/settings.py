@@ -361,17 +361,7 @@ class Settings:
         final = next((v[0]["compactor"] for v in levels if "compactor" in v[0]), default)
         effective = _effective(levels, final)
         self._check_floating(final)
-        out: dict[str, Any] = {}
-        rank: dict[str, int] = {}
-        origins: dict[str, str] = {}
-        for key in ("model", "window", "timeout", "compactor", "survival"):
-            out[key] = None
-            for i, (values, where) in enumerate(levels):
-                if key in values:
-                    out[key], rank[key] = (values[key] if i else _ARG), i
-                    if i:
-                        origins[key] = where[key]
-                    break
+        out, rank, origins = _take_highest(levels)
         chosen: Any = None
         for i, (values, where) in enumerate(levels):
             if "opts" in values and effective[i] == final:
@@ -468,6 +458,26 @@ class Settings:
             if "opts" in values and name is None:
                 _check_opts(final, values["opts"], where["opts"])
         self._checked.add(token)
+
+
+def _take_highest(
+    levels: Sequence[_Level],
+) -> tuple[dict[str, Any], dict[str, int], dict[str, str]]:
+    """Per key but the options, what the highest level setting it gives (:data:`_ARG` for
+    the call's own argument, level 0; ``None`` when no level sets it); the rank of that
+    level; and, for a source, where the value came from."""
+    out: dict[str, Any] = {}
+    rank: dict[str, int] = {}
+    origins: dict[str, str] = {}
+    for key in ("model", "window", "timeout", "compactor", "survival"):
+        out[key] = None
+        for i, (values, where) in enumerate(levels):
+            if key in values:
+                out[key], rank[key] = (values[key] if i else _ARG), i
+                if i:
+                    origins[key] = where[key]
+                break
+    return out, rank, origins
 
 
 def _check_opts(name: str, opts: Mapping[str, Any], source: str) -> None:

@@ -242,3 +242,24 @@ def test_the_archive_section_is_declared_for_the_core(here: Path) -> None:
         f"{toml}: line 2: [archive] key 'max_sessions'",
     )
     assert (rows["path"].value, rows["path"].origin) == (None, "not set")
+
+
+@pytest.mark.parametrize("doc", ["docs/configuration.md", "docs/plugins/archive.md"])
+def test_the_documented_archive_tables_are_read_as_documented(
+    here: Path, monkeypatch: pytest.MonkeyPatch, doc: str
+) -> None:
+    text = (Path(__file__).resolve().parents[3] / doc).read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```toml\n(.*?)```", text, flags=re.S) if "archive]" in b]
+    assert blocks
+    for i, block in enumerate(blocks):
+        name = "pyproject.toml" if "[tool.normandy" in block else "normandy.toml"
+        folder = write(here / str(i) / name, block).parent
+        monkeypatch.chdir(folder)
+        reload_settings()
+        s = current_settings()
+        if "path =" in block:
+            assert s.path == folder / ".normandy" / "archive.sqlite3"
+        if "max_bytes" in block:
+            assert s.max_bytes == 500_000_000
+        if "required = false" in block:
+            assert s.required is False
