@@ -33,6 +33,9 @@ from packaging.version import Version
 
 pytestmark = pytest.mark.packaging
 
+#: The entry-point group of the plugins' settings sections (normandy_core.contract.plugins).
+SETTINGS_GROUP = "normandy_core.settings"
+
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists())
 
@@ -274,6 +277,7 @@ def test_a_fresh_venv_from_the_wheels_imports_compacts_and_lists_the_plugins(
     code = """
 import json, sys, sysconfig
 import normandy_core
+import normandy_core.contract.settings
 msgs = [{"role": "system", "content": "You are a coding agent."}]
 for i in range(8):
     msgs.append({"role": "user", "content": f"step {i}: read file_{i}.py " * 20})
@@ -296,6 +300,7 @@ print(json.dumps({
     "orphans": [m["tool_call_id"] for m in kept if m["role"] == "tool"
                 and m["tool_call_id"] not in ids],
     "archived": (r.note("archive") or {}).get("entries"),
+    "sections": sorted(normandy_core.contract.settings.settings_sections()),
 }))
 """
     proc = subprocess.run(
@@ -314,6 +319,14 @@ print(json.dumps({
     assert out["before"] > 6000 - 4096 >= out["after"] > 0  # the default reserved_tokens
     assert out["dropped"] > 0 and out["kept"] < 33 and out["orphans"] == []
     assert out["archived"] == out["dropped"]
+    sections = {
+        name
+        for dist in DISTS
+        if dist.name not in ADAPTERS
+        for group, name in _entry_points(built, dist)
+        if group == SETTINGS_GROUP
+    }
+    assert out["sections"] == sorted(sections) == ["archive"]  # declared, and they load
 
     normandy = venv_python.parent / "normandy"
     proc = subprocess.run(
@@ -335,6 +348,7 @@ print(json.dumps({
         for dist in DISTS
         if dist.name not in ADAPTERS  # not in the all extra
         for group, name in _entry_points(built, dist)
+        if group != SETTINGS_GROUP  # a settings section is no plugin to load: checked above
     }
     assert listed == expected
     assert {g for g, *_ in expected} == {

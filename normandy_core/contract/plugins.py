@@ -63,6 +63,7 @@ __all__ = [
     "COMMAND_GROUP",
     "ENV_DISABLE",
     "ENV_LOAD",
+    "SETTINGS_GROUP",
     "HookCaller",
     "PluginRow",
     "command_registrars",
@@ -76,6 +77,7 @@ __all__ = [
     "registered_in_code",
     "reload_plugins",
     "resolve_compactor",
+    "settings_section_entries",
     "unregister_compactor",
     "unregister_hook",
 ]
@@ -95,6 +97,12 @@ COMMAND_GROUP = "normandy_core.commands"
 #: ``normandy plugins`` so users see them; the core never loads them, the framework
 #: imports them itself. ``name = "module"``, the module the user imports.
 ADAPTER_GROUP = "normandy_core.adapters"
+
+#: Entry-point group of settings sections: ``name = "module:SECTION"``, the
+#: :class:`~normandy_core.contract.settings.SettingsSection` a plugin reads from the
+#: ``[name]`` table of ``normandy.toml`` (``[tool.normandy.name]``). Not a plugin to load
+#: or disable: it tells the settings reader which tables exist.
+SETTINGS_GROUP = "normandy_core.settings"
 
 _GROUPS = (COMPACTOR_GROUP, HOOK_GROUP, COMMAND_GROUP, ADAPTER_GROUP)
 _KINDS = {
@@ -134,9 +142,12 @@ class _EP:
             ) from cause
 
     def describe(self) -> str:
-        kind = {HOOK_GROUP: "hook plugin", COMMAND_GROUP: "command", ADAPTER_GROUP: "adapter"}.get(
-            self.group, "compactor"
-        )
+        kind = {
+            HOOK_GROUP: "hook plugin",
+            COMMAND_GROUP: "command",
+            ADAPTER_GROUP: "adapter",
+            SETTINGS_GROUP: "settings section",
+        }.get(self.group, "compactor")
         return f"{kind} {self.name!r} (group {self.group}) from {self.dist} {self.version}"
 
 
@@ -249,7 +260,7 @@ class _Registry:
         with self.lock:
             if self.eps is not None:
                 return self.eps
-            found: dict[str, dict[str, list[_EP]]] = {g: {} for g in _GROUPS}
+            found: dict[str, dict[str, list[_EP]]] = {g: {} for g in (*_GROUPS, SETTINGS_GROUP)}
             seen: set[str] = set()
             for dist in md.distributions(path=_search_path()):
                 key = _dist_key(dist)
@@ -625,3 +636,11 @@ def command_registrars() -> list[tuple[str, Any]]:
 def mark_command_failed(name: str, error: str) -> None:
     """Record that command extension ``name`` failed while registering (for listings)."""
     _REG.command_status[name] = ("error", error)
+
+
+def settings_section_entries() -> dict[str, Callable[[], Any]]:
+    """The settings sections the installed distributions declare (group
+    :data:`SETTINGS_GROUP`), by name, each with the loader of its declaration (which
+    raises :class:`PluginLoadError` naming the entry point). Read from the entry points
+    once, with the other groups; nothing is imported until a loader is called."""
+    return {name: found[0].load for name, found in sorted(_REG.scan()[SETTINGS_GROUP].items())}

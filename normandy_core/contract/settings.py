@@ -36,6 +36,16 @@ usual :class:`~normandy_core.PluginError`; options the compactor's options model
 an :class:`~normandy_core.OptionsError`. Each message begins with the file (and line) or
 the variable, and names the key.
 
+A plugin's own settings are a section of the same files: the ``[archive]`` table of a
+``normandy.toml``, ``[tool.normandy.archive]`` of a ``pyproject.toml``. The plugin
+describes the section (:class:`SettingsSection`: its keys, each with its environment
+variable and its check) and declares it with an entry point in the group
+``normandy_core.settings``; a table no installed distribution declares is refused like an
+unknown key. The plugin reads its section with :meth:`Settings.section` (the environment,
+then the files, each value checked by the section, errors naming the variable or the file,
+line and key) and puts whatever it sets in code above it; ``normandy config`` shows it with
+:meth:`Settings.describe` (:func:`settings_sections` lists the declared sections).
+
 Settings are read once per process for a given working directory and values of the three
 variables (:func:`current_settings`, a few microseconds per call once read); a file
 created or edited while the process runs is read after :func:`reload_settings`.
@@ -55,7 +65,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from normandy_core.contract import plugins
-from normandy_core.errors import PluginError, SettingsError, UnknownCompactorError
+from normandy_core.errors import PluginError, PluginLoadError, SettingsError, UnknownCompactorError
 
 __all__ = [
     "ENV_COMPACTOR",
@@ -66,10 +76,16 @@ __all__ = [
     "PYPROJECT",
     "Layer",
     "Resolved",
+    "SectionValue",
+    "SettingKey",
     "Settings",
+    "SettingsSection",
     "current_settings",
+    "highest",
+    "load_settings",
     "read_settings_file",
     "reload_settings",
+    "settings_sections",
 ]
 
 #: The compactor's name.
@@ -88,6 +104,87 @@ KEYS = ("compactor", "opts", "model", "window", "timeout", "survival")
 _TABLE = ("tool", "normandy")
 
 
+#: A layer without sections (the environment's, a file without any).
+_NO_SECTIONS: Mapping[str, Layer] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class SettingKey:
+    """One key of a plugin's settings section.
+
+    ``check`` turns a value as given (a TOML value, the text of the variable, a value set
+    in code) into the value the plugin uses, or raises ``ValueError`` saying what is
+    allowed (the reader puts the source in front); ``env`` is the environment variable
+    that sets the key, if any.
+    """
+
+    name: str
+    check: Callable[[Any], Any]
+    env: str | None = None
+
+
+@dataclass(frozen=True)
+class SettingsSection:
+    """A plugin's own settings: the ``[name]`` table of a ``normandy.toml``, the
+    ``[tool.normandy.name]`` table of a ``pyproject.toml``, and its keys' variables.
+
+    The plugin declares it with an entry point in the group
+    :data:`~normandy_core.contract.plugins.SETTINGS_GROUP` (``name = "module:SECTION"``),
+    so a file's ``[name]`` table is known without importing the plugin, and reads it with
+    :meth:`Settings.section`. A bad value or key raises ``error`` (a subclass of
+    :class:`SettingsError` the plugin may choose) naming the variable, or the file, the
+    line and the key.
+    """
+
+    name: str
+    keys: tuple[SettingKey, ...]
+    error: type[SettingsError] = SettingsError
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The keys' names, in their order."""
+        return tuple(key.name for key in self.keys)
+
+    def check(self, key: str, value: Any, origin: str) -> Any:
+        """``value`` of ``key`` in its checked form; ``error`` beginning with ``origin``
+        when the key is unknown or the value is refused."""
+        spec = next((k for k in self.keys if k.name == key), None)
+        if spec is None:
+            raise self.error(f"{origin}: {_unknown_key(key, self.names)}")
+        try:
+            return spec.check(value)
+        except (TypeError, ValueError) as exc:
+            raise self.error(f"{origin}: {exc}") from None
+
+    def from_environment(self, environ: Mapping[str, str]) -> Layer | None:
+        """The layer of the keys' variables set in ``environ`` (set but empty is unset),
+        checked; ``None`` when none is set."""
+        values: dict[str, Any] = {}
+        origins: dict[str, str] = {}
+        for key in self.keys:
+            if key.env is None:
+                continue
+            raw = (environ.get(key.env) or "").strip()
+            if raw:
+                values[key.name] = self.check(key.name, raw, key.env)
+                origins[key.name] = key.env
+        return Layer("environment", values, origins) if values else None
+
+    def checked(self, table: Layer) -> Layer:
+        """A file's table of this section, as read, with every key and value checked."""
+        values = {k: self.check(k, v, table.origins[k]) for k, v in table.values.items()}
+        return Layer(table.name, values, table.origins, table.path)
+
+
+class SectionValue(NamedTuple):
+    """One key of a plugin's section as :meth:`Settings.describe` shows it."""
+
+    key: str
+    value: Any
+    #: Where it came from, or ``not set``.
+    origin: str
+
+
 @dataclass(frozen=True)
 class Layer:
     """One source of settings: the environment, a ``normandy.toml`` or a ``[tool.normandy]``.
@@ -101,6 +198,9 @@ class Layer:
     values: Mapping[str, Any]
     origins: Mapping[str, str]
     path: Path | None = None
+    #: The plugins' sections in the file (``[archive]``), by name, each a layer of the
+    #: values as read: the plugin checks them (:meth:`Settings.section`).
+    sections: Mapping[str, Layer] = field(default_factory=lambda: _NO_SECTIONS)
 
 
 class Resolved(NamedTuple):
@@ -170,6 +270,8 @@ class Settings:
     #: Per kind of call (default, keys, compactor argument, which arguments were given,
     #: plugin registry): what it takes from the sources.
     _plans: dict[tuple[Any, ...], _Plan] = field(default_factory=dict, repr=False)
+    #: Per plugin section: its tables in the files, checked.
+    _sections: dict[SettingsSection, tuple[Layer, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -259,17 +361,7 @@ class Settings:
         final = next((v[0]["compactor"] for v in levels if "compactor" in v[0]), default)
         effective = _effective(levels, final)
         self._check_floating(final)
-        out: dict[str, Any] = {}
-        rank: dict[str, int] = {}
-        origins: dict[str, str] = {}
-        for key in ("model", "window", "timeout", "compactor", "survival"):
-            out[key] = None
-            for i, (values, where) in enumerate(levels):
-                if key in values:
-                    out[key], rank[key] = (values[key] if i else _ARG), i
-                    if i:
-                        origins[key] = where[key]
-                    break
+        out, rank, origins = _take_highest(levels)
         chosen: Any = None
         for i, (values, where) in enumerate(levels):
             if "opts" in values and effective[i] == final:
@@ -320,6 +412,42 @@ class Settings:
                 _check_opts(name, values["opts"], where["opts"])
         self._checked.add(token)
 
+    def section(
+        self, section: SettingsSection, environ: Mapping[str, str] | None = None
+    ) -> tuple[Layer, ...]:
+        """The sources of a plugin's ``section`` that set any of its keys, highest first:
+        the environment (its keys' variables, read now from ``environ``, by default
+        ``os.environ``), then the files, each value checked (the files' once).
+
+        :raises SettingsError: of the section's ``error`` type: a bad value or an unknown
+            key, naming the variable, or the file, the line and the key.
+        """
+        files = self._sections.get(section)
+        if files is None:
+            files = tuple(
+                section.checked(layer.sections[section.name])
+                for layer in self.layers
+                if section.name in layer.sections
+            )
+            self._sections[section] = files
+        env = section.from_environment(os.environ if environ is None else environ)
+        return files if env is None else (env, *files)
+
+    def describe(
+        self, section: SettingsSection, environ: Mapping[str, str] | None = None
+    ) -> tuple[SectionValue, ...]:
+        """Per key of ``section``, the value the highest source gives and that source
+        (``not set`` when none does): what ``normandy config`` shows of a plugin."""
+        layers = self.section(section, environ)
+        rows: list[SectionValue] = []
+        for key in section.names:
+            layer = highest(layers, key)
+            if layer is None:
+                rows.append(SectionValue(key, None, "not set"))
+            else:
+                rows.append(SectionValue(key, layer.values[key], layer.origins[key]))
+        return tuple(rows)
+
     def _check_floating(self, final: str) -> None:
         """Check the options that no source ties to a compactor against ``final``."""
         token = (final, plugins.generation())
@@ -330,6 +458,26 @@ class Settings:
             if "opts" in values and name is None:
                 _check_opts(final, values["opts"], where["opts"])
         self._checked.add(token)
+
+
+def _take_highest(
+    levels: Sequence[_Level],
+) -> tuple[dict[str, Any], dict[str, int], dict[str, str]]:
+    """Per key but the options, what the highest level setting it gives (:data:`_ARG` for
+    the call's own argument, level 0; ``None`` when no level sets it); the rank of that
+    level; and, for a source, where the value came from."""
+    out: dict[str, Any] = {}
+    rank: dict[str, int] = {}
+    origins: dict[str, str] = {}
+    for key in ("model", "window", "timeout", "compactor", "survival"):
+        out[key] = None
+        for i, (values, where) in enumerate(levels):
+            if key in values:
+                out[key], rank[key] = (values[key] if i else _ARG), i
+                if i:
+                    origins[key] = where[key]
+                break
+    return out, rank, origins
 
 
 def _check_opts(name: str, opts: Mapping[str, Any], source: str) -> None:
@@ -467,40 +615,49 @@ def _key_line(text: str, table: tuple[str, ...], key: str) -> int | None:
     return None
 
 
+def _origin(path: Path, text: str, table: tuple[str, ...], key: str) -> str:
+    """Where ``key`` of ``table`` is set in the file: ``/app/normandy.toml: line 4: key
+    'opts'``, ``... [tool.normandy.archive] key 'path'`` (the line when it is found)."""
+    label = f"[{'.'.join(table)}] " if table else ""
+    line = _key_line(text, table, key)
+    return f"{path}: " + (f"line {line}: " if line else "") + f"{label}key {key!r}"
+
+
+def _unknown_key(key: str, allowed: Sequence[str], what: str = "key") -> str:
+    """``unknown key; did you mean 'window'? allowed keys: ...`` (the closest allowed name
+    suggested)."""
+    import difflib  # for the error only: a first compaction does not import it
+
+    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ";"
+    return f"unknown {what}{hint} allowed {what}s: {', '.join(sorted(allowed)) or 'none'}"
+
+
 def _table_layer(path: Path, text: str, table: tuple[str, ...], data: Any) -> Layer:
     """The :class:`Layer` of the settings table ``data`` (``table`` is its place in the
-    file: ``()`` for a ``normandy.toml``, ``("tool", "normandy")`` in a pyproject)."""
-    label = f"[{'.'.join(table)}] " if table else ""
-
-    def where(key: str) -> str:
-        line = _key_line(text, table, key)
-        return f"{path}: " + (f"line {line}: " if line else "") + f"{label}key {key!r}"
-
+    file: ``()`` for a ``normandy.toml``, ``("tool", "normandy")`` in a pyproject); the
+    plugins' sections in it are kept as read, for the plugin to check (:meth:`Settings.section`)."""
     if not isinstance(data, dict):
         line = _key_line(text, table[:-1], table[-1]) if table else None
         raise SettingsError(
             f"{path}: "
             + (f"line {line}: " if line else "")
-            + f"{label.strip()} must be a table, got {type(data).__name__}"
+            + f"[{'.'.join(table)}] must be a table, got {type(data).__name__}"
         )
     values: dict[str, Any] = {}
     origins: dict[str, str] = {}
+    sections: dict[str, Layer] = {}
     for key, value in data.items():
+        origin = _origin(path, text, table, key)
         if key not in KEYS:
-            import difflib  # for the error only: a first compaction does not import it
-
-            close = difflib.get_close_matches(key, KEYS, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else ";"
-            raise SettingsError(
-                f"{where(key)}: unknown key{hint} allowed keys: {', '.join(sorted(KEYS))}"
-            )
-        origins[key] = where(key)
+            sections[key] = _section_table(path, text, (*table, key), value, origin)
+            continue
         problem = _value_problem(key, value)
         if problem is not None:
-            raise SettingsError(f"{origins[key]}: {problem}, got {value!r}")
+            raise SettingsError(f"{origin}: {problem}, got {value!r}")
         if key == "survival":
-            _check_survival(value, origins[key])
-        values[key] = value
+            _check_survival(value, origin)
+        values[key], origins[key] = value, origin
     pinned = (values.get("opts") or {}).get("context_window")
     if "window" in values and pinned is not None and pinned != values["window"]:
         raise SettingsError(
@@ -508,7 +665,29 @@ def _table_layer(path: Path, text: str, table: tuple[str, ...], data: Any) -> La
             f"context_window = {pinned!r} of key 'opts'; set one of them"
         )
     name = f"{path} [{'.'.join(table)}]" if table else str(path)
-    return Layer(name, values, origins, path)
+    return Layer(name, values, origins, path, MappingProxyType(sections))
+
+
+def _section_table(path: Path, text: str, table: tuple[str, ...], data: Any, origin: str) -> Layer:
+    """The table ``data`` of a plugin's section at ``table`` in the file, as read (its
+    keys and values are the plugin's to check); a key that is neither one of :data:`KEYS`
+    nor a section an installed plugin declares is refused, naming ``origin``."""
+    name = table[-1]
+    declared = plugins.settings_section_entries()
+    if not isinstance(data, dict):
+        if name in declared:
+            raise SettingsError(
+                f"{origin}: must be a table of the {name!r} plugin's settings, "
+                f"got {type(data).__name__}"
+            )
+        raise SettingsError(f"{origin}: {_unknown_key(name, KEYS)}")
+    if name not in declared:
+        raise SettingsError(
+            f"{origin}: {_unknown_key(name, list(declared), 'section')} (a plugin declares "
+            f"its section with an entry point in the group {plugins.SETTINGS_GROUP})"
+        )
+    origins = {key: _origin(path, text, table, key) for key in data}
+    return Layer(f"{path} [{'.'.join(table)}]", dict(data), origins, path)
 
 
 def _value_problem(key: str, value: Any) -> str | None:
@@ -620,36 +799,61 @@ def load_settings(environ: Mapping[str, str], cwd: str | None) -> Settings:
     return Settings(tuple(layers))
 
 
-_last: tuple[tuple[Any, ...], Settings] | None = None
-_ENV_NAMES = (ENV_COMPACTOR, ENV_OPTS, ENV_CONFIG)
-#: The ``os.environ`` object :data:`_env_values` reads, and how.
-_env_source: tuple[Any, Callable[[], tuple[Any, ...]]] | None = None
+def highest(layers: Sequence[Layer], key: str) -> Layer | None:
+    """The first of ``layers`` (highest precedence first) that sets ``key``, if any."""
+    return next((layer for layer in layers if key in layer.values), None)
 
 
-def _env_values() -> tuple[Any, ...]:
-    """The raw values of the three variables (``None`` when unset), for the cache key.
+def settings_sections() -> dict[str, SettingsSection]:
+    """The sections the installed plugins declare (entry points in the group
+    :data:`~normandy_core.contract.plugins.SETTINGS_GROUP`), by name, their declarations
+    imported: what ``normandy config`` shows besides the core's keys.
 
-    ``os.environ.get`` of an unset name costs most of a microsecond (it raises and
-    catches a ``KeyError``); where ``os.environ`` keeps its encoded mapping (CPython's
-    ``_data``, which every change through ``os.environ`` updates) it is read directly.
+    :raises PluginLoadError: a declaration fails to import, or is not a
+        :class:`SettingsSection` of its entry point's name.
     """
-    global _env_source
-    environ = os.environ
-    source = _env_source
-    if source is None or source[0] is not environ:
-        data = getattr(environ, "_data", None)
-        encode = getattr(environ, "encodekey", None)
-        if isinstance(data, dict) and callable(encode):
-            get, names = data.get, tuple(encode(n) for n in _ENV_NAMES)
-        else:
-            get, names = environ.get, _ENV_NAMES
-        a, b, c = names
+    found: dict[str, SettingsSection] = {}
+    for name, load in plugins.settings_section_entries().items():
+        section = load()
+        if not isinstance(section, SettingsSection) or section.name != name:
+            raise PluginLoadError(
+                f"settings section {name!r} (group {plugins.SETTINGS_GROUP}) is not a "
+                f"SettingsSection named {name!r}: {section!r}"
+            )
+        found[name] = section
+    return found
 
-        def read() -> tuple[Any, ...]:
-            return (get(a), get(b), get(c))
 
-        source = _env_source = (environ, read)
-    return source[1]()
+class _CurrentSettings:
+    """The settings of this process's working directory and environment, read again
+    only when the directory or one of the three variables changed."""
+
+    def __init__(self) -> None:
+        #: What the settings were read from, and them; replaced whole, so a thread reads
+        #: one consistent pair.
+        self._last: tuple[tuple[str | None, ...], Settings] | None = None
+
+    def get(self) -> Settings:
+        """The settings in force (see :func:`current_settings`)."""
+        try:
+            cwd: str | None = os.getcwd()
+        except OSError:  # the working directory was removed
+            cwd = None
+        environ = os.environ
+        key = (cwd, environ.get(ENV_COMPACTOR), environ.get(ENV_OPTS), environ.get(ENV_CONFIG))
+        last = self._last
+        if last is not None and last[0] == key:
+            return last[1]
+        settings = load_settings(environ, cwd)
+        self._last = (key, settings)
+        return settings
+
+    def forget(self) -> None:
+        """Read the sources again at the next :meth:`get`."""
+        self._last = None
+
+
+_CURRENT = _CurrentSettings()
 
 
 def current_settings() -> Settings:
@@ -657,25 +861,13 @@ def current_settings() -> Settings:
 
     Read on first use and again whenever the working directory or one of
     ``NORMANDY_COMPACTOR``, ``NORMANDY_COMPACTOR_OPTS`` and ``NORMANDY_CONFIG`` changes;
-    otherwise about a microsecond (files edited meanwhile: :func:`reload_settings`). A
+    otherwise a microsecond or two (files edited meanwhile: :func:`reload_settings`). A
     bad source raises (:class:`~normandy_core.SettingsError` and kin) on every call
     until it is fixed.
     """
-    global _last
-    try:
-        cwd: str | None = os.getcwd()
-    except OSError:  # the working directory was removed
-        cwd = None
-    key = (cwd, *_env_values())
-    last = _last
-    if last is not None and last[0] == key:
-        return last[1]
-    settings = load_settings(os.environ, cwd)
-    _last = (key, settings)
-    return settings
+    return _CURRENT.get()
 
 
 def reload_settings() -> None:
     """Forget the settings read, so the next use reads the environment and files again."""
-    global _last
-    _last = None
+    _CURRENT.forget()

@@ -210,21 +210,17 @@ def test_the_archive_in_use_follows_the_settings(tmp_path):
 
     one = ArchiveSettings(path=tmp_path / "one.sqlite3")
     two = ArchiveSettings(path=tmp_path / "two.sqlite3")
-    first = hooks._archive(one)
+    first = hooks._IN_USE.get(one)
     try:
-        assert hooks._archive(one) is first
-        assert hooks._archive(ArchiveSettings(path=tmp_path / "one.sqlite3")) is first
-        other = hooks._archive(two)
+        assert hooks._IN_USE.get(one) is first
+        assert hooks._IN_USE.get(ArchiveSettings(path=tmp_path / "one.sqlite3")) is first
+        other = hooks._IN_USE.get(two)
         assert other is not first and other.location == str(tmp_path / "two.sqlite3")
-        again = hooks._archive(one)
+        again = hooks._IN_USE.get(one)
         assert again is not first and again.location == first.location
-        assert hooks._archive(one) is again and hooks._archive(two) is not other
+        assert hooks._IN_USE.get(one) is again and hooks._IN_USE.get(two) is not other
     finally:
-        with hooks._lock:
-            for archive in hooks._current.values():
-                archive.close()
-            hooks._current.clear()
-            hooks._last_given[0] = None
+        hooks._IN_USE.close()
 
 
 def test_a_background_writer_whose_loop_ended_is_started_again(tmp_path, monkeypatch):

@@ -50,6 +50,7 @@ __all__ = [
     "Prepared",
     "PrunePlan",
     "Recorded",
+    "Search",
     "SessionUsage",
     "check_limits",
     "choose_sessions",
@@ -399,6 +400,21 @@ class Prepared(NamedTuple):
     (``None``: none)."""
 
 
+class Search(NamedTuple):
+    """A full-text search as :meth:`ArchiveBackend.search` checked it, for the backend."""
+
+    query: str
+    session_id: str | None
+    limit: int
+    offset: int
+    #: The query is the backend's own syntax.
+    raw: bool
+    #: Any of the terms (``match="any"``), not all of them.
+    any_term: bool
+    #: Also the content the session was the last to drop (see :meth:`ArchiveBackend.search`).
+    seen: bool
+
+
 class Dialect(abc.ABC):
     """The SQL the two backends write differently, for the queries they share (the
     defaults are SQLite's)."""
@@ -462,18 +478,8 @@ class ArchiveBackend(abc.ABC):
         ``entry_count`` what it stored, in one committed transaction; how many it stored."""
 
     @abc.abstractmethod
-    def _search(
-        self,
-        query: str,
-        *,
-        session_id: str | None,
-        limit: int,
-        offset: int,
-        raw: bool,
-        any_term: bool = False,
-        seen: bool = False,
-    ) -> builtins.list[ArchivedEntry]:
-        """:meth:`search`, its page and ``match`` checked (``any_term``: ``match="any"``)."""
+    def _search(self, search: Search) -> builtins.list[ArchivedEntry]:
+        """The entries ``search`` finds, best match first (:meth:`search`, checked)."""
 
     @abc.abstractmethod
     def _remove(self, limits: Limits, *, vacuum: bool) -> int:
@@ -766,15 +772,7 @@ class ArchiveBackend(abc.ABC):
             raise ArchiveQueryError(f"match must be 'all' or 'any', got {match!r}")
         if raw and match == "any":
             raise ArchiveQueryError("match='any' cannot be used with raw (write OR yourself)")
-        return self._search(
-            query,
-            session_id=session_id,
-            limit=limit,
-            offset=offset,
-            raw=raw,
-            any_term=match == "any",
-            seen=seen,
-        )
+        return self._search(Search(query, session_id, limit, offset, raw, match == "any", seen))
 
     def compactions(
         self, session_id: str | None = None, limit: int = 50, offset: int = 0

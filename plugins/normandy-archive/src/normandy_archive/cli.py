@@ -18,7 +18,7 @@ import argparse
 import datetime as dt
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
 from normandy_archive.backend import ArchiveBackend, open_archive
@@ -249,6 +249,94 @@ def _where(parser: argparse.ArgumentParser, default: Any) -> None:
     )
 
 
+def _paging_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of a command that prints a page of entries (``list``, ``search``)."""
+    p.add_argument("--session", default=None, help="only this session id")
+    p.add_argument("--limit", default="50", help="at most this many (default 50)")
+    p.add_argument("--offset", default="0", help="skip this many first")
+    p.add_argument("--json", action="store_true", help="one JSON object per line (no header)")
+
+
+def _show_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "entry_id", metavar="ID", help="an entry id, or a tool-call / tool-use id it holds"
+    )
+    p.add_argument("--session", default=None, help="the session the entry belongs to")
+    p.add_argument("--all", action="store_true", help="every archived version")
+    p.add_argument("--json", action="store_true", help="with archive details")
+
+
+def _search_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "query", nargs="+", metavar="WORDS", help="words to find (all of them), taken literally"
+    )
+    p.add_argument("--raw", action="store_true", help="the query is FTS5 syntax")
+    p.add_argument(
+        "--any",
+        action="store_true",
+        help="any of the words, more of them ranking higher (as the recall tool searches)",
+    )
+    _paging_arguments(p)
+
+
+def _prune_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-bytes",
+        metavar="SIZE",
+        help=f"keep the archive under SIZE, such as 500MB (default: ${ENV_MAX_BYTES})",
+    )
+    p.add_argument(
+        "--max-age-days",
+        metavar="D",
+        help=f"remove sessions last compacted more than D days ago (default: ${ENV_MAX_AGE_DAYS})",
+    )
+    p.add_argument(
+        "--max-sessions",
+        metavar="N",
+        help=f"keep only the N most recent sessions (default: ${ENV_MAX_SESSIONS})",
+    )
+    p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    p.add_argument(
+        "--vacuum", action="store_true", help="then give the space back to the file system"
+    )
+
+
+#: The commands: name, one-line help, description, and what adds their arguments.
+_COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
+    (
+        "list",
+        "list archived entries, oldest first",
+        "List archived entries, oldest first, one per line under a header: sequence "
+        "number, when archived, session, entry id, role, turn, the strategy or compactor "
+        "that dropped it, and the start of its text.",
+        _paging_arguments,
+    ),
+    (
+        "show",
+        "print an archived entry as JSON, as it was dropped (by entry id, or by a "
+        "tool-call / tool-use id it holds)",
+        "Print an archived entry as JSON, exactly as it was dropped. Exit 1 when it is "
+        "not archived.",
+        _show_arguments,
+    ),
+    (
+        "search",
+        "full-text search (FTS5), best match first",
+        "Search the archived text (SQLite FTS5; PostgreSQL full-text search for a "
+        "postgresql:// archive), best match first, in the columns of 'list'.",
+        _search_arguments,
+    ),
+    (
+        "prune",
+        "remove whole sessions, oldest first, past a size, age or count limit",
+        "Remove whole sessions, oldest first (a session's age is that of its "
+        "latest compaction), past the limits given or set in the environment. The most "
+        "recent session is never removed for size.",
+        _prune_arguments,
+    ),
+)
+
+
 def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``--path`` and the ``list``, ``show``, ``search`` and ``prune`` commands to
     ``parser``; ``--path`` (or ``--url``) is accepted before or after the command."""
@@ -256,82 +344,13 @@ def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="archive_command", required=True, metavar="COMMAND", help="what to do"
     )
-
-    def command(name: str, help: str, description: str) -> argparse.ArgumentParser:
-        p: argparse.ArgumentParser = sub.add_parser(name, help=help, description=description)
+    for name, summary, description, add_arguments in _COMMANDS:
+        command: argparse.ArgumentParser = sub.add_parser(
+            name, help=summary, description=description
+        )
         # after the command too; not given there, it leaves the one before it in place
-        _where(p, argparse.SUPPRESS)
-        return p
-
-    def paging(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--session", default=None, help="only this session id")
-        p.add_argument("--limit", default="50", help="at most this many (default 50)")
-        p.add_argument("--offset", default="0", help="skip this many first")
-        p.add_argument("--json", action="store_true", help="one JSON object per line (no header)")
-
-    p_list = command(
-        "list",
-        "list archived entries, oldest first",
-        "List archived entries, oldest first, one per line under a header: sequence "
-        "number, when archived, session, entry id, role, turn, the strategy or compactor "
-        "that dropped it, and the start of its text.",
-    )
-    paging(p_list)
-    p_show = command(
-        "show",
-        "print an archived entry as JSON, as it was dropped (by entry id, or by a "
-        "tool-call / tool-use id it holds)",
-        "Print an archived entry as JSON, exactly as it was dropped. Exit 1 when it is "
-        "not archived.",
-    )
-    p_show.add_argument(
-        "entry_id", metavar="ID", help="an entry id, or a tool-call / tool-use id it holds"
-    )
-    p_show.add_argument("--session", default=None, help="the session the entry belongs to")
-    p_show.add_argument("--all", action="store_true", help="every archived version")
-    p_show.add_argument("--json", action="store_true", help="with archive details")
-    p_search = command(
-        "search",
-        "full-text search (FTS5), best match first",
-        "Search the archived text (SQLite FTS5; PostgreSQL full-text search for a "
-        "postgresql:// archive), best match first, in the columns of 'list'.",
-    )
-    p_search.add_argument(
-        "query", nargs="+", metavar="WORDS", help="words to find (all of them), taken literally"
-    )
-    p_search.add_argument("--raw", action="store_true", help="the query is FTS5 syntax")
-    p_search.add_argument(
-        "--any",
-        action="store_true",
-        help="any of the words, more of them ranking higher (as the recall tool searches)",
-    )
-    paging(p_search)
-    p_prune = command(
-        "prune",
-        "remove whole sessions, oldest first, past a size, age or count limit",
-        "Remove whole sessions, oldest first (a session's age is that of its "
-        "latest compaction), past the limits given or set in the environment. The most "
-        "recent session is never removed for size.",
-    )
-    p_prune.add_argument(
-        "--max-bytes",
-        metavar="SIZE",
-        help=f"keep the archive under SIZE, such as 500MB (default: ${ENV_MAX_BYTES})",
-    )
-    p_prune.add_argument(
-        "--max-age-days",
-        metavar="D",
-        help=f"remove sessions last compacted more than D days ago (default: ${ENV_MAX_AGE_DAYS})",
-    )
-    p_prune.add_argument(
-        "--max-sessions",
-        metavar="N",
-        help=f"keep only the N most recent sessions (default: ${ENV_MAX_SESSIONS})",
-    )
-    p_prune.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
-    p_prune.add_argument(
-        "--vacuum", action="store_true", help="then give the space back to the file system"
-    )
+        _where(command, argparse.SUPPRESS)
+        add_arguments(command)
     parser.set_defaults(func=run, archive_prog=parser.prog)
     return parser
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from normandy_core.errors import SettingsError
+
 __all__ = ["ArchiveConfigError", "ArchiveError", "ArchiveQueryError", "NotAnArchiveError"]
 
 
@@ -17,8 +19,10 @@ class NotAnArchiveError(ArchiveError):
     """The file at the archive path is not a Normandy archive (another application's file)."""
 
 
-class ArchiveConfigError(ArchiveError, ValueError):
-    """A setting (environment variable or argument) of the archive has a bad value."""
+class ArchiveConfigError(ArchiveError, SettingsError):
+    """A setting of the archive (a variable, a settings file's ``[archive]`` table, an
+    argument) has a bad value or an unknown key: a :class:`~normandy_core.SettingsError`
+    (so a ``ValueError``) that is also the archive's own error."""
 
 
 class ArchiveQueryError(ArchiveError, ValueError):

@@ -32,6 +32,7 @@ follow in the background writer (:mod:`normandy_archive.maintenance`), scheduled
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -50,45 +51,78 @@ if TYPE_CHECKING:
     from normandy_archive.store import Archive
     from normandy_core import AgentConfig, CompactionContext
 
-# The backend (SQLite), the settings model and the background writer are imported by
-# the hooks when a compaction drops something (or a recall comes), not when the plugin
-# loads: a boundary with nothing to drop does not pay for them. What the hooks use of
-# them at every compaction is kept here once imported (``import`` of a module already
-# loaded still costs about half a microsecond).
-_settings: Callable[[], ArchiveSettings] | None = None
-#: The background writer's module, and the SQLite backend's class (the one it serves).
-_background: tuple[ModuleType, type[Archive]] | None = None
-
 __all__ = ["after_compact", "before_commit", "recall_entries"]
 
-_lock = threading.Lock()
-# only the archive in use: its connection stays open between compactions
-_current: dict[tuple[Path | str, float, str], ArchiveBackend] = {}
-#: The settings :func:`_archive` was last given and the archive it returned, replaced
-#: whole (read without the lock): the settings resolved once serve every compaction.
-_last_given: list[tuple[ArchiveSettings, ArchiveBackend] | None] = [None]
+
+class _ArchiveInUse:
+    """The archive the hooks write to: opened for the settings in force, kept open
+    between compactions, closed when the settings name another one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Only the archive in use: its connection stays open between compactions.
+        self._open: dict[tuple[Path | str, float, str], ArchiveBackend] = {}
+        #: The settings :meth:`get` was last given and the archive it returned, replaced
+        #: whole (read without the lock): the settings resolved once serve every compaction.
+        self._last: tuple[ArchiveSettings, ArchiveBackend] | None = None
+
+    def get(self, settings: ArchiveSettings) -> ArchiveBackend:
+        """The archive ``settings`` name, opened on first use."""
+        last = self._last
+        if last is not None and last[0] is settings:
+            return last[1]
+        target = settings.target
+        assert target is not None
+        key = (target, settings.busy_timeout, settings.sync)
+        with self._lock:
+            hit = self._open.get(key)
+            if hit is None:
+                from normandy_archive.backend import open_archive
+
+                self._close_all()  # a target no longer in use releases its connection
+                hit = self._open[key] = open_archive(
+                    target, timeout=settings.busy_timeout, sync=settings.sync
+                )
+            self._last = (settings, hit)
+            return hit
+
+    def close(self) -> None:
+        """Close the archive in use; the next :meth:`get` opens a fresh one."""
+        with self._lock:
+            self._close_all()
+
+    def _close_all(self) -> None:
+        for old in self._open.values():
+            old.close()
+        self._open.clear()
+        self._last = None
 
 
-def _archive(settings: ArchiveSettings) -> ArchiveBackend:
-    last = _last_given[0]
-    if last is not None and last[0] is settings:
-        return last[1]
-    target = settings.target
-    assert target is not None
-    key = (target, settings.busy_timeout, settings.sync)
-    with _lock:
-        hit = _current.get(key)
-        if hit is None:
-            from normandy_archive.backend import open_archive
+_IN_USE = _ArchiveInUse()
 
-            for old in _current.values():
-                old.close()  # a target no longer in use releases its connection
-            _current.clear()
-            hit = _current[key] = open_archive(
-                target, timeout=settings.busy_timeout, sync=settings.sync
-            )
-        _last_given[0] = (settings, hit)
-        return hit
+
+# The backend (SQLite), the settings model and the background writer are imported by
+# the hooks when a compaction drops something (or a recall comes), not when the plugin
+# loads: a boundary with nothing to drop does not pay for them. Each is imported once
+# (``import`` of a module already loaded still costs about half a microsecond).
+
+
+@functools.cache
+def _settings_reader() -> Callable[[], ArchiveSettings]:
+    """:func:`normandy_archive.settings.current_settings`, imported at first use."""
+    from normandy_archive.settings import current_settings
+
+    return current_settings
+
+
+@functools.cache
+def _background() -> tuple[ModuleType, type[Archive]]:
+    """The background writer's module, and the SQLite backend's class (the one it
+    serves), imported at first use."""
+    import normandy_archive.maintenance as maintenance
+    from normandy_archive.store import Archive
+
+    return maintenance, Archive
 
 
 def _record(
@@ -96,7 +130,7 @@ def _record(
 ) -> dict[str, Any]:
     """Write the compaction; the note saying where it went."""
     strategy = meta.get("strategy")
-    archive = _archive(settings)
+    archive = _IN_USE.get(settings)
     dropped = meta["dropped"]
     session = settings.session or acc.session_id
     cid = archive.record(
@@ -126,27 +160,16 @@ def _record(
 
 
 def _current_settings() -> ArchiveSettings:
-    """:func:`~normandy_archive.settings.current_settings` (imported at first use)."""
-    global _settings
-    if _settings is None:
-        from normandy_archive.settings import current_settings
-
-        _settings = current_settings
-    return _settings()
+    """The settings in force (:func:`~normandy_archive.settings.current_settings`)."""
+    return _settings_reader()()
 
 
 def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
     """Index, checkpoint and prune in the background writer, and serialize the entries
     the conversation keeps, the next compaction's dropped ones among them (SQLite;
     PostgreSQL indexes as it writes)."""
-    global _background
-    if _background is None:
-        from normandy_archive import maintenance
-        from normandy_archive.store import Archive
-
-        _background = (maintenance, Archive)
-    maintenance, sqlite = _background
-    archive = _archive(settings)
+    maintenance, sqlite = _background()
+    archive = _IN_USE.get(settings)
     if not isinstance(archive, sqlite):
         return
     limits = None
@@ -231,7 +254,7 @@ def recall_entries(query: str, session_id: str | None, limit: int) -> list[Recal
             f"the archive is off (set by {settings.source}): what compaction dropped was "
             "not kept, so nothing can be recalled"
         )
-    archive = _archive(settings)
+    archive = _IN_USE.get(settings)
     # SQLite indexes what a compaction wrote in the background writer, shortly after it.
     # A recall often comes right after the compaction that dropped what it wants: index
     # the rest now, so those entries are ranked with the others (rows not indexed yet are

@@ -47,8 +47,8 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 from normandy_archive import base
 from normandy_archive.errors import ArchiveError
@@ -300,6 +300,36 @@ class _Postgres(base.Dialect):
 T = TypeVar("T")
 
 
+class _V1Contents(NamedTuple):
+    """What the entries of a version-1 schema become in version 2."""
+
+    #: Per row kept (the first of its content, in archive order): the content's hash.
+    keep: dict[int, str]
+    #: Per row kept: the caller's ids found in its entry, when it holds any.
+    ids: dict[int, builtins.list[str]]
+    #: Per content: the session that dropped it last, and when.
+    owner: dict[str, tuple[str, float]]
+
+
+def _v1_contents(rows: Iterable[tuple[int, str, str, float]]) -> _V1Contents:
+    """The version-2 contents of version 1's rows ``(seq, session, entry JSON, archived
+    at)``, read in archive order; a content's owner moves to a later session that drops
+    it, or to the same session after :data:`SEEN_REFRESH` seconds."""
+    first: dict[str, int] = {}
+    owner: dict[str, tuple[str, float]] = {}
+    ids: dict[int, builtins.list[str]] = {}
+    for seq, session, data, at in rows:
+        entry = Entry.model_validate_json(data)
+        digest = content_hash(entry, data)
+        first.setdefault(digest, seq)
+        if first[digest] == seq and (found := source_ids(entry)):
+            ids[seq] = found
+        last = owner.get(digest)
+        if last is None or (last[1] <= at and (last[0] != session or last[1] < at - SEEN_REFRESH)):
+            owner[digest] = (session, at)
+    return _V1Contents({seq: digest for digest, seq in first.items()}, ids, owner)
+
+
 class PostgresArchive(base.ArchiveBackend):
     """The archive in the PostgreSQL database at ``url`` (``postgresql://user@host/db``).
 
@@ -463,6 +493,15 @@ class PostgresArchive(base.ArchiveBackend):
         recall), with the caller's ids found in it; its ``seen`` is the session that
         dropped that content last, as SQLite's move to version 2 does.
         """
+        self._migrate_columns(conn)
+        rows = conn.execute(
+            self._q("SELECT seq, session_id, entry_json, archived_at FROM {s}.entries ORDER BY seq")
+        )
+        self._migrate_rows(conn, _v1_contents(rows))
+
+    def _migrate_columns(self, conn: psycopg.Connection[Any]) -> None:
+        """Version 2's columns, and version 1's constraints on entries dropped (unique per
+        session and id; the reference to compactions)."""
         conn.execute(
             self._q("ALTER TABLE {s}.compactions ADD COLUMN IF NOT EXISTS dropped_count integer")
         )
@@ -472,31 +511,18 @@ class PostgresArchive(base.ArchiveBackend):
             "AND contype IN ('u', 'f')",
             [f'"{self.schema}".entries'],
         ).fetchall()
-        for (name,) in names:  # unique per session and id; the reference to compactions
+        for (name,) in names:
             conn.execute(
                 sql.SQL("ALTER TABLE {s}.entries DROP CONSTRAINT {c}").format(
                     s=sql.Identifier(self.schema), c=sql.Identifier(name)
                 )
             )
         conn.execute(self._q("ALTER TABLE {s}.entries ADD COLUMN source_ids text[]"))
-        first: dict[str, int] = {}  # content -> the row kept
-        owner: dict[str, tuple[str, float]] = {}  # content -> (last session, when)
-        ids: dict[int, builtins.list[str]] = {}
-        rows = conn.execute(
-            self._q("SELECT seq, session_id, entry_json, archived_at FROM {s}.entries ORDER BY seq")
-        )
-        for seq, session, data, at in rows:
-            entry = Entry.model_validate_json(data)
-            digest = content_hash(entry, data)
-            first.setdefault(digest, seq)
-            if first[digest] == seq and (found := source_ids(entry)):
-                ids[seq] = found
-            last = owner.get(digest)
-            if last is None or (
-                last[1] <= at and (last[0] != session or last[1] < at - SEEN_REFRESH)
-            ):
-                owner[digest] = (session, at)
-        keep = {seq: digest for digest, seq in first.items()}
+
+    def _migrate_rows(self, conn: psycopg.Connection[Any], contents: _V1Contents) -> None:
+        """Keep the rows of ``contents`` with their hashes and caller ids, one per content
+        from now on, each seen by the session that dropped it last; recount compactions."""
+        keep, ids, owner = contents
         conn.execute(
             self._q("DELETE FROM {s}.entries WHERE NOT (seq = ANY(%s::bigint[]))"), [list(keep)]
         )
@@ -679,19 +705,10 @@ class PostgresArchive(base.ArchiveBackend):
             version = self._require(conn)
             return work(version, lambda q, p: conn.execute(q, p).fetchall())
 
-    def _search(
-        self,
-        query: str,
-        *,
-        session_id: str | None,
-        limit: int,
-        offset: int,
-        raw: bool,
-        any_term: bool = False,
-        seen: bool = False,
-    ) -> builtins.list[base.ArchivedEntry]:
+    def _search(self, search: base.Search) -> builtins.list[base.ArchivedEntry]:
         """``tsvector``, ranked by ``ts_rank``: each term's punctuation separates words,
         as the index does. No input is an error: ``websearch_to_tsquery`` parses any."""
+        query, session_id, limit, offset, raw, any_term, seen = search
         text = _websearch(_clean(query), raw, any_term)
         if not text.strip():
             return []

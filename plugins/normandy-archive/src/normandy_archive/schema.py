@@ -62,20 +62,26 @@ SCHEMA_VERSION = 2
 #: Seconds after which the same session dropping a content again refreshes its ``seen``.
 SEEN_REFRESH = 3600.0
 
-_TABLES = (
-    """CREATE TABLE IF NOT EXISTS compactions (
-        compaction_id TEXT PRIMARY KEY,
-        session_id    TEXT NOT NULL,
+#: The columns that describe a compaction, in its row of ``compactions`` and of the
+#: ``journal`` alike (each table adds its own around them).
+_COMPACTION_COLUMNS = """session_id    TEXT NOT NULL,
         compactor     TEXT,
         strategy      TEXT,
         model         TEXT,
         mid_round     INTEGER,
-        created_at    REAL NOT NULL,
-        entry_count   INTEGER NOT NULL,
-        tokens_before INTEGER,
+        created_at    REAL NOT NULL,"""
+#: The columns of a compaction's outcome, likewise.
+_OUTCOME_COLUMNS = """tokens_before INTEGER,
         tokens_after  INTEGER,
         meta_json     TEXT NOT NULL,
-        dropped_count INTEGER
+        dropped_count INTEGER"""
+
+_TABLES = (
+    f"""CREATE TABLE IF NOT EXISTS compactions (
+        compaction_id TEXT PRIMARY KEY,
+        {_COMPACTION_COLUMNS}
+        entry_count   INTEGER NOT NULL,
+        {_OUTCOME_COLUMNS}
     )""",
     """CREATE TABLE IF NOT EXISTS entries (
         seq           INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -106,19 +112,11 @@ _TABLES = (
     "CREATE INDEX IF NOT EXISTS compactions_by_time ON compactions (created_at)",
 )
 
-JOURNAL_TABLE = """CREATE TABLE IF NOT EXISTS journal (
+JOURNAL_TABLE = f"""CREATE TABLE IF NOT EXISTS journal (
         id            INTEGER PRIMARY KEY AUTOINCREMENT,
         compaction_id TEXT NOT NULL,
-        session_id    TEXT NOT NULL,
-        compactor     TEXT,
-        strategy      TEXT,
-        model         TEXT,
-        mid_round     INTEGER,
-        created_at    REAL NOT NULL,
-        tokens_before INTEGER,
-        tokens_after  INTEGER,
-        meta_json     TEXT NOT NULL,
-        dropped_count INTEGER,
+        {_COMPACTION_COLUMNS}
+        {_OUTCOME_COLUMNS},
         entry_count   INTEGER NOT NULL,
         seen          TEXT
     )"""

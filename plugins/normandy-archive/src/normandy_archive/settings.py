@@ -1,20 +1,27 @@
-"""The archive's settings: per call, in code, from the environment, or the defaults.
+"""The archive's settings: the ``archive`` section of Normandy's configuration, set in code
+for the process, or per call.
 
-Each setting is resolved at every compaction, first match wins:
+Each setting is resolved at every compaction (remembered while nothing it is read from
+changes), the first source that sets it winning:
 
 1. per call: ``with archive_settings(path=..., required=...): compact(...)`` (a context
    variable, so it holds for the code run inside the ``with`` block, threads the
    boundary starts included);
 2. in code, for the process: :func:`configure` (``configure(path=None)`` forgets a
    value set there);
-3. the environment (:data:`ENV_URL`, :data:`ENV_PATH`, :data:`ENV_REQUIRED`,
+3. the environment (:data:`ENV_PATH`, :data:`ENV_URL`, :data:`ENV_REQUIRED`,
    :data:`ENV_BUSY_TIMEOUT`, :data:`ENV_SESSION`, :data:`ENV_MAX_BYTES`,
    :data:`ENV_MAX_AGE_DAYS`, :data:`ENV_MAX_SESSIONS`, :data:`ENV_SYNC`);
-4. the defaults: the user data directory, required, a 5 s busy wait, the agent
+4. the ``[archive]`` table of ``normandy.toml``, then the ``[tool.normandy.archive]``
+   table of ``pyproject.toml``, the files the core finds and reads for its own keys
+   (:mod:`normandy_core.contract.settings`, which checks them with :data:`SECTION`);
+5. the defaults: the user data directory, required, a 5 s busy wait, the agent
    config's ``session_id`` as the session key, no limit.
 
-``path`` is an SQLite file, a ``postgresql://`` URL, or :data:`OFF` (``"off"``) for no
-archive at all. In the environment ``NORMANDY_ARCHIVE_PATH=off`` wins over a URL.
+The archive is one setting made of two keys: the highest source that sets ``path`` or
+``url`` names it, and within that source ``path = "off"`` wins, then the ``url``, then
+the ``path``. ``path`` is an SQLite file (relative to the settings file's directory when
+set in a file), a ``postgresql://`` URL, or :data:`OFF` (``"off"``) for no archive.
 """
 
 from __future__ import annotations
@@ -24,12 +31,22 @@ import contextvars
 import math
 import os
 import sys
-from collections.abc import Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from normandy_archive.errors import ArchiveConfigError
+from normandy_core.contract.settings import (
+    Layer,
+    SettingKey,
+    Settings,
+    SettingsSection,
+    current_settings as current_core_settings,
+    highest,
+    load_settings,
+)
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -43,6 +60,7 @@ __all__ = [
     "ENV_SYNC",
     "ENV_URL",
     "OFF",
+    "SECTION",
     "ArchiveSettings",
     "archive_settings",
     "configure",
@@ -80,41 +98,11 @@ OFF = "off"
 #: Seconds a write waits for the lock of another writer before it fails.
 DEFAULT_BUSY_TIMEOUT = 5.0
 
-_KEYS = (
-    "path",
-    "required",
-    "busy_timeout",
-    "session",
-    "max_bytes",
-    "max_age_days",
-    "max_sessions",
-    "sync",
-)
-_ENV = {
-    "path": ENV_PATH,
-    "required": ENV_REQUIRED,
-    "busy_timeout": ENV_BUSY_TIMEOUT,
-    "session": ENV_SESSION,
-    "max_bytes": ENV_MAX_BYTES,
-    "max_age_days": ENV_MAX_AGE_DAYS,
-    "max_sessions": ENV_MAX_SESSIONS,
-    "sync": ENV_SYNC,
-}
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "kib": 1024,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "mib": 1024**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "gib": 1024**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "tib": 1024**4,
+#: Bytes per unit of a size: decimal (``kb``, ``mb``...) and binary (``kib``, ``mib``...).
+_UNITS = {"": 1, "b": 1} | {
+    unit: base**power
+    for power, prefix in enumerate("kmgt", 1)
+    for unit, base in ((prefix, 1000), (f"{prefix}b", 1000), (f"{prefix}ib", 1024))
 }
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -155,7 +143,7 @@ class ArchiveSettings:
 
     source: str = "default"
     """Where ``path`` came from (for messages): ``per call``, ``configure()``, an
-    environment variable, or ``default``."""
+    environment variable, a settings file's line and key, or ``default``."""
 
     @property
     def off(self) -> bool:
@@ -204,216 +192,256 @@ def default_archive_path() -> Path:
     return base / "normandy" / "archive.sqlite3"
 
 
-_configured: dict[str, Any] = {}
+# -- the checks: each turns a value as given into the one used, or says what is allowed --
+
+
+def _check_path(value: Any) -> Path | str | None:
+    """A file path, a PostgreSQL URL, or ``None`` for :data:`OFF` (or ``False``)."""
+    if value is False or (isinstance(value, str) and value.strip().lower() == OFF):
+        return None
+    if is_url(value):
+        return str(value)
+    if isinstance(value, str) and "://" in value:
+        raise ValueError(
+            f"{value.split('://')[0]}:// archives are not supported; give a file path or a "
+            "postgresql:// URL"
+        )
+    if isinstance(value, (str, os.PathLike)) and str(value):
+        return Path(value).expanduser()
+    raise ValueError(f"must be a file path, a postgresql:// URL or {OFF!r}, got {value!r}")
+
+
+def _check_url(value: Any) -> str:
+    if not is_url(value):
+        raise ValueError(f"must be a postgresql:// URL, got {value!r}")
+    return str(value)
+
+
+def _check_required(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"must be true or false (1/0, yes/no), got {value!r}")
+
+
+def _non_negative(unit: str) -> Callable[[Any], float]:
+    """The check of a number of ``unit`` (seconds, days) that may be 0, not infinite."""
+
+    def check(value: Any) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if isinstance(value, bool) or not (0 <= number < math.inf):
+            raise ValueError(f"must be a number of {unit} >= 0, got {value!r}")
+        return number
+
+    return check
+
+
+def _check_session(value: Any) -> str:
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise ValueError(f"must be a non-empty string, got {value!r}")
+
+
+def _check_max_sessions(value: Any) -> int:
+    try:
+        count = int(value)
+    except (TypeError, ValueError):
+        count = -1
+    if isinstance(value, (bool, float)) or count < 0:
+        raise ValueError(f"must be a whole number >= 0, got {value!r}")
+    return count
+
+
+def _check_sync(value: Any) -> str:
+    if isinstance(value, str) and value.strip().lower() in ("normal", "full"):
+        return value.strip().lower()
+    raise ValueError(f"must be 'normal' or 'full', got {value!r}")
+
+
+#: The ``archive`` section of Normandy's configuration: its keys, their variables and
+#: checks (declared to the core by the entry point ``archive`` of the group
+#: ``normandy_core.settings``).
+SECTION = SettingsSection(
+    "archive",
+    (
+        SettingKey("path", _check_path, ENV_PATH),
+        SettingKey("url", _check_url, ENV_URL),
+        SettingKey("required", _check_required, ENV_REQUIRED),
+        SettingKey("busy_timeout", _non_negative("seconds"), ENV_BUSY_TIMEOUT),
+        SettingKey("session", _check_session, ENV_SESSION),
+        SettingKey("max_bytes", parse_size, ENV_MAX_BYTES),
+        SettingKey("max_age_days", _non_negative("days"), ENV_MAX_AGE_DAYS),
+        SettingKey("max_sessions", _check_max_sessions, ENV_MAX_SESSIONS),
+        SettingKey("sync", _check_sync, ENV_SYNC),
+    ),
+    error=ArchiveConfigError,
+)
+
+#: The variables the settings are read from: the section's, and those the default path
+#: is made of (``HOME`` also expands a ``~`` in a path).
+_WATCHED = (
+    *(key.env for key in SECTION.keys if key.env is not None),
+    "XDG_DATA_HOME",
+    "HOME",
+    *(("LOCALAPPDATA",) if sys.platform == "win32" else ()),
+)
+
+#: The per-call settings of :func:`archive_settings`, checked.
 _per_call: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
     "normandy_archive_settings", default=None
 )
 
 
-def _check(key: str, value: Any, where: str) -> Any:
-    """``value`` of setting ``key`` in its resolved form, or raise naming ``where``."""
-    if key == "path":
-        if value is False or (isinstance(value, str) and value.strip().lower() == OFF):
-            return None
-        if is_url(value):
-            return value
-        if isinstance(value, str) and "://" in value:
-            raise ArchiveConfigError(
-                f"{where}: {value.split('://')[0]}:// archives are not supported; give a "
-                "file path or a postgresql:// URL"
-            )
-        if isinstance(value, (str, os.PathLike)) and str(value):
-            return Path(value).expanduser()
-        raise ArchiveConfigError(
-            f"{where}: path must be a file path, a postgresql:// URL or {OFF!r}, got {value!r}"
-        )
-    if key == "required":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-            return value.strip().lower() in _TRUE
-        raise ArchiveConfigError(
-            f"{where}: required must be true or false (1/0, yes/no), got {value!r}"
-        )
-    if key == "busy_timeout":
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            seconds = math.nan
-        if isinstance(value, bool) or not (0 <= seconds < math.inf):
-            raise ArchiveConfigError(
-                f"{where}: busy_timeout must be a number of seconds >= 0, got {value!r}"
-            )
-        return seconds
-    if key == "session":
-        if isinstance(value, str) and value.strip():
-            return value.strip()
-        raise ArchiveConfigError(f"{where}: session must be a non-empty string, got {value!r}")
-    if key == "sync":
-        if isinstance(value, str) and value.strip().lower() in ("normal", "full"):
-            return value.strip().lower()
-        raise ArchiveConfigError(f"{where}: sync must be 'normal' or 'full', got {value!r}")
-    if key == "max_bytes":
-        try:
-            return parse_size(value)
-        except ValueError as exc:
-            raise ArchiveConfigError(f"{where}: max_bytes: {exc}") from None
-    if key == "max_age_days":
-        try:
-            days = float(value)
-        except (TypeError, ValueError):
-            days = math.nan
-        if isinstance(value, bool) or not (0 <= days < math.inf):
-            raise ArchiveConfigError(
-                f"{where}: max_age_days must be a number of days >= 0, got {value!r}"
-            )
-        return days
-    if key == "max_sessions":
-        try:
-            count = int(value)
-        except (TypeError, ValueError):
-            count = -1
-        if isinstance(value, (bool, float)) or count < 0:
-            raise ArchiveConfigError(
-                f"{where}: max_sessions must be a whole number >= 0, got {value!r}"
-            )
-        return count
-    raise ArchiveConfigError(f"{where}: unknown archive setting {key!r}")  # pragma: no cover
+def _checked(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The settings given in code to ``where`` (``configure``...), checked; a value of
+    ``None`` is left out (it means: not set here)."""
+    checked: dict[str, Any] = {}
+    for key, value in settings.items():
+        if value is not None or key not in SECTION.names:
+            checked[key] = SECTION.check(key, value, f"normandy_archive.{where}({key}=...)")
+    return checked
 
 
-def _changes(kwargs: Mapping[str, Any], where: str) -> dict[str, Any]:
-    unknown = sorted(set(kwargs) - set(_KEYS))
-    if unknown:
-        raise ArchiveConfigError(
-            f"{where}: unknown archive setting(s) {', '.join(unknown)}; known: {', '.join(_KEYS)}"
-        )
-    return {k: (None if v is None else _check(k, v, where)) for k, v in kwargs.items()}
+def _resolve(levels: Sequence[Layer]) -> ArchiveSettings:
+    """The settings of ``levels``, highest first: each key from the highest level that
+    sets it (the defaults are :class:`ArchiveSettings`'), the archive from :func:`_target`."""
+    chosen: dict[str, Any] = {}
+    for key in SECTION.names:
+        level = highest(levels, key)
+        if level is not None and key not in ("path", "url"):
+            chosen[key] = level.values[key]
+    target, source = _target(levels)
+    path = target if isinstance(target, Path) else None
+    url = target if isinstance(target, str) else None
+    return ArchiveSettings(path=path, url=url, source=source, **chosen)
+
+
+def _target(levels: Sequence[Layer]) -> tuple[Path | str | None, str]:
+    """The archive (a path, a URL, or ``None``: off) and where it was set: the highest
+    level setting ``path`` or ``url`` gives it; in that level ``off`` wins, then the URL,
+    then the path (a relative one set in a file is relative to the file's directory)."""
+    for level in levels:
+        values = level.values
+        if "path" in values and values["path"] is None:
+            return None, level.origins["path"]
+        if "url" in values:
+            return values["url"], level.origins["url"]
+        if "path" in values:
+            path = values["path"]
+            if isinstance(path, Path) and level.path is not None and not path.is_absolute():
+                path = level.path.parent / path
+            return path, level.origins["path"]
+    return default_archive_path(), "default"
+
+
+def _code_level(name: str, values: Mapping[str, Any]) -> Layer:
+    """The level of the settings given in code (``per call``, ``configure()``)."""
+    return Layer(name, values, dict.fromkeys(values, name))
+
+
+class _Remembered(NamedTuple):
+    """The settings last resolved, and what they were resolved from."""
+
+    call: Mapping[str, Any]
+    configured: Layer
+    files: Settings
+    #: The values of :data:`_WATCHED`.
+    seen: tuple[str | None, ...]
+    settings: ArchiveSettings
+
+
+class _ProcessSettings:
+    """What :func:`configure` set for the process, and the settings last resolved (so a
+    compaction that changes nothing reuses them)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Replaced whole by :meth:`configure`: the level of what it set.
+        self._configured = _code_level("configure()", {})
+        #: Replaced whole, so a thread reads one consistent record.
+        self._last: _Remembered | None = None
+
+    def configure(self, settings: Mapping[str, Any]) -> None:
+        """Set (or, for ``None``, forget) the given settings for the process."""
+        changes = _checked(settings, "configure")
+        with self._lock:
+            kept = {k: v for k, v in self._configured.values.items() if k not in settings}
+            self._configured = _code_level("configure()", {**kept, **changes})
+
+    def current(self, env: Mapping[str, str] | None) -> ArchiveSettings:
+        """The settings in force (see :func:`current_settings`)."""
+        call = _per_call.get() or {}
+        configured = self._configured
+        if env is not None:  # from scratch
+            try:
+                cwd: str | None = os.getcwd()
+            except OSError:  # the working directory was removed: no file is found
+                cwd = None
+            files = load_settings(env, cwd).section(SECTION, env)
+            return _resolve((_code_level("per call", call), configured, *files))
+        found = current_core_settings()
+        seen = tuple([os.environ.get(name) for name in _WATCHED])
+        last = self._last
+        if (
+            last is not None
+            and last.configured is configured
+            and last.files is found
+            and last.seen == seen
+            and last.call == call
+        ):
+            return last.settings
+        sources = found.section(SECTION, os.environ)
+        settings = _resolve((_code_level("per call", call), configured, *sources))
+        self._last = _Remembered(call, configured, found, seen, settings)
+        return settings
+
+
+_PROCESS = _ProcessSettings()
 
 
 def configure(**settings: Any) -> None:
-    """Set archive settings for this process (``path``, ``required``, ``busy_timeout``,
-    ``session``, ``max_bytes``, ``max_age_days``, ``max_sessions``, ``sync``).
+    """Set archive settings for this process (``path``, ``url``, ``required``,
+    ``busy_timeout``, ``session``, ``max_bytes``, ``max_age_days``, ``max_sessions``,
+    ``sync``), over the environment and the settings files.
 
     ``path`` is a file or :data:`OFF`; a value of ``None`` forgets what was set here, so
-    the environment and the defaults apply again. Values are checked now.
+    the environment, the files and the defaults apply again. Values are checked now.
     """
-    for key, value in _changes(settings, "normandy_archive.configure()").items():
-        if settings[key] is None:
-            _configured.pop(key, None)
-        else:
-            _configured[key] = value
-    _generation[0] += 1
+    _PROCESS.configure(settings)
 
 
 @contextlib.contextmanager
 def archive_settings(**settings: Any) -> Iterator[ArchiveSettings]:
-    """Override archive settings for the code run inside the ``with`` block (per call).
+    """Override archive settings for the code run inside the ``with`` block (per call),
+    over every other source.
 
     ``with archive_settings(path="off"): compact(messages)`` compacts without archiving;
     ``with archive_settings(path=p, required=False): ...`` writes to ``p``, best effort.
     A value of ``None`` leaves that setting as it is. Yields the settings in force
     inside the block.
     """
-    checked = _changes(settings, "normandy_archive.archive_settings()")
-    changes = {k: v for k, v in checked.items() if settings[k] is not None}
-    outer = _per_call.get() or {}
-    token = _per_call.set({**outer, **changes})
+    changes = _checked(settings, "archive_settings")
+    token = _per_call.set({**(_per_call.get() or {}), **changes})
     try:
         yield current_settings()
     finally:
         _per_call.reset(token)
 
 
-def _from_env(key: str, env: Mapping[str, str]) -> tuple[Any, str] | None:
-    name = _ENV[key]
-    raw = env.get(name, "").strip()
-    if key == "path" and raw.lower() != OFF:  # off wins; then a URL; then a path
-        url = env.get(ENV_URL, "").strip()
-        if url:
-            if not is_url(url):
-                raise ArchiveConfigError(f"{ENV_URL} must be a postgresql:// URL, got {url!r}")
-            return url, ENV_URL
-    if not raw:
-        return None
-    return _check(key, raw, name), name
-
-
-#: The environment variables the default path is read from (``HOME`` also expands a
-#: ``~`` in a path read from the environment).
-_ENV_DEFAULT = ("XDG_DATA_HOME", "HOME", *(("LOCALAPPDATA",) if sys.platform == "win32" else ()))
-#: The last settings :func:`current_settings` resolved from ``os.environ``, after what
-#: they were resolved from: ``(per-call settings, configure()'s generation, the
-#: environment variables read, their values, settings)``, replaced whole (a thread reads
-#: one consistent tuple).
-_last: list[tuple[Any, ...]] = [({}, -1, (), (), None)]
-#: Bumped by :func:`configure`, so settings resolved before it are not reused.
-_generation = [0]
-
-
 def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
-    """The settings in force now (per call, then :func:`configure`, then the environment).
+    """The settings in force now: per call, then :func:`configure`, then the environment,
+    then ``normandy.toml``'s ``[archive]``, then ``pyproject.toml``'s
+    ``[tool.normandy.archive]``, then the defaults.
 
-    Resolved again only when the per-call settings, :func:`configure` or one of the
-    environment variables read changed (the hook asks at every compaction).
+    Resolved again only when the per-call settings, :func:`configure`, one of the
+    variables read or the settings files found changed (the hook asks at every
+    compaction). With ``env``, resolved from scratch from that environment.
 
-    :raises ArchiveConfigError: an environment variable has a bad value (named).
+    :raises ArchiveConfigError: a bad value, naming the variable, or the file, line and key.
+    :raises SettingsError: a settings file cannot be read or holds an unknown section.
     """
-    call = _per_call.get() or {}
-    if env is not None:
-        return _resolve(call, env)
-    generation = _generation[0]
-    last_call, last_generation, names, last_seen, last = _last[0]
-    same = last is not None and last_generation == generation and last_call == call
-    if not same:
-        names = _env_read(call)
-    get = os.environ.get
-    seen = tuple([get(name) for name in names])
-    if same and last_seen == seen:
-        settings: ArchiveSettings = last
-        return settings
-    settings = _resolve(call, os.environ)
-    _last[0] = (dict(call), generation, names, seen, settings)
-    return settings
-
-
-def _env_read(call: Mapping[str, Any]) -> tuple[str, ...]:
-    """The environment variables that can change the settings under the per-call settings
-    ``call`` and :func:`configure`'s: those of the settings neither sets (for ``path``,
-    :data:`ENV_URL` and the default path's too)."""
-    names: list[str] = []
-    for key in _KEYS:
-        if key not in call and key not in _configured:
-            names.append(_ENV[key])
-            if key == "path":
-                names += (ENV_URL, *_ENV_DEFAULT)
-    return tuple(names)
-
-
-def _resolve(call: Mapping[str, Any], env: Mapping[str, str]) -> ArchiveSettings:
-    """The settings of ``call`` (per-call), then :func:`configure`, then ``env``."""
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for key in _KEYS:
-        if key in call:
-            values[key], sources[key] = call[key], "per call"
-        elif key in _configured:
-            values[key], sources[key] = _configured[key], "configure()"
-        else:
-            found = _from_env(key, env)
-            if found is not None:
-                values[key], sources[key] = found
-    if "path" not in sources:
-        values["path"], sources["path"] = default_archive_path(), "default"
-    target = values["path"]
-    return ArchiveSettings(
-        path=target if isinstance(target, Path) else None,
-        url=target if isinstance(target, str) else None,
-        required=values.get("required", True),
-        busy_timeout=values.get("busy_timeout", DEFAULT_BUSY_TIMEOUT),
-        session=values.get("session"),
-        max_bytes=values.get("max_bytes"),
-        max_age_days=values.get("max_age_days"),
-        max_sessions=values.get("max_sessions"),
-        sync=values.get("sync", "normal"),
-        source=sources["path"],
-    )
+    return _PROCESS.current(env)

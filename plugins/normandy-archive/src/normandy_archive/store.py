@@ -26,7 +26,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +43,7 @@ from normandy_archive.base import (
     PrunePlan,
     Recorded,
     Run,
+    Search,
     SessionUsage,
     check_limits,
     choose_sessions,
@@ -106,6 +107,15 @@ _CONTAINS = f"instr(lower({schema.TEXT_SQL}), lower(?)) > 0"
 _QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
 
 
+def _refuse_unless_regular(st: os.stat_result, what: str, refusal: str) -> None:
+    """Refuse a symbolic link at ``what`` (``refusing to`` ``refusal``), or anything else
+    that is not a regular file, with :class:`ArchiveError`."""
+    if stat.S_ISLNK(st.st_mode):
+        raise ArchiveError(f"{what} is a symbolic link; refusing to {refusal}")
+    if not stat.S_ISREG(st.st_mode):
+        raise ArchiveError(f"{what} is not a regular file")
+
+
 def _secure_create(path: Path) -> None:
     """Create the directory (0700) and the file (0600) before SQLite ever opens it.
 
@@ -123,13 +133,9 @@ def _secure_create(path: Path) -> None:
         except FileNotFoundError:
             continue
         what = f"archive {str(path)!r}" + ("" if p == path else f": {str(p)!r}")
-        if stat.S_ISLNK(st.st_mode):
-            raise ArchiveError(
-                f"{what} is a symbolic link; refusing to write through it (point the "
-                "archive path at a regular file)"
-            )
-        if not stat.S_ISREG(st.st_mode):
-            raise ArchiveError(f"{what} is not a regular file")
+        _refuse_unless_regular(
+            st, what, "write through it (point the archive path at a regular file)"
+        )
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o600)
     except FileExistsError:
@@ -362,13 +368,9 @@ def _check_path(path: Path) -> tuple[int, int] | None:
         return None
     except OSError as exc:
         raise ArchiveError(f"archive {str(path)!r}: {exc.strerror or exc}") from exc
-    if stat.S_ISLNK(st.st_mode):
-        raise ArchiveError(
-            f"archive {str(path)!r} is a symbolic link; refusing to follow it (point the "
-            "archive path at the file itself)"
-        )
-    if not stat.S_ISREG(st.st_mode):
-        raise ArchiveError(f"archive {str(path)!r} is not a regular file")
+    _refuse_unless_regular(
+        st, f"archive {str(path)!r}", "follow it (point the archive path at the file itself)"
+    )
     return (st.st_dev, st.st_ino)
 
 
@@ -941,68 +943,89 @@ class Archive(ArchiveBackend):
         """
         if not index and self._spool_usable():
             return self._spool_write(rows, compaction, meta_json)
-        c = compaction
-        journaled, order, spooled = self._journaled, self._journal_order, self._spooled
-
-        def work(conn: sqlite3.Connection) -> tuple[int, int, builtins.list[str], Any]:
-            frames = self._pending_frames(0)
-            moved = self._insert_frames(conn, frames) if frames else []
-            have = self._have(conn, rows)
-            if journaled:  # forget the journal rows moved since (by any process)
-                first = conn.execute("SELECT min(id) FROM journal").fetchone()[0]
-                while order and (first is None or order[0][0] < first):
-                    jid, gone = order.popleft()
-                    for h in gone:
-                        if journaled.get(h) == jid:
-                            del journaled[h]
-            known = journaled.keys() | spooled.keys() if spooled else journaled.keys()
-            fresh = [r for r in rows if r.content_hash not in have and r.content_hash not in known]
-            again = [r.content_hash for r in rows if r.content_hash in known]
-            if frames:
-                # the frames before it refresh their content's seen when moved: so does
-                # this one, after them (content the tables hold is written again, so a
-                # prune before the move loses nothing)
-                new = [r for r in rows if r.content_hash not in known]
-            else:
-                new = fresh
-                if have:  # content dropped before: this session saw it last
-                    conn.executemany(
-                        schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have]
-                    )
-            if not new and not again:
-                return 0, 0, [], (frames, moved)
-            cur = conn.execute(
-                _JOURNAL_INSERT,
-                (*_journal_values(c, meta_json), len(new), json.dumps(again) if again else None),
-            )
-            jid = int(cur.lastrowid or 0)
-            if new:
-                conn.executemany(_ENTRIES_INSERT, _journal_rows_of(jid, new))
-            return len(fresh), jid, [r.content_hash for r in new], (frames, moved)
-
-        def remember(result: tuple[int, int, builtins.list[str], Any]) -> None:
-            _, jid, written, done = result  # committed: its content is in the journal now
-            if done[0]:
-                self._frames_moved(*done)
-            if written:
-                for h in written:
-                    journaled[h] = jid
-                order.append((jid, written))
-            self._remember(r.content_hash for r in rows)  # written, or there already
-            self.move_failure = None
-
+        spooled = self._spooled  # what this process spooled, as the write starts
         self.last_write = time.monotonic()
         stored: int = self._transaction(
-            work,
+            lambda conn: self._journal_write(conn, rows, compaction, meta_json, spooled),
             f"could not record {len(rows)} entries",
             foreground=not index,
-            committed=remember,
+            committed=lambda result: self._journal_written(rows, result),
         )[0]
         self.last_write = time.monotonic()
         if index:
             self.index()
         self.checkpoint(if_over=self.WAL_CHECKPOINT_BYTES if index else self.WAL_MAX_BYTES)
         return stored
+
+    def _journal_write(
+        self,
+        conn: sqlite3.Connection,
+        rows: Sequence[Prepared],
+        compaction: CompactionRecord,
+        meta_json: str,
+        spooled: Mapping[str, Frame],
+    ) -> tuple[int, int, builtins.list[str], Any]:
+        """:meth:`_write`'s transaction: move the frames spooled before it, then one
+        journal row of the content of ``rows`` that neither the tables, a journal row nor
+        a frame of ``spooled`` holds, and of the content dropped again. Returns how many
+        contents are new, the journal row's id, the hashes it holds, and the frames moved
+        with their journal rows (for :meth:`_journal_written`)."""
+        c = compaction
+        frames = self._pending_frames(0)
+        moved = self._insert_frames(conn, frames) if frames else []
+        have = self._have(conn, rows)
+        self._forget_moved_journal_rows(conn)
+        journaled = self._journaled
+        known = journaled.keys() | spooled.keys() if spooled else journaled.keys()
+        fresh = [r for r in rows if r.content_hash not in have and r.content_hash not in known]
+        again = [r.content_hash for r in rows if r.content_hash in known]
+        if frames:
+            # the frames before it refresh their content's seen when moved: so does
+            # this one, after them (content the tables hold is written again, so a
+            # prune before the move loses nothing)
+            new = [r for r in rows if r.content_hash not in known]
+        else:
+            new = fresh
+            if have:  # content dropped before: this session saw it last
+                conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
+        if not new and not again:
+            return 0, 0, [], (frames, moved)
+        cur = conn.execute(
+            _JOURNAL_INSERT,
+            (*_journal_values(c, meta_json), len(new), json.dumps(again) if again else None),
+        )
+        jid = int(cur.lastrowid or 0)
+        if new:
+            conn.executemany(_ENTRIES_INSERT, _journal_rows_of(jid, new))
+        return len(fresh), jid, [r.content_hash for r in new], (frames, moved)
+
+    def _forget_moved_journal_rows(self, conn: sqlite3.Connection) -> None:
+        """Forget the journal rows this process wrote that were moved into the tables
+        since (by any process)."""
+        journaled, order = self._journaled, self._journal_order
+        if not journaled:
+            return
+        first = conn.execute("SELECT min(id) FROM journal").fetchone()[0]
+        while order and (first is None or order[0][0] < first):
+            jid, gone = order.popleft()
+            for h in gone:
+                if journaled.get(h) == jid:
+                    del journaled[h]
+
+    def _journal_written(
+        self, rows: Sequence[Prepared], result: tuple[int, int, builtins.list[str], Any]
+    ) -> None:
+        """Committed (under the write lock): the content of :meth:`_journal_write`'s
+        journal row is in the journal now, its frames moved."""
+        _, jid, written, done = result
+        if done[0]:
+            self._frames_moved(*done)
+        if written:
+            for h in written:
+                self._journaled[h] = jid
+            self._journal_order.append((jid, written))
+        self._remember(r.content_hash for r in rows)  # written, or there already
+        self.move_failure = None
 
     @staticmethod
     def _have(conn: sqlite3.Connection, rows: Sequence[Prepared]) -> set[str]:
@@ -1238,29 +1261,39 @@ class Archive(ArchiveBackend):
         indexed too.
         """
         self._move_spools(yield_to_writers=yield_to_writers)
-        step = self.MOVE_BATCH if yield_to_writers else 0
-        while True:  # first the journal into the tables, a few rows a transaction
-            while yield_to_writers and self.writers_waiting:
-                time.sleep(0.0005)
-            moved: int = self._transaction(
-                lambda conn: schema.move_journal(conn, step),
-                "could not move the journal",
-                background=yield_to_writers,
-            )
-            if not step or moved < step:
-                break
-        done = 0
+        step = self.MOVE_BATCH if yield_to_writers else 0  # 0: the whole journal at once
+        self._in_batches(
+            lambda conn: schema.move_journal(conn, step),
+            "could not move the journal",
+            step,
+            yield_to_writers=yield_to_writers,
+        )
+        return self._in_batches(
+            lambda conn: schema.index_pending(conn, batch),
+            "could not index",
+            batch,
+            yield_to_writers=yield_to_writers,
+        )
+
+    def _in_batches(
+        self,
+        work: Callable[[sqlite3.Connection], int],
+        doing: str,
+        size: int,
+        *,
+        yield_to_writers: bool,
+    ) -> int:
+        """``work`` (which handles at most ``size`` rows, all with 0) in one transaction
+        after another until it handles fewer; how many rows in all. With
+        ``yield_to_writers``, a compaction waiting to write goes first between two."""
+        total = 0
         while True:
             while yield_to_writers and self.writers_waiting:
                 time.sleep(0.0005)
-            n: int = self._transaction(
-                lambda conn: schema.index_pending(conn, batch),
-                "could not index",
-                background=yield_to_writers,
-            )
-            done += n
-            if n < batch:
-                return done
+            done: int = self._transaction(work, doing, background=yield_to_writers)
+            total += done
+            if not size or done < size:
+                return total
 
     def checkpoint(self, *, if_over: int = 0) -> bool:
         """Copy the write-ahead log into the database file (when it holds more than
@@ -1391,17 +1424,7 @@ class Archive(ArchiveBackend):
 
             return work(version, run)
 
-    def _search(
-        self,
-        query: str,
-        *,
-        session_id: str | None,
-        limit: int,
-        offset: int,
-        raw: bool,
-        any_term: bool = False,
-        seen: bool = False,
-    ) -> builtins.list[ArchivedEntry]:
+    def _search(self, search: Search) -> builtins.list[ArchivedEntry]:
         """FTS5, ranked. Entries written but not indexed yet (the background writer
         indexes them shortly after each compaction) are found too, after the indexed
         ones, by a plain case-insensitive substring match of every term (of any term
@@ -1412,6 +1435,7 @@ class Archive(ArchiveBackend):
         shown once), where read the other way round it was found by neither (a recall
         right after a compaction missed what it had just dropped).
         """
+        query, session_id, limit, offset, raw, any_term, seen = search
         terms = query.replace("\x00", " ").split()
         if not terms:
             return []
