@@ -458,8 +458,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def cmd_config(args: argparse.Namespace) -> int:
     """``normandy config [--json]``: the settings ``normandy compact`` and ``compact()``
-    would use here, and where each comes from (checked, as they are when used)."""
-    from normandy_core.contract.settings import ENV_CONFIG, KEYS, current_settings
+    would use here, and where each comes from (checked, as they are when used), then the
+    sections the installed plugins declare (``[archive]``)."""
+    from normandy_core.contract.settings import KEYS, current_settings, settings_sections
 
     current = current_settings()
     settings = current.resolve("window_manager")
@@ -472,21 +473,33 @@ def cmd_config(args: argparse.Namespace) -> int:
         else:
             origin = settings.origins.get(key, "not set")
         rows.append({"key": key, "value": value, "from": origin})
+    sections = {
+        name: [{"key": r.key, "value": r.value, "from": r.origin} for r in current.describe(sec)]
+        for name, sec in settings_sections().items()
+    }
     if args.json:
-        print(json.dumps({"settings": rows, "files": files}, indent=2, default=_json_default))
+        report = {"settings": rows, "sections": sections, "files": files}
+        print(json.dumps(report, indent=2, default=_json_default))
         return EXIT_OK
+    _print_settings(rows, sections, files)
+    return EXIT_OK
+
+
+def _print_settings(
+    rows: list[dict[str, Any]], sections: dict[str, list[dict[str, Any]]], files: list[str]
+) -> None:
+    """``normandy config``'s tables: the core's keys, then each plugin's section."""
     from normandy_core.app.console import format_table
+    from normandy_core.contract.settings import ENV_CONFIG
 
-    def shown(value: Any) -> str:
-        if value is None:
-            return "-"
-        return value if isinstance(value, str) else json.dumps(value, default=_json_default)
+    def table(of: list[dict[str, Any]]) -> str:
+        cells = [[r["key"], _shown(r["value"]), r["from"]] for r in of]
+        return format_table(cells, ["KEY", "VALUE", "FROM"])
 
-    print(
-        format_table(
-            [[r["key"], shown(r["value"]), r["from"]] for r in rows], ["KEY", "VALUE", "FROM"]
-        )
-    )
+    print(table(rows))
+    for name, section_rows in sections.items():
+        print(f"\n[{name}]")
+        print(table(section_rows))
     print()
     choice = os.environ.get(ENV_CONFIG, "").strip()
     if files:
@@ -495,7 +508,15 @@ def cmd_config(args: argparse.Namespace) -> int:
         print(f"no settings file read ({ENV_CONFIG}=off)")
     else:
         print(f"no normandy.toml or pyproject.toml with [tool.normandy] from {os.getcwd()} upward")
-    return EXIT_OK
+
+
+def _shown(value: Any) -> str:
+    """A setting's value as ``normandy config`` prints it (``-`` when not set)."""
+    if value is None:
+        return "-"
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value if isinstance(value, str) else json.dumps(value, default=_json_default)
 
 
 # -- the parser ---------------------------------------------------------------------

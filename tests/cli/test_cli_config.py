@@ -133,3 +133,27 @@ def test_demo_takes_the_configured_compactor_and_options(here: Path) -> None:
     assert f"normandy demo: settings: opts from {ENV_OPTS}" in r.out
     assert "with compactor window_manager strategy=sliding_window" in r.out
     assert "(sliding_window," in r.out
+
+
+def test_normandy_config_shows_the_archive_section_and_its_sources(
+    here: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plugin's section ([archive]) is shown beside the core's keys, each value with
+    the source that set it: the file with its line, the environment, or nothing."""
+    monkeypatch.delenv("NORMANDY_ARCHIVE_MAX_BYTES", raising=False)
+    (here / "normandy.toml").write_text(
+        'compactor = "noop"\n\n[archive]\nmax_bytes = "5MB"\nsync = "full"\n', encoding="utf-8"
+    )
+    r = run_cli("config", "--json", env={"NORMANDY_ARCHIVE_SYNC": "normal"})
+    assert r.code == 0, r
+    rows = {row["key"]: row for row in json.loads(r.out)["sections"]["archive"]}
+    toml = here / "normandy.toml"
+    assert rows["max_bytes"] == {
+        "key": "max_bytes",
+        "value": 5_000_000,
+        "from": f"{toml}: line 4: [archive] key 'max_bytes'",
+    }
+    assert rows["sync"]["value"] == "normal" and rows["sync"]["from"] == "NORMANDY_ARCHIVE_SYNC"
+    assert rows["max_sessions"] == {"key": "max_sessions", "value": None, "from": "not set"}
+    text = run_cli("config")
+    assert text.code == 0 and "[archive]" in text.out and "5000000" in text.out, text
