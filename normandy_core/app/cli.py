@@ -515,7 +515,7 @@ def _shown(value: Any) -> str:
     if value is None:
         return "-"
     if isinstance(value, os.PathLike):
-        return os.fspath(value)
+        return str(os.fspath(value))
     return value if isinstance(value, str) else json.dumps(value, default=_json_default)
 
 
