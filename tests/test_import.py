@@ -27,6 +27,7 @@ def _fresh(code: str) -> object:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_import_normandy_core_imports_neither_tiktoken_nor_pydantic():
     loaded = _fresh(
         "import json, sys, normandy_core\n"
@@ -35,6 +36,7 @@ def test_import_normandy_core_imports_neither_tiktoken_nor_pydantic():
     assert loaded == []
 
 
+@pytest.mark.slow
 def test_a_noop_turn_never_pays_for_tiktoken():
     loaded = _fresh(
         "import json, sys\n"
@@ -59,6 +61,7 @@ def test_every_name_in_all_is_exposed():
     assert dir(normandy_core) == sorted(exported)
 
 
+@pytest.mark.slow
 def test_every_lazy_name_resolves_in_a_fresh_interpreter():
     missing = _fresh(
         "import json, normandy_core\n"

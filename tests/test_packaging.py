@@ -31,7 +31,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-pytestmark = pytest.mark.packaging
+# Builds every distribution and installs the wheels into a fresh venv: slow too.
+pytestmark = [pytest.mark.packaging, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGINS = sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists())

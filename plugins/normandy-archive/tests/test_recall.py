@@ -251,6 +251,7 @@ def test_a_turn_recalls_from_sqlite(sqlite_archive):
     _check(*_turn())
 
 
+@pytest.mark.slow
 def test_a_turn_recalls_from_postgresql(pg_url, monkeypatch, tmp_path):
     monkeypatch.setenv("NORMANDY_ARCHIVE_URL", pg_url)
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "unused.sqlite3"))
