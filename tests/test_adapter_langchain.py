@@ -7,8 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import ThirdPartyVenv
 from tests.cli.conftest import run_cli
+
+# Slow: scenarios run in the third-party venv (wheels built and installed) and the CLI.
+pytestmark = pytest.mark.slow
 
 HELPERS = Path(__file__).parents[1] / "plugins" / "normandy-langchain" / "tests"
 

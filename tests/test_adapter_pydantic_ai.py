@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest import ThirdPartyVenv
+
+# Slow: the scenario runs in the third-party venv (wheels built and installed).
+pytestmark = pytest.mark.slow
 
 HELPERS = Path(__file__).parents[1] / "plugins" / "normandy-pydantic-ai" / "tests"
 

@@ -96,6 +96,7 @@ def test_every_page_with_python_blocks_is_run() -> None:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", RUNNABLE, ids=_rel)
 def test_the_python_blocks_of_the_page_run(page: Path, tmp_path: Path) -> None:
     to_run = [b for b in _python_blocks(page) if "skip" not in b.markers]

@@ -113,6 +113,7 @@ def test_a_hook_plugin_without_hookimpl_names_the_decorator() -> None:
         register_hook(Recorder(), name="undecorated-hook-hint")
 
 
+@pytest.mark.slow
 def test_the_testing_kit_without_hypothesis_says_what_to_install() -> None:
     code = textwrap.dedent(
         """
@@ -133,6 +134,7 @@ def test_the_testing_kit_without_hypothesis_says_what_to_install() -> None:
     assert "hypothesis" in out
 
 
+@pytest.mark.slow
 def test_the_testing_strategies_without_hypothesis_say_what_to_install() -> None:
     code = (
         "import sys\nsys.modules['hypothesis'] = None\n"

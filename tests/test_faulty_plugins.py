@@ -11,12 +11,16 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+import pytest
 from reliability_counts import (
     BOUNDARIES_PER_TURN,
     FAULTY_COMPACTORS,
     FAULTY_TURNS,
     HOOK_RAISES_COMPACTIONS,
 )
+
+# Slow: scenarios run in the third-party venv (wheels built and installed) and the CLI.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from conftest import ThirdPartyVenv

@@ -55,6 +55,7 @@ def _fresh(code: str) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+@pytest.mark.slow
 def test_a_first_compaction_imports_neither_the_summarizer_nor_the_archive_command():
     proc = _fresh(
         _MESSAGES
@@ -88,6 +89,7 @@ def test_the_archive_command_still_loads_by_its_entry_point():
         normandy_archive.nothing_here  # noqa: B018
 
 
+@pytest.mark.slow
 def test_the_entry_point_scan_parses_metadata_only_of_distributions_that_register():
     proc = _fresh(
         """
@@ -174,6 +176,7 @@ def test_a_vocabulary_file_not_the_one_expected_is_left_to_tiktokens_loader(monk
     assert enc.encode_ordinary("hello world") == [15339, 1917]  # cl100k's ids
 
 
+@pytest.mark.slow
 def test_the_first_exact_count_says_at_debug_what_it_loaded_once():
     proc = _fresh(
         _MESSAGES
@@ -231,6 +234,7 @@ def _sizes() -> tuple[int, int]:
     return r.tokens_before + REPLY_PRIMING, r.memory.tokens(Utf8BoundCounter()) + REPLY_PRIMING
 
 
+@pytest.mark.slow
 def test_a_small_transcript_far_below_its_window_loads_no_encoding(tmp_path, monkeypatch):
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "archive.sqlite3"))
     exact, bound = _sizes()
@@ -244,6 +248,7 @@ def test_a_small_transcript_far_below_its_window_loads_no_encoding(tmp_path, mon
     assert "cl100k_base" in out["loaded_after"]
 
 
+@pytest.mark.slow
 def test_calibration_evidence_for_the_model_loads_no_encoding_either(tmp_path, monkeypatch):
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "archive.sqlite3"))
     _, bound = _sizes()
@@ -255,6 +260,7 @@ def test_calibration_evidence_for_the_model_loads_no_encoding_either(tmp_path, m
     assert out["compacted"] is False and out["loaded"] == []
 
 
+@pytest.mark.slow
 def test_near_the_threshold_the_exact_count_decides(tmp_path, monkeypatch):
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "archive.sqlite3"))
     exact, bound = _sizes()
@@ -272,6 +278,7 @@ def test_near_the_threshold_the_exact_count_decides(tmp_path, monkeypatch):
     assert out["compacted"] is False and "cl100k_base" in out["loaded"]
 
 
+@pytest.mark.slow
 def test_a_first_call_that_archives_nothing_loads_neither_sqlite_nor_the_archive_settings():
     """The archive hook plugin loads at the first boundary; its backend (SQLite), its
     settings model and its background writer wait until a compaction drops something."""

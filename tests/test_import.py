@@ -28,6 +28,7 @@ def _fresh(code: str) -> object:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_import_normandy_core_imports_neither_tiktoken_nor_pydantic():
     loaded = _fresh(
         "import json, sys, normandy_core\n"
@@ -36,6 +37,7 @@ def test_import_normandy_core_imports_neither_tiktoken_nor_pydantic():
     assert loaded == []
 
 
+@pytest.mark.slow
 def test_a_noop_turn_never_pays_for_tiktoken():
     loaded = _fresh(
         "import json, sys\n"
@@ -68,6 +70,7 @@ def test_star_import_gives_every_public_name():
     assert set(normandy_core.__all__) <= set(namespace)
 
 
+@pytest.mark.slow
 def test_every_lazy_name_resolves_in_a_fresh_interpreter():
     missing = _fresh(
         "import json, normandy_core\n"

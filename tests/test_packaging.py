@@ -31,7 +31,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-pytestmark = pytest.mark.packaging
+# Builds every distribution and installs the wheels into a fresh venv: slow too.
+pytestmark = [pytest.mark.packaging, pytest.mark.slow]
 
 #: The entry-point group of the plugins' settings sections (normandy_core.contract.plugins).
 SETTINGS_GROUP = "normandy_core.settings"

@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from reliability_counts import IMPORT_EXITS
 
+# Slow: scenarios run in the seam venv (wheels built and installed), as subprocesses.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _MESSAGES = """

@@ -14,7 +14,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
 from reliability_counts import CWD_INVOCATIONS, LOAD_PLUGINS_PATHS
+
+# Slow: scenarios run in the third-party venv and the console script in subprocesses.
+pytestmark = pytest.mark.slow
 
 if TYPE_CHECKING:
     from conftest import ThirdPartyVenv

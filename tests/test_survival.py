@@ -345,6 +345,7 @@ def _openai_session(rounds: int) -> list[dict[str, Any]]:
     return msgs
 
 
+@pytest.mark.slow
 def test_the_command_line_sets_the_rules(tmp_path: Path) -> None:
     msgs = _openai_session(12)
     src = write_json(tmp_path / "in.json", msgs)
@@ -413,6 +414,7 @@ def test_a_settings_file_sets_the_declarative_rules(here: Path) -> None:
     assert AgentConfig.from_env(survival={}).rules == SurvivalRules()
 
 
+@pytest.mark.slow
 def test_a_pyproject_table_sets_them_and_the_command_line_replaces_them(here: Path) -> None:
     (here / "pyproject.toml").write_text(
         '[project]\nname = "x"\n\n[tool.normandy]\nwindow = 12000\n\n'

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+# Slow: scenarios run in the third-party venv (wheels built and installed), as subprocesses.
+pytestmark = pytest.mark.slow
+
 if TYPE_CHECKING:
     from conftest import ThirdPartyVenv
 

@@ -167,6 +167,7 @@ def test_the_cache_is_off_unless_a_directory_is_named(tmp_path, monkeypatch):
     assert vocabcache.cache_dir() == tmp_path / "home" / "cache"
 
 
+@pytest.mark.slow
 def test_a_new_process_reads_the_cache_a_first_one_wrote(tmp_path):
     """Two fresh interpreters: the first decodes and stores; the second cannot decode
     (its ``binascii.a2b_base64`` fails) yet counts the same, from the cache."""

@@ -8,7 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.cli.conftest import run_cli, write_json
+
+# Slow: every test runs the installed console script in a subprocess.
+pytestmark = pytest.mark.slow
 
 
 def plugin_rows(env: dict[str, str]) -> dict[tuple[str, str], dict[str, Any]]:

@@ -12,9 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
 from reliability_counts import CLI_BAD_CASES
 
 from tests.cli.conftest import Run, run_cli
+
+# Slow: every test runs the installed console script in a subprocess.
+pytestmark = pytest.mark.slow
 
 PLANES = "".join(chr(p * 0x10000 + (0x4E2D if p == 0 else 0x41)) for p in range(17))
 ODD = f"a\x00b \u202eevil\u202c \U0001f469\u200d\U0001f4bb {PLANES}"

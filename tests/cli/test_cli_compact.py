@@ -6,10 +6,15 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from normandy_core.conversation.structure import pairing_problems
 from normandy_core.transcripts.anthropic import from_anthropic
 from normandy_core.transcripts.chat import from_openai
 from tests.cli.conftest import run_cli, write_json, write_jsonl
+
+# Slow: every test runs the installed console script in a subprocess.
+pytestmark = pytest.mark.slow
 
 
 def test_openai_round_trip_keeps_tool_pairs(tmp_path: Path, openai_messages: Any) -> None:

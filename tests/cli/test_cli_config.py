@@ -14,6 +14,9 @@ import pytest
 from normandy_core.contract.settings import ENV_COMPACTOR, ENV_CONFIG, ENV_OPTS
 from tests.cli.conftest import run_cli, write_json
 
+# Slow: every test runs the installed console script in a subprocess.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

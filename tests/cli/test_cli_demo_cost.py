@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from normandy_core.app.demo import load_session, replay
 from normandy_core.conversation.cost import DEFAULT_RATES, billed
 from tests.cli.conftest import run_cli
 
 
+@pytest.mark.slow
 def test_demo_table_and_chart_show_cumulative_cost() -> None:
     r = run_cli("demo", "--turns", "6", "--window", "12000", "--no-progress", "--quiet")
     assert r.code == 0, r

@@ -135,6 +135,7 @@ def _fake_dist(root: Path, group: str, name: str, module: str, body: str, attr: 
     (info / "entry_points.txt").write_text(f"[{group}]\n{name} = {value}\n", encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_plugins_prints_each_failure_once_and_exits_3(tmp_path: Path) -> None:
     _fake_dist(
         tmp_path,
@@ -213,6 +214,7 @@ def test_an_empty_listing_says_so(archive_file: Path, capsys: pytest.CaptureFixt
     assert out == "" and "no archived entries" in err and "session 'nope'" in err
 
 
+@pytest.mark.slow
 def test_the_archive_module_accepts_path_after_the_command(archive_file: Path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "normandy_archive", "list", "--path", str(archive_file)],
@@ -228,6 +230,7 @@ def test_the_archive_module_accepts_path_after_the_command(archive_file: Path) -
 # -- demo --plot ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_demo_plot_checks_matplotlib_before_running(tmp_path: Path) -> None:
     fake = tmp_path / "matplotlib"
     fake.mkdir()
@@ -251,6 +254,7 @@ def _summary(err: str) -> str:
     return line
 
 
+@pytest.mark.slow
 def test_the_summary_counts_input_messages_either_way(
     tmp_path: Path, openai_messages: list[dict[str, Any]], anthropic_payload: dict[str, Any]
 ) -> None:

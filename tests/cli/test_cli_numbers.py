@@ -95,6 +95,7 @@ def _compact(tmp: Path, name: str, content: str) -> tuple[Path, Run]:
     return path, run_cli("compact", str(path), "--window", "9000", "-o", str(out))
 
 
+@pytest.mark.slow
 def test_numbers_that_cannot_be_written_back_exit_2_naming_the_place(tmp_path: Path) -> None:
     with ThreadPoolExecutor(max_workers=4) as pool:
         runs = dict(
@@ -114,6 +115,7 @@ def test_numbers_that_cannot_be_written_back_exit_2_naming_the_place(tmp_path: P
         assert not Path(str(path) + ".out").exists(), name  # nothing written
 
 
+@pytest.mark.slow
 def test_the_same_text_in_strings_and_numbers_that_round_trip_are_kept(tmp_path: Path) -> None:
     messages = [
         {"role": "user", "content": "NaN, Infinity, -Infinity, 1e400 and " + LONG_INT},
@@ -129,6 +131,7 @@ def test_the_same_text_in_strings_and_numbers_that_round_trip_are_kept(tmp_path:
     assert json.loads(out.read_text(encoding="utf-8")) == messages
 
 
+@pytest.mark.slow
 def test_stdin_is_named_too() -> None:
     text = _lines("NaN")
     r = run_cli("compact", "-", "--window", "9000", stdin=text)

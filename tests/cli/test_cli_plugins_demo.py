@@ -5,7 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.cli.conftest import run_cli
+
+# Slow: every test runs the installed console script in a subprocess.
+pytestmark = pytest.mark.slow
 
 
 def _install_fake_dist(

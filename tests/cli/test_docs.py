@@ -89,6 +89,7 @@ def _guide_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("dist", "passed"),
     # keep_recent: its own 5 tests and the 5 of the conformance kit
@@ -113,6 +114,7 @@ def test_plugin_guide_distribution_installs_and_passes_its_tests(
     assert f"{passed} passed" in proc.stdout
 
 
+@pytest.mark.slow
 def test_the_guide_hook_plugin_sees_every_boundary_of_the_cli(guide_dists, tmp_path: Path):
     """The installed ``boundary_log``, outside its own tests: ``normandy plugins`` lists it,
     and ``normandy compact`` reaches it at a compacting boundary and prints its note."""
@@ -166,6 +168,7 @@ def test_the_guide_hook_plugin_sees_every_boundary_of_the_cli(guide_dists, tmp_p
     assert len(json.loads((tmp_path / "small.json").read_text())) < len(chat)
 
 
+@pytest.mark.slow
 def test_the_guide_examples_are_lint_and_type_clean(tmp_path: Path) -> None:
     """Readers copy them: ruff (check and format) and mypy --strict pass on the sources."""
     dists = write_guide_dists(tmp_path)

@@ -174,6 +174,7 @@ def test_acompact_runs_an_async_clients_summary_on_the_callers_loop() -> None:
     assert provider.refusals == [] and len(provider.requests) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["anthropic", "openai"])
 def test_normandy_compact_client_asks_the_provider_its_sdk_is_pointed_at(
     kind: str, tmp_path: Any

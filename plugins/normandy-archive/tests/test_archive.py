@@ -92,6 +92,7 @@ READER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_long_sessions_compacted_many_times_are_recalled_byte_for_byte(path, tmp_path):
     assert ("archive", "loaded") in {(r.name, r.status) for r in list_plugins()}
     ready, stop = tmp_path / "ready", tmp_path / "stop"
@@ -383,6 +384,7 @@ def test_open_archive_sqlite_postgres_url_and_off(path, monkeypatch):
         current_settings()
 
 
+@pytest.mark.slow
 def test_cli_list_show_search(path, capsys):
     entries = list(generate_session(5, 20))
     Archive().record(entries, session_id="sess-1", compactor="window_manager")
@@ -454,6 +456,7 @@ def _fully_indexed(path) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 def test_several_processes_archive_at_once_and_lose_nothing(tmp_path):
     path = tmp_path / "shared.sqlite3"
     modes = ["background", "background", "inline"]  # the hook's way, and indexed at once
@@ -476,6 +479,7 @@ def test_several_processes_archive_at_once_and_lose_nothing(tmp_path):
     _fully_indexed(path)  # the background writers were drained at exit
 
 
+@pytest.mark.slow
 def test_sigkill_while_writing_leaves_every_completed_compaction(tmp_path):
     import signal
     import sqlite3
@@ -595,6 +599,7 @@ FORK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 def test_a_child_forked_while_another_thread_writes_can_write(tmp_path):
     path = tmp_path / "forked.sqlite3"

@@ -22,11 +22,15 @@ import subprocess
 import sys
 import threading
 
+import pytest
 from archive_helpers import CRASH_AGENT, follow, unsound
 from reliability_counts import CONCURRENT_PROCESSES, KILLED_PROCESSES
 
 from normandy_archive import Archive
 from normandy_archive.spool import spool_files
+
+# Slow: agent processes killed with SIGKILL mid-compaction (make check leaves it out).
+pytestmark = pytest.mark.slow
 
 
 def _start(tag: str, seed: int, messages: int, path: str) -> subprocess.Popen[str]:

@@ -39,6 +39,7 @@ from normandy_core.app.workload import generate_session
 # -- disk full --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", DISK_FULL_LIMITS)
 def test_disk_full_refuses_the_compaction_and_loses_nothing(tmp_path, limit):
     path = tmp_path / "archive.sqlite3"
@@ -59,6 +60,7 @@ def test_disk_full_refuses_the_compaction_and_loses_nothing(tmp_path, limit):
         assert set(b["dropped"]) <= found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", DISK_FULL_LIMITS)
 def test_disk_full_best_effort_counts_every_lost_entry(tmp_path, limit):
     path = tmp_path / "archive.sqlite3"
@@ -89,6 +91,7 @@ def test_disk_full_best_effort_counts_every_lost_entry(tmp_path, limit):
 # -- a write lock held by another process -------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing(tmp_path, monkeypatch):
     """Another process holds the archive's write lock: a compaction is spooled (committed
     without the lock), until the spool holds ``SPOOL_MAX_BYTES`` not moved; past that,
@@ -150,6 +153,7 @@ def test_a_deleted_or_rotated_archive_is_reopened_and_nothing_is_lost(tmp_path, 
 # -- a read-only archive ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_read_only_archive_refuses_compactions_and_loses_nothing(tmp_path):
     path = tmp_path / "archive.sqlite3"
     mem = list(generate_session(54, 20))

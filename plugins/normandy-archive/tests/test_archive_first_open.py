@@ -15,6 +15,7 @@ import textwrap
 import time
 from typing import Any
 
+import pytest
 from reliability_counts import NEW_ARCHIVE_ROUNDS, NEW_ARCHIVE_WRITERS
 
 from normandy_archive import Archive, schema
@@ -79,6 +80,7 @@ OPENER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_processes_creating_a_new_archive_at_once_all_get_to_write(tmp_path):
     """Four processes write their first compaction to a new archive at the same moment:
     switching the new file to WAL, SQLite answered "database is locked" at once, without

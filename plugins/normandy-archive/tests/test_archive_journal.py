@@ -187,6 +187,7 @@ KILLED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("commits", JOURNAL_KILLS)
 @pytest.mark.parametrize("how", ["spool", "journal"])
 def test_killed_between_the_journal_commit_and_the_move_everything_is_recallable(
@@ -290,6 +291,7 @@ DISK_FULL = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_disk_full_on_the_journal_write_refuses_the_compaction(tmp_path, mode):
     """Journal: the compaction is refused. Spool: a frame the file-size limit lets through
     is committed, the background writer's move then fails, and the next compaction is

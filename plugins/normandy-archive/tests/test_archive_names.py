@@ -7,6 +7,8 @@ import importlib
 import subprocess
 import sys
 
+import pytest
+
 import normandy_archive
 
 
@@ -24,6 +26,7 @@ def test_every_public_name_resolves_to_its_modules_own_object():
     assert {n for n, m in lazy.items() if m == "settings"} <= set(settings.__all__)
 
 
+@pytest.mark.slow
 def test_importing_the_package_loads_neither_sqlite_nor_the_settings_model():
     code = (
         "import sys, normandy_archive\n"

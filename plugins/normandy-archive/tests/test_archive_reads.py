@@ -195,6 +195,7 @@ READER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("directory_mode", [0o755, 0o555])
 def test_a_read_only_archive_can_be_read(archive_file, directory_mode):
     directory = archive_file.parent
@@ -243,6 +244,7 @@ def test_bad_queries_and_options_exit_2_with_one_line(archive_file, tmp_path, ca
         assert not missing.parent.exists()  # reading created nothing
 
 
+@pytest.mark.slow
 def test_the_installed_scripts_answer_the_same(archive_file, tmp_path):
     foreign = _foreign(tmp_path, "sqlite")
     cases = [

@@ -93,6 +93,7 @@ HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_spool_file_is_owner_only_locked_and_removed_once_moved(tmp_path):
     old = os.umask(0)  # the most permissive umask: the spool must still be owner-only
     try:
@@ -181,6 +182,7 @@ FORKED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 def test_a_child_made_by_fork_spools_into_a_file_of_its_own(tmp_path):
     path = tmp_path / "archive.sqlite3"
@@ -199,6 +201,7 @@ PRUNER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_content_dropped_again_is_not_lost_to_a_prune_before_the_move(tmp_path):
     """A spooled compaction that drops again content the archive holds writes it again:
     a prune by another process before the move (it cannot see the new drop) removes the
@@ -312,6 +315,7 @@ EXITING_AGENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_clean_exit_moves_what_it_spooled_once_a_lock_held_meanwhile_is_gone(tmp_path):
     """Another process holds the write lock while an agent compacts and exits: its
     compactions are spooled, its background writer gives up on the lock, and its exit

@@ -30,7 +30,8 @@ def path(tmp_path, monkeypatch):
     return p
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+# PostgreSQL is a server process started for the run: slow (make check leaves it out).
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def target(request, tmp_path, monkeypatch) -> str:
     """The archive the hook and the commands use: an SQLite file, or a PostgreSQL URL."""
     monkeypatch.delenv("NORMANDY_ARCHIVE_URL", raising=False)

@@ -88,6 +88,7 @@ def _tricky() -> list[Entry]:
     ]
 
 
+@pytest.mark.slow
 def test_round_trip_byte_for_byte_versions_and_paging_as_sqlite(url, tmp_path):
     entries = [*_tricky(), *generate_session(3, 30)]
     pg, lite = PostgresArchive(url), Archive(tmp_path / "a.sqlite3")
@@ -135,6 +136,7 @@ def test_round_trip_byte_for_byte_versions_and_paging_as_sqlite(url, tmp_path):
     assert [c.compaction_id for c in pg.compactions("s2")] == [comps[-1].compaction_id]
 
 
+@pytest.mark.slow
 def test_bad_pages_are_refused_as_sqlite_refuses_them(url, tmp_path, capsys):
     """A limit or offset outside 0 to 2**63-1 (or not a whole number) is the same
     ArchiveQueryError, with the same one line, from both backends; exit 2 from both
@@ -173,6 +175,7 @@ def test_bad_pages_are_refused_as_sqlite_refuses_them(url, tmp_path, capsys):
         assert errors[0] == errors[1] and errors[0].count("\n") == 1
 
 
+@pytest.mark.slow
 def test_reads_never_create_the_schema_and_say_what_is_missing(url):
     archive = PostgresArchive(url)
     for read in (
@@ -201,6 +204,7 @@ def test_reads_never_create_the_schema_and_say_what_is_missing(url):
             fresh()
 
 
+@pytest.mark.slow
 def test_concurrent_first_writers_create_the_schema_once(url):
     barrier = threading.Barrier(6)
     errors: list[BaseException] = []
@@ -250,6 +254,7 @@ SAME_CONTENT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_writers_of_the_same_content_at_once_store_it_once(url):
     """Several processes archive the same contents at the same moment (two in the order
     dropped, two in the reverse order, so their inserts cross): none fails, each content
@@ -301,6 +306,7 @@ def test_writers_of_the_same_content_at_once_store_it_once(url):
     assert seen == (len(contents), len(contents))  # one last dropper per content
 
 
+@pytest.mark.slow
 def test_idempotent_rewrites(url):
     archive = PostgresArchive(url)
     entries = list(generate_session(5, 20))
@@ -324,6 +330,7 @@ def test_idempotent_rewrites(url):
     assert owners == [("other", 3), ("s", len(entries) - 3)]
 
 
+@pytest.mark.slow
 def test_ranked_search_and_syntax_that_breaks_to_tsquery(url):
     archive = PostgresArchive(url)
     docs = [
@@ -389,6 +396,7 @@ def config(compactor: str, opts: dict) -> AgentConfig:
     )
 
 
+@pytest.mark.slow
 def test_many_compactions_through_the_boundary_are_recallable(url, monkeypatch, tmp_path):
     monkeypatch.setenv("NORMANDY_ARCHIVE_URL", url)
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "unused.sqlite3"))
@@ -451,6 +459,7 @@ def test_an_unreachable_database_is_reported_in_hook_errors(monkeypatch, tmp_pat
     assert "PostgreSQL archive postgresql://nobody@" in str(error)
 
 
+@pytest.mark.slow
 def test_archive_commands_against_postgres(url, monkeypatch, capsys, tmp_path):
     from normandy_archive import main
     from normandy_core.app.cli import main as normandy
@@ -619,6 +628,7 @@ def _vanished_in_tx(log: Path | None, before: int, expected: int) -> int | None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_three_writers_at_once_and_kill_9_at_random_moments(url, pg_server_log):
     """Two agents archive the same contents at once, to the end, while a third is killed
     -9 again and again (two of the killed drop the same contents too): every compaction
@@ -695,6 +705,7 @@ def test_three_writers_at_once_and_kill_9_at_random_moments(url, pg_server_log):
         assert in_tx >= PG_KILLS.count("transaction"), (seed, in_tx)
 
 
+@pytest.mark.slow
 def test_prune_removes_the_oldest_sessions_first(url):
     """As in SQLite: a session's age is that of the last content it dropped, and content
     belongs to the session that dropped it last, so shared content stays with a kept one."""
@@ -728,6 +739,7 @@ def test_prune_removes_the_oldest_sessions_first(url):
         archive.prune(max_sessions=-1)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
 def test_a_forked_child_opens_its_own_connection(url):
     archive = PostgresArchive(url)
@@ -750,6 +762,7 @@ def test_a_forked_child_opens_its_own_connection(url):
     assert archive.count("parent") == len(entries) - 4 and archive.count("child") == 4
 
 
+@pytest.mark.slow
 def test_the_write_throughput_benchmark_runs(server, monkeypatch):
     import importlib.util
 
@@ -765,6 +778,7 @@ def test_the_write_throughput_benchmark_runs(server, monkeypatch):
     assert all(r["entries_per_s"] > 0 and r["compactions"] == 3 for r in rows)
 
 
+@pytest.mark.slow
 def test_least_privilege_roles(url):
     """The agents' role owns only the schema; readers may only read; no database CREATE."""
     tag = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
@@ -871,6 +885,7 @@ def _pg_v1_archive(url: str) -> list[Entry]:
     return entries
 
 
+@pytest.mark.slow
 def test_a_version_1_schema_is_read_as_it_is_and_moved_by_the_first_write(url):
     entries = _pg_v1_archive(url)
     archive = PostgresArchive(url)  # reading: version 1 as it is, nothing written

@@ -59,7 +59,8 @@ def _backend(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
 
 # PostgreSQL indexes as it writes; SQLite searches what it has not indexed yet apart
 @pytest.mark.parametrize(
-    ("kind", "indexed"), [("sqlite", True), ("sqlite", False), ("postgresql", True)]
+    ("kind", "indexed"),
+    [("sqlite", True), ("sqlite", False), pytest.param("postgresql", True, marks=pytest.mark.slow)],
 )
 def test_match_any_finds_entries_holding_any_term_best_first(kind, indexed, tmp_path, request):
     archive = _backend(kind, tmp_path, request)
@@ -136,7 +137,7 @@ def test_the_hook_searches_the_session_and_looks_one_word_up_as_an_id(sqlite_arc
     assert len(recall_entries(query="ledger payroll bank", session_id="s1", limit=2)) == 2
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def test_content_another_session_archived_first_is_recalled_by_the_one_that_dropped_it(
     kind, tmp_path, request, monkeypatch
 ):
@@ -250,6 +251,7 @@ def test_a_turn_recalls_from_sqlite(sqlite_archive):
     _check(*_turn())
 
 
+@pytest.mark.slow
 def test_a_turn_recalls_from_postgresql(pg_url, monkeypatch, tmp_path):
     monkeypatch.setenv("NORMANDY_ARCHIVE_URL", pg_url)
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "unused.sqlite3"))

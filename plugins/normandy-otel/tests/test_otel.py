@@ -345,6 +345,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_the_global_providers_are_used_once_the_application_sets_them(tmp_path):
     """A fresh interpreter: the plugin is found through its entry point, leaves
     OpenTelemetry alone until the application sets it up, then follows the global
