@@ -270,7 +270,7 @@ def test_a_plugins_keyboard_interrupt_where_no_ctrl_c_can_arrive_is_contained(wh
     else:
         previous = signal.getsignal(signal.SIGINT)
         signal.signal(signal.SIGINT, getattr(signal, where))
-        monkeypatch.setattr("normandy_core.contract.faults._sigints", 0)
+        monkeypatch.setattr("normandy_core.contract.faults._SIGINTS.seen", 0)
     try:
         acc = _acc(bad, n=5, **kw)
         out, meta = run_compaction(acc, mid_round=False)

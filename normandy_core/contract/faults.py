@@ -56,16 +56,22 @@ class PluginTimeoutError(TimeoutError):
 
 
 _MAIN = threading.main_thread().ident
-#: SIGINTs seen by the process since the watch was installed (see :func:`_watch`).
-_sigints = 0
+
+
+class _Sigints:
+    """The SIGINTs the process received since the watch was installed (:func:`_watch`)."""
+
+    seen = 0
+
+
+_SIGINTS = _Sigints()
 
 
 def _noting(previous: Any) -> Any:
     """A SIGINT handler that counts the signal, then does what ``previous`` did."""
 
     def noted(signum: int, frame: Any) -> Any:
-        global _sigints
-        _sigints += 1
+        _SIGINTS.seen += 1
         return previous(signum, frame)
 
     noted.__normandy_noted__ = True  # type: ignore[attr-defined]
@@ -108,7 +114,7 @@ def call_plugin(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     :class:`PluginFault` naming it, unless it is the user's own Ctrl-C.
     """
     watched = _watch()
-    seen = _sigints
+    seen = _SIGINTS.seen
     try:
         return fn(*args, **kwargs)
     except Exception:
@@ -122,7 +128,7 @@ def call_gate(gate: Callable[[], object]) -> bool:
     ``active_when`` gates asked at every boundary, without the argument tuple and keyword
     dict a call through :func:`call_plugin` builds."""
     watched = _watch()
-    seen = _sigints
+    seen = _SIGINTS.seen
     try:
         return bool(gate())
     except Exception:
@@ -136,19 +142,26 @@ def _contain(exc: BaseException, watched: str, seen: int) -> NoReturn:
     with ``seen`` SIGINTs counted) again when it is the user's own Ctrl-C (or one that
     cannot be told from it), else a :class:`PluginFault` naming it."""
     if isinstance(exc, KeyboardInterrupt) and (
-        watched == _UNKNOWN or (watched == _COUNTED and _sigints != seen)
+        watched == _UNKNOWN or (watched == _COUNTED and _SIGINTS.seen != seen)
     ):
         raise exc
     raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
 
 
-_lock = threading.Lock()
-_abandoned = 0
+class _Abandoned:
+    """The plugin threads abandoned after their time limit, counted until they end."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+
+
+_ABANDONED = _Abandoned()
 
 
 def abandoned_threads() -> int:
     """How many plugin threads abandoned after a time limit are still running."""
-    return _abandoned
+    return _ABANDONED.running
 
 
 def run_bounded(fn: Callable[[], T], timeout: float, name: str) -> T:
@@ -162,25 +175,24 @@ def run_bounded(fn: Callable[[], T], timeout: float, name: str) -> T:
     :raises AbandonedLimitError: :data:`MAX_ABANDONED` abandoned threads are still
         running, so no new one is started.
     """
-    global _abandoned
-    if _abandoned >= MAX_ABANDONED:
+    abandoned = _ABANDONED
+    if abandoned.running >= MAX_ABANDONED:
         raise AbandonedLimitError(
-            f"{_abandoned} plugin threads abandoned after their time limit are still "
+            f"{abandoned.running} plugin threads abandoned after their time limit are still "
             f"running (at most {MAX_ABANDONED}); not starting another"
         )
     box: dict[str, Any] = {}
     state = {"abandoned": False}
 
     def work() -> None:
-        global _abandoned
         try:
             box["result"] = fn()
         except BaseException as exc:
             box["error"] = exc
         finally:
-            with _lock:
+            with abandoned.lock:
                 if state["abandoned"]:
-                    _abandoned -= 1
+                    abandoned.running -= 1
                 state["done"] = True
 
     # In the caller's context (contextvars copied): the work sees what the caller bound,
@@ -190,10 +202,10 @@ def run_bounded(fn: Callable[[], T], timeout: float, name: str) -> T:
     )
     worker.start()
     worker.join(timeout)
-    with _lock:
+    with abandoned.lock:
         if not state.get("done"):
             state["abandoned"] = True
-            _abandoned += 1
+            abandoned.running += 1
             raise PluginTimeoutError(f"did not return within {timeout:g} s")
     if "error" in box:
         exc = box["error"]

@@ -56,7 +56,7 @@ class Calibration:
         self._factors: dict[tuple[str, str], float] = {}
         # The models with a factor, so a counter without evidence for its model is scaled
         # by 1.0 without naming its base (naming may load a tokenizer).
-        self._models: frozenset[str] = frozenset()
+        self._evidence: frozenset[str] = frozenset()
         self._lock = threading.Lock()
         # Bumped (under the lock) whenever the evidence changes: what a kept snapshot
         # of ``snapshot`` is checked against.
@@ -77,8 +77,8 @@ class Calibration:
                 self._seen[key] = self._seen.get(key, 0) + 1
                 top = max(ratios)
                 self._factors[key] = max(self.floor, math.ceil(top * 100 - 1e-9) / 100)
-                if model not in self._models:
-                    self._models = self._models | {model}
+                if model not in self._evidence:
+                    self._evidence = self._evidence | {model}
                 self._version += 1
         return self.factor(model, counter)
 
@@ -90,7 +90,7 @@ class Calibration:
 
     def has_evidence(self, model: str | None) -> bool:
         """Whether any counter has a factor for ``model`` (else every factor is 1.0)."""
-        return model is not None and model in self._models
+        return model is not None and model in self._evidence
 
     def snapshot(self, model: str | None, counter: str) -> dict[str, Any]:
         """What the factor rests on, for meta and events (JSON-ready; a new dict each call).
@@ -134,7 +134,7 @@ class Calibration:
                     del self._ratios[key]
                     self._seen.pop(key, None)
                     self._factors.pop(key, None)
-            self._models = frozenset(m for m, _ in self._factors)
+            self._evidence = frozenset(m for m, _ in self._factors)
             self._version += 1
 
 
@@ -162,10 +162,10 @@ class CalibratedCounter:
         model: str | None,
         calibration: Calibration | None = None,
     ) -> None:
-        self._base = base
+        self._given = base
         self.model = model
         self.calibration = calibration or _DEFAULT
-        self._exact = False  # base offers no upper bound (any more): see memory_bound
+        self._unbounded = False  # base offers no upper bound (any more): see memory_bound
 
     @property
     def base(self) -> TokenCounter:
@@ -175,12 +175,12 @@ class CalibratedCounter:
         model's default, :func:`~normandy_core.default_counter_for`), so preparing a
         counter that is never used loads no tokenizer.
         """
-        base = self._base
+        base = self._given
         if base is None or isinstance(base, str):
             from normandy_core.conversation.tokens import default_counter_for, get_counter
 
             base = get_counter(base if base is not None else default_counter_for(self.model))
-            self._base = base
+            self._given = base
         return base
 
     @property
@@ -206,7 +206,7 @@ class CalibratedCounter:
         model's default), :data:`~normandy_core.conversation.tokens.REPLY_PRIMING`, which every
         built-in counter uses, so asking loads no tokenizer.
         """
-        base = self._base
+        base = self._given
         if base is not None and not isinstance(base, str):
             value = getattr(base, "request_tokens", None)
             if isinstance(value, int) and value >= 0:
@@ -227,7 +227,7 @@ class CalibratedCounter:
         ``memory.tokens(base)`` costs: only entries added since the last call are
         counted, whatever the factor did meanwhile. Prefer it on the hot path.
         """
-        base = self._base
+        base = self._given
         if base is None or isinstance(base, str):
             base = self.base
         n = memory.tokens(base)
@@ -257,7 +257,7 @@ class CalibratedCounter:
         check that finds even the bound below its threshold can skip without counting;
         never report it as a token figure.
         """
-        if self._exact:
+        if self._unbounded:
             return None
         base = self.base
         upper = getattr(base, "upper_bound", None)
@@ -265,7 +265,7 @@ class CalibratedCounter:
         if bound is None:
             # Counting exactly is cheap now (a tokenizer, once loaded, stays loaded): the
             # boundaries that follow do not ask again.
-            self._exact = True
+            self._unbounded = True
             return None
         return math.ceil(memory.tokens(bound) * self.factor)
 

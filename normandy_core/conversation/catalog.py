@@ -13,6 +13,7 @@ pinned, otherwise the agent's catalog, memoised per agent and model
 from __future__ import annotations
 
 import datetime
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
@@ -268,12 +269,7 @@ def catalog_prices(catalog: object, model: str | None) -> Prices | None:
     return found if isinstance(found, Prices) else None
 
 
-_DEFAULT: StaticCatalog | None = None
-
-
+@functools.cache
 def default_catalog() -> StaticCatalog:
     """The shared default catalog (the table above, as published on ``CATALOG_CHECKED``)."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        _DEFAULT = StaticCatalog()
-    return _DEFAULT
+    return StaticCatalog()
