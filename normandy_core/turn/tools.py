@@ -1,4 +1,4 @@
-"""Tool definitions derived from typed Python callables.
+"""Tools: definitions derived from typed Python callables, and their results.
 
 A model calls only the tools its request defines. :func:`tool_definition` builds a
 definition from a function's signature and docstring: the name, the first paragraph of
@@ -12,30 +12,43 @@ renders in its provider's format.
 :func:`declare_tools` is what the turn shells run: callables that ``AgentConfig.tools``
 does not define get a derived definition; when the config defines others, each such tool
 is also named in an :class:`UndeclaredToolWarning` (a forgotten definition, most likely).
+:func:`tool_result` turns what a tool returned into the result of its call.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 import re
 import typing
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from normandy_core.conversation.entries import (
+    DocumentBlock,
+    ImageBlock,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 from normandy_core.errors import NormandyError
 
 if TYPE_CHECKING:
     from normandy_core.contract.config import AgentConfig
 
 __all__ = [
+    "Tool",
     "ToolDefinitionError",
     "UndeclaredToolWarning",
     "declare_tools",
     "tool_definition",
-    "tool_map",
+    "tool_result",
 ]
+
+#: A tool: called with the tool use's input as keyword arguments, sync or async.
+Tool = Callable[..., Any]
 
 
 class ToolDefinitionError(NormandyError, TypeError):
@@ -368,3 +381,43 @@ def declare_tools(
                 stacklevel=stacklevel + 1,
             )
     return acc.replace(tools=(*acc.tools, *derived), entry=entry)
+
+
+def tool_result(call: ToolUseBlock, output: Any) -> ToolResultBlock:
+    """A tool's return value as the result of ``call``.
+
+    Text stays text; a :class:`ToolResultBlock` is re-addressed to ``call``; text, image
+    and document blocks (or a list of them) become the result's parts; anything else
+    is JSON-encoded.
+    """
+    if isinstance(output, ToolResultBlock):
+        return output.model_copy(update={"tool_use_id": call.id})
+    if isinstance(output, str):
+        return ToolResultBlock(tool_use_id=call.id, content=output)
+    parts_types = (TextBlock, ImageBlock, DocumentBlock)
+    if isinstance(output, parts_types):
+        return ToolResultBlock(tool_use_id=call.id, content=(output,))
+    if (
+        isinstance(output, (list, tuple))
+        and output
+        and all(isinstance(p, parts_types) for p in output)
+    ):
+        return ToolResultBlock(tool_use_id=call.id, content=tuple(output))
+    return ToolResultBlock(
+        tool_use_id=call.id, content=json.dumps(output, ensure_ascii=False, default=str)
+    )
+
+
+def failed_tool_result(call: ToolUseBlock, exc: BaseException) -> ToolResultBlock:
+    """The error result of ``call`` when its tool raised ``exc``."""
+    return _error_result(call, f"tool {call.name!r} raised {type(exc).__name__}: {exc}")
+
+
+def unknown_tool_result(call: ToolUseBlock, tools: Mapping[str, Tool]) -> ToolResultBlock:
+    """The error result of ``call`` when ``tools`` has no tool of its name."""
+    known = ", ".join(sorted(tools)) or "none"
+    return _error_result(call, f"unknown tool {call.name!r}; available tools: {known}")
+
+
+def _error_result(call: ToolUseBlock, text: str) -> ToolResultBlock:
+    return ToolResultBlock(tool_use_id=call.id, content=text, is_error=True)

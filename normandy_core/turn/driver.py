@@ -1,0 +1,380 @@
+"""The turn's one effect driver, shared by the sync and the async shell.
+
+:class:`TurnRun` holds a turn in progress (the running ``acc``, events, usage, counting)
+and runs the pure core (:mod:`.core`): it applies the effects that need no I/O itself,
+and :meth:`TurnRun.steps` yields the ones that do as requests, an exchange
+(:mod:`normandy_core.clients.exchange`) that each shell answers in its own way:
+
+- :class:`Compaction`: resolve a boundary (blocking work: :meth:`Compaction.run`);
+- :class:`ModelCall`: call the model client with these arguments;
+- :class:`ToolBatch`: run these tool calls as one batch, their results in call order.
+
+A model call that fails is raised in :meth:`TurnRun.steps`, which turns it into
+:class:`~normandy_core.turn.TurnAborted`; anything else a request raises goes up as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from normandy_core.clients.base import (
+    ModelReply,
+    Usage,
+    holds_provider_compaction,
+)
+from normandy_core.contract.boundary import run_compaction
+from normandy_core.contract.config import AgentConfig
+from normandy_core.contract.recall import recall_tools
+from normandy_core.conversation.calibration import (
+    CalibratedCounter,
+    Calibration,
+    default_calibration,
+)
+from normandy_core.conversation.entries import (
+    Content,
+    Entry,
+    Role,
+    ToolResultBlock,
+    ToolUseBlock,
+    new_id,
+)
+from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
+from normandy_core.conversation.tokens import TokenCounter, get_counter
+from normandy_core.turn.core import (
+    AppendMessage,
+    CallModel,
+    CompactionDone,
+    DispatchTools,
+    Effect,
+    Emit,
+    Event,
+    Finish,
+    FinishReason,
+    MaybeCompact,
+    ModelReplied,
+    ToolResults,
+    UserInput,
+    start,
+    step,
+)
+from normandy_core.turn.result import TurnAborted, TurnResult
+from normandy_core.turn.tools import Tool, declare_tools, tool_map
+
+__all__ = ["Compaction", "ModelCall", "ToolBatch", "TurnIO", "TurnRun"]
+
+
+class Compaction(NamedTuple):
+    """Resolve a boundary of the turn: call the compactor of ``acc``."""
+
+    acc: AgentConfig
+    mid_round: bool
+    turn_id: str
+    calibration: Calibration
+
+    def run(self) -> Any:
+        """Resolve the boundary (blocking): ``(acc, meta)`` from :func:`run_compaction`."""
+        return run_compaction(
+            self.acc, mid_round=self.mid_round, turn_id=self.turn_id, calibration=self.calibration
+        )
+
+
+class ModelCall(NamedTuple):
+    """Call the model client's ``complete`` (or ``acomplete``) with ``kwargs``."""
+
+    kwargs: dict[str, Any]
+
+
+class ToolBatch(NamedTuple):
+    """Run ``calls`` with the tools of ``tools``, as one batch; a result per call, in order."""
+
+    calls: tuple[ToolUseBlock, ...]
+    tools: Mapping[str, Tool]
+
+
+#: The I/O a turn asks its shell for.
+TurnIO = Compaction | ModelCall | ToolBatch
+
+
+def check_edits(client: Any, acc: AgentConfig, entry: str) -> None:
+    """Refuse, before the first call, a client that cannot send the config's edits."""
+    if acc.edits is not None:
+        from normandy_core.contract.edits import client_edits
+
+        client_edits(client, acc.edits, entry=entry)
+
+
+class TurnRun:
+    """A turn in progress: the running acc, events, usage and counting.
+
+    Made by a shell (named by ``entry``) with that shell's arguments; :meth:`steps` is
+    the turn itself.
+    """
+
+    def __init__(
+        self,
+        acc: AgentConfig,
+        *,
+        client: Any,
+        tools: Mapping[str, Tool] | Sequence[Tool] | None,
+        entry: str,
+        turn_id: str | None,
+        max_iterations: int,
+        budget: int | None,
+        thinking: int | None,
+        max_tokens: int,
+        counter: TokenCounter | str | None,
+        calibration: Calibration | None,
+        on_event: Callable[[dict[str, Any]], None] | None,
+    ) -> None:
+        table = tool_map(tools)
+        # stacklevel 3: a warning points at the code that called the shell
+        acc = declare_tools(acc, table, entry=entry, stacklevel=3)
+        check_edits(client, acc, entry)
+        # The turn runs on a config of its own: the caller's config and memory are never
+        # changed (the memory is copied; its entries are frozen and shared).
+        self.acc = acc.with_memory(acc.memory.copy())
+        self.tools = dict(table)
+        self.turn_id = turn_id or new_id()
+        self.state = start(self.turn_id, max_iterations=max_iterations, budget=budget)
+        self.thinking = thinking
+        self.max_tokens = max_tokens
+        self.calibration = calibration or acc.calibration or default_calibration()
+        if counter is None:
+            # The compactor's own prepared counter, so a message is counted once, through
+            # the memory's cache, for the budget, calibration and the compactor alike.
+            self.counter = acc.prepared.counter_for(acc.model, self.calibration)
+        else:
+            self.counter = CalibratedCounter(get_counter(counter), acc.model, self.calibration)
+        # The compactor's counter for this turn (ctx.counter): what a boundary that reports
+        # no token figures is sized with. Every acc of the turn shares the prepared one.
+        self.sizer = acc.prepared.counter_for(acc.model, self.calibration)
+        # the recall tool (AgentConfig(recall=...)); a tool the caller gives under its name wins
+        for name, fn in recall_tools(acc, self.counter, lambda: self.acc.memory).items():
+            self.tools.setdefault(name, fn)
+        self.budgeted = budget is not None
+        self._pending: tuple[Content, str] | None = None
+        self.on_event = on_event
+        self.events: list[dict[str, Any]] = []
+        self.boundaries: list[Mapping[str, Any]] = []
+        self.usage = Usage()
+        self.result: tuple[str, FinishReason] | None = None
+
+    def steps(self, user_input: Content) -> Generator[TurnIO, Any, TurnResult]:
+        """The turn, from the user's message to its :class:`TurnResult`, as an exchange.
+
+        Yields each request a shell answers (a :class:`Compaction`'s ``(acc, meta)``, a
+        :class:`ModelCall`'s :class:`~normandy_core.clients.ModelReply`, a
+        :class:`ToolBatch`'s results) and feeds the answer back to the core.
+        """
+        event: Event | None = UserInput(user_input, tokens=self.tokens("user", user_input))
+        while event is not None:
+            effects = self.apply(event)
+            event = None
+            for effect in effects:
+                if isinstance(effect, MaybeCompact):
+                    boundary = Compaction(
+                        self.acc, effect.mid_round, self.turn_id, self.calibration
+                    )
+                    new_acc, meta = yield boundary
+                    event = self.compacted(new_acc, meta)
+                elif isinstance(effect, CallModel):
+                    estimated = self.estimate()
+                    try:
+                        reply = yield ModelCall(self.request(effect))
+                    except Exception as exc:
+                        raise self.abort(exc) from exc
+                    event = self.replied(effect, reply, estimated)
+                elif isinstance(effect, DispatchTools):
+                    results = yield ToolBatch(effect.calls, self.tools)
+                    event = self.results(results)
+        return self.finish()
+
+    # -- the effects that need no I/O ---------------------------------------------
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """Record an event and pass it to ``on_event``."""
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    @property
+    def base(self) -> TokenCounter:
+        """The uncalibrated counter (calibration compares its counts with the provider's)."""
+        return self.counter.base
+
+    def tokens(self, role: Role, content: Content) -> int:
+        """Calibrated tokens of a message about to be appended, for the task budget.
+
+        Without a budget nothing is counted. With one, the message is counted under the id
+        it is then appended with, through the memory's cache, so the compactor never
+        counts it again.
+        """
+        if not self.budgeted:
+            return 0
+        entry = Entry(id=new_id(), role=role, content=content, turn_id=self.turn_id)
+        self._pending = (content, entry.id)
+        return self.counter.entry_tokens(self.acc.memory, entry)
+
+    def apply(self, event: Event) -> list[Effect]:
+        """Step the core; run the local effects, return the ones that need I/O."""
+        self.state, effects = step(self.state, event)
+        out: list[Effect] = []
+        for effect in effects:
+            if isinstance(effect, AppendMessage):
+                self.append(effect)
+            elif isinstance(effect, Emit):
+                self.emit(effect.event)
+            elif isinstance(effect, Finish):
+                self.result = (effect.text, effect.reason)
+            else:
+                out.append(effect)
+        return out
+
+    def append(self, effect: AppendMessage) -> None:
+        """Append a message of the turn, under the id it was counted with (if it was)."""
+        pending, self._pending = self._pending, None
+        same = pending is not None and (
+            pending[0] is effect.content or pending[0] == effect.content
+        )
+        entry_id = pending[1] if same and pending is not None else None
+        if effect.role == "assistant" and holds_provider_compaction(effect.content):
+            self.append_compaction(effect.content, entry_id)
+        else:
+            self.acc.memory.add_message(
+                effect.role, effect.content, id=entry_id, turn_id=self.turn_id
+            )
+
+    def append_compaction(self, content: Content, entry_id: str | None) -> None:
+        """Append a reply holding a provider's compaction as a pinned entry.
+
+        The provider summarized everything before it, and its clients send nothing
+        before it again, so no compactor may drop it; an earlier provider compaction
+        it supersedes is unpinned (a compactor may then drop it, reporting it).
+        """
+        memory = self.acc.memory
+        entries = memory.entries()
+        if any(entry.pinned and entry.metadata.get(PROVIDER_COMPACTION_KEY) for entry in entries):
+            unpinned = [
+                entry.model_copy(update={"pinned": False})
+                if entry.pinned and entry.metadata.get(PROVIDER_COMPACTION_KEY)
+                else entry
+                for entry in entries
+            ]
+            memory = memory.derive(unpinned)
+            self.acc = self.acc.with_memory(memory)
+        memory.add_message(
+            "assistant",
+            content,
+            id=entry_id,
+            turn_id=self.turn_id,
+            pinned=True,
+            metadata={PROVIDER_COMPACTION_KEY: True},
+        )
+
+    # -- what the answers to the requests become ----------------------------------
+
+    def compacted(self, acc: AgentConfig, meta: Mapping[str, Any]) -> Event:
+        """Put the boundary's acc in place; the event that reports it to the core.
+
+        A boundary that reports no ``tokens_before`` or ``tokens_after`` (nothing was
+        compacted) gets them here, counted with the compactor's counter (``ctx.counter``)
+        from the memory's cached counts: the conversation as it was given.
+        """
+        if "tokens_before" not in meta or "tokens_after" not in meta:
+            counter = self.sizer
+            before = counter.memory_tokens(self.acc.memory)
+            changed = acc is not self.acc and bool(meta.get("compacted"))
+            after = counter.memory_tokens(acc.memory) if changed else before
+            meta = {
+                **meta,
+                "tokens_before": meta.get("tokens_before", before),
+                "tokens_after": meta.get("tokens_after", after),
+            }
+        self.boundaries.append(meta)
+        self.acc = acc
+        event = dict(meta)  # the core's own copy (one copy per boundary)
+        if acc.model is not None and "calibration" not in event:
+            event["calibration"] = self.calibration.snapshot(acc.model, self.base.name)
+        return CompactionDone(event)
+
+    def request(self, call: CallModel) -> dict[str, Any]:
+        """The client arguments for a model call (the config's server-side edits only when
+        it asks for some, so a client without the argument is called as before)."""
+        acc = self.acc
+        kwargs: dict[str, Any] = {
+            "system": acc.system_prompt,
+            "messages": acc.memory.entries(),
+            "tools": list(acc.tool_definitions) or None,
+            "tool_choice": "none" if call.final else "auto",
+            "thinking": self.thinking,
+            "max_tokens": self.max_tokens,
+            "model": acc.model,
+        }
+        if acc.edits is not None:
+            kwargs["context_management"] = acc.edits
+        return kwargs
+
+    def estimate(self) -> int:
+        """Raw (uncalibrated) tokens of the request about to be sent (its priming included)."""
+        return (
+            self.acc.prompt_tokens + self.counter.request_tokens + self.acc.memory.tokens(self.base)
+        )
+
+    def replied(self, call: CallModel, reply: ModelReply, estimated: int) -> Event:
+        """Account for a reply (usage, calibration, client events); its core event."""
+        self.usage = self.usage + reply.usage
+        model = self.acc.model
+        # A provider that edited or compacted the context counted less than was sent, and
+        # a request after a provider compaction leaves out what it summarized: then the
+        # count says nothing about how Normandy's counter sizes the conversation.
+        edited = any(
+            note.get("type") in ("context_management", "provider_compaction")
+            for note in reply.events
+        ) or self.acc.memory.any_marked(PROVIDER_COMPACTION_KEY)
+        if model is not None and reply.usage.input_tokens > 0 and not edited:
+            self.calibration.observe(model, self.base.name, estimated, reply.usage.input_tokens)
+        for note in reply.events:
+            self.emit({**note, "turn_id": self.turn_id})
+        self.emit(
+            {
+                "type": "model_reply",
+                "turn_id": self.turn_id,
+                "final": call.final,
+                "stop_reason": reply.stop_reason,
+                "usage": {
+                    "input_tokens": reply.usage.input_tokens,
+                    "output_tokens": reply.usage.output_tokens,
+                },
+                "estimated_input_tokens": estimated,
+            }
+        )
+        return ModelReplied(reply.content, tokens=self.tokens("assistant", reply.content))
+
+    def results(self, results: Sequence[ToolResultBlock]) -> Event:
+        """The core event for a finished tool batch."""
+        content = tuple(results)
+        return ToolResults(content, tokens=self.tokens("user", content))
+
+    def finish(self) -> TurnResult:
+        """The result of the finished turn."""
+        assert self.result is not None
+        text, reason = self.result
+        return TurnResult(
+            text=text,
+            acc=self.acc,
+            turn_id=self.turn_id,
+            reason=reason,
+            events=self.events,
+            usage=self.usage,
+            budget=self.state.budget,
+            state=self.state,
+            boundaries=self.boundaries,
+        )
+
+    def abort(self, exc: BaseException) -> TurnAborted:
+        """The error to raise when the client failed."""
+        self.emit({"type": "turn_aborted", "turn_id": self.turn_id, "error": str(exc)})
+        return TurnAborted(
+            f"turn {self.turn_id!r} aborted: {type(exc).__name__}: {exc}", self.acc, self.events
+        )
