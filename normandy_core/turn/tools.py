@@ -127,12 +127,36 @@ def param_docs(doc: str) -> dict[str, str]:
     return {k: v for k, v in found.items() if v}
 
 
+class _Items:
+    """The items of a docstring section, read line by line into ``found``: the item being
+    read (its name and lines) is added when the next one starts, or the section ends."""
+
+    def __init__(self, found: dict[str, str]) -> None:
+        self.found = found
+        self.name: str | None = None
+        self.parts: list[str] = []
+
+    def begin(self, name: str, first: list[str]) -> None:
+        """Start the item ``name`` with the lines ``first``."""
+        self.end()
+        self.name, self.parts = name, first
+
+    def extend(self, line: str) -> None:
+        """Add a line to the item being read (none before the first item)."""
+        if self.name is not None:
+            self.parts.append(line)
+
+    def end(self) -> None:
+        """Add the item being read to ``found`` (an earlier description of it wins)."""
+        if self.name is not None:
+            self.found.setdefault(self.name, _join(self.parts))
+
+
 def _google(lines: list[str], i: int, found: dict[str, str]) -> int:
     head = _indent(lines[i])
     j = i + 1
     item_indent: int | None = None
-    name: str | None = None
-    parts: list[str] = []
+    items = _Items(found)
     while j < len(lines):
         line = lines[j]
         if not line.strip():
@@ -140,45 +164,38 @@ def _google(lines: list[str], i: int, found: dict[str, str]) -> int:
             if j < len(lines) and lines[j].strip() and _indent(lines[j]) <= head:
                 break
             continue
-        ind = _indent(line)
-        if ind <= head:
+        indent = _indent(line)
+        if indent <= head:
             break
         if item_indent is None:
-            item_indent = ind
-        m = _GOOGLE_ITEM.match(line.strip()) if ind <= item_indent else None
-        if m:
-            if name is not None:
-                found.setdefault(name, _join(parts))
-            name, parts = m.group(1), [m.group(2)]
-        elif name is not None:
-            parts.append(line)
+            item_indent = indent
+        item = _GOOGLE_ITEM.match(line.strip()) if indent <= item_indent else None
+        if item:
+            items.begin(item.group(1), [item.group(2)])
+        else:
+            items.extend(line)
         j += 1
-    if name is not None:
-        found.setdefault(name, _join(parts))
+    items.end()
     return j
 
 
 def _numpy(lines: list[str], i: int, found: dict[str, str]) -> int:
     head = _indent(lines[i])
     j = i + 2
-    name: str | None = None
-    parts: list[str] = []
+    items = _Items(found)
     while j < len(lines):
         line = lines[j]
         if line.strip() and j + 1 < len(lines) and _RULE.match(lines[j + 1].strip()):
             break  # the next section
         if line.strip() and _indent(line) <= head:
-            m = _NUMPY_ITEM.match(line.strip())
-            if not m:
+            item = _NUMPY_ITEM.match(line.strip())
+            if not item:
                 break
-            if name is not None:
-                found.setdefault(name, _join(parts))
-            name, parts = m.group(1), []
-        elif name is not None:
-            parts.append(line)
+            items.begin(item.group(1), [])
+        else:
+            items.extend(line)
         j += 1
-    if name is not None:
-        found.setdefault(name, _join(parts))
+    items.end()
     return j
 
 
@@ -233,60 +250,15 @@ def tool_definition(fn: Callable[..., Any], *, name: str | None = None) -> dict[
     no other property is allowed. Raises :class:`ToolDefinitionError` naming the tool and
     the parameter for a positional-only parameter or a type with no JSON schema.
     """
-    from pydantic import ConfigDict, Field, create_model
-
     tool = name or _name(fn)
     if not tool:
         raise ToolDefinitionError(f"tool {fn!r} has no __name__: pass name=...")
     what = f"tool {tool!r}"
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError) as exc:
-        raise ToolDefinitionError(f"{what}: no signature to derive a definition from") from exc
-    target = _target(fn)
-    try:
-        hints = typing.get_type_hints(target, include_extras=True)
-    except Exception as exc:
-        raise ToolDefinitionError(
-            f"{what}: its annotations cannot be resolved ({type(exc).__name__}: {exc}); "
-            "give it a definition in AgentConfig.tools"
-        ) from exc
+    signature, hints = _annotated_signature(fn, what)
     doc = _doc(fn)
+    fields, aliases, extra = _fields(signature, hints, what)
+    schema = _input_schema(tool, what, fields, aliases, extra)
     described = param_docs(doc)
-    fields: dict[str, Any] = {}
-    aliases: dict[str, str] = {}
-    extra = False
-    for i, p in enumerate(sig.parameters.values()):
-        if p.kind is p.VAR_POSITIONAL:
-            continue  # never filled: a tool is called with keyword arguments
-        if p.kind is p.VAR_KEYWORD:
-            extra = True
-            continue
-        if p.kind is p.POSITIONAL_ONLY:
-            raise ToolDefinitionError(
-                f"{what}: parameter {p.name!r} is positional-only, but a tool is called "
-                "with keyword arguments"
-            )
-        annotation = hints.get(p.name, Any)
-        default = ... if p.default is p.empty else p.default
-        key = f"p{i}"  # any parameter name, even one pydantic reserves, goes by alias
-        fields[key] = (annotation, Field(default, alias=p.name))
-        aliases[key] = p.name
-    try:
-        model = create_model(
-            f"{tool}_input",
-            __config__=ConfigDict(extra="allow" if extra else "forbid"),
-            **fields,
-        )
-        schema = model.model_json_schema(by_alias=True, schema_generator=_schema_generator())
-    except Exception as exc:
-        bad = _unschemable(fields, aliases)
-        where = f" parameter {bad!r}:" if bad else ""
-        reason = str(exc).splitlines()[0].split(". ")[0] if str(exc) else ""
-        raise ToolDefinitionError(
-            f"{what}:{where} no JSON schema for its type ({type(exc).__name__}: {reason}); "
-            "give it a definition in AgentConfig.tools"
-        ) from exc
     for pname, prop in (schema.get("properties") or {}).items():
         text = described.get(pname)
         if text and isinstance(prop, dict) and "description" not in prop:
@@ -300,6 +272,79 @@ def tool_definition(fn: Callable[..., Any], *, name: str | None = None) -> dict[
         out["description"] = description
     out["input_schema"] = schema
     return out
+
+
+def _annotated_signature(
+    fn: Callable[..., Any], what: str
+) -> tuple[inspect.Signature, dict[str, Any]]:
+    """``fn``'s signature and its resolved annotations (``what`` names the tool in errors)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError) as exc:
+        raise ToolDefinitionError(f"{what}: no signature to derive a definition from") from exc
+    try:
+        hints = typing.get_type_hints(_target(fn), include_extras=True)
+    except Exception as exc:
+        raise ToolDefinitionError(
+            f"{what}: its annotations cannot be resolved ({type(exc).__name__}: {exc}); "
+            "give it a definition in AgentConfig.tools"
+        ) from exc
+    return signature, hints
+
+
+def _fields(
+    signature: inspect.Signature, hints: Mapping[str, Any], what: str
+) -> tuple[dict[str, Any], dict[str, str], bool]:
+    """The pydantic fields of a tool's parameters, their parameter names by field key, and
+    whether ``**kwargs`` lets the input hold other properties."""
+    from pydantic import Field
+
+    fields: dict[str, Any] = {}
+    aliases: dict[str, str] = {}
+    extra = False
+    for i, param in enumerate(signature.parameters.values()):
+        if param.kind is param.VAR_POSITIONAL:
+            continue  # never filled: a tool is called with keyword arguments
+        if param.kind is param.VAR_KEYWORD:
+            extra = True
+            continue
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ToolDefinitionError(
+                f"{what}: parameter {param.name!r} is positional-only, but a tool is called "
+                "with keyword arguments"
+            )
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is param.empty else param.default
+        key = f"p{i}"  # any parameter name, even one pydantic reserves, goes by alias
+        fields[key] = (annotation, Field(default, alias=param.name))
+        aliases[key] = param.name
+    return fields, aliases, extra
+
+
+def _input_schema(
+    tool: str, what: str, fields: dict[str, Any], aliases: Mapping[str, str], extra: bool
+) -> dict[str, Any]:
+    """The JSON schema pydantic makes for the fields, without its generated titles."""
+    from pydantic import ConfigDict, create_model
+
+    try:
+        model = create_model(
+            f"{tool}_input",
+            __config__=ConfigDict(extra="allow" if extra else "forbid"),
+            **fields,
+        )
+        schema: dict[str, Any] = model.model_json_schema(
+            by_alias=True, schema_generator=_schema_generator()
+        )
+    except Exception as exc:
+        bad = _unschemable(fields, aliases)
+        where = f" parameter {bad!r}:" if bad else ""
+        reason = str(exc).splitlines()[0].split(". ")[0] if str(exc) else ""
+        raise ToolDefinitionError(
+            f"{what}:{where} no JSON schema for its type ({type(exc).__name__}: {reason}); "
+            "give it a definition in AgentConfig.tools"
+        ) from exc
+    return schema
 
 
 def _name(fn: Callable[..., Any]) -> str | None:
