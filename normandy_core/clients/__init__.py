@@ -8,6 +8,10 @@ Completions or the Responses API), need the extras ``normandy-core[anthropic]`` 
 Provider compaction: :class:`ContextManagement` (Anthropic's server-side edits, given to
 ``AnthropicClient``), and both clients' ``compact_conversation``, returning a
 :class:`ProviderCompaction` or raising :class:`ProviderCompactionError`.
+
+It imports :mod:`normandy_core.transcripts` (the wire formats) and what lies below it.
+Inside, the order is: base, exchange; sdk (what the two SDK clients share, their sync and
+async calls written once as exchanges); anthropic, openai, scripted.
 """
 
 from __future__ import annotations

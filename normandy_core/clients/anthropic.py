@@ -41,7 +41,7 @@ fields the API gave them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from normandy_core.clients.base import (
@@ -52,10 +52,10 @@ from normandy_core.clients.base import (
     ToolChoice,
     Usage,
     as_entries,
-    compaction_failure,
-    sdk_options,
     thinking_plan,
 )
+from normandy_core.clients.exchange import adrive, drive
+from normandy_core.clients.sdk import CompletionRequest, SdkClient, sdk_options
 from normandy_core.contract.edits import (
     COMPACT_BETA,
     ON_DEMAND_COMPACTION_BETA,
@@ -80,16 +80,6 @@ MIN_THINKING_BUDGET = 1024
 _THINKING_TYPES = ("thinking", "redacted_thinking")
 #: The user turn put before a history that opens with an assistant message.
 CONTINUATION = "(The earlier part of this conversation was compacted.)"
-
-
-def _import_sdk() -> Any:
-    try:
-        import anthropic
-    except ImportError as exc:  # pragma: no cover - the extra is installed in tests
-        raise ModelClientError(
-            "AnthropicClient needs the anthropic SDK: pip install 'normandy-core[anthropic]'"
-        ) from exc
-    return anthropic
 
 
 def _tool_param(tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -343,7 +333,17 @@ def _compaction(data: Mapping[str, Any]) -> ProviderCompaction:
     )
 
 
-class AnthropicClient:
+def _create(sdk_client: Any, kwargs: Mapping[str, Any]) -> tuple[Callable[..., Any], bool]:
+    """The SDK's ``create`` for a request (on ``beta.messages`` when it needs beta headers),
+    in its raw-response form where the SDK client has one, and whether it is."""
+    resource = sdk_client.beta.messages if "betas" in kwargs else sdk_client.messages
+    raw = getattr(resource, "with_raw_response", None)
+    if raw is None:  # a stand-in SDK client without raw responses
+        return resource.create, False
+    return raw.create, True
+
+
+class AnthropicClient(SdkClient[dict[str, Any], dict[str, Any]]):
     """:class:`~normandy_core.clients.ModelClient` and ``AsyncModelClient`` for Anthropic.
 
     ``model`` is the default model (a request's ``model`` wins). ``api_key``,
@@ -358,6 +358,7 @@ class AnthropicClient:
 
     #: The provider whose compaction :meth:`compact_conversation` asks for.
     provider = "anthropic"
+    _sdk_classes = ("Anthropic", "AsyncAnthropic")
     #: The server-side edits this client can send (see
     #: :func:`~normandy_core.contract.edits.client_edits`).
     server_edits = frozenset({"clear_tool_uses", "clear_thinking", "compact"})
@@ -375,76 +376,63 @@ class AnthropicClient:
         async_client: Any = None,
     ) -> None:
         self.context_management = _checked_edits(context_management, entry="AnthropicClient()")
-        self._sdk = _import_sdk()
-        self.model = model
-        self._options = sdk_options(
+        options = sdk_options(
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
         )
-        self._client = client
-        self._async_client = async_client
+        super().__init__(model, options, client=client, async_client=async_client)
 
-    def _kwargs(
+    def _send(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        create, raw = _create(self._sync(), kwargs)
+        response = create(**kwargs)
+        return dict(response.json()) if raw else _as_data(response)
+
+    async def _asend(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        create, raw = _create(self._async(), kwargs)
+        response = await create(**kwargs)
+        return dict(await response.json()) if raw else _as_data(response)
+
+    def _completion(
+        self, request: CompletionRequest, entry: str
+    ) -> Generator[dict[str, Any], dict[str, Any], ModelReply]:
+        """A Messages API request, and the request continuing it when the API paused after
+        compacting; one reply from both."""
+        edits = _checked_edits(request.context_management, entry=entry)
+        kwargs, note = anthropic_request(
+            request.system,
+            request.messages,
+            model=self._model(request.model),
+            tools=request.tools,
+            tool_choice=request.tool_choice,
+            thinking=request.thinking,
+            max_tokens=request.max_tokens,
+            context_management=edits if edits is not None else self.context_management,
+        )
+        datas = [(yield from self._ask(kwargs))]
+        follow = _paused(datas[0], kwargs)
+        if follow is not None:
+            datas.append((yield from self._ask(follow)))
+        return _reply(datas, note)
+
+    def _compaction(
         self,
         system: str,
-        messages: Sequence[Entry] | str,
+        messages: Sequence[Entry],
         tools: Sequence[Mapping[str, Any]] | None,
-        tool_choice: ToolChoice,
-        thinking: int | None,
-        max_tokens: int,
         model: str | None,
-        edits: ContextManagement | None = None,
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        return anthropic_request(
+        instructions: str | None,
+        max_tokens: int,
+    ) -> Generator[dict[str, Any], dict[str, Any], ProviderCompaction]:
+        """An on-demand compaction request and the one compaction block it returned."""
+        kwargs = compaction_request(
             system,
             messages,
             model=self._model(model),
             tools=tools,
-            tool_choice=tool_choice,
-            thinking=thinking,
+            instructions=instructions,
             max_tokens=max_tokens,
-            context_management=edits if edits is not None else self.context_management,
         )
-
-    def _model(self, model: str | None) -> str:
-        name = model or self.model
-        if not name:
-            raise ModelClientError("anthropic: no model given (AnthropicClient(model=...))")
-        return name
-
-    def _error(self, exc: Exception) -> ModelClientError:
-        return ModelClientError(f"anthropic: {type(exc).__name__}: {exc}")
-
-    def _sync(self) -> Any:
-        if self._client is None:
-            self._client = self._sdk.Anthropic(**self._options)
-        return self._client
-
-    def _async(self) -> Any:
-        if self._async_client is None:
-            self._async_client = self._sdk.AsyncAnthropic(**self._options)
-        return self._async_client
-
-    @staticmethod
-    def _resource(sdk_client: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        """``messages`` (or ``beta.messages`` when beta headers are needed) and the kwargs."""
-        if "betas" in kwargs:
-            return sdk_client.beta.messages, kwargs
-        return sdk_client.messages, kwargs
-
-    def _send(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        resource, kwargs = self._resource(self._sync(), kwargs)
-        raw = getattr(resource, "with_raw_response", None)
-        if raw is None:  # a stand-in SDK client without raw responses
-            return _as_data(resource.create(**kwargs))
-        return dict(raw.create(**kwargs).json())
-
-    async def _asend(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        resource, kwargs = self._resource(self._async(), kwargs)
-        raw = getattr(resource, "with_raw_response", None)
-        if raw is None:
-            return _as_data(await resource.create(**kwargs))
-        response = await raw.create(**kwargs)
-        return dict(await response.json())
+        data = yield from self._ask(kwargs, self._compaction_failure)
+        return _compaction(data)
 
     def compact_conversation(
         self,
@@ -463,19 +451,8 @@ class AnthropicClient:
         :class:`~normandy_core.clients.ProviderCompactionError` saying whether the API
         was unreachable, refused, does not support it for the model, or failed.
         """
-        kwargs = compaction_request(
-            system,
-            messages,
-            model=self._model(model),
-            tools=tools,
-            instructions=instructions,
-            max_tokens=max_tokens,
-        )
-        try:
-            data = self._send(kwargs)
-        except self._sdk.APIError as exc:
-            raise compaction_failure("anthropic", self._sdk, exc) from exc
-        return _compaction(data)
+        steps = self._compaction(system, messages, tools, model, instructions, max_tokens)
+        return drive(steps, self._send)
 
     async def acompact_conversation(
         self,
@@ -488,70 +465,5 @@ class AnthropicClient:
         max_tokens: int = 4096,
     ) -> ProviderCompaction:
         """:meth:`compact_conversation` without blocking the event loop."""
-        kwargs = compaction_request(
-            system,
-            messages,
-            model=self._model(model),
-            tools=tools,
-            instructions=instructions,
-            max_tokens=max_tokens,
-        )
-        try:
-            data = await self._asend(kwargs)
-        except self._sdk.APIError as exc:
-            raise compaction_failure("anthropic", self._sdk, exc) from exc
-        return _compaction(data)
-
-    def complete(
-        self,
-        system: str,
-        messages: Sequence[Entry] | str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        tool_choice: ToolChoice = "auto",
-        thinking: int | None = None,
-        max_tokens: int = 4096,
-        model: str | None = None,
-        context_management: ContextManagement | Mapping[str, Any] | None = None,
-    ) -> ModelReply:
-        """Send one Messages API request and return the reply (``context_management``:
-        this request's edits, instead of the client's)."""
-        edits = _checked_edits(context_management, entry="AnthropicClient.complete()")
-        kwargs, note = self._kwargs(
-            system, messages, tools, tool_choice, thinking, max_tokens, model, edits
-        )
-        try:
-            datas = [self._send(kwargs)]
-            follow = _paused(datas[0], kwargs)
-            if follow is not None:
-                datas.append(self._send(follow))
-        except self._sdk.APIError as exc:
-            raise self._error(exc) from exc
-        return _reply(datas, note)
-
-    async def acomplete(
-        self,
-        system: str,
-        messages: Sequence[Entry] | str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        tool_choice: ToolChoice = "auto",
-        thinking: int | None = None,
-        max_tokens: int = 4096,
-        model: str | None = None,
-        context_management: ContextManagement | Mapping[str, Any] | None = None,
-    ) -> ModelReply:
-        """Send one Messages API request without blocking the event loop
-        (``context_management``: this request's edits, instead of the client's)."""
-        edits = _checked_edits(context_management, entry="AnthropicClient.acomplete()")
-        kwargs, note = self._kwargs(
-            system, messages, tools, tool_choice, thinking, max_tokens, model, edits
-        )
-        try:
-            datas = [await self._asend(kwargs)]
-            follow = _paused(datas[0], kwargs)
-            if follow is not None:
-                datas.append(await self._asend(follow))
-        except self._sdk.APIError as exc:
-            raise self._error(exc) from exc
-        return _reply(datas, note)
+        steps = self._compaction(system, messages, tools, model, instructions, max_tokens)
+        return await adrive(steps, self._asend)

@@ -18,7 +18,6 @@ from normandy_core.conversation.entries import (
 )
 
 __all__ = [
-    "sdk_options",
     "AsyncModelClient",
     "CompactionFailure",
     "ModelClient",
@@ -30,7 +29,6 @@ __all__ = [
     "Usage",
     "acomplete_text",
     "as_entries",
-    "compaction_failure",
     "complete_text",
     "holds_provider_compaction",
     "newest_compaction",
@@ -123,29 +121,6 @@ class ProviderCompaction:
     kept: tuple[dict[str, Any], ...] = ()
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
-
-
-def compaction_failure(provider: str, sdk: Any, exc: Exception) -> ProviderCompactionError:
-    """An SDK exception of a compaction request as a :class:`ProviderCompactionError`.
-
-    Connection errors and timeouts, 5xx, 408 and 429 are ``unreachable``; 404 or a
-    message saying the model does not support it ``unsupported``; other refusals
-    ``refused``.
-    """
-    reason: CompactionFailure = "failed"
-    if isinstance(exc, sdk.APIConnectionError):  # timeouts included
-        reason = "unreachable"
-    elif isinstance(exc, sdk.APIStatusError):
-        status = int(getattr(exc, "status_code", 0) or 0)
-        if status == 404 or "not support" in str(exc).lower():
-            reason = "unsupported"
-        elif status >= 500 or status in (408, 429):
-            reason = "unreachable"
-        else:
-            reason = "refused"
-    return ProviderCompactionError(
-        f"{provider}: compaction {reason}: {type(exc).__name__}: {exc}", reason
-    )
 
 
 def holds_provider_compaction(content: Content) -> bool:
@@ -299,17 +274,3 @@ async def acomplete_text(
     """The asynchronous form of :func:`complete_text`."""
     reply = await client.acomplete(system, prompt, max_tokens=max_tokens, model=model)
     return reply.text
-
-
-def sdk_options(
-    *, api_key: str | None, base_url: str | None, max_retries: int, timeout: float | None
-) -> dict[str, Any]:
-    """The keyword arguments for a provider SDK's client: only the ones that were given."""
-    options: dict[str, Any] = {"max_retries": max_retries}
-    if api_key is not None:
-        options["api_key"] = api_key
-    if base_url is not None:
-        options["base_url"] = base_url
-    if timeout is not None:
-        options["timeout"] = timeout
-    return options

@@ -23,8 +23,9 @@ keeping the user messages before it (as ``/responses/compact`` does).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+import operator
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, Literal, NamedTuple
 
 from normandy_core.clients.base import (
     ModelClientError,
@@ -34,9 +35,9 @@ from normandy_core.clients.base import (
     ToolChoice,
     Usage,
     as_entries,
-    compaction_failure,
-    sdk_options,
 )
+from normandy_core.clients.exchange import adrive, drive
+from normandy_core.clients.sdk import CompletionRequest, SdkClient, sdk_options
 from normandy_core.conversation.entries import (
     Block,
     DocumentBlock,
@@ -67,25 +68,27 @@ _PART_KINDS = frozenset({"input_audio"})
 _STOP = {"tool_calls": "tool_use", "stop": "end_turn", "length": "max_tokens"}
 
 
-def _import_sdk() -> Any:
-    try:
-        import openai
-    except ImportError as exc:  # pragma: no cover - the extra is installed in tests
-        raise ModelClientError(
-            "OpenAIClient needs the openai SDK: pip install 'normandy-core[openai]'"
-        ) from exc
-    return openai
+def _function(tool: Mapping[str, Any]) -> tuple[str, dict[str, Any], Any]:
+    """The name, parameters schema and description of a Chat Completions or a Normandy
+    (Anthropic-style) tool definition."""
+    if tool.get("type") == "function" and "function" in tool:
+        fn = tool["function"]
+        return fn["name"], fn.get("parameters") or _no_parameters(), fn.get("description")
+    return tool["name"], tool.get("input_schema") or _no_parameters(), tool.get("description")
+
+
+def _no_parameters() -> dict[str, Any]:
+    return {"type": "object", "properties": {}}
 
 
 def _tool_param(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool definition for Chat Completions."""
     if tool.get("type") == "function" and "function" in tool:
         return dict(tool)
-    fn: dict[str, Any] = {
-        "name": tool["name"],
-        "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
-    }
-    if tool.get("description"):
-        fn["description"] = tool["description"]
+    name, parameters, description = _function(tool)
+    fn: dict[str, Any] = {"name": name, "parameters": parameters}
+    if description:
+        fn["description"] = description
     return {"type": "function", "function": fn}
 
 
@@ -155,27 +158,18 @@ def _reply(completion: Any) -> ModelReply:
 
 
 def _responses_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
-    if tool.get("type") == "function" and "function" in tool:  # Chat Completions style
-        fn = tool["function"]
-        out: dict[str, Any] = {
-            "type": "function",
-            "name": fn["name"],
-            "parameters": fn.get("parameters") or {"type": "object", "properties": {}},
-            "strict": False,
-        }
-        if fn.get("description"):
-            out["description"] = fn["description"]
-        return out
-    if tool.get("type") == "function":  # already Responses style
+    """A tool definition for the Responses API."""
+    if tool.get("type") == "function" and "function" not in tool:  # already Responses style
         return dict(tool)
-    out = {
+    name, parameters, description = _function(tool)
+    out: dict[str, Any] = {
         "type": "function",
-        "name": tool["name"],
-        "parameters": tool.get("input_schema") or {"type": "object", "properties": {}},
+        "name": name,
+        "parameters": parameters,
         "strict": False,
     }
-    if tool.get("description"):
-        out["description"] = tool["description"]
+    if description:
+        out["description"] = description
     return out
 
 
@@ -480,7 +474,20 @@ def _threshold(edits: Any, api: str, entry: str) -> int | None:
     return compact.trigger
 
 
-class OpenAIClient:
+class SdkCall(NamedTuple):
+    """One request to the OpenAI SDK: the method it goes to, found on a sync or an async
+    SDK client alike, and its keyword arguments."""
+
+    method: Callable[[Any], Callable[..., Any]]
+    kwargs: dict[str, Any]
+
+
+_CHAT = operator.attrgetter("chat.completions.create")
+_RESPONSES = operator.attrgetter("responses.with_raw_response.create")
+_COMPACT = operator.attrgetter("responses.with_raw_response.compact")
+
+
+class OpenAIClient(SdkClient[SdkCall, Any]):
     """:class:`~normandy_core.clients.ModelClient` and ``AsyncModelClient`` for OpenAI.
 
     ``model`` is the default model (a request's ``model`` wins); ``reasoning_effort`` is
@@ -498,6 +505,7 @@ class OpenAIClient:
 
     #: The provider whose compaction :meth:`compact_conversation` asks for.
     provider = "openai"
+    _sdk_classes = ("OpenAI", "AsyncOpenAI")
 
     @property
     def server_edits(self) -> frozenset[str]:
@@ -535,70 +543,59 @@ class OpenAIClient:
                     "OpenAIClient(): compact_threshold must be a positive whole number of "
                     f"tokens, got {compact_threshold!r}"
                 )
-        self._sdk = _import_sdk()
-        self.model = model
         self.api: Api = api
         self.compact_threshold = compact_threshold
         self.reasoning_effort = reasoning_effort
-        self._options = sdk_options(
+        options = sdk_options(
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
         )
-        self._client = client
-        self._async_client = async_client
+        super().__init__(model, options, client=client, async_client=async_client)
 
-    def _model(self, model: str | None) -> str:
-        name = model or self.model
-        if not name:
-            raise ModelClientError("openai: no model given (OpenAIClient(model=...))")
-        return name
+    def _send(self, call: SdkCall) -> Any:
+        return call.method(self._sync())(**call.kwargs)
 
-    def _kwargs(
-        self,
-        system: str,
-        messages: Sequence[Entry] | str,
-        tools: Sequence[Mapping[str, Any]] | None,
-        tool_choice: ToolChoice,
-        max_tokens: int,
-        model: str | None,
-        edits: Any = None,
-        entry: str = "OpenAIClient.complete()",
-    ) -> dict[str, Any]:
+    async def _asend(self, call: SdkCall) -> Any:
+        return await call.method(self._async())(**call.kwargs)
+
+    def _kwargs(self, request: CompletionRequest, entry: str) -> dict[str, Any]:
+        """The request's keyword arguments for the API the client speaks."""
         threshold = self.compact_threshold
-        if edits is not None:
-            threshold = _threshold(edits, self.api, entry) or threshold
+        if request.context_management is not None:
+            threshold = _threshold(request.context_management, self.api, entry) or threshold
+        options: dict[str, Any] = {
+            "model": self._model(request.model),
+            "tools": request.tools,
+            "tool_choice": request.tool_choice,
+            "max_tokens": request.max_tokens,
+            "reasoning_effort": self.reasoning_effort,
+        }
         if self.api == "responses":
             return responses_request(
-                system,
-                messages,
-                model=self._model(model),
-                tools=tools,
-                tool_choice=tool_choice,
-                max_tokens=max_tokens,
-                reasoning_effort=self.reasoning_effort,
-                compact_threshold=threshold,
+                request.system, request.messages, compact_threshold=threshold, **options
             )
-        return openai_request(
-            system,
-            messages,
-            model=self._model(model),
-            tools=tools,
-            tool_choice=tool_choice,
-            max_tokens=max_tokens,
-            reasoning_effort=self.reasoning_effort,
+        return openai_request(request.system, request.messages, **options)
+
+    def _completion(
+        self, request: CompletionRequest, entry: str
+    ) -> Generator[SdkCall, Any, ModelReply]:
+        """A Chat Completions or Responses request and its reply (``thinking`` unused;
+        ``context_management`` may ask for ``compact`` only, on the Responses API)."""
+        kwargs = self._kwargs(request, entry)
+        if self.api == "responses":
+            raw = yield from self._ask(SdkCall(_RESPONSES, kwargs))
+            return _responses_reply(_json(raw))
+        completion = yield from self._ask(SdkCall(_CHAT, kwargs))
+        return _reply(completion)
+
+    def _compaction(
+        self, system: str, messages: Sequence[Entry], model: str | None, previous: str | None
+    ) -> Generator[SdkCall, Any, ProviderCompaction]:
+        """A ``/responses/compact`` request and the compaction it returned."""
+        kwargs = compact_request(
+            system, messages, model=self._model(model), previous_response_id=previous
         )
-
-    def _sync(self) -> Any:
-        if self._client is None:
-            self._client = self._sdk.OpenAI(**self._options)
-        return self._client
-
-    def _async(self) -> Any:
-        if self._async_client is None:
-            self._async_client = self._sdk.AsyncOpenAI(**self._options)
-        return self._async_client
-
-    def _error(self, exc: Exception) -> ModelClientError:
-        return ModelClientError(f"openai: {type(exc).__name__}: {exc}")
+        raw = yield from self._ask(SdkCall(_COMPACT, kwargs), self._compaction_failure)
+        return _compacted(_json(raw))
 
     def compact_conversation(
         self,
@@ -614,14 +611,8 @@ class OpenAIClient:
         returned. Raises :class:`~normandy_core.clients.ProviderCompactionError` saying
         whether the API was unreachable, refused, does not support it, or failed.
         """
-        kwargs = compact_request(
-            system, messages, model=self._model(model), previous_response_id=previous_response_id
-        )
-        try:
-            data = _json(self._sync().responses.with_raw_response.compact(**kwargs))
-        except self._sdk.APIError as exc:
-            raise compaction_failure("openai", self._sdk, exc) from exc
-        return _compacted(data)
+        steps = self._compaction(system, messages, model, previous_response_id)
+        return drive(steps, self._send)
 
     async def acompact_conversation(
         self,
@@ -632,79 +623,5 @@ class OpenAIClient:
         previous_response_id: str | None = None,
     ) -> ProviderCompaction:
         """:meth:`compact_conversation` without blocking the event loop."""
-        kwargs = compact_request(
-            system, messages, model=self._model(model), previous_response_id=previous_response_id
-        )
-        try:
-            raw = await self._async().responses.with_raw_response.compact(**kwargs)
-            data = _json(raw)
-        except self._sdk.APIError as exc:
-            raise compaction_failure("openai", self._sdk, exc) from exc
-        return _compacted(data)
-
-    def complete(
-        self,
-        system: str,
-        messages: Sequence[Entry] | str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        tool_choice: ToolChoice = "auto",
-        thinking: int | None = None,
-        max_tokens: int = 4096,
-        model: str | None = None,
-        context_management: Any = None,
-    ) -> ModelReply:
-        """Send one request and return the reply (``thinking`` unused).
-        ``context_management``: this request's edits (``compact`` only, on the Responses
-        API)."""
-        kwargs = self._kwargs(
-            system,
-            messages,
-            tools,
-            tool_choice,
-            max_tokens,
-            model,
-            context_management,
-            "OpenAIClient.complete()",
-        )
-        try:
-            if self.api == "responses":
-                raw = self._sync().responses.with_raw_response.create(**kwargs)
-                return _responses_reply(_json(raw))
-            completion = self._sync().chat.completions.create(**kwargs)
-        except self._sdk.APIError as exc:
-            raise self._error(exc) from exc
-        return _reply(completion)
-
-    async def acomplete(
-        self,
-        system: str,
-        messages: Sequence[Entry] | str,
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        tool_choice: ToolChoice = "auto",
-        thinking: int | None = None,
-        max_tokens: int = 4096,
-        model: str | None = None,
-        context_management: Any = None,
-    ) -> ModelReply:
-        """Send one request without blocking the event loop. ``context_management``: this
-        request's edits (``compact`` only, on the Responses API)."""
-        kwargs = self._kwargs(
-            system,
-            messages,
-            tools,
-            tool_choice,
-            max_tokens,
-            model,
-            context_management,
-            "OpenAIClient.acomplete()",
-        )
-        try:
-            if self.api == "responses":
-                raw = await self._async().responses.with_raw_response.create(**kwargs)
-                return _responses_reply(_json(raw))
-            completion = await self._async().chat.completions.create(**kwargs)
-        except self._sdk.APIError as exc:
-            raise self._error(exc) from exc
-        return _reply(completion)
+        steps = self._compaction(system, messages, model, previous_response_id)
+        return await adrive(steps, self._asend)

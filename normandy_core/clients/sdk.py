@@ -1,0 +1,207 @@
+"""What the clients over a provider's SDK share, written once.
+
+:class:`SdkClient` imports the SDK, makes its sync and async clients on first use,
+picks a request's model, reports SDK errors, and defines ``complete`` and ``acomplete``
+around one exchange (:mod:`.exchange`). A provider's client writes each of its calls
+once, as an exchange that builds the SDK requests and reads the responses
+(``_completion``, and its compaction), and says how one SDK request is sent, blocking
+(``_send``) and awaited (``_asend``): the sync and async forms differ only there.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+
+from normandy_core.clients.base import (
+    CompactionFailure,
+    ModelClientError,
+    ModelReply,
+    ProviderCompactionError,
+    ToolChoice,
+)
+from normandy_core.clients.exchange import adrive, drive
+from normandy_core.contract.edits import ContextManagement
+from normandy_core.conversation.entries import Entry
+
+__all__ = ["CompletionRequest", "SdkClient", "compaction_failure", "sdk_options"]
+
+RequestT = TypeVar("RequestT")
+ResponseT = TypeVar("ResponseT")
+
+
+class CompletionRequest(NamedTuple):
+    """The arguments of one ``complete`` or ``acomplete`` call."""
+
+    system: str
+    messages: Sequence[Entry] | str
+    tools: Sequence[Mapping[str, Any]] | None
+    tool_choice: ToolChoice
+    thinking: int | None
+    max_tokens: int
+    model: str | None
+    context_management: ContextManagement | Mapping[str, Any] | None
+
+
+def sdk_options(
+    *, api_key: str | None, base_url: str | None, max_retries: int, timeout: float | None
+) -> dict[str, Any]:
+    """The keyword arguments for a provider SDK's client: only the ones that were given."""
+    options: dict[str, Any] = {"max_retries": max_retries}
+    if api_key is not None:
+        options["api_key"] = api_key
+    if base_url is not None:
+        options["base_url"] = base_url
+    if timeout is not None:
+        options["timeout"] = timeout
+    return options
+
+
+def compaction_failure(provider: str, sdk: Any, exc: Exception) -> ProviderCompactionError:
+    """An SDK exception of a compaction request as a :class:`ProviderCompactionError`.
+
+    Connection errors and timeouts, 5xx, 408 and 429 are ``unreachable``; 404 or a
+    message saying the model does not support it ``unsupported``; other refusals
+    ``refused``.
+    """
+    reason: CompactionFailure = "failed"
+    if isinstance(exc, sdk.APIConnectionError):  # timeouts included
+        reason = "unreachable"
+    elif isinstance(exc, sdk.APIStatusError):
+        status = int(getattr(exc, "status_code", 0) or 0)
+        if status == 404 or "not support" in str(exc).lower():
+            reason = "unsupported"
+        elif status >= 500 or status in (408, 429):
+            reason = "unreachable"
+        else:
+            reason = "refused"
+    return ProviderCompactionError(
+        f"{provider}: compaction {reason}: {type(exc).__name__}: {exc}", reason
+    )
+
+
+class SdkClient(ABC, Generic[RequestT, ResponseT]):
+    """The shared body of :class:`~normandy_core.clients.AnthropicClient` and
+    :class:`~normandy_core.clients.OpenAIClient`.
+
+    ``RequestT`` is what one SDK request is described by, ``ResponseT`` what sending it
+    returns.
+    """
+
+    #: The provider: the SDK's module, the extra that installs it, and the prefix of
+    #: every error message.
+    provider: ClassVar[str]
+    #: The SDK's sync and async client classes, by name.
+    _sdk_classes: ClassVar[tuple[str, str]]
+
+    def __init__(
+        self, model: str | None, options: dict[str, Any], *, client: Any, async_client: Any
+    ) -> None:
+        """``options`` go to the SDK clients when they are made (:func:`sdk_options`);
+        ``client`` and ``async_client`` are ready ones."""
+        self._sdk = self._import_sdk()
+        self.model = model
+        self._options = options
+        self._client = client
+        self._async_client = async_client
+
+    def _import_sdk(self) -> Any:
+        try:
+            return importlib.import_module(self.provider)
+        except ImportError as exc:  # pragma: no cover - the extras are installed in tests
+            raise ModelClientError(
+                f"{type(self).__name__} needs the {self.provider} SDK: "
+                f"pip install 'normandy-core[{self.provider}]'"
+            ) from exc
+
+    def _model(self, model: str | None) -> str:
+        name = model or self.model
+        if not name:
+            raise ModelClientError(
+                f"{self.provider}: no model given ({type(self).__name__}(model=...))"
+            )
+        return name
+
+    def _sync(self) -> Any:
+        if self._client is None:
+            self._client = getattr(self._sdk, self._sdk_classes[0])(**self._options)
+        return self._client
+
+    def _async(self) -> Any:
+        if self._async_client is None:
+            self._async_client = getattr(self._sdk, self._sdk_classes[1])(**self._options)
+        return self._async_client
+
+    def _ask(
+        self, request: RequestT, failure: Callable[[Exception], Exception] | None = None
+    ) -> Generator[RequestT, ResponseT, ResponseT]:
+        """One SDK request of an exchange: its response, or its SDK error raised as
+        ``failure(exc)`` (by default a :class:`ModelClientError` naming the provider)."""
+        try:
+            return (yield request)
+        except self._sdk.APIError as exc:
+            raise (failure or self._error)(exc) from exc
+
+    def _error(self, exc: Exception) -> ModelClientError:
+        return ModelClientError(f"{self.provider}: {type(exc).__name__}: {exc}")
+
+    def _compaction_failure(self, exc: Exception) -> ProviderCompactionError:
+        return compaction_failure(self.provider, self._sdk, exc)
+
+    @abstractmethod
+    def _completion(
+        self, request: CompletionRequest, entry: str
+    ) -> Generator[RequestT, ResponseT, ModelReply]:
+        """One ``complete`` call as an exchange (``entry`` names the call in errors)."""
+
+    @abstractmethod
+    def _send(self, request: RequestT) -> ResponseT:
+        """Send one SDK request, blocking."""
+
+    @abstractmethod
+    async def _asend(self, request: RequestT) -> ResponseT:
+        """Send one SDK request without blocking the event loop."""
+
+    def complete(
+        self,
+        system: str,
+        messages: Sequence[Entry] | str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: ToolChoice = "auto",
+        thinking: int | None = None,
+        max_tokens: int = 4096,
+        model: str | None = None,
+        context_management: ContextManagement | Mapping[str, Any] | None = None,
+    ) -> ModelReply:
+        """Send one request and return the reply.
+
+        ``thinking`` is used where the provider has it (not on OpenAI's APIs).
+        ``context_management`` is this request's server-side edits, instead of the
+        client's (what a client can send is its ``server_edits``).
+        """
+        request = CompletionRequest(
+            system, messages, tools, tool_choice, thinking, max_tokens, model, context_management
+        )
+        return drive(self._completion(request, f"{type(self).__name__}.complete()"), self._send)
+
+    async def acomplete(
+        self,
+        system: str,
+        messages: Sequence[Entry] | str,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: ToolChoice = "auto",
+        thinking: int | None = None,
+        max_tokens: int = 4096,
+        model: str | None = None,
+        context_management: ContextManagement | Mapping[str, Any] | None = None,
+    ) -> ModelReply:
+        """:meth:`complete` without blocking the event loop."""
+        request = CompletionRequest(
+            system, messages, tools, tool_choice, thinking, max_tokens, model, context_management
+        )
+        entry = f"{type(self).__name__}.acomplete()"
+        return await adrive(self._completion(request, entry), self._asend)
