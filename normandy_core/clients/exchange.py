@@ -5,7 +5,8 @@ resumed with its answer; it returns its result. :func:`drive` answers the reques
 calling a function, :func:`adrive` by awaiting one: the model clients and the turn loop
 write their logic once as an exchange, and their sync and async forms differ only in
 how the I/O is done. A request that fails is raised inside the exchange, at the
-``yield`` that asked for it, as if the exchange had made the call itself.
+``yield`` that asked for it, as if the exchange had made the call itself (whatever it
+does not catch, ``KeyboardInterrupt`` and cancellation included, goes up unchanged).
 """
 
 from __future__ import annotations
@@ -20,28 +21,23 @@ ResultT = TypeVar("ResultT")
 
 
 class Exchange(Generic[RequestT, ResultT]):
-    """A running exchange: the request it waits on, or its result once it is done."""
+    """A running exchange: the request it waits on, or its result once it is ``done``."""
 
-    __slots__ = ("_steps", "done", "request", "result")
+    __slots__ = ("_send", "_throw", "done", "request", "result")
 
     def __init__(self, steps: Generator[RequestT, Any, ResultT]) -> None:
-        self._steps = steps
+        self._send = steps.send
+        self._throw = steps.throw
         self.done = False
         self.request: RequestT
         self.result: ResultT
-        self._resume(steps.send, None)
+        self.resume(None)
 
-    def answer(self, value: Any) -> None:
-        """Resume the exchange with the answer to its request."""
-        self._resume(self._steps.send, value)
-
-    def fail(self, error: BaseException) -> None:
-        """Resume the exchange by raising ``error`` where it asked for its request."""
-        self._resume(self._steps.throw, error)
-
-    def _resume(self, how: Callable[[Any], RequestT], value: Any) -> None:
+    def resume(self, answer: Any, error: BaseException | None = None) -> None:
+        """Resume the exchange with the answer to its request, or, given an ``error``, by
+        raising it where the exchange asked for the request."""
         try:
-            self.request = how(value)
+            self.request = self._send(answer) if error is None else self._throw(error)
         except StopIteration as finished:
             self.done = True
             self.result = finished.value
@@ -54,9 +50,9 @@ def drive(steps: Generator[RequestT, Any, ResultT], resolve: Callable[[RequestT]
         try:
             answer = resolve(exchange.request)
         except BaseException as error:  # raised in the exchange: it decides what escapes
-            exchange.fail(error)
+            exchange.resume(None, error)
         else:
-            exchange.answer(answer)
+            exchange.resume(answer)
     return exchange.result
 
 
@@ -69,7 +65,7 @@ async def adrive(
         try:
             answer = await resolve(exchange.request)
         except BaseException as error:  # raised in the exchange: it decides what escapes
-            exchange.fail(error)
+            exchange.resume(None, error)
         else:
-            exchange.answer(answer)
+            exchange.resume(answer)
     return exchange.result

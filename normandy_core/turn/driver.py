@@ -1,13 +1,14 @@
 """The turn's one effect driver, shared by the sync and the async shell.
 
 :class:`TurnRun` holds a turn in progress (the running ``acc``, events, usage, counting)
-and runs the pure core (:mod:`.core`): it applies the effects that need no I/O itself,
-and :meth:`TurnRun.steps` yields the ones that do as requests, an exchange
+and runs the pure core (:mod:`.core`): :meth:`TurnRun.steps` applies the effects that
+need no I/O itself and yields the ones that do, an exchange
 (:mod:`normandy_core.clients.exchange`) that each shell answers in its own way:
 
-- :class:`Compaction`: resolve a boundary (blocking work: :meth:`Compaction.run`);
-- :class:`ModelCall`: call the model client with these arguments;
-- :class:`ToolBatch`: run these tool calls as one batch, their results in call order.
+- :class:`~.core.MaybeCompact`: resolve the boundary, :meth:`TurnRun.compact` (blocking);
+- :class:`~.core.CallModel`: call the model client with :meth:`TurnRun.request`;
+- :class:`~.core.DispatchTools`: run its calls with :attr:`TurnRun.tools` as one batch,
+  their results in call order.
 
 A model call that fails is raised in :meth:`TurnRun.steps`, which turns it into
 :class:`~normandy_core.turn.TurnAborted`; anything else a request raises goes up as it is.
@@ -16,7 +17,7 @@ A model call that fails is raised in :meth:`TurnRun.steps`, which turns it into
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from normandy_core.clients.base import (
     ModelReply,
@@ -36,7 +37,6 @@ from normandy_core.conversation.entries import (
     Entry,
     Role,
     ToolResultBlock,
-    ToolUseBlock,
     new_id,
 )
 from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
@@ -46,7 +46,6 @@ from normandy_core.turn.core import (
     CallModel,
     CompactionDone,
     DispatchTools,
-    Effect,
     Emit,
     Event,
     Finish,
@@ -61,42 +60,14 @@ from normandy_core.turn.core import (
 from normandy_core.turn.result import TurnAborted, TurnResult
 from normandy_core.turn.tools import Tool, declare_tools, tool_map
 
-__all__ = ["Compaction", "ModelCall", "ToolBatch", "TurnIO", "TurnRun"]
+__all__ = ["TurnIO", "TurnRun"]
 
 
-class Compaction(NamedTuple):
-    """Resolve a boundary of the turn: call the compactor of ``acc``."""
-
-    acc: AgentConfig
-    mid_round: bool
-    turn_id: str
-    calibration: Calibration
-
-    def run(self) -> Any:
-        """Resolve the boundary (blocking): ``(acc, meta)`` from :func:`run_compaction`."""
-        return run_compaction(
-            self.acc, mid_round=self.mid_round, turn_id=self.turn_id, calibration=self.calibration
-        )
+#: The effects of the core a shell answers (the others need no I/O).
+TurnIO = MaybeCompact | CallModel | DispatchTools
 
 
-class ModelCall(NamedTuple):
-    """Call the model client's ``complete`` (or ``acomplete``) with ``kwargs``."""
-
-    kwargs: dict[str, Any]
-
-
-class ToolBatch(NamedTuple):
-    """Run ``calls`` with the tools of ``tools``, as one batch; a result per call, in order."""
-
-    calls: tuple[ToolUseBlock, ...]
-    tools: Mapping[str, Tool]
-
-
-#: The I/O a turn asks its shell for.
-TurnIO = Compaction | ModelCall | ToolBatch
-
-
-def check_edits(client: Any, acc: AgentConfig, entry: str) -> None:
+def _check_edits(client: Any, acc: AgentConfig, entry: str) -> None:
     """Refuse, before the first call, a client that cannot send the config's edits."""
     if acc.edits is not None:
         from normandy_core.contract.edits import client_edits
@@ -130,7 +101,7 @@ class TurnRun:
         table = tool_map(tools)
         # stacklevel 3: a warning points at the code that called the shell
         acc = declare_tools(acc, table, entry=entry, stacklevel=3)
-        check_edits(client, acc, entry)
+        _check_edits(client, acc, entry)
         # The turn runs on a config of its own: the caller's config and memory are never
         # changed (the memory is copied; its entries are frozen and shared).
         self.acc = acc.with_memory(acc.memory.copy())
@@ -163,32 +134,42 @@ class TurnRun:
     def steps(self, user_input: Content) -> Generator[TurnIO, Any, TurnResult]:
         """The turn, from the user's message to its :class:`TurnResult`, as an exchange.
 
-        Yields each request a shell answers (a :class:`Compaction`'s ``(acc, meta)``, a
-        :class:`ModelCall`'s :class:`~normandy_core.clients.ModelReply`, a
-        :class:`ToolBatch`'s results) and feeds the answer back to the core.
+        Steps the core and runs its effects in order: those that need no I/O here, and
+        each one a shell answers (a boundary's ``(acc, meta)``, a model call's
+        :class:`~normandy_core.clients.ModelReply`, a tool batch's results) yielded, its
+        answer fed back to the core.
         """
         event: Event | None = UserInput(user_input, tokens=self.tokens("user", user_input))
         while event is not None:
-            effects = self.apply(event)
+            self.state, effects = step(self.state, event)
             event = None
             for effect in effects:
-                if isinstance(effect, MaybeCompact):
-                    boundary = Compaction(
-                        self.acc, effect.mid_round, self.turn_id, self.calibration
-                    )
-                    new_acc, meta = yield boundary
+                if isinstance(effect, AppendMessage):
+                    self.append(effect)
+                elif isinstance(effect, Emit):
+                    self.emit(effect.event)
+                elif isinstance(effect, MaybeCompact):
+                    new_acc, meta = yield effect
                     event = self.compacted(new_acc, meta)
                 elif isinstance(effect, CallModel):
                     estimated = self.estimate()
                     try:
-                        reply = yield ModelCall(self.request(effect))
+                        reply = yield effect
                     except Exception as exc:
                         raise self.abort(exc) from exc
                     event = self.replied(effect, reply, estimated)
                 elif isinstance(effect, DispatchTools):
-                    results = yield ToolBatch(effect.calls, self.tools)
-                    event = self.results(results)
+                    event = self.results((yield effect))
+                elif isinstance(effect, Finish):
+                    self.result = (effect.text, effect.reason)
         return self.finish()
+
+    def compact(self, effect: MaybeCompact) -> Any:
+        """Resolve the boundary ``effect`` asks for (blocking): ``(acc, meta)`` from
+        :func:`run_compaction` on the running acc."""
+        return run_compaction(
+            self.acc, mid_round=effect.mid_round, turn_id=self.turn_id, calibration=self.calibration
+        )
 
     # -- the effects that need no I/O ---------------------------------------------
 
@@ -215,21 +196,6 @@ class TurnRun:
         entry = Entry(id=new_id(), role=role, content=content, turn_id=self.turn_id)
         self._pending = (content, entry.id)
         return self.counter.entry_tokens(self.acc.memory, entry)
-
-    def apply(self, event: Event) -> list[Effect]:
-        """Step the core; run the local effects, return the ones that need I/O."""
-        self.state, effects = step(self.state, event)
-        out: list[Effect] = []
-        for effect in effects:
-            if isinstance(effect, AppendMessage):
-                self.append(effect)
-            elif isinstance(effect, Emit):
-                self.emit(effect.event)
-            elif isinstance(effect, Finish):
-                self.result = (effect.text, effect.reason)
-            else:
-                out.append(effect)
-        return out
 
     def append(self, effect: AppendMessage) -> None:
         """Append a message of the turn, under the id it was counted with (if it was)."""

@@ -1,8 +1,8 @@
 """The shells that run a turn: :func:`run_turn` (sync) and :func:`arun_turn` (async).
 
 Both run the turn's one effect driver (:class:`~normandy_core.turn.driver.TurnRun`) and
-differ only in how they answer its requests: the model client, the tools and the
-boundary. Every boundary is resolved through the core's one boundary function,
+differ only in how they answer the effects it yields: the boundary, the model client and
+the tools. Every boundary is resolved through the core's one boundary function,
 :func:`normandy_core.run_compaction` (``mid_round=False`` at the start of the turn,
 ``True`` after each tool batch). The async shell runs compaction and synchronous tools
 in worker threads, so it never blocks the event loop. A tool that raises, or is
@@ -25,7 +25,8 @@ from normandy_core.contract.eventloop import bind_turn_loop
 from normandy_core.conversation.calibration import Calibration
 from normandy_core.conversation.entries import Content, ToolResultBlock, ToolUseBlock
 from normandy_core.conversation.tokens import TokenCounter
-from normandy_core.turn.driver import Compaction, ModelCall, TurnIO, TurnRun
+from normandy_core.turn.core import CallModel, MaybeCompact
+from normandy_core.turn.driver import TurnIO, TurnRun
 from normandy_core.turn.result import TurnResult
 from normandy_core.turn.tools import (
     Tool,
@@ -91,16 +92,16 @@ def run_turn(
         calibration=calibration,
         on_event=on_event,
     )
-    return drive(run.steps(user_input), functools.partial(_answer, client))
+    return drive(run.steps(user_input), functools.partial(_answer, client, run))
 
 
-def _answer(client: ModelClient, request: TurnIO) -> Any:
-    """Answer one request of a turn, blocking."""
-    if isinstance(request, Compaction):
-        return request.run()
-    if isinstance(request, ModelCall):
-        return client.complete(**request.kwargs)
-    return [_call_tool(request.tools, call) for call in request.calls]
+def _answer(client: ModelClient, run: TurnRun, effect: TurnIO) -> Any:
+    """Answer one effect of a turn, blocking."""
+    if isinstance(effect, MaybeCompact):
+        return run.compact(effect)
+    if isinstance(effect, CallModel):
+        return client.complete(**run.request(effect))
+    return [_call_tool(run.tools, call) for call in effect.calls]
 
 
 def _call_tool(tools: Mapping[str, Tool], call: ToolUseBlock) -> ToolResultBlock:
@@ -160,21 +161,21 @@ async def arun_turn(
         calibration=calibration,
         on_event=on_event,
     )
-    return await adrive(run.steps(user_input), functools.partial(_aanswer, client))
+    return await adrive(run.steps(user_input), functools.partial(_aanswer, client, run))
 
 
-async def _aanswer(client: Any, request: TurnIO) -> Any:
-    """Answer one request of a turn on the event loop."""
-    if isinstance(request, Compaction):
+async def _aanswer(client: Any, run: TurnRun, effect: TurnIO) -> Any:
+    """Answer one effect of a turn on the event loop."""
+    if isinstance(effect, MaybeCompact):
         # the worker thread sees this loop as its turn_loop(): an async model summary
         # runs here, where the client's connections live, not on a loop of its own
         with bind_turn_loop(asyncio.get_running_loop()):
-            return await asyncio.to_thread(request.run)
-    if isinstance(request, ModelCall):
+            return await asyncio.to_thread(run.compact, effect)
+    if isinstance(effect, CallModel):
         if hasattr(client, "acomplete"):
-            return await client.acomplete(**request.kwargs)
-        return await asyncio.to_thread(functools.partial(client.complete, **request.kwargs))
-    return await asyncio.gather(*(_acall_tool(request.tools, call) for call in request.calls))
+            return await client.acomplete(**run.request(effect))
+        return await asyncio.to_thread(functools.partial(client.complete, **run.request(effect)))
+    return await asyncio.gather(*(_acall_tool(run.tools, call) for call in effect.calls))
 
 
 async def _acall_tool(tools: Mapping[str, Tool], call: ToolUseBlock) -> ToolResultBlock:
