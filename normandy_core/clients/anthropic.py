@@ -84,7 +84,7 @@ CONTINUATION = "(The earlier part of this conversation was compacted.)"
 
 def _tool_param(tool: Mapping[str, Any]) -> dict[str, Any]:
     if "input_schema" in tool or "function" not in tool:
-        out = {k: tool[k] for k in ("name", "description", "input_schema") if k in tool}
+        out = {key: tool[key] for key in ("name", "description", "input_schema") if key in tool}
         out.setdefault("input_schema", {"type": "object", "properties": {}})
         return out
     fn = tool["function"]  # an OpenAI-style definition
@@ -100,10 +100,10 @@ def _is_compaction(block: Mapping[str, Any]) -> bool:
 
 def _thinking_at(content: list[dict[str, Any]]) -> int:
     """Where the blocks that the thinking rules judge start: after a leading compaction."""
-    k = 0
-    while k < len(content) and _is_compaction(content[k]):
-        k += 1
-    return k
+    at = 0
+    while at < len(content) and _is_compaction(content[at]):
+        at += 1
+    return at
 
 
 def from_newest_compaction(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -125,8 +125,9 @@ def from_newest_compaction(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _holds_compaction(msgs: list[dict[str, Any]]) -> bool:
     return any(
-        not isinstance(m["content"], str) and any(_is_compaction(b) for b in m["content"])
-        for m in msgs
+        not isinstance(message["content"], str)
+        and any(_is_compaction(block) for block in message["content"])
+        for message in msgs
     )
 
 
@@ -156,14 +157,16 @@ def anthropic_request(
     sys_text, msgs = to_anthropic(entries, system=system or None, strip_thinking=effective is None)
     msgs = from_newest_compaction(msgs)
     if effective is not None:
-        for m in msgs:
-            content = m["content"]
-            if m["role"] != "assistant" or isinstance(content, str):
+        for message in msgs:
+            content = message["content"]
+            if message["role"] != "assistant" or isinstance(content, str):
                 continue
-            has = any(b["type"] in _THINKING_TYPES for b in content)
+            has = any(block["type"] in _THINKING_TYPES for block in content)
             at = _thinking_at(content)
             if has and (at >= len(content) or content[at]["type"] not in _THINKING_TYPES):
-                m["content"] = [b for b in content if b["type"] not in _THINKING_TYPES]
+                message["content"] = [
+                    block for block in content if block["type"] not in _THINKING_TYPES
+                ]
         effective = max(effective, MIN_THINKING_BUDGET)
         max_tokens = max(max_tokens, effective + 1024)
     opens_with_compaction = bool(msgs) and not isinstance(msgs[0]["content"], str)
@@ -175,7 +178,7 @@ def anthropic_request(
     if sys_text:
         kwargs["system"] = sys_text
     if tools:
-        kwargs["tools"] = [_tool_param(t) for t in tools]
+        kwargs["tools"] = [_tool_param(tool) for tool in tools]
         kwargs["tool_choice"] = {"type": tool_choice}
     if effective is not None:
         kwargs["thinking"] = {"type": "enabled", "budget_tokens": effective}
@@ -229,13 +232,18 @@ def _as_data(message: Any) -> dict[str, Any]:
 
 
 def _usage(data: Mapping[str, Any]) -> Usage:
-    u = data.get("usage") or {}
+    usage = data.get("usage") or {}
     return Usage(
-        input_tokens=int(u.get("input_tokens") or 0)
-        + int(u.get("cache_creation_input_tokens") or 0)
-        + int(u.get("cache_read_input_tokens") or 0),
-        output_tokens=int(u.get("output_tokens") or 0),
+        input_tokens=int(usage.get("input_tokens") or 0)
+        + int(usage.get("cache_creation_input_tokens") or 0)
+        + int(usage.get("cache_read_input_tokens") or 0),
+        output_tokens=int(usage.get("output_tokens") or 0),
     )
+
+
+def _total(items: Sequence[Mapping[str, Any]], key: str) -> int:
+    """The sum of ``key`` over ``items`` (a missing or null one counts 0)."""
+    return sum(int(item.get(key) or 0) for item in items)
 
 
 def _reply_events(data: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -248,26 +256,22 @@ def _reply_events(data: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "type": "context_management",
                 "provider": "anthropic",
                 "applied_edits": applied,
-                "cleared_tool_uses": sum(int(e.get("cleared_tool_uses") or 0) for e in applied),
-                "cleared_thinking_turns": sum(
-                    int(e.get("cleared_thinking_turns") or 0) for e in applied
-                ),
-                "cleared_input_tokens": sum(
-                    int(e.get("cleared_input_tokens") or 0) for e in applied
-                ),
+                "cleared_tool_uses": _total(applied, "cleared_tool_uses"),
+                "cleared_thinking_turns": _total(applied, "cleared_thinking_turns"),
+                "cleared_input_tokens": _total(applied, "cleared_input_tokens"),
             }
         )
-    if any(_is_compaction(b) for b in data.get("content") or []):
+    if any(_is_compaction(block) for block in data.get("content") or []):
         iterations = (data.get("usage") or {}).get("iterations") or []
-        spent = [i for i in iterations if i.get("type") == "compaction"]
+        spent = [iteration for iteration in iterations if iteration.get("type") == "compaction"]
         events.append(
             {
                 "type": "provider_compaction",
                 "provider": "anthropic",
                 "paused": data.get("stop_reason") == "compaction",
                 "usage": {
-                    "input_tokens": sum(int(i.get("input_tokens") or 0) for i in spent),
-                    "output_tokens": sum(int(i.get("output_tokens") or 0) for i in spent),
+                    "input_tokens": _total(spent, "input_tokens"),
+                    "output_tokens": _total(spent, "output_tokens"),
                 },
             }
         )
@@ -276,7 +280,7 @@ def _reply_events(data: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _reply(datas: Sequence[Mapping[str, Any]], note: dict[str, Any] | None) -> ModelReply:
     """One reply from one response, or from a paused one and its continuation."""
-    content: list[Any] = [b for data in datas for b in data.get("content") or []]
+    content: list[Any] = [block for data in datas for block in data.get("content") or []]
     try:
         read = from_anthropic([{"role": "assistant", "content": content}])
     except TranscriptError as exc:

@@ -97,12 +97,12 @@ class ModelReply:
     @property
     def tool_uses(self) -> list[ToolUseBlock]:
         """The tool calls of the reply, in order."""
-        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+        return [block for block in self.content if isinstance(block, ToolUseBlock)]
 
     @property
     def text(self) -> str:
         """The reply's text blocks, joined by newlines."""
-        return "\n".join(b.text for b in self.content if isinstance(b, TextBlock))
+        return "\n".join(block.text for block in self.content if isinstance(block, TextBlock))
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def holds_provider_compaction(content: Content) -> bool:
     the Responses API's ``compaction`` item), a summary of everything before it."""
     if isinstance(content, str):
         return False
-    return any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in content)
+    return any(isinstance(block, OpaqueBlock) and block.kind == "compaction" for block in content)
 
 
 def newest_compaction(entries: Sequence[Entry]) -> int | None:
@@ -195,10 +195,10 @@ def _starts_with_thinking(entry: Entry) -> bool:
     # A leading provider compaction is a summary of what came before the entry's own
     # blocks (the provider puts it first in its reply): the rule applies after it.
     blocks = [
-        b
-        for b in entry.blocks
-        if not (isinstance(b, TextBlock) and not b.text)
-        and not (isinstance(b, OpaqueBlock) and b.kind == "compaction")
+        block
+        for block in entry.blocks
+        if not (isinstance(block, TextBlock) and not block.text)
+        and not (isinstance(block, OpaqueBlock) and block.kind == "compaction")
     ]
     return bool(blocks) and isinstance(blocks[0], (ThinkingBlock, RedactedThinkingBlock))
 
@@ -209,14 +209,14 @@ def open_round_start(entries: Sequence[Entry]) -> int | None:
     A round is open when the conversation ends with tool results answering the tool uses
     of the assistant entry before them: the next request continues that round.
     """
-    convo = [e for e in entries if e.role != "system"]
+    convo = [entry for entry in entries if entry.role != "system"]
     if not convo or not convo[-1].tool_results:
         return None
     for i in range(len(entries) - 1, -1, -1):
-        e = entries[i]
-        if e.role == "assistant":
-            return i if e.tool_uses else None
-        if not e.tool_results:
+        entry = entries[i]
+        if entry.role == "assistant":
+            return i if entry.tool_uses else None
+        if not entry.tool_results:
             return None
     return None
 

@@ -113,7 +113,7 @@ def openai_request(
         "max_completion_tokens": max_tokens,
     }
     if tools:
-        kwargs["tools"] = [_tool_param(t) for t in tools]
+        kwargs["tools"] = [_tool_param(tool) for tool in tools]
         kwargs["tool_choice"] = tool_choice
     if reasoning_effort is not None:
         kwargs["reasoning_effort"] = reasoning_effort
@@ -126,15 +126,15 @@ def _reply(completion: Any) -> ModelReply:
     if not choices:
         raise ModelClientError("openai: the reply has no choices")
     choice = choices[0]
-    msg = choice.get("message") or {}
+    message = choice.get("message") or {}
     blocks: list[Block] = []
-    text = msg.get("content")
+    text = message.get("content")
     if isinstance(text, str) and text:
         blocks.append(TextBlock(text=text))
-    refusal = msg.get("refusal")
+    refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal and not text:
         blocks.append(TextBlock(text=refusal))
-    for call in msg.get("tool_calls") or []:
+    for call in message.get("tool_calls") or []:
         fn = call.get("function") or {}
         raw = fn.get("arguments") or "{}"
         try:
@@ -144,12 +144,12 @@ def _reply(completion: Any) -> ModelReply:
         if not isinstance(args, dict):  # keep the call answerable: the tool will refuse it
             args = {"_invalid_arguments": raw}
         blocks.append(ToolUseBlock(id=call["id"], name=fn.get("name", ""), input=args))
-    u = data.get("usage") or {}
+    usage = data.get("usage") or {}
     finish = str(choice.get("finish_reason") or "stop")
     return ModelReply(
         content=tuple(blocks),
         stop_reason=_STOP.get(finish, finish),
-        usage=Usage(int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)),
+        usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
         model=data.get("model"),
     )
 
@@ -184,22 +184,26 @@ def _input_part(block: Block) -> dict[str, Any] | None:
     if isinstance(block, TextBlock):
         return {"type": "input_text", "text": block.text} if block.text else None
     if isinstance(block, ImageBlock):
-        src = block.source
-        if src.get("type") == "file":
-            return {"type": "input_image", "file_id": src.get("file_id"), "detail": "auto"}
-        return {"type": "input_image", "image_url": _data_url(src, "image/png"), "detail": "auto"}
+        source = block.source
+        if source.get("type") == "file":
+            return {"type": "input_image", "file_id": source.get("file_id"), "detail": "auto"}
+        return {
+            "type": "input_image",
+            "image_url": _data_url(source, "image/png"),
+            "detail": "auto",
+        }
     if isinstance(block, DocumentBlock):
-        src = block.source
-        if src.get("type") == "text":
-            return {"type": "input_text", "text": str(src.get("data", ""))}
-        if src.get("type") == "file":
-            return {"type": "input_file", "file_id": src.get("file_id")}
-        if src.get("type") == "url":
-            return {"type": "input_file", "file_url": str(src.get("url", ""))}
+        source = block.source
+        if source.get("type") == "text":
+            return {"type": "input_text", "text": str(source.get("data", ""))}
+        if source.get("type") == "file":
+            return {"type": "input_file", "file_id": source.get("file_id")}
+        if source.get("type") == "url":
+            return {"type": "input_file", "file_url": str(source.get("url", ""))}
         return {
             "type": "input_file",
             "filename": block.title or "document.pdf",
-            "file_data": _data_url(src, "application/pdf"),
+            "file_data": _data_url(source, "application/pdf"),
         }
     if isinstance(block, OpaqueBlock) and block.format == "responses" and block.kind in _PART_KINDS:
         return dict(block.data)
@@ -209,9 +213,10 @@ def _input_part(block: Block) -> dict[str, Any] | None:
 def _output_of(result: ToolResultBlock) -> str | list[dict[str, Any]]:
     if isinstance(result.content, str):
         return result.content
-    if all(isinstance(p, TextBlock) for p in result.content):
+    if all(isinstance(part, TextBlock) for part in result.content):
         return result.text()
-    return [p for p in (_input_part(b) for b in result.content) if p is not None]
+    parts = (_input_part(block) for block in result.content)
+    return [part for part in parts if part is not None]
 
 
 def _assistant_items(entry: Entry) -> list[dict[str, Any]]:
@@ -223,23 +228,23 @@ def _assistant_items(entry: Entry) -> list[dict[str, Any]]:
             items.append({"role": "assistant", "content": "\n\n".join(texts)})
             texts.clear()
 
-    for b in entry.blocks:
-        if isinstance(b, TextBlock):
-            if b.text:
-                texts.append(b.text)
+    for block in entry.blocks:
+        if isinstance(block, TextBlock):
+            if block.text:
+                texts.append(block.text)
             continue
         flush()
-        if isinstance(b, ToolUseBlock):
+        if isinstance(block, ToolUseBlock):
             items.append(
                 {
                     "type": "function_call",
-                    "call_id": b.id,
-                    "name": b.name,
-                    "arguments": json.dumps(b.input, ensure_ascii=False),
+                    "call_id": block.id,
+                    "name": block.name,
+                    "arguments": json.dumps(block.input, ensure_ascii=False),
                 }
             )
-        elif isinstance(b, OpaqueBlock) and b.format == "responses":
-            items.append(dict(b.data))  # reasoning, compaction, server tool calls: verbatim
+        elif isinstance(block, OpaqueBlock) and block.format == "responses":
+            items.append(dict(block.data))  # reasoning, compaction, server tool calls: verbatim
         # thinking and other providers' opaque blocks cannot be read by this API: left out
     flush()
     return items
@@ -251,15 +256,23 @@ def _user_items(entry: Entry) -> list[dict[str, Any]]:
         return [{"role": role, "content": entry.content}] if entry.content else []
     items: list[dict[str, Any]] = []
     parts: list[dict[str, Any]] = []
-    for b in entry.content:
-        if isinstance(b, ToolResultBlock):
+    for block in entry.content:
+        if isinstance(block, ToolResultBlock):
             items.append(
-                {"type": "function_call_output", "call_id": b.tool_use_id, "output": _output_of(b)}
+                {
+                    "type": "function_call_output",
+                    "call_id": block.tool_use_id,
+                    "output": _output_of(block),
+                }
             )
-        elif isinstance(b, OpaqueBlock) and b.format == "responses" and b.kind not in _PART_KINDS:
-            items.append(dict(b.data))  # an output item of a server or computer call, verbatim
+        elif (
+            isinstance(block, OpaqueBlock)
+            and block.format == "responses"
+            and block.kind not in _PART_KINDS
+        ):
+            items.append(dict(block.data))  # an output item of a server or computer call, verbatim
         else:
-            part = _input_part(b)
+            part = _input_part(block)
             if part is not None:
                 parts.append(part)
     if parts:
@@ -278,8 +291,8 @@ def responses_input(entries: Sequence[Entry]) -> list[dict[str, Any]]:
     read them).
     """
     items: list[dict[str, Any]] = []
-    for e in entries:
-        items.extend(_assistant_items(e) if e.role == "assistant" else _user_items(e))
+    for entry in entries:
+        items.extend(_assistant_items(entry) if entry.role == "assistant" else _user_items(entry))
     return items
 
 
@@ -298,7 +311,7 @@ def from_newest_compaction_item(items: list[dict[str, Any]]) -> list[dict[str, A
     )
     if at is None:
         return items
-    return [*(m for m in items[:at] if _is_user_message(m)), *items[at:]]
+    return [*(item for item in items[:at] if _is_user_message(item)), *items[at:]]
 
 
 def responses_request(
@@ -322,7 +335,7 @@ def responses_request(
     if system:
         kwargs["instructions"] = system
     if tools:
-        kwargs["tools"] = [_responses_tool(t) for t in tools]
+        kwargs["tools"] = [_responses_tool(tool) for tool in tools]
         kwargs["tool_choice"] = tool_choice
     if reasoning_effort is not None:
         kwargs["reasoning"] = {"effort": reasoning_effort}
@@ -391,24 +404,29 @@ def _responses_reply(data: Mapping[str, Any]) -> ModelReply:
                     format="responses", kind=kind, data=dict(item), reasoning=kind == "reasoning"
                 )
             )
-    u = data.get("usage") or {}
     events: list[dict[str, Any]] = []
-    if any(isinstance(b, OpaqueBlock) and b.kind == "compaction" for b in blocks):
+    if any(isinstance(block, OpaqueBlock) and block.kind == "compaction" for block in blocks):
         events.append({"type": "provider_compaction", "provider": "openai", "paused": False})
     details = data.get("incomplete_details") or {}
     if data.get("status") == "incomplete" and details.get("reason") == "max_output_tokens":
         stop = "max_tokens"
-    elif any(isinstance(b, ToolUseBlock) for b in blocks):
+    elif any(isinstance(block, ToolUseBlock) for block in blocks):
         stop = "tool_use"
     else:
         stop = "end_turn"
     return ModelReply(
         content=tuple(blocks),
         stop_reason=stop,
-        usage=Usage(int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)),
+        usage=_responses_usage(data),
         model=data.get("model"),
         events=tuple(events),
     )
+
+
+def _responses_usage(data: Mapping[str, Any]) -> Usage:
+    """The usage a Responses API response reports."""
+    usage = data.get("usage") or {}
+    return Usage(int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0))
 
 
 def _compacted(data: Mapping[str, Any]) -> ProviderCompaction:
@@ -429,12 +447,11 @@ def _compacted(data: Mapping[str, Any]) -> ProviderCompaction:
         raise ProviderCompactionError(
             "openai: the compaction item has no encrypted_content", "failed"
         )
-    u = data.get("usage") or {}
     return ProviderCompaction(
         provider="openai",
         item=dict(item),
-        kept=tuple(dict(m) for m in output[:-1]),
-        usage=Usage(int(u.get("input_tokens") or 0), int(u.get("output_tokens") or 0)),
+        kept=tuple(dict(kept) for kept in output[:-1]),
+        usage=_responses_usage(data),
         model=data.get("model"),
     )
 

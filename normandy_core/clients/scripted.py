@@ -87,15 +87,15 @@ class ScriptedClient:
         ``{"type": "tool_use", "id": "t1", "name": "read", "input": {...}}``.
         """
         replies: list[Script] = []
-        for rec in records:
+        for record in records:
             entry = Entry.model_validate(
-                {"id": "r", "role": "assistant", "content": list(rec.get("content", []))}
+                {"id": "r", "role": "assistant", "content": list(record.get("content", []))}
             )
-            usage = rec.get("usage") or {}
+            usage = record.get("usage") or {}
             replies.append(
                 ModelReply(
                     content=entry.blocks,
-                    stop_reason=str(rec.get("stop_reason", "end_turn")),
+                    stop_reason=str(record.get("stop_reason", "end_turn")),
                     usage=Usage(
                         int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0))
                     ),
@@ -124,7 +124,7 @@ class ScriptedClient:
         effective, note = (
             thinking_plan(entries, thinking) if self.thinking_rules else (thinking, None)
         )
-        req = ScriptedRequest(
+        request = ScriptedRequest(
             system=system,
             messages=tuple(entries),
             tools=tuple(tools or ()),
@@ -135,7 +135,7 @@ class ScriptedClient:
             model=model,
         )
         with self._lock:
-            self.requests.append(req)
+            self.requests.append(request)
             if self._next >= len(self._replies):
                 raise ModelClientError(
                     f"scripted client: no reply left for request {len(self.requests)} "
@@ -143,20 +143,23 @@ class ScriptedClient:
                 )
             script = self._replies[self._next]
             self._next += 1
-        reply = script(req) if callable(script) else script
+        reply = script(request) if callable(script) else script
         content: tuple[Block, ...] = reply.content
         if effective is None:
             content = tuple(
-                b for b in content if not isinstance(b, (ThinkingBlock, RedactedThinkingBlock))
+                block
+                for block in content
+                if not isinstance(block, (ThinkingBlock, RedactedThinkingBlock))
             )
         if tool_choice == "none":
-            content = tuple(b for b in content if not isinstance(b, ToolUseBlock))
+            content = tuple(block for block in content if not isinstance(block, ToolUseBlock))
             if not content:
                 content = (TextBlock(text="(no answer)"),)
         usage = reply.usage
         if self.input_tokens is not None:
-            usage = Usage(self.input_tokens(req), usage.output_tokens)
-        stop = "tool_use" if any(isinstance(b, ToolUseBlock) for b in content) else "end_turn"
+            usage = Usage(self.input_tokens(request), usage.output_tokens)
+        uses = any(isinstance(block, ToolUseBlock) for block in content)
+        stop = "tool_use" if uses else "end_turn"
         events = reply.events + ((note,) if note else ())
         return ModelReply(
             content=content,

@@ -235,8 +235,10 @@ class Budget:
 
     def compacted(self, tokens_removed: int) -> Budget:
         """After a compaction removed ``tokens_removed`` of this turn's tokens."""
-        n = max(tokens_removed, 0)
-        return replace(self, in_context=max(self.in_context - n, 0), removed=self.removed + n)
+        removed = max(tokens_removed, 0)
+        return replace(
+            self, in_context=max(self.in_context - removed, 0), removed=self.removed + removed
+        )
 
     def as_dict(self) -> dict[str, int]:
         """JSON-ready view."""
@@ -294,7 +296,7 @@ def _holds_entries(key: str, value: Any) -> bool:
     return (
         isinstance(value, (list, tuple))
         and bool(value)
-        and all(hasattr(v, "id") and hasattr(v, "content") for v in value)
+        and all(hasattr(item, "id") and hasattr(item, "content") for item in value)
     )
 
 
@@ -315,7 +317,7 @@ def boundary_summary(meta: Mapping[str, Any]) -> dict[str, Any]:
             out[key] = value
     for key, value in held:
         items = list(value or [])
-        out[f"{key}_ids"] = [getattr(e, "id", None) for e in items]
+        out[f"{key}_ids"] = [getattr(entry, "id", None) for entry in items]
         out[f"{key}_count"] = len(items)
     out.setdefault("dropped_ids", [])
     out.setdefault("dropped_count", 0)
@@ -353,25 +355,25 @@ def step(state: TurnState, event: Event) -> tuple[TurnState, tuple[Effect, ...]]
     raise InvalidTransition(state, event, f"expected {_EXPECTS[phase]}")
 
 
-def _on_user_input(state: TurnState, ev: UserInput) -> tuple[TurnState, tuple[Effect, ...]]:
-    if not ev.content:
-        raise InvalidTransition(state, ev, "the user's message is empty")
+def _on_user_input(state: TurnState, event: UserInput) -> tuple[TurnState, tuple[Effect, ...]]:
+    if not event.content:
+        raise InvalidTransition(state, event, "the user's message is empty")
     new = replace(
-        state, phase=Phase.STEERING, mid_round=False, budget=_add(state.budget, ev.tokens)
+        state, phase=Phase.STEERING, mid_round=False, budget=_add(state.budget, event.tokens)
     )
     return new, (
         Emit({"type": "turn_started", "turn_id": state.turn_id}),
-        AppendMessage("user", ev.content),
+        AppendMessage("user", event.content),
         _COMPACT_AT_START,
     )
 
 
 def _on_compaction_done(
-    state: TurnState, ev: CompactionDone
+    state: TurnState, event: CompactionDone
 ) -> tuple[TurnState, tuple[Effect, ...]]:
-    meta = ev.meta
+    meta = event.meta
     if not isinstance(meta.get("compacted"), bool):
-        raise InvalidTransition(state, ev, "meta has no boolean 'compacted'")
+        raise InvalidTransition(state, event, "meta has no boolean 'compacted'")
     budget = state.budget
     removed = meta.get("tokens_removed")
     if budget is not None and isinstance(removed, int) and meta["compacted"]:
@@ -411,36 +413,38 @@ def _meaningful(block: Block) -> bool:
     return not (isinstance(block, TextBlock) and not block.text)
 
 
-def _on_model_replied(state: TurnState, ev: ModelReplied) -> tuple[TurnState, tuple[Effect, ...]]:
-    uses = [b for b in ev.content if isinstance(b, ToolUseBlock)]
-    ids = [u.id for u in uses]
+def _on_model_replied(
+    state: TurnState, event: ModelReplied
+) -> tuple[TurnState, tuple[Effect, ...]]:
+    uses = [block for block in event.content if isinstance(block, ToolUseBlock)]
+    ids = [use.id for use in uses]
     if len(set(ids)) != len(ids):
-        raise InvalidTransition(state, ev, f"the reply repeats a tool-use id: {ids}")
-    if any(isinstance(b, ToolResultBlock) for b in ev.content):
-        raise InvalidTransition(state, ev, "a model reply cannot hold tool results")
-    budget = _add(state.budget, ev.tokens)
+        raise InvalidTransition(state, event, f"the reply repeats a tool-use id: {ids}")
+    if any(isinstance(block, ToolResultBlock) for block in event.content):
+        raise InvalidTransition(state, event, "a model reply cannot hold tool results")
+    budget = _add(state.budget, event.tokens)
     if uses and state.final_reason is None:
         new = replace(state, phase=Phase.AWAITING_TOOLS, pending=tuple(ids), budget=budget)
         return new, (
-            AppendMessage("assistant", ev.content),
+            AppendMessage("assistant", event.content),
             Emit(
                 {
                     "type": "tool_batch",
                     "turn_id": state.turn_id,
                     "batch": state.batches + 1,
-                    "calls": [{"id": u.id, "name": u.name} for u in uses],
+                    "calls": [{"id": use.id, "name": use.name} for use in uses],
                 }
             ),
             DispatchTools(tuple(uses)),
         )
     effects: list[Effect] = []
-    content = ev.content
+    content = event.content
     if uses:  # the final call asked for no tools: never leave an unanswered tool use
-        content = tuple(b for b in content if not isinstance(b, ToolUseBlock))
+        content = tuple(block for block in content if not isinstance(block, ToolUseBlock))
         effects.append(Emit({"type": "tool_calls_ignored", "turn_id": state.turn_id, "ids": ids}))
-    if any(_meaningful(b) for b in content):
+    if any(_meaningful(block) for block in content):
         effects.insert(0, AppendMessage("assistant", content))
-    text = "\n".join(b.text for b in content if isinstance(b, TextBlock))
+    text = "\n".join(block.text for block in content if isinstance(block, TextBlock))
     reason: FinishReason = state.final_reason or "answer"
     new = replace(
         state, phase=Phase.DONE, budget=budget, text=text, finish_reason=reason, pending=()
@@ -459,18 +463,18 @@ def _on_model_replied(state: TurnState, ev: ModelReplied) -> tuple[TurnState, tu
     return new, tuple(effects)
 
 
-def _on_tool_results(state: TurnState, ev: ToolResults) -> tuple[TurnState, tuple[Effect, ...]]:
-    got = [r.tool_use_id for r in ev.results]
+def _on_tool_results(state: TurnState, event: ToolResults) -> tuple[TurnState, tuple[Effect, ...]]:
+    got = [result.tool_use_id for result in event.results]
     if len(set(got)) != len(got) or set(got) != set(state.pending):
-        missing = [i for i in state.pending if i not in got]
-        extra = [i for i in got if i not in state.pending]
+        missing = [use_id for use_id in state.pending if use_id not in got]
+        extra = [use_id for use_id in got if use_id not in state.pending]
         raise InvalidTransition(
             state,
-            ev,
+            event,
             f"results must answer each pending tool use once; pending {list(state.pending)}, "
             f"got {got} (missing {missing}, unexpected {extra})",
         )
-    by_id = {r.tool_use_id: r for r in ev.results}
+    by_id = {result.tool_use_id: result for result in event.results}
     ordered = tuple(by_id[i] for i in state.pending)
     new = replace(
         state,
@@ -478,6 +482,6 @@ def _on_tool_results(state: TurnState, ev: ToolResults) -> tuple[TurnState, tupl
         mid_round=True,
         pending=(),
         batches=state.batches + 1,
-        budget=_add(state.budget, ev.tokens),
+        budget=_add(state.budget, event.tokens),
     )
     return new, (AppendMessage("user", ordered), _COMPACT_MID_ROUND)

@@ -118,8 +118,8 @@ def _call_tool(tools: Mapping[str, Tool], call: ToolUseBlock) -> ToolResultBlock
     return tool_result(call, out)
 
 
-async def _await(aw: Awaitable[Any]) -> Any:
-    return await aw
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 async def arun_turn(

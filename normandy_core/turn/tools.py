@@ -77,7 +77,7 @@ def _indent(line: str) -> int:
 
 
 def _join(parts: list[str]) -> str:
-    return " ".join(p.strip() for p in parts if p.strip())
+    return " ".join(part.strip() for part in parts if part.strip())
 
 
 def _starts_section(lines: list[str], i: int) -> bool:
@@ -108,12 +108,12 @@ def param_docs(doc: str) -> dict[str, str]:
     while i < len(lines):
         line = lines[i]
         text = line.strip()
-        if m := _SPHINX_ITEM.match(text):
-            parts, j = [m.group(2)], i + 1
+        if item := _SPHINX_ITEM.match(text):
+            parts, j = [item.group(2)], i + 1
             while j < len(lines) and lines[j].strip() and _indent(lines[j]) > _indent(line):
                 parts.append(lines[j])
                 j += 1
-            found.setdefault(m.group(1), _join(parts))
+            found.setdefault(item.group(1), _join(parts))
             i = j
             continue
         if _SECTION.match(text):
@@ -124,7 +124,7 @@ def param_docs(doc: str) -> dict[str, str]:
             i = _numpy(lines, i, found)
             continue
         i += 1
-    return {k: v for k, v in found.items() if v}
+    return {name: text for name, text in found.items() if text}
 
 
 class _Items:
@@ -407,7 +407,7 @@ def declare_tools(
     """
     if not tools:
         return acc
-    declared = [n for n in map(_declared_name, acc.tools) if n is not None]
+    declared = [name for name in map(_declared_name, acc.tools) if name is not None]
     known = set(declared)
     if acc.recall_settings is not None:  # the loop sends the recall tool's definition
         known.add(acc.recall_settings.tool_name)
@@ -416,7 +416,7 @@ def declare_tools(
         return acc
     derived = [tool_definition(tools[name], name=name) for name in missing]
     if declared:
-        listed = ", ".join(repr(n) for n in declared)
+        listed = ", ".join(repr(name) for name in declared)
         for name in missing:
             warnings.warn(
                 f"{entry}: tool {name!r} has a callable but no definition in "
@@ -445,7 +445,7 @@ def tool_result(call: ToolUseBlock, output: Any) -> ToolResultBlock:
     if (
         isinstance(output, (list, tuple))
         and output
-        and all(isinstance(p, parts_types) for p in output)
+        and all(isinstance(part, parts_types) for part in output)
     ):
         return ToolResultBlock(tool_use_id=call.id, content=tuple(output))
     return ToolResultBlock(
