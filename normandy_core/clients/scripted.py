@@ -134,27 +134,8 @@ class ScriptedClient:
             max_tokens=max_tokens,
             model=model,
         )
-        with self._lock:
-            self.requests.append(request)
-            if self._next >= len(self._replies):
-                raise ModelClientError(
-                    f"scripted client: no reply left for request {len(self.requests)} "
-                    f"(the script has {len(self._replies)})"
-                )
-            script = self._replies[self._next]
-            self._next += 1
-        reply = script(request) if callable(script) else script
-        content: tuple[Block, ...] = reply.content
-        if effective is None:
-            content = tuple(
-                block
-                for block in content
-                if not isinstance(block, (ThinkingBlock, RedactedThinkingBlock))
-            )
-        if tool_choice == "none":
-            content = tuple(block for block in content if not isinstance(block, ToolUseBlock))
-            if not content:
-                content = (TextBlock(text="(no answer)"),)
+        reply = self._next_reply(request)
+        content = _as_sent(reply.content, request)
         usage = reply.usage
         if self.input_tokens is not None:
             usage = Usage(self.input_tokens(request), usage.output_tokens)
@@ -168,6 +149,19 @@ class ScriptedClient:
             model=model or self.model,
             events=events,
         )
+
+    def _next_reply(self, request: ScriptedRequest) -> ModelReply:
+        """Record ``request`` and take the next scripted reply for it."""
+        with self._lock:
+            self.requests.append(request)
+            if self._next >= len(self._replies):
+                raise ModelClientError(
+                    f"scripted client: no reply left for request {len(self.requests)} "
+                    f"(the script has {len(self._replies)})"
+                )
+            script = self._replies[self._next]
+            self._next += 1
+        return script(request) if callable(script) else script
 
     async def acomplete(
         self,
@@ -190,3 +184,19 @@ class ScriptedClient:
             max_tokens=max_tokens,
             model=model,
         )
+
+
+def _as_sent(content: tuple[Block, ...], request: ScriptedRequest) -> tuple[Block, ...]:
+    """A reply's blocks as a provider would answer ``request``: no thinking when it used
+    none, no tool use when it asked for an answer (and then never an empty one)."""
+    if request.effective_thinking is None:
+        content = tuple(
+            block
+            for block in content
+            if not isinstance(block, (ThinkingBlock, RedactedThinkingBlock))
+        )
+    if request.tool_choice == "none":
+        content = tuple(block for block in content if not isinstance(block, ToolUseBlock))
+        if not content:
+            content = (TextBlock(text="(no answer)"),)
+    return content
