@@ -135,16 +135,15 @@ import normandy_core
 mark("import normandy_core (pluggy, the lazy facade)")
 import pydantic.main
 mark("import pydantic")
-import normandy_core.conversation.memory
+normandy_core.Entry
 mark("the entry and block models (pydantic builds their schemas)")
-import normandy_core.transcripts.facade
+normandy_core.compact
 mark("the rest of the core (facade, boundary, transcript readers)")
-from normandy_core.contract import plugins
-plugins._REG.scan()
+normandy_core.list_plugins()
 mark("entry-point scan")
-plugins.resolve_compactor("window_manager")
+normandy_core.resolve_compactor("window_manager")
 mark("window_manager: import, options model, hook validation")
-plugins.hook_manager()
+normandy_core.hook_manager()
 mark("hook plugins loaded (archive, otel)")
 if WINDOW == 6000:
     normandy_core.get_counter("cl100k_base").count_text("hello")
