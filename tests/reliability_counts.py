@@ -98,6 +98,8 @@ MUTATED_DROPPED = 80
 #: Threads reading a memory's token total while the turn appends, and the appends.
 READER_THREADS = 4
 READER_APPENDS = 2000
+#: Generated injection payloads planted in tool outputs summarized by the extractive digest.
+SUMMARY_PAYLOADS = 60
 
 
 @dataclass(frozen=True)
@@ -389,6 +391,16 @@ ROWS: tuple[Row, ...] = (
         f"{len(CWD_INVOCATIONS)} invocations, 3 commands each",
         "all ignore it; its code never runs",
         "tests/test_security.py::test_a_dist_info_in_the_current_directory_is_ignored",
+    ),
+    Row(
+        "Injection payloads in tool output summarized by the extractive digest: identifiers, "
+        "paths, sentences of identifier-shaped tokens, separators, Unicode line and paragraph "
+        "separators, fake section headings; directly and through an earlier summary",
+        f"at least {SUMMARY_PAYLOADS} sessions (hypothesis) at budgets of 64 to 100,000 tokens",
+        "all: every line well-formed, no quote left open, no word of a payload outside a JSON "
+        "string literal",
+        "plugins/normandy-window-manager/tests/test_summary_quotes.py"
+        "::test_no_payload_text_appears_outside_a_quote",
     ),
 )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from normandy_core import Entry, ToolResultBlock, ToolUseBlock, get_counter
 from normandy_window_manager.summarize import extractive_summary
 
@@ -20,7 +22,9 @@ def _round(i: int) -> list[Entry]:
 def _mentioned(digest: str) -> list[str]:
     lines = digest.splitlines()
     at = lines.index("Files and identifiers mentioned:")
-    return lines[at + 1].removeprefix("- ").split(", ")
+    listed = json.loads(f"[{lines[at + 1].removeprefix('- ')}]")  # quoted: JSON strings
+    assert all(isinstance(name, str) for name in listed)
+    return listed
 
 
 def test_first_200_mentions_in_order_when_more_are_present() -> None:
