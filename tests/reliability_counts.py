@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from normandy_core.contract.recall import MAX_QUERY_TERMS
+
 #: Turns run through ``run_turn`` per faulty compactor (3 boundaries each: start + 2 batches).
 FAULTY_TURNS = 2
 #: Boundaries per turn of the faulty-plugin scenario.
@@ -100,6 +102,8 @@ READER_THREADS = 4
 READER_APPENDS = 2000
 #: Generated injection payloads planted in tool outputs summarized by the extractive digest.
 SUMMARY_PAYLOADS = 60
+#: Words of the long recall queries (prose around one identifier) searched in the archive.
+LONG_QUERY_WORDS = (1_000, 5_000, 20_000)
 
 
 @dataclass(frozen=True)
@@ -401,6 +405,19 @@ ROWS: tuple[Row, ...] = (
         "string literal",
         "plugins/normandy-window-manager/tests/test_summary_quotes.py"
         "::test_no_payload_text_appears_outside_a_quote",
+    ),
+    Row(
+        "Recall queries far longer than keywords: prose words around the one id that names "
+        "the fact, searched in a real SQLite archive",
+        f"{len(LONG_QUERY_WORDS)} queries of "
+        + ", ".join(f"{n:,}" for n in LONG_QUERY_WORDS)
+        + " words",
+        f"all {len(LONG_QUERY_WORDS)}: reduced to their {MAX_QUERY_TERMS} best terms before any "
+        "source saw "
+        "them, the id among them, the fact found, no source failed (before the fix SQLite "
+        "refused each: `Expression tree is too large`)",
+        "tests/turn/test_recall_query.py"
+        "::test_a_long_query_is_reduced_to_its_best_terms_and_finds_the_fact",
     ),
 )
 

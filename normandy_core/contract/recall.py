@@ -23,6 +23,7 @@ saying it is data from earlier in the session, never instructions.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -64,8 +65,10 @@ if TYPE_CHECKING:
     from normandy_core.conversation.tokens import TokenCounter
 
 __all__ = [
+    "MAX_QUERY_TERMS",
     "RECALL_TAG",
     "RecallResult",
+    "best_terms",
     "recall",
     "recall_sources",
     "recall_tools",
@@ -83,6 +86,14 @@ _CHARS_PER_TOKEN_MAX = 64
 _MAX_ASKED = 1000
 #: How much of the query the header echoes, in characters.
 _QUERY_ECHO = 160
+#: The most distinct terms a recall searches for. A longer query is reduced to its best
+#: terms (:func:`best_terms`) before any source sees it: a source builds an expression
+#: of the terms, and SQLite refuses one of about a thousand (``Expression tree is too
+#: large``).
+MAX_QUERY_TERMS = 64
+#: What makes a term specific: a digit, ``_``, ``/``, ``.``, ``:``, ``-``, ``#`` or ``@``,
+#: or a capital after a small letter (names, paths, ids, error codes, numbers).
+_SPECIFIC = re.compile(r"[\d_/.:#@-]|[a-z][A-Z]")
 
 
 @dataclass(frozen=True)
@@ -93,7 +104,8 @@ class RecallResult:
     count in ``tokens``); ``hits`` the entries it shows, best first; ``found`` how many
     matching entries the sources gave that the model cannot see already; ``omitted``
     how many of those did not fit; ``truncated`` whether the first one was cut to fit;
-    ``errors`` one line per source that failed (the others' hits are still there).
+    ``errors`` one line per source that failed (the others' hits are still there);
+    ``terms`` the terms searched for (:func:`best_terms` of ``query``).
     """
 
     query: str
@@ -105,6 +117,31 @@ class RecallResult:
     tokens: int
     limit_tokens: int
     errors: tuple[str, ...] = ()
+    terms: tuple[str, ...] = ()
+
+
+def best_terms(query: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
+    """The terms of ``query`` a recall searches for, in the query's order.
+
+    They are its distinct whitespace-separated terms (compared case-insensitively, as
+    the sources match them; the first spelling kept). Of more than ``limit``, the
+    ``limit`` most specific are kept: those shaped like a name, path, id or number (a
+    digit, ``_``, ``/``, ``.``, ``:``, ``-``, ``#``, ``@`` or an inner capital) first,
+    then longer before shorter, then earlier before later.
+    """
+    first: dict[str, str] = {}
+    for term in query.split():
+        first.setdefault(term.lower(), term)
+    distinct = list(first.values())
+    if len(distinct) <= limit:
+        return distinct
+
+    def rank(at: int) -> tuple[bool, int, int]:
+        term = distinct[at]
+        return (_SPECIFIC.search(term) is None, -len(term), at)
+
+    kept = sorted(sorted(range(len(distinct)), key=rank)[:limit])
+    return [distinct[at] for at in kept]
 
 
 def recall_sources() -> list[str]:
@@ -472,7 +509,9 @@ def recall(
     ``session`` is the session whose dropped entries are searched (an agent's
     ``session_id``, or the ``session`` of ``compact()``'s archive note); ``None``
     searches every session of the archive. The query is keywords: entries matching any
-    of them are found, ranked by the source (full-text rank in the archive); a single
+    of them are found, ranked by the source (full-text rank in the archive). A query of
+    any length is searched for its :func:`best_terms` (at most :data:`MAX_QUERY_TERMS`
+    distinct terms, the most specific of a longer one; the result's ``terms``); a single
     word that is an entry id or a tool-use id also finds that entry. Entries holding
     more of the keywords come first, in the sources' order among equals. At most
     ``max_entries`` are asked of the sources; markers and summaries compactors inserted,
@@ -495,12 +534,14 @@ def recall(
     settings = RecallSettings(limit_tokens=limit_tokens, max_entries=max_entries, timeout=timeout)
     tc = get_counter(counter if counter is not None else default_counter_for(model))
     present = list(exclude)
+    terms = best_terms(query)
+    searched = " ".join(terms)  # what every source and the framing see
     # What is left out (the model's earlier recall calls and results above all: they hold
     # the query's words and rank first) can fill a whole answer of the sources: ask again
     # for more, while they had more to give.
     limit = min(2 * settings.max_entries, _MAX_ASKED)
     while True:
-        found, errors = _search(query, session, limit, settings.timeout)
+        found, errors = _search(searched, session, limit, settings.timeout)
         wanted = _wanted(found, present, tool_name)
         if len(wanted) >= 2 * settings.max_entries or len(found) < limit or limit >= _MAX_ASKED:
             break
@@ -508,12 +549,12 @@ def recall(
     # An entry holding more of the keywords first, then the sources' rank: a source's
     # rank weighs a long entry down (bm25), so a long tool output holding every keyword
     # came after short ones holding one, and a bounded result left it out.
-    terms = _terms(query)
-    ranked = sorted(wanted, key=lambda h: -_coverage(h.entry, terms))
+    keywords = _terms(searched)
+    ranked = sorted(wanted, key=lambda h: -_coverage(h.entry, keywords))
     hits = ranked[: settings.max_entries]
     names = {u.id: u.name for e in present for u in e.tool_uses}
     text, shown, truncated = render(
-        query,
+        searched,
         hits,
         limit_tokens=settings.limit_tokens,
         count=tc.count_text,
@@ -531,6 +572,7 @@ def recall(
         tokens=tc.count_text(text),
         limit_tokens=settings.limit_tokens,
         errors=tuple(errors),
+        terms=tuple(terms),
     )
 
 
