@@ -104,6 +104,11 @@ READER_APPENDS = 2000
 SUMMARY_PAYLOADS = 60
 #: Words of the long recall queries (prose around one identifier) searched in the archive.
 LONG_QUERY_WORDS = (1_000, 5_000, 20_000)
+#: Numbers a float reads as zero though their digits are not (underflows), in a file and in
+#: a tool call's arguments (Chat Completions and Responses).
+UNDERFLOW_LITERALS = ("1e-400", "-1e-400", "1E-400", "2e-324", "9.9e-999", "0." + "0" * 400 + "1")
+#: Generated number literals read from a file (hypothesis).
+UNDERFLOW_PROPERTY = 60
 
 
 @dataclass(frozen=True)
@@ -418,6 +423,25 @@ ROWS: tuple[Row, ...] = (
         "refused each: `Expression tree is too large`)",
         "tests/turn/test_recall_query.py"
         "::test_a_long_query_is_reduced_to_its_best_terms_and_finds_the_fact",
+    ),
+    Row(
+        "Numbers that underflow a float (`1e-400`, `2e-324`, a 400-zero fraction, ...) in a "
+        "transcript file (array and JSON Lines) and in the tool arguments of Chat Completions "
+        "and Responses given to `compact()`",
+        f"{len(UNDERFLOW_LITERALS)} literals x 4 places",
+        f"all {4 * len(UNDERFLOW_LITERALS)}: refused as `1e400` is, naming line and column in a "
+        "file and message and field in arguments (before the fix, read as `0.0` and written "
+        "back so)",
+        "tests/test_numbers_underflow.py::test_an_underflow_is_refused_where_it_sits",
+    ),
+    Row(
+        "Generated number literals near and past both ends of the float range read from a "
+        "transcript file",
+        f"at least {UNDERFLOW_PROPERTY} (hypothesis)",
+        "all: refused naming line and column exactly when a float reads them as infinity or "
+        "as zero from digits that are not all zero; every other read as the float it spells",
+        "tests/test_numbers_underflow.py"
+        "::test_any_number_is_refused_exactly_when_it_cannot_be_read_as_it_spells",
     ),
 )
 

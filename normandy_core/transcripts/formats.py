@@ -33,8 +33,11 @@ __all__ = [
     "TranscriptError",
     "WireFormat",
     "as_mapping",
+    "UnderflowedFloat",
     "check_values",
     "inserted_key",
+    "number_literal_problem",
+    "read_json_float",
     "value_problem",
 ]
 
@@ -158,15 +161,90 @@ def _number_problem(value: int | float) -> str | None:
     )
 
 
+#: A digit that makes a number's digits (before any exponent) not all zero.
+_NONZERO_DIGIT = re.compile("[1-9]")
+
+
+def _float_literal_problem(literal: str, value: float) -> str | None:
+    """Why the float literal ``literal``, read as ``value``, cannot be written back as a
+    number of the same value: it overflows (infinity), or underflows (zero from digits
+    that are not all zero). ``None`` when it can."""
+    if math.isfinite(value) and (value != 0 or not _NONZERO_DIGIT.search(_mantissa(literal))):
+        return None
+    shown = literal if len(literal) <= 24 else f"{literal[:12]}...{literal[-6:]}"
+    if value != 0:
+        return (
+            f"the number {shown} is too large for a float (it would be written back as "
+            "Infinity, which is not JSON); refused"
+        )
+    return (
+        f"the number {shown} is too small for a float (it would be written back as "
+        f"{value!r}); refused"
+    )
+
+
+def _mantissa(literal: str) -> str:
+    """A number literal's digits before its exponent."""
+    return literal.lower().partition("e")[0]
+
+
+def number_literal_problem(literal: str) -> str | None:
+    """Why a JSON number ``literal`` cannot be written back as given, or ``None``.
+
+    Refused: ``NaN``, ``Infinity`` and ``-Infinity`` (which Python's ``json`` reads though
+    they are not JSON), a float that overflows (``1e400``, read as infinity) or
+    underflows (``1e-400``, whose digits are not all zero, read as zero), and an integer
+    with more digits than the interpreter converts (``sys.get_int_max_str_digits()``).
+    """
+    if literal in ("NaN", "Infinity", "-Infinity"):
+        return f"{literal} is not a JSON number (it would not be written back as given); refused"
+    if any(c in literal for c in ".eE"):
+        return _float_literal_problem(literal, float(literal))
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+    digits = len(literal.lstrip("-"))
+    if not limit or digits <= limit:
+        return None
+    return (
+        f"an integer of {digits:,} digits, more than this interpreter converts "
+        f"(sys.get_int_max_str_digits() is {limit:,}); refused"
+    )
+
+
+class UnderflowedFloat(float):
+    """Zero read from a JSON number whose digits are not all zero (``1e-400``), by
+    :func:`read_json_float`: it remembers its ``literal``, so that :func:`value_problem`
+    refuses it where it sits, as it refuses the infinity ``1e400`` reads as."""
+
+    literal: str
+
+    def problem(self) -> str:
+        """Why it is refused, naming the number as it was written."""
+        return _float_literal_problem(self.literal, float(self)) or "underflowed"
+
+
+def read_json_float(literal: str) -> float:
+    """The float a JSON number ``literal`` spells, for ``json.loads(parse_float=...)``; an
+    :class:`UnderflowedFloat` when a float reads it as zero though its digits are not all
+    zero (what the decoder would otherwise turn into ``0.0`` without a word)."""
+    value = float(literal)
+    if value != 0 or not _NONZERO_DIGIT.search(_mantissa(literal)):
+        return value
+    zero = UnderflowedFloat(value)
+    zero.literal = literal
+    return zero
+
+
 def value_problem(value: Any, limit: int = MAX_NESTING) -> tuple[str, str] | None:
     """``(field, problem)`` for the first part of ``value`` no transcript may hold, or ``None``.
 
     Refused: nesting deeper than ``limit`` (objects and arrays), strings (or object
     keys) with a lone surrogate, as a ``\\udXXX`` JSON escape gives, and numbers that
     cannot be written back as given: non-finite floats (``inf``, ``nan``; what JSON's
-    ``1e400`` or ``NaN`` read as) and integers with more digits than the interpreter
-    converts. Iterative, so deep input cannot exhaust the stack; ``field`` is a path such
-    as ``content[0].input``.
+    ``1e400`` or ``NaN`` read as), zeros that :func:`read_json_float` read from digits
+    that are not all zero (``1e-400``; a float made any other way cannot be told from
+    zero) and integers with more digits than the interpreter converts. Iterative, so
+    deep input cannot exhaust the stack; ``field`` is a path such as
+    ``content[0].input``.
     """
     stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     while stack:
@@ -188,6 +266,8 @@ def value_problem(value: Any, limit: int = MAX_NESTING) -> tuple[str, str] | Non
         elif isinstance(node, (list, tuple)):
             children = [(f"{path}[{i}]", child) for i, child in enumerate(node)]
         else:
+            if isinstance(node, UnderflowedFloat):
+                return path, node.problem()
             if (
                 (isinstance(node, float) and not math.isfinite(node))
                 or (isinstance(node, int) and node.bit_length() > _ALWAYS_CONVERTED_BITS)

@@ -2,20 +2,21 @@
 
 :func:`read_source` reads a file (or stdin) and refuses, naming the file, line and column,
 what it could not write back as given: text that is not UTF-8 or not JSON, ``NaN`` and
-``Infinity``, a float that overflows, an integer longer than the interpreter converts,
-and JSON nested too deep to decode. A refusal is a :class:`JsonInputError`.
+``Infinity``, a float that overflows or underflows, an integer longer than the interpreter
+converts (the numbers :func:`~normandy_core.transcripts.formats.number_literal_problem`
+refuses), and JSON nested too deep to decode. A refusal is a :class:`JsonInputError`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from normandy_core.errors import NormandyError
+from normandy_core.transcripts.formats import number_literal_problem
 
 __all__ = ["JsonInputError", "JsonSource", "read_source"]
 
@@ -142,19 +143,19 @@ def _refuse_constant(literal: str) -> Any:
     raise _NumberRefused(literal)
 
 
-def _finite_float(literal: str) -> float:
-    value = float(literal)
-    if math.isinf(value):
+def _exact_float(literal: str) -> float:
+    if number_literal_problem(literal) is not None:
         raise _NumberRefused(literal)
-    return value
+    return float(literal)
 
 
 #: The reader's JSON decoder: ``NaN``, ``Infinity`` and ``-Infinity`` (which ``json``
-#: accepts though they are not JSON) and numbers that overflow a float (``1e400``) are
-#: refused, since they would be written back as ``Infinity`` or ``NaN``; an integer
-#: with more digits than ``sys.get_int_max_str_digits()`` makes the decoder itself raise
-#: ``ValueError``. :func:`_bad_number` then finds the literal's line and column.
-_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+#: accepts though they are not JSON) and numbers that overflow a float (``1e400``) or
+#: underflow it (``1e-400``) are refused, since they would be written back as
+#: ``Infinity``, ``NaN`` or ``0.0``; an integer with more digits than
+#: ``sys.get_int_max_str_digits()`` makes the decoder itself raise ``ValueError``.
+#: :func:`_bad_number` then finds the literal's line and column.
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_exact_float)
 
 
 def _decode(text: str, *, name: str, line_offset: int, max_nesting: int) -> Any:
@@ -217,28 +218,6 @@ _JSON_NUMBER = re.compile(
 )
 
 
-def _number_literal_problem(literal: str) -> str | None:
-    """Why the reader refuses a number ``literal``, or ``None``."""
-    if literal in ("NaN", "Infinity", "-Infinity"):
-        return f"{literal} is not a JSON number (it would not be written back as given); refused"
-    shown = literal if len(literal) <= 24 else f"{literal[:12]}...{literal[-6:]}"
-    if any(c in literal for c in ".eE"):
-        if not math.isinf(float(literal)):
-            return None
-        return (
-            f"the number {shown} is too large for a float (it would be written back as "
-            "Infinity, which is not JSON); refused"
-        )
-    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
-    digits = len(literal.lstrip("-"))
-    if not limit or digits <= limit:
-        return None
-    return (
-        f"an integer of {digits:,} digits, more than this interpreter converts "
-        f"(sys.get_int_max_str_digits() is {limit:,}); refused"
-    )
-
-
 def _bad_number(name: str, text: str, line_offset: int, exc: Exception) -> str:
     """``FILE: line L, column C: ...`` for the first number in ``text`` the reader refuses.
 
@@ -249,7 +228,7 @@ def _bad_number(name: str, text: str, line_offset: int, exc: Exception) -> str:
         literal = match.group()
         if literal.startswith('"'):
             continue
-        problem = _number_literal_problem(literal)
+        problem = number_literal_problem(literal)
         if problem is not None:
             line, column = _line_and_column(text, match.start())
             return f"{name}: line {line + line_offset}, column {column}: {problem}"

@@ -33,6 +33,7 @@ from normandy_core.transcripts.formats import (
     TranscriptError,
     WireFormat,
     as_mapping,
+    read_json_float,
     value_problem,
 )
 
@@ -196,7 +197,7 @@ def parse_arguments(args: Any, index: int, where: str, *, vocabulary: str) -> di
     if not isinstance(args, str):
         raise TranscriptError(index, where, f"expected a JSON string ({vocabulary})")
     try:
-        parsed = json.loads(args)
+        parsed = json.loads(args, parse_float=read_json_float)  # underflows kept visible
     except json.JSONDecodeError as exc:
         raise TranscriptError(index, where, f"not valid JSON: {exc.msg}") from exc
     except RecursionError as exc:
