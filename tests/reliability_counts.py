@@ -109,6 +109,10 @@ LONG_QUERY_WORDS = (1_000, 5_000, 20_000)
 UNDERFLOW_LITERALS = ("1e-400", "-1e-400", "1E-400", "2e-324", "9.9e-999", "0." + "0" * 400 + "1")
 #: Generated number literals read from a file (hypothesis).
 UNDERFLOW_PROPERTY = 60
+#: Runs of the Agents SDK example of docs/plugins/openai-agents.md (its three, then more).
+AGENTS_DOC_RUNS = 6
+#: Generated orders of Agents SDK runs with the session, the input filter, or both.
+AGENTS_RUN_ORDERS = 12
 
 
 @dataclass(frozen=True)
@@ -442,6 +446,27 @@ ROWS: tuple[Row, ...] = (
         "as zero from digits that are not all zero; every other read as the float it spells",
         "tests/test_numbers_underflow.py"
         "::test_any_number_is_refused_exactly_when_it_cannot_be_read_as_it_spells",
+    ),
+    Row(
+        "`NormandySession` and `NormandyInputFilter` together, as docs/plugins/openai-agents.md "
+        "combines them: the SDK keeps nothing the filter returns, so the session's store "
+        "still holds what the filter dropped",
+        f"the page's example, {AGENTS_DOC_RUNS} runs (real Agents SDK, SQLite session and archive)",
+        "every call, output and item reached the `after_compact` hooks at most once; the "
+        "archive recorded exactly what the hooks received (before the fix, every dropped "
+        "call and output twice)",
+        "plugins/normandy-openai-agents/tests/test_seams_together.py"
+        "::test_the_docs_example_reports_each_item_once",
+    ),
+    Row(
+        "Agents SDK runs with the session and the filter (run or streamed), the session "
+        "alone or the filter alone (another conversation, same filter), in any order, with "
+        "and without a session limit; the SDK's own `agents.testing.ScriptedModel`",
+        f"at least {AGENTS_RUN_ORDERS} orders (hypothesis) of 2 to 6 runs",
+        "all: no item reached the hooks twice; every request valid; every stored call "
+        "with its output",
+        "plugins/normandy-openai-agents/tests/test_seams_together.py"
+        "::test_any_order_of_runs_reports_each_item_once",
     ),
 )
 

@@ -9,6 +9,12 @@
   every model call of a run, the input the model is about to receive is compacted, so a
   long tool-using run stays within the window with or without a session.
 
+Used together, the two report each item once: the SDK keeps nothing the filter returns,
+so the session's store still holds what the filter dropped; the session that read the
+run's history learns what the filter last returned, and at its next read stores that in
+place of what the filter was given (:meth:`NormandySession.get_items`), so nothing the
+filter dropped is compacted (and reported) again.
+
 Each compaction is reported the framework's ways: an ``on_compact`` callback, a custom
 span named :data:`SPAN` in the run's trace, and a log line (logger
 ``normandy_openai_agents``, INFO).
@@ -19,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from agents.memory import Session
@@ -42,6 +49,17 @@ FILTER_ENTRY = "normandy_openai_agents.NormandyInputFilter()"
 SPAN = "normandy_compaction"
 
 
+#: The :class:`NormandySession` whose history the run in this context read. The SDK gives
+#: an input filter no handle on the run's session, so a session names itself here when
+#: the runner reads it (the run's later steps, its tasks included, share its context),
+#: and the filter hands it what it returned. Whatever it names is only a candidate: the
+#: session takes a filter's lists only when its input starts with the history the session
+#: returned, and uses them only where its stored items still hold that input.
+_READ_BY: ContextVar[NormandySession | None] = ContextVar(
+    "normandy_openai_agents_session", default=None
+)
+
+
 def span_data(done: AgentsCompaction) -> dict[str, Any]:
     """The JSON-ready figures of a compaction, as its span carries them."""
     figures = done.result.figures()
@@ -52,6 +70,47 @@ def span_data(done: AgentsCompaction) -> dict[str, Any]:
         "items_after": len(done.items),
         "notes": notes,
     }
+
+
+class _Handover:
+    """What the input filters of a session's run returned, for the session's next read.
+
+    ``start`` is where the history the run was shown starts among the stored items (a
+    ``limit`` leaves older ones out) and ``known`` what every input of the run starts
+    with: that history, then the input a filter was last given. A filter's lists are
+    taken only when its input starts with ``known`` (one of another conversation, run in
+    the same context without this session, is left out), and :meth:`applied` puts its
+    last return in place of its input only where the stored items still hold that input.
+    """
+
+    def __init__(self, start: int, known: list[Any]) -> None:
+        self.start = start
+        self.known = known
+        self.given: list[Any] | None = None
+        self.returned: list[Any] = []
+
+    def offer(self, given: list[Any], returned: list[Any]) -> None:
+        """A filter of the run was given ``given`` and returned ``returned``."""
+        if len(given) >= len(self.known) and given[: len(self.known)] == self.known:
+            self.known = self.given = given
+            self.returned = returned
+
+    def applied(self, read: list[Any]) -> list[Any]:
+        """``read`` (the stored items) with the last filter's return in place of its input,
+        or ``read`` itself when no filter changed anything or the store changed."""
+        given, start = self.given, self.start
+        if given is None or self.returned == given:
+            return read
+        end = start + len(given)
+        if len(read) < end or read[start:end] != given:
+            return read
+        logger.info(
+            "%s: the input filter's %d items stored in place of the %d it was given",
+            SESSION_ENTRY,
+            len(self.returned),
+            len(given),
+        )
+        return [*read[:start], *self.returned, *read[end:]]
 
 
 class _Adapter(AdapterSeam[AgentsCompaction]):
@@ -96,6 +155,11 @@ class NormandySession(_Adapter):
     The wrapped session must return its whole history from ``get_items()``: one with
     ``session_settings.limit`` set is refused (give the limit to this session instead,
     which applies it after compacting, never cutting between a call and its output).
+
+    With a :class:`NormandyInputFilter` in the same runs, what the filter dropped is not
+    dropped (nor reported) again here: the filter hands this session the input it was last
+    given and what it returned, and the next read stores that return in place of the
+    input (when the stored items still start with it) before compacting.
     """
 
     entry = SESSION_ENTRY
@@ -120,23 +184,43 @@ class NormandySession(_Adapter):
         self.session = session
         self.session_id: str = session.session_id
         self.session_settings = session_settings
+        self._handover = _Handover(0, [])  # what the filters of the last run returned
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         """The stored history, compacted (and stored compacted when it was).
 
-        ``limit`` (or ``session_settings.limit``) keeps the newest items of the compacted
-        history, starting after any tool output whose call the cut left out."""
+        When an input filter compacted the last run's input, its last return stands in
+        for what it was given first, so what it dropped is neither compacted nor reported
+        again. ``limit`` (or ``session_settings.limit``) keeps the newest items of the
+        compacted history, starting after any tool output whose call the cut left out."""
         async with self._lock:
-            items = list(await self.session.get_items())
+            read = list(await self.session.get_items())
+            items = self._handover.applied(read)
             done = await self._compact(items, mid_round=False)
             if done.compacted:
-                await self._replace(items, done.items)
                 items = done.items
-        if limit is None:
-            limit = getattr(self.session_settings, "limit", None)
-        if limit is not None:
-            items = newest(items, limit)
-        return items
+            if items is not read:
+                await self._replace(read, items)
+            if limit is None:
+                limit = getattr(self.session_settings, "limit", None)
+            shown = items if limit is None else newest(items, limit)
+            # the run's input starts with what it is shown: its input filter hands back here
+            self._handover = _Handover(len(items) - len(shown), shown)
+            _READ_BY.set(self)
+        return shown
+
+    def note_filtered(self, given: list[Any], returned: list[Any]) -> None:
+        """Tell the session that an input filter of its run was given ``given`` (the run's
+        input) and returned ``returned``.
+
+        :class:`NormandyInputFilter` calls it before every model call of a run that read
+        this session; a ``call_model_input_filter`` of your own may too. The next
+        :meth:`get_items` stores the last ``returned`` in place of its ``given``, so what
+        the filter dropped is not compacted (nor reported) again. Ignored when ``given``
+        does not start with the history this session last returned (then with the input
+        noted last): the list of another conversation.
+        """
+        self._handover.offer(given, returned)
 
     async def _replace(self, read: list[Any], items: list[Any]) -> None:
         """Store ``items`` instead of ``read``: in one transaction where the wrapped
@@ -193,7 +277,10 @@ class NormandyInputFilter(_Adapter):
     :func:`normandy_core.compact`'s continuation (only the new items are read and
     counted). Earlier cuts are kept, and each dropped item reaches the ``after_compact``
     hooks once. Use one filter per conversation; an input that does not extend the last
-    one is compacted from scratch.
+    one is compacted from scratch. In a run with a
+    :class:`~normandy_openai_agents.NormandySession`, the filter hands it each input and
+    what it returned, so the session does not drop (nor report) again what the filter
+    dropped.
     """
 
     entry = FILTER_ENTRY
@@ -216,4 +303,7 @@ class NormandyInputFilter(_Adapter):
             out = done.items
             self._given = items
             self._returned = list(out)
+        session = _READ_BY.get()
+        if session is not None:
+            session.note_filtered(items, self._returned)
         return ModelInputData(input=out, instructions=data.model_data.instructions)
