@@ -29,15 +29,13 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Any:
         patch.setenv("NORMANDY_ARCHIVE_PATH", str(path))
         patch.delenv("NORMANDY_ARCHIVE_URL", raising=False)
         patch.delenv("NORMANDY_ARCHIVE_SESSION", raising=False)
+        files = ["billing/ledger.py", *(f"src/mod_{n}.py" for n in range(1, 8))]
         messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the drift."}]
-        for n in range(8):
-            file = "billing/ledger.py" if n == 0 else f"src/mod_{n}.py"
-            call = {"id": f"call_{n}", "type": "function"}
-            call["function"] = {"name": "read_file", "arguments": f'{{"path": "{file}"}}'}
-            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-            messages.append(
-                {"role": "tool", "tool_call_id": f"call_{n}", "content": read_file(file)}
-            )
+        for n, file in enumerate(files):  # Anthropic Messages, one read per round
+            use = {"type": "tool_use", "id": f"toolu_{n}", "name": "read_file"}
+            result = {"type": "tool_result", "tool_use_id": f"toolu_{n}"}
+            messages.append({"role": "assistant", "content": [{**use, "input": {"path": file}}]})
+            messages.append({"role": "user", "content": [{**result, "content": read_file(file)}]})
         result = compact(messages, model="gpt-4o", window=2500, opts={"reserved_tokens": 300})
         assert FACT not in str(result.messages)
         yield path, result.archive["session"]  # type: ignore[index]
