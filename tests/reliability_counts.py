@@ -98,6 +98,13 @@ MUTATED_DROPPED = 80
 #: Threads reading a memory's token total while the turn appends, and the appends.
 READER_THREADS = 4
 READER_APPENDS = 2000
+#: Compactions whose compactor changes an entry in place (five ways, kept and dropped
+#: entries, with and without compaction_timeout).
+IN_PLACE_CHANGES = 20
+#: Entries dropped in one compaction while a before_commit hook tries to change them.
+MUTATING_HOOK_ENTRIES = 8
+#: Seconds an abandoned compactor keeps trying to change the live entries.
+ABANDONED_MUTATION_SECONDS = 0.3
 
 
 @dataclass(frozen=True)
@@ -389,6 +396,29 @@ ROWS: tuple[Row, ...] = (
         f"{len(CWD_INVOCATIONS)} invocations, 3 commands each",
         "all ignore it; its code never runs",
         "tests/test_security.py::test_a_dist_info_in_the_current_directory_is_ignored",
+    ),
+    Row(
+        "Compactor changing entries in place (`e.metadata[k] = v`, appending to a list in "
+        "the metadata, `object.__setattr__` on metadata, content or turn), on kept and "
+        "dropped entries, with and without `compaction_timeout`",
+        f"{IN_PLACE_CHANGES} compactions",
+        f"all {IN_PLACE_CHANGES} refused (error path); the caller's entries as they were",
+        "tests/test_entry_immutability.py::test_in_place_changes_are_refused_every_time",
+    ),
+    Row(
+        "`before_commit` hook changing the dropped entries' metadata before the other hooks "
+        "and the archive record them",
+        f"1 compaction of {MUTATING_HOOK_ENTRIES} dropped entries",
+        "no change went through; the next hook and the archive recorded the originals",
+        "tests/test_entry_immutability.py::"
+        "test_a_before_commit_hook_cannot_change_what_later_hooks_and_the_archive_record",
+    ),
+    Row(
+        "Compactor abandoned past `compaction_timeout` that keeps changing the live "
+        "entries' metadata",
+        f"{ABANDONED_MUTATION_SECONDS:g} s of attempts",
+        "none went through (before: 1,264 to 3,342); the live entries as they were",
+        "tests/test_entry_immutability.py::test_an_abandoned_compactor_cannot_change_live_entries",
     ),
 )
 
