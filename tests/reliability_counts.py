@@ -105,6 +105,13 @@ IN_PLACE_CHANGES = 20
 MUTATING_HOOK_ENTRIES = 8
 #: Seconds an abandoned compactor keeps trying to change the live entries.
 ABANDONED_MUTATION_SECONDS = 0.3
+#: The input tokens an under-reporting provider reports, whatever it was sent (the issue's).
+UNDER_REPORTED_TOKENS = 10
+#: Turns run against that provider before a fresh agent must still compact against it.
+UNDER_REPORTING_TURNS = 12
+#: Generated sequences of provider observations, each followed by a boundary decision
+#: checked against the exact count (hypothesis, at least).
+CALIBRATION_SEQUENCES = 60
 
 
 @dataclass(frozen=True)
@@ -419,6 +426,32 @@ ROWS: tuple[Row, ...] = (
         f"{ABANDONED_MUTATION_SECONDS:g} s of attempts",
         "none went through (before: 1,264 to 3,342); the live entries as they were",
         "tests/test_entry_immutability.py::test_an_abandoned_compactor_cannot_change_live_entries",
+    ),
+    Row(
+        f"A provider reporting `prompt_tokens={UNDER_REPORTED_TOKENS}` (`OpenAIClient` "
+        "against a loopback Chat Completions server), then a fresh agent with 3,480 tokens "
+        "in a 3,000-token window",
+        "1 turn, then 4 ways to the fresh agent's boundary (no client, `compact()`, "
+        "`run_turn` against that server and against an honest one)",
+        "all 4 compacted (before: not compacted, the process-wide factor at 0.5); the "
+        "request sent fits the window",
+        "tests/clients/test_calibration_endpoints.py::"
+        "test_one_under_reporting_provider_leaves_a_fresh_agent_compacting",
+    ),
+    Row(
+        "The same under-reporting provider, turn after turn",
+        f"{UNDER_REPORTING_TURNS} turns, then a fresh agent against it",
+        "its factor stays 1.0; the fresh agent compacted, its request within the window",
+        "tests/clients/test_calibration_endpoints.py::"
+        "test_repeated_under_reporting_never_turns_compaction_off",
+    ),
+    Row(
+        "Generated provider reports on three endpoints (any count, proportional or not), "
+        "then the boundary's decision on a conversation",
+        f"at least {CALIBRATION_SEQUENCES} sequences (hypothesis)",
+        "no skip of a conversation the exact count puts over the level; no factor below the floor",
+        "tests/clients/test_calibration_endpoints.py::"
+        "test_the_calibrated_decision_never_skips_an_over_trigger_conversation",
     ),
 )
 
