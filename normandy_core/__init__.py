@@ -116,6 +116,8 @@ if TYPE_CHECKING:
         Content as Content,
         DocumentBlock as DocumentBlock,
         Entry as Entry,
+        FrozenDict as FrozenDict,
+        FrozenList as FrozenList,
         ImageBlock as ImageBlock,
         OpaqueBlock as OpaqueBlock,
         RedactedThinkingBlock as RedactedThinkingBlock,
@@ -123,6 +125,7 @@ if TYPE_CHECKING:
         ThinkingBlock as ThinkingBlock,
         ToolResultBlock as ToolResultBlock,
         ToolUseBlock as ToolUseBlock,
+        freeze as freeze,
         new_id as new_id,
     )
     from normandy_core.conversation.memory import (

@@ -9,6 +9,7 @@ one :func:`render_table` makes from :data:`ROWS` and that every test it names ex
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from normandy_core.contract.recall import MAX_QUERY_TERMS
 
@@ -113,6 +114,20 @@ UNDERFLOW_PROPERTY = 60
 AGENTS_DOC_RUNS = 6
 #: Generated orders of Agents SDK runs with the session, the input filter, or both.
 AGENTS_RUN_ORDERS = 12
+#: Compactions whose compactor changes an entry in place (five ways, kept and dropped
+#: entries, with and without compaction_timeout).
+IN_PLACE_CHANGES = 20
+#: Entries dropped in one compaction while a before_commit hook tries to change them.
+MUTATING_HOOK_ENTRIES = 8
+#: Seconds an abandoned compactor keeps trying to change the live entries.
+ABANDONED_MUTATION_SECONDS = 0.3
+#: The input tokens an under-reporting provider reports, whatever it was sent (the issue's).
+UNDER_REPORTED_TOKENS = 10
+#: Turns run against that provider before a fresh agent must still compact against it.
+UNDER_REPORTING_TURNS = 12
+#: Generated sequences of provider observations, each followed by a boundary decision
+#: checked against the exact count (hypothesis, at least).
+CALIBRATION_SEQUENCES = 60
 
 
 @dataclass(frozen=True)
@@ -468,6 +483,55 @@ ROWS: tuple[Row, ...] = (
         "plugins/normandy-openai-agents/tests/test_seams_together.py"
         "::test_any_order_of_runs_reports_each_item_once",
     ),
+    Row(
+        "Compactor changing entries in place (`e.metadata[k] = v`, appending to a list in "
+        "the metadata, `object.__setattr__` on metadata, content or turn), on kept and "
+        "dropped entries, with and without `compaction_timeout`",
+        f"{IN_PLACE_CHANGES} compactions",
+        f"all {IN_PLACE_CHANGES} refused (error path); the caller's entries as they were",
+        "tests/test_entry_immutability.py::test_in_place_changes_are_refused_every_time",
+    ),
+    Row(
+        "`before_commit` hook changing the dropped entries' metadata before the other hooks "
+        "and the archive record them",
+        f"1 compaction of {MUTATING_HOOK_ENTRIES} dropped entries",
+        "no change went through; the next hook and the archive recorded the originals",
+        "tests/test_entry_immutability.py::"
+        "test_a_before_commit_hook_cannot_change_what_later_hooks_and_the_archive_record",
+    ),
+    Row(
+        "Compactor abandoned past `compaction_timeout` that keeps changing the live "
+        "entries' metadata",
+        f"{ABANDONED_MUTATION_SECONDS:g} s of attempts",
+        "none went through (before: 1,264 to 3,342); the live entries as they were",
+        "tests/test_entry_immutability.py::test_an_abandoned_compactor_cannot_change_live_entries",
+    ),
+    Row(
+        f"A provider reporting `prompt_tokens={UNDER_REPORTED_TOKENS}` (`OpenAIClient` "
+        "against a loopback Chat Completions server), then a fresh agent with 3,480 tokens "
+        "in a 3,000-token window",
+        "1 turn, then 4 ways to the fresh agent's boundary (no client, `compact()`, "
+        "`run_turn` against that server and against an honest one)",
+        "all 4 compacted (before: not compacted, the process-wide factor at 0.5); the "
+        "request sent fits the window",
+        "tests/clients/test_calibration_endpoints.py::"
+        "test_one_under_reporting_provider_leaves_a_fresh_agent_compacting",
+    ),
+    Row(
+        "The same under-reporting provider, turn after turn",
+        f"{UNDER_REPORTING_TURNS} turns, then a fresh agent against it",
+        "its factor stays 1.0; the fresh agent compacted, its request within the window",
+        "tests/clients/test_calibration_endpoints.py::"
+        "test_repeated_under_reporting_never_turns_compaction_off",
+    ),
+    Row(
+        "Generated provider reports on three endpoints (any count, proportional or not), "
+        "then the boundary's decision on a conversation",
+        f"at least {CALIBRATION_SEQUENCES} sequences (hypothesis)",
+        "no skip of a conversation the exact count puts over the level; no factor below the floor",
+        "tests/clients/test_calibration_endpoints.py::"
+        "test_the_calibrated_decision_never_skips_an_over_trigger_conversation",
+    ),
 )
 
 
@@ -482,5 +546,14 @@ def render_table() -> str:
     return "\n".join(lines) + "\n"
 
 
-if __name__ == "__main__":  # print the table to paste into docs/reliability.md
-    print(render_table(), end="")
+def write_page(page: Path) -> None:
+    """Put the table of :data:`ROWS` between the table markers of ``page``."""
+    text = page.read_text(encoding="utf-8")
+    begin, end = "<!-- reliability-table:begin -->\n", "<!-- reliability-table:end -->"
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    page.write_text(head + begin + render_table() + end + tail, encoding="utf-8")
+
+
+if __name__ == "__main__":  # regenerate the table of docs/reliability.md
+    write_page(Path(__file__).resolve().parent.parent / "docs" / "reliability.md")

@@ -11,6 +11,7 @@ once, as an exchange that builds the SDK requests and reads the responses
 from __future__ import annotations
 
 import importlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
@@ -106,6 +107,18 @@ class SdkClient(ABC, Generic[RequestT, ResponseT]):
         self._options = options
         self._client = client
         self._async_client = async_client
+
+    @property
+    def endpoint(self) -> str:
+        """Where this client's requests go, as calibration tells providers apart:
+        ``"<provider>:<base URL>"``, the URL given, else a ready SDK client's, else the
+        SDK's default (its ``<PROVIDER>_BASE_URL`` variable, or ``default``)."""
+        url = self._options.get("base_url")
+        if url is None and self._client is not None:
+            url = getattr(self._client, "base_url", None)
+        if url is None:
+            url = os.environ.get(f"{self.provider.upper()}_BASE_URL") or "default"
+        return f"{self.provider}:{str(url).rstrip('/')}"
 
     def _import_sdk(self) -> Any:
         try:

@@ -146,28 +146,35 @@ def check_compaction(
         the skip and error paths, ``dropped`` entries (the caller's ``acc`` is the result
         there, whatever came back, and an empty ``dropped`` is removed); token figures that
         are not non-negative ints; ``dropped`` that is not a list of entries of the input's
-        active branch, once each, oldest first, equal to the originals; an entry listed in
-        ``dropped`` that was kept unchanged; an entry that left the active branch or was
-        rewritten (other than losing its thinking) without being listed (silent loss); a
+        active branch, once each, oldest first, equal to the originals (content and
+        metadata); an entry listed in ``dropped`` that was kept unchanged; an entry that
+        left the active branch or was rewritten (other than losing its thinking) without
+        being listed (silent loss); a kept entry whose metadata differs from the
+        original's without being listed; a
         tool use or result separated from its partner; an entry a survival rule keeps
         (``ctx.rules``) dropped or rewritten other than losing its thinking; a kept
         history that starts with an assistant message; thinking kept by a mid-round
         compaction.
     :raises normandy_core.SurvivalError: the ``keep_if`` predicate raised.
     """
-    if (
+    if _plain_skip(acc, result):
+        # The common skip path, nothing to check. The full check gives the same verdict
+        # (a property test says so).
+        return CompactionResult(acc, SKIP)
+    return _check(compactor, acc, ctx, result)
+
+
+def _plain_skip(acc: AgentConfig, result: object) -> bool:
+    """Whether ``result`` is exactly ``(acc, {"compacted": False})`` (``False`` itself:
+    ``{"compacted": 0}`` compares equal, and the full check refuses it)."""
+    return (
         type(result) is tuple
         and len(result) == 2
         and result[0] is acc
         and type(result[1]) is dict
         and len(result[1]) == 1
         and result[1].get("compacted") is False
-    ):
-        # The common skip path, nothing to check: exactly ``(acc, {"compacted": False})``
-        # (``False`` itself: ``{"compacted": 0}`` compares equal, and the full check
-        # refuses it). The full check gives the same verdict (a property test says so).
-        return CompactionResult(acc, SKIP)
-    return _check(compactor, acc, ctx, result)
+    )
 
 
 def _check(
@@ -306,29 +313,49 @@ def _check_dropped(
             refuse(f"reported 'dropped' not oldest first without repeats (at {item.id!r})")
         original = old[i]
         if item is not original and item != original:
-            refuse(f"reported dropped entry {item.id!r} with content other than it had")
+            what = "metadata" if _same_content(item, original) else "content"
+            refuse(f"reported dropped entry {item.id!r} with {what} other than it had")
         kept = now.get(item.id)
-        if kept is not None and (
-            kept.content is original.content or kept.content == original.content
-        ):
+        if kept is not None and _same_content(kept, original) and _same_metadata(kept, original):
             refuse(f"reported dropped entry {item.id!r}, which it kept unchanged")
         reported.add(item.id)
         last = i
-    lost = []
+    lost: list[str] = []
+    remarked: list[str] = []
     for e in old:
         if e.id in reported:
             continue
         kept = now.get(e.id)
-        if kept is None or (
-            kept.content is not e.content
-            and _content_without_thinking(kept) != _content_without_thinking(e)
+        if kept is None or not (
+            _same_content(kept, e)
+            or _content_without_thinking(kept) == _content_without_thinking(e)
         ):
             lost.append(e.id)
+        elif not _same_metadata(kept, e):
+            remarked.append(e.id)
     if lost:
         refuse(
-            f"removed or rewrote {len(lost)} entr{'y' if len(lost) == 1 else 'ies'} without "
-            f"reporting them in 'dropped' (lost silently): {lost[:5]}"
+            f"removed or rewrote {_entries(lost)} without reporting them in 'dropped' "
+            f"(lost silently): {lost[:5]}"
         )
+    if remarked:
+        refuse(
+            f"changed the metadata of {_entries(remarked)} it kept, without reporting them "
+            f"in 'dropped': {remarked[:5]}; a kept entry stays as it was, or its original "
+            "is reported in 'dropped'"
+        )
+
+
+def _same_content(kept: Entry, original: Entry) -> bool:
+    return kept.content is original.content or kept.content == original.content
+
+
+def _same_metadata(kept: Entry, original: Entry) -> bool:
+    return kept.metadata is original.metadata or kept.metadata == original.metadata
+
+
+def _entries(ids: Sequence[str]) -> str:
+    return f"{len(ids)} entr{'y' if len(ids) == 1 else 'ies'}"
 
 
 def call_compactor(
@@ -337,11 +364,15 @@ def call_compactor(
     """Call ``compactor.maybe_compact(acc, ctx, opts)`` and check what it did and returned.
 
     The memory it was given is restored when the compactor appended to it (also when it
-    then raised). Exceptions of the compactor propagate unchanged (``BaseException``
-    included); callers decide what they become.
+    then raised), and so is an entry it changed in place (``object.__setattr__`` gets
+    past a frozen model) when it raised or returned anything but the plain skip: the
+    memory finds such a change (:meth:`~normandy_core.AgentMemory.undo_changes_in_place`)
+    by a walk of the conversation, made where the result is checked in full, so not at
+    a boundary that skips. Exceptions of the compactor propagate unchanged
+    (``BaseException`` included); callers decide what they become.
 
-    :raises ContractViolation: the compactor mutated its input, or
-        :func:`check_compaction` refused its result.
+    :raises ContractViolation: the compactor mutated its input (naming the entries it
+        changed in place), or :func:`check_compaction` refused its result.
     """
     memory = acc.memory
     snapshot = memory.state()
@@ -349,6 +380,7 @@ def call_compactor(
         raw = compactor.maybe_compact(acc, ctx, opts)
     except BaseException:
         memory.restore(snapshot)
+        memory.undo_changes_in_place()
         if acc.memory is not memory:
             object.__setattr__(acc, "memory", memory)
         raise
@@ -361,6 +393,14 @@ def call_compactor(
         object.__setattr__(acc, "memory", memory)
         raise ContractViolation(
             f"{_describe(compactor)} replaced the memory of the config it was given (restored)"
+        )
+    if not _plain_skip(acc, raw) and (changed := memory.undo_changes_in_place()):
+        listed = "; ".join(
+            f"entry {eid!r} (its {', '.join(names)})" for eid, names in list(changed.items())[:5]
+        )
+        raise ContractViolation(
+            f"{_describe(compactor)} changed {_entries(list(changed))} in place, which "
+            f"entries never are (put back): {listed}"
         )
     return check_compaction(compactor, acc, ctx, raw)
 

@@ -1,27 +1,41 @@
-"""Calibrated token counting: correct a counter per model with what the provider reports.
+"""Calibrated token counting: correct a counter with what a provider reports.
 
 A local counter is exact only for OpenAI's own encodings; for other models the
 character estimate can be off either way (it under-counts code and JSON). Each model
 reply reports the input tokens the provider counted; the turn shells feed that back
 with :meth:`Calibration.observe`, comparing it with the counter's raw count of the same
-request. :class:`CalibratedCounter` then scales the raw counts by the model's factor.
+request. :class:`CalibratedCounter` then scales the raw counts by the factor learned.
 
-Factors are kept per model *and* counter (a ratio learned against one counter means
-nothing for another), so a compactor and the shell share evidence when they count with
-the same counter: the shells count with the compactor's ``counter`` option when it has
-one, else with :func:`~normandy_core.default_counter_for` the model, which is also the
-documented default of the window-sized compactors.
+Factors are kept per client endpoint, model and counter: a ratio learned against one
+counter means nothing for another, and what one provider reports (a proxy that
+under-reports, a server that counts its own way) says nothing about another. The
+shells observe under their client's endpoint (:meth:`Calibration.for_endpoint`); a
+config without a client (``compact()``, ``run_compaction``, the framework adapters)
+uses the calibration unbound, which holds only what was observed without an endpoint
+(by code of your own: the shells never do), and that evidence also stands for every
+endpoint without evidence of its own for the model and counter.
 
-The rule, conservative on purpose: the factor is the **largest** ratio
-``reported / estimated`` among the last ``window`` observations (requests of at least
-``min_tokens`` estimated tokens), rounded up to a hundredth, and 1.0 before any
-evidence. So a count is raised as far as any recent request showed it was low, and it
-is lowered below the raw count only when *every* recent request showed an over-count,
-and only by the smallest over-count seen, never below ``floor`` times the raw count.
+The rule, conservative on purpose, over the last ``window`` observations (requests of
+at least ``min_tokens`` estimated tokens):
+
+- a count is raised as far as any recent request showed it was low: when one ratio
+  ``reported / estimated`` is 1 or more, the factor is the largest, rounded up to a
+  hundredth;
+- it is lowered only by repeated, consistent evidence: at least ``agree``
+  observations, every one an over-count no larger than ``1 / floor`` (a ratio below
+  ``floor`` is taken for a provider that under-reports, not for a counter that
+  over-counts, and blocks lowering while it is among them), all within ``spread`` of
+  each other; then the factor is the largest of them, so never below ``floor``;
+- otherwise, and before any evidence, 1.0.
+
+And the boundary never skips on a factor below 1 (:meth:`CalibratedCounter.at_most`):
+whatever was observed, a conversation the counter's own count puts over a compactor's
+level is never taken for one under it.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 from collections import deque
@@ -34,87 +48,153 @@ if TYPE_CHECKING:
 
 __all__ = ["CalibratedCounter", "Calibration", "calibrated_counter", "default_calibration"]
 
+#: What evidence is kept under: (endpoint, model, counter).
+_Key = tuple["str | None", str, str]
+
+
+class _Evidence:
+    """The observations and factors that a calibration and its endpoint views share."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.ratios: dict[_Key, deque[float]] = {}
+        self.seen: dict[_Key, int] = {}
+        # The factor of each key, recomputed when evidence arrives, so reading it (once per
+        # counted entry on a compaction) is a dict look-up without the lock.
+        self.factors: dict[_Key, float] = {}
+        # The (endpoint, model) pairs with a factor, so a counter without evidence for its
+        # model is scaled by 1.0 without naming its base (naming may load a tokenizer).
+        self.evidence: frozenset[tuple[str | None, str]] = frozenset()
+        # Bumped (under the lock) whenever the evidence changes: what a kept snapshot is
+        # checked against.
+        self.version = 0
+        self.snapshots: dict[_Key, tuple[int, dict[str, Any]]] = {}
+        self.views: dict[str | None, Calibration] = {}
+
 
 class Calibration:
-    """Correction factors per model, learned from provider-reported input tokens.
+    """Correction factors per client endpoint, model and counter, learned from the input
+    tokens providers report.
 
-    Thread-safe. ``window`` observations are kept per model; requests estimated under
-    ``min_tokens`` are ignored (fixed overheads dominate them); the factor never goes
-    below ``floor``.
+    Thread-safe. ``window`` observations are kept per key; requests estimated under
+    ``min_tokens`` are ignored (fixed overheads dominate them). A factor below 1 needs
+    ``agree`` consistent observations (the smallest at least ``1 - spread`` of the
+    largest) and is never below ``floor`` (0.75: the default counters count at most four
+    characters of prose as the three of ``conservative``). This object observes and reads
+    the evidence of one :attr:`endpoint`; :meth:`for_endpoint` gives the view of another,
+    with the same rules and sharing the same evidence.
     """
 
-    def __init__(self, *, window: int = 8, min_tokens: int = 200, floor: float = 0.5) -> None:
-        if window < 1 or min_tokens < 1 or not 0 < floor <= 1:
-            raise ValueError("window and min_tokens must be positive and 0 < floor <= 1")
+    def __init__(
+        self,
+        *,
+        window: int = 8,
+        min_tokens: int = 200,
+        floor: float = 0.75,
+        agree: int = 3,
+        spread: float = 0.1,
+    ) -> None:
+        if window < 1 or min_tokens < 1 or agree < 1 or not 0 < floor <= 1:
+            raise ValueError("window, min_tokens and agree must be positive and 0 < floor <= 1")
+        if not 0 <= spread < 1:
+            raise ValueError("spread must be at least 0 and below 1")
         self.window = window
         self.min_tokens = min_tokens
         self.floor = floor
-        self._ratios: dict[tuple[str, str], deque[float]] = {}
-        self._seen: dict[tuple[str, str], int] = {}
-        # The factor of each key, recomputed when evidence arrives, so reading it (once per
-        # counted entry on a compaction) is a dict look-up without the lock.
-        self._factors: dict[tuple[str, str], float] = {}
-        # The models with a factor, so a counter without evidence for its model is scaled
-        # by 1.0 without naming its base (naming may load a tokenizer).
-        self._evidence: frozenset[str] = frozenset()
-        self._lock = threading.Lock()
-        # Bumped (under the lock) whenever the evidence changes: what a kept snapshot
-        # of ``snapshot`` is checked against.
-        self._version = 0
-        self._snapshots: dict[tuple[str | None, str], tuple[int, dict[str, Any]]] = {}
+        self.agree = agree
+        self.spread = spread
+        #: The client endpoint this object observes for and reads (``None``: none known).
+        self.endpoint: str | None = None
+        self._evidence = _Evidence()
+        self._evidence.views[None] = self
+
+    def for_endpoint(self, endpoint: str | None) -> Calibration:
+        """The view of this calibration's evidence for client ``endpoint`` (one object per
+        endpoint, so it can be compared by identity; ``None``: no endpoint known)."""
+        evidence = self._evidence
+        view = evidence.views.get(endpoint)
+        if view is None:
+            with evidence.lock:
+                view = evidence.views.get(endpoint)
+                if view is None:
+                    view = copy.copy(self)  # the same rules, sharing the evidence
+                    view.endpoint = endpoint
+                    evidence.views[endpoint] = view
+        return view
 
     def observe(self, model: str, counter: str, estimated: int, reported: int) -> float:
-        """Record that ``counter`` estimated a request at ``estimated``, billed ``reported``.
+        """Record that ``counter`` estimated a request to this endpoint at ``estimated``
+        and the provider reported ``reported``.
 
         Returns the factor afterwards. Ignored when either number is not positive or the
         request is smaller than ``min_tokens``.
         """
+        evidence = self._evidence
         if estimated >= self.min_tokens and reported > 0:
-            key = (model, counter)
-            with self._lock:
-                ratios = self._ratios.setdefault(key, deque(maxlen=self.window))
+            key = (self.endpoint, model, counter)
+            with evidence.lock:
+                ratios = evidence.ratios.setdefault(key, deque(maxlen=self.window))
                 ratios.append(reported / estimated)
-                self._seen[key] = self._seen.get(key, 0) + 1
-                top = max(ratios)
-                self._factors[key] = max(self.floor, math.ceil(top * 100 - 1e-9) / 100)
-                if model not in self._evidence:
-                    self._evidence = self._evidence | {model}
-                self._version += 1
+                evidence.seen[key] = evidence.seen.get(key, 0) + 1
+                evidence.factors[key] = self._factor_of(ratios)
+                if (self.endpoint, model) not in evidence.evidence:
+                    evidence.evidence = evidence.evidence | {(self.endpoint, model)}
+                evidence.version += 1
         return self.factor(model, counter)
 
+    def _factor_of(self, ratios: deque[float]) -> float:
+        """The factor the recent ``ratios`` support (the rule of the module docstring)."""
+        top = max(ratios)
+        if top < 1.0 and not (
+            len(ratios) >= self.agree and min(ratios) >= max(self.floor, top * (1.0 - self.spread))
+        ):
+            return 1.0
+        return max(self.floor, math.ceil(top * 100 - 1e-9) / 100)
+
     def factor(self, model: str | None, counter: str) -> float:
-        """The correction factor of ``counter``'s counts for ``model`` (1.0 without evidence)."""
+        """The correction factor of ``counter``'s counts for ``model`` at this endpoint:
+        its own evidence's, else that observed without an endpoint, else 1.0."""
         if model is None:
             return 1.0
-        return self._factors.get((model, counter), 1.0)
+        factors = self._evidence.factors
+        found = factors.get((self.endpoint, model, counter))
+        return found if found is not None else factors.get((None, model, counter), 1.0)
 
     def has_evidence(self, model: str | None) -> bool:
-        """Whether any counter has a factor for ``model`` (else every factor is 1.0)."""
-        return model is not None and model in self._evidence
+        """Whether any counter has a factor for ``model`` at this endpoint or without one
+        (else every factor is 1.0)."""
+        if model is None:
+            return False
+        known = self._evidence.evidence
+        return (self.endpoint, model) in known or (None, model) in known
 
     def snapshot(self, model: str | None, counter: str) -> dict[str, Any]:
         """What the factor rests on, for meta and events (JSON-ready; a new dict each call).
 
         Made again only when evidence arrived or was reset since the last snapshot of the
-        same ``(model, counter)`` (the turn shells take one at every boundary); otherwise
-        a copy of that one, equal to what making it again gives.
+        same ``(model, counter)`` at this endpoint (the turn shells take one at every
+        boundary); otherwise a copy of that one, equal to what making it again gives.
         """
-        kept = self._snapshots.get((model, counter))
-        if kept is None or kept[0] != self._version:
+        evidence = self._evidence
+        slot = (self.endpoint, model or "", counter)
+        kept = evidence.snapshots.get(slot)
+        if kept is None or kept[0] != evidence.version:
             kept = self._snapshot(model, counter)
-            self._snapshots[(model, counter)] = kept
+            evidence.snapshots[slot] = kept
         snap = kept[1]
         return {**snap, "recent_ratios": list(snap["recent_ratios"])}
 
     def _snapshot(self, model: str | None, counter: str) -> tuple[int, dict[str, Any]]:
         """The snapshot made afresh, with the version of the evidence it rests on."""
-        key = (model or "", counter)
-        with self._lock:
-            version = self._version
-            ratios = list(self._ratios.get(key, ())) if model is not None else []
-            seen = self._seen.get(key, 0) if model is not None else 0
+        evidence = self._evidence
+        key = (self.endpoint, model or "", counter)
+        with evidence.lock:
+            version = evidence.version
+            ratios = list(evidence.ratios.get(key, ())) if model is not None else []
+            seen = evidence.seen.get(key, 0) if model is not None else 0
             factor = self.factor(model, counter)
         return version, {
+            "endpoint": self.endpoint,
             "model": model,
             "counter": counter,
             "factor": factor,
@@ -123,26 +203,28 @@ class Calibration:
         }
 
     def reset(self, model: str | None = None) -> None:
-        """Forget the evidence for ``model`` (every model when ``None``)."""
-        with self._lock:
+        """Forget the evidence for ``model`` (every model when ``None``), at every endpoint."""
+        evidence = self._evidence
+        with evidence.lock:
             if model is None:
-                self._ratios.clear()
-                self._seen.clear()
-                self._factors.clear()
+                evidence.ratios.clear()
+                evidence.seen.clear()
+                evidence.factors.clear()
             else:
-                for key in [k for k in self._ratios if k[0] == model]:
-                    del self._ratios[key]
-                    self._seen.pop(key, None)
-                    self._factors.pop(key, None)
-            self._evidence = frozenset(m for m, _ in self._factors)
-            self._version += 1
+                for key in [k for k in evidence.ratios if k[1] == model]:
+                    del evidence.ratios[key]
+                    evidence.seen.pop(key, None)
+                    evidence.factors.pop(key, None)
+            evidence.evidence = frozenset((e, m) for e, m, _ in evidence.factors)
+            evidence.version += 1
 
 
 _DEFAULT = Calibration()
 
 
 def default_calibration() -> Calibration:
-    """The process-wide calibration the shells use unless given another."""
+    """The process-wide calibration the shells use unless given another (each turn
+    observes under its client's endpoint, :meth:`Calibration.for_endpoint`)."""
     return _DEFAULT
 
 
@@ -238,13 +320,21 @@ class CalibratedCounter:
         return n if f == 1.0 else math.ceil(n * f)
 
     def at_most(self, memory: AgentMemory, tokens: int) -> bool:
-        """Whether :meth:`memory_tokens` of ``memory`` is at most ``tokens``: the cheap
-        upper bound is asked first (:meth:`memory_bound`), so a memory well below needs no
-        tokenizer."""
-        bound = self.memory_bound(memory)
-        if bound is not None and bound <= tokens:
+        """Whether ``memory`` is at most ``tokens``, counted as :meth:`memory_tokens`
+        counts and as ``base`` counts alike: what the boundary skips on, so a factor below
+        1 never makes a conversation that ``base`` puts over ``tokens`` look under it.
+
+        The cheap upper bound is asked first (:meth:`memory_bound`), so a memory well
+        below needs no tokenizer.
+        """
+        scale = max(self.factor, 1.0)
+        bound = self._raw_bound(memory)
+        if bound is not None and math.ceil(bound * scale) <= tokens:
             return True
-        return self.memory_tokens(memory) <= tokens
+        base = self._given
+        if base is None or isinstance(base, str):
+            base = self.base
+        return math.ceil(memory.tokens(base) * scale) <= tokens
 
     def memory_bound(self, memory: AgentMemory) -> int | None:
         """An upper bound of :meth:`memory_tokens` that loads no tokenizer, or ``None``.
@@ -257,17 +347,21 @@ class CalibratedCounter:
         check that finds even the bound below its threshold can skip without counting;
         never report it as a token figure.
         """
+        bound = self._raw_bound(memory)
+        return None if bound is None else math.ceil(bound * self.factor)
+
+    def _raw_bound(self, memory: AgentMemory) -> int | None:
+        """:meth:`memory_bound` before the factor."""
         if self._unbounded:
             return None
-        base = self.base
-        upper = getattr(base, "upper_bound", None)
+        upper = getattr(self.base, "upper_bound", None)
         bound = upper() if callable(upper) else None
         if bound is None:
             # Counting exactly is cheap now (a tokenizer, once loaded, stays loaded): the
             # boundaries that follow do not ask again.
             self._unbounded = True
             return None
-        return math.ceil(memory.tokens(bound) * self.factor)
+        return memory.tokens(bound)
 
     def entry_tokens(self, memory: AgentMemory, entry: Entry) -> int:
         """The calibrated count of ``entry``, from ``memory``'s cache for ``base``."""

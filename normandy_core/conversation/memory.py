@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +20,10 @@ from pydantic import TypeAdapter
 
 from normandy_core.conversation.entries import (
     BLOCK_TYPES,
+    EMPTY_METADATA,
     Content,
     Entry,
+    FrozenDict,
     Role,
     new_id,
 )
@@ -38,8 +41,20 @@ MEMORY_VERSION = 1
 #: fields (all of them set), for about two thirds of the cost: ``model_construct`` walks
 #: every field's aliases and defaults, at each of the two appends of a tool batch.
 _TEMPLATE = Entry.model_construct(
-    id="-", parent_id=None, turn_id=None, role="user", content="", pinned=False, metadata={}
+    id="-",
+    parent_id=None,
+    turn_id=None,
+    role="user",
+    content="",
+    pinned=False,
+    metadata=EMPTY_METADATA,
 )
+
+
+#: An entry's fields, in order, and their values read in one call: what a memory keeps of
+#: each entry when it joins (:meth:`AgentMemory.undo_changes_in_place`).
+_FIELDS = tuple(Entry.model_fields)
+_fields_of = operator.attrgetter(*_FIELDS)
 
 
 @functools.cache
@@ -71,12 +86,15 @@ class AgentMemory:
         "_entries",
         "_head",
         "_marks",
+        "_seals",
         "_totals",
         "_version",
     )
 
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
+        # entry id -> the entry's fields when it joined: what a change in place is found by
+        self._seals: dict[str, tuple[Any, ...]] = {}
         self._head: str | None = None
         self._branch: list[Entry] | None = []
         # counter name -> entry id -> ((content, role, count), ...); shared by derived memories.
@@ -118,7 +136,8 @@ class AgentMemory:
             "role": role,
             "content": content,
             "pinned": pinned,
-            "metadata": dict(metadata or {}),
+            # read-only, like every entry's (frozen here once, not again by model_copy)
+            "metadata": FrozenDict(metadata) if metadata else EMPTY_METADATA,
         }
         typed = (
             role in _ROLES
@@ -137,6 +156,7 @@ class AgentMemory:
 
     def _append(self, entry: Entry) -> None:
         self._entries[entry.id] = entry
+        self._seals[entry.id] = _fields_of(entry)
         self._head = entry.id
         if self._branch is not None:
             self._branch.append(entry)
@@ -157,6 +177,7 @@ class AgentMemory:
             if e.parent_id != prev:
                 e = e.model_copy(update={"parent_id": prev})
             mem._entries[e.id] = e
+            mem._seals[e.id] = _fields_of(e)
             assert mem._branch is not None
             mem._branch.append(e)
             prev = e.id
@@ -175,6 +196,7 @@ class AgentMemory:
             if e.id in mem._entries:
                 raise ValueError(f"duplicate entry id {e.id!r}")
             mem._entries[e.id] = e
+            mem._seals[e.id] = _fields_of(e)
         for e in mem._entries.values():
             if e.parent_id is not None and e.parent_id not in mem._entries:
                 raise ValueError(f"entry {e.id!r} has parent {e.parent_id!r}, which is missing")
@@ -194,6 +216,7 @@ class AgentMemory:
             raise KeyError(f"no entry {entry_id!r} in this memory")
         mem = self._derive()
         mem._entries = dict(self._entries)
+        mem._seals = dict(self._seals)
         mem._head = entry_id
         mem._branch = None
         return mem
@@ -202,6 +225,7 @@ class AgentMemory:
         """An independent memory with the same graph and head (entries are shared, frozen)."""
         mem = self._derive()
         mem._entries = dict(self._entries)
+        mem._seals = dict(self._seals)
         mem._head = self._head
         mem._branch = list(self._branch) if self._branch is not None else None
         mem._totals = dict(self._totals)
@@ -241,11 +265,35 @@ class AgentMemory:
         _, head, n = state
         for eid in list(self._entries)[n:]:
             del self._entries[eid]
+            self._seals.pop(eid, None)
         self._head = head
         self._branch = None
         self._totals = {}
         self._marks = {}
         self._version += 1
+
+    def undo_changes_in_place(self) -> dict[str, tuple[str, ...]]:
+        """Put back every entry of the graph changed in place since it joined this memory.
+
+        Entries are frozen, but ``object.__setattr__`` gets past any frozen Python object:
+        the memory keeps each entry's fields as they were when it joined, so a change is
+        found here and undone. Returns the ids of the entries put back (in the order they
+        joined), each with the names of the fields that had changed. Walks the whole
+        graph: the contract's check calls it where a compactor's result is checked in
+        full, not at every boundary.
+        """
+        changed: dict[str, tuple[str, ...]] = {}
+        seals = self._seals
+        for eid, entry in self._entries.items():
+            sealed = seals.get(eid)
+            now = _fields_of(entry)
+            if sealed is None or now == sealed:  # the same objects, or equal ones
+                continue
+            names = tuple(n for n, a, b in zip(_FIELDS, now, sealed, strict=True) if a != b)
+            for name, value in zip(_FIELDS, sealed, strict=True):
+                object.__setattr__(entry, name, value)
+            changed[eid] = names
+        return changed
 
     # -- reading --------------------------------------------------------------------
 
@@ -440,6 +488,11 @@ def drop_thinking(memory: AgentMemory) -> AgentMemory:
         return memory.copy()
     mem = memory._derive()
     mem._entries = {e.id: e for e in new_entries}
+    # an entry kept as it was keeps the fields it joined with; a new one is sealed now
+    mem._seals = {
+        e.id: memory._seals[e.id] if e is memory._entries[e.id] else _fields_of(e)
+        for e in new_entries
+    }
     mem._head = memory._head
     mem._branch = None
     return mem

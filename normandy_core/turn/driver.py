@@ -60,11 +60,21 @@ from normandy_core.turn.core import (
 from normandy_core.turn.result import TurnAborted, TurnResult
 from normandy_core.turn.tools import Tool, declare_tools, tool_map
 
-__all__ = ["TurnIO", "TurnRun"]
+__all__ = ["TurnIO", "TurnRun", "client_endpoint"]
 
 
 #: The effects of the core a shell answers (the others need no I/O).
 TurnIO = MaybeCompact | CallModel | DispatchTools
+
+
+def client_endpoint(client: Any) -> str:
+    """What identifies ``client``'s provider for calibration: its ``endpoint`` (the SDK
+    clients': provider and base URL), else its class (``module.QualName``)."""
+    endpoint = getattr(client, "endpoint", None)
+    if isinstance(endpoint, str) and endpoint:
+        return endpoint
+    kind = type(client)
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 def _check_edits(client: Any, acc: AgentConfig, entry: str) -> None:
@@ -110,7 +120,12 @@ class TurnRun:
         self.state = start(self.turn_id, max_iterations=max_iterations, budget=budget)
         self.thinking = thinking
         self.max_tokens = max_tokens
-        self.calibration = calibration or acc.calibration or default_calibration()
+        # Evidence is kept per client endpoint: what one provider reports never scales
+        # another's counts. A calibration already bound to an endpoint is kept as given.
+        given = calibration or acc.calibration or default_calibration()
+        self.calibration = (
+            given if given.endpoint is not None else given.for_endpoint(client_endpoint(client))
+        )
         if counter is None:
             # The compactor's own prepared counter, so a message is counted once, through
             # the memory's cache, for the budget, calibration and the compactor alike.

@@ -167,9 +167,11 @@ def test_session_round_trips_across_a_mid_round_compaction(kind, mode, compactor
     # calibration learned from the provider's reported usage
     cal = second.events_of("boundary")[-1]["meta"]["calibration"]
     assert cal["observations"] >= 5
-    # the largest ratio rounded up to a hundredth (the ratios are shown to 4 decimals)
+    # the largest ratio rounded up to a hundredth (the ratios are shown to 4 decimals),
+    # or 1.0 while over-counts are not yet repeated and consistent (issue 32)
     top = max(cal["recent_ratios"])
-    assert top - 5e-5 <= cal["factor"] <= math.ceil(top * 100 + 0.005) / 100
+    assert min(top - 5e-5, 1.0) <= cal["factor"] <= max(math.ceil(top * 100 + 0.005) / 100, 1.0)
+    assert cal["endpoint"] == make_client(kind, provider).endpoint
     if kind == "anthropic":  # three characters a token under-count this provider's JSON
         assert cal["factor"] > 1.0
     assert first.usage.input_tokens > 0

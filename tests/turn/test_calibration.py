@@ -26,16 +26,21 @@ def test_factor_is_the_largest_recent_ratio_rounded_up():
     cal.observe("m", "c", 50, 5000)  # too small to be evidence
     assert cal.factor("m", "c") == 0.9
     cal.observe("m", "c", 1000, 1)
-    assert cal.factor("m", "c") == 0.9  # the max of the window still holds
+    # a report below the floor says the provider under-reports, not that the count is high:
+    # it lowers nothing, and blocks lowering while it is among the recent ones
+    assert cal.factor("m", "c") == 1.0
     snap = cal.snapshot("m", "c")
     assert snap["observations"] == 6
     assert snap["recent_ratios"] == [0.9, 0.9, 0.001]
 
 
 def test_floor_and_reset():
-    cal = Calibration(floor=0.5, min_tokens=1)
-    cal.observe("m", "c", 1000, 10)
+    cal = Calibration(floor=0.5, min_tokens=1, agree=2)
+    for _ in range(2):
+        cal.observe("m", "c", 1000, 500)
     assert cal.factor("m", "c") == 0.5
+    cal.observe("m", "c", 1000, 10)
+    assert cal.factor("m", "c") == 1.0  # never below the floor: not evidence at all
     cal.reset("m")
     assert cal.factor("m", "c") == 1.0
     with pytest.raises(ValueError, match="floor"):

@@ -13,6 +13,7 @@ from normandy_core import AgentConfig, TextBlock, ThinkingBlock, ToolUseBlock
 from normandy_core.clients import ModelReply, ScriptedClient, Usage
 from normandy_core.conversation.calibration import default_calibration
 from normandy_core.turn import TurnAborted, arun_turn, run_turn
+from normandy_core.turn.driver import client_endpoint
 
 support = sys.modules["normandy_turn_test_support"]  # loaded by conftest.py
 
@@ -275,9 +276,11 @@ def test_noop_compactor_turn_changes_nothing_and_calibration_is_conservative():
     assert len(acc.memory) == 0 and [e.role for e in result.acc.memory] == ["user", "assistant"]
     boundary = result.events_of("boundary")[0]["meta"]
     assert boundary["compacted"] is False
-    assert (
-        default_calibration().factor("claude-sonnet-4-5", "conservative") == 0.5
-    )  # never below the floor
+    # one report far below the estimate lowers nothing (issue 32): it says the provider
+    # under-reports, and a factor below 1 needs repeated consistent evidence above the floor
+    scripted = default_calibration().for_endpoint(client_endpoint(client))
+    assert scripted.snapshot("claude-sonnet-4-5", "conservative")["observations"] == 1
+    assert scripted.factor("claude-sonnet-4-5", "conservative") == 1.0
     default_calibration().reset()
 
 
@@ -288,7 +291,9 @@ def test_a_custom_calibration_given_to_run_turn_reaches_the_compactor():
     from normandy_core import Calibration
 
     mine = Calibration(min_tokens=1)
-    mine.observe("claude-sonnet-4-5", "conservative", 100, 300)  # factor 3.0
+    # evidence is kept per client endpoint (issue 32): the scripted client's, factor 3.0
+    scripted = client_endpoint(ScriptedClient([]))
+    mine.for_endpoint(scripted).observe("claude-sonnet-4-5", "conservative", 100, 300)
     from normandy_core import get_counter
 
     tools = {"read_file": read_file, "run_tests": run_tests}
