@@ -98,6 +98,13 @@ MUTATED_DROPPED = 80
 #: Threads reading a memory's token total while the turn appends, and the appends.
 READER_THREADS = 4
 READER_APPENDS = 2000
+#: Boundaries run against a provider that accepts and never answers, per seam, and the
+#: seams (the summarizer through each client, sync and async, and both native compactors).
+HUNG_PROVIDER_BOUNDARIES = 30
+HUNG_PROVIDER_SEAMS = 6
+#: Boundaries whose compactor holds the GIL in C (a catastrophic regular expression) past
+#: compaction_timeout.
+LATE_REGEX_BOUNDARIES = 2
 
 
 @dataclass(frozen=True)

@@ -17,10 +17,10 @@ from normandy_core.contract.check import CompactionResult, account, build_contex
 from normandy_core.contract.config import AgentConfig
 from normandy_core.contract.faults import (
     AbandonedLimitError,
-    PluginFault,
     PluginTimeoutError,
     abandoned_threads,
     call_plugin,
+    fault_cause,
     run_bounded,
 )
 from normandy_core.contract.hooks import (
@@ -137,8 +137,7 @@ def _error(
 
 
 def _type_name(exc: BaseException) -> str:
-    cause = exc.__cause__ if isinstance(exc, PluginFault) and exc.__cause__ else exc
-    kind = type(cause)
+    kind = type(fault_cause(exc))
     module = kind.__module__
     return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
 
@@ -204,14 +203,8 @@ def _call(
             result: CompactionResult = call_plugin(call_compactor, comp, acc, ctx, prepared.options)
         else:
             result = _call_bounded(acc, ctx, prepared, limit)
-    except PluginTimeoutError:
-        return _error(
-            acc,
-            f"{comp.describe()} did not return within {limit:g} s (compaction_timeout); its "
-            f"result will be ignored ({abandoned_threads()} abandoned thread(s) running)",
-            probe,
-            "timeout",
-        )
+    except PluginTimeoutError as exc:
+        return _error(acc, _past_the_limit(comp.describe(), exc), probe, "timeout")
     except AbandonedLimitError as exc:
         return _error(acc, f"{comp.describe()} was not called: {exc}", probe, "abandoned_limit")
     except ContractViolation as exc:
@@ -220,6 +213,21 @@ def _call(
         why = f"{comp.describe()} raised {fault_text(exc)}"
         return _error(acc, why, probe, _type_name(exc), exc)
     return result
+
+
+def _past_the_limit(who: str, exc: PluginTimeoutError) -> str:
+    """Why a compactor's result is not taken: it was abandoned at ``compaction_timeout``,
+    or it returned after it (its thread held the GIL, so the wait could not end on time)."""
+    if exc.took is None:
+        return (
+            f"{who} did not return within {exc.limit:g} s (compaction_timeout); its result "
+            f"will be ignored ({abandoned_threads()} abandoned thread(s) running)"
+        )
+    return (
+        f"{who} returned after {exc.took:.2f} s, past compaction_timeout ({exc.limit:g} s): "
+        "its late result is refused and the conversation kept as it was (code holding the "
+        "GIL, such as a regular expression in C, delays the boundary until it returns)"
+    )
 
 
 def _commit(

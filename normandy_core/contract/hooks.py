@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from normandy_core.contract.faults import (
-    PluginFault,
     PluginTimeoutError,
     call_gate,
     call_plugin,
+    fault_cause,
     run_bounded,
 )
 from normandy_core.contract.plugins import HookCaller, describe_hook, hook_callers
@@ -44,7 +44,7 @@ log = logging.getLogger("normandy_core.boundary")
 
 def fault_text(exc: BaseException) -> str:
     """``Type: message`` of what a plugin raised (the cause a :class:`PluginFault` carries)."""
-    cause = exc.__cause__ if isinstance(exc, PluginFault) and exc.__cause__ else exc
+    cause = fault_cause(exc)
     return f"{type(cause).__name__}: {cause}"
 
 
@@ -103,8 +103,13 @@ def run_hooks(
                 returned = run_bounded(call, share, f"normandy-hook-{name}")
             if notes is not None and returned:
                 _keep_notes(notes, name, returned)
-        except PluginTimeoutError:
-            text = "abandoned: it did not return within its share of compaction_timeout"
+        except PluginTimeoutError as exc:
+            text = (
+                "abandoned: it did not return within its share of compaction_timeout"
+                if exc.took is None
+                else f"returned after {exc.took:.2f} s, past its share of compaction_timeout: "
+                "what it returned is refused"
+            )
             log.error("%s of %s %s", hook, describe_hook(name), text)
             errors.append({"hook": name, "plugin": describe_hook(name), "error": text})
         except Exception as exc:
