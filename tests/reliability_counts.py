@@ -105,6 +105,8 @@ HUNG_PROVIDER_SEAMS = 6
 #: Boundaries whose compactor holds the GIL in C (a catastrophic regular expression) past
 #: compaction_timeout.
 LATE_REGEX_BOUNDARIES = 2
+#: Boundaries reported to an observer with the cap of abandoned threads reached.
+OBSERVED_AT_CAP_BOUNDARIES = 3000
 
 
 @dataclass(frozen=True)

@@ -98,8 +98,11 @@ def run_compaction(
     memory in a worker thread, so a compactor abandoned past the limit can never reach
     the live memory or its token totals; at most
     :data:`~normandy_core.contract.faults.MAX_ABANDONED` abandoned threads may be alive,
-    past which the boundary is skipped with an error. The ``on_boundary`` hooks share a time limit
-    of their own of the same length (a boundary that ran out of time is still reported).
+    past which the boundary is skipped with an error; a result that arrives after the
+    limit (the compactor held the GIL in C code, so the wait could not end on time) is
+    refused the same way. The ``on_boundary`` hooks share a time limit of their own of
+    the same length (a boundary that ran out of time is still reported), and are called
+    on this thread when the cap leaves no thread to bound them in.
     This function does not raise for a faulty compactor or hook; only a genuine Ctrl-C of
     the user's process propagates (with the memory restored).
     """
@@ -316,7 +319,7 @@ def _log(result: CompactionResult, probe: _Probe, info: BoundaryInfo) -> None:
     if ctx is not None:
         where += ", mid-round" if ctx.mid_round else ", turn start"
     took = f"{info.duration * 1000:.1f} ms"
-    extra = {
+    extra: dict[str, Any] = {
         "normandy_outcome": info.outcome,
         "normandy_compactor": info.compactor,
         "normandy_distribution": info.distribution,
@@ -352,18 +355,23 @@ def _log(result: CompactionResult, probe: _Probe, info: BoundaryInfo) -> None:
             extra=extra,
         )
     else:
-        extra.update(normandy_error=meta.error, normandy_error_type=info.error_type)
-        error = meta.error or ""
-        # The boundary's own reasons name the compactor; what a compactor reports is its own.
-        text = error if probe.error_type is not None else f"{info.plugin} failed: {error}"
-        log.warning(
-            "%s (%s; %s)",
-            text,
-            where,
-            took,
-            exc_info=probe.exc,
-            extra=extra,
-        )
+        _log_failure(meta, probe, info, f"{where}; {took}", extra)
+
+
+def _log_failure(
+    meta: CompactionMeta, probe: _Probe, info: BoundaryInfo, where: str, extra: dict[str, Any]
+) -> None:
+    """The WARNING line of a failed boundary; identical failures (this plugin, this kind)
+    are logged once per interval with a count (``FAULT_FLOOD``)."""
+    extra.update(
+        normandy_error=meta.error,
+        normandy_error_type=info.error_type,
+        normandy_fault=f"boundary of {info.plugin}: {info.error_type}",
+    )
+    error = meta.error or ""
+    # The boundary's own reasons name the compactor; what a compactor reports is its own.
+    text = error if probe.error_type is not None else f"{info.plugin} failed: {error}"
+    log.warning("%s (%s)", text, where, exc_info=probe.exc, extra=extra)
 
 
 def _n(value: int | None) -> str:

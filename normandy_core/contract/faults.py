@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]
 import contextvars
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -29,10 +30,14 @@ from contextvars import ContextVar
 from typing import Any, NoReturn, TypeVar
 
 __all__ = [
+    "FAULT_FLOOD",
+    "FAULT_LOG_INTERVAL",
     "MAX_ABANDONED",
     "AbandonedLimitError",
+    "FaultFlood",
     "PluginFault",
     "PluginTimeoutError",
+    "StillRunningError",
     "abandoned_threads",
     "call_gate",
     "call_plugin",
@@ -63,6 +68,11 @@ def fault_cause(exc: BaseException) -> BaseException:
 
 class AbandonedLimitError(RuntimeError):
     """:data:`MAX_ABANDONED` abandoned threads are still running."""
+
+
+class StillRunningError(RuntimeError):
+    """An earlier call of the same plugin code, abandoned after its time limit, is still
+    running, so this one is not started (:func:`run_bounded` with ``exclusive``)."""
 
 
 class PluginTimeoutError(TimeoutError):
@@ -260,7 +270,7 @@ class _Call:
         raise PluginFault(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
 
 
-def run_bounded(fn: Callable[[], T], timeout: float, name: str) -> T:
+def run_bounded(fn: Callable[[], T], timeout: float, name: str, *, exclusive: bool = False) -> T:
     """``fn()`` in a daemon thread named ``name``, waited for ``timeout`` seconds.
 
     Every thread the library starts for someone else's code or a provider call runs
@@ -277,9 +287,15 @@ def run_bounded(fn: Callable[[], T], timeout: float, name: str) -> T:
     (``fn`` held the GIL in C code, so the wait could not end on time) is refused the
     same way.
 
+    :raises StillRunningError: with ``exclusive``, an abandoned thread named ``name`` is
+        still running (one hung plugin holds one thread, not the whole cap).
     :raises AbandonedLimitError: :data:`MAX_ABANDONED` abandoned threads are still
         running, so no new one is started.
     """
+    if exclusive and still_running(name):
+        raise StillRunningError(
+            "its call at an earlier boundary, abandoned after its time limit, is still running"
+        )
     start = time.monotonic()
     outer = _DEADLINE.get()
     limit = timeout if outer is None else min(timeout, outer - start)
@@ -317,3 +333,69 @@ def run_bounded(fn: Callable[[], T], timeout: float, name: str) -> T:
         )
     result: T = call.outcome()
     return result
+
+
+#: Seconds during which identical faults are logged once (:class:`FaultFlood`).
+FAULT_LOG_INTERVAL = 60.0
+#: How many faults :class:`FaultFlood` keeps apart before it forgets the quiet ones.
+_FLOOD_KEYS = 256
+
+
+class FaultFlood(logging.Filter):
+    """Logs a flood of identical faults once per interval, with a count.
+
+    Applies to the records that carry a ``normandy_fault`` attribute: the key of the
+    fault (which boundary outcome or hook, which plugin, which kind of failure: the
+    exception's type, ``timeout``, ``abandoned_limit``...). Records of the same logger,
+    level and key are identical faults: the first is let through (its traceback
+    included), those that follow within :attr:`interval` seconds are held back and
+    counted, and the first let through after that says how many were held back (in its
+    message, and as ``normandy_repeats``). Records without the attribute pass untouched.
+    """
+
+    def __init__(self, interval: float = FAULT_LOG_INTERVAL) -> None:
+        super().__init__()
+        #: Seconds during which identical faults are logged once.
+        self.interval = interval
+        self._lock = threading.Lock()
+        # key -> [when it was last let through, how many were held back since]
+        self._seen: dict[tuple[str, int, str], list[float]] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Whether ``record`` is logged (the first of its fault in the interval)."""
+        fault = getattr(record, "normandy_fault", None)
+        if fault is None:
+            return True
+        key = (record.name, record.levelno, str(fault))
+        now = time.monotonic()
+        with self._lock:
+            seen = self._seen.get(key)
+            if seen is not None and now - seen[0] < self.interval:
+                seen[1] += 1
+                return False
+            held = 0 if seen is None else int(seen[1])
+            self._seen[key] = [now, 0]
+            if len(self._seen) > _FLOOD_KEYS:
+                self._forget_quiet(now)
+        record.normandy_repeats = held
+        if held:
+            record.msg = f"{record.getMessage()} ({held:,} more like it since it was last logged)"
+            record.args = None
+        return True
+
+    def _forget_quiet(self, now: float) -> None:
+        """Forget the faults last logged more than an interval ago with none held back
+        since (the lock held): a later one is the first of its key again either way."""
+        for key, (since, held) in list(self._seen.items()):
+            if not held and now - since >= self.interval:
+                del self._seen[key]
+
+    def reset(self) -> None:
+        """Forget every fault seen, so the next of each is logged at once."""
+        with self._lock:
+            self._seen.clear()
+
+
+#: The filter the core puts on its ``normandy_core.boundary`` logger (the boundary's
+#: lines, hook faults): remove it to log every fault, or change its ``interval``.
+FAULT_FLOOD = FaultFlood()
