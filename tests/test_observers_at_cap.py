@@ -19,7 +19,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from reliability_counts import OBSERVED_AT_CAP_BOUNDARIES
+from reliability_counts import (
+    FLOOD_INTERVAL,
+    FLOOD_INTERVALS,
+    HUNG_OBSERVER_MULTIPLE,
+    OBSERVED_AT_CAP_BOUNDARIES,
+)
 
 from normandy_core import (
     AgentConfig,
@@ -139,7 +144,7 @@ def test_a_flood_of_identical_faults_is_logged_once_per_interval_with_a_count(
     """A failing observer at every boundary, and the boundary's own failure: each is
     logged once per interval (0.25 s here), its traceback once per interval, with the
     count of those held back since; the observer beside it still sees every boundary."""
-    interval = 0.25
+    interval = FLOOD_INTERVAL
     monkeypatch.setattr(FAULT_FLOOD, "interval", interval)
     observer = Observer()
     register_hook(Raises(), name="raises")
@@ -148,7 +153,7 @@ def test_a_flood_of_identical_faults_is_logged_once_per_interval_with_a_count(
     boundaries = 0
     t0 = time.monotonic()
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        while time.monotonic() - t0 < 4 * interval + 0.05:
+        while time.monotonic() - t0 < FLOOD_INTERVALS * interval + 0.05:
             run_compaction(at_cap, mid_round=False)
             boundaries += 1
     elapsed = time.monotonic() - t0
@@ -203,7 +208,7 @@ def test_a_hung_observer_holds_one_thread_and_is_never_called_on_the_boundarys()
     mem.add_message("user", "hello")
     acc = AgentConfig(model="gpt-4o", compactor="noop", compaction_timeout=0.05).with_memory(mem)
     before = abandoned_threads()
-    boundaries = 3 * MAX_ABANDONED
+    boundaries = HUNG_OBSERVER_MULTIPLE * MAX_ABANDONED
     try:
         for _ in range(boundaries):
             t0 = time.monotonic()

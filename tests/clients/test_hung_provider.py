@@ -23,7 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from reliability_counts import HUNG_PROVIDER_BOUNDARIES, HUNG_PROVIDER_SEAMS
+from reliability_counts import (
+    HUNG_PROVIDER_BOUNDARIES,
+    HUNG_PROVIDER_SEAMS,
+    OVERLOADED_LIMITS,
+)
 
 from normandy_core import AgentConfig, abandoned_threads, reload_plugins, run_compaction
 from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
@@ -214,7 +218,7 @@ def test_a_provider_that_never_answers_leaves_no_threads_piling_up(seam, turn_lo
 servers = sys.modules["normandy_client_test_servers"]  # loaded by conftest.py
 
 
-@pytest.mark.parametrize(("limit", "sent"), [(0.3, 1), (6.0, 3)])
+@pytest.mark.parametrize(("limit", "sent"), OVERLOADED_LIMITS)
 def test_an_overloaded_provider_is_retried_only_within_the_limit(limit, sent, monkeypatch):
     """A provider answering 529 is retried as the SDK retries (0.5 s, then 1 s later, two
     retries by default), but only while the pause leaves the retry as much time again:
