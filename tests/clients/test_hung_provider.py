@@ -51,6 +51,7 @@ def _load(name: str, path: Path) -> Any:
 
 
 hung = _load("normandy_client_test_hung", Path(__file__).parent / "hung.py")
+servers = sys.modules["normandy_client_test_servers"]  # loaded by conftest.py
 
 #: The time limit of every wait for the provider here, in seconds.
 LIMIT = 0.05
@@ -73,48 +74,34 @@ def sdk_client(kind: str, provider: Any, *, api: str = "chat") -> Any:
     return OpenAIClient(MODELS[kind], api_key="test-key", base_url=provider.base_url, api=api)
 
 
-class AsyncOnly:
-    """A client with ``acomplete`` only (as an async application writes one), forwarding
-    to a real client: the summarizer awaits it."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-
-    async def acomplete(self, *args: Any, **kwargs: Any) -> Any:
-        return await self.inner.acomplete(*args, **kwargs)
+def over_window(client: Any, kind: str, compactor: str, **opts: Any) -> AgentConfig:
+    """``compactor`` (with ``opts``) over a session far past its window, with ``client``."""
+    acc = AgentConfig(
+        model=MODELS[kind],
+        system_prompt=SYSTEM_PROMPT,
+        tools=TOOLS,
+        compactor=compactor,
+        compactor_opts={"context_window": 30_000, "counter": "cl100k_base", **opts},
+        client=client,
+    )
+    return acc.with_memory(generate_session(7, 120, end_mid_round=False))
 
 
 def summarizing(client: Any, kind: str) -> AgentConfig:
-    """``window_manager`` summarizing with the model, over a session far past its window."""
-    acc = AgentConfig(
-        model=MODELS[kind],
-        system_prompt=SYSTEM_PROMPT,
-        tools=TOOLS,
-        compactor="window_manager",
-        compactor_opts={
-            "strategy": "summarize",
-            "summarizer": "model",
-            "summary_timeout": LIMIT,
-            "context_window": 30_000,
-            "counter": "cl100k_base",
-        },
-        client=client,
+    """``window_manager`` summarizing with the model, under ``summary_timeout``."""
+    return over_window(
+        client,
+        kind,
+        "window_manager",
+        strategy="summarize",
+        summarizer="model",
+        summary_timeout=LIMIT,
     )
-    return acc.with_memory(generate_session(7, 120, end_mid_round=False))
 
 
 def native(client: Any, kind: str, limit: float = LIMIT) -> AgentConfig:
-    """The native compactor of ``kind`` (``limit``: its ``timeout``), over a session far
-    past its window."""
-    acc = AgentConfig(
-        model=MODELS[kind],
-        system_prompt=SYSTEM_PROMPT,
-        tools=TOOLS,
-        compactor=f"{kind}_native",
-        compactor_opts={"timeout": limit, "context_window": 30_000, "counter": "cl100k_base"},
-        client=client,
-    )
-    return acc.with_memory(generate_session(7, 120, end_mid_round=False))
+    """The native compactor of ``kind``, ``limit`` its ``timeout``."""
+    return over_window(client, kind, f"{kind}_native", timeout=limit)
 
 
 @pytest.fixture
@@ -146,13 +133,13 @@ SEAMS: dict[str, tuple[str, Callable[[Any], AgentConfig], bool, str]] = {
     ),
     "summarizer, async-only client on a loop of its thread": (
         "openai",
-        lambda p: summarizing(AsyncOnly(sdk_client("openai", p)), "openai"),
+        lambda p: summarizing(servers.AsyncOnly(sdk_client("openai", p)), "openai"),
         False,
         "did not answer within",
     ),
     "summarizer, async-only client on the turn's loop": (
         "anthropic",
-        lambda p: summarizing(AsyncOnly(sdk_client("anthropic", p)), "anthropic"),
+        lambda p: summarizing(servers.AsyncOnly(sdk_client("anthropic", p)), "anthropic"),
         True,
         "did not answer within",
     ),
@@ -213,9 +200,6 @@ def test_a_provider_that_never_answers_leaves_no_threads_piling_up(seam, turn_lo
     _settled(LIMIT + SLACK)
     assert abandoned_threads() == before
     assert len(library_threads()) <= alive_before
-
-
-servers = sys.modules["normandy_client_test_servers"]  # loaded by conftest.py
 
 
 @pytest.mark.parametrize(("limit", "sent"), OVERLOADED_LIMITS)
