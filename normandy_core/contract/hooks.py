@@ -154,22 +154,13 @@ def _call_hook(
 
 
 def _hook_fault(hook: str, name: str, exc: Exception) -> dict[str, str]:
-    """What hook plugin ``name``'s ``hook`` did wrong (``exc``), logged and as reported."""
+    """What hook plugin ``name``'s ``hook`` did wrong (``exc``), logged and as reported.
+    Only what the hook raised is logged with its traceback: the rest is the boundary's."""
     what = describe_hook(name)
-    trace: Exception | None = None
-    if isinstance(exc, PluginTimeoutError):
-        kind = "timeout"
-        text = (
-            "abandoned: it did not return within its share of compaction_timeout"
-            if exc.took is None
-            else f"returned after {exc.took:.2f} s, past its share of compaction_timeout: "
-            "what it returned is refused"
-        )
-        said = text
-    elif isinstance(exc, (StillRunningError, AbandonedLimitError)):
-        kind = type(exc).__name__
-        text = f"not called: {exc}"
-        said = text
+    if isinstance(exc, (PluginTimeoutError, StillRunningError, AbandonedLimitError)):
+        kind = "timeout" if isinstance(exc, PluginTimeoutError) else type(exc).__name__
+        text = said = _not_in_time(exc)
+        trace: Exception | None = None
     else:
         kind = type(fault_cause(exc)).__name__
         text = fault_text(exc)
@@ -179,6 +170,21 @@ def _hook_fault(hook: str, name: str, exc: Exception) -> dict[str, str]:
         "%s of %s %s", hook, what, said, exc_info=trace, extra=_fault(f"{hook} of {what}: {kind}")
     )
     return {"hook": name, "plugin": what, "error": text}
+
+
+def _not_in_time(exc: Exception) -> str:
+    """Why a hook's call did not count: abandoned or late at its share of the time, not
+    started for want of time or of a thread, or still running from an earlier boundary."""
+    if not isinstance(exc, PluginTimeoutError):
+        return f"not called: {exc}"
+    if exc.took is not None:
+        return (
+            f"returned after {exc.took:.2f} s, past its share of compaction_timeout: what "
+            "it returned is refused"
+        )
+    if exc.limit <= 0:
+        return "not called: nothing was left of compaction_timeout"
+    return "abandoned: it did not return within its share of compaction_timeout"
 
 
 def _keep_notes(notes: list[dict[str, Any]], name: str, returned: Any) -> None:
