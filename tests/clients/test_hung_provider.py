@@ -221,3 +221,52 @@ def test_an_overloaded_provider_is_retried_only_within_the_limit(limit, sent, mo
     assert meta.get("fallback_cause") == "unreachable", meta.get("fallback_reason")
     assert "529" in str(meta.get("fallback_reason")), meta.get("fallback_reason")
     assert took < limit + SLACK
+
+
+class Blocking:
+    """A model client of ``provider`` whose every call blocks until released, as a client
+    without a timeout of its own would on a provider that never answers."""
+
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
+        self.release = threading.Event()
+        self.calls = 0
+
+    def _block(self) -> Any:
+        self.calls += 1
+        self.release.wait(60)
+        raise RuntimeError("released")
+
+    def complete(self, *args: Any, **kwargs: Any) -> Any:
+        return self._block()
+
+    def compact_conversation(self, *args: Any, **kwargs: Any) -> Any:
+        return self._block()
+
+
+@pytest.mark.parametrize("make", [summarizing, native], ids=["window_manager", "anthropic_native"])
+def test_the_threads_left_waiting_are_counted_and_capped(make, monkeypatch):
+    """With a client that has no timeout to be given, the threads left waiting are the
+    library's abandoned threads: counted by abandoned_threads(), never more than the cap;
+    past it the provider is not asked at all."""
+    monkeypatch.setenv("NORMANDY_DISABLE_PLUGINS", "archive")
+    reload_plugins()
+    _settled(10)
+    before = abandoned_threads()
+    client = Blocking("anthropic")
+    acc = make(client, "anthropic")
+    free = MAX_ABANDONED - before
+    try:
+        reasons = []
+        for _ in range(2 * MAX_ABANDONED):
+            meta = run_compaction(acc, mid_round=False).meta
+            reasons.append(str(meta.get("error") or meta.get("fallback_reason")))
+            assert abandoned_threads() <= MAX_ABANDONED
+        assert abandoned_threads() == MAX_ABANDONED
+        assert client.calls == free
+        assert all("did not answer within" in r for r in reasons[:free])
+        assert all("not starting another" in r for r in reasons[free:])
+    finally:
+        client.release.set()
+    _settled(10)
+    assert abandoned_threads() == before
