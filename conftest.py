@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 # The compactor conformance kit is opt-in; this repository opts in for its own tests.
@@ -49,3 +50,13 @@ if not os.environ.get("NORMANDY_CACHE_DIR"):
 os.environ["NORMANDY_CONFIG"] = "off"
 for _var in ("NORMANDY_COMPACTOR", "NORMANDY_COMPACTOR_OPTS"):
     os.environ.pop(_var, None)
+
+
+@pytest.fixture(autouse=True)
+def _faults_logged_afresh() -> None:
+    """Each test sees the first of each fault logged: the core logs a flood of identical
+    faults once a minute (normandy_core.contract.faults.FAULT_FLOOD), and what an earlier
+    test logged would otherwise hold back the same fault in the next one."""
+    from normandy_core.contract.faults import FAULT_FLOOD
+
+    FAULT_FLOOD.reset()

@@ -128,6 +128,23 @@ UNDER_REPORTING_TURNS = 12
 #: Generated sequences of provider observations, each followed by a boundary decision
 #: checked against the exact count (hypothesis, at least).
 CALIBRATION_SEQUENCES = 60
+#: Boundaries run against a provider that accepts and never answers, per seam, and the
+#: seams (the summarizer through each client, sync and async, and both native compactors).
+HUNG_PROVIDER_BOUNDARIES = 30
+HUNG_PROVIDER_SEAMS = 6
+#: Boundaries whose compactor holds the GIL in C (a catastrophic regular expression) past
+#: compaction_timeout.
+LATE_REGEX_BOUNDARIES = 2
+#: Boundaries reported to an observer with the cap of abandoned threads reached.
+OBSERVED_AT_CAP_BOUNDARIES = 3000
+#: The interval of the fault-flood test (seconds) and how many intervals it runs.
+FLOOD_INTERVAL = 0.25
+FLOOD_INTERVALS = 4
+#: Boundaries run with a hung observer, as multiples of the abandoned-thread cap.
+HUNG_OBSERVER_MULTIPLE = 3
+#: A provider answering 529 to a compaction: (the native compactor's timeout in seconds,
+#: the requests it gets: the first and the SDK's retries that fit in the limit).
+OVERLOADED_LIMITS = ((0.3, 1), (6.0, 3))
 
 
 @dataclass(frozen=True)
@@ -531,6 +548,65 @@ ROWS: tuple[Row, ...] = (
         "no skip of a conversation the exact count puts over the level; no factor below the floor",
         "tests/clients/test_calibration_endpoints.py::"
         "test_the_calibrated_decision_never_skips_an_over_trigger_conversation",
+    ),
+    Row(
+        "Provider that accepts every request and never answers, through `OpenAIClient` and "
+        "`AnthropicClient` with the SDK's defaults (600 s, two retries): `window_manager` "
+        "summarizing (`summary_timeout` 0.05 s; sync and async clients, on a loop of its "
+        "thread and on the turn's), `anthropic_native` and `openai_native` (`timeout` "
+        "0.05 s)",
+        f"{HUNG_PROVIDER_SEAMS} seams x {HUNG_PROVIDER_BOUNDARIES} boundaries",
+        "every boundary answered on time; the library's threads alive never above the cap "
+        "of abandoned threads (before the fix: one per boundary); every hung request closed "
+        "by the client within its limit plus 1.5 s (before: all still open), none sent "
+        "twice; every thread gone at the end",
+        "tests/clients/test_hung_provider.py"
+        "::test_a_provider_that_never_answers_leaves_no_threads_piling_up",
+    ),
+    Row(
+        "Provider answering 529 to a native compaction, under a `timeout` of "
+        + " and ".join(f"{limit:g} s" for limit, _ in OVERLOADED_LIMITS),
+        f"{len(OVERLOADED_LIMITS)} compactions",
+        "retried only while the pause leaves the retry as long again: "
+        + ", ".join(f"{sent} request(s) under {limit:g} s" for limit, sent in OVERLOADED_LIMITS)
+        + " (before the fix: the SDK's retries went on past the limit); the fallback compacted",
+        "tests/clients/test_hung_provider.py"
+        "::test_an_overloaded_provider_is_retried_only_within_the_limit",
+    ),
+    Row(
+        "`on_boundary` observer with the cap of abandoned threads reached (hung compactors)",
+        f"{OBSERVED_AT_CAP_BOUNDARIES:,} boundaries",
+        f"the observer got all {OBSERVED_AT_CAP_BOUNDARIES:,} reports, on the boundary's own "
+        "thread; the refusal logged once, no traceback (before the fix: no report, and two "
+        "records a boundary, one with a traceback)",
+        "tests/test_observers_at_cap.py::test_observers_see_every_boundary_with_the_cap_reached",
+    ),
+    Row(
+        "The same fault at every boundary (a failing observer, the boundary's refusal), "
+        "the cap reached",
+        f"{FLOOD_INTERVALS} intervals of {FLOOD_INTERVAL:g} s of boundaries",
+        "each fault logged about once per interval, its traceback with it, each record after "
+        "the first counting those held back; every boundary reported to the other observer",
+        "tests/test_observers_at_cap.py"
+        "::test_a_flood_of_identical_faults_is_logged_once_per_interval_with_a_count",
+    ),
+    Row(
+        "`on_boundary` observer that hangs, under `compaction_timeout`",
+        f"{HUNG_OBSERVER_MULTIPLE} x the cap of abandoned threads, in boundaries",
+        "called once and abandoned, then not called while it runs: one thread held, no "
+        "boundary waited for it, the other observer saw every boundary",
+        "tests/test_observers_at_cap.py"
+        "::test_a_hung_observer_holds_one_thread_and_is_never_called_on_the_boundarys",
+    ),
+    Row(
+        "Compactor holding the GIL in C past `compaction_timeout` (a catastrophic regular "
+        "expression), with and without the installed hook plugins",
+        f"2 x {LATE_REGEX_BOUNDARIES} boundaries",
+        "every late result refused: error path, memory untouched (before the fix, without "
+        "hook plugins: accepted with `error=None`); the boundary waited for the match, as "
+        "documented",
+        "tests/test_late_results.py"
+        "::test_a_compactor_holding_the_gil_past_its_limit_has_its_late_result_refused",
     ),
 )
 

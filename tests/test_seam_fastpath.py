@@ -34,6 +34,7 @@ from normandy_core import (
 )
 from normandy_core.contract import hooks
 from normandy_core.contract.check import _check, build_context, call_compactor, check_compaction
+from normandy_core.contract.faults import FAULT_FLOOD
 from normandy_core.contract.plugins import hook_manager
 from normandy_core.contract.types import SKIP as _SKIP, CompactionContext, ContractViolation
 from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
@@ -404,6 +405,7 @@ def _boundary(acc: AgentConfig, **kwargs: Any) -> tuple[Any, list[Any], list[Any
     level = logger.level
     logger.addHandler(lines)
     logger.setLevel(logging.DEBUG)
+    FAULT_FLOOD.reset()  # both paths' failure lines logged, not the second held back
     try:
         result = run_compaction(acc, **kwargs)
     finally:

@@ -55,7 +55,7 @@ from normandy_core.clients.base import (
     thinking_plan,
 )
 from normandy_core.clients.exchange import adrive, drive
-from normandy_core.clients.sdk import CompletionRequest, SdkClient, sdk_options
+from normandy_core.clients.sdk import CompletionRequest, Pause, SdkClient, sdk_options
 from normandy_core.contract.edits import (
     COMPACT_BETA,
     ON_DEMAND_COMPACTION_BETA,
@@ -386,18 +386,18 @@ class AnthropicClient(SdkClient[dict[str, Any], dict[str, Any]]):
         super().__init__(model, options, client=client, async_client=async_client)
 
     def _send(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        create, raw = _create(self._sync(), kwargs)
+        create, raw = _create(self._within_limit(self._sync()), kwargs)
         response = create(**kwargs)
         return dict(response.json()) if raw else _as_data(response)
 
     async def _asend(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        create, raw = _create(self._async(), kwargs)
+        create, raw = _create(self._within_limit(self._async()), kwargs)
         response = await create(**kwargs)
         return dict(await response.json()) if raw else _as_data(response)
 
     def _completion(
         self, request: CompletionRequest, entry: str
-    ) -> Generator[dict[str, Any], dict[str, Any], ModelReply]:
+    ) -> Generator[dict[str, Any] | Pause, Any, ModelReply]:
         """A Messages API request, and the request continuing it when the API paused after
         compacting; one reply from both."""
         edits = _checked_edits(request.context_management, entry=entry)
@@ -425,7 +425,7 @@ class AnthropicClient(SdkClient[dict[str, Any], dict[str, Any]]):
         model: str | None,
         instructions: str | None,
         max_tokens: int,
-    ) -> Generator[dict[str, Any], dict[str, Any], ProviderCompaction]:
+    ) -> Generator[dict[str, Any] | Pause, Any, ProviderCompaction]:
         """An on-demand compaction request and the one compaction block it returned."""
         kwargs = compaction_request(
             system,
@@ -456,7 +456,7 @@ class AnthropicClient(SdkClient[dict[str, Any], dict[str, Any]]):
         was unreachable, refused, does not support it for the model, or failed.
         """
         steps = self._compaction(system, messages, tools, model, instructions, max_tokens)
-        return drive(steps, self._send)
+        return drive(steps, self._perform)
 
     async def acompact_conversation(
         self,
@@ -470,4 +470,4 @@ class AnthropicClient(SdkClient[dict[str, Any], dict[str, Any]]):
     ) -> ProviderCompaction:
         """:meth:`compact_conversation` without blocking the event loop."""
         steps = self._compaction(system, messages, tools, model, instructions, max_tokens)
-        return await adrive(steps, self._asend)
+        return await adrive(steps, self._aperform)

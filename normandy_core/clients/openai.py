@@ -37,7 +37,7 @@ from normandy_core.clients.base import (
     as_entries,
 )
 from normandy_core.clients.exchange import adrive, drive
-from normandy_core.clients.sdk import CompletionRequest, SdkClient, sdk_options
+from normandy_core.clients.sdk import CompletionRequest, Pause, SdkClient, sdk_options
 from normandy_core.conversation.entries import (
     Block,
     DocumentBlock,
@@ -569,10 +569,10 @@ class OpenAIClient(SdkClient[SdkCall, Any]):
         super().__init__(model, options, client=client, async_client=async_client)
 
     def _send(self, call: SdkCall) -> Any:
-        return call.method(self._sync())(**call.kwargs)
+        return call.method(self._within_limit(self._sync()))(**call.kwargs)
 
     async def _asend(self, call: SdkCall) -> Any:
-        return await call.method(self._async())(**call.kwargs)
+        return await call.method(self._within_limit(self._async()))(**call.kwargs)
 
     def _kwargs(self, request: CompletionRequest, entry: str) -> dict[str, Any]:
         """The request's keyword arguments for the API the client speaks."""
@@ -594,7 +594,7 @@ class OpenAIClient(SdkClient[SdkCall, Any]):
 
     def _completion(
         self, request: CompletionRequest, entry: str
-    ) -> Generator[SdkCall, Any, ModelReply]:
+    ) -> Generator[SdkCall | Pause, Any, ModelReply]:
         """A Chat Completions or Responses request and its reply (``thinking`` unused;
         ``context_management`` may ask for ``compact`` only, on the Responses API)."""
         kwargs = self._kwargs(request, entry)
@@ -606,7 +606,7 @@ class OpenAIClient(SdkClient[SdkCall, Any]):
 
     def _compaction(
         self, system: str, messages: Sequence[Entry], model: str | None, previous: str | None
-    ) -> Generator[SdkCall, Any, ProviderCompaction]:
+    ) -> Generator[SdkCall | Pause, Any, ProviderCompaction]:
         """A ``/responses/compact`` request and the compaction it returned."""
         kwargs = compact_request(
             system, messages, model=self._model(model), previous_response_id=previous
@@ -629,7 +629,7 @@ class OpenAIClient(SdkClient[SdkCall, Any]):
         whether the API was unreachable, refused, does not support it, or failed.
         """
         steps = self._compaction(system, messages, model, previous_response_id)
-        return drive(steps, self._send)
+        return drive(steps, self._perform)
 
     async def acompact_conversation(
         self,
@@ -641,4 +641,4 @@ class OpenAIClient(SdkClient[SdkCall, Any]):
     ) -> ProviderCompaction:
         """:meth:`compact_conversation` without blocking the event loop."""
         steps = self._compaction(system, messages, model, previous_response_id)
-        return await adrive(steps, self._asend)
+        return await adrive(steps, self._aperform)

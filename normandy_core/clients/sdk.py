@@ -6,12 +6,23 @@ around one exchange (:mod:`.exchange`). A provider's client writes each of its c
 once, as an exchange that builds the SDK requests and reads the responses
 (``_completion``, and its compaction), and says how one SDK request is sent, blocking
 (``_send``) and awaited (``_asend``): the sync and async forms differ only there.
+
+A request made under a time limit of the library's (a summary under ``summary_timeout``,
+a provider compaction under the native compactors' ``timeout``, anything a compactor
+sends under ``compaction_timeout``: :func:`~normandy_core.contract.faults.time_left`) is
+sent with the time left as its own ``timeout=`` and without the SDK's retries, which
+would each wait that long again: the exchange retries it itself, as the SDK would
+(connection errors, 408, 409, 429, 5xx, up to the client's ``max_retries``), only while
+the pause before the retry leaves the retry as much time again. A provider that never
+answers then ends the request at the limit, and the thread waiting for it ends too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
@@ -25,9 +36,17 @@ from normandy_core.clients.base import (
 )
 from normandy_core.clients.exchange import adrive, drive
 from normandy_core.contract.edits import ContextManagement
+from normandy_core.contract.faults import time_left
 from normandy_core.conversation.entries import Entry
 
-__all__ = ["CompletionRequest", "SdkClient", "compaction_failure", "sdk_options"]
+__all__ = [
+    "CompletionRequest",
+    "Pause",
+    "SdkClient",
+    "compaction_failure",
+    "retry_pause",
+    "sdk_options",
+]
 
 RequestT = TypeVar("RequestT")
 ResponseT = TypeVar("ResponseT")
@@ -44,6 +63,63 @@ class CompletionRequest(NamedTuple):
     max_tokens: int
     model: str | None
     context_management: ContextManagement | Mapping[str, Any] | None
+
+
+class Pause(NamedTuple):
+    """What an exchange yields to wait before it retries a request: ``seconds``."""
+
+    seconds: float
+
+
+#: The shortest ``timeout=`` a request under a deadline is sent with (the SDK's
+#: transport takes 0 for "do not wait at all", and a deadline may have just passed).
+MIN_REQUEST_TIMEOUT = 0.001
+#: The statuses the SDKs retry (timeouts, conflicts, rate limits; 5xx besides).
+_RETRIED_STATUSES = frozenset({408, 409, 429})
+
+
+def retry_pause(sdk: Any, exc: Exception, attempt: int, retries: int) -> float | None:
+    """The pause before retrying a request of a time-limited exchange that failed with
+    ``exc`` (an SDK error) at its ``attempt``-th try, or ``None`` not to retry.
+
+    Retried as the SDK retries (connection errors and timeouts; 408, 409, 429 and 5xx,
+    unless the response's ``x-should-retry`` says otherwise), at most ``retries`` times,
+    after the response's ``retry-after`` or 0.5 s doubling up to 8 s; and only while the
+    pause is at most half the time left (:func:`time_left`), so the retry has as long
+    again. Outside a time limit, ``None``: the SDK's own retries apply there.
+    """
+    left = time_left()
+    if left is None or attempt >= retries:
+        return None
+    if isinstance(exc, sdk.APIStatusError):
+        headers = exc.response.headers
+        should = headers.get("x-should-retry")
+        status = int(exc.status_code)
+        if should == "false" or (
+            should != "true" and status not in _RETRIED_STATUSES and status < 500
+        ):
+            return None
+        pause = _retry_after(headers)
+    elif isinstance(exc, sdk.APIConnectionError):
+        pause = None
+    else:
+        return None
+    if pause is None:
+        pause = min(0.5 * 2**attempt, 8.0)
+    return pause if pause <= left / 2 else None
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """The pause a response asks for, in seconds (``retry-after-ms`` or a number of
+    seconds in ``retry-after``; up to a minute), else ``None``."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            pause = float(headers.get(name) or "") * scale
+        except ValueError:
+            continue
+        if 0 <= pause <= 60:
+            return pause
+    return None
 
 
 def sdk_options(
@@ -147,15 +223,49 @@ class SdkClient(ABC, Generic[RequestT, ResponseT]):
             self._async_client = getattr(self._sdk, self._sdk_classes[1])(**self._options)
         return self._async_client
 
+    def _within_limit(self, sdk_client: Any) -> Any:
+        """The SDK client to send one request with: under a time limit (:func:`time_left`),
+        a copy that waits only the time left and does not retry (:func:`retry_pause`
+        does, in the exchange); otherwise ``sdk_client`` itself."""
+        left = time_left()
+        with_options = getattr(sdk_client, "with_options", None)
+        if left is None or with_options is None:
+            return sdk_client
+        return with_options(timeout=max(left, MIN_REQUEST_TIMEOUT), max_retries=0)
+
     def _ask(
         self, request: RequestT, failure: Callable[[Exception], Exception] | None = None
-    ) -> Generator[RequestT, ResponseT, ResponseT]:
+    ) -> Generator[RequestT | Pause, Any, ResponseT]:
         """One SDK request of an exchange: its response, or its SDK error raised as
-        ``failure(exc)`` (by default a :class:`ModelClientError` naming the provider)."""
-        try:
-            return (yield request)
-        except self._sdk.APIError as exc:
-            raise (failure or self._error)(exc) from exc
+        ``failure(exc)`` (by default a :class:`ModelClientError` naming the provider).
+        Under a time limit a failed request is retried while time is left
+        (:func:`retry_pause`)."""
+        retries = int(self._options.get("max_retries", 0))
+        attempt = 0
+        while True:
+            try:
+                response: ResponseT = yield request
+                return response
+            except self._sdk.APIError as exc:
+                pause = retry_pause(self._sdk, exc, attempt, retries)
+                if pause is None:
+                    raise (failure or self._error)(exc) from exc
+            attempt += 1
+            yield Pause(pause)
+
+    def _perform(self, request: RequestT | Pause) -> Any:
+        """Answer one request of an exchange, blocking: send it, or wait out a pause."""
+        if isinstance(request, Pause):
+            time.sleep(request.seconds)
+            return None
+        return self._send(request)
+
+    async def _aperform(self, request: RequestT | Pause) -> Any:
+        """Answer one request of an exchange without blocking the event loop."""
+        if isinstance(request, Pause):
+            await asyncio.sleep(request.seconds)
+            return None
+        return await self._asend(request)
 
     def _error(self, exc: Exception) -> ModelClientError:
         return ModelClientError(f"{self.provider}: {type(exc).__name__}: {exc}")
@@ -166,7 +276,7 @@ class SdkClient(ABC, Generic[RequestT, ResponseT]):
     @abstractmethod
     def _completion(
         self, request: CompletionRequest, entry: str
-    ) -> Generator[RequestT, ResponseT, ModelReply]:
+    ) -> Generator[RequestT | Pause, Any, ModelReply]:
         """One ``complete`` call as an exchange (``entry`` names the call in errors)."""
 
     @abstractmethod
@@ -198,7 +308,7 @@ class SdkClient(ABC, Generic[RequestT, ResponseT]):
         request = CompletionRequest(
             system, messages, tools, tool_choice, thinking, max_tokens, model, context_management
         )
-        return drive(self._completion(request, f"{type(self).__name__}.complete()"), self._send)
+        return drive(self._completion(request, f"{type(self).__name__}.complete()"), self._perform)
 
     async def acomplete(
         self,
@@ -217,4 +327,4 @@ class SdkClient(ABC, Generic[RequestT, ResponseT]):
             system, messages, tools, tool_choice, thinking, max_tokens, model, context_management
         )
         entry = f"{type(self).__name__}.acomplete()"
-        return await adrive(self._completion(request, entry), self._asend)
+        return await adrive(self._completion(request, entry), self._aperform)

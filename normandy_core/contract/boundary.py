@@ -17,10 +17,10 @@ from normandy_core.contract.check import CompactionResult, account, build_contex
 from normandy_core.contract.config import AgentConfig
 from normandy_core.contract.faults import (
     AbandonedLimitError,
-    PluginFault,
     PluginTimeoutError,
     abandoned_threads,
     call_plugin,
+    fault_cause,
     run_bounded,
 )
 from normandy_core.contract.hooks import (
@@ -98,8 +98,11 @@ def run_compaction(
     memory in a worker thread, so a compactor abandoned past the limit can never reach
     the live memory or its token totals; at most
     :data:`~normandy_core.contract.faults.MAX_ABANDONED` abandoned threads may be alive,
-    past which the boundary is skipped with an error. The ``on_boundary`` hooks share a time limit
-    of their own of the same length (a boundary that ran out of time is still reported).
+    past which the boundary is skipped with an error; a result that arrives after the
+    limit (the compactor held the GIL in C code, so the wait could not end on time) is
+    refused the same way. The ``on_boundary`` hooks share a time limit of their own of
+    the same length (a boundary that ran out of time is still reported), and are called
+    on this thread when the cap leaves no thread to bound them in.
     This function does not raise for a faulty compactor or hook; only a genuine Ctrl-C of
     the user's process propagates (with the memory restored).
     """
@@ -137,8 +140,7 @@ def _error(
 
 
 def _type_name(exc: BaseException) -> str:
-    cause = exc.__cause__ if isinstance(exc, PluginFault) and exc.__cause__ else exc
-    kind = type(cause)
+    kind = type(fault_cause(exc))
     module = kind.__module__
     return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
 
@@ -204,14 +206,8 @@ def _call(
             result: CompactionResult = call_plugin(call_compactor, comp, acc, ctx, prepared.options)
         else:
             result = _call_bounded(acc, ctx, prepared, limit)
-    except PluginTimeoutError:
-        return _error(
-            acc,
-            f"{comp.describe()} did not return within {limit:g} s (compaction_timeout); its "
-            f"result will be ignored ({abandoned_threads()} abandoned thread(s) running)",
-            probe,
-            "timeout",
-        )
+    except PluginTimeoutError as exc:
+        return _error(acc, _past_the_limit(comp.describe(), exc), probe, "timeout")
     except AbandonedLimitError as exc:
         return _error(acc, f"{comp.describe()} was not called: {exc}", probe, "abandoned_limit")
     except ContractViolation as exc:
@@ -220,6 +216,21 @@ def _call(
         why = f"{comp.describe()} raised {fault_text(exc)}"
         return _error(acc, why, probe, _type_name(exc), exc)
     return result
+
+
+def _past_the_limit(who: str, exc: PluginTimeoutError) -> str:
+    """Why a compactor's result is not taken: it was abandoned at ``compaction_timeout``,
+    or it returned after it (its thread held the GIL, so the wait could not end on time)."""
+    if exc.took is None:
+        return (
+            f"{who} did not return within {exc.limit:g} s (compaction_timeout); its result "
+            f"will be ignored ({abandoned_threads()} abandoned thread(s) running)"
+        )
+    return (
+        f"{who} returned after {exc.took:.2f} s, past compaction_timeout ({exc.limit:g} s): "
+        "its late result is refused and the conversation kept as it was (code holding the "
+        "GIL, such as a regular expression in C, delays the boundary until it returns)"
+    )
 
 
 def _commit(
@@ -308,7 +319,7 @@ def _log(result: CompactionResult, probe: _Probe, info: BoundaryInfo) -> None:
     if ctx is not None:
         where += ", mid-round" if ctx.mid_round else ", turn start"
     took = f"{info.duration * 1000:.1f} ms"
-    extra = {
+    extra: dict[str, Any] = {
         "normandy_outcome": info.outcome,
         "normandy_compactor": info.compactor,
         "normandy_distribution": info.distribution,
@@ -344,18 +355,23 @@ def _log(result: CompactionResult, probe: _Probe, info: BoundaryInfo) -> None:
             extra=extra,
         )
     else:
-        extra.update(normandy_error=meta.error, normandy_error_type=info.error_type)
-        error = meta.error or ""
-        # The boundary's own reasons name the compactor; what a compactor reports is its own.
-        text = error if probe.error_type is not None else f"{info.plugin} failed: {error}"
-        log.warning(
-            "%s (%s; %s)",
-            text,
-            where,
-            took,
-            exc_info=probe.exc,
-            extra=extra,
-        )
+        _log_failure(meta, probe, info, f"{where}; {took}", extra)
+
+
+def _log_failure(
+    meta: CompactionMeta, probe: _Probe, info: BoundaryInfo, where: str, extra: dict[str, Any]
+) -> None:
+    """The WARNING line of a failed boundary; identical failures (this plugin, this kind)
+    are logged once per interval with a count (``FAULT_FLOOD``)."""
+    extra.update(
+        normandy_error=meta.error,
+        normandy_error_type=info.error_type,
+        normandy_fault=f"boundary of {info.plugin}: {info.error_type}",
+    )
+    error = meta.error or ""
+    # The boundary's own reasons name the compactor; what a compactor reports is its own.
+    text = error if probe.error_type is not None else f"{info.plugin} failed: {error}"
+    log.warning("%s (%s)", text, where, exc_info=probe.exc, extra=extra)
 
 
 def _n(value: int | None) -> str:

@@ -17,10 +17,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from normandy_core.contract.faults import (
-    PluginFault,
+    FAULT_FLOOD,
+    AbandonedLimitError,
     PluginTimeoutError,
+    StillRunningError,
     call_gate,
     call_plugin,
+    fault_cause,
     run_bounded,
 )
 from normandy_core.contract.plugins import HookCaller, describe_hook, hook_callers
@@ -38,13 +41,15 @@ __all__ = [
     "selected",
 ]
 
-# Hook faults are reported where the boundary's own lines are: the logger users watch.
+# Hook faults are reported where the boundary's own lines are: the logger users watch. A
+# flood of identical faults is logged once per interval, with a count (FAULT_FLOOD).
 log = logging.getLogger("normandy_core.boundary")
+log.addFilter(FAULT_FLOOD)
 
 
 def fault_text(exc: BaseException) -> str:
     """``Type: message`` of what a plugin raised (the cause a :class:`PluginFault` carries)."""
-    cause = exc.__cause__ if isinstance(exc, PluginFault) and exc.__cause__ else exc
+    cause = fault_cause(exc)
     return f"{type(cause).__name__}: {cause}"
 
 
@@ -65,8 +70,18 @@ def _gate_open(hook: str, caller: HookCaller) -> bool:
         return call_gate(caller.gate)
     except Exception as exc:
         what = describe_hook(caller.impl.plugin_name)
-        log.error("the %s gate of %s raised %s", hook, what, fault_text(exc), exc_info=exc)
+        text = fault_text(exc)
+        fault = f"the {hook} gate of {what}: {type(fault_cause(exc)).__name__}"
+        log.error(
+            "the %s gate of %s raised %s", hook, what, text, exc_info=exc, extra=_fault(fault)
+        )
         return True
+
+
+def _fault(key: str) -> dict[str, str]:
+    """The ``extra`` of a fault's log record: its key, by which
+    :data:`~normandy_core.contract.faults.FAULT_FLOOD` tells identical faults apart."""
+    return {"normandy_fault": key}
 
 
 def run_hooks(
@@ -80,11 +95,17 @@ def run_hooks(
     notes: list[dict[str, Any]] | None = None,
     extra: Mapping[str, Any] | None = None,
     callers: tuple[HookCaller, ...] | None = None,
+    inline_at_cap: bool = False,
 ) -> list[dict[str, str]]:
     """Call ``hook`` on every hook plugin implementing it (or on ``callers``), each
     isolated; one ``{"hook", "plugin", "error"}`` per failure. The notes the hooks return
     (mappings) are appended to ``notes`` as ``{"hook", "plugin", "note"}``; with
-    ``stop_at_first`` the first failure stops the others."""
+    ``stop_at_first`` the first failure stops the others.
+
+    With a ``deadline`` each implementation runs in a bounded thread with an equal share
+    of the time left, one call at a time (one abandoned past its share and still running
+    is not called again until it returns). ``inline_at_cap``: where the cap of abandoned
+    threads leaves no thread, the implementation is called on this thread instead."""
     if callers is None:
         callers = selected(hook)
     if not callers:
@@ -94,26 +115,76 @@ def run_hooks(
     errors: list[dict[str, str]] = []
     for n, caller in enumerate(callers):
         name = caller.impl.plugin_name
+        share = None
+        if deadline is not None:
+            share = max(deadline - time.monotonic(), 0.0) / (len(callers) - n)
         try:
-            if deadline is None:
-                returned = call_plugin(caller.call, **kwargs)
-            else:
-                share = max(deadline - time.monotonic(), 0.0) / (len(callers) - n)
-                call = functools.partial(caller.call, **kwargs)
-                returned = run_bounded(call, share, f"normandy-hook-{name}")
+            returned = _call_hook(hook, caller, kwargs, share, inline_at_cap)
             if notes is not None and returned:
                 _keep_notes(notes, name, returned)
-        except PluginTimeoutError:
-            text = "abandoned: it did not return within its share of compaction_timeout"
-            log.error("%s of %s %s", hook, describe_hook(name), text)
-            errors.append({"hook": name, "plugin": describe_hook(name), "error": text})
         except Exception as exc:
-            text = fault_text(exc)
-            log.error("%s of %s raised %s", hook, describe_hook(name), text, exc_info=exc)
-            errors.append({"hook": name, "plugin": describe_hook(name), "error": text})
+            errors.append(_hook_fault(hook, name, exc))
         if errors and stop_at_first:
             break
     return errors
+
+
+def _call_hook(
+    hook: str,
+    caller: HookCaller,
+    kwargs: Mapping[str, Any],
+    share: float | None,
+    inline_at_cap: bool,
+) -> Any:
+    """One implementation's call: on this thread without a ``share`` of time, else in a
+    bounded thread (:func:`run_bounded`, one at a time per implementation); with
+    ``inline_at_cap``, on this thread when the cap leaves no thread."""
+    if share is None:
+        return call_plugin(caller.call, **kwargs)
+    call = functools.partial(caller.call, **kwargs)
+    thread = f"normandy-{hook}-{caller.impl.plugin_name}"
+    try:
+        return run_bounded(call, share, thread, exclusive=True)
+    except AbandonedLimitError:
+        if not inline_at_cap:
+            raise
+    # No thread to be had: the report is made on the boundary's own thread, so observers
+    # see every boundary whatever the cap does (a hung one is not called: still running).
+    return call_plugin(caller.call, **kwargs)
+
+
+def _hook_fault(hook: str, name: str, exc: Exception) -> dict[str, str]:
+    """What hook plugin ``name``'s ``hook`` did wrong (``exc``), logged and as reported.
+    Only what the hook raised is logged with its traceback: the rest is the boundary's."""
+    what = describe_hook(name)
+    if isinstance(exc, (PluginTimeoutError, StillRunningError, AbandonedLimitError)):
+        kind = "timeout" if isinstance(exc, PluginTimeoutError) else type(exc).__name__
+        text = said = _not_in_time(exc)
+        trace: Exception | None = None
+    else:
+        kind = type(fault_cause(exc)).__name__
+        text = fault_text(exc)
+        said = f"raised {text}"
+        trace = exc
+    log.error(
+        "%s of %s %s", hook, what, said, exc_info=trace, extra=_fault(f"{hook} of {what}: {kind}")
+    )
+    return {"hook": name, "plugin": what, "error": text}
+
+
+def _not_in_time(exc: Exception) -> str:
+    """Why a hook's call did not count: abandoned or late at its share of the time, not
+    started for want of time or of a thread, or still running from an earlier boundary."""
+    if not isinstance(exc, PluginTimeoutError):
+        return f"not called: {exc}"
+    if exc.took is not None:
+        return (
+            f"returned after {exc.took:.2f} s, past its share of compaction_timeout: what "
+            "it returned is refused"
+        )
+    if exc.limit <= 0:
+        return "not called: nothing was left of compaction_timeout"
+    return "abandoned: it did not return within its share of compaction_timeout"
 
 
 def _keep_notes(notes: list[dict[str, Any]], name: str, returned: Any) -> None:
@@ -179,8 +250,12 @@ def run_on_boundary(
 
     Called like :func:`run_after_compact` (pluggy's call path, a read-only ``meta``, an
     equal share of the time left before ``deadline`` each); what the hooks return is
-    ignored. Returns one ``{"hook", "plugin", "error"}`` per hook that raised or ran out
-    of time, each also logged at ERROR.
+    ignored. When the cap of abandoned threads leaves no thread to bound a hook in, it is
+    called on this (the boundary's) thread, unbounded: every observer gets every
+    boundary's report, but one whose call at an earlier boundary was abandoned and is
+    still running. Returns one ``{"hook", "plugin", "error"}`` per hook that raised, ran
+    out of time or was not called, each also logged at ERROR (a flood of identical ones
+    once per interval, :class:`~normandy_core.contract.faults.FaultFlood`).
     """
     if callers is None:
         callers = selected("on_boundary", gated=True)
@@ -193,4 +268,5 @@ def run_on_boundary(
         stop_at_first=False,
         extra={"info": info},
         callers=callers,
+        inline_at_cap=True,
     )

@@ -308,7 +308,8 @@ class HookSpec:
         as ``{"hook": name, "plugin": description, "error": text}``, where ``plugin`` names
         the entry point and its distribution. Under ``compaction_timeout`` the hooks share
         what the compactor left of it; a hook past its share is abandoned and recorded the
-        same way. To see every boundary, not only those that drop, implement
+        same way, and is not called again while its abandoned call still runs (recorded as
+        not called). To see every boundary, not only those that drop, implement
         :func:`on_boundary`.
         """
         raise NotImplementedError  # pragma: no cover
@@ -358,10 +359,13 @@ class HookSpec:
 
         A hook that raises (any exception, ``SystemExit`` included) does not stop the
         others or the turn and changes nothing in the result: the boundary logs the error
-        at ERROR, naming the hook plugin and its distribution. Under ``compaction_timeout``
-        these hooks share a time limit of the same length of their own (so a boundary
-        that ran out of time is still observed); a hook past its share is abandoned and
-        logged the same way.
+        at ERROR, naming the hook plugin and its distribution (identical faults once a
+        minute, with a count). Under ``compaction_timeout`` these hooks share a time limit
+        of the same length of their own (so a boundary that ran out of time is still
+        observed); a hook past its share is abandoned and logged the same way, and is not
+        called again while its abandoned call still runs. When the cap of abandoned
+        threads leaves no thread to bound it in, the hook is called on the boundary's own
+        thread, without a limit: every boundary is reported whatever the cap does.
         """
         raise NotImplementedError  # pragma: no cover
 

@@ -18,7 +18,6 @@ import asyncio
 import concurrent.futures
 import inspect
 import logging
-import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
@@ -35,6 +34,12 @@ from normandy_core import (
 )
 from normandy_core.clients.base import ProviderCompaction, ProviderCompactionError
 from normandy_core.contract.eventloop import turn_loop
+from normandy_core.contract.faults import (
+    AbandonedLimitError,
+    PluginTimeoutError,
+    fault_cause,
+    run_bounded,
+)
 from normandy_core.conversation import keys
 from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY, PROVIDER_REBUILT_KEY
 
@@ -196,40 +201,39 @@ def call_provider(
 
     ``call`` is the client's synchronous method; without one, the coroutine of ``acall``
     runs on the turn's own event loop under ``arun_turn`` (where an async client's
-    connections live), else on a loop of the worker. A
-    :class:`~normandy_core.clients.ProviderCompactionError` becomes :class:`Cannot` with
-    its reason; a wait past ``timeout`` is ``unreachable``.
+    connections live), else on a loop of the worker. The thread is under the library's
+    one cap of abandoned threads (:func:`~normandy_core.contract.faults.run_bounded`), and
+    the client's SDK request is sent with ``timeout`` as its own, so a provider that never
+    answers does not keep it. A :class:`~normandy_core.clients.ProviderCompactionError`
+    becomes :class:`Cannot` with its reason; a wait past ``timeout``, or no thread to
+    wait in, is ``unreachable``.
     """
-    box: dict[str, Any] = {}
     loop = turn_loop()
     pending: list[concurrent.futures.Future[Any]] = []
 
-    def work() -> None:
-        try:
-            if call is not None:
-                box["value"] = call()
-            elif acall is not None:
-                if loop is not None:
-                    pending.append(asyncio.run_coroutine_threadsafe(_await(acall), loop))
-                    box["value"] = pending[0].result()
-                else:
-                    box["value"] = asyncio.run(_await(acall))
-        except BaseException as exc:
-            box["error"] = exc
+    def work() -> Any:
+        if call is not None:
+            return call()
+        if acall is None:
+            return None
+        if loop is not None:
+            pending.append(asyncio.run_coroutine_threadsafe(_await(acall), loop))
+            return pending[0].result()
+        return asyncio.run(_await(acall))
 
-    worker = threading.Thread(target=work, name="normandy-native-compaction", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if worker.is_alive():
+    try:
+        return run_bounded(work, timeout, "normandy-native-compaction")
+    except PluginTimeoutError as exc:
         for future in pending:
             future.cancel()
-        raise Cannot(f"the provider did not answer within {timeout:g} s", "unreachable")
-    if "error" in box:
-        exc = box["error"]
-        if isinstance(exc, ProviderCompactionError):
-            raise Cannot(str(exc), exc.reason) from exc
-        raise Cannot(f"the compaction request failed: {type(exc).__name__}: {exc}") from exc
-    return box.get("value")
+        raise Cannot(f"the provider did not answer within {timeout:g} s", "unreachable") from exc
+    except AbandonedLimitError as exc:
+        raise Cannot(f"the provider was not asked: {exc}", "unreachable") from exc
+    except ProviderCompactionError as exc:
+        raise Cannot(str(exc), exc.reason) from exc
+    except Exception as exc:
+        cause = fault_cause(exc)
+        raise Cannot(f"the compaction request failed: {type(cause).__name__}: {cause}") from cause
 
 
 async def _await(acall: Callable[[], Awaitable[Any]]) -> Any:

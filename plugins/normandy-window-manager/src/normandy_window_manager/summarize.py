@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from normandy_core import Entry, TextBlock, ToolResultBlock, ToolUseBlock
+from normandy_core.contract.faults import (
+    AbandonedLimitError,
+    PluginTimeoutError,
+    fault_cause,
+    run_bounded,
+)
 from normandy_core.conversation import keys
 
 # asyncio, concurrent.futures, html and inspect serve the model summarizer only: imported
@@ -231,6 +236,11 @@ def _model_summary(
     budget: int,
     instructions: str | None = None,
 ) -> Any:
+    """What the config's model client answered to the summary request, waited for at
+    most ``summary_timeout`` in a thread under the library's one cap of abandoned
+    threads (:func:`~normandy_core.contract.faults.run_bounded`); the client's SDK request
+    is sent with that limit as its own timeout, so a provider that never answers does not
+    keep the thread."""
     import asyncio
     import inspect
 
@@ -240,49 +250,38 @@ def _model_summary(
     prompt = build_summary_prompt(dropped, budget)
     system = summary_system_prompt(instructions)
     message = Entry(id="summary-request", role="user", content=prompt)
-    box: dict[str, Any] = {}
     # Under arun_turn an async client runs on the turn's own loop, where its connections
     # live (a shared httpx pool fails on any other loop); elsewhere on a loop of the worker.
     loop = turn_loop()
     pending: list[concurrent.futures.Future[Any]] = []
 
-    def call() -> None:
-        try:
-            complete = getattr(client, "complete", None)
-            if complete is not None and not inspect.iscoroutinefunction(complete):
-                reply = complete(
-                    system,
-                    [message],
-                    max_tokens=budget,
-                    model=acc.model,
-                )
+    def call() -> Any:
+        complete = getattr(client, "complete", None)
+        if complete is not None and not inspect.iscoroutinefunction(complete):
+            reply = complete(system, [message], max_tokens=budget, model=acc.model)
+        else:
+            coro = client.acomplete(system, [message], max_tokens=budget, model=acc.model)
+            if loop is not None:
+                pending.append(asyncio.run_coroutine_threadsafe(coro, loop))
+                reply = pending[0].result()
             else:
-                coro = client.acomplete(
-                    system,
-                    [message],
-                    max_tokens=budget,
-                    model=acc.model,
-                )
-                if loop is not None:
-                    pending.append(asyncio.run_coroutine_threadsafe(coro, loop))
-                    reply = pending[0].result()
-                else:
-                    reply = asyncio.run(coro)
-            box["text"] = reply if isinstance(reply, str) else getattr(reply, "text", reply)
-        except BaseException as exc:
-            box["error"] = exc
+                reply = asyncio.run(coro)
+        return reply if isinstance(reply, str) else getattr(reply, "text", reply)
 
-    worker = threading.Thread(target=call, name="normandy-summarizer", daemon=True)
-    worker.start()
-    worker.join(opts.summary_timeout)
-    if worker.is_alive():
+    timeout = opts.summary_timeout
+    try:
+        return run_bounded(call, timeout, "normandy-summarizer")
+    except PluginTimeoutError as exc:
         for future in pending:
             future.cancel()  # the request on the turn's loop is abandoned too
-        raise SummaryError(f"the model summarizer did not answer within {opts.summary_timeout:g} s")
-    if "error" in box:
-        exc = box["error"]
-        raise SummaryError(f"the model summarizer failed: {type(exc).__name__}: {exc}") from exc
-    return box.get("text")  # any type: check_summary refuses anything but usable text
+        raise SummaryError(f"the model summarizer did not answer within {timeout:g} s") from exc
+    except AbandonedLimitError as exc:
+        raise SummaryError(f"the model summarizer was not asked: {exc}") from exc
+    except Exception as exc:
+        cause = fault_cause(exc)
+        raise SummaryError(
+            f"the model summarizer failed: {type(cause).__name__}: {cause}"
+        ) from cause
 
 
 _PATH = re.compile(
