@@ -410,7 +410,7 @@ def _given(data: Any, fmt: str) -> str:
             count += 1
             node = parents[node]
         return f"{count:,} entr{'y' if count == 1 else 'ies'}"
-    items = data.get("messages") if isinstance(data, dict) else data
+    items = data.get("messages", data.get("input")) if isinstance(data, dict) else data
     count = len(items) if isinstance(items, list) else 0
     return f"{count:,} message{'' if count == 1 else 's'}"
 

@@ -43,14 +43,19 @@ from normandy_core.conversation.structure import pairing_problems
 from normandy_core.conversation.survival import SurvivalRules
 from normandy_core.errors import OptionsError, WindowUnknownError
 from normandy_core.transcripts import continuation
-from normandy_core.transcripts.formats import TranscriptError, check_values, value_problem
+from normandy_core.transcripts.formats import (
+    TranscriptError,
+    WireFormat,
+    check_values,
+    value_problem,
+)
 from normandy_core.transcripts.result import (
     CompactResult,
     check_pairs,
     compact_result,
 )
 from normandy_core.transcripts.staging import Transcript
-from normandy_core.transcripts.transcript import read, write
+from normandy_core.transcripts.transcript import read, request_keys, write
 
 __all__ = [
     "ENTRY",
@@ -101,26 +106,52 @@ def read_transcript(data: Any, format: FormatName = "auto") -> Transcript | Agen
         return memory
     if format == "normandy":
         raise TranscriptError(None, None, "a Normandy transcript is a memory dump object")
-    system: Any = None
-    messages = data
     if isinstance(data, Mapping):
-        if "messages" not in data:
-            raise TranscriptError(
-                None, None, "an object must be a Normandy dump or hold 'messages'"
-            )
-        messages = data["messages"]
-        system = data.get("system")
-        if system is not None and (bad := value_problem(system)) is not None:
-            raise TranscriptError(None, "system" + (f" {bad[0]}" if bad[0] else ""), bad[1])
+        return _read_request(data, format)
+    messages = _checked_list(data)
+    t = read(messages, format)
+    t.container = messages
+    return t
+
+
+def _checked_list(messages: Any) -> Any:
+    """``messages`` with a generator (or another iterable) read once into a list, after
+    refusing the values no transcript may hold."""
     if not isinstance(messages, (str, bytes, bytearray, Mapping, Sequence)) and isinstance(
         messages, Iterable
     ):
-        messages = list(messages)  # a generator or another iterable, read once
+        messages = list(messages)
     if isinstance(messages, Sequence) and not isinstance(messages, (str, bytes, bytearray)):
         check_values(messages)
-    t = read(messages, format, system=system)
-    if isinstance(data, Mapping) or messages is not data:
-        t.container = data if isinstance(data, Mapping) else messages
+    return messages
+
+
+def _read_request(data: Mapping[str, Any], format: WireFormat | Literal["auto"]) -> Transcript:
+    """A request (a dict with ``messages``, and ``system`` for Anthropic; or a Responses
+    API request with ``input`` and ``instructions``) read, its container kept."""
+    keys = request_keys(data)
+    if keys is None:
+        raise TranscriptError(
+            None, None, "an object must be a Normandy dump or hold 'messages' (or 'input')"
+        )
+    list_key, system_key = keys
+    messages = data[list_key]
+    system = data.get(system_key)
+    if system is not None and (bad := value_problem(system)) is not None:
+        raise TranscriptError(None, system_key + (f" {bad[0]}" if bad[0] else ""), bad[1])
+    if list_key == "input":
+        if format not in ("auto", "responses"):
+            raise TranscriptError(
+                None, "input", f"a request with 'input' is a Responses API request, not {format}"
+            )
+        if isinstance(messages, str):  # the API reads a string as one user message
+            messages = [{"role": "user", "content": messages}]
+    messages = _checked_list(messages)
+    if list_key == "input":
+        t = read(messages, "responses", instructions=system)
+    else:
+        t = read(messages, format, system=system)
+    t.container = data
     return t
 
 
@@ -209,12 +240,14 @@ def compact(
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
-    ``messages`` is an OpenAI Chat Completions or Anthropic Messages list (dicts or SDK
-    objects), a dict with ``messages`` (and ``system`` for Anthropic), or a Normandy memory
-    dump; ``format`` says which, or ``"auto"`` detects it. ``compactor`` defaults to
-    ``window_manager`` (calling this means you want compaction; the default of
-    :class:`~normandy_core.AgentConfig` is ``noop``). ``opts`` are the compactor's
-    options, validated before anything runs (errors name ``normandy_core.compact()``).
+    ``messages`` is an OpenAI Chat Completions, Anthropic Messages or Responses API list
+    (dicts or SDK objects), a request holding one (a dict with ``messages``, and
+    ``system`` for Anthropic; a Responses request with ``input`` and ``instructions``),
+    or a Normandy memory dump; ``format`` says which, or ``"auto"`` detects it.
+    ``compactor`` defaults to ``window_manager`` (calling this means you want compaction;
+    the default of :class:`~normandy_core.AgentConfig` is ``noop``). ``opts`` are the
+    compactor's options, validated before anything runs (errors name
+    ``normandy_core.compact()``).
     ``window`` pins the context window (the ``context_window`` option) of a compactor
     that sizes against one; otherwise the model catalog gives the window of ``model``.
     ``mid_round`` says the last assistant message's tool round is still open.
@@ -238,9 +271,10 @@ def compact(
     like ``AgentConfig(recall=...)``, when no installed plugin can search.
 
     Called before every request on a list that grew since the last call (the full
-    history, or the list the last call returned plus new messages), only the new
-    messages are read and counted, and the list is compacted as the continuation of the
-    last call (:mod:`normandy_core.transcripts.continuation`, :attr:`CompactResult.continued`);
+    history, or the list the last call returned plus new messages; bare or in a request
+    whose system prompt is unchanged), only the new messages are read and counted, and
+    the list is compacted as the continuation of the last call
+    (:mod:`normandy_core.transcripts.continuation`, :attr:`CompactResult.continued`);
     ``fresh=True`` compacts from scratch.
 
     When nothing is compacted by a call that does not continue an earlier one (or the

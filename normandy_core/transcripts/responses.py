@@ -113,10 +113,21 @@ _RESPONSES_PARTS = frozenset(
 
 
 def read_responses(
-    items: Sequence[Any], container: Any, *, allow_pending: bool = True
+    items: Sequence[Any], container: Any, *, instructions: Any = None, allow_pending: bool = True
 ) -> Transcript:
-    """The Responses ``items`` (read from ``container``) as a transcript."""
-    return build("responses", list(stage_responses(items)), container, allow_pending)
+    """The Responses ``items`` (read from ``container``) as a transcript, with
+    ``instructions`` (a request's system prompt, a string) as a leading system entry."""
+    if instructions is not None and not isinstance(instructions, str):  # as the API takes them
+        raise TranscriptError(None, "instructions", "expected a string")
+    staged = list(stage_responses(items))
+    return build(
+        "responses",
+        staged,
+        container,
+        allow_pending,
+        system=instructions,
+        system_text=instructions or "",
+    )
 
 
 def _input_file(part: Mapping[str, Any], index: int, where: str) -> DocumentBlock:

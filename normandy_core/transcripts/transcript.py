@@ -15,7 +15,12 @@ Shapes, each read and written by its own module:
 - ``"anthropic"``: Anthropic Messages ``messages`` and ``system``
   (:mod:`~normandy_core.transcripts.anthropic`), every block type.
 - ``"responses"``: the OpenAI Responses API input item list
-  (:mod:`~normandy_core.transcripts.responses`).
+  (:mod:`~normandy_core.transcripts.responses`), and a request's ``instructions``.
+
+A request holds its list under ``messages`` (its system prompt, for Anthropic, under
+``system``) or, for the Responses API, under ``input`` (its system prompt under
+``instructions``): :func:`request_keys` says which, and :func:`write` puts the kept
+messages and system prompt back under the same keys, every other key as given.
 
 How items become entries: a message is an entry; in the Responses API, consecutive
 model-side items (reasoning, assistant messages, calls) are one assistant entry and
@@ -57,9 +62,21 @@ from normandy_core.transcripts.staging import (
 
 __all__ = [
     "read",
+    "request_keys",
     "stage",
     "write",
 ]
+
+
+def request_keys(request: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Where a request holds its messages and its system prompt: ``("messages",
+    "system")``, ``("input", "instructions")`` for a Responses API request, or ``None``
+    when it holds neither list."""
+    if "messages" in request:
+        return "messages", "system"
+    if "input" in request:
+        return "input", "instructions"
+    return None
 
 
 # -- reading ------------------------------------------------------------------------------
@@ -70,20 +87,29 @@ def read(
     format: WireFormat | Literal["auto"] = "auto",
     *,
     system: Any = None,
+    instructions: Any = None,
     allow_pending: bool = True,
 ) -> Transcript:
     """Read ``messages`` (a list, tuple or any iterable of dicts or SDK objects).
 
-    ``system`` is an Anthropic request's system prompt (a string or text blocks), read
-    as a leading system entry. ``allow_pending`` accepts calls without results in the
-    last message only (a round still waiting for its tools). Raises
+    ``system`` is an Anthropic request's system prompt (a string or text blocks) and
+    ``instructions`` a Responses API request's (a string; the format is then
+    Responses), read as a leading system entry. ``allow_pending`` accepts calls without
+    results in the last message only (a round still waiting for its tools). Raises
     :class:`~normandy_core.TranscriptError` naming the message index and the field in
     the input's vocabulary.
     """
     items = message_list(messages)
-    fmt: WireFormat = detect(items, has_system=system is not None) if format == "auto" else format
+    if format != "auto":
+        fmt: WireFormat = format
+    elif instructions is not None:
+        fmt = "responses"
+    else:
+        fmt = detect(items, has_system=system is not None)
     if fmt not in FORMAT_NAMES:
         raise ValueError(f"unknown transcript format {fmt!r}; expected one of {list(FORMAT_NAMES)}")
+    if instructions is not None and fmt != "responses":
+        raise TranscriptError(None, "instructions", f"{FORMAT_NAMES[fmt]} has no instructions")
     if fmt == "anthropic":
         return read_anthropic(items, messages, system=system, allow_pending=allow_pending)
     if system is not None:
@@ -92,7 +118,7 @@ def read(
         )
     if fmt == "openai":
         return read_chat(items, messages, allow_pending=allow_pending)
-    return read_responses(items, messages, allow_pending=allow_pending)
+    return read_responses(items, messages, instructions=instructions, allow_pending=allow_pending)
 
 
 def stage(fmt: WireFormat, items: Sequence[Any], start: int = 0) -> Iterator[Staged]:
@@ -181,24 +207,33 @@ def _rendered(t: Transcript, entry: Entry, src: Source | None) -> list[Any]:
     return emitted
 
 
+#: The formats whose request holds the system prompt, and under which key.
+_SYSTEM_KEYS = frozenset({("anthropic", "system"), ("responses", "instructions")})
+
+
 def _container(t: Transcript, out: list[Any], system_out: Any, system_texts: list[str]) -> Any:
+    """``out`` in the container ``t`` was read from: the list, or the request with its
+    messages and system prompt replaced (every other key as given)."""
     like = t.container
-    if t.format == "anthropic" and isinstance(like, Mapping):
-        request = dict(like)
-        request["messages"] = out
-        if system_out is not None and not system_texts:
-            request["system"] = system_out
-        elif system_texts or system_out is not None:
-            prefix = [system_text(system_out)] if system_out is not None else []
-            request["system"] = "\n\n".join([*prefix, *system_texts])
-        else:
-            request.pop("system", None)
-        return request
-    if system_texts:
+    keys = request_keys(like) if isinstance(like, Mapping) else None
+    holds_system = keys is not None and (t.format, keys[1]) in _SYSTEM_KEYS
+    if system_texts and not holds_system:
         raise TranscriptError(None, "system", "the compacted transcript gained a system prompt")
-    if isinstance(like, Mapping):
-        return {**like, "messages": out}
-    return out
+    if keys is None:
+        return out
+    list_key, system_key = keys
+    request = dict(like)
+    request[list_key] = out
+    if not holds_system:
+        return request
+    if system_out is not None and not system_texts:
+        request[system_key] = system_out
+    elif system_texts or system_out is not None:
+        prefix = [system_text(system_out)] if system_out is not None else []
+        request[system_key] = "\n\n".join([*prefix, *system_texts])
+    else:
+        request.pop(system_key, None)
+    return request
 
 
 def _rendered_parts(
