@@ -145,6 +145,17 @@ HUNG_OBSERVER_MULTIPLE = 3
 #: A provider answering 529 to a compaction: (the native compactor's timeout in seconds,
 #: the requests it gets: the first and the SDK's retries that fit in the limit).
 OVERLOADED_LIMITS = ((0.3, 1), (6.0, 3))
+#: The input shapes compact() continues (benchmarks/shapes.py): Chat, Anthropic and
+#: Responses lists and requests, and lists holding the SDKs' objects.
+CONTINUATION_SHAPES = 9
+#: Calls per shape growing a list by one tool batch each, after the first.
+CONTINUATION_CALLS = 12
+#: Generated call sequences of compact() before every request, across every input shape,
+#: each growing a list call by call with disruptions between.
+CONTINUATION_EXAMPLES = 30
+#: The disruptions a continuation must notice: a kept message edited in place, the list
+#: edited in place, another system prompt (or container), another client.
+CONTINUATION_PROBES = ("kept", "list", "system", "client")
 
 
 @dataclass(frozen=True)
@@ -607,6 +618,25 @@ ROWS: tuple[Row, ...] = (
         "documented",
         "tests/test_late_results.py"
         "::test_a_compactor_holding_the_gil_past_its_limit_has_its_late_result_refused",
+    ),
+    Row(
+        "`compact()` before every request in every input shape: Chat, Anthropic and "
+        "Responses lists, requests with `system` or `instructions`, lists of SDK objects",
+        f"{CONTINUATION_SHAPES} shapes x {CONTINUATION_CALLS} calls, each a tool batch longer",
+        "every call after the first continued, read none of the messages dropped before and "
+        "kept what compacting the last call's result plus the new messages from scratch keeps",
+        "tests/test_continuation_shapes.py::"
+        "test_every_shape_continues_its_last_call_as_the_turn_loop_would",
+    ),
+    Row(
+        "The same calls disrupted: the system prompt or instructions changed (in place "
+        "too), a kept message or the list edited in place, another container, another "
+        "client, then a shorter list",
+        f"{CONTINUATION_EXAMPLES} generated sequences over the {CONTINUATION_SHAPES} shapes, "
+        f"{len(CONTINUATION_PROBES)} kinds of disruption",
+        "every disrupted call was compacted from scratch, as a fresh call; every other call "
+        "continued and kept what the from-scratch replay keeps",
+        "tests/test_continuation_shapes.py::test_continuation_property_every_shape",
     ),
 )
 

@@ -2,8 +2,10 @@
 
 Users of other frameworks call :func:`normandy_core.compact` before each model request on
 the list their framework holds, which has grown by one tool batch since the last call
-(their full history, or the list the last call returned plus the new messages). Reading,
-checking and counting the whole list every time would cost the whole history per call.
+(their full history, or the list the last call returned plus the new messages), bare or
+in the request they send (Anthropic's ``system`` beside ``messages``, the Responses API's
+``instructions`` beside ``input``). Reading, checking and counting the whole list every
+time would cost the whole history per call.
 
 This module remembers, per process, the last few compactions (:data:`MAX_STATES`, at most
 :data:`MAX_MESSAGES` messages in all): the messages they were given and returned, and the
@@ -18,14 +20,18 @@ newly dropped (what earlier calls dropped was reported by them), and
 fresh=True)`` compacts the list from scratch instead.
 
 A list that does not extend a remembered one (other messages, a different config, a
-different format) takes the full path; nothing is ever guessed. The remembered prefix is
-compared in C as a list (``==``: the same objects cost one pointer comparison each),
-and kept messages always come back as the caller's own objects: each message the last
-call returned must be the very object the caller now holds at its position (an equal
-copy sends the call down the full path, which returns the caller's objects), and its
-content is compared against a private deep copy made when it was returned, so a kept
-message changed in place after a call also takes the full path. (A message the
-conversation no longer holds cannot change the continuation, so it only has to be equal.)
+different format) takes the full path; nothing is ever guessed. A request continues only
+a call given (or returning) a request with the same keys and the same system prompt, by
+value (a private copy is kept, so blocks changed in place are noticed); its other keys
+are taken from the request given. The remembered prefix is compared in C as a list
+(``==``: the same objects cost one pointer comparison each), and kept messages always
+come back as the caller's own objects: each message the last call returned must be the
+very object the caller now holds at its position (an equal copy sends the call down the
+full path, which returns the caller's objects), and its content is compared against
+private copies made when it was returned (each dict, list and SDK object's fields in it,
+shallow, compared part by part), so a kept message changed in place after a call also
+takes the full path. (A message the conversation no longer holds cannot change the
+continuation, so it only has to be equal.)
 """
 
 from __future__ import annotations
@@ -36,8 +42,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from operator import is_
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
 
 from normandy_core.contract import plugins
 from normandy_core.contract.boundary import run_compaction
@@ -51,7 +60,7 @@ from normandy_core.transcripts.staging import (
     extend,
     newest_compaction,
 )
-from normandy_core.transcripts.transcript import stage, write
+from normandy_core.transcripts.transcript import request_keys, stage, write
 
 if TYPE_CHECKING:
     from normandy_core.contract.config import AgentConfig
@@ -66,6 +75,172 @@ MAX_STATES = 8
 #: bounds what it keeps alive; :func:`clear` releases everything.
 MAX_MESSAGES = 200_000
 
+#: A request without a system prompt (no value under its system key).
+_ABSENT: Any = object()
+#: The returned request's system prompt was the one the call was given.
+_GIVEN: Any = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """A call's input as a continuation reads it: the message list, and for a request (a
+    dict) the keys it holds that list and its system prompt under."""
+
+    data: Any  # as given: the list, or the request
+    messages: list[Any]
+    keys: tuple[str, str] | None  # (list key, system key); None for a bare list
+    system: Any  # the value under the system key, or _ABSENT
+
+    def wrap(self, out: list[Any], system: Any) -> Any:
+        """``out`` in this call's container, the system key holding ``system`` (_GIVEN:
+        as given in this call; _ABSENT: nothing), every other key as given."""
+        if self.keys is None:
+            return out
+        list_key, system_key = self.keys
+        request = dict(self.data)
+        request[list_key] = out
+        if system is _ABSENT:
+            request.pop(system_key, None)
+        elif system is not _GIVEN:
+            request[system_key] = system
+        return request
+
+    def returned(self, rendered: Any) -> tuple[list[Any], Any] | None:
+        """The message list of ``rendered`` (what a call given this returned) and what its
+        system key held (see :meth:`system_returned`), or ``None`` when it holds none."""
+        if self.keys is None:
+            return (rendered, _ABSENT) if isinstance(rendered, list) else None
+        if not isinstance(rendered, Mapping) or not isinstance(rendered.get(self.keys[0]), list):
+            return None
+        return rendered[self.keys[0]], self.system_returned(rendered)
+
+    def system_returned(self, rendered: Any) -> Any:
+        """What the system key of ``rendered`` (the request a call given this returned)
+        holds: _GIVEN when it is the very value given, _ABSENT, or a private copy."""
+        if self.keys is None:
+            return _ABSENT
+        system = rendered.get(self.keys[1], _ABSENT)
+        if system is not _ABSENT and system is self.system:
+            return _GIVEN
+        return _snapshot(system)
+
+
+def _request(data: Any) -> _Request | None:
+    """``data`` as a continuation reads it, or ``None`` for a shape that cannot continue
+    (a tuple, a generator, a string ``input``, a Normandy dump...)."""
+    if isinstance(data, list):
+        return _Request(data, data, None, _ABSENT)
+    if not isinstance(data, Mapping):
+        return None
+    keys = request_keys(data)
+    if keys is None or not isinstance(data[keys[0]], list):
+        return None
+    return _Request(data, data[keys[0]], keys, data.get(keys[1], _ABSENT))
+
+
+def _snapshot(value: Any) -> Any:
+    """A private copy of a system prompt (strings are immutable; _ABSENT is itself)."""
+    if value is _ABSENT or isinstance(value, str):
+        return value
+    return copy.deepcopy(value)
+
+
+#: Values no one can change in place.
+_IMMUTABLE = (str, int, float, bytes, type(None))
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What one message held when a call returned it: each of its mutable parts (its
+    dicts and lists, an SDK object's fields) with a shallow copy, and a private deep copy
+    of any other object in it.
+
+    Comparing the parts with their copies notices any change made in place since, part
+    by part in C, without calling an SDK object's ``__eq__`` for each nested object (a
+    deep copy compared whole costs about five microseconds per SDK message).
+    """
+
+    parts: list[Any]
+    copies: list[Any]
+
+
+def _seen(message: Any) -> _Seen:
+    """The mutable parts of ``message`` and their copies (see :class:`_Seen`)."""
+    parts: list[Any] = []
+    copies: list[Any] = []
+    visited: set[int] = set()
+    stack = [message]
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, _IMMUTABLE) or id(obj) in visited:
+            continue
+        visited.add(id(obj))
+        if isinstance(obj, tuple):
+            stack.extend(obj)
+        elif isinstance(obj, BaseModel):  # an SDK object: its fields live in dicts
+            stack.append(obj.__dict__)
+            if obj.__pydantic_extra__:
+                stack.append(obj.__pydantic_extra__)
+        elif isinstance(obj, (dict, list)):
+            parts.append(obj)
+            copies.append(obj.copy())
+            stack.extend(obj.values() if isinstance(obj, dict) else obj)
+        else:  # another kind of object: compared by value with a private copy
+            parts.append(obj)
+            copies.append(copy.deepcopy(obj))
+    return _Seen(parts, copies)
+
+
+def _watched(seen: Sequence[_Seen]) -> tuple[list[Any], list[Any]]:
+    """The parts of several messages and their copies, each in one list."""
+    return (
+        list(chain.from_iterable(s.parts for s in seen)),
+        list(chain.from_iterable(s.copies for s in seen)),
+    )
+
+
+def _unchanged(st: _State) -> bool:
+    """Whether no message ``st`` returned has changed in place since."""
+    try:
+        parts, copies = st.watched
+        return parts == copies  # each part with its copy, in C
+    except Exception:  # an object whose comparison raises: treated as changed
+        return False
+
+
+def _same_system(expected: Any, given: Any) -> bool:
+    """Whether the system prompt ``given`` is the one ``expected`` (by value)."""
+    if given is expected:
+        return True
+    if given is _ABSENT or expected is _ABSENT:
+        return False
+    try:
+        return bool(given == expected)
+    except Exception:  # an object whose comparison raises: not the same
+        return False
+
+
+def _extends(st: _State, req: _Request) -> tuple[int, bool] | None:
+    """How ``req`` extends what ``st`` remembers: the length of the list it extends and
+    whether that is the list given (not the one returned), or ``None``."""
+    messages = req.messages
+    n = len(messages)
+    for given, system in ((st.given, st.given_system), (st.out, st.returned_system())):
+        k = len(given)
+        if k == 0 or k > n or messages[k - 1] is not given[k - 1]:
+            continue
+        if not _same_system(system, req.system):
+            continue
+        if not _unchanged(st):
+            return None  # a live message was changed in place since it was seen
+        if given is st.out:
+            if not all(map(is_, given, messages)):  # the very same objects, in C
+                continue
+        elif not _same_prefix(given, messages, st.out, st.out_pos):
+            continue
+        return k, given is st.given
+    return None
+
 
 @dataclass(slots=True)
 class _State:
@@ -78,8 +253,16 @@ class _State:
     given: list[Any]  # the messages as given; empty when continuing ``out``
     out: list[Any]  # the messages returned: the live ones
     out_pos: list[int]  # where each of ``out`` sits in ``given`` (-1: an object of ours)
-    out_snapshot: list[Any]  # private deep copies of ``out`` (content)
+    out_seen: list[_Seen]  # what each of ``out`` held when it was returned
+    keys: tuple[str, str] | None  # the request's list and system keys; None: a list
+    given_system: Any  # a private copy of the system prompt given (or _ABSENT)
+    out_system: Any  # what the returned request's system key held: _GIVEN, _ABSENT or it
+    watched: tuple[list[Any], list[Any]]  # the parts of ``out_seen`` and their copies
     size: int = 0  # messages counted against MAX_MESSAGES while remembered
+
+    def returned_system(self) -> Any:
+        """The system prompt a request continuing the returned list must hold."""
+        return self.given_system if self.out_system is _GIVEN else self.out_system
 
 
 class _Memo:
@@ -115,27 +298,20 @@ class _Memo:
                 _, old = self._states.popitem(last=False)
                 self._messages -= old.size
 
-    def take(self, key: tuple[Any, ...], messages: list[Any]) -> tuple[_State, int, bool] | None:
-        """The remembered state ``messages`` extends, removed from the memo, the length of
+    def take(self, key: tuple[Any, ...], req: _Request) -> tuple[_State, int, bool] | None:
+        """The remembered state ``req`` extends, removed from the memo, the length of
         the list it extends, and whether that list is the one it was given (not the one
         it returned)."""
-        n = len(messages)
         with self._lock:
             for sid, st in reversed(self._states.items()):
-                for given in (st.given, st.out):
-                    k = len(given)
-                    if st.key != key or k == 0 or k > n or messages[k - 1] is not given[k - 1]:
-                        continue
-                    if st.out_snapshot != st.out:
-                        break  # a live message was changed in place since it was seen
-                    if given is st.out:
-                        if not all(map(is_, given, messages)):  # the very same objects, in C
-                            continue
-                    elif not _same_prefix(given, messages, st.out, st.out_pos):
-                        continue
-                    del self._states[sid]
-                    self._messages -= st.size
-                    return st, k, given is st.given
+                if st.key != key or st.keys != req.keys:
+                    continue
+                hit = _extends(st, req)
+                if hit is None:
+                    continue
+                del self._states[sid]
+                self._messages -= st.size
+                return st, *hit
         return None
 
 
@@ -235,18 +411,38 @@ def remember(
     given: Any,
     out: Any,
 ) -> None:
-    """Remember a compaction of the list ``given`` that returned ``out``."""
-    if key is None or not isinstance(given, list) or not isinstance(out, list):
+    """Remember a compaction of ``given`` (a list, or a request holding one) that
+    returned ``out``."""
+    req = _request(given) if key is not None else None
+    if key is None or req is None or t.container is not req.data:
         return
-    if t.system is not None or t.container is not given:
+    returned = req.returned(out)
+    if returned is None:
         return
+    out_list, out_system = returned
     try:
-        out_snapshot = copy.deepcopy(out)
+        out_seen = [_seen(m) for m in out_list]
+        given_system = _snapshot(req.system)
     except Exception:  # an object that cannot be copied: no memo for it
         return
-    known = {id(m): i for i, m in enumerate(given)}
-    pos = _positions(out, known)
-    _states.put(_State(key, acc, t, memory.copy(), list(given), list(out), pos, out_snapshot))
+    known = {id(m): i for i, m in enumerate(req.messages)}
+    pos = _positions(out_list, known)
+    _states.put(
+        _State(
+            key,
+            acc,
+            t,
+            memory.copy(),
+            list(req.messages),
+            list(out_list),
+            pos,
+            out_seen,
+            req.keys,
+            given_system,
+            out_system,
+            _watched(out_seen),
+        )
+    )
 
 
 def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
@@ -272,47 +468,57 @@ def _responses_side(item: Mapping[str, Any]) -> str:
     return "model"
 
 
-def resume(key: tuple[Any, ...] | None, messages: Any, mid_round: bool) -> CompactResult | None:
-    """The result of compacting ``messages`` as a continuation, or ``None`` (full path).
+def resume(key: tuple[Any, ...] | None, data: Any, mid_round: bool) -> CompactResult | None:
+    """The result of compacting ``data`` (a list, or a request holding one) as a
+    continuation, or ``None`` (full path).
 
     Raises :class:`~normandy_core.TranscriptError` for bad new messages, naming their
-    position in ``messages``.
+    position in the message list.
     """
-    if key is None or not isinstance(messages, list) or not _states:
+    if key is None or not _states:
         return None
-    hit = _states.take(key, messages)
+    req = _request(data)
+    if req is None:
+        return None
+    hit = _states.take(key, req)
     if hit is None:
         return None
     st, k, full = hit
+    messages = req.messages
     new = messages[k:]
     if new and _tail_merges(st.transcript, messages[k - 1], new[0]):
         return None
-    return _continue(st, messages, k, new, mid_round, full)
+    return _continue(st, req, k, new, mid_round, full)
 
 
 def _continue(
-    st: _State, messages: list[Any], k: int, new: list[Any], mid_round: bool, full: bool
+    st: _State, req: _Request, k: int, new: list[Any], mid_round: bool, full: bool
 ) -> CompactResult | None:
-    """Compact ``messages``, the remembered list of ``st`` (its first ``k``) and ``new``;
+    """Compact ``req``, the remembered list of ``st`` (its first ``k``) and ``new``;
     ``full``: they extend the list given last time, not the one returned. ``None`` when
     the new messages are of another format."""
     memory = _grown_memory(st, new, k)
     if memory is None:
         return None
     t = st.transcript
-    t.container = messages
+    t.container = req.data
+    if t.system is not None and (full or st.out_system is _GIVEN):
+        t.system = req.system  # equal to the one read: the caller's own object comes back
     new_acc, meta = run_compaction(st.acc.with_memory(memory), mid_round=mid_round)
     compacted = bool(meta.get("compacted"))
     if compacted:
         check_pairs(st.acc, new_acc.memory)
         kept = new_acc.memory
-        out = write(t, kept)
+        rendered = write(t, kept)  # in the container's shape
+        out = rendered if req.keys is None else rendered[req.keys[0]]
+        out_system = req.system_returned(rendered)
     else:
         kept = memory
-        out = [*st.out, *new]
+        out, out_system = [*st.out, *new], st.out_system
+        rendered = req.wrap(out, out_system)
     _prune_sources(t, kept)
-    result = compact_result(st.acc, out, meta, t.format, kept, continued=True)
-    _states.put(_next_state(st, kept, out, new, k, compacted=compacted, full=full))
+    result = compact_result(st.acc, rendered, meta, t.format, kept, continued=True)
+    _states.put(_next_state(st, kept, (out, out_system), new, k, compacted=compacted, full=full))
     return result
 
 
@@ -345,21 +551,26 @@ def _grown_memory(st: _State, new: list[Any], k: int) -> AgentMemory | None:
 def _next_state(
     st: _State,
     kept: AgentMemory,
-    out: list[Any],
+    returned: tuple[list[Any], Any],
     new: list[Any],
     k: int,
     *,
     compacted: bool,
     full: bool,
 ) -> _State:
-    """What continues the call that continued ``st`` with ``new`` and returned ``out``."""
-    fresh = copy.deepcopy(new)
+    """What continues the call that continued ``st`` with ``new`` and returned
+    ``returned`` (its message list, and what its system key held: see ``_State``)."""
+    out, out_system = returned
+    fresh = [_seen(m) for m in new]
     if compacted:
-        copies = {id(m): c for m, c in zip(st.out, st.out_snapshot, strict=True)}
-        copies.update({id(m): c for m, c in zip(new, fresh, strict=True)})
-        out_snapshot = [copies[id(m)] if id(m) in copies else copy.deepcopy(m) for m in out]
+        seen = {id(m): s for m, s in zip(st.out, st.out_seen, strict=True)}
+        seen.update({id(m): s for m, s in zip(new, fresh, strict=True)})
+        out_seen = [seen[id(m)] if id(m) in seen else _seen(m) for m in out]
+        watched = _watched(out_seen)
     else:
-        out_snapshot = [*st.out_snapshot, *fresh]
+        out_seen = [*st.out_seen, *fresh]
+        parts, copies = _watched(fresh)
+        watched = (st.watched[0] + parts, st.watched[1] + copies)
     if full:  # the caller keeps its whole history: remember where the live messages sit
         given = st.given  # extended to equal the caller's list by the prefix check
         if compacted:
@@ -371,7 +582,18 @@ def _next_state(
     else:  # continued from the list returned: matched by identity against ``out``
         given, out_pos = [], [-1] * len(out)
     return _State(
-        st.key, st.acc, st.transcript, kept.copy(), given, list(out), out_pos, out_snapshot
+        st.key,
+        st.acc,
+        st.transcript,
+        kept.copy(),
+        given,
+        list(out),
+        out_pos,
+        out_seen,
+        st.keys,
+        st.given_system,
+        out_system,
+        watched,
     )
 
 
