@@ -405,11 +405,13 @@ def measure(size: int, calls: int, cap: float, first_size: bool, log: Log) -> Si
 # -- the report -----------------------------------------------------------------------------
 
 
-def _x(ratio: float) -> str:
+def ratio_text(ratio: float) -> str:
+    """A ratio to the floor as the tables show it (``2.37x``, ``4,156x``)."""
     return f"{ratio:.2f}x" if ratio < 10 else f"{ratio:,.0f}x"
 
 
-def _table(head: list[str], rows: list[list[str]]) -> str:
+def markdown_table(head: list[str], rows: list[list[str]]) -> str:
+    """A markdown table of ``rows`` under ``head``."""
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -479,7 +481,7 @@ def report(results: Sequence[SizeResult], mode: Mode, wall: float) -> str:
                     measured,
                     fmt_time(med),
                     fmt_time(own),
-                    _x(ratio),
+                    ratio_text(ratio),
                     str(sub.overruns),
                     str(sub.orphaned),
                     f"{median([float(n) for n in sub.kept_tokens]):,.0f}",
@@ -487,14 +489,14 @@ def report(results: Sequence[SizeResult], mode: Mode, wall: float) -> str:
             )
             if r.size == TARGET_SIZE and sub.name.startswith("normandy"):
                 met = "met" if ratio <= TARGET else "**not met**"
-                verdict = f"{_x(ratio)} ({met})"
+                verdict = f"{ratio_text(ratio)} ({met})"
     lc_missing = all(len(r.subjects) == 1 for r in results)
     sampled = "; ".join(f"{n:,} calls at {s:,} messages" for s, n in mode.calls.items())
     text = [
         f"Target: `compact()` at most {TARGET:g}x the floor at {TARGET_SIZE:,} messages. "
         f"This run: {verdict}.",
         "",
-        _table(
+        markdown_table(
             [
                 "list (messages)",
                 "list (exact tokens)",

@@ -16,6 +16,7 @@ from benchmarks import (
     canonical,
     cli_read,
     compact_calls,
+    compact_shapes,
     core,
     peers,
     seam,
@@ -327,9 +328,12 @@ def run(mode: Mode, log: Any = print) -> str:
         "7. The archive: a compacting boundary with it on and off, writes, re-compaction",
         archive.report(archive.run_in_subprocess(mode.name)),
     )
-    block = compact_calls.run_mode(compact_calls.QUICK)  # titled "8. compact() before ..."
-    parts.append(block)
-    log(block)
+    for block in (
+        compact_calls.run_mode(compact_calls.QUICK),  # titled "8. compact() before ..."
+        compact_shapes.run(),  # "8b. ..., in every input shape" (progress on stderr)
+    ):
+        parts.append(block)
+        log(block)
     section(
         "9. Counted as the provider counts: overruns judged by an independent canonical count",
         canonical.report(1_000 if mode.name == "quick" else 4_000),
