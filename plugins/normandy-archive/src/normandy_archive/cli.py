@@ -249,7 +249,7 @@ def _showing(prog: str, shown: int, offset: int, total: int) -> None:
 
 def _no_match(args: argparse.Namespace) -> str:
     """Why ``search`` found nothing, and how to widen it when the words were ANDed."""
-    words = args.query if len(args.query) > 1 else args.query[0].split()
+    words = " ".join(args.query).split()  # the search splits the query so
     if args.raw or args.any or len(words) < 2:
         return f"no archived entry matches {' '.join(args.query)!r}"
     return (
