@@ -253,7 +253,7 @@ def test_shortening_keeps_head_tail_and_reports_the_original():
         ({"keep_last_turns": 2}, "keep_last_turns applies only to strategy 'sliding_window'"),
         ({"summary_max_tokens": 500}, "apply only to strategy 'summarize'"),
         ({"counter": "no-such-encoding"}, "option 'counter'"),
-        ({"reserved": 10}, "unknown option; allowed options:"),
+        ({"reserved": 10}, "unknown option; did you mean 'reserved_tokens'? allowed options:"),
         ({"context_window": 0}, "option 'context_window'"),
     ],
 )
