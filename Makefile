@@ -50,7 +50,11 @@ docs: setup
 	$(RUN) python scripts/gen_hooks_doc.py --check
 	$(RUN) mkdocs build --strict --site-dir site
 
-test: lint typecheck pytest docs
+# The docs build runs whether or not pytest passed, so a failing test cannot hide a broken
+# docs build (make stops at the first failed prerequisite); the target fails if either did.
+test: lint typecheck
+	@status=0; $(MAKE) --no-print-directory pytest || status=$$?; \
+	$(MAKE) --no-print-directory docs || status=$$?; exit $$status
 
 # The tests marked slow (they start processes, build or install wheels, start PostgreSQL,
 # kill processes) run in `make test` only. The fast ones run on two workers (pytest-xdist):

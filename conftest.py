@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -60,3 +63,20 @@ def _faults_logged_afresh() -> None:
     from normandy_core.contract.faults import FAULT_FLOOD
 
     FAULT_FLOOD.reset()
+
+
+@pytest.fixture
+def sigint_raises() -> Iterator[None]:
+    """SIGINT raises ``KeyboardInterrupt`` for the test's duration, as in an interactive
+    Python, whatever the runner set: ``nohup``, ``make test &`` and some CI runners start
+    the tests with SIGINT ignored, and a test that sends itself a Ctrl-C would then see
+    nothing. The runner's handler is put back after."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("a SIGINT handler can be installed on the main thread only")
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        # None: a handler not installed from Python, which cannot be put back; the default
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "NormandyError",
     "OptionsError",
@@ -88,3 +90,27 @@ class SettingsError(OptionsError):
 
 class WindowUnknownError(NormandyError, ValueError):
     """A compactor needs a context window that neither its options nor the catalog give."""
+
+
+# -- "did you mean": the one suggestion every unknown name gets -----------------------------
+
+
+def closest_name(name: str, known: Iterable[str], *, cutoff: float = 0.6) -> str | None:
+    """The name of ``known`` closest to ``name`` (a likely typo of it), or ``None``.
+
+    Compactor names, settings keys and compactor options are all suggested through here.
+    ``cutoff`` is how alike they must be (0 to 1; ``difflib``'s ratio).
+    """
+    import difflib  # for an error only: a first compaction does not import it
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def unknown_name(name: str, allowed: Iterable[str], what: str = "key") -> str:
+    """``unknown key; did you mean 'window'? allowed keys: ...``, for a ``name`` not among
+    ``allowed`` (``what`` names the kind: key, option, section)."""
+    known = sorted(allowed)
+    close = closest_name(name, known)
+    hint = f"; did you mean {close!r}?" if close else ";"
+    return f"unknown {what}{hint} allowed {what}s: {', '.join(known) or 'none'}"

@@ -161,6 +161,7 @@ def render() -> str:
         "options_model": "compactors (optional)",
         "needs_window": "compactors (optional)",
         "validate_opts": "compactors (optional)",
+        "requires_client": "compactors that call the model (optional)",
         "compaction_threshold": "compactors that skip below a token level (optional)",
         "before_commit": "hook plugins that must record (optional; required when present)",
         "after_compact": "hook plugins",

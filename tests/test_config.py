@@ -197,8 +197,8 @@ def test_options_errors_begin_with_the_entry_point_and_name_everything(sized):
     msg = str(info.value)
     assert msg.startswith("normandy_core.AgentConfig.replace(): compactor 'sized'")
     assert (
-        "option 'strategi': unknown option; allowed options: context_window, strategy, trigger"
-        in msg
+        "option 'strategi': unknown option; did you mean 'strategy'? "
+        "allowed options: context_window, strategy, trigger" in msg
     )
 
     with pytest.raises(OptionsError) as info:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 import types
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +147,32 @@ def test_the_testing_strategies_without_hypothesis_say_what_to_install() -> None
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert "pip install 'normandy-core[testing]'" in out, out
+
+
+def test_an_unknown_option_in_code_suggests_the_option_meant() -> None:
+    """``opts={"stratgy": ...}``: the suggestion compactor names and settings keys get."""
+    with pytest.raises(OptionsError) as info:
+        AgentConfig(
+            model="gpt-4o",
+            compactor="window_manager",
+            compactor_opts={"stratgy": "summarize", "context_window": 8_000},
+        )
+    line = "  option 'stratgy': unknown option; did you mean 'strategy'? allowed options: "
+    assert line in str(info.value), info.value
+    # nothing close: no suggestion, the allowed options still listed
+    with pytest.raises(OptionsError, match=r"option 'zzz': unknown option; allowed options: "):
+        AgentConfig(compactor="window_manager", compactor_opts={"zzz": 1, "context_window": 8_000})
+
+
+def test_an_unknown_opt_on_the_command_line_suggests_the_option_meant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from normandy_core.app.cli import EXIT_INPUT, main
+
+    src = tmp_path / "in.json"
+    src.write_text(json.dumps(CHAT))
+    status = main(["compact", str(src), "--window", "9000", "--opt", "stratgy=summarize"])
+    err = capsys.readouterr().err
+    assert status == EXIT_INPUT, err
+    assert "option 'stratgy': unknown option; did you mean 'strategy'?" in err, err
+    assert not (tmp_path / "in.compacted.json").exists()

@@ -455,6 +455,7 @@ def test_a_refused_compaction_is_logged_at_warning_naming_both_plugins(caplog):
     assert record.normandy_error_type == "refused"  # type: ignore[attr-defined]
 
 
+@pytest.mark.usefixtures("sigint_raises")  # the runner may ignore SIGINT
 def test_a_gates_own_keyboard_interrupt_is_contained_and_a_real_ctrl_c_stops_the_boundary(
     caplog,
 ):

@@ -281,6 +281,7 @@ def test_a_plugins_keyboard_interrupt_where_no_ctrl_c_can_arrive_is_contained(wh
     assert "raised KeyboardInterrupt" in meta["error"]
 
 
+@pytest.mark.usefixtures("sigint_raises")  # the runner may ignore SIGINT
 def test_a_genuine_ctrl_c_still_stops_the_process_with_the_memory_restored():
     import os
     import signal

@@ -240,7 +240,8 @@ emit(out)
     assert "greater than or equal to 1" in d["create"][2]
 
     assert d["replace"][2].startswith("normandy_core.AgentConfig.replace(): compactor 'tail'")
-    assert "option 'kep': unknown option; allowed options: keep" in d["replace"][2]
+    unknown = "option 'kep': unknown option; did you mean 'keep'? allowed options: keep"
+    assert unknown in d["replace"][2]
 
     assert d["with_compactor"][2].startswith(
         "normandy_core.AgentConfig.with_compactor(): compactor 'tail'"

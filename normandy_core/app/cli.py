@@ -94,14 +94,6 @@ def read_source(path: str) -> JsonSource:
         raise CliError(str(exc)) from exc
 
 
-def render(data: Any, kind: str) -> str:
-    """``data`` as JSON Lines (one message per line) or as indented JSON."""
-    if kind == "jsonl":
-        items = data if isinstance(data, list) else [data]
-        return "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in items)
-    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-
-
 def _write(path: str | None, text: str) -> None:
     if path is None or path == "-":
         sys.stdout.write(text)
@@ -369,7 +361,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_COMPACTOR
-    _write(args.output, render(result.messages, src.kind))
+    _write(args.output, src.render(result.messages))
     if meta.get("compacted"):
         before, after = meta.get("tokens_before"), meta.get("tokens_after")
         tokens = (

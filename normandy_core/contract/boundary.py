@@ -246,8 +246,13 @@ def _commit(
     if not dropped:
         return result
     notes: list[dict[str, Any]] = []
-    refused = run_before_commit(result.acc, ctx, result.meta, deadline=deadline, notes=notes)
+    raised: list[Exception] = []
+    refused = run_before_commit(
+        result.acc, ctx, result.meta, deadline=deadline, notes=notes, raised=raised
+    )
     if refused is not None:
+        # One report of the refusal: the boundary's WARNING, with the hook's traceback.
+        cause = fault_cause(raised[0]) if raised else None  # None: it ran out of time
         return _error(
             acc,
             f"{probe.comp.describe()} compacted, but the compaction was refused: "
@@ -255,6 +260,7 @@ def _commit(
             f"entries ({refused['error']}); the conversation is kept as it was",
             probe,
             "refused",
+            cause,
         )
     hook_errors = run_after_compact(result.acc, ctx, result.meta, deadline=deadline, notes=notes)
     if not (hook_errors or notes):

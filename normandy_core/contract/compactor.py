@@ -122,6 +122,26 @@ class Compactor:
             return True
         return True if result is None else bool(result)
 
+    def requires_client(self, opts: Any) -> str | None:
+        """The compactor's ``requires_client(opts)``: what in ``opts`` needs the config's
+        model client, or ``None`` (it does not implement the hook, returned ``None``, or
+        failed: a failure is logged naming the compactor)."""
+        caller = self._pm.hook.requires_client
+        if not caller.get_hookimpls():
+            return None
+        try:
+            reason = call_plugin(caller, opts=opts)
+        except Exception as exc:
+            cause = exc.__cause__ if isinstance(exc, PluginFault) and exc.__cause__ else exc
+            log.error(
+                "requires_client of %s raised %s: %s",
+                self.describe(),
+                type(cause).__name__,
+                cause,
+            )
+            return None
+        return None if reason is None else str(reason)
+
     def compaction_threshold(self, opts: Any, window: int | None, mid_round: bool) -> int | None:
         """The compactor's ``compaction_threshold(opts, window, mid_round)``: the token level
         at or below which it promises the plain skip, or ``None`` (it does not implement

@@ -15,6 +15,7 @@ from normandy_core.contract.edits import ContextManagement, context_management
 from normandy_core.contract.preparation import (
     CONFIG_HINT,
     Prepared,
+    check_client,
     check_recall,
     pin_if_needed,
     prepare,
@@ -90,8 +91,9 @@ class AgentConfig:
     (:func:`normandy_core.prepare`): resolves it by name, parses and validates its
     options with the entry point that made the config, resolves the window (pinned
     ``context_window`` option or ``catalog``) and chooses the counter, so a bad option
-    or an unknown window raises here, never mid-turn. What was prepared
-    (:attr:`prepared`) is shared by every copy made with :meth:`with_memory`.
+    or an unknown window raises here, never mid-turn; so do options that need a model
+    client (the compactor's ``requires_client`` hook) in a config made without one. What
+    was prepared (:attr:`prepared`) is shared by every copy made with :meth:`with_memory`.
     """
 
     model: str | None = None
@@ -167,10 +169,11 @@ class AgentConfig:
         return (*self.tools, settings.definition())
 
     def _prepare(self, entry: str, hint: str) -> Prepared:
-        """The prepare step for this config: the compactor and recall, as configured."""
+        """The prepare step for this config: the compactor and recall, as configured, and
+        a model client when the compactor's options need one."""
         if self.recall_settings is not None:
             check_recall(self.recall_settings, self.tools, entry=entry)
-        return prepare(
+        prepared = prepare(
             self.compactor,
             self.compactor_opts,
             entry=entry,
@@ -182,6 +185,8 @@ class AgentConfig:
             memo=self._derived.windows,
             rules=self.rules,
         )
+        check_client(prepared, self.client, entry=entry)
+        return prepared
 
     @property
     def prepared(self) -> Prepared:
@@ -242,7 +247,9 @@ class AgentConfig:
     def with_client(self, client: Any) -> AgentConfig:
         """A copy whose model client is ``client`` (``None``: none); the compactor settings
         are unchanged, so not prepared again (a compactor that falls back to one that must
-        not call the model gives it such a copy)."""
+        not call the model gives it such a copy). Options that need a client
+        (``summarizer="model"``) are refused where a config without one is made, so give
+        the client there (``client=``), not through this copy."""
         new = copy.copy(self)
         object.__setattr__(new, "client", client)
         object.__setattr__(new, "compactor_opts", dict(self.compactor_opts))

@@ -96,6 +96,7 @@ def run_hooks(
     extra: Mapping[str, Any] | None = None,
     callers: tuple[HookCaller, ...] | None = None,
     inline_at_cap: bool = False,
+    raised: list[Exception] | None = None,
 ) -> list[dict[str, str]]:
     """Call ``hook`` on every hook plugin implementing it (or on ``callers``), each
     isolated; one ``{"hook", "plugin", "error"}`` per failure. The notes the hooks return
@@ -105,7 +106,9 @@ def run_hooks(
     With a ``deadline`` each implementation runs in a bounded thread with an equal share
     of the time left, one call at a time (one abandoned past its share and still running
     is not called again until it returns). ``inline_at_cap``: where the cap of abandoned
-    threads leaves no thread, the implementation is called on this thread instead."""
+    threads leaves no thread, the implementation is called on this thread instead.
+    ``raised``: the failures are the caller's to report, not logged here; it receives
+    what each raised (but a lateness, which has no traceback of its own)."""
     if callers is None:
         callers = selected(hook)
     if not callers:
@@ -123,7 +126,9 @@ def run_hooks(
             if notes is not None and returned:
                 _keep_notes(notes, name, returned)
         except Exception as exc:
-            errors.append(_hook_fault(hook, name, exc))
+            errors.append(_hook_fault(hook, name, exc, logged=raised is None))
+            if raised is not None and not isinstance(exc, _LATE):
+                raised.append(exc)
         if errors and stop_at_first:
             break
     return errors
@@ -153,11 +158,16 @@ def _call_hook(
     return call_plugin(caller.call, **kwargs)
 
 
-def _hook_fault(hook: str, name: str, exc: Exception) -> dict[str, str]:
-    """What hook plugin ``name``'s ``hook`` did wrong (``exc``), logged and as reported.
-    Only what the hook raised is logged with its traceback: the rest is the boundary's."""
+#: What a hook did not do in time (or was not called for): no traceback of its own.
+_LATE = (PluginTimeoutError, StillRunningError, AbandonedLimitError)
+
+
+def _hook_fault(hook: str, name: str, exc: Exception, *, logged: bool = True) -> dict[str, str]:
+    """What hook plugin ``name``'s ``hook`` did wrong (``exc``), as reported (and logged
+    unless ``logged`` is false). Only what the hook raised is logged with its traceback:
+    the rest is the boundary's."""
     what = describe_hook(name)
-    if isinstance(exc, (PluginTimeoutError, StillRunningError, AbandonedLimitError)):
+    if isinstance(exc, _LATE):
         kind = "timeout" if isinstance(exc, PluginTimeoutError) else type(exc).__name__
         text = said = _not_in_time(exc)
         trace: Exception | None = None
@@ -166,9 +176,15 @@ def _hook_fault(hook: str, name: str, exc: Exception) -> dict[str, str]:
         text = fault_text(exc)
         said = f"raised {text}"
         trace = exc
-    log.error(
-        "%s of %s %s", hook, what, said, exc_info=trace, extra=_fault(f"{hook} of {what}: {kind}")
-    )
+    if logged:
+        log.error(
+            "%s of %s %s",
+            hook,
+            what,
+            said,
+            exc_info=trace,
+            extra=_fault(f"{hook} of {what}: {kind}"),
+        )
     return {"hook": name, "plugin": what, "error": text}
 
 
@@ -224,15 +240,26 @@ def run_before_commit(
     *,
     deadline: float | None = None,
     notes: list[dict[str, Any]] | None = None,
+    raised: list[Exception] | None = None,
 ) -> dict[str, str] | None:
     """Ask every ``before_commit`` hook to record the compaction; the first refusal, or None.
 
     Every implementation is required: the first that raises or runs past its share of the
     ``deadline`` stops the others and is returned as ``{"hook", "plugin", "error"}``. The
     notes the hooks return are appended to ``notes`` (when given), as for
-    :func:`run_after_compact`.
+    :func:`run_after_compact`. A refusal is not logged here: it fails the boundary, whose
+    one record reports it (``raised`` receives what the hook raised, for its traceback).
     """
-    errors = run_hooks("before_commit", acc, ctx, meta, deadline, stop_at_first=True, notes=notes)
+    errors = run_hooks(
+        "before_commit",
+        acc,
+        ctx,
+        meta,
+        deadline,
+        stop_at_first=True,
+        notes=notes,
+        raised=[] if raised is None else raised,
+    )
     return errors[0] if errors else None
 
 

@@ -197,6 +197,29 @@ class CompactorSpec:
 
     @staticmethod
     @hookspec(firstresult=True)
+    def requires_client(opts: Any) -> str | None:
+        """Say what in ``opts``, if anything, needs the config's model client (``acc.client``).
+
+        Optional. A compactor without it is taken to need none. Called where the config is
+        made, once, after :func:`validate_opts` accepted the options; when it returns a
+        reason and the config has no client, the config is refused there with
+        :class:`~normandy_core.OptionsError` (beginning with the entry point, naming the
+        compactor and the reason, and saying how to give a client), rather than every
+        boundary failing for want of one. A compactor that only *may* use a client (one
+        that falls back to something offline without it) returns ``None``.
+
+        :param opts: the compactor's prepared options (see :func:`maybe_compact`).
+        :returns: ``None`` when the options need no client; otherwise the option at fault
+            and what would do without a client, in a clause such as ``"option 'summarizer'
+            is 'model' ('auto' or 'extractive' summarize without a client)"``.
+
+        It must not raise: a failure is logged naming the compactor, and the config is
+        then accepted (the boundary reports a missing client, as before).
+        """
+        raise NotImplementedError  # pragma: no cover
+
+    @staticmethod
+    @hookspec(firstresult=True)
     def compaction_threshold(opts: Any, window: int | None, mid_round: bool) -> int | None:
         """Declare the token level at or below which :func:`maybe_compact` does nothing.
 
@@ -410,6 +433,7 @@ SPEC_SETS: dict[str, type] = {
     "options_model": CompactorSpec,
     "needs_window": CompactorSpec,
     "validate_opts": CompactorSpec,
+    "requires_client": CompactorSpec,
     "compaction_threshold": CompactorSpec,
     "before_commit": HookSpec,
     "after_compact": HookSpec,

@@ -9,7 +9,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 from normandy_core.conversation.tokens import get_counter
-from normandy_core.errors import OptionsError
+from normandy_core.errors import OptionsError, unknown_name
 
 __all__ = ["CompactorOptions", "CounterSpec", "options_mapping", "validate_options"]
 
@@ -67,13 +67,13 @@ def validate_options(
     try:
         return model.model_validate(dict(opts))
     except ValidationError as exc:
-        allowed = ", ".join(sorted(model.model_fields)) or "none"
         lines = []
         for err in exc.errors():
             where = ".".join(str(p) for p in err["loc"])
             text = _message(err)
             if err["type"] == "extra_forbidden":
-                lines.append(f"  option {where!r}: unknown option; allowed options: {allowed}")
+                known = model.model_fields
+                lines.append(f"  option {where!r}: {unknown_name(where, known, 'option')}")
             elif not where:  # a rule across options
                 names = _mentioned(text, model) or sorted(opts)
                 lines.append(f"  {_options_label(names)}: {text}")

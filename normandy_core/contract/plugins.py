@@ -56,6 +56,7 @@ from normandy_core.errors import (
     PluginDisabledError,
     PluginLoadError,
     UnknownCompactorError,
+    closest_name,
 )
 
 __all__ = [
@@ -397,10 +398,8 @@ def resolve_compactor(name: str) -> Compactor:
         candidates = eps[COMPACTOR_GROUP].get(name)
         if not candidates:
             installed = installed_compactor_names()
-            import difflib
-
-            close = difflib.get_close_matches(name, installed, n=1, cutoff=0.5)
-            raise UnknownCompactorError(name, installed, close[0] if close else None)
+            close = closest_name(name, installed, cutoff=0.5)
+            raise UnknownCompactorError(name, installed, close)
         if len(candidates) > 1:
             raise PluginConflictError(
                 f"compactor {name!r} (group {COMPACTOR_GROUP}) is registered by several "

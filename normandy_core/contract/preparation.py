@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Prepared",
+    "check_client",
     "check_recall",
     "pin_if_needed",
     "pin_window",
@@ -328,6 +329,29 @@ def prepare(
         rules=survival,
         thresholds=thresholds,
     )
+
+
+#: How a config is given a model client, in the words of every entry point that makes one.
+CLIENT_HINT = (
+    "give the client where the config is made: client=... of AgentConfig(), compact() or "
+    "the framework adapter, or --client (with --model) on the command line"
+)
+
+
+def check_client(prepared: Prepared, client: Any, *, entry: str) -> None:
+    """Refuse, where the config is made, options that need a model client (the
+    compactor's ``requires_client`` hook says which) when ``client`` is ``None``.
+
+    :raises OptionsError: beginning with ``entry``, naming the compactor and the option.
+    """
+    if client is not None:
+        return
+    reason = prepared.compactor.requires_client(prepared.options)
+    if reason is not None:
+        raise OptionsError(
+            f"{entry}: compactor {prepared.name!r} refused its options: {reason}; it "
+            f"needs a model client and the config has none: {CLIENT_HINT}"
+        )
 
 
 def check_recall(

@@ -65,7 +65,13 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from normandy_core.contract import plugins
-from normandy_core.errors import PluginError, PluginLoadError, SettingsError, UnknownCompactorError
+from normandy_core.errors import (
+    PluginError,
+    PluginLoadError,
+    SettingsError,
+    UnknownCompactorError,
+    unknown_name,
+)
 
 __all__ = [
     "ENV_COMPACTOR",
@@ -150,7 +156,7 @@ class SettingsSection:
         when the key is unknown or the value is refused."""
         spec = next((k for k in self.keys if k.name == key), None)
         if spec is None:
-            raise self.error(f"{origin}: {_unknown_key(key, self.names)}")
+            raise self.error(f"{origin}: {unknown_name(key, self.names)}")
         try:
             return spec.check(value)
         except (TypeError, ValueError) as exc:
@@ -623,16 +629,6 @@ def _origin(path: Path, text: str, table: tuple[str, ...], key: str) -> str:
     return f"{path}: " + (f"line {line}: " if line else "") + f"{label}key {key!r}"
 
 
-def _unknown_key(key: str, allowed: Sequence[str], what: str = "key") -> str:
-    """``unknown key; did you mean 'window'? allowed keys: ...`` (the closest allowed name
-    suggested)."""
-    import difflib  # for the error only: a first compaction does not import it
-
-    close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    hint = f"; did you mean {close[0]!r}?" if close else ";"
-    return f"unknown {what}{hint} allowed {what}s: {', '.join(sorted(allowed)) or 'none'}"
-
-
 def _table_layer(path: Path, text: str, table: tuple[str, ...], data: Any) -> Layer:
     """The :class:`Layer` of the settings table ``data`` (``table`` is its place in the
     file: ``()`` for a ``normandy.toml``, ``("tool", "normandy")`` in a pyproject); the
@@ -680,10 +676,10 @@ def _section_table(path: Path, text: str, table: tuple[str, ...], data: Any, ori
                 f"{origin}: must be a table of the {name!r} plugin's settings, "
                 f"got {type(data).__name__}"
             )
-        raise SettingsError(f"{origin}: {_unknown_key(name, KEYS)}")
+        raise SettingsError(f"{origin}: {unknown_name(name, KEYS)}")
     if name not in declared:
         raise SettingsError(
-            f"{origin}: {_unknown_key(name, list(declared), 'section')} (a plugin declares "
+            f"{origin}: {unknown_name(name, list(declared), 'section')} (a plugin declares "
             f"its section with an entry point in the group {plugins.SETTINGS_GROUP})"
         )
     origins = {key: _origin(path, text, table, key) for key in data}

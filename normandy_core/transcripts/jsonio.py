@@ -27,13 +27,31 @@ class JsonInputError(NormandyError, ValueError):
 
 
 class JsonSource:
-    """A transcript read from a file or stdin, remembering where each message was."""
+    """A transcript read from a file or stdin, remembering where each message was and
+    the layout it was written in."""
 
-    def __init__(self, name: str, data: Any, kind: str, lines: list[int] | None) -> None:
+    def __init__(
+        self,
+        name: str,
+        data: Any,
+        kind: str,
+        lines: list[int] | None,
+        indent: str | None = None,
+    ) -> None:
         self.name = name
         self.data = data
         self.kind = kind  # "json" or "jsonl"
         self.lines = lines  # line number of each top-level message, when known
+        #: A JSON document's indent unit (``None``: it was on one line).
+        self.indent = indent
+
+    def render(self, data: Any) -> str:
+        """``data`` in the layout this source was read in: JSON Lines one message per
+        line; a JSON document on one line, or indented with the same unit."""
+        if self.kind == "jsonl":
+            items = data if isinstance(data, list) else [data]
+            return "".join(json.dumps(x, ensure_ascii=False) + "\n" for x in items)
+        return json.dumps(data, ensure_ascii=False, indent=self.indent) + "\n"
 
     def where(self, index: int | None) -> str:
         """``FILE: line L (message i)`` for a message index."""
@@ -61,7 +79,18 @@ def read_source(path: str, *, max_nesting: int) -> JsonSource:
         raise JsonInputError(
             f"{name}: line {exc.lineno}, column {exc.colno}: not valid JSON: {exc.msg}"
         ) from exc
-    return JsonSource(name, data, "json", _array_lines(text) if isinstance(data, list) else None)
+    lines = _array_lines(text) if isinstance(data, list) else None
+    return JsonSource(name, data, "json", lines, _indent_unit(text))
+
+
+def _indent_unit(text: str) -> str | None:
+    """The indent unit of a JSON document: ``None`` when it is on one line, else the
+    leading whitespace of its second line (one level in; ``""`` for ``indent=0``)."""
+    lines = text.strip().splitlines()
+    if len(lines) < 2:
+        return None
+    second = lines[1]
+    return second[: len(second) - len(second.lstrip())]
 
 
 def _read_text(path: str, name: str) -> str:

@@ -38,6 +38,7 @@ def test_every_hookspec_is_in_the_hook_reference() -> None:
         "options_model",
         "needs_window",
         "validate_opts",
+        "requires_client",
         "compaction_threshold",
         "before_commit",
         "after_compact",

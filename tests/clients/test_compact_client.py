@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from normandy_core import TextBlock, compact
+from normandy_core import OptionsError, TextBlock, compact
 from normandy_core.clients import AnthropicClient, ModelReply, OpenAIClient, ScriptedClient
 from normandy_core.transcripts.continuation import config_key
 from normandy_core.transcripts.facade import acompact
@@ -59,9 +59,8 @@ def summary_of(result: Any) -> str:
 
 
 def test_summarizer_model_needs_the_client_compact_now_takes() -> None:
-    without = compact(chat(), model="gpt-4o", window=WINDOW, opts=OPTS, fresh=True)
-    assert without.compacted is False
-    assert without.error is not None and "needs a model client" in without.error
+    with pytest.raises(OptionsError, match="needs a model client"):
+        compact(chat(), model="gpt-4o", window=WINDOW, opts=OPTS, fresh=True)
 
     client = summaries(1)
     result = compact(chat(), model="gpt-4o", window=WINDOW, opts=OPTS, fresh=True, client=client)
@@ -91,9 +90,8 @@ def test_the_continuation_memo_tells_clients_apart_by_identity() -> None:
         [*one.messages, *chat(1, start=8)], model="gpt-4o", window=WINDOW, opts=OPTS, client=a
     )
     assert same.continued is True
-    none = compact([*same.messages, *chat(1, start=9)], model="gpt-4o", window=WINDOW, opts=OPTS)
-    assert none.continued is False  # no client is not client a either
 
+    # no client is not client a either (a call without one is refused for these options)
     args = ("window_manager", OPTS, "gpt-4o", WINDOW, None, "auto")
     assert config_key(*args, a) == config_key(*args, a)
     assert config_key(*args, a) != config_key(*args, b)
@@ -201,9 +199,9 @@ def test_normandy_compact_client_asks_the_provider_its_sdk_is_pointed_at(
     summary = [m["content"] for m in written if "[normandy:summary]" in str(m.get("content"))]
     assert len(summary) == 1 and summary[0].endswith("\n" + SUMMARY)
 
-    # without --client the model summarizer has no client: exit 1, nothing written
+    # without --client the model summarizer has no client: refused up front, exit 2
     r = run_cli(*args[:3], str(tmp_path / "none.json"), *args[4:])
-    assert r.code == 1 and "needs a model client" in r.err, r
+    assert r.code == 2 and "option 'summarizer' is 'model'" in r.err, r
     assert not (tmp_path / "none.json").exists()
     r = run_cli("compact", str(src), "--client", kind, "--opt=strategy=summarize")
     assert r.code == 2 and f"--client {kind} needs --model" in r.err, r

@@ -198,7 +198,7 @@ def test_tiny_results_are_not_replaced_by_a_longer_placeholder():
         ({"exclude_tools": "search"}, "option 'exclude_tools'"),
         ({"placeholder": ""}, "option 'placeholder'"),
         ({"counter": "no-such-encoding"}, "option 'counter'"),
-        ({"clear_inputs": True}, "unknown option; allowed options:"),
+        ({"clear_inputs": True}, "did you mean 'clear_tool_inputs'? allowed options:"),
     ],
 )
 def test_bad_options_are_refused_at_config_time(opts, fragment):

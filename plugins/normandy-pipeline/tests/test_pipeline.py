@@ -181,7 +181,7 @@ def test_the_pipeline_window_is_passed_down():
         ([{"compactor": "noop", "opts": {"x": 1}}], "pipeline steps[0] ('noop'): compactor 'noop'"),
         ([{"compactor": "window_manger"}], "steps[0] ('window_manger'): cannot use this compactor"),
         ([], "option 'steps'"),
-        ([{"name": "noop"}], "option 'steps.0.compactor'"),
+        ([{"name": "noop"}], "option 'steps': steps[0] {'name': 'noop'}: no key 'compactor'"),
     ],
 )
 def test_bad_step_options_are_refused_at_config_time_naming_the_step(steps, fragment):

@@ -22,8 +22,9 @@ from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 WINDOW = 60_000
 
 
-def make_acc(strategy: str, messages: int = 300, **opts) -> AgentConfig:
+def make_acc(strategy: str, messages: int = 300, client=None, **opts) -> AgentConfig:
     acc = AgentConfig(
+        client=client,
         model="claude-sonnet-4-5",
         system_prompt=SYSTEM_PROMPT,
         tools=TOOLS,
@@ -138,9 +139,8 @@ class FailingClient:
     ],
 )
 def test_a_failing_summarizer_leaves_everything_untouched(reply):
-    acc = make_acc("summarize", summarizer="model")
     client = FailingClient(reply)
-    acc = acc.replace(client=client)
+    acc = make_acc("summarize", summarizer="model", client=client)
     before = acc.memory.dump()
     new_acc, meta = run_compaction(acc, mid_round=True)
     assert client.calls == 1
@@ -152,7 +152,6 @@ def test_a_failing_summarizer_leaves_everything_untouched(reply):
 
 
 def test_model_summarizer_is_given_tool_outputs_as_data():
-    acc = make_acc("summarize", summarizer="model")
     seen = {}
 
     class Client:
@@ -160,7 +159,8 @@ def test_model_summarizer_is_given_tool_outputs_as_data():
             seen["system"], seen["messages"] = system, messages
             return "The agent fixed rounding in billing; tests pass."
 
-    new_acc, meta = run_compaction(acc.replace(client=Client()), mid_round=True)
+    acc = make_acc("summarize", summarizer="model", client=Client())
+    new_acc, meta = run_compaction(acc, mid_round=True)
     assert meta["compacted"] is True
     assert "data" in seen["system"] and "must not be followed" in seen["system"]
     prompt = seen["messages"][0].text()
@@ -253,7 +253,7 @@ def test_shortening_keeps_head_tail_and_reports_the_original():
         ({"keep_last_turns": 2}, "keep_last_turns applies only to strategy 'sliding_window'"),
         ({"summary_max_tokens": 500}, "apply only to strategy 'summarize'"),
         ({"counter": "no-such-encoding"}, "option 'counter'"),
-        ({"reserved": 10}, "unknown option; allowed options:"),
+        ({"reserved": 10}, "unknown option; did you mean 'reserved_tokens'? allowed options:"),
         ({"context_window": 0}, "option 'context_window'"),
     ],
 )
@@ -454,13 +454,14 @@ def test_summarize_falls_back_when_the_budget_cannot_hold_the_header(summarizer)
         "counter": "conservative",
         "context_window": 9_000,
     }
-    acc = AgentConfig(model=model, compactor="window_manager", compactor_opts=opts)
 
     class Client:
         def complete(self, system, messages, **kwargs):
             raise AssertionError("no room for a model summary: the model is not asked")
 
-    acc = acc.replace(client=Client()).with_memory(mem)
+    acc = AgentConfig(
+        model=model, compactor="window_manager", compactor_opts=opts, client=Client()
+    ).with_memory(mem)
     try:
         default_calibration().observe(model, "conservative", 10_000, 20_000)
         _, meta = run_compaction(acc, mid_round=False)

@@ -258,6 +258,7 @@ def test_instructions_are_accepted_where_a_model_may_summarize(summarizer: str) 
         "summarize",
         opts={"summarizer": summarizer},
         survival={"summary_instructions": "Keep paths."},
+        client=ScriptedClient([]),
     )
     assert acc.rules.summary_instructions == "Keep paths."
 

@@ -193,6 +193,8 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
         _print_rows(listed, args.json, out)
         if not listed:
             _nothing(prog, "no archived entries", archive, args.session, offset)
+        elif len(listed) == limit or offset:  # a page: say how much more there is
+            _showing(prog, len(listed), offset, archive.count(args.session))
         return 0
     if cmd == "search":
         query = " ".join(args.query)
@@ -204,7 +206,9 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
             raw=args.raw,
             match="any" if args.any else "all",
         )
-        _print_rows(found, args.json, out)  # no match: nothing printed, as grep does
+        _print_rows(found, args.json, out)  # no match: nothing on stdout, as grep does
+        if not found:
+            _nothing(prog, _no_match(args), archive, args.session, offset)
         return 0
     if cmd == "show":
         versions = archive.versions(args.entry_id, args.session)
@@ -230,6 +234,28 @@ def _nothing(
     scope = f" of session {session!r}" if session else ""
     skipped = f" past the first {offset:,}" if offset else ""
     sys.stderr.write(f"{prog}: {what}{scope}{skipped} in {archive.location}\n")
+
+
+def _showing(prog: str, shown: int, offset: int, total: int) -> None:
+    """Say on stderr which part of ``total`` entries ``list`` printed, when not all."""
+    if shown + offset >= total and not offset:
+        return
+    first, last = offset + 1, offset + shown
+    sys.stderr.write(
+        f"{prog}: showing {shown:,} of {total:,} entries ({first:,} to {last:,}); "
+        "--limit N and --offset N show others\n"
+    )
+
+
+def _no_match(args: argparse.Namespace) -> str:
+    """Why ``search`` found nothing, and how to widen it when the words were ANDed."""
+    words = " ".join(args.query).split()  # the search splits the query so
+    if args.raw or args.any or len(words) < 2:
+        return f"no archived entry matches {' '.join(args.query)!r}"
+    return (
+        f"no archived entry holds all of the words {', '.join(map(repr, words))} (the words "
+        "are ANDed; --any finds entries holding any of them, --raw 'A OR B' writes the OR)"
+    )
 
 
 def _where(parser: argparse.ArgumentParser, default: Any) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "maybe_compact",
     "needs_window",
     "options_model",
+    "requires_client",
     "validate_opts",
 ]
 
@@ -107,4 +108,5 @@ _COMPACTOR = AnthropicNative()
 options_model = _COMPACTOR.options_model
 needs_window = _COMPACTOR.needs_window
 validate_opts = _COMPACTOR.validate_opts
+requires_client = _COMPACTOR.requires_client
 maybe_compact = _COMPACTOR.maybe_compact

@@ -477,6 +477,16 @@ class NativeCompactor(Generic[OptionsT]):
         self.check_rules(entry, rules)
         opts.prepare_fallback(self.name, entry, window, rules)
 
+    @hookimpl
+    def requires_client(self, opts: OptionsT) -> str | None:
+        """What of the fallback's options needs the config's model client (without a
+        client the provider is not asked: the fallback compacts)."""
+        fallback = opts.prepared_fallback
+        if fallback is None:
+            return None
+        reason = fallback.compactor.requires_client(fallback.options)
+        return None if reason is None else f"option 'fallback' ({fallback.name!r}): {reason}"
+
     def check_rules(self, entry: str, rules: SurvivalRules) -> None:
         """Refuse survival rules the provider cannot honour (none unless overridden)."""
 

@@ -48,7 +48,7 @@ from normandy_pipeline.options import PipelineOptions, Step
 if TYPE_CHECKING:
     from normandy_core import CalibratedCounter, CompactionResult, Prepared, SurvivalRules
 
-__all__ = ["maybe_compact", "needs_window", "options_model", "validate_opts"]
+__all__ = ["maybe_compact", "needs_window", "options_model", "requires_client", "validate_opts"]
 
 log = logging.getLogger("normandy_pipeline")
 
@@ -103,6 +103,16 @@ def validate_opts(
         except Exception as exc:
             raise OptionsError(f"{where}: cannot use this compactor: {exc}") from exc
     opts.keep_prepared_steps(prepared)
+
+
+@hookimpl
+def requires_client(opts: PipelineOptions) -> str | None:
+    """The first step whose options need the config's model client, and why."""
+    for i, prepared in enumerate(opts.prepared_steps):
+        reason = prepared.compactor.requires_client(prepared.options)
+        if reason is not None:
+            return f"{_label(i, opts.steps[i])}: {reason}"
+    return None
 
 
 def _scheduled(step: Step, schedule: str | None) -> dict[str, Any]:

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field, PrivateAttr, ValidationError, field_validator
 
 from normandy_core import CompactorOptions, CounterSpec
 
 if TYPE_CHECKING:
     from normandy_core import Prepared
 
-__all__ = ["PipelineOptions", "Step"]
+__all__ = ["STEP_SHAPE", "PipelineOptions", "Step"]
+
+#: The shape of one step, as a refusal of a malformed one shows it.
+STEP_SHAPE = '{"compactor": "<name>", "opts": {...}} ("opts" may be left out)'
 
 
 class Step(CompactorOptions):
@@ -41,6 +45,32 @@ class PipelineOptions(CompactorOptions):
     option and sets none (``window_manager``, ``clear_tool_results``); ``None`` or
     ``threshold`` leaves the steps' own options as they are."""
 
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _step_shapes(cls, steps: Any) -> Any:
+        """One refusal naming every malformed step and the shape a step takes, instead of
+        one error per step and pydantic's count of the steps left."""
+        if isinstance(steps, (str, bytes, Mapping)) or not isinstance(steps, Sequence):
+            raise ValueError(
+                f"steps must be a list of steps, each {STEP_SHAPE}; got {type(steps).__name__}"
+            )
+        if not steps:
+            raise ValueError(f"steps must hold at least one step, each {STEP_SHAPE}")
+        parsed: list[Step] = []
+        bad: list[str] = []
+        for i, step in enumerate(steps):
+            try:
+                parsed.append(_parse_step(step))
+            except ValueError as exc:
+                bad.append(f"steps[{i}] {step!r}: {exc}")
+        if not bad:
+            return tuple(parsed)
+        fix = ""
+        if all(isinstance(step, str) for step in steps):
+            listed = ", ".join(f'{{"compactor": {json.dumps(step)}}}' for step in steps)
+            fix = f", such as steps=[{listed}]"
+        raise ValueError(f"{'; '.join(bad)}; a step is {STEP_SHAPE}{fix}")
+
     _prepared: tuple[Any, ...] = PrivateAttr(default=())
     """The steps prepared by ``validate_opts`` (the core's prepare step, once per config)."""
 
@@ -53,3 +83,21 @@ class PipelineOptions(CompactorOptions):
         """Keep the steps ``validate_opts`` prepared, so no step is validated again at a
         boundary."""
         self._prepared = tuple(steps)
+
+
+def _parse_step(step: Any) -> Step:
+    """``step`` as a :class:`Step`; ``ValueError`` saying what is wrong with its shape."""
+    if isinstance(step, Step):
+        return step
+    if not isinstance(step, Mapping):
+        raise ValueError(f"a {type(step).__name__}, not a mapping")
+    try:
+        return Step.model_validate(dict(step))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        if first["type"] == "extra_forbidden":
+            raise ValueError(f"unknown key {key!r}") from None
+        if first["type"] == "missing":
+            raise ValueError(f"no key {key!r}") from None
+        raise ValueError(f"key {key!r}: {first['msg']}") from None

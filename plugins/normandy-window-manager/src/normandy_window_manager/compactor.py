@@ -31,6 +31,7 @@ __all__ = [
     "maybe_compact",
     "needs_window",
     "options_model",
+    "requires_client",
     "validate_opts",
 ]
 
@@ -76,6 +77,18 @@ def validate_opts(
             f"only the model summarizer reads them, and {why}; use strategy 'summarize' "
             "with summarizer 'model' or 'auto', or drop summary_instructions"
         )
+
+
+@hookimpl
+def requires_client(opts: WindowManagerOptions) -> str | None:
+    """``summarizer="model"`` asks the config's model client for every summary; ``auto``
+    uses it only when there is one."""
+    if opts.strategy == "summarize" and opts.summarizer == "model":
+        return (
+            "option 'summarizer' is 'model' (summarizer 'auto' or 'extractive' summarizes "
+            "without a client)"
+        )
+    return None
 
 
 @hookimpl

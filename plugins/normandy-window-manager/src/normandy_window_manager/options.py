@@ -53,8 +53,9 @@ class WindowManagerOptions(CompactorOptions):
     """``estimate``, ``conservative``, a tiktoken encoding or model name. Default: exact
     where tiktoken knows the model's encoding, else ``conservative`` (3 chars per token)."""
     summarizer: Literal["auto", "extractive", "model"] = "auto"
-    """``summarize`` only: ``model`` asks the agent's model client, ``extractive`` builds a
-    digest without a model, ``auto`` uses the client when the config has one."""
+    """``summarize`` only: ``model`` asks the agent's model client (a config without one is
+    refused where it is made), ``extractive`` builds a digest without a model, ``auto``
+    uses the client when the config has one."""
     summary_max_tokens: int = Field(default=1024, ge=64)
     """``summarize`` only: the most tokens a summary may take (less when the kept messages
     leave less room); a longer one is refused."""
