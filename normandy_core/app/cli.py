@@ -269,10 +269,13 @@ _CLI_HINT = (
 
 def survival_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The survival rules the command line sets (``--keep-tool``, ``--no-keep-first-user``,
-    ``--summary-instructions``), as a mapping; empty when it sets none."""
+    ``--no-keep-current-request``, ``--summary-instructions``), as a mapping; empty when it
+    sets none."""
     rules: dict[str, Any] = {}
     if getattr(args, "no_keep_first_user", False):
         rules["keep_first_user"] = False
+    if getattr(args, "no_keep_current_request", False):
+        rules["keep_current_request"] = False
     if getattr(args, "keep_tool", None):
         rules["keep_tools"] = list(args.keep_tool)
     if getattr(args, "summary_instructions", None) is not None:
@@ -602,6 +605,11 @@ def _add_compactor_args(
         "--no-keep-first-user",
         action="store_true",
         help="survival rule off: let compaction drop the first user message (the task)",
+    )
+    parser.add_argument(
+        "--no-keep-current-request",
+        action="store_true",
+        help="survival rule off: let compaction drop the user message that opened the current turn",
     )
     parser.add_argument(
         "--summary-instructions",

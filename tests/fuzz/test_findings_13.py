@@ -169,7 +169,9 @@ def test_the_irreducible_breakdown_adds_up_to_its_total() -> None:
     found = re.search(
         r"([\d,]+) tokens are irreducible \(system prompt and tool definitions ([\d,]+); "
         r"system entries ([\d,]+); pinned entries ([\d,]+); "
-        r"(?:keep_first_user \(the first user message\) ([\d,]+); )?newest unit and other kept "
+        r"(?:keep_first_user \(the first user message\) ([\d,]+); )?"
+        r"(?:keep_current_request \(the user message that opened the current turn\) ([\d,]+); )?"
+        r"newest unit and other kept "
         r"entries ([\d,]+), after shortening tool results(?:; the (?:marker|summary) ([\d,]+))?",
         result.error,
     )
