@@ -142,6 +142,7 @@ if TYPE_CHECKING:
     from normandy_core.conversation.survival import (
         SurvivalError as SurvivalError,
         SurvivalRules as SurvivalRules,
+        current_request_entry as current_request_entry,
         first_user_entry as first_user_entry,
     )
     from normandy_core.conversation.tokens import (

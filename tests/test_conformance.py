@@ -253,7 +253,10 @@ def test_the_kit_catches_a_compactor_that_ignores_the_survival_rules(no_shrinkin
     register_compactor("kit_rule_breaker", IgnoresTheRules(), replace=True)
     try:
         # with every rule off (pinned entries aside) it passes ...
-        acc = AgentConfig(compactor="kit_rule_breaker", survival={"keep_first_user": False})
+        acc = AgentConfig(
+            compactor="kit_rule_breaker",
+            survival={"keep_first_user": False, "keep_current_request": False},
+        )
         _, meta = check_call("kit_rule_breaker", acc.with_memory(session()))
         assert meta["compacted"] and meta["dropped"][0].text() == "go"
         # ... but drawn rules (and the default one) catch it

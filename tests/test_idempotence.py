@@ -54,6 +54,11 @@ def tight_session() -> AgentMemory:
     return mem
 
 
+#: The tight session's newest request lets the cut fall after an assistant message (so a
+#: marker goes in) only when it may go; kept, the cut falls before it and needs no marker.
+LET_GO_REQUEST = {"keep_current_request": False}
+
+
 def opts_for(strategy: str, **extra: Any) -> dict[str, Any]:
     opts: dict[str, Any] = {"strategy": strategy, "counter": "cl100k_base", **extra}
     if strategy == "summarize":
@@ -100,10 +105,21 @@ def test_no_op_after_a_first_pass_that_ends_above_the_trigger(fmt, strategy, mid
     opts = opts_for(strategy, reserved_tokens=0, trigger=0.9, target=0.5)
     if strategy == "sliding_window":
         opts["keep_last_turns"] = 1
-    probe = compact(memory, window=10**6, opts={**opts, "target": 0.0001, "trigger": 0.0001})
+    probe = compact(
+        memory,
+        window=10**6,
+        opts={**opts, "target": 0.0001, "trigger": 0.0001},
+        survival=LET_GO_REQUEST,
+    )
     floor = probe.meta["tokens_after"]  # everything that cannot go, with the marker/summary
     window = int(floor / 0.95) + (120 if strategy == "summarize" else 0)
-    first, second = twice(render(memory, fmt), window=window, opts=opts, mid_round=mid_round)
+    first, second = twice(
+        render(memory, fmt),
+        window=window,
+        opts=opts,
+        mid_round=mid_round,
+        survival=LET_GO_REQUEST,
+    )
     meta = first.meta
     assert meta["target_met"] is False
     assert ("summary_id" if strategy == "summarize" else "marker_id") in meta
@@ -130,7 +146,7 @@ def test_the_pipeline_is_idempotent_too(fmt):
 def test_inserted_messages_are_recognised_in_both_formats(strategy):
     memory = tight_session()
     opts = opts_for(strategy, reserved_tokens=0)
-    result = compact(memory, window=4_000, opts=opts)
+    result = compact(memory, window=4_000, opts=opts, survival=LET_GO_REQUEST)
     key = "normandy.summary" if strategy == "summarize" else "normandy.compaction_marker"
     (inserted,) = [e for e in result.memory if e.metadata.get(key)]
     assert inserted.text().startswith(next(t for t, k in INSERTED_TAGS.items() if k == key))

@@ -178,7 +178,10 @@ def test_pyproject_table_found_from_a_subdirectory(
 
 def test_first_directory_found_wins(here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write(here / "normandy.toml", 'compactor = "noop"\n')
-    inner = write(here / "a" / "b" / "normandy.toml", 'compactor = "clear_tool_results"\n')
+    # clear_tool_results sizes against the window by default: the file gives one
+    inner = write(
+        here / "a" / "b" / "normandy.toml", 'compactor = "clear_tool_results"\nwindow = 24000\n'
+    )
     monkeypatch.chdir(here / "a" / "b")
     assert current_settings().files == (inner,)
     assert AgentConfig.from_env().compactor == "clear_tool_results"
@@ -205,7 +208,9 @@ def test_normandy_config_names_one_file_or_none(
     here: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write(here / "normandy.toml", 'compactor = "noop"\n')
-    chosen = write(here / "conf" / "prod.toml", 'compactor = "clear_tool_results"\n')
+    chosen = write(
+        here / "conf" / "prod.toml", 'compactor = "clear_tool_results"\nwindow = 24000\n'
+    )
     monkeypatch.setenv(ENV_CONFIG, "conf/prod.toml")
     assert current_settings().files == (chosen.resolve(),)
     assert AgentConfig.from_env().compactor == "clear_tool_results"

@@ -275,7 +275,7 @@ def _kept_are_given(given: list[Any], out: list[Any]) -> tuple[int, int]:
 
 #: The first user message of these shapes holds an image, a file and audio, more than the
 #: usable window: these tests are about shapes, so the task may go (its survival rule off).
-_LET_GO = {"keep_first_user": False}
+_LET_GO = {"keep_first_user": False, "keep_current_request": False}
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,8 @@ def test_the_defaults_keep_pinned_entries_and_the_first_user_message() -> None:
     rules = AgentConfig().rules
     assert rules == SurvivalRules()
     assert rules.keep_first_user is True and rules.keep_tools == () and rules.keep_if is None
-    assert rules.active() == ("pinned", "keep_first_user")
+    assert rules.keep_current_request is True
+    assert rules.active() == ("pinned", "keep_first_user", "keep_current_request")
     assert AgentConfig(survival=None).survival is AgentConfig().survival
 
 
@@ -363,6 +364,10 @@ def test_the_command_line_sets_the_rules(tmp_path: Path) -> None:
     assert all(any(k.get("tool_call_id") == m["tool_calls"][0]["id"] for k in kept) for m in reads)
     r = run_cli(*common, "--opt", "reserved_tokens=1000", "--no-keep-first-user")
     assert r.code == 0, r
+    assert kept[1] == msgs[1]  # the only request is also the current one, kept by default
+    let_go = ("--no-keep-first-user", "--no-keep-current-request")
+    r = run_cli(*common, "--opt", "reserved_tokens=1000", *let_go)
+    assert r.code == 0, r
     assert msgs[1] not in json.loads(out.read_text())
     r = run_cli(*common, "--summary-instructions", "Keep paths.")
     assert r.code != 0
@@ -394,11 +399,16 @@ def test_a_settings_file_sets_the_declarative_rules(here: Path) -> None:
     (here / "normandy.toml").write_text(
         'compactor = "window_manager"\nwindow = 12000\n\n'
         "[opts]\nreserved_tokens = 1000\n\n"
-        '[survival]\nkeep_first_user = false\nkeep_tools = ["read_file"]\n',
+        "[survival]\nkeep_first_user = false\nkeep_current_request = false\n"
+        'keep_tools = ["read_file"]\n',
         encoding="utf-8",
     )
     resolved = current_settings().resolve("window_manager")
-    assert resolved.survival == {"keep_first_user": False, "keep_tools": ["read_file"]}
+    assert resolved.survival == {
+        "keep_first_user": False,
+        "keep_current_request": False,
+        "keep_tools": ["read_file"],
+    }
     assert resolved.origins["survival"].endswith("normandy.toml: line 7: key 'survival'")
     msgs = _openai_session(12)
     result = compact(msgs, model="gpt-4o")
@@ -407,7 +417,9 @@ def test_a_settings_file_sets_the_declarative_rules(here: Path) -> None:
     reads = [m for m in msgs if m.get("tool_calls") and "read_file" in json.dumps(m)]
     assert all(m in result.messages for m in reads)
     agent = AgentConfig.from_env()
-    assert agent.rules == SurvivalRules(keep_first_user=False, keep_tools=("read_file",))
+    assert agent.rules == SurvivalRules(
+        keep_first_user=False, keep_current_request=False, keep_tools=("read_file",)
+    )
     # rules given in code replace the file's whole: the task is kept again
     again = compact(msgs, model="gpt-4o", survival={"keep_tools": ["search"]})
     assert again.messages[1] == msgs[1]
@@ -419,7 +431,7 @@ def test_a_pyproject_table_sets_them_and_the_command_line_replaces_them(here: Pa
     (here / "pyproject.toml").write_text(
         '[project]\nname = "x"\n\n[tool.normandy]\nwindow = 12000\n\n'
         "[tool.normandy.opts]\nreserved_tokens = 1000\n\n"
-        "[tool.normandy.survival]\nkeep_first_user = false\n",
+        "[tool.normandy.survival]\nkeep_first_user = false\nkeep_current_request = false\n",
         encoding="utf-8",
     )
     msgs = _openai_session(12)

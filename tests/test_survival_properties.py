@@ -1,13 +1,14 @@
 """Survival rules across every in-tree compactor, property-based.
 
-Over generated tool-using conversations and drawn rules (the first user message on or
-off, ``keep_tools``, a ``keep_if`` predicate), for every strategy of ``window_manager``
-(the summarizer with and without a model), ``clear_tool_results`` and the ``pipeline``:
+Over generated tool-using conversations and drawn rules (the first user message and the
+current request on or off, ``keep_tools``, a ``keep_if`` predicate), for every strategy
+of ``window_manager`` (the summarizer with and without a model), ``clear_tool_results``
+and the ``pipeline``:
 an entry a rule keeps is never dropped nor rewritten (its thinking aside) unless the
 config is refused where it is made or the compactor returns the irreducible error, and
 tool pairs are never split. What a rule keeps is computed here, independently of
 :meth:`normandy_core.SurvivalRules.protected`. A long session then shows that the
-default keeps the task through every compaction.
+default keeps the task and the current request through every compaction.
 """
 
 from __future__ import annotations
@@ -85,19 +86,27 @@ _INSERTED = ("normandy.compaction_marker", "normandy.summary")
 _TAGS = ("[normandy:marker]", "[normandy:summary]")
 
 
+def user_messages(entries: list[Entry]) -> list[Entry]:
+    """The messages the user wrote: user entries carrying no tool result, neither a marker
+    nor a summary (by metadata or tag)."""
+    return [
+        e
+        for e in entries
+        if e.role == "user"
+        and not any(e.metadata.get(k) for k in _INSERTED)
+        and not any(isinstance(b, ToolResultBlock) for b in e.blocks)
+        and not e.text().startswith(_TAGS)
+    ]
+
+
 def expected_kept(entries: list[Entry], rules: SurvivalRules) -> set[str]:
     """The ids the rules keep, computed from their definitions (not from ``protected``)."""
     kept = {e.id for e in entries if e.pinned}
-    if rules.keep_first_user:
-        for e in entries:
-            if e.role != "user" or any(e.metadata.get(k) for k in _INSERTED):
-                continue
-            if any(isinstance(b, ToolResultBlock) for b in e.blocks):
-                continue
-            if e.text().startswith(_TAGS):
-                continue
-            kept.add(e.id)
-            break
+    users = user_messages(entries)
+    if rules.keep_first_user and users:
+        kept.add(users[0].id)
+    if rules.keep_current_request and users:
+        kept.add(users[-1].id)
     if rules.keep_tools:
         calls = {
             b.id
@@ -197,6 +206,38 @@ def test_a_kept_entry_survives_every_compaction_or_the_error_says_why(name: str)
     assert compactions > 0, f"{name} never compacted: the property was not exercised"
 
 
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_the_current_request_survives_by_default_or_the_error_names_it(name: str) -> None:
+    """Issue 34 item 1, as a property: with the default rules, after any compaction of a
+    generated conversation the newest user message (the request being answered) is kept
+    unchanged, or the error path says the kept part, that request with it, cannot fit."""
+    multi_turn = 0
+
+    @_SETTINGS
+    @given(case=cases(windows=(600, 6_000)))
+    def run(case: Case) -> None:
+        nonlocal multi_turn
+        acc = _config(name, case, SurvivalRules())
+        if acc is None:
+            return
+        users = user_messages(acc.memory.entries())
+        ctx = context_for(acc, mid_round=case.conversation.ends_mid_round)
+        new_acc, meta = call_compactor(acc.compactor_handle, acc, ctx, acc.prepared.options)
+        if not users:
+            return
+        request = users[-1]
+        if meta.error is not None:
+            assert "keep_current_request (the user message that opened" in meta.error
+            return
+        kept = new_acc.memory.get(request.id)
+        assert kept is not None, f"{name}: the current request {request.id} was dropped"
+        assert kept.without_thinking().content == request.without_thinking().content
+        multi_turn += meta.compacted and len(users) > 1
+
+    run()
+    assert multi_turn > 0, f"{name}: no multi-turn conversation was compacted"
+
+
 def test_the_irreducible_error_is_returned_only_when_the_kept_part_cannot_fit() -> None:
     """With every entry kept by ``keep_if``, window_manager has nothing to drop: a window
     smaller than the conversation gets the irreducible error, naming the rule."""
@@ -229,9 +270,13 @@ def test_the_default_keeps_the_task_through_every_compaction_of_a_long_session(n
     ).with_memory(AgentMemory())
     session = generate_session(11, 500)
     task = next(e for e in session.entries() if e.role == "user")
+    request = task
     compactions = 0
+    requests_seen: set[str] = set()
     for e in session.entries():
         acc.memory.add_message(e.role, e.content, id=e.id, turn_id=e.turn_id)
+        if e.role == "user" and not e.tool_results:
+            request = e
         if e.role == "user" and e.tool_results:
             acc, meta = run_compaction(acc, mid_round=True)
             assert "error" not in meta, meta["error"]
@@ -239,4 +284,8 @@ def test_the_default_keeps_the_task_through_every_compaction_of_a_long_session(n
             kept = acc.memory.get(task.id)
             assert kept is not None and kept.content == task.content
             assert acc.memory.entries()[1].id == task.id  # after the system prompt
+            current = acc.memory.get(request.id)  # the request this turn answers
+            assert current is not None and current.content == request.content
+            requests_seen.add(request.id)
     assert compactions >= 5
+    assert len(requests_seen) >= 3  # many turns, each request kept through its rounds

@@ -58,7 +58,9 @@ def test_third_party_compactor_selected_by_name_compacts_and_reports(
         + """
 from normandy_core import resolve_compactor, run_compaction
 
-acc = conversation(AgentConfig(compactor="tail", compactor_opts={"keep": 2}))
+# u1 opened the running turn: keep_current_request would keep it; let it go here
+rules = {"keep_current_request": False}
+acc = conversation(AgentConfig(compactor="tail", compactor_opts={"keep": 2}, survival=rules))
 before = [e.id for e in acc.memory]
 new, meta = run_compaction(acc, mid_round=True)
 handle = resolve_compactor("tail")

@@ -3,7 +3,9 @@
 Exit status: 0 success; 1 the compactor reported an error (nothing written) or an
 internal error; 2 bad input or options (the message names the file and the line, or the
 option, at fault); 3 a plugin error (unknown compactor with the installed names listed,
-or a broken plugin named; ``normandy plugins`` when any plugin failed to load).
+or a broken plugin named; ``normandy plugins`` when any plugin failed to load); 4 the
+compactor compacted but the result is still over the window (written; meta
+``target_missed`` says why).
 
 Other distributions add subcommands through entry points in the group
 ``normandy_core.commands`` (``name = "module:register"``): ``register(subparsers)`` is
@@ -29,8 +31,9 @@ from normandy_core import __version__
 if TYPE_CHECKING:
     from normandy_core.contract.compactor import Compactor
     from normandy_core.transcripts.jsonio import JsonSource
+    from normandy_core.transcripts.result import CompactResult
 
-__all__ = ["EXIT_COMPACTOR", "EXIT_INPUT", "EXIT_OK", "EXIT_PLUGIN", "main"]
+__all__ = ["EXIT_COMPACTOR", "EXIT_INPUT", "EXIT_OK", "EXIT_OVER_WINDOW", "EXIT_PLUGIN", "main"]
 
 EXIT_OK = 0
 #: The compactor reported an error (or an internal error).
@@ -39,6 +42,8 @@ EXIT_COMPACTOR = 1
 EXIT_INPUT = 2
 #: Plugin error: unknown compactor, broken plugin.
 EXIT_PLUGIN = 3
+#: The compactor compacted, but the result is still over the window (it is written).
+EXIT_OVER_WINDOW = 4
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -261,10 +266,13 @@ _CLI_HINT = (
 
 def survival_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The survival rules the command line sets (``--keep-tool``, ``--no-keep-first-user``,
-    ``--summary-instructions``), as a mapping; empty when it sets none."""
+    ``--no-keep-current-request``, ``--summary-instructions``), as a mapping; empty when it
+    sets none."""
     rules: dict[str, Any] = {}
     if getattr(args, "no_keep_first_user", False):
         rules["keep_first_user"] = False
+    if getattr(args, "no_keep_current_request", False):
+        rules["keep_current_request"] = False
     if getattr(args, "keep_tool", None):
         rules["keep_tools"] = list(args.keep_tool)
     if getattr(args, "summary_instructions", None) is not None:
@@ -380,10 +388,23 @@ def cmd_compact(args: argparse.Namespace) -> int:
         )
     given = _given(src.data, fmt)
     print(f"normandy compact: {src.name} ({fmt}, {given}): {msg}", file=sys.stderr)
-    for item in result.notes:  # what the hook plugins did with the dropped entries
+    return _report_written(result, settings.compactor)
+
+
+def _report_written(result: CompactResult, compactor: str) -> int:
+    """Print what the hook plugins did with the dropped entries and whether the written
+    transcript is still over the window; the exit status."""
+    for item in result.notes:
         message = item.get("note", {}).get("message")
         if message:
             print(f"normandy compact: {' '.join(str(message).split())}", file=sys.stderr)
+    if result.target_missed is not None:
+        print(
+            f"normandy compact: compactor {compactor!r} could not bring the transcript "
+            f"under the window (target_met false): {result.target_missed}",
+            file=sys.stderr,
+        )
+        return EXIT_OVER_WINDOW
     return EXIT_OK
 
 
@@ -594,6 +615,11 @@ def _add_compactor_args(
         "--no-keep-first-user",
         action="store_true",
         help="survival rule off: let compaction drop the first user message (the task)",
+    )
+    parser.add_argument(
+        "--no-keep-current-request",
+        action="store_true",
+        help="survival rule off: let compaction drop the user message that opened the current turn",
     )
     parser.add_argument(
         "--summary-instructions",

@@ -251,6 +251,15 @@ def _starts_with_assistant(entries: Sequence[Entry]) -> bool:
     return first is not None and first.role == "assistant"
 
 
+#: How to let go what a default rule keeps, for the refusal naming that rule.
+_LET_GO = {
+    "keep_first_user": " (survival={'keep_first_user': False} lets the task go)",
+    "keep_current_request": (
+        " (survival={'keep_current_request': False} lets the current request go)"
+    ),
+}
+
+
 def _check_rules(
     refuse: Callable[[str], NoReturn], rules: SurvivalRules, old: list[Entry], new: list[Entry]
 ) -> None:
@@ -284,12 +293,7 @@ def _check_rules(
         refuse(
             f"{what} entry {e.id!r} ({e.role}), which survival rule {rules.describe(rule)} "
             "keeps; a compactor keeps it unchanged, refuses the rule where the config is "
-            "made, or returns the error path"
-            + (
-                " (survival={'keep_first_user': False} lets the task go)"
-                if rule == "keep_first_user"
-                else ""
-            )
+            "made, or returns the error path" + _LET_GO.get(rule, "")
         )
 
 

@@ -101,9 +101,15 @@ class CompactorSpec:
             kept but rewritten, oldest first, each under the id it had in ``acc.memory``
             and with its original content; every kept message keeps its entry id.
             ``dropped`` is absent on the skip and error paths, so consumers test
-            ``meta.get("dropped")``. ``strategy`` and any other keys are the compactor's
-            own. The boundary computes ``tokens_before``, ``tokens_after`` (whole-memory
-            counts) and ``tokens_removed`` (tokens of this turn's messages that compaction
+            ``meta.get("dropped")``. A compactor that compacted but could not bring the
+            conversation under the window it was given says so: ``target_met`` false and
+            ``target_missed``, the reason (a string); ``compact(raise_on_error=True)``
+            raises for it and ``normandy compact`` exits 4. ``target_met`` may also be
+            false for a result under the window but over the compactor's own target
+            (``window_manager``'s ``target``), without ``target_missed``: that is not
+            an error. ``strategy`` and any other keys are the compactor's own. The
+            boundary computes ``tokens_before``, ``tokens_after`` (whole-memory counts)
+            and ``tokens_removed`` (tokens of this turn's messages that compaction
             removed; the task budget subtracts it) with ``ctx.counter`` itself, and the
             next call's estimated billed input with prompt caching without and with the
             compaction, ``billed_next_without`` and ``billed_next_with``, with the cached

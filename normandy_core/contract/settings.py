@@ -11,7 +11,8 @@ The compactor and its settings can be chosen outside the program:
   (a table of the compactor's options), ``model``, ``window`` (tokens; pins the
   ``context_window`` option of a compactor that sizes against a window), ``timeout``
   (seconds; ``compaction_timeout``) and ``survival`` (a table of the declarative survival
-  rules: ``keep_first_user``, ``keep_tools``, ``summary_instructions``; a ``keep_if``
+  rules: ``keep_first_user``, ``keep_current_request``, ``keep_tools``,
+  ``summary_instructions``; a ``keep_if``
   predicate is code only), named as :func:`normandy_core.compact` names its arguments.
 - ``NORMANDY_CONFIG``: the path of the one file to read instead of looking (a
   ``pyproject.toml`` is read for its ``[tool.normandy]`` table, any other name as a

@@ -177,6 +177,19 @@ class CompactionMeta(dict[str, Any]):
         return dict.get(self, "tokens_removed")
 
     @property
+    def target_met(self) -> bool | None:
+        """Whether the compactor reached the size it aims for (``None``: it did not say)."""
+        value = dict.get(self, "target_met")
+        return None if value is None else bool(value)
+
+    @property
+    def target_missed(self) -> str | None:
+        """Why the result is still over the window the compactor was given; ``None`` when
+        it is not (or the compactor sizes against no window)."""
+        value = dict.get(self, "target_missed")
+        return None if value is None else str(value)
+
+    @property
     def hook_errors(self) -> tuple[Mapping[str, str], ...]:
         """One ``{"hook", "plugin", "error"}`` per ``after_compact`` hook that failed."""
         return tuple(dict.get(self, "hook_errors") or ())

@@ -10,6 +10,8 @@ unchanged; only its thinking blocks may go, as every kept entry's do. The rules:
 * ``keep_first_user`` (on by default): the first user message, the task; the first
   user entry of the active branch that carries no tool results and is not a marker,
   summary or provider-returned copy a compactor inserted;
+* ``keep_current_request`` (on by default): the user message that opened the current
+  turn, the request the model is answering; the newest such user entry;
 * ``keep_tools``: every assistant entry calling a tool of that name, and every entry
   carrying a result of such a call, so the pair is kept together;
 * ``keep_if``: every entry the predicate (a Python callable on an
@@ -36,16 +38,19 @@ from normandy_core.conversation.structure import carries_results, tool_result_id
 from normandy_core.errors import NormandyError, OptionsError
 
 __all__ = [
-    "RULE_FIRST_USER",
     "PROVIDER_REBUILT_KEY",
+    "RULE_CURRENT_REQUEST",
+    "RULE_FIRST_USER",
     "RULE_PINNED",
     "RULE_PREDICATE",
     "RULE_TOOLS",
     "RULES",
     "SurvivalError",
     "SurvivalRules",
+    "current_request_entry",
     "first_user_entry",
     "is_inserted",
+    "is_user_message",
     "survival_rules",
 ]
 
@@ -53,12 +58,14 @@ __all__ = [
 RULE_PINNED = "pinned"
 #: The rule keeping the first user message (the task).
 RULE_FIRST_USER = "keep_first_user"
+#: The rule keeping the user message that opened the current turn (the request).
+RULE_CURRENT_REQUEST = "keep_current_request"
 #: The rule keeping the calls of the tools named in ``keep_tools`` and their results.
 RULE_TOOLS = "keep_tools"
 #: The rule keeping the entries the ``keep_if`` predicate accepts.
 RULE_PREDICATE = "keep_if"
 #: Every keep rule, in the order an entry is attributed to one (the first that keeps it).
-RULES = (RULE_PINNED, RULE_FIRST_USER, RULE_TOOLS, RULE_PREDICATE)
+RULES = (RULE_PINNED, RULE_FIRST_USER, RULE_CURRENT_REQUEST, RULE_TOOLS, RULE_PREDICATE)
 
 #: The most characters ``summary_instructions`` may have.
 MAX_INSTRUCTION_CHARS = 4000
@@ -76,14 +83,18 @@ class SurvivalRules(BaseModel):
 
     Unknown fields and bad values are refused where the config is made. ``keep_if`` is a
     Python callable and can be set in code only; a configuration read from a file or the
-    command line gives the declarative rules (``keep_first_user``, ``keep_tools``,
-    ``summary_instructions``).
+    command line gives the declarative rules (``keep_first_user``,
+    ``keep_current_request``, ``keep_tools``, ``summary_instructions``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
 
     keep_first_user: bool = True
     """Keep the first user message (the task) through every compaction."""
+    keep_current_request: bool = True
+    """Keep the user message that opened the current turn (the request the model is
+    answering) through every compaction: the newest user entry that carries no tool
+    results and is not a marker, summary or provider-returned copy."""
     keep_tools: tuple[str, ...] = ()
     """Tool names whose calls are kept with their results (``["read_file"]``)."""
     keep_if: Callable[[Entry], Any] | None = None
@@ -131,12 +142,19 @@ class SurvivalRules(BaseModel):
     @property
     def keeps_anything(self) -> bool:
         """Whether a rule other than ``pinned`` is on."""
-        return self.keep_first_user or bool(self.keep_tools) or self.keep_if is not None
+        return (
+            self.keep_first_user
+            or self.keep_current_request
+            or bool(self.keep_tools)
+            or self.keep_if is not None
+        )
 
     def describe(self, rule: str) -> str:
         """A rule as people read it in messages: ``keep_tools ['read_file']``."""
         if rule == RULE_FIRST_USER:
             return "keep_first_user (the first user message)"
+        if rule == RULE_CURRENT_REQUEST:
+            return "keep_current_request (the user message that opened the current turn)"
         if rule == RULE_TOOLS:
             return f"keep_tools {list(self.keep_tools)!r}"
         if rule == RULE_PREDICATE:
@@ -149,6 +167,7 @@ class SurvivalRules(BaseModel):
         on = {
             RULE_PINNED: True,
             RULE_FIRST_USER: self.keep_first_user,
+            RULE_CURRENT_REQUEST: self.keep_current_request,
             RULE_TOOLS: bool(self.keep_tools),
             RULE_PREDICATE: self.keep_if is not None,
         }
@@ -167,6 +186,10 @@ class SurvivalRules(BaseModel):
             task = first_user_entry(entries)
             if task is not None:
                 out.setdefault(task.id, RULE_FIRST_USER)
+        if self.keep_current_request:
+            request = current_request_entry(entries)
+            if request is not None:
+                out.setdefault(request.id, RULE_CURRENT_REQUEST)
         if self.keep_tools:
             names = frozenset(self.keep_tools)
             calls: set[str] = set()
@@ -205,17 +228,27 @@ def is_inserted(entry: Entry) -> bool:
     return entry.text().startswith(_INSERTED_TAGS)
 
 
+def is_user_message(entry: Entry) -> bool:
+    """Whether ``entry`` is a message the user wrote: a user entry that carries no tool
+    results and is not a marker, summary or provider-returned copy a compactor inserted
+    (:func:`is_inserted`)."""
+    return entry.role == "user" and not carries_results(entry) and not is_inserted(entry)
+
+
 def first_user_entry(entries: Sequence[Entry]) -> Entry | None:
-    """The first user message of ``entries`` (the task): the first user entry that carries
-    no tool results and is not a marker, summary or provider-returned copy a compactor
-    inserted (:func:`is_inserted`); ``None`` if none."""
-    for e in entries:
-        if e.role == "user" and not carries_results(e) and not is_inserted(e):
-            return e
-    return None
+    """The first user message of ``entries`` (the task, :func:`is_user_message`);
+    ``None`` if none."""
+    return next((e for e in entries if is_user_message(e)), None)
 
 
-#: The rules of a config that sets none: keep pinned entries and the first user message.
+def current_request_entry(entries: Sequence[Entry]) -> Entry | None:
+    """The user message that opened the current turn of ``entries`` (the request the
+    model is answering): the newest :func:`is_user_message`; ``None`` if none."""
+    return next((e for e in reversed(entries) if is_user_message(e)), None)
+
+
+#: The rules of a config that sets none: keep pinned entries, the first user message and
+#: the one that opened the current turn.
 DEFAULT_RULES = SurvivalRules()
 
 

@@ -207,7 +207,8 @@ class KeepTurns:
 
 @st.composite
 def survival_rules(draw: st.DrawFn, *, max_turns: int = 5) -> SurvivalRules:
-    """Survival rules over :func:`conversations`: ``keep_first_user`` on or off, some of
+    """Survival rules over :func:`conversations`: ``keep_first_user`` and
+    ``keep_current_request`` on or off, some of
     :data:`TOOL_NAMES` in ``keep_tools``, and maybe a :class:`KeepTurns` ``keep_if``."""
     from normandy_core.conversation.survival import SurvivalRules
 
@@ -218,6 +219,7 @@ def survival_rules(draw: st.DrawFn, *, max_turns: int = 5) -> SurvivalRules:
         keep_if = KeepTurns(frozenset(f"t{n}" for n in turns), role)
     return SurvivalRules(
         keep_first_user=draw(st.booleans()),
+        keep_current_request=draw(st.booleans()),
         keep_tools=tuple(draw(st.lists(st.sampled_from(TOOL_NAMES), max_size=2, unique=True))),
         keep_if=keep_if,
     )

@@ -315,7 +315,7 @@ def compact(
         fresh=fresh,
     )
     # The boundary logs the failure (WARNING, naming the compactor and its distribution).
-    if result.error is not None and raise_on_error:
+    if raise_on_error:
         result.check()
     return result
 

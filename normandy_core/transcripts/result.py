@@ -42,7 +42,9 @@ class CompactionError(NormandyError):
 class CannotFitError(CompactionError):
     """The compactor reported an error, so the transcript came back unchanged and may not
     fit the window (``window_manager``'s "cannot fit the context window", a compactor
-    that raised or timed out, an archive that refused the compaction...).
+    that raised or timed out, an archive that refused the compaction...), or it compacted
+    but the result is still over the window (meta ``target_met`` false, the reason in
+    ``target_missed``: ``result.messages`` are then the compacted ones).
 
     Raised by :meth:`CompactResult.check` and by ``compact(..., raise_on_error=True)``;
     the message names the compactor and its error. ``result`` is the
@@ -52,6 +54,12 @@ class CannotFitError(CompactionError):
     def __init__(self, result: CompactResult) -> None:
         self.result = result
         who = result.compactor or "the compactor"
+        if result.error is None:
+            super().__init__(
+                f"{who} compacted the transcript but could not bring it under the window "
+                f"(target_met False): {result.target_missed}"
+            )
+            return
         super().__init__(
             f"{who} could not compact the transcript, which is returned unchanged and may "
             f"not fit the window: {result.error}"
@@ -153,6 +161,13 @@ class CompactResult:
         return None if err is None else str(err)
 
     @property
+    def target_missed(self) -> str | None:
+        """Why the compacted transcript is still over the window (meta ``target_missed``:
+        the compactor compacted, but not enough), else ``None``."""
+        missed = self.meta.get("target_missed")
+        return None if missed is None else str(missed)
+
+    @property
     def archive(self) -> Mapping[str, Any] | None:
         """The note of the ``archive`` hook plugin (``path``, ``session``, ``entries``,
         ``message``...): where the dropped entries went; ``None`` when nothing was
@@ -161,8 +176,9 @@ class CompactResult:
 
     def check(self) -> CompactResult:
         """This result, or :class:`CannotFitError` when the compactor reported an error
-        (the transcript is then the input, unchanged, and may not fit the window)."""
-        if self.error is not None:
+        (the transcript is then the input, unchanged, and may not fit the window) or
+        compacted without bringing the transcript under the window (``target_missed``)."""
+        if self.error is not None or self.target_missed is not None:
             raise CannotFitError(self)
         return self
 

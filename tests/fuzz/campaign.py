@@ -759,15 +759,27 @@ def _check_pinned(c: _Case, result: CompactResult) -> None:
             return
 
 
+def _user_indices(entries: list[Entry]) -> list[int]:
+    """The user messages: the user entries that carry no answers (tool results, opaque
+    outputs) and are not a marker or summary a compactor put there (by metadata, or by
+    the tag opening its text in a provider format)."""
+    return [
+        i
+        for i, e in enumerate(entries)
+        if e.role == "user" and not _made_by_compactor(e) and not _answers(e)
+    ]
+
+
 def _task_index(entries: list[Entry]) -> int | None:
-    """The first user message (the task the default survival rule keeps): the first user
-    entry that carries no answers (tool results, opaque outputs) and is not a marker or
-    summary a compactor put there (by metadata, or by the tag opening its text in a
-    provider format)."""
-    for i, e in enumerate(entries):
-        if e.role == "user" and not _made_by_compactor(e) and not _answers(e):
-            return i
-    return None
+    """The first user message (the task the default survival rule keeps)."""
+    users = _user_indices(entries)
+    return users[0] if users else None
+
+
+def _request_index(entries: list[Entry]) -> int | None:
+    """The newest user message (the current request the default survival rule keeps)."""
+    users = _user_indices(entries)
+    return users[-1] if users else None
 
 
 def _made_by_compactor(e: Entry) -> bool:
@@ -793,11 +805,12 @@ def _answers(e: Entry) -> bool:
 
 
 def _minimal_tokens(c: _Case, *, thinking: bool) -> int:
-    """Tokens of what no compaction may drop: system, pinned, the first user message (the
-    survival rule every compaction of the campaign runs with, the default), the newest
-    unit.
+    """Tokens of what no compaction may drop: system, pinned, the first user message and
+    the current request (the survival rules every compaction of the campaign runs with,
+    the defaults), the newest unit.
 
-    The first user message is found by :func:`_task_index`. The newest unit is the last
+    The first user message is found by :func:`_task_index`, the current request by
+    :func:`_request_index`. The newest unit is the last
     entry, with the entry whose calls it answers when it answers (tool results, or the
     opaque outputs of a Responses ``shell_call``, ``computer_call``...): a call never goes
     without its answer. A pinned entry that
@@ -812,9 +825,10 @@ def _minimal_tokens(c: _Case, *, thinking: bool) -> int:
         start -= 1
     if start < len(entries) - 1 and not _calls(entries[start]):
         start = len(entries) - 1  # trailing answers without their assistant: not a unit
-    task = _task_index(entries)
+    kept_users = {_task_index(entries), _request_index(entries)}
     keep = [
-        i >= start or i == task or e.pinned or e.role == "system" for i, e in enumerate(entries)
+        i >= start or i in kept_users or e.pinned or e.role == "system"
+        for i, e in enumerate(entries)
     ]
     for i, e in enumerate(entries):
         if e.pinned and _calls(e):

@@ -169,7 +169,9 @@ def test_the_irreducible_breakdown_adds_up_to_its_total() -> None:
     found = re.search(
         r"([\d,]+) tokens are irreducible \(system prompt and tool definitions ([\d,]+); "
         r"system entries ([\d,]+); pinned entries ([\d,]+); "
-        r"(?:keep_first_user \(the first user message\) ([\d,]+); )?newest unit and other kept "
+        r"(?:keep_first_user \(the first user message\) ([\d,]+); )?"
+        r"(?:keep_current_request \(the user message that opened the current turn\) ([\d,]+); )?"
+        r"newest unit and other kept "
         r"entries ([\d,]+), after shortening tool results(?:; the (?:marker|summary) ([\d,]+))?",
         result.error,
     )
@@ -246,8 +248,11 @@ def test_the_campaign_counts_an_opaque_call_with_its_output_as_the_newest_unit()
     counter = campaign.get_counter(c.counter)
     last_two = sum(counter.count_entry(e) for e in entries[-2:])
     system = sum(counter.count_entry(e) for e in entries if e.role == "system")
-    # and the first user message, which the default survival rule keeps
+    # and the first user message and the current request, which the default survival
+    # rules keep
     task = campaign._task_index(entries)
+    request = campaign._request_index(entries)
     assert task is not None and task < len(entries) - 2
-    first_user = counter.count_entry(entries[task])
-    assert campaign._minimal_tokens(c, thinking=True) == system + last_two + first_user
+    assert request is not None and request < len(entries) - 2
+    users = sum(counter.count_entry(entries[i]) for i in {task, request})
+    assert campaign._minimal_tokens(c, thinking=True) == system + last_two + users

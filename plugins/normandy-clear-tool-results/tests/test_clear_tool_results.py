@@ -64,7 +64,10 @@ def test_resolved_from_the_installed_distribution():
     comp = resolve_compactor(NAME)
     assert comp.distribution == "normandy-clear-tool-results"
     assert comp.module == "normandy_clear_tool_results.compactor"
-    assert comp.needs_window({}) is False
+    # sized to the window by default; by its own triggers alone it needs none
+    assert comp.needs_window({}) is True
+    assert comp.needs_window({"trigger_tokens": 20_000}) is False
+    assert comp.needs_window({"trigger_tool_uses": 8, "trigger": 0.5}) is True
 
 
 def test_clears_old_results_in_place_and_reports_the_originals():

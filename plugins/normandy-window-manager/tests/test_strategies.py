@@ -332,7 +332,11 @@ def test_no_churn_when_only_an_earlier_marker_could_go():
             mem.add_message("assistant", "seen", turn_id="t1")
     # at the start of a turn, where the trigger (not the usable window) decides
     opts = {"context_window": 1700, "reserved_tokens": 0, "trigger": 0.9, "target": 0.5}
-    acc = AgentConfig(compactor="window_manager", compactor_opts={**opts, "counter": "estimate"})
+    acc = AgentConfig(
+        compactor="window_manager",
+        compactor_opts={**opts, "counter": "estimate"},
+        survival={"keep_current_request": False},  # the second "look" may go, as before
+    )
     first_acc, first = run_compaction(acc.with_memory(mem), mid_round=False)
     assert first["compacted"] is True
     assert first["target_met"] is False

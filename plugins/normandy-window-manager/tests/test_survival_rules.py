@@ -144,8 +144,10 @@ def test_the_marker_goes_after_the_task_where_the_history_was_cut() -> None:
     assert [e.id for e in entries[:2]] == ["sys", "task"]
     assert entries[2].metadata.get(MARKER_KEY) and entries[2].id == meta["marker_id"]
     assert entries[3].role == "assistant"
-    # with the rule off, the history opens with the marker, as before
-    off = _acc(5_000, survival={"keep_first_user": False}).with_memory(mem)
+    # with the rules off (the task is also the current request), the history opens with
+    # the marker, as before
+    let_go = {"keep_first_user": False, "keep_current_request": False}
+    off = _acc(5_000, survival=let_go).with_memory(mem)
     new_off, meta_off = run_compaction(off, mid_round=False)
     assert [e.metadata.get(MARKER_KEY) for e in new_off.memory.entries()[1:2]] == [True]
     assert "task" in {e.id for e in meta_off.dropped}

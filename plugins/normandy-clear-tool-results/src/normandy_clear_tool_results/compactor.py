@@ -10,6 +10,12 @@ Survival rules (``ctx.rules``): an entry a rule keeps is never rewritten, so a t
 whose call or result entries hold one is never cleared (in a parallel batch whose
 results share one entry, its siblings there are not cleared either). The calls of
 ``keep_tools`` are not counted toward ``trigger_tool_uses``, as ``exclude_tools``.
+
+Sized to the window it is given: with no trigger option (or ``trigger`` or
+``context_window`` given) it clears over ``trigger`` of the usable window at the start
+of a turn and over the usable window mid-round, and a result still over the usable
+window is reported with ``target_met`` false and the reason in ``target_missed`` (over
+the window with nothing it may clear: the error path, with that reason).
 """
 
 from __future__ import annotations
@@ -21,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_clear_tool_results import CLEARED_KEY, NAME
 from normandy_clear_tool_results.options import RECALL_PLACEHOLDER, ClearToolResultsOptions
-from normandy_core import Entry, ToolResultBlock, ToolUseBlock, hookimpl
+from normandy_core import Entry, OptionsError, ToolResultBlock, ToolUseBlock, hookimpl
 from normandy_core.conversation import keys
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, Block, CompactionContext, TokenCounter
 
-__all__ = ["maybe_compact", "needs_window", "options_model"]
+__all__ = ["maybe_compact", "needs_window", "options_model", "validate_opts"]
 
 log = logging.getLogger("normandy_clear_tool_results")
 
@@ -40,8 +46,54 @@ def options_model() -> type[ClearToolResultsOptions]:
 
 @hookimpl
 def needs_window(opts: ClearToolResultsOptions) -> bool:
-    """No: ``clear_tool_results`` acts on its own token or tool-use trigger, not the window."""
-    return False
+    """Whether it sizes against the window: with no trigger option, or ``trigger`` or
+    ``context_window`` given (only ``trigger_tokens``/``trigger_tool_uses``: no)."""
+    return opts.window_trigger is not None
+
+
+@hookimpl
+def validate_opts(opts: ClearToolResultsOptions, window: int | None) -> None:
+    """Refuse a window that ``reserved_tokens`` leaves no room in, where the config is made."""
+    if window is not None and window <= opts.reserved_tokens:
+        raise OptionsError(
+            f"option 'reserved_tokens': {opts.reserved_tokens:,} tokens reserved for the "
+            f"reply leave nothing of the {window:,}-token context window; lower "
+            "reserved_tokens or pin a larger window (option 'context_window')"
+        )
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The window a boundary sizes against: the usable tokens and the level that triggers."""
+
+    usable: int
+    level: int
+
+    @classmethod
+    def of(cls, ctx: CompactionContext, opts: ClearToolResultsOptions) -> _Window | None:
+        share = opts.window_trigger
+        if ctx.window is None or share is None:
+            return None
+        usable = ctx.window - opts.reserved_tokens
+        # mid-round the memory stays unchanged while it fits (the contract)
+        return cls(usable, usable if ctx.mid_round else int(share * usable))
+
+    def outcome(self, total: int, cleared_any: bool) -> dict[str, Any]:
+        """``target_met`` of a conversation of ``total`` tokens (prompt included), and the
+        reason in ``target_missed`` when it is still over the usable window."""
+        if total <= self.usable:
+            return {"target_met": True}
+        what = "clearing every tool result it may" if cleared_any else "nothing it may clear"
+        return {
+            "target_met": False,
+            "target_missed": (
+                f"{what} leaves {total:,} tokens (system prompt and tool definitions "
+                f"included) against a usable window of {self.usable:,}: the newest "
+                f"{'tool uses kept by keep' if cleared_any else 'entries'}, messages and "
+                "kept entries are larger than the window; use window_manager (or a "
+                "pipeline ending with it) to drop history"
+            ),
+        }
 
 
 @dataclass
@@ -93,8 +145,10 @@ def maybe_compact(
     counter = ctx.counter
     memory = acc.memory
     before = counter.memory_tokens(memory)
-    trigger_tokens = opts.effective_trigger_tokens
-    over_tokens = trigger_tokens is not None and before + acc.prompt_tokens > trigger_tokens
+    window = _Window.of(ctx, opts)
+    over_tokens = (
+        opts.trigger_tokens is not None and before + acc.prompt_tokens > opts.trigger_tokens
+    ) or (window is not None and before + ctx.prompt_tokens > window.level)
     if not over_tokens and opts.trigger_tool_uses is None:
         return acc, {"compacted": False}
     entries = memory.entries()
@@ -107,15 +161,13 @@ def maybe_compact(
 
     text = _placeholder(acc, opts)
     to_clear = _worth_clearing(entries, uses, intact, ctx, opts, text)
-    if not to_clear:
-        return acc, {"compacted": False}
     new_entries = [_cleared(e, to_clear, opts, text) for e in entries]
     changed = [(e, new) for e, new in zip(entries, new_entries, strict=True) if new is not e]
     cleared_tokens = sum(
         counter.entry_tokens(memory, old) - counter.count_entry(new) for old, new in changed
     )
     if cleared_tokens < max(opts.clear_at_least, 1):
-        return acc, {"compacted": False}
+        return acc, _nothing_cleared(window, before + ctx.prompt_tokens)
 
     new_memory = memory.derive([e.without_thinking() for e in new_entries])
     after = counter.memory_tokens(new_memory)
@@ -134,6 +186,7 @@ def maybe_compact(
         "counter": counter.name,
         "dropped": [old for old, _new in changed],
         **weighed,
+        **({} if window is None else window.outcome(after + ctx.prompt_tokens, True)),
     }
     log.debug(
         "clear_tool_results: %d tool uses cleared, %d -> %d tokens",
@@ -142,6 +195,14 @@ def maybe_compact(
         after,
     )
     return acc.with_memory(new_memory), meta
+
+
+def _nothing_cleared(window: _Window | None, total: int) -> dict[str, Any]:
+    """The skip path, or the error path when the conversation is over the usable window
+    and nothing (or less than ``clear_at_least``) can be cleared."""
+    if window is None or total <= window.usable:
+        return {"compacted": False}
+    return {"compacted": False, "error": window.outcome(total, False)["target_missed"]}
 
 
 def _worth_clearing(

@@ -10,7 +10,7 @@ from normandy_core import CompactorOptions, CounterSpec
 
 __all__ = [
     "DEFAULT_PLACEHOLDER",
-    "DEFAULT_TRIGGER_TOKENS",
+    "DEFAULT_TRIGGER",
     "RECALL_PLACEHOLDER",
     "ClearToolResultsOptions",
 ]
@@ -21,15 +21,21 @@ DEFAULT_PLACEHOLDER = "[tool result cleared to save context; the original was ar
 RECALL_PLACEHOLDER = (
     "[tool result cleared to save context; the `{tool}` tool brings the original back]"
 )
-#: The token trigger used when neither trigger option is given.
-DEFAULT_TRIGGER_TOKENS = 100_000
+#: The share of the usable window (``window - reserved_tokens``) above which the
+#: conversation is cleared at the start of a turn, when no trigger is given: close enough
+#: to the window to clear rarely, far enough that a turn's first rounds still fit.
+DEFAULT_TRIGGER = 0.8
 
 
 class ClearToolResultsOptions(CompactorOptions):
     """Options of ``clear_tool_results``; unknown options and bad values are refused.
 
-    The compactor acts when the conversation is over *either* trigger. With neither given,
-    ``trigger_tokens`` is 100,000.
+    The compactor acts when the conversation is over *any* trigger. With none given it
+    sizes against the model's window: ``trigger`` is 0.8 of the usable window
+    (``window - reserved_tokens``). With a window (that default, or ``trigger`` or
+    ``context_window`` given), a mid-round boundary acts only over the usable window
+    itself (the contract), and a result still over it says so in meta (``target_met``
+    false, ``target_missed`` the reason).
     """
 
     trigger_tokens: int | None = Field(default=None, gt=0)
@@ -38,6 +44,14 @@ class ClearToolResultsOptions(CompactorOptions):
     trigger_tool_uses: int | None = Field(default=None, gt=0)
     """Act when more than this many tool uses (outside ``exclude_tools``) still have their
     content intact."""
+    trigger: float | None = Field(default=None, gt=0.0, le=1.0)
+    """Act at the start of a turn when the conversation plus the prompt tokens exceed this
+    fraction of the usable window (mid-round: the usable window itself). Default 0.8 when
+    neither ``trigger_tokens`` nor ``trigger_tool_uses`` is given."""
+    reserved_tokens: int = Field(default=4096, ge=0)
+    """With a window: room kept free for the model's reply."""
+    context_window: int | None = Field(default=None, gt=0)
+    """Pins the window in tokens; otherwise the model catalog gives it (when one is used)."""
     keep: int = Field(default=3, ge=0)
     """How many of the newest tool uses to keep intact (whatever their tool)."""
     clear_at_least: int = Field(default=0, ge=0)
@@ -78,6 +92,11 @@ class ClearToolResultsOptions(CompactorOptions):
                 f"keep ({self.keep}) must be below trigger_tool_uses "
                 f"({self.trigger_tool_uses}): otherwise the trigger fires with nothing to clear"
             )
+        if self.window_trigger is None and "reserved_tokens" in self.model_fields_set:
+            raise ValueError(
+                "reserved_tokens applies only when clearing sizes against the window "
+                "(no trigger_tokens or trigger_tool_uses, or trigger or context_window given)"
+            )
         if self.schedule != "cost" and "horizon" in self.model_fields_set:
             raise ValueError(
                 f"horizon applies only to schedule 'cost' (schedule is {self.schedule!r})"
@@ -85,8 +104,13 @@ class ClearToolResultsOptions(CompactorOptions):
         return self
 
     @property
-    def effective_trigger_tokens(self) -> int | None:
-        """``trigger_tokens``, or its default when no trigger is given at all."""
-        if self.trigger_tokens is None and self.trigger_tool_uses is None:
-            return DEFAULT_TRIGGER_TOKENS
-        return self.trigger_tokens
+    def window_trigger(self) -> float | None:
+        """The share of the usable window that triggers a clearing: ``trigger``, its
+        default when no trigger is given at all, or ``None`` when sized by no window."""
+        if self.trigger is not None:
+            return self.trigger
+        if self.context_window is not None or (
+            self.trigger_tokens is None and self.trigger_tool_uses is None
+        ):
+            return DEFAULT_TRIGGER
+        return None

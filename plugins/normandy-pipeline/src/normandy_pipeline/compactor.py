@@ -180,7 +180,8 @@ def _judge(acc: AgentConfig, ctx: CompactionContext, steps: tuple[Prepared, ...]
 
 class _Progress:
     """What the steps have done so far: the config the next step is given, each step's
-    report, the ids dropped (once each, in order) and the last ``target_met`` said."""
+    report, the ids dropped (once each, in order) and the last ``target_met`` said, with
+    its ``target_missed`` (why the result is still over the window)."""
 
     def __init__(self, acc: AgentConfig) -> None:
         self.current = acc
@@ -188,6 +189,7 @@ class _Progress:
         self.dropped_ids: dict[str, None] = {}
         self.compacted = False
         self.target_met: bool | None = None
+        self.target_missed: str | None = None
 
     def record(self, index: int, step: Step, result: CompactionResult) -> bool:
         """Take step ``index``'s result; whether it met its target (the pipeline stops)."""
@@ -205,6 +207,7 @@ class _Progress:
         self.current = new_acc
         if "target_met" in meta:
             self.target_met = bool(meta["target_met"])
+            self.target_missed = meta.target_missed
         return meta.get("target_met") is True
 
     def outcome(self, acc: AgentConfig, counter: CalibratedCounter) -> tuple[AgentConfig, Any]:
@@ -223,6 +226,8 @@ class _Progress:
         }
         if self.target_met is not None:
             meta["target_met"] = self.target_met
+        if self.target_missed is not None:
+            meta["target_missed"] = self.target_missed
         return acc.with_memory(self.current.memory), meta
 
 

@@ -21,6 +21,13 @@ How parts are read:
   before it) is pinned too, as the core pins a provider's compaction.
 - Any other part (files, native tool calls and returns, ...) is carried as an opaque
   block, counted by its JSON form, and moves with its message unaltered.
+
+One marker per conversation: Pydantic AI merges consecutive requests, so the marker a
+compaction inserted after the pinned first request (system prompt and first question)
+ends up as a part of that request, where no compactor would ever remove it. A marker
+part inside a request holding other parts is therefore an earlier marker the next
+compaction replaces: it is left out of what is read, and the request comes back without
+it (reported in ``removed``); the compaction inserts a new marker where it cuts.
 """
 
 from __future__ import annotations
@@ -59,11 +66,12 @@ from normandy_core.conversation.entries import (
     ToolResultBlock,
     ToolUseBlock,
 )
+from normandy_core.conversation.keys import MARKER_KEY
 from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.structure import pairing_problems
 from normandy_core.transcripts.adapter import NamedCompactor
 from normandy_core.transcripts.facade import compact_with
-from normandy_core.transcripts.formats import TranscriptError
+from normandy_core.transcripts.formats import INSERTED_TAGS, TranscriptError
 from normandy_core.transcripts.result import CompactResult
 
 __all__ = ["FUNCTION_ENTRY", "HistoryCompactor", "PydanticAICompaction", "compact_history"]
@@ -179,6 +187,29 @@ def _result(part: ToolReturnPart | RetryPromptPart, internal: str) -> ToolResult
     if isinstance(part, RetryPromptPart):
         return ToolResultBlock(tool_use_id=internal, content=part.model_response(), is_error=True)
     return ToolResultBlock(tool_use_id=internal, content=part.model_response_str(), is_error=False)
+
+
+#: The text tags of a compactor's marker (a note that carries nothing of the history).
+_MARKER_TAGS = tuple(tag for tag, key in INSERTED_TAGS.items() if key == MARKER_KEY)
+
+
+def _is_marker(part: Any) -> bool:
+    return (
+        isinstance(part, UserPromptPart)
+        and isinstance(part.content, str)
+        and part.content.startswith(_MARKER_TAGS)
+    )
+
+
+def without_merged_markers(msg: ModelMessage) -> ModelMessage:
+    """``msg`` without the marker parts Pydantic AI merged into it (a request holding
+    other parts too); ``msg`` itself when it holds none."""
+    if not isinstance(msg, ModelRequest) or not any(_is_marker(p) for p in msg.parts):
+        return msg
+    rest = [p for p in msg.parts if not _is_marker(p)]
+    if not rest:
+        return msg  # a marker request of its own: the compactors recognise it as one
+    return dataclasses.replace(msg, parts=rest)
 
 
 def _newest_compaction(messages: Sequence[ModelMessage]) -> int:
@@ -382,7 +413,7 @@ class HistoryCompactor(NamedCompactor):
         original = list(messages)
         if mid_round is None:
             mid_round = _mid_round(original)
-        read = read_history(original, self._digests)
+        read = read_history([without_merged_markers(m) for m in original], self._digests)
         problems = pairing_problems(read.entries, allow_pending=True)
         if problems:
             raise TranscriptError(None, "parts", "; ".join(problems))
