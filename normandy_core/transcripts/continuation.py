@@ -52,7 +52,7 @@ from normandy_core.contract import plugins
 from normandy_core.contract.boundary import run_compaction
 from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.transcripts.detection import detect
-from normandy_core.transcripts.formats import as_mapping, check_values
+from normandy_core.transcripts.formats import as_mapping, check_values, dumped
 from normandy_core.transcripts.result import CompactResult, check_pairs, compact_result
 from normandy_core.transcripts.staging import (
     Transcript,
@@ -540,8 +540,9 @@ def _grown_memory(st: _State, new: list[Any], k: int) -> AgentMemory | None:
     if not new:
         return st.memory.copy()
     t = st.transcript
-    check_values(new, k)
-    fmt = detect(new, prefer=t.format)
+    looked = [dumped(m) for m in new]  # an SDK object dumped once for both checks
+    check_values(looked, k)
+    fmt = detect(looked, prefer=t.format)
     if fmt != t.format and fmt != "openai":  # evidence of another format
         return None
     staged = list(stage(t.format, new, k))
