@@ -73,13 +73,20 @@ NEW_ARCHIVE_ROUNDS = 10
 NEW_ARCHIVE_WRITERS = 4
 #: Ways the archive file disappears under a running agent.
 ROTATIONS = ("delete", "rotate")
-#: Agent sessions run against a read-only (0444) archive by a user the mode applies to.
+#: Agent sessions run against a read-only (0400) archive by a user the mode applies to.
 READ_ONLY_SESSIONS = 1
 #: Files at the archive path that are not an archive: another application's SQLite database
 #: (user_version 42) and a text file.
 FOREIGN_FILES = ("sqlite", "text")
 #: Symbolic links at the archive path.
 SYMLINKS = ("dangling", "to an archive")
+#: Files at the archive's paths another user planted, or others may open.
+PLANTED_FILES = (
+    "0666 database",
+    "0666 -wal",
+    "own 0644 database",
+    "0600 database another user owns",
+)
 #: The two console scripts that read the archive.
 ARCHIVE_SCRIPTS = ("normandy archive", "normandy-archive")
 #: Full-text queries FTS5 refuses, given with --raw.
@@ -341,7 +348,7 @@ ROWS: tuple[Row, ...] = (
         "::test_a_deleted_or_rotated_archive_is_reopened_and_nothing_is_lost",
     ),
     Row(
-        "Read-only (0444) archive, for a user the mode applies to",
+        "Read-only (0400) archive, for a user the mode applies to",
         f"{READ_ONLY_SESSIONS} session of 300 messages",
         "every compaction refused (`attempt to write a readonly database`), the "
         "conversation kept; nothing lost; the archive untouched",
@@ -364,6 +371,14 @@ ROWS: tuple[Row, ...] = (
         "kept); a dangling link's target never created",
         "plugins/normandy-archive/tests/test_archive_reads.py"
         "::test_a_symlink_at_the_archive_path_is_refused",
+    ),
+    Row(
+        "Archive file others may open, or another user owns: " + ", ".join(PLANTED_FILES),
+        f"{len(PLANTED_FILES)} files x 1 write (the last one as root only)",
+        "every write refused with an error naming the file, its owner and its mode; the "
+        "file's bytes and mode unchanged",
+        "plugins/normandy-archive/tests/test_archive_owned.py"
+        "::test_a_planted_file_is_refused_and_left_as_it_was",
     ),
     Row(
         "Read-only (0444) archive read by a user the mode applies to, in a writable and in a "

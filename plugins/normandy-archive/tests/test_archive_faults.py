@@ -161,7 +161,7 @@ def test_a_read_only_archive_refuses_compactions_and_loses_nothing(tmp_path):
     archive.record(mem[:5], session_id="earlier")
     archive.close()
     for p in tmp_path.iterdir():
-        p.chmod(0o444)
+        p.chmod(0o400)  # read-only for us, and owner-only (else refused as such)
     for n in range(READ_ONLY_SESSIONS):
         report = agent(path, f"ro-{n}", seed=55 + n, messages=300, drop_dac=DROP_DAC)
         refused = [b for b in report["boundaries"] if not b["compacted"]]

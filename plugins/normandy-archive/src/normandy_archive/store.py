@@ -119,23 +119,16 @@ def _refuse_unless_regular(st: os.stat_result, what: str, refusal: str) -> None:
 def _secure_create(path: Path) -> None:
     """Create the directory (0700) and the file (0600) before SQLite ever opens it.
 
-    Whatever sits at the path must be a regular file: a symbolic link (dangling or not)
-    is refused, so SQLite never creates or writes a file elsewhere with its own mode.
+    Whatever sits at the path must be a regular file only we may open (see
+    :func:`_refuse_unless_ours`): a symbolic link (dangling or not) is refused, so SQLite
+    never creates or writes a file elsewhere with its own mode.
     """
     parent = path.parent
     if not parent.exists():
         os.makedirs(parent, mode=0o700, exist_ok=True)
         with contextlib.suppress(OSError):
             os.chmod(parent, 0o700)
-    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        try:
-            st = os.lstat(p)
-        except FileNotFoundError:
-            continue
-        what = f"archive {str(path)!r}" + ("" if p == path else f": {str(p)!r}")
-        _refuse_unless_regular(
-            st, what, "write through it (point the archive path at a regular file)"
-        )
+    _refuse_unless_ours(path)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o600)
     except FileExistsError:
@@ -148,15 +141,43 @@ def _secure_create(path: Path) -> None:
             os.unlink(p)
 
 
-def _owner_only(path: Path) -> None:
-    """Take group and other permissions away from the archive's files (ours only)."""
+def _owner_name(uid: int) -> str:
+    """``uid N (name)``, or ``uid N`` where the name cannot be looked up."""
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _refuse_unless_ours(path: Path) -> None:
+    """Refuse the archive's database, ``-wal`` or ``-shm`` file when it is not a regular
+    file, not owned by this user, or others may read or write it.
+
+    Another user could have planted it (in a directory others may write to) and read
+    what is written into it, through the mode or a descriptor opened beforehand, so it
+    is refused rather than taken over with ``chmod``; the error names the file, its
+    owner and its mode.
+    """
+    euid = _euid()
     for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         try:
             st = os.lstat(p)
         except FileNotFoundError:
             continue
-        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077 and st.st_uid == _euid():
-            os.chmod(p, stat.S_IMODE(st.st_mode) & 0o700)
+        what = f"archive {str(path)!r}" + ("" if p == path else f": {str(p)!r}")
+        _refuse_unless_regular(
+            st, what, "write through it (point the archive path at a regular file)"
+        )
+        foreign = euid >= 0 and st.st_uid != euid
+        if foreign or st.st_mode & 0o066:
+            raise ArchiveError(
+                f"{what}{'' if p == path else ','} is owned by {_owner_name(st.st_uid)}, mode "
+                f"{stat.S_IMODE(st.st_mode):04o}; refusing to write into a file "
+                + ("another user owns" if foreign else "others may read or write")
+                + " (remove it, or if it is yours and trusted, chmod 600 it)"
+            )
 
 
 def _euid() -> int:
@@ -686,7 +707,7 @@ class Archive(ArchiveBackend):
             # once checkpointed, the log restarts and is cut back to WAL_CHECKPOINT_BYTES
             conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute(f"PRAGMA journal_size_limit = {self.WAL_CHECKPOINT_BYTES}")
-            _owner_only(self.path)
+            _refuse_unless_ours(self.path)  # -wal and -shm exist now, created 0600
         except BaseException as exc:
             conn.close()
             if isinstance(exc, (OSError, sqlite3.Error)):
