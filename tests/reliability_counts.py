@@ -282,7 +282,7 @@ ROWS: tuple[Row, ...] = (
         "every completed compaction recallable byte for byte; each content stored once; "
         "every compaction row with all it stored; the server saw a writer vanish inside its "
         "transaction; nothing of the surviving agents lost",
-        "plugins/normandy-archive/tests/test_pg.py"
+        "plugins/normandy-archive-postgres/tests/test_pg.py"
         "::test_three_writers_at_once_and_kill_9_at_random_moments",
     ),
     Row(
@@ -291,7 +291,7 @@ ROWS: tuple[Row, ...] = (
         f"{len(PG_SAME_CONTENT_WRITERS)} processes",
         "none failed (deadlocks retried); each content stored once, by the writer that "
         "committed it first; each told what it stored and what was there already",
-        "plugins/normandy-archive/tests/test_pg.py"
+        "plugins/normandy-archive-postgres/tests/test_pg.py"
         "::test_writers_of_the_same_content_at_once_store_it_once",
     ),
     Row(

@@ -28,6 +28,7 @@ from normandy_archive import (
     register_cli,
     set_archive_path,
 )
+from normandy_archive.backend import BACKENDS_GROUP
 from normandy_archive.schema import content_hash, source_ids
 from normandy_archive.spool import read_frames
 from normandy_core import AgentConfig, AgentMemory, Entry, compact, list_plugins, run_compaction
@@ -361,20 +362,20 @@ def test_open_archive_sqlite_postgres_url_and_off(path, monkeypatch):
     assert isinstance(archive, Archive) and isinstance(archive, ArchiveBackend)
     assert archive.location == str(path)
     assert open_archive(path).location == str(path) == open_archive(str(path)).location
-    import importlib.util
+    from importlib.metadata import entry_points
 
-    if importlib.util.find_spec("normandy_archive.pg") is None:  # this branch: no backend
-        with pytest.raises(ArchiveError, match=r"normandy-archive\[postgres\]"):
+    if not entry_points(group=BACKENDS_GROUP, name="postgresql"):  # no backend installed
+        with pytest.raises(ArchiveError, match=r"pip install normandy-archive-postgres"):
             open_archive("postgresql://agent@db.example/archive")
         monkeypatch.setenv("NORMANDY_ARCHIVE_URL", "postgresql://agent@db.example/archive")
         assert current_settings().url == "postgresql://agent@db.example/archive"
-        with pytest.raises(ArchiveError, match="PostgreSQL"):
+        with pytest.raises(ArchiveError, match="no archive backend 'postgresql'"):
             open_archive()
         acc = config("window_manager", {"context_window": 20_000}).with_memory(
             generate_session(4, 150, end_mid_round=True)
         )
         out, meta = run_compaction(acc, mid_round=True)  # required: refused, named
-        assert out is acc and "normandy-archive[postgres]" in meta["error"]
+        assert out is acc and "normandy-archive-postgres" in meta["error"]
     monkeypatch.setenv("NORMANDY_ARCHIVE_URL", "postgresql://agent@db.example/archive")
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", "off")  # off wins over the URL
     assert current_settings().off

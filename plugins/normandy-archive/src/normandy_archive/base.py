@@ -4,8 +4,8 @@
 ``versions``, ``by_source_id``, ``list``, ``search``, ``compactions``, ``count``,
 ``prune_plan``, ``prune``, ``close``), implemented here for both backends: the embedded
 SQLite :class:`~normandy_archive.Archive` (:mod:`normandy_archive.store`) and
-``PostgresArchive`` (:mod:`normandy_archive.pg`) for fleets of agents. What they share
-is here: the records they return, how a compaction's dropped entries are prepared
+``PostgresArchive`` (distribution ``normandy-archive-postgres``) for fleets of agents.
+What they share is here: the records they return, how a compaction's dropped entries are prepared
 (serialized, hashed by content, their caller's ids found), the paging and retention
 rules and the validation of every argument, and the read queries, written once over a
 small :class:`Dialect` for the SQL the two write differently. A backend provides the
