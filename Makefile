@@ -4,6 +4,7 @@
 # While editing:
 #   make check  the edit loop: lint, types, import layers and the fast tests, under three
 #               minutes (pytest -m "not slow"; the slow tests start processes, build wheels)
+#   make wheels one wheel per distribution into dist/, to install elsewhere (docs/install.md)
 PYTHON ?= python3
 UV_VERSION ?= 0.13.8
 export UV_PYTHON_DOWNLOADS := never
@@ -19,7 +20,7 @@ UV_DEP :=
 endif
 RUN := $(UV) run --no-sync
 
-.PHONY: setup demo test check lint typecheck pytest pytest-fast docs bench bench-full bench-quality fuzz archive-soak clean
+.PHONY: setup demo test check lint typecheck pytest pytest-fast docs wheels bench bench-full bench-quality fuzz archive-soak clean
 
 # uv is bootstrapped into a project-local virtual environment when it is not on PATH.
 $(CURDIR)/.tools/bin/uv:
@@ -34,6 +35,14 @@ setup: $(UV_DEP)
 demo: setup
 	rm -f out/demo-archive.sqlite3 out/demo-archive.sqlite3-wal out/demo-archive.sqlite3-shm
 	NORMANDY_ARCHIVE_PATH=out/demo-archive.sqlite3 $(RUN) normandy demo --plot out/demo.png
+
+# Every distribution's wheel (the core and each plugins/* one) into $(DIST), for
+# `pip install --find-links dist ...` in any environment (docs/install.md). Wheels of an
+# earlier build are removed first: two versions of one distribution would conflict.
+DIST ?= dist
+wheels: $(UV_DEP)
+	rm -f $(DIST)/*.whl
+	$(UV) build --all-packages --wheel -o $(DIST)
 
 lint: setup
 	$(RUN) ruff check .

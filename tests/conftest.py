@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import sysconfig
 import textwrap
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 from project_paths import project_pythonpath
+from venvs import base_python, uv_executable
 
 from normandy_core.contract import plugins
 
@@ -99,23 +99,6 @@ class ThirdPartyVenv:
         return ScenarioResult(json.loads(lines[-1]), proc.stderr)
 
 
-def _uv() -> str:
-    here = Path(sys.executable).parent
-    found = shutil.which("uv", path=str(here)) or shutil.which("uv")
-    if found is None:
-        pytest.fail("uv is needed to build the test distributions (it is a dev dependency)")
-    return found
-
-
-def _base_python() -> str:
-    """The interpreter the project's venv was made from (not the venv's own python)."""
-    base = getattr(sys, "_base_executable", None)
-    if base and Path(base).exists() and not Path(base).is_relative_to(sys.prefix):
-        return str(base)
-    v = sys.version_info
-    return str(Path(sys.base_prefix) / "bin" / f"python{v.major}.{v.minor}")
-
-
 @pytest.fixture(scope="session")
 def third_party(tmp_path_factory: pytest.TempPathFactory) -> ThirdPartyVenv:
     """Build and install every distribution under tests/dists into a fresh venv."""
@@ -143,13 +126,13 @@ def seam_dists(tmp_path_factory: pytest.TempPathFactory) -> ThirdPartyVenv:
 def _venv_with(
     tmp_path_factory: pytest.TempPathFactory, name: str, dist_root: Path
 ) -> ThirdPartyVenv:
-    uv = _uv()
+    uv = uv_executable()
     root = tmp_path_factory.mktemp(name)
     venv = root / "venv"
     env = {k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"}
     env["UV_PYTHON_DOWNLOADS"] = "never"
     subprocess.run(
-        [uv, "venv", "--quiet", "--python", _base_python(), str(venv)],
+        [uv, "venv", "--quiet", "--python", base_python(), str(venv)],
         check=True,
         env=env,
         capture_output=True,

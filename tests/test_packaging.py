@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import zipfile
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
+from venvs import base_python, uv_executable
 
 # Builds every distribution and installs the wheels into a fresh venv: slow too.
 pytestmark = [pytest.mark.packaging, pytest.mark.slow]
@@ -92,21 +92,6 @@ ADAPTERS = {
 }
 
 
-def _uv() -> str:
-    found = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
-    if found is None:
-        pytest.fail("uv is needed to build the distributions (it is a dev dependency)")
-    return found
-
-
-def _base_python() -> str:
-    base = getattr(sys, "_base_executable", None)
-    if base and Path(base).exists() and not Path(base).is_relative_to(sys.prefix):
-        return str(base)
-    v = sys.version_info
-    return str(Path(sys.base_prefix) / "bin" / f"python{v.major}.{v.minor}")
-
-
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["UV_PYTHON_DOWNLOADS"] = "never"
@@ -115,7 +100,7 @@ def _env() -> dict[str, str]:
 
 def _uv_run(*args: str | Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [_uv(), *map(str, args)],
+        [uv_executable(), *map(str, args)],
         cwd=cwd,
         env=_env(),
         capture_output=True,
@@ -145,7 +130,7 @@ def venv_python(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     venv = root / "venv"
-    proc = _uv_run("venv", "--quiet", "--python", _base_python(), venv)
+    proc = _uv_run("venv", "--quiet", "--python", base_python(), venv)
     assert proc.returncode == 0, proc.stderr
     python = venv / "bin" / "python"
     wheels = root / "wheels"  # the wheels only: an sdist must not be what gets installed

@@ -208,21 +208,65 @@ def _api_directives() -> dict[str, set[str]]:
 
 @pytest.mark.parametrize("module", ["normandy_core", "normandy_core.clients", "normandy_core.turn"])
 def test_every_public_name_is_in_the_api_reference(module: str) -> None:
+    """The core's names are spread over several pages: each has a directive on one of
+    them, and a table row with a sentence (readable on the repository host)."""
     import importlib
 
     names = set(importlib.import_module(module).__all__) - {"__version__"}
     directives = _api_directives()
     missing = sorted(n for n in names if f"{module}.{n}" not in directives)
     assert not missing, f"not in docs/api/: {', '.join(f'{module}.{n}' for n in missing)}"
+    entries: dict[str, str] = {}
+    for page in (DOCS / "api").glob("*.md"):
+        entries.update(_table_entries(page.read_text(encoding="utf-8")))
+    unexplained = sorted(n for n in names if len(entries.get(n, "").split()) < 4)
+    assert not unexplained, f"no table row with a sentence in docs/api/: {unexplained}"
 
 
-def test_the_conformance_kit_is_in_the_api_reference() -> None:
-    import normandy_core.testing
-    import normandy_core.testing.strategies
+#: The API page of each package whose every public name (``__all__``) has an entry there:
+#: a table row naming it, with a sentence, and its own ``::: package.name`` directive.
+#: A new distribution is one more row here and one more page under docs/api/.
+API_PAGES = {
+    "normandy_core.testing": "testing.md",
+    "normandy_core.testing.strategies": "testing.md",
+    "normandy_archive": "archive.md",
+    "normandy_window_manager": "window-manager.md",
+    "normandy_clear_tool_results": "clear-tool-results.md",
+    "normandy_pipeline": "pipeline.md",
+    "normandy_native": "native.md",
+    "normandy_otel": "otel.md",
+    "normandy_langchain": "langchain.md",
+    "normandy_pydantic_ai": "pydantic-ai.md",
+    "normandy_openai_agents": "openai-agents.md",
+}
 
-    directives = _api_directives()
-    assert set(normandy_core.testing.__all__) <= directives["normandy_core.testing"]
-    assert directives["normandy_core.testing.strategies"] == set()  # the whole module
+
+def _table_entries(text: str) -> dict[str, str]:
+    """The first column of every table row of a page that names one thing in code, with
+    the sentence beside it: ``| `name` | sentence |``."""
+    rows = re.findall(r"^\| `([\w.]+)` \| (.+?) \|$", text, flags=re.M)
+    return dict(rows)
+
+
+@pytest.mark.parametrize("package", sorted(API_PAGES))
+def test_every_public_name_has_an_entry_on_its_api_page(package: str) -> None:
+    import importlib
+
+    page = DOCS / "api" / API_PAGES[package]
+    text = page.read_text(encoding="utf-8")
+    names = set(importlib.import_module(package).__all__)
+    entries = _table_entries(text)
+    unexplained = sorted(n for n in names if len(entries.get(n, "").split()) < 4)
+    assert not unexplained, f"no table row with a sentence in {page.name}: {unexplained}"
+    directives = set(re.findall(r"^::: (\S+)$", text, flags=re.M))
+    undocumented = sorted(n for n in names if f"{package}.{n}" not in directives)
+    assert not undocumented, f"no ::: {package}.NAME in {page.name}: {undocumented}"
+
+
+def test_every_distribution_has_an_api_page() -> None:
+    """Each plugin distribution's package is in ``API_PAGES``: none is left out."""
+    packages = {p.name for p in (ROOT / "plugins").glob("*/src/*") if p.is_dir()}
+    assert packages <= set(API_PAGES)
 
 
 def test_every_api_page_is_in_the_nav() -> None:
