@@ -68,6 +68,7 @@ except ImportError as exc:  # pragma: no cover - psycopg is a dependency of this
 
 __all__ = ["SCHEMA_VERSION", "PostgresArchive", "PostgresArchiveError", "is_postgres_url"]
 
+#: The version of the schema this code writes (it reads version 1 too, and moves it).
 SCHEMA_VERSION = 2
 #: The schema versions this code reads (a writer moves version 1 to version 2).
 READABLE_VERSIONS = (1, SCHEMA_VERSION)
