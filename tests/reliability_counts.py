@@ -36,7 +36,7 @@ FUZZ_BYTES = 60
 #: Hand-written bad transcripts given to the installed ``normandy compact`` script.
 CLI_BAD_CASES = 14
 #: Hand-written bad transcripts given to compact() in process.
-FACADE_BAD_CASES = 12
+FACADE_BAD_CASES = 13
 #: Summarizer faults tried (errors, empty, oversized, error text, timeout, ...).
 SUMMARIZER_FAULTS = 10
 #: Prompt-injection payloads planted in tool outputs.

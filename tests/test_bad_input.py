@@ -13,6 +13,7 @@ import tempfile
 from typing import Any
 
 import pytest
+from anthropic.types import TextBlock
 from hypothesis import given, settings, strategies as st
 from reliability_counts import FACADE_BAD_CASES, FUZZ_ARBITRARY, FUZZ_BYTES, FUZZ_VALID
 
@@ -114,6 +115,14 @@ BAD: dict[str, tuple[Any, dict[str, Any], tuple[int | None, str | None] | None]]
         ],
         {},
         (1, "content[0].input"),
+    ),
+    "lone surrogate in an SDK block held by a dict message": (
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": [TextBlock(type="text", text="a \ud800 b")]},
+        ],
+        {},
+        (1, "content[0].text"),
     ),
     "NUL, RTL, emoji and every plane": ([{"role": "user", "content": ODD_TEXT}], {}, None),
     "a 6 MB single message": (

@@ -259,6 +259,8 @@ def value_problem(value: Any, limit: int = MAX_NESTING) -> tuple[str, str] | Non
     stack: list[tuple[Any, str, int]] = [(value, "", 0)]
     while stack:
         node, path, depth = stack.pop()
+        if node is not None and not isinstance(node, (str, int, float, Mapping, list, tuple)):
+            node = dumped(node)  # an SDK object inside a message is checked as its JSON dump
         if isinstance(node, str):
             problem = _surrogate_problem(node)
             if problem is not None:
