@@ -181,3 +181,6 @@ def test_the_demo_keeps_its_reasoning_at_turn_starts() -> None:
     calls = len(on.billed)
     assert on.thinking_disabled <= 0.05 * calls < off.thinking_disabled
     assert on.peak <= on.window - 4096
+    # every compaction says whether it stripped the thinking of a kept message
+    assert all(isinstance(b.meta["thinking_stripped"], bool) for b in on.compactions)
+    assert any(b.meta["thinking_stripped"] for b in off.compactions if b.mid_round)
