@@ -184,3 +184,19 @@ def test_the_demo_keeps_its_reasoning_at_turn_starts() -> None:
     # every compaction says whether it stripped the thinking of a kept message
     assert all(isinstance(b.meta["thinking_stripped"], bool) for b in on.compactions)
     assert any(b.meta["thinking_stripped"] for b in off.compactions if b.mid_round)
+
+
+@settings(max_examples=60, deadline=None)
+@given(setups())
+def test_outside_a_turn_loop_a_turn_start_decides_as_before(setup: Any) -> None:
+    """A boundary without a turn id (``compact()``, whose calls continue one another) is
+    not round-aware: it decides as with ``round_aware`` off."""
+    acc, _ = setup
+    plain = {k: v for k, v in acc.compactor_opts.items() if not k.startswith("round_")}
+    off = acc.with_compactor("window_manager", {**plain, "round_aware": False})
+    got_acc, got = run_compaction(acc, mid_round=False)
+    want_acc, want = run_compaction(off, mid_round=False)
+    assert got["compacted"] == want["compacted"]
+    assert got.get("error") == want.get("error")
+    assert _ids(got_acc) == _ids(want_acc)
+    assert "round_estimate" not in got
