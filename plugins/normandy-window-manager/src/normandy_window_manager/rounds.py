@@ -18,7 +18,7 @@ estimate needs more room than ``target`` leaves, and then lower by ``round_headr
 times the estimate. Every compaction rewrites the prompt cache from its first change on,
 so a turn start that made room for one round only would compact again at the next turn
 start; the headroom spaces compactions out. Measured on the demo session and generated
-sessions (``benchmarks/RESULTS.md`` section 16): with no headroom the cache-aware cost
+sessions (``benchmarks/RESULTS.md`` section 17): with no headroom the cache-aware cost
 was 1.14x that of compacting mid-round at 48k; with a whole round of headroom, fewer
 facts stayed in context; 0.35 kept both.
 """
