@@ -44,9 +44,8 @@ COUNTER = "cl100k_base"
 
 
 def _rows(path: Path) -> dict[str, int]:
-    """Entries and compactions the archive holds, in its tables or still in its journal or
-    spool (read as every reader reads them: read-only, the journal's rows and spooled
-    frames included)."""
+    """Entries and compactions the archive holds (read as every reader reads them:
+    read-only, the rows not indexed yet included)."""
     from normandy_archive import Archive
 
     archive = Archive(path)
@@ -323,8 +322,8 @@ def report(found: dict[str, Any]) -> str:
         f"{found['boundaries'][0]['passes']} passes, off and on alternating (off, on, on, "
         "off), medians over the compacting boundaries of every pass of each arm. *On*: "
         "the hook commits the dropped entries (new content only) in the boundary, "
-        "`sync=normal`: one frame appended to the process's spool file; moving it into "
-        "the archive, indexing, checkpoints, pruning and serializing the entries the next "
+        "`sync=normal`: one transaction into the archive's tables; indexing, checkpoints, "
+        "pruning and serializing the entries the next "
         "compaction drops follow in the background writer (back to back, it competes with "
         "the next boundaries; with a pause, it works in the pause after each compaction). "
         "*Off*: `NORMANDY_ARCHIVE_PATH=off` (the hook is loaded and notes it), no "

@@ -128,7 +128,7 @@ def write_throughput(compactions: int, sizes: list[int]) -> list[dict[str, Any]]
             if server is None:
                 rows.append({"backend": "PostgreSQL", "size": size, "skipped": True})
                 continue
-            from normandy_archive.pg import PostgresArchive
+            from normandy_archive_postgres import PostgresArchive
 
             name = f"normandy_bench_{os.getpid()}_{size}"
             url = _fresh_database(server, name)

@@ -27,6 +27,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel
+
 from benchmarks.common import BUDGET, clock, fmt_time, median, raw_encoding, settle
 from benchmarks.compact_calls import MODEL, OPTS, TARGET, TARGET_SIZE, markdown_table, ratio_text
 from benchmarks.shapes import SHAPES, Shape, ShapedSession, sized_session
@@ -45,8 +47,11 @@ Log = Any
 
 
 def _strings(value: Any, key: str = "") -> Iterator[str]:
-    """The strings of a message an exact count encodes; a dict input as its JSON."""
-    if key == "input" and isinstance(value, Mapping):
+    """The strings of a message an exact count encodes; a dict input as its JSON, an SDK
+    object (a message, or a block a dict holds) as its JSON dump."""
+    if isinstance(value, BaseModel):
+        yield from _strings(value.model_dump(mode="json", exclude_none=True), key)
+    elif key == "input" and isinstance(value, Mapping):
         yield json.dumps(value, ensure_ascii=False)
     elif isinstance(value, str):
         if key not in _NOT_TEXT and value:
@@ -63,8 +68,7 @@ def batch_texts(messages: Sequence[Any]) -> list[str]:
     """The strings the floor encodes for ``messages`` (SDK objects read as their JSON)."""
     texts: list[str] = []
     for m in messages:
-        data = m if isinstance(m, Mapping) else m.model_dump(mode="json", exclude_none=True)
-        texts.extend(_strings(data))
+        texts.extend(_strings(m))
     return texts
 
 

@@ -47,9 +47,9 @@ LOAD_PLUGINS_PATHS = ("AgentConfig", "compact", "run_turn", "normandy compact", 
 CWD_INVOCATIONS = ("console script", "python -m")
 #: Processes SIGKILLed in the middle of a session of compactions with the archive hook.
 KILLED_PROCESSES = 2
-#: Compactions an agent commits to the SQLite archive's journal before it is SIGKILLed,
-#: before the background writer moved any of them into the indexed tables.
-JOURNAL_KILLS = (1, 10)
+#: Compactions an agent commits to the SQLite archive before it is SIGKILLed, before the
+#: background writer indexed any of them.
+COMMIT_KILLS = (1, 10)
 #: Processes compacting into one archive at once (alongside the killed ones).
 CONCURRENT_PROCESSES = 2
 #: How an agent archiving into PostgreSQL is SIGKILLed, one agent each: after a random delay
@@ -64,22 +64,26 @@ PG_SAME_CONTENT_WRITERS = ("forward", "forward", "reversed", "reversed")
 DISK_FULL_LIMITS = (256 * 1024, 600 * 1024)
 #: Compactions tried while another process holds the archive's write lock.
 LOCKED_COMPACTIONS = 3
-#: Seconds another process keeps holding the write lock after an agent's last compaction,
-#: while the agent exits.
-EXIT_LOCK_SECONDS = 0.5
 #: Rounds of processes writing their first compaction to a new archive at the same moment,
 #: and the processes of each round.
 NEW_ARCHIVE_ROUNDS = 10
 NEW_ARCHIVE_WRITERS = 4
 #: Ways the archive file disappears under a running agent.
 ROTATIONS = ("delete", "rotate")
-#: Agent sessions run against a read-only (0444) archive by a user the mode applies to.
+#: Agent sessions run against a read-only (0400) archive by a user the mode applies to.
 READ_ONLY_SESSIONS = 1
 #: Files at the archive path that are not an archive: another application's SQLite database
 #: (user_version 42) and a text file.
 FOREIGN_FILES = ("sqlite", "text")
 #: Symbolic links at the archive path.
 SYMLINKS = ("dangling", "to an archive")
+#: Files at the archive's paths another user planted, or others may open.
+PLANTED_FILES = (
+    "0666 database",
+    "0666 -wal",
+    "own 0644 database",
+    "0600 database another user owns",
+)
 #: The two console scripts that read the archive.
 ARCHIVE_SCRIPTS = ("normandy archive", "normandy-archive")
 #: Full-text queries FTS5 refuses, given with --raw.
@@ -256,16 +260,16 @@ ROWS: tuple[Row, ...] = (
         "::test_sigkill_mid_compaction_with_concurrent_writers",
     ),
     Row(
-        "SIGKILL between the commit of compactions (to the process's spool file, or to the "
-        "SQLite archive's journal) and their move into the indexed tables",
-        f"{2 * len(JOURNAL_KILLS)} agents killed (spool, journal), after "
-        + " and ".join(str(n) for n in JOURNAL_KILLS)
+        "SIGKILL between the commit of compactions into the SQLite archive's tables and "
+        "their full-text indexing",
+        f"{len(COMMIT_KILLS)} agents killed, after "
+        + " and ".join(str(n) for n in COMMIT_KILLS)
         + " compactions",
-        "archive integrity ok; every committed compaction recallable byte for byte from the "
-        "spool file or the journal; the next writer moves it when it opens (and removes the "
-        "spool file), each row keeping its number and bytes",
-        "plugins/normandy-archive/tests/test_archive_journal.py"
-        "::test_killed_between_the_journal_commit_and_the_move_everything_is_recallable",
+        "archive integrity ok; every committed compaction recallable byte for byte (search, "
+        "caller id, versions) before it is indexed; the next writer indexes it, each row "
+        "keeping its number and bytes",
+        "plugins/normandy-archive/tests/test_archive_one_write.py"
+        "::test_killed_between_the_commit_and_the_index_everything_is_recallable",
     ),
     Row(
         "SIGKILL of an agent archiving into PostgreSQL (after a random delay in a compaction, "
@@ -275,7 +279,7 @@ ROWS: tuple[Row, ...] = (
         "every completed compaction recallable byte for byte; each content stored once; "
         "every compaction row with all it stored; the server saw a writer vanish inside its "
         "transaction; nothing of the surviving agents lost",
-        "plugins/normandy-archive/tests/test_pg.py"
+        "plugins/normandy-archive-postgres/tests/test_pg.py"
         "::test_three_writers_at_once_and_kill_9_at_random_moments",
     ),
     Row(
@@ -284,7 +288,7 @@ ROWS: tuple[Row, ...] = (
         f"{len(PG_SAME_CONTENT_WRITERS)} processes",
         "none failed (deadlocks retried); each content stored once, by the writer that "
         "committed it first; each told what it stored and what was there already",
-        "plugins/normandy-archive/tests/test_pg.py"
+        "plugins/normandy-archive-postgres/tests/test_pg.py"
         "::test_writers_of_the_same_content_at_once_store_it_once",
     ),
     Row(
@@ -307,22 +311,12 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "Archive write-locked by another process past the busy wait",
-        f"1 + {LOCKED_COMPACTIONS} compactions",
-        "the first committed to the spool without waiting for the lock; once the spool's "
-        f"bound is reached, all {LOCKED_COMPACTIONS} refused after the bounded wait (0.5 s "
-        "here, 5 s by default), the conversation kept; all moved into the archive once the "
-        "lock was gone; nothing lost",
+        f"1 + {LOCKED_COMPACTIONS} + 1 compactions",
+        f"all {LOCKED_COMPACTIONS} refused after the bounded wait (0.5 s here, 5 s by "
+        "default), the conversation kept; the next one archived once the lock was gone; "
+        "nothing lost",
         "plugins/normandy-archive/tests/test_archive_faults.py"
         "::test_a_write_lock_held_past_the_busy_wait_refuses_and_loses_nothing",
-    ),
-    Row(
-        "Archive write-locked by another process while an agent exits",
-        f"1 agent, the lock held {EXIT_LOCK_SECONDS:g} s past its last compaction",
-        "every compaction spooled; its background writer gave up on the lock; its exit moved "
-        "them all into the archive file once the lock was gone and removed its spool file; "
-        "nothing lost",
-        "plugins/normandy-archive/tests/test_archive_spool.py"
-        "::test_a_clean_exit_moves_what_it_spooled_once_a_lock_held_meanwhile_is_gone",
     ),
     Row(
         "A new archive created by several processes at once",
@@ -341,7 +335,7 @@ ROWS: tuple[Row, ...] = (
         "::test_a_deleted_or_rotated_archive_is_reopened_and_nothing_is_lost",
     ),
     Row(
-        "Read-only (0444) archive, for a user the mode applies to",
+        "Read-only (0400) archive, for a user the mode applies to",
         f"{READ_ONLY_SESSIONS} session of 300 messages",
         "every compaction refused (`attempt to write a readonly database`), the "
         "conversation kept; nothing lost; the archive untouched",
@@ -364,6 +358,14 @@ ROWS: tuple[Row, ...] = (
         "kept); a dangling link's target never created",
         "plugins/normandy-archive/tests/test_archive_reads.py"
         "::test_a_symlink_at_the_archive_path_is_refused",
+    ),
+    Row(
+        "Archive file others may open, or another user owns: " + ", ".join(PLANTED_FILES),
+        f"{len(PLANTED_FILES)} files x 1 write (the last one as root only)",
+        "every write refused with an error naming the file, its owner and its mode; the "
+        "file's bytes and mode unchanged",
+        "plugins/normandy-archive/tests/test_archive_owned.py"
+        "::test_a_planted_file_is_refused_and_left_as_it_was",
     ),
     Row(
         "Read-only (0444) archive read by a user the mode applies to, in a writable and in a "

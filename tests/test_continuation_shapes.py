@@ -148,6 +148,25 @@ def test_every_shape_continues_its_last_call_as_the_turn_loop_would(shape: Shape
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_a_continued_call_reads_only_the_new_messages(shape: Shape) -> None:
+    """No message an earlier call read is read again (an SDK object read is a
+    ``model_dump``): the last one was read each call to see whether the first new
+    message joins its entry, converting it again when it was an SDK object. (A call
+    that compacts renders the entries it changed from the messages they came from: a
+    window that fits the whole session keeps these calls from compacting.)"""
+    s, _, live, request = _started(shape)
+    roomy = {"window": 1_000_000, "model": "gpt-4o", "opts": OPTS}
+    compact(request, **roomy)
+    for begin, end in zip(s.ends[8:12], s.ends[9:13], strict=True):
+        earlier = live[:begin]
+        live.extend(s.messages[begin:end])
+        with _reads_of(earlier) as reads:
+            r = compact(request, **roomy)
+        assert r.continued and not r.compacted
+        assert reads[0] == 0, f"{shape.name}: read {reads[0]} earlier messages again"
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
 def test_the_returned_request_plus_new_messages_continues_too(shape: Shape) -> None:
     s = _session(shape)
     key = shape.list_key
@@ -404,3 +423,17 @@ def test_the_shapes_benchmark_times_continued_calls() -> None:
         for arm in arms:
             assert arm.continued == len(arm.times) == len(arm.floors) == 2, arm.session.shape
             assert all(f > 0 for f in arm.floors)
+
+
+def test_the_shapes_benchmark_floors_the_same_strings_in_every_shape() -> None:
+    """The floor of a batch encodes the same strings whatever holds them: a dict, an SDK
+    object, or a dict holding SDK objects (an Anthropic reply's content blocks, whose
+    texts and tool inputs the floor once skipped, making that shape's ratio look worse)."""
+    from benchmarks.compact_shapes import batch_texts
+
+    for fmt in ("openai", "anthropic", "responses"):
+        shapes = [s for s in SHAPES if s.format == fmt]
+        sessions = [_session(shape) for shape in shapes]
+        batches = [s.messages[s.ends[8] : s.ends[12]] for s in sessions]
+        texts = [sorted(batch_texts(batch)) for batch in batches]
+        assert all(t == texts[0] for t in texts), fmt

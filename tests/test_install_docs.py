@@ -26,11 +26,7 @@ ADAPTER_PAGES = {
     "normandy-openai-agents": "docs/plugins/openai-agents.md",
 }
 #: Pages whose install line is set by work under way elsewhere, with the reason.
-NOT_YET = {
-    "docs/plugins/archive-postgresql.md": (
-        "the PostgreSQL archive moves to its own distribution (normandy-archive-postgres)"
-    ),
-}
+NOT_YET: dict[str, str] = {}
 
 
 def _names(text: str) -> list[str]:

@@ -52,7 +52,7 @@ from normandy_core.contract import plugins
 from normandy_core.contract.boundary import run_compaction
 from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.transcripts.detection import detect
-from normandy_core.transcripts.formats import as_mapping, check_values
+from normandy_core.transcripts.formats import as_mapping, check_values, dumped
 from normandy_core.transcripts.result import CompactResult, check_pairs, compact_result
 from normandy_core.transcripts.staging import (
     Transcript,
@@ -445,16 +445,28 @@ def remember(
     )
 
 
-def _tail_merges(t: Transcript, last: Any, first: Any) -> bool:
-    """Whether the first new message would join the entry of the last remembered one."""
+def _tail_merges(t: Transcript, first: Any, full: bool, head: str | None) -> bool:
+    """Whether the first new message would join the entry of the last remembered one.
+
+    The transcript noted the staged role of the last message it read (``t.tail``), so
+    that message is not read again (an SDK object would be converted again). It is the
+    last remembered one when the call extends the list given last time (``full``), or
+    when the conversation still ends with its entry (``head``); otherwise (a compactor
+    dropped the newest entry) the answer is yes, which compacts the list from scratch.
+    """
     if t.format == "anthropic":
         return False
-    last_message = as_mapping(last, None, None)
+    if t.tail is None or not (full or head == t.tail[0]):
+        return True
     first_message = as_mapping(first, None, None)
     if t.format == "openai":
-        return last_message.get("role") == "tool" and first_message.get("role") == "tool"
-    last_side = _responses_side(last_message)
-    return last_side == _responses_side(first_message) and last_side != "input"
+        return t.tail[1] == "tool" and first_message.get("role") == "tool"
+    side = _responses_side(first_message)
+    return side != "input" and side == _TAIL_SIDES.get(t.tail[1])
+
+
+#: The Responses side (see :func:`_responses_side`) of each staged role that joins.
+_TAIL_SIDES = {"assistant": "model", "tool": "outputs"}
 
 
 def _responses_side(item: Mapping[str, Any]) -> str:
@@ -486,7 +498,7 @@ def resume(key: tuple[Any, ...] | None, data: Any, mid_round: bool) -> CompactRe
     st, k, full = hit
     messages = req.messages
     new = messages[k:]
-    if new and _tail_merges(st.transcript, messages[k - 1], new[0]):
+    if new and _tail_merges(st.transcript, new[0], full, st.memory.head):
         return None
     return _continue(st, req, k, new, mid_round, full)
 
@@ -528,8 +540,9 @@ def _grown_memory(st: _State, new: list[Any], k: int) -> AgentMemory | None:
     if not new:
         return st.memory.copy()
     t = st.transcript
-    check_values(new, k)
-    fmt = detect(new, prefer=t.format)
+    looked = [dumped(m) for m in new]  # an SDK object dumped once for both checks
+    check_values(looked, k)
+    fmt = detect(looked, prefer=t.format)
     if fmt != t.format and fmt != "openai":  # evidence of another format
         return None
     staged = list(stage(t.format, new, k))

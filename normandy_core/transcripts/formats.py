@@ -33,6 +33,7 @@ __all__ = [
     "TranscriptError",
     "WireFormat",
     "as_mapping",
+    "dumped",
     "UnderflowedFloat",
     "check_values",
     "inserted_key",
@@ -74,8 +75,9 @@ class TranscriptError(ValueError):
         super().__init__(f"{where}: {problem}")
 
 
-def as_mapping(obj: Any, index: int | None, field: str | None) -> Mapping[str, Any]:
-    """``obj`` as a mapping: itself, or an SDK object's JSON dump."""
+def dumped(obj: Any) -> Any:
+    """``obj``, or an SDK object's JSON dump: one conversion a caller can share between
+    the checks that only read a message."""
     if isinstance(obj, Mapping):
         return obj
     dump = getattr(obj, "model_dump", None)  # SDK objects (pydantic models)
@@ -83,6 +85,14 @@ def as_mapping(obj: Any, index: int | None, field: str | None) -> Mapping[str, A
         data = dump(mode="json", exclude_none=True)
         if isinstance(data, Mapping):
             return data
+    return obj
+
+
+def as_mapping(obj: Any, index: int | None, field: str | None) -> Mapping[str, Any]:
+    """``obj`` as a mapping: itself, or an SDK object's JSON dump."""
+    data = dumped(obj)
+    if isinstance(data, Mapping):
+        return data
     raise TranscriptError(index, field, f"expected an object, got {type(obj).__name__}")
 
 
@@ -286,10 +296,6 @@ def check_values(messages: Sequence[Any], start: int = 0) -> None:
     """Refuse deep nesting, lone surrogates and numbers that cannot be written back,
     naming the message (numbered from ``start``) and the field."""
     for i, raw in enumerate(messages, start):
-        try:
-            message: Any = as_mapping(raw, None, None)
-        except TranscriptError:
-            message = raw  # not an object: the readers name what is wrong with it
-        bad = value_problem(message)
+        bad = value_problem(dumped(raw))  # not an object: the readers name what is wrong
         if bad is not None:
             raise TranscriptError(i, bad[0] or None, bad[1])

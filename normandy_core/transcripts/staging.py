@@ -124,6 +124,10 @@ class Transcript:
     turns: Turns = field(default_factory=Turns)
     seen: dict[str, tuple[int, str]] = field(default_factory=dict)
     pending: dict[str, tuple[int, str]] = field(default_factory=dict)
+    #: The entry read from the last message and its staged role (``tool``: a run of
+    #: results or outputs; ``assistant``: model-side items), which say whether a message
+    #: after it joins that entry without reading the last message again.
+    tail: tuple[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -297,6 +301,7 @@ def extend(t: Transcript, memory: AgentMemory, staged: list[Staged], *, pin: int
         sources[entry.id] = Source(
             raws=st.raws, role=role, content=entry.content, parts=st.parts, group=st.group
         )
+        t.tail = (entry.id, st.role)
 
 
 def _use_id(block: Block) -> str | None:

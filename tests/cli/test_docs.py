@@ -230,6 +230,7 @@ API_PAGES = {
     "normandy_core.testing": "testing.md",
     "normandy_core.testing.strategies": "testing.md",
     "normandy_archive": "archive.md",
+    "normandy_archive_postgres": "archive-postgres.md",
     "normandy_window_manager": "window-manager.md",
     "normandy_clear_tool_results": "clear-tool-results.md",
     "normandy_pipeline": "pipeline.md",

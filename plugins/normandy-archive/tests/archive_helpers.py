@@ -24,7 +24,7 @@ from normandy_core import AgentConfig, Entry, run_compaction
 from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
 #: Run first in a subprocess as root: drop the capabilities that let root ignore file
-#: permissions, so a 0444 file is read-only for it too (a no-op for other users).
+#: permissions, so a 0400 or 0444 file is read-only for it too (a no-op for other users).
 DROP_DAC = textwrap.dedent(
     """
     import ctypes, os

@@ -120,8 +120,11 @@ def test_reading_writes_nothing(archive_file, capsys):
 
 
 def _foreign(tmp_path: Path, kind: str) -> Path:
+    """Another application's file, owner-only (one others may open is refused for that
+    alone: test_archive_owned.py)."""
     path = tmp_path / "foreign" / "app.db"
     path.parent.mkdir()
+    path.touch(mode=0o600)
     if kind == "text":
         path.write_text("not a database at all\n" * 100)
         return path

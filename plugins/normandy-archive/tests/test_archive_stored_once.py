@@ -173,6 +173,7 @@ def _v1_archive(path: Path) -> list:
     from normandy_archive import searchable_text
 
     entries = list(generate_session(85, 30))
+    path.touch(mode=0o600)  # as the archive creates it (it refuses a file others may read)
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     for stmt in V1_SCHEMA:

@@ -1,34 +1,60 @@
 """What every archive backend offers, and the one function that opens the one in force.
 
-:class:`ArchiveBackend` (defined in :mod:`normandy_archive.base`) is the public API both
-backends implement, and the base class they share: the embedded SQLite
-:class:`~normandy_archive.Archive` and, for fleets of agents, the PostgreSQL
-``PostgresArchive`` (module ``normandy_archive.pg``, imported only when a
-``postgresql://`` URL asks for it, so psycopg is needed only then).
+:class:`ArchiveBackend` (defined in :mod:`normandy_archive.base`) is the public API every
+backend implements, and the base class they share: the embedded SQLite
+:class:`~normandy_archive.Archive` here, and backends of archive URLs registered by
+other distributions under :data:`BACKENDS_GROUP`, by URL scheme (``postgresql``:
+``normandy-archive-postgres``, for fleets of agents), imported only when a URL asks for
+one.
 """
 
 from __future__ import annotations
 
 import os
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from normandy_archive.base import ArchiveBackend
 from normandy_archive.errors import ArchiveError
 from normandy_archive.settings import current_settings, is_url
 
-__all__ = ["ArchiveBackend", "open_archive"]
+__all__ = ["BACKENDS_GROUP", "ArchiveBackend", "open_archive"]
+
+#: The entry-point group of archive backends by URL scheme: each names a class (an
+#: :class:`ArchiveBackend`) called with the URL.
+BACKENDS_GROUP = "normandy_archive.backends"
+#: The distribution that provides each scheme's backend, for the error when it is missing.
+_PROVIDERS = {"postgresql": "normandy-archive-postgres"}
 
 
-def _postgres(url: str) -> ArchiveBackend:
-    try:
-        from normandy_archive import pg  # type: ignore[attr-defined,unused-ignore]
-    except ImportError as exc:
+def _by_url(url: str) -> ArchiveBackend:
+    """The backend registered for ``url``'s scheme (``postgres`` is ``postgresql``)."""
+    scheme = url.partition("://")[0].lower()
+    scheme = "postgresql" if scheme == "postgres" else scheme
+    found = sorted(entry_points(group=BACKENDS_GROUP, name=scheme), key=lambda ep: ep.value)
+    if not found:
+        hint = _PROVIDERS.get(scheme, f"a distribution providing {scheme!r}")
         raise ArchiveError(
-            f"a PostgreSQL archive was asked for, but its backend cannot be imported "
-            f"({exc}): install normandy-archive with the PostgreSQL backend and psycopg 3, "
-            "pip install 'normandy-archive[postgres]'"
+            f"a {scheme}:// archive was asked for, but no archive backend {scheme!r} is "
+            f"installed (entry point group {BACKENDS_GROUP}): pip install {hint}"
+        )
+    ep = found[0]
+    dist = getattr(ep, "dist", None)
+    origin = f"{dist.name} {dist.version}" if dist is not None else ep.value
+    try:
+        backend = ep.load()(url)
+    except ArchiveError:
+        raise
+    except Exception as exc:
+        raise ArchiveError(
+            f"archive backend {scheme!r} (group {BACKENDS_GROUP}) from {origin} failed to "
+            f"load: {type(exc).__name__}: {exc}"
         ) from exc
-    backend: ArchiveBackend = pg.PostgresArchive(url)
+    if not isinstance(backend, ArchiveBackend):
+        raise ArchiveError(
+            f"archive backend {scheme!r} (group {BACKENDS_GROUP}) from {origin} made a "
+            f"{type(backend).__name__}, not an ArchiveBackend"
+        )
     return backend
 
 
@@ -46,8 +72,8 @@ def open_archive(
     wait and ``sync`` how its commits reach the disk (default: the ``busy_timeout`` and
     ``sync`` settings).
 
-    :raises ArchiveError: the archive is off, or PostgreSQL was asked for and its backend
-        (``normandy_archive.pg``, psycopg 3) is not installed.
+    :raises ArchiveError: the archive is off, or a URL was asked for and no backend of
+        its scheme is installed (``postgresql://``: ``normandy-archive-postgres``).
     """
     from normandy_archive.store import Archive
 
@@ -58,9 +84,9 @@ def open_archive(
                 f"the archive is off (set by {settings.source}); name the archive explicitly"
             )
         if settings.url is not None:
-            return _postgres(settings.url)
+            return _by_url(settings.url)
         assert settings.path is not None
         return Archive(settings.path, timeout=timeout, sync=sync)
     if isinstance(target, str) and is_url(target):
-        return _postgres(target)
+        return _by_url(target)
     return Archive(Path(target), timeout=timeout, sync=sync)

@@ -4,8 +4,8 @@
 ``versions``, ``by_source_id``, ``list``, ``search``, ``compactions``, ``count``,
 ``prune_plan``, ``prune``, ``close``), implemented here for both backends: the embedded
 SQLite :class:`~normandy_archive.Archive` (:mod:`normandy_archive.store`) and
-``PostgresArchive`` (:mod:`normandy_archive.pg`) for fleets of agents. What they share
-is here: the records they return, how a compaction's dropped entries are prepared
+``PostgresArchive`` (distribution ``normandy-archive-postgres``) for fleets of agents.
+What they share is here: the records they return, how a compaction's dropped entries are prepared
 (serialized, hashed by content, their caller's ids found), the paging and retention
 rules and the validation of every argument, and the read queries, written once over a
 small :class:`Dialect` for the SQL the two write differently. A backend provides the
@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from normandy_archive.errors import ArchiveError, ArchiveQueryError
 from normandy_archive.schema import content_hash, source_ids
@@ -36,8 +36,9 @@ from normandy_core import (
     ToolUseBlock,
 )
 
-if TYPE_CHECKING:
-    from normandy_archive.spool import EntryRow
+#: An entry's row as a compaction writes it: entry id, content hash, turn id, role, the
+#: entry's JSON, its caller's ids as a JSON array (``None``: none).
+EntryRow = tuple[str, str, "str | None", str, str, "str | None"]
 
 __all__ = [
     "MAX_ROWS",
@@ -276,7 +277,7 @@ def _prepare_one(entry: Entry) -> Prepared:
 
     The JSON is ``entry.model_dump_json()``'s, made by the model's serializer directly
     (``model_dump_json`` passes it its defaults, one keyword at a time). The row a
-    journal or a spooled frame stores is made here too, once (:func:`entry_row`).
+    compaction writes is made here too, once (:func:`entry_row`).
     """
     data = type(entry).__pydantic_serializer__.to_json(entry).decode()
     ids = tuple(source_ids(entry))
@@ -285,10 +286,10 @@ def _prepare_one(entry: Entry) -> Prepared:
 
 
 def entry_row(entry: Entry, data: str, ids: Sequence[str]) -> EntryRow:
-    """The ``journal_entries`` row of ``entry``, whose JSON is ``data`` and caller's ids
-    ``ids``, without its journal row's id: entry id, content hash, turn id, role, JSON,
-    and the ids as ``json.dumps(ids)`` writes them (each escaped by the function
-    ``json.dumps`` uses; ``None``: none)."""
+    """The row of ``entry`` (:data:`EntryRow`), whose JSON is ``data`` and caller's ids
+    ``ids``: entry id, content hash, turn id, role, JSON, and the ids as
+    ``json.dumps(ids)`` writes them (each escaped by the function ``json.dumps`` uses;
+    ``None``: none)."""
     ids_json = "[" + ", ".join(map(_json_string, ids)) + "]" if ids else None
     return (entry.id, content_hash(entry, data), entry.turn_id, entry.role, data, ids_json)
 
@@ -395,9 +396,8 @@ class Prepared(NamedTuple):
     content_hash: str
     source_ids: tuple[str, ...]
     row: EntryRow
-    """The ``journal_entries`` row holding it, without its journal row's id: entry id,
-    content hash, turn id, role, JSON, and ``source_ids`` as the JSON array a row stores
-    (``None``: none)."""
+    """The row a compaction writes (:data:`EntryRow`): entry id, content hash, turn id,
+    role, JSON, and ``source_ids`` as the JSON array a row stores (``None``: none)."""
 
 
 class Search(NamedTuple):
@@ -517,11 +517,10 @@ class ArchiveBackend(abc.ABC):
         is not stored again; the compaction is recorded only when it stored something.
         All or nothing: a crash leaves either every entry it stored or none. Returns the
         compaction id with the counts (:class:`Recorded`). With ``index`` false, SQLite
-        commits the compaction as one frame appended to the process's spool file (or one
-        journal row), which reads see at once, and leaves moving it into the indexed
-        tables and indexing it for full-text search to a later ``index()`` (the hook's
-        background writer does it), so the boundary waits for the durable part only;
-        with ``index`` it writes and indexes at once. PostgreSQL writes its tables and
+        commits the compaction in one transaction into its tables, which reads see at
+        once, and leaves indexing it for full-text search to a later ``index()`` (the
+        hook's background writer does it), so the boundary waits for the durable part
+        only; with ``index`` it writes and indexes at once. PostgreSQL writes its tables and
         indexes at once, in one transaction.
 
         :raises ArchiveError: it could not be written (disk full, locked past the busy

@@ -5,10 +5,9 @@ Loaded automatically once the distribution is installed; exclude it with
 entry point ``archive-cli``), or turn it off with ``NORMANDY_ARCHIVE_PATH=off``.
 
 *Required* (the default): :func:`before_commit` commits the compaction's dropped entries
-before the compaction takes effect (SQLite: one append to this process's spool file, see
-:mod:`normandy_archive.spool`; PostgreSQL: one transaction). When that fails (disk full,
-the lock held past the busy wait once the spool is full or its move failed, the file
-gone, no permission, not an archive), it raises with the archive's own error and the
+before the compaction takes effect, in one transaction (SQLite or PostgreSQL). When that
+fails (disk full, the lock held past the busy wait, no permission, a file others may
+open, not an archive), it raises with the archive's own error and the
 boundary refuses the compaction: the conversation is kept as it was, so nothing is
 removed without a record.
 
@@ -22,8 +21,8 @@ session dropped (:meth:`~normandy_archive.ArchiveBackend.search` with ``match="a
 on SQLite or PostgreSQL alike), a single word also looked up as an entry id or a
 tool-use id.
 
-Only the durable part runs in the boundary (SQLite: one spooled frame per compaction):
-moving it into the journal and the indexed tables, indexing for full-text search, checkpoints
+Only the durable part runs in the boundary (SQLite: one transaction per compaction):
+indexing for full-text search, checkpoints
 and pruning past a retention limit (``max_bytes``, ``max_age_days``, ``max_sessions``)
 follow in the background writer (:mod:`normandy_archive.maintenance`), scheduled by
 :func:`after_compact` and drained when the interpreter exits.
@@ -180,6 +179,10 @@ def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
             max_age_seconds=None if days is None else days * 86_400,
             max_sessions=settings.max_sessions,
         )
+    # the log counts toward max_bytes too: its bound is a tenth of it
+    bound, most = archive.WAL_MAX_BYTES, settings.max_bytes
+    archive.wal_bound = bound if most is None else min(bound, most // 10)
+    maintenance.hold(archive, limits)
     maintenance.schedule(archive, limits, acc.memory.entries())
 
 

@@ -1,9 +1,8 @@
 """The archive's background writer: what follows a durable write, off the hot path.
 
 The hook commits a compaction's dropped entries in the boundary (that is what makes
-them durable: SQLite, one frame appended to the process's spool file); moving them into
-the journal and the indexed tables and
-indexing them (full text, caller ids), checkpointing the write-ahead log,
+them durable: SQLite, one transaction into the tables); indexing them (full text,
+caller ids), checkpointing the write-ahead log,
 pruning past the retention limits and serializing the entries the next compaction will
 drop (so that it does not have to) happen afterwards, in one daemon thread per
 process (:func:`schedule`). It waits for a pause in the compactions (:data:`IDLE`
@@ -24,7 +23,6 @@ import atexit
 import logging
 import math
 import os
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -35,7 +33,17 @@ if TYPE_CHECKING:
     from normandy_archive.store import Archive
     from normandy_core import Entry
 
-__all__ = ["DRAIN_TIMEOUT", "PRUNE_EVERY", "Limits", "drain", "schedule"]
+__all__ = [
+    "DRAIN_TIMEOUT",
+    "PRUNE_AT",
+    "PRUNE_EVERY",
+    "PRUNE_TO",
+    "Limits",
+    "drain",
+    "hold",
+    "prune",
+    "schedule",
+]
 
 log = logging.getLogger("normandy_archive")
 
@@ -47,6 +55,12 @@ PRUNE_EVERY = 60.0
 IDLE = 0.01
 #: The longest it waits for such a pause, in seconds, before it indexes anyway.
 MAX_DELAY = 2.0
+#: Share of ``max_bytes`` the archive's file and log may take on the disk before it is
+#: pruned at once (not waiting for :data:`PRUNE_EVERY`, nor for a pause), and the share of
+#: it the pages in use are pruned down to then: the file, which reuses the pages pruning
+#: frees, and the log, cut back to nothing after it, stay within ``max_bytes``.
+PRUNE_AT = 0.75
+PRUNE_TO = 0.7
 #: Entries it serializes ahead between two chances for another thread to run.
 PREPARE_STEP = 8
 
@@ -138,17 +152,31 @@ class _Writer:
             log.error("archive %s: preparing entries failed: %s", archive.location, exc)
 
     def serve(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
-        from normandy_archive.store import ArchiveBusyError
-
-        latest = time.monotonic() + MAX_DELAY
         # The entries the next compaction may drop are serialized at once, not after the
         # pause (an agent compacting again soon finds them ready), and so are those of
         # every compaction scheduled while it waits for the pause.
         self.prepare(archive, upcoming)
-        while not self.hurry:  # wait for a pause in the compactions, but not for ever
+        if not _over(archive, limits, PRUNE_AT):
+            limits = self.wait_for_a_pause(archive, limits)
+        self.index(archive)
+        if limits is None:
+            return
+        now = time.monotonic()
+        over = _over(archive, limits, PRUNE_AT)
+        if not over and now - self.pruned.get(archive.location, -math.inf) < PRUNE_EVERY:
+            return
+        self.pruned[archive.location] = now
+        prune(archive, limits)
+
+    def wait_for_a_pause(self, archive: Archive, limits: Limits | None) -> Limits | None:
+        """Wait for a pause in the compactions, but not for ever (:data:`IDLE`,
+        :data:`MAX_DELAY`), preparing what compactions scheduled meanwhile may drop; the
+        latest limits."""
+        latest = time.monotonic() + MAX_DELAY
+        while not self.hurry:
             now = time.monotonic()
             pause = now - archive.last_write
-            if pause >= IDLE or now >= latest:
+            if pause >= IDLE or now >= latest or _over(archive, limits, PRUNE_AT):
                 break
             with self.cond:
                 newer = self.pending.pop(id(archive), None)
@@ -158,31 +186,52 @@ class _Writer:
             if newer is not None:
                 limits = newer[1]
                 self.prepare(archive, newer[2])
-        interrupted = archive.interrupted
+        return limits
+
+    @staticmethod
+    def index(archive: Archive) -> None:
+        """Index what was committed and checkpoint the log (a failure is logged: it is
+        tried again next time)."""
+        from normandy_archive.store import ArchiveBusyError
+
         try:
             archive.index(yield_to_writers=True)
             archive.checkpoint(if_over=archive.WAL_CHECKPOINT_BYTES)
         except ArchiveBusyError:  # another process is writing: it indexes, or we do later
             log.debug("archive %s: busy, indexing later", archive.location)
-            if archive.interrupted != interrupted:  # a compaction of ours went first
-                with self.cond:  # again after the next pause (nothing to prepare)
-                    self.pending.setdefault(id(archive), (archive, limits, ()))
         except Exception as exc:
             log.error("archive %s: indexing failed (tried again later): %s", archive.location, exc)
-        if limits is None:
-            return
-        now = time.monotonic()
-        if now - self.pruned.get(archive.location, -math.inf) < PRUNE_EVERY:
-            return
-        self.pruned[archive.location] = now
-        try:
-            archive.prune(
-                max_bytes=limits.max_bytes,
-                max_age_seconds=limits.max_age_seconds,
-                max_sessions=limits.max_sessions,
-            )
-        except Exception as exc:
-            log.error("archive %s: pruning to its limits failed: %s", archive.location, exc)
+
+
+def prune(archive: Archive, limits: Limits) -> None:
+    """Prune ``archive`` to ``limits`` (``max_bytes`` down to :data:`PRUNE_TO` of it, the
+    log then cut to nothing); a failure is logged."""
+    try:
+        archive.prune(
+            max_bytes=None if limits.max_bytes is None else int(limits.max_bytes * PRUNE_TO),
+            max_age_seconds=limits.max_age_seconds,
+            max_sessions=limits.max_sessions,
+        )
+        if limits.max_bytes is not None:  # the log counts too: cut it back to nothing
+            archive.checkpoint(if_over=0, truncate=True)
+    except Exception as exc:
+        log.error("archive %s: pruning to its limits failed: %s", archive.location, exc)
+
+
+def hold(archive: Archive, limits: Limits | None) -> None:
+    """Prune ``archive`` at once when its file and log take more than :data:`PRUNE_AT`
+    of ``max_bytes`` (the hook calls it after a compaction's write: at a rate the
+    background writer cannot keep up with, the boundary prunes)."""
+    if limits is not None and _over(archive, limits, PRUNE_AT):
+        prune(archive, limits)
+
+
+def _over(archive: Archive, limits: Limits | None, share: float) -> bool:
+    """Whether the archive's file and log together take more than ``share`` of
+    ``max_bytes`` on the disk."""
+    if limits is None or limits.max_bytes is None:
+        return False
+    return archive.disk_bytes() > limits.max_bytes * share
 
 
 _writer = _Writer()
@@ -210,9 +259,6 @@ def _at_exit() -> None:
             "unindexed is indexed by the next write",
             DRAIN_TIMEOUT,
         )
-    store = sys.modules.get("normandy_archive.store")
-    if store is not None:  # spool files left empty are removed (the others, moved later)
-        store.close_spools()
 
 
 def _after_fork() -> None:

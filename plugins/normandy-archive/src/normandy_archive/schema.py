@@ -19,17 +19,10 @@
 * ``entries_fts``: a contentless FTS5 index of each row's searchable text, computed in SQL
   from ``entry_json`` (:data:`TEXT_SQL`).
 
-* ``journal``: one row per compaction committed in the boundary and not moved into the
-  tables above yet: its fields, and ``seen``: the hashes of content it dropped again
-  while still in the journal. Its new content is in ``journal_entries``, one row per
-  entry (rowid order, no other index: cheap to insert).
-  The background writer moves
-  it (:func:`move_journal`); readers see its rows through :func:`pending_sql`, numbered with
-  the ``seq`` the move gives them.
-
 ``archive_state.indexed_seq`` is the last row whose index entries (full text, caller ids,
-first ``seen``) are written: :func:`index_pending` writes them after the durable write,
-in a transaction of its own; readers look at the rows past the mark directly.
+first ``seen``) are written: :func:`index_pending` writes them after the compaction's
+transaction, in one of its own; readers look at the rows past the mark directly. (The
+``journal`` tables of earlier versions are moved by :mod:`normandy_archive.legacy`.)
 """
 
 from __future__ import annotations
@@ -45,16 +38,14 @@ from normandy_core import Entry, ToolResultBlock, ToolUseBlock
 __all__ = [
     "SCHEMA_VERSION",
     "SEEN_REFRESH",
-    "JOURNAL_TABLE",
     "SEEN_SQL",
     "TEXT_SQL",
     "content_hash",
     "create",
     "index_pending",
     "migrate",
-    "move_journal",
-    "pending_sql",
-    "read_with",
+    "COMPACTION_COLUMNS",
+    "ENTRY_COLUMNS",
     "source_ids",
 ]
 
@@ -62,8 +53,7 @@ SCHEMA_VERSION = 2
 #: Seconds after which the same session dropping a content again refreshes its ``seen``.
 SEEN_REFRESH = 3600.0
 
-#: The columns that describe a compaction, in its row of ``compactions`` and of the
-#: ``journal`` alike (each table adds its own around them).
+#: The columns that describe a compaction.
 _COMPACTION_COLUMNS = """session_id    TEXT NOT NULL,
         compactor     TEXT,
         strategy      TEXT,
@@ -111,25 +101,6 @@ _TABLES = (
     "CREATE INDEX IF NOT EXISTS compactions_by_session ON compactions (session_id, created_at)",
     "CREATE INDEX IF NOT EXISTS compactions_by_time ON compactions (created_at)",
 )
-
-JOURNAL_TABLE = f"""CREATE TABLE IF NOT EXISTS journal (
-        id            INTEGER PRIMARY KEY AUTOINCREMENT,
-        compaction_id TEXT NOT NULL,
-        {_COMPACTION_COLUMNS}
-        {_OUTCOME_COLUMNS},
-        entry_count   INTEGER NOT NULL,
-        seen          TEXT
-    )"""
-
-JOURNAL_ENTRIES_TABLE = """CREATE TABLE IF NOT EXISTS journal_entries (
-        jid           INTEGER NOT NULL,
-        entry_id      TEXT NOT NULL,
-        content_hash  TEXT NOT NULL,
-        turn_id       TEXT,
-        role          TEXT NOT NULL,
-        entry_json    TEXT NOT NULL,
-        source_ids    TEXT
-    )"""
 
 _FTS = "CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(text, content='')"
 
@@ -199,8 +170,6 @@ def create(conn: sqlite3.Connection) -> None:
     for stmt in _TABLES:
         conn.execute(stmt)
     conn.execute(_FTS)
-    conn.execute(JOURNAL_TABLE)
-    conn.execute(JOURNAL_ENTRIES_TABLE)
     conn.execute("INSERT OR IGNORE INTO archive_state VALUES ('indexed_seq', 0)")
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
@@ -305,121 +274,3 @@ COMPACTION_COLUMNS = (
     "compaction_id, session_id, compactor, strategy, model, mid_round, created_at, "
     "entry_count, tokens_before, tokens_after, meta_json, dropped_count"
 )
-
-
-def pending_sql(
-    upto: bool = False,
-    journal: str = "main.journal",
-    journal_entries: str = "main.journal_entries",
-    k: str = "r.rowid",
-) -> str:
-    """The rows of the journal as rows of ``entries`` (:data:`ENTRY_COLUMNS`): content
-    neither in ``entries`` nor in an earlier journal row, in journal order, each with the
-    ``seq`` :func:`move_journal` gives it. With ``upto``, only the journal rows of id up to
-    the statement's first parameter (the move of a prefix of the journal numbers them
-    alike). ``journal``, ``journal_entries`` and ``k`` (a journal entry's order in its
-    row) name where the journal is read from (a reader adds the spool's rows to it)."""
-    where = "WHERE j.id <= ?1" if upto else ""
-    return f"""SELECT coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = 'entries'), 0)
-            + row_number() OVER (ORDER BY p.jid, p.k) AS seq,
-        p.session_id, p.entry_id, p.content_hash, p.turn_id, p.role, p.entry_json,
-        p.source_ids, p.compaction_id, p.archived_at
-    FROM (SELECT j.id AS jid, {k} AS k, j.session_id, r.entry_id, r.content_hash,
-            r.turn_id, r.role, r.entry_json, r.source_ids, j.compaction_id,
-            j.created_at AS archived_at,
-            row_number() OVER (PARTITION BY r.content_hash ORDER BY j.id, {k}) AS nth
-        FROM {journal_entries} r JOIN {journal} j ON j.id = r.jid {where}) p
-    WHERE p.nth = 1
-        AND NOT EXISTS (SELECT 1 FROM main.entries x WHERE x.content_hash = p.content_hash)"""
-
-
-def read_with(
-    journal: str = "main.journal",
-    journal_entries: str = "main.journal_entries",
-    k: str = "r.rowid",
-    first: str = "",
-) -> str:
-    """What a read statement is prefixed with while the journal holds rows: ``entries``,
-    ``compactions`` and ``seen`` then also hold the journal's (``main.entries`` is the
-    table alone). The journal is read from the tables named as :func:`pending_sql`'s;
-    ``first``: common table expressions before the others (ending with a comma)."""
-    return (
-        f"WITH {first}entries ({ENTRY_COLUMNS}) AS (SELECT {ENTRY_COLUMNS} FROM main.entries "
-        f"UNION ALL {pending_sql(False, journal, journal_entries, k)}), "
-        f"compactions ({COMPACTION_COLUMNS}, rowid) AS "
-        f"(SELECT {COMPACTION_COLUMNS}, rowid FROM main.compactions UNION ALL "
-        "SELECT *, (1 << 62) + row_number() OVER (ORDER BY created_at) FROM "
-        # each with the entries the move will store for it (none: not listed): content
-        # another journal row or spooled frame held first, or the tables, is not its
-        "(SELECT j.compaction_id, j.session_id, j.compactor, j.strategy, j.model, "
-        "j.mid_round, j.created_at, p.n, j.tokens_before, j.tokens_after, j.meta_json, "
-        f"j.dropped_count FROM {journal} j JOIN (SELECT compaction_id AS cid, count(*) AS n "
-        "FROM entries WHERE seq > coalesce((SELECT seq FROM main.sqlite_sequence WHERE "
-        "name = 'entries'), 0) GROUP BY compaction_id) p ON p.cid = j.compaction_id)), "
-        # the content a journal row dropped again: the last such row's session saw it last
-        "seen (seq, session_id, at) AS (SELECT seq, session_id, at FROM main.seen UNION ALL "
-        "SELECT e.seq, s.session_id, s.at FROM entries e JOIN (SELECT h.value AS hash, "
-        "j.session_id, j.created_at AS at, "
-        "row_number() OVER (PARTITION BY h.value ORDER BY j.id DESC) AS n "
-        f"FROM {journal} j, json_each(j.seen) h WHERE j.seen IS NOT NULL) s "
-        "ON s.hash = e.content_hash AND s.n = 1 "
-        "WHERE e.seq > coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = 'entries'), 0)) "
-    )
-
-
-#: :func:`read_with` of the journal alone.
-READ_WITH = read_with()
-
-
-def move_journal(conn: sqlite3.Connection, rows: int = 0) -> int:
-    """Move the oldest ``rows`` journal rows (0: all) into the indexed tables (inside the
-    caller's transaction): their new content into ``entries`` (with the ``seq`` readers
-    saw), each compaction that stored some into ``compactions`` with what it stored, the
-    ``seen`` of content dropped again; how many journal rows were moved."""
-    first, last = conn.execute("SELECT min(id), max(id) FROM journal").fetchone()
-    if first is None:
-        return 0
-    top = last if rows <= 0 else min(last, first + rows - 1)
-    before = conn.execute(
-        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'entries'), 0)"
-    ).fetchone()[0]
-    conn.execute(f"INSERT INTO entries ({ENTRY_COLUMNS}) {pending_sql(upto=True)}", (top,))
-    conn.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS journal_moved (compaction_id TEXT PRIMARY KEY, n INTEGER) "
-        "WITHOUT ROWID"
-    )
-    conn.execute(
-        "INSERT INTO temp.journal_moved SELECT compaction_id, count(*) FROM entries WHERE seq > ? "
-        "GROUP BY compaction_id",
-        (before,),
-    )
-    conn.execute(
-        f"INSERT OR IGNORE INTO compactions ({COMPACTION_COLUMNS}) "
-        "SELECT j.compaction_id, j.session_id, j.compactor, j.strategy, j.model, "
-        "j.mid_round, j.created_at, m.n, j.tokens_before, j.tokens_after, j.meta_json, "
-        "j.dropped_count FROM journal j "
-        "JOIN temp.journal_moved m ON m.compaction_id = j.compaction_id "
-        "WHERE j.id <= ? ORDER BY j.id",
-        (top,),
-    )
-    conn.execute("DELETE FROM temp.journal_moved")
-    again = conn.execute(
-        "SELECT j.session_id, j.created_at, h.value FROM journal j, json_each(j.seen) h "
-        "WHERE j.id <= ? AND j.seen IS NOT NULL ORDER BY j.id",
-        (top,),
-    ).fetchall()
-    # content a later journal row held again (written by another process before the
-    # first was moved): the later session saw it last
-    again += conn.execute(
-        "SELECT j.session_id, j.created_at, r.content_hash FROM journal_entries r "
-        "JOIN journal j ON j.id = r.jid WHERE j.id <= ? AND NOT EXISTS (SELECT 1 FROM "
-        "entries e WHERE e.content_hash = r.content_hash AND e.compaction_id = j.compaction_id) "
-        "ORDER BY j.id",
-        (top,),
-    ).fetchall()
-    if again:
-        again.sort(key=lambda row: row[1])
-        conn.executemany(SEEN_SQL, again)
-    conn.execute("DELETE FROM journal_entries WHERE jid <= ?", (top,))
-    conn.execute("DELETE FROM journal WHERE id <= ?", (top,))
-    return int(conn.execute("SELECT changes()").fetchone()[0])

@@ -1,22 +1,20 @@
-"""The SQLite archive of dropped entries: one commit per compaction, WAL, owner-only files.
+"""The SQLite archive of dropped entries: one transaction per compaction, WAL, owner-only files.
 
 Entries are stored once by content (the schema is described in
 :mod:`normandy_archive.schema`): a compaction commits the entries whose content the
 archive does not hold yet, with their session, the ids they had and the caller's ids
-found in them, as one frame appended to its process's spool file
-(:mod:`normandy_archive.spool`), or as one journal row in one transaction; the
-background writer moves frames into the journal, then journal rows into the indexed
-tables, and indexes them for full-text search. Reads see the spooled frames and the
-journal's rows as if moved, and never write (``mode=ro``).
+found in them, in one ``BEGIN IMMEDIATE`` transaction into the tables. A compaction's
+data is then *committed*; the background writer indexes it for full-text search (and
+its caller's ids), and it is *indexed*. Reads find committed rows not indexed yet by a
+plain scan past the indexed-up-to mark, and never write (``mode=ro``). An archive an
+earlier version left with a journal or spool files is moved into the tables once, by
+the first writer that opens it (:mod:`normandy_archive.legacy`).
 """
 
 from __future__ import annotations
 
 import builtins
-import collections
 import contextlib
-import errno
-import functools
 import json
 import logging
 import os
@@ -26,11 +24,11 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from normandy_archive import schema
+from normandy_archive import legacy, schema
 from normandy_archive.base import (
     MAX_ROWS,
     PREPARED_MAX_BYTES,
@@ -54,17 +52,6 @@ from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiv
 from normandy_archive.paths import archive_path
 from normandy_archive.schema import SCHEMA_VERSION
 from normandy_archive.settings import current_settings
-from normandy_archive.spool import (
-    CAN_SPOOL as _CAN_SPOOL,
-    EntryRow,
-    Frame,
-    Spool,
-    encode,
-    in_order,
-    orphans,
-    read_frames,
-    spool_files,
-)
 
 __all__ = [
     "MAX_ROWS",
@@ -119,23 +106,16 @@ def _refuse_unless_regular(st: os.stat_result, what: str, refusal: str) -> None:
 def _secure_create(path: Path) -> None:
     """Create the directory (0700) and the file (0600) before SQLite ever opens it.
 
-    Whatever sits at the path must be a regular file: a symbolic link (dangling or not)
-    is refused, so SQLite never creates or writes a file elsewhere with its own mode.
+    Whatever sits at the path must be a regular file only we may open (see
+    :func:`_refuse_unless_ours`): a symbolic link (dangling or not) is refused, so SQLite
+    never creates or writes a file elsewhere with its own mode.
     """
     parent = path.parent
     if not parent.exists():
         os.makedirs(parent, mode=0o700, exist_ok=True)
         with contextlib.suppress(OSError):
             os.chmod(parent, 0o700)
-    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        try:
-            st = os.lstat(p)
-        except FileNotFoundError:
-            continue
-        what = f"archive {str(path)!r}" + ("" if p == path else f": {str(p)!r}")
-        _refuse_unless_regular(
-            st, what, "write through it (point the archive path at a regular file)"
-        )
+    _refuse_unless_ours(path)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o600)
     except FileExistsError:
@@ -148,15 +128,43 @@ def _secure_create(path: Path) -> None:
             os.unlink(p)
 
 
-def _owner_only(path: Path) -> None:
-    """Take group and other permissions away from the archive's files (ours only)."""
+def _owner_name(uid: int) -> str:
+    """``uid N (name)``, or ``uid N`` where the name cannot be looked up."""
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _refuse_unless_ours(path: Path) -> None:
+    """Refuse the archive's database, ``-wal`` or ``-shm`` file when it is not a regular
+    file, not owned by this user, or others may read or write it.
+
+    Another user could have planted it (in a directory others may write to) and read
+    what is written into it, through the mode or a descriptor opened beforehand, so it
+    is refused rather than taken over with ``chmod``; the error names the file, its
+    owner and its mode.
+    """
+    euid = _euid()
     for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
         try:
             st = os.lstat(p)
         except FileNotFoundError:
             continue
-        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077 and st.st_uid == _euid():
-            os.chmod(p, stat.S_IMODE(st.st_mode) & 0o700)
+        what = f"archive {str(path)!r}" + ("" if p == path else f": {str(p)!r}")
+        _refuse_unless_regular(
+            st, what, "write through it (point the archive path at a regular file)"
+        )
+        foreign = euid >= 0 and st.st_uid != euid
+        if foreign or st.st_mode & 0o066:
+            raise ArchiveError(
+                f"{what}{'' if p == path else ','} is owned by {_owner_name(st.st_uid)}, mode "
+                f"{stat.S_IMODE(st.st_mode):04o}; refusing to write into a file "
+                + ("another user owns" if foreign else "others may read or write")
+                + " (remove it, or if it is yours and trusted, chmod 600 it)"
+            )
 
 
 def _euid() -> int:
@@ -175,10 +183,6 @@ def _file_id(path: Path) -> tuple[int, int] | None:
 
 #: Milliseconds a background transaction waits for another process's write lock.
 _BACKGROUND_WAIT_MS = 20
-
-
-class _NotMoved(Exception):
-    """Spool files whose frames could not be moved: they are kept."""
 
 
 class ArchiveBusyError(ArchiveError):
@@ -223,59 +227,6 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _journal_rows_of(jid: int, rows: Sequence[Prepared]) -> builtins.list[tuple[Any, ...]]:
-    """The ``journal_entries`` rows of journal row ``jid`` holding ``rows``."""
-    return [(jid, *r.row) for r in rows]
-
-
-_JOURNAL_INSERT = (
-    "INSERT INTO journal (compaction_id, session_id, compactor, strategy, model, mid_round, "
-    "created_at, tokens_before, tokens_after, meta_json, dropped_count, entry_count, seen) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_ENTRIES_INSERT = (
-    "INSERT INTO journal_entries (jid, entry_id, content_hash, turn_id, role, entry_json, "
-    "source_ids) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
-
-
-def _journal_values(c: CompactionRecord, meta_json: str) -> tuple[Any, ...]:
-    """A compaction's ``journal`` row up to ``dropped_count`` (entry count and ``seen``
-    follow)."""
-    return (
-        c.compaction_id,
-        c.session_id,
-        c.compactor,
-        c.strategy,
-        c.model,
-        None if c.mid_round is None else int(c.mid_round),
-        c.created_at,
-        c.tokens_before,
-        c.tokens_after,
-        meta_json,
-        c.dropped_count,
-    )
-
-
-def _probe_write(conn: sqlite3.Connection, timeout: float) -> None:
-    """Raise when the archive cannot be written (SQLite opens a file it may not write
-    read-only, and says so at the first write), so a compaction is not spooled for an
-    archive that can never take it. A lock another writer holds is not waited for: the
-    file is writable then, and the write tells."""
-    conn.execute("PRAGMA busy_timeout = 0")
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE archive_state SET value = value WHERE key = 'indexed_seq'")
-        conn.execute("COMMIT")
-    except sqlite3.OperationalError as exc:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        if "locked" not in str(exc) and "busy" not in str(exc):
-            raise
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-
-
 def _journal_mode_wal(conn: sqlite3.Connection, timeout: float) -> str:
     """Switch the file to WAL (a no-op once it is), waiting at most ``timeout`` seconds
     for the lock: on a new file another process is switching too, SQLite answers
@@ -288,73 +239,6 @@ def _journal_mode_wal(conn: sqlite3.Connection, timeout: float) -> str:
             if "locked" not in str(exc) or time.monotonic() >= deadline:
                 raise
             time.sleep(0.002)
-
-
-def _journal_rows(conn: sqlite3.Connection) -> bool:
-    """Whether the archive's journal holds rows (``False``: it has no journal table)."""
-    try:
-        return bool(conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0])
-    except sqlite3.OperationalError as exc:
-        if "no such table" in str(exc):
-            return False
-        raise
-
-
-#: What a read statement is prefixed with while spooled compactions are loaded
-#: (:func:`_load_spool`): the journal with the spool's frames after its rows.
-_SPOOL_READ_WITH = schema.read_with(
-    "journal_all",
-    "journal_entries_all",
-    "r.k",
-    first=(
-        # the frames the archive does not hold yet, read in the statement's snapshot (a
-        # frame moved meanwhile is read from the journal, or the tables, not twice)
-        "spooled AS (SELECT * FROM temp.spool_journal s WHERE NOT EXISTS (SELECT 1 FROM "
-        "main.journal x WHERE x.compaction_id = s.compaction_id) AND NOT EXISTS (SELECT 1 "
-        "FROM main.compactions y WHERE y.compaction_id = s.compaction_id)), "
-        "journal_all AS (SELECT * FROM main.journal UNION ALL SELECT * FROM spooled), "
-        "journal_entries_all AS (SELECT rowid AS k, * FROM main.journal_entries UNION ALL "
-        "SELECT * FROM temp.spool_journal_entries WHERE jid IN (SELECT id FROM spooled)), "
-    ),
-)
-#: Where the spool's frames are numbered from, after any journal row id.
-_SPOOL_IDS = 1 << 40
-
-
-def _load_spool(conn: sqlite3.Connection, path: Path) -> str | None:
-    """Load the frames of the archive's spool files into temporary tables of the read
-    connection ``conn``; the prefix of read statements that then see those the archive
-    does not hold yet, or ``None`` when there are none."""
-    frames = [f for f in read_frames(path) if f.entries or f.journal[11]]
-    if not frames:
-        return None
-    conn.execute("DROP TABLE IF EXISTS temp.spool_journal")
-    conn.execute("DROP TABLE IF EXISTS temp.spool_journal_entries")
-    conn.execute("CREATE TEMP TABLE spool_journal AS SELECT * FROM main.journal WHERE 0")
-    conn.execute(
-        "CREATE TEMP TABLE spool_journal_entries AS SELECT rowid AS k, * FROM "
-        "main.journal_entries WHERE 0"
-    )
-    rows: builtins.list[tuple[Any, ...]] = []
-    for n, f in enumerate(frames):
-        jid = _SPOOL_IDS + n
-        j = f.journal
-        conn.execute(
-            "INSERT INTO temp.spool_journal VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (jid, *j[:11], len(f.entries), j[11]),
-        )
-        rows += [(_SPOOL_IDS + len(rows) + k, jid, *e) for k, e in enumerate(f.entries)]
-    conn.executemany("INSERT INTO temp.spool_journal_entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    return _SPOOL_READ_WITH
-
-
-def _has_journal(conn: sqlite3.Connection) -> bool:
-    """Whether the archive has its journal table (version-2 archives written before it
-    have not: the next writer adds it)."""
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
-    ).fetchone()
-    return row is not None
 
 
 def _check_path(path: Path) -> tuple[int, int] | None:
@@ -379,8 +263,15 @@ _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _inherited: builtins.list[sqlite3.Connection] = []
 #: Every Archive of the process, so a child made by ``fork`` gets fresh locks.
 _instances: weakref.WeakSet[Archive] = weakref.WeakSet()
-#: Per archive path, the content hashes this process committed (``Archive._committed``).
-_committed: dict[str, set[str]] = {}
+
+_COMPACTION_INSERT = (
+    f"INSERT OR IGNORE INTO compactions ({schema.COMPACTION_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_ENTRY_INSERT = (
+    "INSERT OR IGNORE INTO entries (entry_id, content_hash, turn_id, role, entry_json, "
+    "source_ids, session_id, compaction_id, archived_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def _after_fork() -> None:
@@ -388,32 +279,31 @@ def _after_fork() -> None:
     for archive in list(_instances):
         archive._write_lock = threading.Lock()
         archive._checkpoint_lock = threading.Lock()
-        archive._yield_lock = threading.Lock()
-        archive._background_running = False
-        archive._interrupt_sent = False
         archive.writers_waiting = 0
-        archive._spool = None  # the parent's file and frames: the parent moves them
-        archive._spooled = {}
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def close_spools() -> None:
-    """Move what every ``Archive`` of this process spooled and its background writer did
-    not move (it gives up on a lock another process holds), waiting at most the busy
-    timeout for the lock, then close the spool files, which removes those left empty (at
-    the interpreter's exit, after the background writer's drain; a file with frames left
-    is moved by the next writer)."""
-    for archive in list(_instances):
-        archive._move_left()
-        if not archive._write_lock.acquire(timeout=1.0):  # a writer still at work
-            continue
-        try:
-            archive._close_spool()
-        finally:
-            archive._write_lock.release()
+def _compaction_values(c: CompactionRecord, meta_json: str, stored: int) -> tuple[Any, ...]:
+    """The ``compactions`` row of ``c`` (:data:`~normandy_archive.schema.COMPACTION_COLUMNS`),
+    which stored ``stored`` entries."""
+    mid_round = None if c.mid_round is None else int(c.mid_round)
+    return (
+        c.compaction_id,
+        c.session_id,
+        c.compactor,
+        c.strategy,
+        c.model,
+        mid_round,
+        c.created_at,
+        stored,
+        c.tokens_before,
+        c.tokens_after,
+        meta_json,
+        c.dropped_count,
+    )
 
 
 class _SQLite(Dialect):
@@ -439,11 +329,11 @@ class Archive(ArchiveBackend):
     Writes go through one connection per process, kept open between calls (closing the
     last connection of a WAL database checkpoints it, which would cost every compaction
     a sync), reopened after ``fork`` and whenever the file at ``path`` is no longer the
-    one it has open (deleted or rotated), so nothing is written into an unlinked file
-    (what was spooled before is moved into the file it was committed for first). A
-    compaction's write (``record(index=False)``) is spooled; :meth:`index` (the
-    background writer's), :meth:`prune` and :meth:`close` move what this process spooled
-    first. Reads use a connection per thread, so an ``Archive`` may be shared by threads.
+    one it has open (deleted or rotated), so nothing is written into an unlinked file. A
+    compaction is one ``BEGIN IMMEDIATE`` transaction into the tables
+    (``record(index=False)``); :meth:`index` (the background writer's) indexes it for
+    full-text search afterwards, and reads find what is not indexed yet by a plain scan.
+    Reads use a connection per thread, so an ``Archive`` may be shared by threads.
     Reading never creates the file.
 
     ``timeout`` is the busy wait of a write, in seconds: how long it waits for another
@@ -457,19 +347,10 @@ class Archive(ArchiveBackend):
 
     #: Size of the write-ahead log past which the background writer checkpoints it.
     WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
-    #: Size past which a write checkpoints it itself (no background writer keeping up).
-    WAL_MAX_BYTES = 64 * 1024 * 1024
-    #: Journal rows (and spooled compactions) the background writer moves per transaction.
-    MOVE_BATCH = 2
-    #: Bytes of spooled compactions not moved yet past which compactions are written to
-    #: the archive directly (waiting for its lock, at most the busy timeout).
-    SPOOL_MAX_BYTES = 16 * 1024 * 1024
-    #: Content hashes of what it committed this process keeps per archive, to count what
-    #: a spooled compaction drops again (about 11 MB at most).
-    COMMITTED_MAX = 100_000
-    #: Entries past which a spooled compaction looks up in the archive what it holds
-    #: already, to count it (a re-compaction of a long history, say).
-    LOOKUP_MIN = 64
+    #: The bound of the write-ahead log (by default; :attr:`wal_bound`): past it, the write
+    #: that finds it so checkpoints it and truncates it to nothing
+    #: (``wal_checkpoint(TRUNCATE)``), whatever the rate.
+    WAL_MAX_BYTES = 16 * 1024 * 1024
 
     def __init__(
         self,
@@ -489,10 +370,6 @@ class Archive(ArchiveBackend):
             raise ValueError(f"sync must be 'normal' or 'full', got {self.sync!r}")
         self._local = threading.local()
         self._write_lock = threading.Lock()
-        # content hash -> id of the journal row this process wrote it in (not moved yet),
-        # and those rows in journal order with their hashes (to forget them once moved)
-        self._journaled: dict[str, int] = {}
-        self._journal_order: collections.deque[tuple[int, builtins.list[str]]] = collections.deque()
         _instances.add(self)
         self._wconn: sqlite3.Connection | None = None
         self._wpid = 0
@@ -502,28 +379,12 @@ class Archive(ArchiveBackend):
         self._ckpt_pid = 0
         self.writers_waiting = 0
         """Foreground writes waiting for the write lock (the background writer yields)."""
-        # a background transaction in progress on the write connection (guarded by
-        # _yield_lock): a foreground write interrupts it rather than wait for it
-        self._yield_lock = threading.Lock()
-        self._background_running = False
-        # whether the running background transaction was sent an interrupt (guarded by
-        # _yield_lock): SQLite does not always report it as "interrupted"
-        self._interrupt_sent = False
-        self.interrupted = 0
-        """Background transactions a foreground write interrupted (they are retried)."""
         self.last_write = 0.0
         """:func:`time.monotonic` of the last :meth:`record` (the background writer waits
         for a pause before it indexes)."""
-        self._spool: Spool | None = None
-        # content hash -> the spooled frame holding it (not moved into the journal yet)
-        self._spooled: dict[str, Frame] = {}
-        # content hashes this process committed to the archive at this path, at most
-        # COMMITTED_MAX (then forgotten), shared by its Archive objects
-        self._committed = _committed.setdefault(str(self.path), set())
-        self.move_failure: str | None = None
-        """Why the last move of the spool into the archive failed (``None``: it did not).
-        While it failed, compactions are written to the archive directly, so a failing
-        archive refuses them with its own error."""
+        self.wal_bound = self.WAL_MAX_BYTES
+        """The bound of the write-ahead log (:data:`WAL_MAX_BYTES`; the hook lowers it to
+        a tenth of ``max_bytes``, so retention holds for the file and the log together)."""
 
     def __repr__(self) -> str:
         return f"<Archive {str(self.path)!r}>"
@@ -658,10 +519,7 @@ class Archive(ArchiveBackend):
         if conn is not None:
             if _file_id(self.path) == self._wid:
                 return conn
-            # Deleted or rotated: what is left goes into the old file (the compactions
-            # spooled before, too), then a new archive is opened at the path.
-            self._spool_into(conn)
-            self._drop_writer(moved=True)
+            self._drop_writer(moved=True)  # deleted or rotated: a new archive at the path
         return self._open_writer()
 
     def _open_writer(self) -> sqlite3.Connection:
@@ -680,70 +538,20 @@ class Archive(ArchiveBackend):
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             self._init_schema(conn)
-            _probe_write(conn, self.timeout)
             conn.execute(f"PRAGMA synchronous = {self.sync.upper()}")
-            # checkpoints are the background writer's (or a write's past WAL_MAX_BYTES);
+            # checkpoints are the background writer's, or a write's past WAL_MAX_BYTES;
             # once checkpointed, the log restarts and is cut back to WAL_CHECKPOINT_BYTES
             conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute(f"PRAGMA journal_size_limit = {self.WAL_CHECKPOINT_BYTES}")
-            _owner_only(self.path)
+            _refuse_unless_ours(self.path)  # -wal and -shm exist now, created 0600
         except BaseException as exc:
             conn.close()
             if isinstance(exc, (OSError, sqlite3.Error)):
                 raise self._error(exc, "cannot open it for writing") from exc
             raise
         self._wconn, self._wpid, self._wid = conn, os.getpid(), before
-        self._journaled.clear()
-        self._journal_order.clear()
-        self._replay(conn)
+        legacy.move_left(conn, self.path)
         return conn
-
-    def _replay(self, conn: sqlite3.Connection) -> None:
-        """Move what a process that ended before its background writer did (killed,
-        crashed) left in its spool file and in the journal, at open. Readers see both
-        meanwhile, so a failure here loses nothing: it is logged, and the next writer to
-        open the archive tries again."""
-        try:
-            with contextlib.suppress(_NotMoved), orphans(self.path) as found:
-                frames = in_order([fs for _, fs in found])
-                moving = functools.partial(self._insert_frames, frames=frames, check=True)
-                if frames and self._try(conn, moving, "spool files are moved later") is None:
-                    raise _NotMoved  # the files stay
-        except OSError as exc:  # reading or removing them
-            log.warning("archive %s: spool files are moved later: %s", self.location, exc)
-        try:
-            pending = conn.execute("SELECT EXISTS (SELECT 1 FROM journal)").fetchone()[0]
-        except sqlite3.Error as exc:
-            log.warning("archive %s: the journal is moved later: %s", self.location, exc)
-            return
-        if pending:
-            self._try(conn, schema.move_journal, "the journal is moved later")
-
-    def _try(
-        self, conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T], then: str
-    ) -> T | None:
-        """``work(conn)`` in one ``BEGIN IMMEDIATE`` transaction; on failure rolled back
-        and logged (``then``: what happens to it), and ``None``."""
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            result = work(conn)
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            log.warning("archive %s: %s: %s", self.location, then, exc)
-            return None
-        return result
-
-    def _spool_into(self, conn: sqlite3.Connection) -> None:
-        """Move the spooled frames into the archive open on ``conn`` (the file they were
-        committed for, before it was rotated); on failure they go into the next one."""
-        frames = self._pending_frames(0)
-        moving = functools.partial(self._insert_frames, frames=frames)
-        jids = self._try(conn, moving, "spooled compactions go to the new file") if frames else None
-        if jids is not None:
-            self._frames_moved(frames, jids)
 
     def _drop_writer(self, *, moved: bool = False) -> None:
         conn, self._wconn, self._wid = self._wconn, None, None
@@ -768,11 +576,7 @@ class Archive(ArchiveBackend):
         if foreground:
             self.writers_waiting += 1
         try:
-            got = self._write_lock.acquire(blocking=False)
-            if not got and foreground:
-                got = self._interrupt_background()
-            if not got:
-                got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
+            got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
         finally:
             if foreground:
                 self.writers_waiting -= 1
@@ -786,88 +590,44 @@ class Archive(ArchiveBackend):
         finally:
             self._write_lock.release()
 
-    def _interrupt_background(self) -> bool:
-        """Stop the background transaction holding the write lock, if one does (it is
-        rolled back, and tried again later); whether the lock was then taken.
-
-        The write connection is interrupted only while a background transaction holds
-        the lock and runs on it (``_yield_lock``), so no foreground statement is ever
-        interrupted; between two of its statements the interrupt may come too late, and
-        the lock is then waited for as before (the background writer's transactions are
-        small).
-        """
-        for _ in range(4):
-            with self._yield_lock:
-                conn = self._wconn
-                if not self._background_running or conn is None:
-                    return False
-                self._interrupt_sent = True
-                conn.interrupt()
-            if self._write_lock.acquire(timeout=0.002):
-                return True
-        return False
-
     def _transaction(
-        self,
-        work: Any,
-        doing: str,
-        *,
-        foreground: bool = False,
-        background: bool = False,
-        committed: Callable[[Any], None] | None = None,
-    ) -> Any:
-        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer;
-        ``committed(result)`` then, still holding this process's write lock.
+        self, work: Callable[[sqlite3.Connection], T], doing: str, *, background: bool = False
+    ) -> T:
+        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer.
 
         The real error is raised (as :class:`ArchiveError`), never one of the ROLLBACK
-        after it (a failed COMMIT has often rolled back already). When the file at the
-        path changed while it was written (deleted or rotated), the work is done again
-        in the file now there: nothing is left only in an unlinked file.
+        after it (a failed COMMIT has often rolled back already); a ``background`` one
+        does not wait for another process's lock (:class:`ArchiveBusyError`). When the
+        file at the path changed while it was written (deleted or rotated), the work is
+        done again in the file now there: nothing is left only in an unlinked file.
         """
-        with self._writing(foreground=foreground):
+        with self._writing(foreground=not background):
             for _ in range(3):
                 conn = self._writer()
                 if background:  # never hold this process's writes up waiting for another's
                     conn.execute(f"PRAGMA busy_timeout = {_BACKGROUND_WAIT_MS}")
                 try:
-                    if background:
-                        with self._yield_lock:
-                            self._background_running = True
-                            self._interrupt_sent = False
                     conn.execute("BEGIN IMMEDIATE")
                     result = work(conn)
                     conn.execute("COMMIT")
-                except BaseException as exc:
-                    sent = False
-                    if background:
-                        with self._yield_lock:
-                            self._background_running = False
-                            sent, self._interrupt_sent = self._interrupt_sent, False
+                except sqlite3.Error as exc:
                     if conn.in_transaction:
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute("ROLLBACK")
-                    if isinstance(exc, sqlite3.Error):
-                        # an interrupt reaching SQLite while it builds a virtual table
-                        # (json_each) is reported as "vtable constructor failed"
-                        if background and ("interrupted" in str(exc) or sent):
-                            self.interrupted += 1
-                            raise ArchiveBusyError(
-                                f"archive {self.location!r}: a compaction's write went first"
-                            ) from exc
-                        if background and "locked" in str(exc):
-                            raise ArchiveBusyError(f"archive {self.location!r}: busy") from exc
-                        self._drop_writer()
-                        raise self._error(exc, doing) from exc
+                    if background and "locked" in str(exc):
+                        raise ArchiveBusyError(f"archive {self.location!r}: busy") from exc
+                    self._drop_writer()
+                    raise self._error(exc, doing) from exc
+                except BaseException:
+                    if conn.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
                     raise
                 finally:
                     if background:
-                        with self._yield_lock:
-                            self._background_running = False
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
                 if _file_id(self.path) == self._wid:
-                    if committed is not None:
-                        committed(result)
                     return result
                 self._drop_writer(moved=True)
             raise ArchiveError(
@@ -876,9 +636,7 @@ class Archive(ArchiveBackend):
             )
 
     def close(self) -> None:
-        """Move what this process spooled (when the archive takes it), then close this
-        thread's read connection, the write connection and the spool file."""
-        self._move_left()
+        """Close this thread's read connection and the write connection."""
         conn = getattr(self._local, "conn", None)
         self._local.conn = None
         if conn is not None:
@@ -886,20 +644,11 @@ class Archive(ArchiveBackend):
         with self._write_lock:
             if self._wpid == os.getpid():
                 self._drop_writer()
-            self._close_spool()
         with self._checkpoint_lock:
             ckpt, self._ckpt = self._ckpt, None
             if ckpt is not None and self._ckpt_pid == os.getpid():
                 with contextlib.suppress(sqlite3.Error):
                     ckpt.close()
-
-    def _close_spool(self) -> None:
-        """Close the spool file (under the write lock): removed once empty, else moved
-        by the next writer; a parent's, inherited over ``fork``, is left to the parent."""
-        spool, self._spool = self._spool, None
-        self._spooled = {}
-        if spool is not None:
-            spool.close()
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
         """Check the file is an archive (or empty), switch it to WAL, create or migrate."""
@@ -907,7 +656,7 @@ class Archive(ArchiveBackend):
         mode = _journal_mode_wal(conn, self.timeout)
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
             raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
-        if version == SCHEMA_VERSION and _has_journal(conn):
+        if version == SCHEMA_VERSION:
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -916,8 +665,6 @@ class Archive(ArchiveBackend):
                 schema.create(conn)
             else:
                 schema.migrate(conn, version)
-                conn.execute(schema.JOURNAL_TABLE)  # a version-2 archive written before it
-                conn.execute(schema.JOURNAL_ENTRIES_TABLE)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -930,102 +677,39 @@ class Archive(ArchiveBackend):
     def _write(
         self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str, *, index: bool
     ) -> int:
-        """Commit the compaction: the content the archive does not hold yet (in its
-        tables, in a journal row or spooled frame of this process not moved yet), and the
-        ``seen`` of content dropped again.
-
-        A compaction's write (``index`` false) is one frame appended to this process's
-        spool (:mod:`normandy_archive.spool`), moved into the journal by :meth:`index`
-        (the background writer's); readers see it meanwhile. Otherwise (or while the
-        spool holds more than :data:`SPOOL_MAX_BYTES`, or its last move failed) it is
-        one journal row in one transaction, after the spooled frames; with ``index`` it
-        is then moved into the indexed tables at once.
-        """
-        if not index and self._spool_usable():
-            return self._spool_write(rows, compaction, meta_json)
-        spooled = self._spooled  # what this process spooled, as the write starts
+        """Commit the compaction in one transaction: the content the archive does not
+        hold yet into ``entries`` (with the compaction's row), and the ``seen`` of
+        content dropped again. Its full-text index, caller ids and first ``seen`` follow
+        in :meth:`index` (the background writer's; at once with ``index``); the write
+        that finds the log past :data:`WAL_MAX_BYTES` checkpoints it."""
+        c = compaction
         self.last_write = time.monotonic()
-        stored: int = self._transaction(
-            lambda conn: self._journal_write(conn, rows, compaction, meta_json, spooled),
-            f"could not record {len(rows)} entries",
-            foreground=not index,
-            committed=lambda result: self._journal_written(rows, result),
-        )[0]
+
+        def work(conn: sqlite3.Connection) -> int:
+            have = self._have(conn, rows)
+            fresh = [r.row for r in rows if r.content_hash not in have] if have else None
+            if have:  # content dropped before: this session saw it last
+                conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
+            new = [r.row for r in rows] if fresh is None else fresh
+            if new:
+                values = _compaction_values(c, meta_json, len(new))
+                conn.execute(_COMPACTION_INSERT, values)
+                tail = (c.session_id, c.compaction_id, c.created_at)
+                conn.executemany(_ENTRY_INSERT, [(*r, *tail) for r in new])
+            return len(new)
+
+        stored = self._transaction(work, f"could not record {len(rows)} entries")
         self.last_write = time.monotonic()
         if index:
             self.index()
-        self.checkpoint(if_over=self.WAL_CHECKPOINT_BYTES if index else self.WAL_MAX_BYTES)
+        try:
+            # under this process's write lock: the background writer's transactions do not
+            # keep the checkpoint from cutting the log
+            with self._writing(foreground=True):
+                self.checkpoint(if_over=self.wal_bound, truncate=True)
+        except ArchiveError as exc:  # committed all the same: the next write tries again
+            log.warning("%s", exc)
         return stored
-
-    def _journal_write(
-        self,
-        conn: sqlite3.Connection,
-        rows: Sequence[Prepared],
-        compaction: CompactionRecord,
-        meta_json: str,
-        spooled: Mapping[str, Frame],
-    ) -> tuple[int, int, builtins.list[str], Any]:
-        """:meth:`_write`'s transaction: move the frames spooled before it, then one
-        journal row of the content of ``rows`` that neither the tables, a journal row nor
-        a frame of ``spooled`` holds, and of the content dropped again. Returns how many
-        contents are new, the journal row's id, the hashes it holds, and the frames moved
-        with their journal rows (for :meth:`_journal_written`)."""
-        c = compaction
-        frames = self._pending_frames(0)
-        moved = self._insert_frames(conn, frames) if frames else []
-        have = self._have(conn, rows)
-        self._forget_moved_journal_rows(conn)
-        journaled = self._journaled
-        known = journaled.keys() | spooled.keys() if spooled else journaled.keys()
-        fresh = [r for r in rows if r.content_hash not in have and r.content_hash not in known]
-        again = [r.content_hash for r in rows if r.content_hash in known]
-        if frames:
-            # the frames before it refresh their content's seen when moved: so does
-            # this one, after them (content the tables hold is written again, so a
-            # prune before the move loses nothing)
-            new = [r for r in rows if r.content_hash not in known]
-        else:
-            new = fresh
-            if have:  # content dropped before: this session saw it last
-                conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
-        if not new and not again:
-            return 0, 0, [], (frames, moved)
-        cur = conn.execute(
-            _JOURNAL_INSERT,
-            (*_journal_values(c, meta_json), len(new), json.dumps(again) if again else None),
-        )
-        jid = int(cur.lastrowid or 0)
-        if new:
-            conn.executemany(_ENTRIES_INSERT, _journal_rows_of(jid, new))
-        return len(fresh), jid, [r.content_hash for r in new], (frames, moved)
-
-    def _forget_moved_journal_rows(self, conn: sqlite3.Connection) -> None:
-        """Forget the journal rows this process wrote that were moved into the tables
-        since (by any process)."""
-        journaled, order = self._journaled, self._journal_order
-        if not journaled:
-            return
-        first = conn.execute("SELECT min(id) FROM journal").fetchone()[0]
-        while order and (first is None or order[0][0] < first):
-            jid, gone = order.popleft()
-            for h in gone:
-                if journaled.get(h) == jid:
-                    del journaled[h]
-
-    def _journal_written(
-        self, rows: Sequence[Prepared], result: tuple[int, int, builtins.list[str], Any]
-    ) -> None:
-        """Committed (under the write lock): the content of :meth:`_journal_write`'s
-        journal row is in the journal now, its frames moved."""
-        _, jid, written, done = result
-        if done[0]:
-            self._frames_moved(*done)
-        if written:
-            for h in written:
-                self._journaled[h] = jid
-            self._journal_order.append((jid, written))
-        self._remember(r.content_hash for r in rows)  # written, or there already
-        self.move_failure = None
 
     @staticmethod
     def _have(conn: sqlite3.Connection, rows: Sequence[Prepared]) -> set[str]:
@@ -1043,269 +727,52 @@ class Archive(ArchiveBackend):
             )
         }
 
-    # -- the spool --------------------------------------------------------------------
-
-    def _spool_usable(self) -> bool:
-        spool = self._spool
-        return (
-            _CAN_SPOOL
-            and self.move_failure is None
-            and (spool.pending_bytes if spool is not None else 0) < self.SPOOL_MAX_BYTES
-        )
-
-    def _spool_write(
-        self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str
-    ) -> int:
-        """Commit the compaction as one frame appended to this process's spool: every
-        content it dropped but what this process's frames not moved yet hold (those are
-        named in its ``seen``). Content the archive holds already is written again and
-        left out by the move, which also refreshes its ``seen``: so what a prune removes
-        meanwhile is not lost. Returns how many entries hold content new to the archive
-        (``Recorded.entries``): looked up in it for a compaction of more than
-        :data:`LOOKUP_MIN` entries; for fewer, new to what this process archived (the
-        boundary does not read the archive)."""
-        c = compaction
-        doing = f"could not record {len(rows)} entries"
-        self.last_write = time.monotonic()
-        with self._writing(foreground=True):
-            conn = self._writer()  # opened (checked, created, moved to), or reopened
-            spooled, committed = self._spooled, self._committed
-            have: Container[str] = ()
-            if len(rows) > self.LOOKUP_MIN:
-                try:
-                    have = self._have(conn, rows)
-                except sqlite3.Error as exc:
-                    self._drop_writer()
-                    raise self._error(exc, doing) from exc
-            entries: builtins.list[EntryRow] = []
-            new: builtins.list[str] = []
-            again: builtins.list[str] = []
-            known = 0
-            for r in rows:
-                h = r.content_hash
-                if h in committed or h in have:
-                    known += 1
-                if h in spooled:
-                    again.append(h)
-                else:
-                    new.append(h)
-                    entries.append(r.row)
-            if not new and not again:  # nothing dropped
-                return 0
-            frame = Frame(
-                (*_journal_values(c, meta_json), json.dumps(again) if again else None),
-                tuple(entries),
-            )
-            spool = self._spool
-            try:
-                if spool is None or spool.pid != os.getpid():
-                    spool = self._spool = Spool(self.path, full_sync=self.sync == "full")
-                spool.append(frame, encode(frame))
-            except OSError as exc:
-                raise self._spool_error(exc, doing) from exc
-            spooled.update(dict.fromkeys(new, frame))
-            self._remember(new)
-        self.last_write = time.monotonic()
-        return len(rows) - known
-
-    def _remember(self, hashes: Iterable[str]) -> None:
-        """Note content this process committed (to count what a spooled compaction
-        finds there already; never to leave it out of a frame)."""
-        committed = self._committed
-        if len(committed) > self.COMMITTED_MAX:
-            committed.clear()
-        committed.update(hashes)
-
-    def _spool_error(self, exc: OSError, doing: str) -> ArchiveError:
-        where = self._spool.path if self._spool is not None else self.path.parent
-        text = f"{exc.strerror or exc} (writing the spool file {str(where)!r})"
-        if exc.errno in (errno.ENOSPC, errno.EFBIG, getattr(errno, "EDQUOT", -1)):
-            text += self._why_full() or ": database or disk is full"
-        return ArchiveError(f"archive {str(self.path)!r}: {doing}: {text}")
-
-    def _pending_frames(self, limit: int) -> builtins.list[Frame]:
-        """The oldest spooled frames not moved yet (at most ``limit``; 0: all), under the
-        write lock."""
-        spool = self._spool
-        if spool is None or spool.pid != os.getpid() or not spool.pending:
-            return []
-        pending = spool.pending
-        count = len(pending) if limit <= 0 else min(limit, len(pending))
-        return [pending[n][0] for n in range(count)]
-
-    def _insert_frames(
-        self, conn: sqlite3.Connection, frames: Sequence[Frame], *, check: bool = False
-    ) -> builtins.list[int]:
-        """Write ``frames`` into the journal (inside the caller's transaction): each a
-        journal row with its entries; the journal row ids (0: none). With ``check``, a
-        frame whose compaction the archive already holds (moved before its file was
-        emptied) is skipped."""
-        jids: builtins.list[int] = []
-        for f in frames:
-            j = f.journal
-            if (
-                check
-                and conn.execute(
-                    "SELECT EXISTS (SELECT 1 FROM journal WHERE compaction_id = ?1) OR EXISTS "
-                    "(SELECT 1 FROM compactions WHERE compaction_id = ?1)",
-                    (j[0],),
-                ).fetchone()[0]
-            ):
-                jids.append(0)
-                continue
-            if not f.entries and j[11] is None:
-                jids.append(0)
-                continue
-            cur = conn.execute(_JOURNAL_INSERT, (*j[:11], len(f.entries), j[11]))
-            jid = int(cur.lastrowid or 0)
-            if f.entries:
-                conn.executemany(_ENTRIES_INSERT, [(jid, *e) for e in f.entries])
-            jids.append(jid)
-        return jids
-
-    def _frames_moved(self, frames: Sequence[Frame], jids: Sequence[int]) -> None:
-        """Committed: ``frames`` are journal rows ``jids`` now (under the write lock)."""
-        assert self._spool is not None
-        self._spool.moved(len(frames))
-        spooled, journaled = self._spooled, self._journaled
-        for f, jid in zip(frames, jids, strict=True):
-            written = [e[1] for e in f.entries]
-            for h in written:
-                if spooled.get(h) is f:
-                    del spooled[h]
-                if jid:
-                    journaled[h] = jid
-            if jid and written:
-                self._journal_order.append((jid, written))
-
-    def _move_spools(self, *, yield_to_writers: bool) -> None:
-        """Move what this process spooled for this archive, through this ``Archive`` and
-        any other of the same path."""
-        self._move_spool(yield_to_writers=yield_to_writers)
-        for other in list(_instances):
-            if other is not self and other.path == self.path and other._pending_frames(1):
-                other._move_spool(yield_to_writers=yield_to_writers)
-        own = self._spool.path if self._spool is not None else None
-        if any(p != own for p in spool_files(self.path)):
-            self._move_orphans(background=yield_to_writers)
-
-    def _move_orphans(self, *, background: bool) -> None:
-        """Move what spool files no live ``Archive`` holds (their process ended, or their
-        ``Archive`` was dropped unclosed) hold, and remove the files."""
-        try:
-            with orphans(self.path) as found:
-                frames = in_order([fs for _, fs in found])
-                if frames:
-                    self._transaction(
-                        lambda conn: self._insert_frames(conn, frames, check=True),
-                        "could not move the compactions an ended process spooled",
-                        background=background,
-                    )
-        except OSError as exc:  # reading or removing them: readers see them meanwhile
-            log.warning("archive %s: spool files are moved later: %s", self.location, exc)
-
-    def _move_left(self) -> None:
-        """Move what this process spooled and has not moved yet, waiting at most the busy
-        timeout for the lock; on failure it stays in the spool file (logged), read by
-        readers and moved by the next writer."""
-        spool = self._spool
-        if spool is not None and spool.pid == os.getpid() and spool.pending:
-            try:
-                self._move_spool(yield_to_writers=False)
-            except ArchiveError as exc:
-                log.warning("archive %s: spooled compactions moved later: %s", self.location, exc)
-
-    def _move_spool(self, *, yield_to_writers: bool) -> int:
-        """Move the spooled frames into the journal; how many it moved."""
-        step = self.MOVE_BATCH if yield_to_writers else 0
-        done = 0
-        while True:
-            while yield_to_writers and self.writers_waiting:
-                time.sleep(0.0005)
-
-            def work(conn: sqlite3.Connection) -> tuple[builtins.list[Frame], builtins.list[int]]:
-                frames = self._pending_frames(step)
-                return frames, self._insert_frames(conn, frames) if frames else []
-
-            def moved(result: tuple[builtins.list[Frame], builtins.list[int]]) -> None:
-                if result[0]:
-                    self._frames_moved(*result)
-                self.move_failure = None
-
-            if not self._pending_frames(1):
-                return done
-            try:
-                frames, _ = self._transaction(
-                    work,
-                    "could not move the spooled compactions",
-                    background=yield_to_writers,
-                    committed=moved,
-                )
-            except ArchiveBusyError:
-                raise
-            except ArchiveError as exc:
-                self.move_failure = str(exc)
-                raise
-            done += len(frames)
-            if not frames:
-                return done
-
     def index(self, *, batch: int = 16, yield_to_writers: bool = False) -> int:
-        """Move this process's spooled compactions into the journal and the journal into
-        the indexed tables, then index for full-text search what was written and not
-        indexed yet; how many entries it indexed.
+        """Index for full-text search what was written and not indexed yet (rows a killed
+        process left unindexed too); how many entries it indexed.
 
         In transactions of at most ``batch`` entries, so a writer waits for one batch at
         most; with ``yield_to_writers`` (the background writer), a compaction waiting to
-        write goes first between two batches. Rows a killed process left unindexed are
-        indexed too.
+        write goes first between two batches, and another process's lock is not waited
+        for (:class:`ArchiveBusyError`).
         """
-        self._move_spools(yield_to_writers=yield_to_writers)
-        step = self.MOVE_BATCH if yield_to_writers else 0  # 0: the whole journal at once
-        self._in_batches(
-            lambda conn: schema.move_journal(conn, step),
-            "could not move the journal",
-            step,
-            yield_to_writers=yield_to_writers,
-        )
-        return self._in_batches(
-            lambda conn: schema.index_pending(conn, batch),
-            "could not index",
-            batch,
-            yield_to_writers=yield_to_writers,
-        )
-
-    def _in_batches(
-        self,
-        work: Callable[[sqlite3.Connection], int],
-        doing: str,
-        size: int,
-        *,
-        yield_to_writers: bool,
-    ) -> int:
-        """``work`` (which handles at most ``size`` rows, all with 0) in one transaction
-        after another until it handles fewer; how many rows in all. With
-        ``yield_to_writers``, a compaction waiting to write goes first between two."""
         total = 0
         while True:
             while yield_to_writers and self.writers_waiting:
                 time.sleep(0.0005)
-            done: int = self._transaction(work, doing, background=yield_to_writers)
+            done: int = self._transaction(
+                lambda conn: schema.index_pending(conn, batch),
+                "could not index",
+                background=yield_to_writers,
+            )
             total += done
-            if not size or done < size:
+            if done and self.wal_bound < self.WAL_MAX_BYTES:  # max_bytes: keep the log small
+                with self._writing():
+                    self.checkpoint(if_over=self.wal_bound, truncate=True)
+            if done < batch:
                 return total
 
-    def checkpoint(self, *, if_over: int = 0) -> bool:
+    def disk_bytes(self) -> int:
+        """Bytes the archive takes on the disk: its file and its write-ahead log."""
+        total = 0
+        for p in (self.path, f"{self.path}-wal"):
+            with contextlib.suppress(OSError):
+                total += os.stat(p).st_size
+        return total
+
+    def checkpoint(self, *, if_over: int = 0, truncate: bool = False) -> bool:
         """Copy the write-ahead log into the database file (when it holds more than
-        ``if_over`` bytes); whether it did. Readers are never waited for."""
+        ``if_over`` bytes); whether it did. A ``PASSIVE`` checkpoint never waits for
+        readers or writers; with ``truncate``, it waits for them (at most the busy
+        timeout) and cuts the log to nothing, which bounds it whatever the rate."""
         try:
             size = os.stat(f"{self.path}-wal").st_size
         except OSError:
             return False
         if size <= if_over:
             return False
-        # on a connection of its own: a checkpoint runs beside a write, so it never holds
-        # a compaction up
+        # on a connection of its own: a passive checkpoint runs beside a write, so it
+        # never holds a compaction up
         with self._checkpoint_lock:
             conn = self._ckpt
             if conn is None or self._ckpt_pid != os.getpid() or _check_path(self.path) is None:
@@ -1315,7 +782,8 @@ class Archive(ArchiveBackend):
                     raise self._error(exc, "could not checkpoint") from exc
                 self._ckpt, self._ckpt_pid = conn, os.getpid()
             try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000) if truncate else 0}")
+                conn.execute(f"PRAGMA wal_checkpoint({'TRUNCATE' if truncate else 'PASSIVE'})")
             except sqlite3.Error as exc:
                 self._ckpt = None
                 with contextlib.suppress(sqlite3.Error):
@@ -1335,10 +803,8 @@ class Archive(ArchiveBackend):
     def _remove(self, limits: Limits, *, vacuum: bool) -> int:
         if not os.path.lexists(self.path):
             return 0
-        self._move_spools(yield_to_writers=False)  # pruned with the rest
 
         def work(conn: sqlite3.Connection) -> int:
-            schema.move_journal(conn)
             while schema.index_pending(conn, 500):  # every row with its seen, first
                 pass
             plan = self._plan(lambda q, p: conn.execute(q, p).fetchall(), limits)
@@ -1379,7 +845,7 @@ class Archive(ArchiveBackend):
             )
             return plan.entries
 
-        removed: int = self._transaction(work, "could not prune")
+        removed = self._transaction(work, "could not prune")
         if vacuum:
             with self._writing():
                 try:
@@ -1394,35 +860,15 @@ class Archive(ArchiveBackend):
     # -- reading ----------------------------------------------------------------------
 
     def _read(self, work: Callable[[int, Run], T]) -> T | None:
-        """``work`` with a ``run`` that, while the journal holds compactions not moved
-        yet, reads ``entries`` and ``compactions`` with the journal's rows in them
-        (:data:`~normandy_archive.schema.READ_WITH`)."""
+        """``work`` on this thread's read connection (``None``: no archive yet)."""
         with self._connect() as conn:
             if conn is None:
                 return None
-            version = self._local.version
 
             def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
                 return conn.execute(q, p).fetchall()
 
-            if version != 1 and spool_files(self.path):
-                with_spool = _load_spool(conn, self.path)
-                if with_spool is not None:
-
-                    def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
-                        if q.startswith("SELECT"):
-                            q = with_spool + q
-                        return conn.execute(q, p).fetchall()
-
-                    return work(version, run)
-            if version != 1 and _journal_rows(conn):
-
-                def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
-                    if q.startswith("SELECT"):
-                        q = schema.READ_WITH + q
-                    return conn.execute(q, p).fetchall()
-
-            return work(version, run)
+            return work(self._local.version, run)
 
     def _search(self, search: Search) -> builtins.list[ArchivedEntry]:
         """FTS5, ranked. Entries written but not indexed yet (the background writer

@@ -1,10 +1,14 @@
 """Fixtures of the archive's tests: a real PostgreSQL server (pgserver) and a database per test.
 
+Here, above both distributions' tests, so one server serves normandy-archive-postgres's
+own tests and normandy-archive's tests that run on both backends.
+
 One server for the whole run, started the first time a test asks for it and stopped at
 the end; every test that asks for ``pg_url`` gets an empty database of its own. Set
 ``NORMANDY_TEST_POSTGRES_URL`` to use another server instead (a database there is
-created and dropped per test, so the role needs ``CREATEDB``). Without psycopg, or
-without a pgserver wheel for this platform and no such URL, those tests are skipped.
+created and dropped per test, so the role needs ``CREATEDB``). Without
+normandy-archive-postgres, or without a pgserver wheel for this platform and no such
+URL, those tests are skipped.
 """
 
 from __future__ import annotations
@@ -29,7 +33,10 @@ _SERVER_LOG: list[Path] = []  # pgserver's log file, while it runs
 
 
 def _psycopg() -> Any:
-    return pytest.importorskip("psycopg", reason="the 'postgres' extra is not installed")
+    pytest.importorskip(
+        "normandy_archive_postgres", reason="normandy-archive-postgres is not installed"
+    )
+    return pytest.importorskip("psycopg")
 
 
 @pytest.fixture(scope="session")

@@ -3,10 +3,12 @@
 :class:`PostgresArchive` has the public API of the SQLite :class:`~normandy_archive.Archive`
 (``record``, ``recall``, ``versions``, ``list``, ``search``, ``compactions``, ``count``,
 ``close``, and ``prune``) and stores the same records, so the same commands read it.
-It needs psycopg 3: ``pip install 'normandy-archive[postgres]'``.
+It comes with the ``normandy-archive-postgres`` distribution (psycopg 3 included), which
+registers it under the archive's backends (entry point ``postgresql`` in the group
+``normandy_archive.backends``), so ``NORMANDY_ARCHIVE_URL`` chooses it.
 
 Schema (version 2), in a PostgreSQL schema of its own (``normandy`` by default), with the
-records and semantics of the SQLite archive's (:mod:`normandy_archive.schema`):
+records and semantics of the SQLite archive's (``normandy_archive.schema``):
 
 * ``schema_version``: the versions applied.
 * ``compactions``: one row per compaction that stored something, as in SQLite, plus
@@ -59,13 +61,14 @@ try:
     import psycopg
     from psycopg import errors as pg_errors, sql
     from psycopg.conninfo import conninfo_to_dict
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
+except ImportError as exc:  # pragma: no cover - psycopg is a dependency of this one
     raise ImportError(
-        "the PostgreSQL archive needs psycopg 3: pip install 'normandy-archive[postgres]'"
+        "the PostgreSQL archive needs psycopg 3: pip install normandy-archive-postgres"
     ) from exc
 
 __all__ = ["SCHEMA_VERSION", "PostgresArchive", "PostgresArchiveError", "is_postgres_url"]
 
+#: The version of the schema this code writes (it reads version 1 too, and moves it).
 SCHEMA_VERSION = 2
 #: The schema versions this code reads (a writer moves version 1 to version 2).
 READABLE_VERSIONS = (1, SCHEMA_VERSION)

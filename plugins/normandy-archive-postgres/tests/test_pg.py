@@ -18,19 +18,20 @@ import sys
 import textwrap
 import threading
 import time
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from archive_helpers import CRASH_AGENT
 from reliability_counts import PG_KILLS, PG_SAME_CONTENT_WRITERS, PG_WRITERS_BESIDE
 
-psycopg = pytest.importorskip("psycopg", reason="the 'postgres' extra is not installed")
-
-from normandy_archive import Archive, searchable_text  # noqa: E402
-from normandy_archive.pg import PostgresArchive, PostgresArchiveError  # noqa: E402
-from normandy_archive.schema import content_hash  # noqa: E402
-from normandy_core import (  # noqa: E402
+from normandy_archive import Archive, open_archive, searchable_text
+from normandy_archive.backend import BACKENDS_GROUP
+from normandy_archive.schema import content_hash
+from normandy_archive_postgres import PostgresArchive, PostgresArchiveError
+from normandy_core import (
     AgentConfig,
     Entry,
     TextBlock,
@@ -39,7 +40,7 @@ from normandy_core import (  # noqa: E402
     list_plugins,
     run_compaction,
 )
-from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session  # noqa: E402
+from normandy_core.app.workload import SYSTEM_PROMPT, TOOLS, generate_session
 
 #: What the server logs when a client vanishes inside its transaction: at rest between
 #: statements, or in the middle of sending its pipeline (BEGIN is sent first).
@@ -65,6 +66,15 @@ def server(pg_server: str) -> str:
 def url(pg_url: str) -> str:
     """A fresh, empty database on the server."""
     return pg_url
+
+
+def test_it_is_the_backend_of_postgresql_urls_once_installed():
+    (ep,) = entry_points(group=BACKENDS_GROUP, name="postgresql")
+    assert ep.load() is PostgresArchive and ep.dist is not None
+    assert ep.dist.name == "normandy-archive-postgres"
+    for scheme in ("postgresql", "postgres"):  # opening connects at the first call only
+        archive = open_archive(f"{scheme}://nobody@/db?host=/nonexistent")
+        assert isinstance(archive, PostgresArchive)
 
 
 def _tricky() -> list[Entry]:
@@ -234,7 +244,7 @@ def test_concurrent_first_writers_create_the_schema_once(url):
 SAME_CONTENT = textwrap.dedent(
     """
     import json, sys, time
-    from normandy_archive.pg import PostgresArchive
+    from normandy_archive_postgres import PostgresArchive
     from normandy_core.app.workload import generate_session
     url, tag, order, start = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
     # every writer drops the same contents, under ids of its own
@@ -850,7 +860,7 @@ PG_V1_SCHEMA = (
 
 def _pg_v1_archive(url: str) -> list[Entry]:
     """A database as version 1 wrote it: the same entries under two sessions."""
-    from normandy_archive.pg import _words
+    from normandy_archive_postgres.archive import _words
 
     entries = list(generate_session(85, 30))
     with psycopg.connect(url) as conn:
