@@ -81,8 +81,6 @@ def test_the_bound_never_skips_a_compaction_the_exact_count_requires(s):
         "strategy": s["strategy"],
         "trigger": s["trigger"],
         "target": min(0.6, s["trigger"]),
-        # today's trigger decisions; the round-aware ones: test_round_aware.py
-        "round_aware": False,
     }
     if s["counter"] is not None:
         opts["counter"] = s["counter"]
