@@ -303,6 +303,8 @@ _SCHEDULES = st.sampled_from(
     [
         {},
         {"trigger": 0.8, "target": 0.5},
+        {"round_aware": False},
+        {"round_max": 0.3, "round_prior": 0.3},
         {"schedule": "cost"},
         {"schedule": "cost", "target": 0.4},
     ]
@@ -451,6 +453,9 @@ def test_the_declared_threshold_gives_the_full_paths_result(
     share = 1.0 if mid_round else schedule.get("trigger", 1.0)
     if schedule.get("schedule") == "cost" and not mid_round:
         share = schedule.get("target", 0.25)
+    elif schedule.get("round_aware", True) and not mid_round:
+        # round-aware: a turn start may compact from 1 - round_max of the usable window
+        share = min(share, 1.0 - schedule.get("round_max", 0.5))
     window = 100 + max(int(size * ratio / share), ctx.prompt_tokens + 1)
     acc = AgentConfig(
         model="gpt-4o",

@@ -40,7 +40,7 @@ class TurnResult:
     The typed fields sum up the turn's boundaries and are always there, as on
     :class:`~normandy_core.CompactResult`: :attr:`compacted`, :attr:`tokens_before`,
     :attr:`tokens_after`, :attr:`tokens_removed`, :attr:`dropped`, :attr:`error`,
-    :attr:`archive`.
+    :attr:`archive`, and :attr:`thinking_disabled_calls`.
     """
 
     text: str
@@ -56,6 +56,13 @@ class TurnResult:
     def events_of(self, kind: str) -> list[dict[str, Any]]:
         """The events whose ``type`` is ``kind``."""
         return [event for event in self.events if event.get("type") == kind]
+
+    @property
+    def thinking_disabled_calls(self) -> int:
+        """How many of the turn's model calls were sent with thinking disabled (the rest of
+        a round whose thinking a mid-round compaction stripped; ``thinking_disabled``
+        events)."""
+        return len(self.events_of("thinking_disabled"))
 
     @property
     def compacted(self) -> bool:

@@ -97,6 +97,8 @@ def test_an_async_only_client_on_a_shared_httpx_pool_summarizes_under_arun_turn(
                         "context_window": 5_000,
                         "reserved_tokens": 1_000,
                         "summary_timeout": 10,
+                        # the boundaries this test expects are the mid-round ones
+                        "round_aware": False,
                     },
                     client=client,
                     compaction_timeout=compaction_timeout,  # the compactor in its own thread
@@ -157,6 +159,8 @@ def test_a_summary_past_its_timeout_is_cancelled_on_the_turn_loop():
             "context_window": 5_000,
             "reserved_tokens": 1_000,
             "summary_timeout": 0.3,
+            # the boundaries this test expects are the mid-round ones
+            "round_aware": False,
         },
         client=client,
     ).with_memory(history())

@@ -125,6 +125,9 @@ def check_session(client, results, drops, thinking):
     assert mids, "turn 1 should compact mid-round"
     assert first.events_of("thinking_disabled")
     assert disabled_turns
+    # the result counts the calls sent with thinking disabled, one per such request
+    assert first.thinking_disabled_calls + second.thinking_disabled_calls == len(disabled_turns)
+    assert second.thinking_disabled_calls == 0
     # ...and turn 2 asks with thinking again from its first request
     t2_first = len(client.requests) - 2
     assert client.requests[t2_first].effective_thinking == thinking

@@ -10,12 +10,12 @@ the first user message, ``keep_tools``, ``keep_if``), never shortened.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from normandy_core import OptionsError, hookimpl
 from normandy_window_manager.cut import MARKER_KEY, MARKER_TEXT, cut_to_target
 from normandy_window_manager.options import WindowManagerOptions
+from normandy_window_manager.rounds import estimate_round, round_target, turn_start_level
 from normandy_window_manager.schedule import COST_FLOOR, cost_schedule
 from normandy_window_manager.summarize import SUMMARY_KEY
 
@@ -112,7 +112,7 @@ def compaction_threshold(
     if opts.schedule == "cost":
         share = opts.target if "target" in opts.model_fields_set else COST_FLOOR
         return int(share * usable)
-    return math.floor(opts.trigger * usable)
+    return turn_start_level(opts, usable)
 
 
 @hookimpl
@@ -131,8 +131,16 @@ def maybe_compact(
     memory = acc.memory
     usable = ctx.window - opts.reserved_tokens
     # Mid-round the memory stays unchanged while the conversation fits the usable window
-    # (the contract); ``trigger`` decides at the start of a turn.
-    threshold = usable if ctx.mid_round else opts.trigger * usable
+    # (the contract); ``trigger`` decides at the start of a turn, and round_aware below it
+    # in a turn loop (a boundary with a turn id): outside one (compact(), whose calls must
+    # continue one another exactly) nothing says a round is coming.
+    round_aware = opts.round_aware and not ctx.mid_round and ctx.turn_id is not None
+    if ctx.mid_round:
+        threshold: float = usable
+    elif round_aware:
+        threshold = turn_start_level(opts, usable)
+    else:
+        threshold = opts.trigger * usable
     # An upper bound first (UTF-8 bytes, while the tokenizer is not loaded): a
     # conversation whose bound fits has an exact count that fits too, so it is skipped
     # without loading a vocabulary; otherwise the exact count decides.
@@ -142,4 +150,34 @@ def maybe_compact(
     before = counter.memory_tokens(memory)
     if before + ctx.prompt_tokens <= threshold:
         return acc, {"compacted": False}
+    if round_aware:
+        return _round_aware_start(acc, ctx, opts, before, usable)
     return cut_to_target(acc, ctx, opts, counter, before, usable)
+
+
+def _round_aware_start(
+    acc: AgentConfig, ctx: CompactionContext, opts: WindowManagerOptions, before: int, usable: int
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """A turn start with ``round_aware``: compact over ``trigger``, or when the coming
+    round's estimate would not fit beside the conversation; in either case down to
+    :func:`~normandy_window_manager.rounds.round_target`."""
+    sent = before + ctx.prompt_tokens
+    estimate = estimate_round(acc.memory, ctx, opts, usable)
+    over_trigger = sent > opts.trigger * usable
+    if not over_trigger and sent + estimate.tokens <= usable:
+        return acc, {"compacted": False}
+    depth = opts.model_copy(update={"target": round_target(opts, estimate, usable)})
+    new_acc, meta = cut_to_target(acc, ctx, depth, ctx.counter, before, usable)
+    if meta.get("compacted"):
+        why = (
+            f"over trigger {opts.trigger} of the usable window"
+            if over_trigger
+            else f"the coming round would not fit: {sent:,} tokens + its estimate > the "
+            f"usable window {usable:,}"
+        )
+        meta.update(
+            round_estimate=estimate.tokens,
+            round_rounds=estimate.rounds,
+            round_reason=f"{why}; round estimate {estimate.describe(opts)}",
+        )
+    return new_acc, meta

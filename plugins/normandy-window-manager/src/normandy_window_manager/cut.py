@@ -547,6 +547,10 @@ def _commit(
         "calibration": counter.calibration.snapshot(counter.model, counter.base.name),
         "window": ctx.window,
         "target_met": after <= goal,
+        # mid-round, the model finishes its round with thinking disabled when this is true
+        "thinking_stripped": any(
+            e.has_thinking for i, e in enumerate(plan.entries) if plan.keep[i]
+        ),
     }
     if plan.replaced:
         meta["shortened"] = [plan.entries[i].id for i in sorted(plan.replaced)]

@@ -32,6 +32,12 @@ class WindowManagerOptions(CompactorOptions):
     archived and recallable), clearing old tool results instead of dropping where that is
     cheaper. It takes strategy ``oldest_first`` or ``summarize`` (``sliding_window``,
     which keeps a number of turns whatever their size, is refused).
+
+    With ``round_aware`` (on by default, ``schedule="threshold"`` only) a turn start also
+    compacts when the conversation plus what the coming round is expected to add would not
+    fit the usable window, deep enough that it would (see
+    :mod:`normandy_window_manager.rounds`): the round then runs with the model's thinking
+    intact instead of being compacted mid-round, which strips it.
     """
 
     strategy: Strategy = "oldest_first"
@@ -68,8 +74,24 @@ class WindowManagerOptions(CompactorOptions):
     """``cost`` only: the most model calls a compaction's cycle is weighed over (its
     rewrite is spread over at most this many calls)."""
 
+    round_aware: bool = True
+    """``threshold`` only: compact at a turn start when the coming round is expected not to
+    fit (off: a turn start compacts only over ``trigger``)."""
+    round_percentile: float = Field(default=0.9, gt=0.0, le=1.0)
+    """``round_aware``: which percentile of the session's per-round growth is the estimate."""
+    round_prior: float = Field(default=0.25, ge=0.0, lt=1.0)
+    """``round_aware``: the estimate, as a share of the usable window, before the
+    conversation holds a complete round."""
+    round_max: float = Field(default=0.5, gt=0.0, lt=1.0)
+    """``round_aware``: the largest estimate, as a share of the usable window; a round
+    expected to add more is left to mid-round compaction."""
+    round_headroom: float = Field(default=0.35, ge=0.0, le=2.0)
+    """``round_aware``: how much further than the round needs a turn start compacts, as a
+    multiple of the estimate (so the next turn start need not compact again at once)."""
+
     @model_validator(mode="after")
     def _consistent(self) -> WindowManagerOptions:
+        self._rounds_consistent()
         if self.target > self.trigger:
             raise ValueError(
                 f"target ({self.target}) must not exceed trigger ({self.trigger}): "
@@ -102,6 +124,36 @@ class WindowManagerOptions(CompactorOptions):
                 f"{given} apply only to strategy 'summarize' (strategy is {self.strategy!r})"
             )
         return self
+
+    def _rounds_consistent(self) -> None:
+        """Refuse round options that do nothing, and a prior above its cap."""
+        tuning = {
+            "round_percentile",
+            "round_prior",
+            "round_max",
+            "round_headroom",
+        } & self.model_fields_set
+        if tuning and (self.schedule != "threshold" or not self.round_aware):
+            given = ", ".join(sorted(tuning))
+            why = (
+                f"schedule is {self.schedule!r}"
+                if self.schedule != "threshold"
+                else "round_aware is false"
+            )
+            raise ValueError(f"{given} apply only to round_aware with schedule 'threshold' ({why})")
+        if (
+            self.schedule != "threshold"
+            and self.round_aware
+            and "round_aware" in self.model_fields_set
+        ):
+            raise ValueError(
+                f"round_aware applies only to schedule 'threshold' (schedule is {self.schedule!r})"
+            )
+        if self.round_prior > self.round_max:
+            raise ValueError(
+                f"round_prior ({self.round_prior}) must not exceed round_max "
+                f"({self.round_max}): the estimate is capped at round_max"
+            )
 
     @property
     def turns_to_keep(self) -> int:

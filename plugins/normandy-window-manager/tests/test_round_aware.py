@@ -1,0 +1,202 @@
+"""Round-aware compaction: a turn start makes room for the round the turn will run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import event, given, settings, strategies as st
+
+from normandy_core import AgentConfig, OptionsError, build_context, get_counter, run_compaction
+from normandy_core.app.demo import load_session, replay
+from normandy_core.testing.strategies import conversations
+from normandy_window_manager import compactor
+from normandy_window_manager.cut import cut_to_target
+from normandy_window_manager.options import WindowManagerOptions
+from normandy_window_manager.rounds import estimate_round, round_growths, round_target
+
+SPECIAL = ("normandy.summary", "normandy.compaction_marker")
+NEW = "t-new"  # the turn a generated turn start opens
+
+
+@st.composite
+def setups(draw: st.DrawFn) -> tuple[AgentConfig, WindowManagerOptions]:
+    """A conversation at a turn start, window_manager options sized around it."""
+    conv = draw(conversations(mid_round=False, max_turns=6))
+    counter = draw(st.sampled_from(["estimate", "cl100k_base"]))
+    size = conv.memory.tokens(get_counter(counter))
+    fill = draw(st.sampled_from([0.3, 0.45, 0.6, 0.75, 0.9, 1.05]))
+    trigger = draw(st.sampled_from([1.0, 0.9]))
+    opts: dict[str, Any] = {
+        "strategy": draw(st.sampled_from(["oldest_first", "sliding_window"])),
+        "context_window": max(int(size / fill), 1_500) + 200,
+        "reserved_tokens": 200,
+        "trigger": trigger,
+        "target": draw(st.sampled_from([0.5, 0.6])),
+        "counter": counter,
+    }
+    if draw(st.booleans()):
+        opts["round_percentile"] = draw(st.sampled_from([0.5, 0.9, 1.0]))
+        opts["round_max"] = draw(st.sampled_from([0.3, 0.5, 0.7]))
+        opts["round_prior"] = min(draw(st.sampled_from([0.0, 0.2, 0.3])), opts["round_max"])
+        opts["round_headroom"] = draw(st.sampled_from([0.0, 0.35, 1.0]))
+    # a turn start: the new request is in, its round to come
+    memory = conv.memory.copy()
+    memory.add_message(
+        "user", draw(st.sampled_from(["Go on.", "Now the tests." * 20])), turn_id=NEW
+    )
+    acc = AgentConfig(
+        model="claude-sonnet-4-5",
+        compactor="window_manager",
+        compactor_opts=opts,
+    ).with_memory(memory)
+    return acc, WindowManagerOptions(**opts)
+
+
+def _ids(acc: AgentConfig) -> list[str]:
+    return [e.id for e in acc.memory if not any(e.metadata.get(k) for k in SPECIAL)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(setups())
+def test_a_turn_start_leaves_room_for_its_estimate(setup: Any) -> None:
+    """Where the strategy can make the room (its target met), a turn start never leaves
+    less room than the coming round's estimate; it skips only when the round fits."""
+    acc, opts = setup
+    ctx = build_context(acc, mid_round=False, turn_id=NEW)
+    usable = ctx.window - opts.reserved_tokens
+    sent = ctx.counter.memory_tokens(acc.memory) + ctx.prompt_tokens
+    estimate = estimate_round(acc.memory, ctx, opts, usable)
+
+    new_acc, meta = run_compaction(acc, mid_round=False, turn_id=NEW)
+
+    event("compacted" if meta["compacted"] else "error" if "error" in meta else "skipped")
+    if not meta["compacted"]:
+        if "error" not in meta:
+            assert sent <= opts.trigger * usable
+            assert sent + estimate.tokens <= usable
+        return
+    after = ctx.counter.memory_tokens(new_acc.memory) + ctx.prompt_tokens
+    assert meta["round_estimate"] == estimate.tokens
+    assert meta["round_rounds"] == estimate.rounds
+    assert "round estimate" in meta["round_reason"]
+    if meta["target_met"]:
+        assert after <= round_target(opts, estimate, usable) * usable + 1
+        assert after + estimate.tokens <= usable + 1
+    else:
+        assert after <= usable
+
+
+@settings(max_examples=150, deadline=None)
+@given(setups(), st.booleans())
+def test_round_aware_off_restores_todays_decisions(setup: Any, mid_round: bool) -> None:
+    """With ``round_aware`` off a boundary decides as before the option: skip at or under
+    ``trigger`` (turn start) or the usable window (mid-round), else the plain cut to
+    ``target``."""
+    acc, _ = setup
+    plain = {k: v for k, v in acc.compactor_opts.items() if not k.startswith("round_")}
+    acc = acc.with_compactor("window_manager", {**plain, "round_aware": False})
+    off = WindowManagerOptions(**acc.compactor_opts)
+    ctx = build_context(acc, mid_round=mid_round, turn_id=NEW)
+    usable = ctx.window - off.reserved_tokens
+    before = ctx.counter.memory_tokens(acc.memory)
+    level = usable if mid_round else off.trigger * usable
+
+    got_acc, got = compactor.maybe_compact(acc, ctx, off)
+
+    if before + ctx.prompt_tokens <= level:
+        assert got == {"compacted": False} and got_acc is acc
+        return
+    want_acc, want = cut_to_target(acc, ctx, off, ctx.counter, before, usable)
+    assert got.keys() == want.keys()
+    assert got["compacted"] == want["compacted"]
+    assert got.get("error") == want.get("error")
+    assert [e.id for e in got.get("dropped", ())] == [e.id for e in want.get("dropped", ())]
+    assert _ids(got_acc) == _ids(want_acc)
+    assert "round_estimate" not in got
+
+
+def test_the_estimate_is_a_percentile_of_the_sessions_complete_rounds() -> None:
+    """Each complete earlier turn's growth after its request counts; the current turn and a
+    turn cut into by a compaction do not; before any round the prior decides."""
+    acc = AgentConfig(
+        model="claude-sonnet-4-5",
+        compactor="window_manager",
+        compactor_opts={"context_window": 200_000},
+    )
+    ctx = build_context(acc, mid_round=False)
+    opts = WindowManagerOptions(context_window=200_000)
+    usable = 200_000 - opts.reserved_tokens
+    # no rounds yet: the prior share of the usable window
+    prior = estimate_round(acc.memory, ctx, opts, usable)
+    assert (prior.tokens, prior.rounds) == (int(0.25 * usable), 0)
+    memory = acc.memory.copy()
+    for turn in ("t1", "t2", "t3"):
+        memory.add_message("user", f"request {turn}", turn_id=turn)
+        for n in range(3 if turn != "t2" else 6):
+            memory.add_message("assistant", "x " * (200 * (n + 1)), turn_id=turn)
+    memory.add_message("user", "the current request", turn_id="t4")
+    growths = round_growths(memory, ctx.counter, "t4")
+    assert len(growths) == 3 and growths[1] == max(growths)
+    at_t4 = build_context(acc.with_memory(memory), mid_round=False, turn_id="t4")
+    got = estimate_round(memory, at_t4, opts, usable)
+    assert (got.tokens, got.rounds) == (max(growths), 3)  # the 90th percentile of three
+    # a turn whose request was compacted away is not a complete round
+    cut = memory.derive([e for e in memory.entries() if e.text() != "request t2"])
+    assert len(round_growths(cut, ctx.counter, "t4")) == 2
+
+
+@pytest.mark.parametrize(
+    ("opts", "words"),
+    [
+        ({"round_aware": False, "round_percentile": 0.5}, "round_aware is false"),
+        ({"schedule": "cost", "round_max": 0.4}, "schedule is 'cost'"),
+        ({"schedule": "cost", "round_aware": True}, "round_aware applies only"),
+        ({"round_prior": 0.6, "round_max": 0.5}, "must not exceed round_max"),
+        ({"round_percentile": 0.0}, "round_percentile"),
+        ({"round_max": 1.0}, "round_max"),
+        ({"round_headroom": -0.1}, "round_headroom"),
+    ],
+)
+def test_round_options_are_validated_where_the_config_is_made(
+    opts: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(OptionsError, match=words):
+        AgentConfig(
+            model="claude-sonnet-4-5",
+            compactor="window_manager",
+            compactor_opts={"context_window": 48_000, **opts},
+        )
+
+
+def test_the_demo_keeps_its_reasoning_at_turn_starts() -> None:
+    """On the demo session at 48k the default compacts at turn starts, says why in meta,
+    and far fewer calls run with thinking disabled than with round_aware off."""
+    session = load_session()
+    on = replay(session, window=48_000, turns=30)
+    off = replay(session, opts={"round_aware": False}, window=48_000, turns=30)
+    starts = [b for b in on.compactions if not b.mid_round]
+    assert starts and all("round_reason" in b.meta for b in starts)
+    assert all(b.meta["round_estimate"] > 0 for b in starts)
+    calls = len(on.billed)
+    assert on.thinking_disabled <= 0.05 * calls < off.thinking_disabled
+    assert on.peak <= on.window - 4096
+    # every compaction says whether it stripped the thinking of a kept message
+    assert all(isinstance(b.meta["thinking_stripped"], bool) for b in on.compactions)
+    assert any(b.meta["thinking_stripped"] for b in off.compactions if b.mid_round)
+
+
+@settings(max_examples=60, deadline=None)
+@given(setups())
+def test_outside_a_turn_loop_a_turn_start_decides_as_before(setup: Any) -> None:
+    """A boundary without a turn id (``compact()``, whose calls continue one another) is
+    not round-aware: it decides as with ``round_aware`` off."""
+    acc, _ = setup
+    plain = {k: v for k, v in acc.compactor_opts.items() if not k.startswith("round_")}
+    off = acc.with_compactor("window_manager", {**plain, "round_aware": False})
+    got_acc, got = run_compaction(acc, mid_round=False)
+    want_acc, want = run_compaction(off, mid_round=False)
+    assert got["compacted"] == want["compacted"]
+    assert got.get("error") == want.get("error")
+    assert _ids(got_acc) == _ids(want_acc)
+    assert "round_estimate" not in got
