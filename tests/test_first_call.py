@@ -234,13 +234,23 @@ def _sizes() -> tuple[int, int]:
     return r.tokens_before + REPLY_PRIMING, r.memory.tokens(Utf8BoundCounter()) + REPLY_PRIMING
 
 
+def _skip_window(tokens: int) -> int:
+    """The usable window whose declared turn-start skip level is just over ``tokens``."""
+    from normandy_window_manager.options import WindowManagerOptions
+
+    share = 1.0 - WindowManagerOptions().round_max
+    return math.ceil(tokens / share) + 10
+
+
 @pytest.mark.slow
 def test_a_small_transcript_far_below_its_window_loads_no_encoding(tmp_path, monkeypatch):
     monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "archive.sqlite3"))
     exact, bound = _sizes()
     assert exact < bound < 3 * exact  # bytes: a bound, not a count
-    # window_manager's threshold is the window minus reserved_tokens (4,096 by default)
-    out = _first_compact(4096 + bound + 10)
+    # window_manager declares its turn-start skip level (compaction_threshold) as the
+    # usable window (the window minus 4,096 reserved tokens) less room for the largest
+    # round estimate (round_max); below it nothing is counted
+    out = _first_compact(4096 + _skip_window(bound))
     assert out["compacted"] is False and out["error"] is None
     assert out["loaded"] == []  # decided by the bound: nothing loaded
     # the figure, once asked for, is the exact count (it loads the encoding then)
@@ -256,7 +266,7 @@ def test_calibration_evidence_for_the_model_loads_no_encoding_either(tmp_path, m
         "from normandy_core.conversation.calibration import default_calibration\n"
         "default_calibration().observe('gpt-4', 'tiktoken:cl100k_base', 1000, 1100)"
     )
-    out = _first_compact(4096 + math.ceil(bound * 1.1) + 10, evidence)
+    out = _first_compact(4096 + _skip_window(math.ceil(bound * 1.1)), evidence)
     assert out["compacted"] is False and out["loaded"] == []
 
 
