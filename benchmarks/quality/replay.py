@@ -60,7 +60,9 @@ __all__ = [
     "Run",
     "Subject",
     "Where",
+    "recorded_tools",
     "replay",
+    "reply_blocks",
     "subjects",
 ]
 
@@ -268,7 +270,8 @@ def locate(fact: str, system: str, messages: Sequence[Entry]) -> Where:
     return "summary" if in_summary else "missing"
 
 
-def _blocks(records: Sequence[Mapping[str, Any]]) -> tuple[Block, ...]:
+def reply_blocks(records: Sequence[Mapping[str, Any]]) -> tuple[Block, ...]:
+    """A recorded reply's block dicts as Normandy blocks."""
     return Entry.model_validate({"id": "r", "role": "assistant", "content": list(records)}).blocks
 
 
@@ -375,7 +378,8 @@ class _Model:
         return ModelReply(content=blocks)
 
 
-def _tools(turn: Turn) -> dict[str, Callable[..., ToolResultBlock]]:
+def recorded_tools(turn: Turn) -> dict[str, Callable[..., ToolResultBlock]]:
+    """Tools that answer ``turn``'s calls with its recorded outputs, in order."""
     outputs: Iterator[Mapping[str, Any]] = iter(turn.outputs)
 
     def make(name: str) -> Callable[..., ToolResultBlock]:
@@ -433,7 +437,7 @@ def _replay_normandy(
                 run.compactions += 1
 
         for t, turn in enumerate(session.turns):
-            replies = [_blocks(r) for r in turn.replies]
+            replies = [reply_blocks(r) for r in turn.replies]
             model = _Model(run, session, t, replies, needs, name)
             script = [model] * (2 * len(turn.replies) + 1)
             client = ScriptedClient(script, model=MODEL)
@@ -441,7 +445,7 @@ def _replay_normandy(
                 acc,
                 turn.user,
                 client=client,
-                tools=_tools(turn),
+                tools=recorded_tools(turn),
                 turn_id=turn.turn_id,
                 thinking=2048,
                 max_iterations=4 * len(turn.replies) + 4,
@@ -469,7 +473,7 @@ def _session_entries(session: QualitySession) -> Iterator[tuple[int, int, list[E
         new.append(Entry(id=f"q{t}-u", role="user", content=turn.user, turn_id=turn.turn_id))
         for c, records in enumerate(turn.replies):
             yield t, c, new
-            blocks = _blocks(records)
+            blocks = reply_blocks(records)
             new = [Entry(id=f"q{t}-{c}-a", role="assistant", content=blocks, turn_id=turn.turn_id)]
             uses = [b for b in blocks if isinstance(b, ToolUseBlock)]
             if uses:
