@@ -15,8 +15,8 @@ distinguishes them:
   result's bound);
 - **task**: a constraint in the task message, beside notes about other modules' APIs.
 
-Each fact is needed early (one to six calls after it was planted) and late (a quarter to
-nine tenths of the rest of the session on); the task's constraint at 35, 70 and 95 % of
+Each fact is needed early (one to six calls after it was planted) and late (half to 95 % of
+the rest of the session on); the task's constraint at 35, 70 and 95 % of
 the session. A need is asked in three query tiers (:data:`TIERS`):
 
 - ``exact``: the distinguishing words exactly (job and region, directory and file name,
@@ -426,7 +426,7 @@ def _need_points(s: TieredSession, rng: random.Random) -> list[TieredNeed]:
         first = index[s.plant_call(f)]
         rest = len(calls) - first
         early = min(first + rng.randint(1, 6), len(calls) - 1)
-        late = min(first + rng.randint(rest // 4, rest * 9 // 10), len(calls) - 1)
+        late = min(first + rng.randint(rest // 2, rest * 19 // 20), len(calls) - 1)
         needs += [TieredNeed(f.id, *calls[early], "early"), TieredNeed(f.id, *calls[late], "late")]
     return needs
 
@@ -434,13 +434,13 @@ def _need_points(s: TieredSession, rng: random.Random) -> list[TieredNeed]:
 def build(base: QualitySession, seed: int, facts: int = 12) -> TieredSession:
     """``base`` with the task's constraint and ``facts`` facts planted, each kind in turn.
 
-    The facts go into the first 45 % of the session (so late needs come many
+    The facts go into the first 40 % of the session (so late needs come many
     compactions after them), batches first: their turns are inserted, which moves the
     later turns.
     """
     rng = random.Random(seed * 104_729 + 35)
     p = _Planter(base, rng)
-    top = max(int(0.45 * len(base.turns)), 8 + facts)
+    top = max(int(0.4 * len(base.turns)), 8 + facts)
     turns = sorted(rng.sample(range(8, top), facts))
     plan = [(_PLANTERS[k % len(_PLANTERS)], k + 1, t) for k, t in enumerate(turns)]
     batches = [t for planter, _, t in plan if planter is _batch]

@@ -234,6 +234,11 @@ def replay_tiers(
                 counter=COUNTER,
                 on_event=state.on_event,
             ).acc
+    # the background writer indexes and checkpoints after the last turn: let it finish
+    # before the file goes, or it writes a new one
+    from normandy_archive.maintenance import drain
+
+    drain()
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     return state.outcomes
@@ -251,6 +256,7 @@ def _row(window: int, subject: str, timing: str, tier: str, group: Sequence[Outc
     settings = [o for o in group if o.score.latest_first is not None]
     cells = [
         _pct(sum(o.visible for o in group), n),
+        _pct(sum(o.visible or o.score.returned for o in group), n),
         _pct(sum(o.score.returned for o in group), n),
         _pct(sum(o.score.first for o in group), n),
         _pct(sum(o.score.before_rivals for o in group), n),
@@ -278,13 +284,13 @@ def tables(outcomes: Sequence[Outcome], sessions: Sequence[TieredSession], ranki
     out = [
         f"Sessions: {'; '.join(s.name for s in sessions)} ({facts} facts, {needs} needs, "
         f"each asked in {len(TIERS)} tiers). Ranking: {ranking}. `visible`: the fact was in "
-        "the request at need time (not used by the model); the other columns score the "
-        "recall result. `latest first`: settings only, the latest value before both stale "
-        "ones (n in brackets).",
+        "the request at need time (not used by the model; recall leaves out what the model "
+        "can still see); the next columns score the recall result. `latest first`: "
+        "settings only, the latest value before both stale ones (n in brackets).",
         "",
-        "| window | subject | needs | tier | n | visible | returned | first entry | "
-        "before every rival | latest first (n) |",
-        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| window | subject | needs | tier | n | visible | visible or returned | returned | "
+        "first entry | before every rival | latest first (n) |",
+        "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     keys = dict.fromkeys((o.window, o.subject) for o in outcomes)
     for window, subject in sorted(keys, key=lambda k: k[0]):
@@ -356,7 +362,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sessions = default_sessions(quick=args.quick)
     started = time.perf_counter()
     outcomes: list[Outcome] = []
-    with tempfile.TemporaryDirectory(prefix="normandy-tiers-") as tmp:
+    # ignore_cleanup_errors: the archive's background maintenance may still be closing the
+    # last run's SQLite file when the directory goes
+    with tempfile.TemporaryDirectory(prefix="normandy-tiers-", ignore_cleanup_errors=True) as tmp:
         for session in sessions:
             for window in WINDOWS:
                 for subject in SUBJECTS:
