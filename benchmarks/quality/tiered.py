@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -498,14 +499,19 @@ def _block_text(block: Mapping[str, Any]) -> str:
 
 def unique_tokens(session: TieredSession) -> list[tuple[str, Tier, str]]:
     """``(fact id, tier, token)`` for every query token found in its own fact and nowhere
-    else in the session (every occurrence of the fact removed): none should exist."""
-    text = session_text(session.base)
+    else in the session: none should exist. Every line holding the fact is left out of
+    "elsewhere", so a codename in the line that carries a fact counts as the fact's."""
+    lines = session_text(session.base).split("\n")
+    per_line = [set(words(x)) for x in lines]
+    in_lines = Counter(w for ws in per_line for w in ws)  # how many lines hold each word
     found: list[tuple[str, Tier, str]] = []
     for f in session.facts:
-        elsewhere = set(words(text.replace(f.text, "\n")))
-        own = set(words(f.text))
+        holding = Counter(
+            w for x, ws in zip(lines, per_line, strict=True) if f.text in x for w in ws
+        )
+        own = {w for w in words(f.text) if in_lines[w] == holding[w]}
         for tier, query in f.queries.items():
-            found += [(f.id, tier, w) for w in _ordered(words(query)) if w in own - elsewhere]
+            found += [(f.id, tier, w) for w in _ordered(words(query)) if w in own]
     return found
 
 
