@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from benchmarks.quality import sessions, tiered, tiers
 from benchmarks.quality.sessions import QualitySession, Turn, from_memory
@@ -94,6 +95,21 @@ def test_no_benchmark_query_holds_a_token_only_its_fact_has(quick: bool) -> None
                 break
         else:
             pytest.fail(f"{session.name}: no fact has a token of its own to plant")
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), size=st.integers(700, 1_200))
+def test_any_seed_plants_queries_without_a_giveaway(seed: int, size: int) -> None:
+    session = tiered.build(from_memory("any", generate_session(seed, size)), seed)
+    session.check()  # every fact and rival planted, every need after its fact
+    assert tiered.unique_tokens(session) == []
+    assert tiered.meaning_overlap(session) == []
+    assert len({f.text for f in session.facts}) == len(session.facts)
+
+
+def test_a_session_too_short_for_its_facts_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"short: \d+ turns are too few to plant 12 facts"):
+        tiered.build(from_memory("short", generate_session(0, 300)), 0)
 
 
 def test_every_kind_of_fact_and_need_is_planted() -> None:

@@ -441,6 +441,11 @@ def build(base: QualitySession, seed: int, facts: int = 12) -> TieredSession:
     """
     rng = random.Random(seed * 104_729 + 35)
     p = _Planter(base, rng)
+    if len(base.turns) < 2 * (8 + facts):
+        raise ValueError(
+            f"{base.name}: {len(base.turns)} turns are too few to plant {facts} facts "
+            f"(at least {2 * (8 + facts)}; a generated session of 700 messages or more)"
+        )
     top = max(int(0.4 * len(base.turns)), 8 + facts)
     turns = sorted(rng.sample(range(8, top), facts))
     plan = [(_PLANTERS[k % len(_PLANTERS)], k + 1, t) for k, t in enumerate(turns)]
