@@ -441,10 +441,11 @@ def build(base: QualitySession, seed: int, facts: int = 12) -> TieredSession:
     """
     rng = random.Random(seed * 104_729 + 35)
     p = _Planter(base, rng)
-    if len(base.turns) < 2 * (8 + facts):
+    # facts go into turns 8 to 8 + facts at least, and each needs as many turns after it
+    if len(base.turns) < 8 + 2 * facts:
         raise ValueError(
             f"{base.name}: {len(base.turns)} turns are too few to plant {facts} facts "
-            f"(at least {2 * (8 + facts)}; a generated session of 700 messages or more)"
+            f"(at least {8 + 2 * facts}; a generated session of 600 messages has about 40)"
         )
     top = max(int(0.4 * len(base.turns)), 8 + facts)
     turns = sorted(rng.sample(range(8, top), facts))
