@@ -77,7 +77,8 @@ def test_the_demo_shows_where_thinking_was_disabled(tmp_path: Any) -> None:
     assert any(b.mid_round and b.thinking_stripped for b in report.boundaries[: first + 1])
     rows = dict((k, v) for k, v in summary_rows(report))
     calls = len(report.billed)
-    assert rows["thinking disabled"].startswith(f"{report.thinking_disabled} of {calls} model calls")
+    expected = f"{report.thinking_disabled} of {calls} model calls"
+    assert rows["thinking disabled"].startswith(expected)
     chart = _chart_text(report).splitlines()
     at = next(i for i, line in enumerate(chart) if line.startswith("thinking disabled"))
     marks = chart[at + 1]
