@@ -322,7 +322,7 @@ def _info(
         compactor_duration=probe.took,
         error_type=error_type,
         # the request the client sends next is the result's conversation
-        thinking_disabled=thinking and thinking_lost(result.acc.memory.entries()),
+        thinking_disabled=thinking and thinking_lost(result.acc.memory.newest_first()),
     )
 
 

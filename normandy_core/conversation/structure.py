@@ -8,7 +8,7 @@ between units never orphans a tool result and never splits a batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from normandy_core.conversation.entries import (
@@ -145,27 +145,32 @@ def starts_with_thinking(entry: Entry) -> bool:
     return bool(blocks) and isinstance(blocks[0], (ThinkingBlock, RedactedThinkingBlock))
 
 
+def _open_round(newest_first: Iterable[Entry]) -> tuple[int, Entry] | None:
+    """The final assistant entry of an open tool round and how many entries back from the
+    newest it is, given the conversation newest first; ``None`` when no round is open."""
+    for back, entry in enumerate(newest_first):
+        if entry.role == "assistant":
+            return (back, entry) if back and entry.tool_uses else None
+        if not entry.tool_results:
+            return None
+    return None
+
+
 def open_round_start(entries: Sequence[Entry]) -> int | None:
     """Index of the final assistant entry of an open tool round, or ``None`` when none is open.
 
     A round is open when the conversation ends with tool results answering the tool uses
     of the assistant entry before them: the next request continues that round.
     """
-    convo = [entry for entry in entries if entry.role != "system"]
-    if not convo or not convo[-1].tool_results:
-        return None
-    for i in range(len(entries) - 1, -1, -1):
-        entry = entries[i]
-        if entry.role == "assistant":
-            return i if entry.tool_uses else None
-        if not entry.tool_results:
-            return None
-    return None
+    found = _open_round(reversed(entries))
+    return None if found is None else len(entries) - 1 - found[0]
 
 
-def thinking_lost(entries: Sequence[Entry]) -> bool:
-    """Whether a request over ``entries`` asking for thinking must go without it: a tool
-    round is open and its last assistant entry does not start with its thinking block (a
-    mid-round compaction stripped it). The round then finishes with thinking disabled."""
-    at = open_round_start(entries)
-    return at is not None and not starts_with_thinking(entries[at])
+def thinking_lost(newest_first: Iterable[Entry]) -> bool:
+    """Whether a request over the conversation (given newest first, as
+    :meth:`~normandy_core.AgentMemory.newest_first` gives it: only the open round is read)
+    asking for thinking must go without it: a tool round is open and its last assistant
+    entry does not start with its thinking block (a mid-round compaction stripped it).
+    The round then finishes with thinking disabled."""
+    found = _open_round(newest_first)
+    return found is not None and not starts_with_thinking(found[1])
