@@ -182,6 +182,17 @@ class Row:
     facts: int
     facts_total: int
     cumulative: list[float] = dataclasses.field(default_factory=list)
+    #: Model calls sent with thinking disabled (``None``: a peer, which runs no turn loop).
+    thinking_disabled: int | None = None
+    #: Model calls in all.
+    calls: int = 0
+
+    def thinking_text(self) -> str:
+        """The calls sent with thinking disabled, of all calls (``-`` for a peer)."""
+        if self.thinking_disabled is None:
+            return "-"
+        share = 100 * self.thinking_disabled / self.calls if self.calls else 0.0
+        return f"{self.thinking_disabled} of {self.calls} ({share:.1f} %)"
 
 
 def run_config(name: str, session: DemoSession, facts: Facts, window: int) -> Row:
@@ -214,6 +225,8 @@ def run_config(name: str, session: DemoSession, facts: Facts, window: int) -> Ro
         found,
         total,
         report.cumulative_cost,
+        thinking_disabled=report.thinking_disabled,
+        calls=len(report.billed),
     )
 
 
@@ -390,13 +403,13 @@ def table(rows: Sequence[Row], baseline: str) -> str:
     base = next(r for r in rows if r.name == baseline)
     out = [
         "| configuration | input cost | vs default | compactions | peak sent | over window "
-        "| facts available |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| facts available | calls with thinking disabled |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         out.append(
             f"| {r.name} | ${r.cost:.2f} | {r.cost / base.cost:.2f}x | {r.compactions} "
-            f"| {r.peak:,} | {r.over} | {r.facts}/{r.facts_total} |"
+            f"| {r.peak:,} | {r.over} | {r.facts}/{r.facts_total} | {r.thinking_text()} |"
         )
     return "\n".join(out)
 
@@ -465,6 +478,8 @@ def run_quality(windows: Sequence[int], quick: bool = False) -> list[str]:
                             run.over_window,
                             run.available,
                             len(run.results),
+                            thinking_disabled=run.thinking_disabled,
+                            calls=b.requests,
                         )
                         wheres[subject.label, recall] = " / ".join(
                             str(run.count(w)) for w in ("context", "summary", "recall")
@@ -474,15 +489,17 @@ def run_quality(windows: Sequence[int], quick: bool = False) -> list[str]:
                     f"### {session.name}, {session.calls:,} calls, {window:,}-token window",
                     "",
                     "| configuration | recall | input cost | vs default | compactions | peak sent "
-                    "| over window | facts available | in context / summary / recall |",
-                    "|---|:---:|---:|---:|---:|---:|---:|---:|---|",
+                    "| over window | facts available | calls with thinking disabled "
+                    "| in context / summary / recall |",
+                    "|---|:---:|---:|---:|---:|---:|---:|---:|---:|---|",
                 ]
                 for (name, recall), r in rows.items():
                     base = rows[DEFAULT, recall]
                     out.append(
                         f"| {name} | {'on' if recall else 'off'} | ${r.cost:.2f} "
                         f"| {r.cost / base.cost:.2f}x | {r.compactions} | {r.peak:,} | {r.over} "
-                        f"| {r.facts}/{r.facts_total} | {wheres[name, recall]} |"
+                        f"| {r.facts}/{r.facts_total} | {r.thinking_text()} "
+                        f"| {wheres[name, recall]} |"
                     )
                 out.append("")
                 for recall in (False, True):

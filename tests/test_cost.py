@@ -644,3 +644,27 @@ def test_the_cost_schedule_weighs_its_result_again_until_it_waits():
     assert not again["compacted"]
     assert again.get("cost_decision", "waits") == "waits"  # or under the floor: not weighed
     assert again_acc is new_acc
+
+
+def test_the_cost_tables_count_the_calls_sent_without_thinking(tmp_path, monkeypatch):
+    """The cost benchmark's rows carry the calls the turn loop sent with thinking disabled,
+    shown beside facts available and the billed cost (``-`` for a peer)."""
+    from benchmarks.cost import DEFAULT, plant, run_config, table
+    from normandy_core.app.demo import load_session, replay
+
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(tmp_path / "a.sqlite3"))
+    full = load_session()
+    session, facts = plant(dataclasses.replace(full, turns=full.turns[:8]), seed=1)
+    row = run_config(DEFAULT, session, facts, 12_000)
+    off = replay(session, window=12_000, opts={"round_aware": False})
+    mid_round = dataclasses.replace(
+        row, name="round_aware off", thinking_disabled=off.thinking_disabled
+    )
+    assert row.thinking_disabled == replay(session, window=12_000).thinking_disabled
+    assert row.calls == len(off.billed) and mid_round.thinking_disabled > 0
+    peer = dataclasses.replace(row, name="a peer", thinking_disabled=None)
+    lines = table([row, mid_round, peer], DEFAULT).splitlines()
+    assert lines[0].endswith("| facts available | calls with thinking disabled |")
+    share = 100 * off.thinking_disabled / row.calls
+    assert lines[3].endswith(f"| {off.thinking_disabled} of {row.calls} ({share:.1f} %) |")
+    assert lines[4].endswith("| - |")

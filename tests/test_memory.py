@@ -80,3 +80,17 @@ def test_load_refuses_broken_graphs():
     cyclic = {**data, "entries": [{**data["entries"][0], "parent_id": "m2"}, *data["entries"][1:]]}
     with pytest.raises(ValueError, match="form a cycle"):
         AgentMemory.load(cyclic)
+
+
+def test_newest_first_walks_the_active_branch_backwards_without_a_copy():
+    from normandy_core.conversation.structure import open_round_start, thinking_lost
+
+    memory = AgentMemory()
+    for i in range(5):
+        memory.add_message("user" if i % 2 == 0 else "assistant", f"m{i}", id=f"m{i}")
+    assert [e.id for e in memory.newest_first()] == ["m4", "m3", "m2", "m1", "m0"]
+    walk = memory.newest_first()
+    assert next(walk).id == "m4"  # lazy: only what is read
+    # a closed conversation has no open round, so nothing can lose its thinking
+    assert open_round_start(memory.entries()) is None
+    assert not thinking_lost(memory.newest_first())

@@ -9,6 +9,7 @@ request sequence with prompt caching.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,30 @@ def test_the_peer_trim_messages_runs_the_same_session(tiny, tmp_path):
         quality.replay(tiny, peer, WIDE, recall=True, archive_dir=tmp_path)
     table = tables(aggregate([wide, tight]), [tiny])
     assert "| 400k | LangChain trim_messages (last) | off | **100.0 %**" in table
+
+
+def test_the_calls_sent_without_thinking_are_counted_beside_the_facts(tiny, tmp_path):
+    """Each Normandy run counts the calls its turn loop sent with thinking disabled (a
+    mid-round compaction stripped the round's thinking); the table shows them per subject
+    beside facts available and billed cost, and ``-`` for a peer, which has no turn loop."""
+    mid_round = quality.Subject(
+        "oldest_first, round_aware off", "window_manager", {"round_aware": False}
+    )
+    wide = quality.replay(tiny, mid_round, WIDE, recall=False, archive_dir=tmp_path)
+    tight = quality.replay(tiny, mid_round, TIGHT, recall=False, archive_dir=tmp_path)
+    assert wide.thinking_disabled == 0  # nothing compacted
+    assert 0 < tight.thinking_disabled < tight.billing.requests
+    runs = [wide, tight]
+    header = "| facts available | calls with thinking disabled | in context / summary / recall |"
+    if importlib.util.find_spec("langchain_core") is not None:
+        peer = next(s for s in quality.subjects() if s.peer == "langchain")
+        runs.append(quality.replay(tiny, peer, TIGHT, recall=False, archive_dir=tmp_path))
+        assert runs[-1].thinking_disabled is None
+    table = tables(aggregate(runs), [tiny])
+    assert header in table
+    share = 100 * tight.thinking_disabled / tight.billing.requests
+    assert f" | {tight.thinking_disabled} ({share:.1f} %) | " in table
+    if len(runs) == 3:
+        assert "| 8k | LangChain trim_messages (last) | off | " in table
+        row = next(line for line in table.splitlines() if "| 8k | LangChain" in line)
+        assert row.split(" | ")[4] == "-"

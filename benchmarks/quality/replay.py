@@ -214,6 +214,9 @@ class Run:
     task_missing: int = 0  # requests that did not carry the task message
     over_window: int = 0  # requests larger than the window
     recall_calls: int = 0
+    #: Requests the turn loop sent with thinking disabled (a mid-round compaction stripped
+    #: the round's thinking); ``None`` for a peer, which runs no turn loop.
+    thinking_disabled: int | None = None
 
     @property
     def available(self) -> int:
@@ -416,6 +419,7 @@ def _replay_normandy(
     counter = get_counter(COUNTER)
     run = Run(session.name, subject.label, window, recall, Billing(counter, 0))
     run.billing.fixed = _fixed(counter, session, recall)
+    run.thinking_disabled = 0
     opts = pin_if_needed(subject.compactor, subject.options(window), window, entry=_ENTRY)
     needs = _needs_by_call(session)
     task = session.turns[0].user
@@ -452,6 +456,7 @@ def _replay_normandy(
                 on_event=on_event,
             )
             acc = result.acc
+            run.thinking_disabled += result.thinking_disabled_calls
             for req in client.requests:
                 total = run.billing.request(req.messages)
                 run.over_window += total > window

@@ -64,6 +64,20 @@ class Row:
         return sum(r.count(where) for r in self.runs)
 
     @property
+    def thinking_disabled(self) -> int | None:
+        """Requests sent with thinking disabled over the sessions (``None``: a peer)."""
+        counts = [r.thinking_disabled for r in self.runs]
+        return None if None in counts else sum(c or 0 for c in counts)
+
+    def thinking_text(self) -> str:
+        """The calls with thinking disabled, and their share of the requests (``-``: a peer)."""
+        disabled = self.thinking_disabled
+        if disabled is None:
+            return "-"
+        requests = self.total("requests")
+        return f"{disabled} ({_pct(disabled / requests if requests else 0.0)})"
+
+    @property
     def cost(self) -> float:
         """Billed input dollars with caching, over the sessions."""
         return sum(r.billing.cost for r in self.runs)
@@ -128,17 +142,17 @@ def tables(rows: Sequence[Row], sessions: Sequence[QualitySession]) -> str:
         f"cost is the input of every request at ${INPUT_PRICE:.2f}/M tokens, cache reads "
         f"{CACHE_READ}x, cache writes {CACHE_WRITE}x.",
         "",
-        "| window | subject | recall | facts available | in context / summary / recall | "
-        "task kept | requests | tokens sent | compactions | over window | cost, cached | "
-        "cost, no cache |",
-        "|---:|---|:---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| window | subject | recall | facts available | calls with thinking disabled | "
+        "in context / summary / recall | task kept | requests | tokens sent | compactions | "
+        "over window | cost, cached | cost, no cache |",
+        "|---:|---|:---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         requests = r.total("requests")
         kept = requests - r.total("task_missing")
         out.append(
             f"| {r.window // 1000}k | {r.subject} | {'on' if r.recall else 'off'} | "
-            f"**{_pct(r.share)}** ({r.total('available')}/{r.needs}) | "
+            f"**{_pct(r.share)}** ({r.total('available')}/{r.needs}) | {r.thinking_text()} | "
             f"{r.count('context')} / {r.count('summary')} / {r.count('recall')} | "
             f"{_pct(kept / requests if requests else 1)} | {requests:,} | "
             f"{r.total('sent') / 1e6:,.2f} M | {r.total('compactions'):,} | "

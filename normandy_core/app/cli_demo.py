@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from normandy_core.app.console import ProgressBar, format_table, sparkline
+from normandy_core.app.console import ProgressBar, format_table, marks, sparkline
 from normandy_core.app.demo import Boundary, DemoReport, load_session, replay
 
 if TYPE_CHECKING:
@@ -56,15 +56,24 @@ def summary_rows(report: DemoReport, reference_window: int | None = None) -> lis
     ]
     if report.billed:
         rows.append(["input cost (cache-aware)", _cost_text(report)])
-    if report.thinking_disabled:
-        rows.append(
-            [
-                "thinking disabled",
-                f"{report.thinking_disabled} model calls (the rest of a round whose thinking "
-                "a mid-round compaction stripped)",
-            ]
-        )
+    if report.billed:
+        rows.append(["thinking disabled", _thinking_text(report)])
     return rows
+
+
+def _thinking_text(report: DemoReport) -> str:
+    """The calls sent with thinking disabled, of all the calls, and the mid-round
+    compactions that stripped it."""
+    calls = len(report.billed)
+    stripped = sum(1 for b in report.compactions if b.mid_round and b.thinking_stripped)
+    disabled = report.thinking_disabled
+    text = f"{disabled:,} of {calls:,} model calls ({_pct(disabled, calls)})"
+    if disabled:
+        text += (
+            f": the rest of a round whose thinking a mid-round compaction stripped "
+            f"({stripped} mid-round compaction{'s' if stripped != 1 else ''} stripped it)"
+        )
+    return text
 
 
 def _boundaries_text(report: DemoReport) -> str:
@@ -138,6 +147,8 @@ def _compaction_line(boundary: Boundary) -> str:
         extra = f", {len(meta['shortened'])} tool results shortened"
     if "summary_id" in meta:
         extra += ", summary inserted"
+    if boundary.mid_round and boundary.thinking_stripped:
+        extra += ", thinking stripped: the round goes on without it"
     return (
         f"  compaction {where}: {boundary.before:>7,} -> {boundary.after:>7,} tokens "
         f"({strategy}, {int(meta.get('dropped_count', 0)):>3} entries dropped{extra})"
@@ -218,6 +229,12 @@ def _chart_text(report: DemoReport) -> str:
     top = max([*values, report.window or 0]) or 1
     line = sparkline(values, width=72, top=top)
     text = f"context per boundary (before compaction; full block = {top:,} tokens):\n{line}"
+    disabled = [b.thinking_disabled for b in report.boundaries]
+    if any(disabled):
+        text += (
+            "\nthinking disabled (! = the call after a boundary in that column went without "
+            f"thinking; {report.thinking_disabled:,} calls):\n{marks(disabled, width=72)}"
+        )
     cumulative = report.cumulative_cost
     if cumulative:
         spent = sparkline(cumulative, width=72, top=cumulative[-1] or 1)
@@ -241,6 +258,7 @@ def plot_report(report: DemoReport, path: str | Path) -> Path:
     context = _plot_context(ax, report)
     _plot_levels(ax, report)
     _plot_compactions(ax, report)
+    _plot_thinking(ax, report)
     _label_axes(ax, report, context)
     handles = _legend_handles(report)
     cost = _plot_cost(ax, report)
@@ -263,6 +281,10 @@ def plot_report(report: DemoReport, path: str | Path) -> Path:
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+#: The colour of the calls sent with thinking disabled.
+_THINKING = "#8172B2"
 
 
 def _plot_context(ax: Axes, report: DemoReport) -> list[float]:
@@ -329,6 +351,21 @@ def _plot_compactions(ax: Axes, report: DemoReport) -> None:
             ax.axvline(boundary.index, color="#999999", linewidth=0.4, alpha=0.35, zorder=0)
 
 
+def _plot_thinking(ax: Axes, report: DemoReport) -> None:
+    """A tick on the axis under each boundary whose call went without thinking."""
+    disabled = [boundary.index for boundary in report.boundaries if boundary.thinking_disabled]
+    if disabled:
+        ax.scatter(
+            disabled,
+            [0.0] * len(disabled),
+            marker="|",
+            s=60,
+            color=_THINKING,
+            clip_on=False,
+            zorder=4,
+        )
+
+
 def _label_axes(ax: Axes, report: DemoReport, context: list[float]) -> None:
     """The title, the axes' labels and limits, the grid and the frame."""
     compactions = report.compactions
@@ -366,6 +403,9 @@ def _legend_handles(report: DemoReport) -> list[Line2D]:
     ]
     if report.window:
         handles.append(Line2D([], [], color="#C44E52", linestyle="--", label="context window"))
+    if report.thinking_disabled:
+        label = f"call without thinking ({report.thinking_disabled:,} of {len(report.billed):,})"
+        handles.append(Line2D([], [], color=_THINKING, marker="|", linestyle="none", label=label))
     return handles
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-__all__ = ["ProgressBar", "format_table", "sparkline"]
+__all__ = ["ProgressBar", "format_table", "marks", "sparkline"]
 
 _BARS = " ▁▂▃▄▅▆▇█"
 
@@ -90,6 +90,15 @@ class ProgressBar:
             self.stream.flush()
 
 
+def _columns(count: int, width: int) -> list[range]:
+    """The indexes each of at most ``width`` columns stands for, ``count`` values in all."""
+    cols = min(width, count)
+    return [
+        range(i * count // cols, max((i + 1) * count // cols, i * count // cols + 1))
+        for i in range(cols)
+    ]
+
+
 def sparkline(values: Sequence[float], *, width: int = 72, top: float | None = None) -> str:
     """``values`` as a row of block characters, resampled to at most ``width`` columns.
 
@@ -98,20 +107,23 @@ def sparkline(values: Sequence[float], *, width: int = 72, top: float | None = N
     """
     if not values:
         return ""
-    count = len(values)
-    cols = min(width, count)
-    buckets = [
-        max(values[i * count // cols : max((i + 1) * count // cols, i * count // cols + 1)])
-        for i in range(cols)
-    ]
+    buckets = [max(values[i] for i in column) for column in _columns(len(values), width)]
     full = top if top is not None else max(buckets)
     if full <= 0:
-        return _BARS[0] * cols
+        return _BARS[0] * len(buckets)
     out = []
     for value in buckets:
         level = round(min(max(value, 0) / full, 1.0) * (len(_BARS) - 1))
         out.append(_BARS[max(level, 1 if value > 0 else 0)])
     return "".join(out)
+
+
+def marks(flags: Sequence[bool], *, width: int = 72, mark: str = "!") -> str:
+    """``flags`` as a row of ``mark`` and spaces, in the columns :func:`sparkline` gives the
+    same number of values: a column is marked when any value of its bucket is set."""
+    return "".join(
+        mark if any(flags[i] for i in column) else " " for column in _columns(len(flags), width)
+    )
 
 
 def format_table(

@@ -109,6 +109,9 @@ class Boundary:
 
     ``after`` is what the next model call was sent (the turn loop's estimate); ``before``
     adds back what the boundary removed (its ``tokens_before - tokens_after``).
+    ``thinking_disabled`` says whether that call went without thinking (a mid-round
+    compaction, this one or an earlier one of the round, stripped it), and
+    ``thinking_disabled_calls`` how many calls of the replay did so far, that one included.
     """
 
     index: int
@@ -117,11 +120,18 @@ class Boundary:
     before: int
     after: int
     meta: Mapping[str, Any]
+    thinking_disabled: bool = False
+    thinking_disabled_calls: int = 0
 
     @property
     def compacted(self) -> bool:
         """Whether the compactor compacted here."""
         return bool(self.meta.get("compacted"))
+
+    @property
+    def thinking_stripped(self) -> bool:
+        """Whether the compaction here stripped the thinking of messages it kept."""
+        return bool(self.meta.get("thinking_stripped"))
 
 
 @dataclass
@@ -139,6 +149,8 @@ class DemoReport:
     compact_seconds: float = 0.0
     total_seconds: float = 0.0
     final_tokens: int = 0
+    #: Model calls sent with thinking disabled (the rest of a round whose thinking a
+    #: mid-round compaction stripped; the turn loop's ``thinking_disabled`` events).
     thinking_disabled: int = 0
     #: Billed input tokens of each model call, in order, with prompt caching
     #: (:mod:`normandy_core.conversation.cost`: the prefix the previous call sent unchanged read at
@@ -225,6 +237,7 @@ class _Replay:
         self.report = report
         self.progress = progress
         self.pending: tuple[Mapping[str, Any], bool] | None = None
+        self.disabled = False  # the pending boundary's call went without thinking
         self.last = time.perf_counter()
 
     def tool(self, name: str) -> Tool:
@@ -249,8 +262,9 @@ class _Replay:
         """The turn's ``on_event`` listener."""
         kind = event.get("type")
         report = self.report
-        if kind == "thinking_disabled":
+        if kind == "thinking_disabled":  # reported with the reply, before model_reply
             report.thinking_disabled += 1
+            self.disabled = True
         elif kind == "boundary":
             report.compact_seconds += time.perf_counter() - self.last
             self.pending = (event["meta"], bool(event["mid_round"]))
@@ -263,7 +277,17 @@ class _Replay:
             was, now = meta.get("tokens_before"), meta.get("tokens_after")
             removed = was - now if isinstance(was, int) and isinstance(now, int) else 0
             before = after + max(removed, 0)
-            boundary = Boundary(len(report.boundaries), self.turn, mid_round, before, after, meta)
+            boundary = Boundary(
+                len(report.boundaries),
+                self.turn,
+                mid_round,
+                before,
+                after,
+                meta,
+                thinking_disabled=self.disabled,
+                thinking_disabled_calls=report.thinking_disabled,
+            )
+            self.disabled = False
             report.boundaries.append(boundary)
             report.batches += int(mid_round)
             self.progress(boundary)

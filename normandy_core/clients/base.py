@@ -11,11 +11,10 @@ from normandy_core.conversation.entries import (
     Content,
     Entry,
     OpaqueBlock,
-    RedactedThinkingBlock,
     TextBlock,
-    ThinkingBlock,
     ToolUseBlock,
 )
+from normandy_core.conversation.structure import open_round_start, starts_with_thinking
 
 __all__ = [
     "AsyncModelClient",
@@ -191,36 +190,6 @@ class AsyncModelClient(Protocol):
         ...
 
 
-def _starts_with_thinking(entry: Entry) -> bool:
-    # A leading provider compaction is a summary of what came before the entry's own
-    # blocks (the provider puts it first in its reply): the rule applies after it.
-    blocks = [
-        block
-        for block in entry.blocks
-        if not (isinstance(block, TextBlock) and not block.text)
-        and not (isinstance(block, OpaqueBlock) and block.kind == "compaction")
-    ]
-    return bool(blocks) and isinstance(blocks[0], (ThinkingBlock, RedactedThinkingBlock))
-
-
-def open_round_start(entries: Sequence[Entry]) -> int | None:
-    """Index of the final assistant entry of an open tool round, or ``None`` when none is open.
-
-    A round is open when the conversation ends with tool results answering the tool uses
-    of the assistant entry before them: the next request continues that round.
-    """
-    convo = [entry for entry in entries if entry.role != "system"]
-    if not convo or not convo[-1].tool_results:
-        return None
-    for i in range(len(entries) - 1, -1, -1):
-        entry = entries[i]
-        if entry.role == "assistant":
-            return i if entry.tool_uses else None
-        if not entry.tool_results:
-            return None
-    return None
-
-
 def thinking_plan(
     entries: Sequence[Entry], thinking: int | None
 ) -> tuple[int | None, dict[str, Any] | None]:
@@ -236,7 +205,7 @@ def thinking_plan(
     if thinking is None:
         return None, None
     at = open_round_start(entries)
-    if at is None or _starts_with_thinking(entries[at]):
+    if at is None or starts_with_thinking(entries[at]):
         return thinking, None
     return None, {
         "type": "thinking_disabled",

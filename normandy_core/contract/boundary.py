@@ -39,6 +39,7 @@ from normandy_core.contract.types import (
     ContractViolation,
     Outcome,
 )
+from normandy_core.conversation.structure import thinking_lost
 
 if TYPE_CHECKING:
     from normandy_core.contract.preparation import Prepared
@@ -71,6 +72,7 @@ def run_compaction(
     turn_id: str | None = None,
     timeout: float | None = None,
     calibration: Calibration | None = None,
+    thinking: bool = False,
 ) -> CompactionResult:
     """Resolve one boundary: call ``acc``'s compactor and return the checked result.
 
@@ -92,6 +94,9 @@ def run_compaction(
     logger (DEBUG skipped, INFO compacted, WARNING failed, naming the compactor and its
     distribution) and every ``on_boundary`` hook gets the result's ``acc`` and ``meta``
     with a :class:`BoundaryInfo`; a hook that fails there is logged and changes nothing.
+    ``thinking`` says whether the model call after the boundary asks for extended
+    thinking (the turn loop passes whether it does); then ``BoundaryInfo.thinking_disabled``
+    says whether that call must go without it.
 
     ``timeout`` (default: ``acc.compaction_timeout``; ``None``: unbounded) bounds the
     whole boundary, hooks included. Under it the compactor works on a private copy of the
@@ -116,7 +121,8 @@ def run_compaction(
     logged = log.isEnabledFor(_LEVELS[outcome])
     observers = selected("on_boundary", gated=True)
     if logged or observers:
-        _report(acc, result, probe, outcome, start_ns, duration, limit, logged, observers)
+        info = _info(acc, result, outcome, probe, start_ns, duration, thinking)
+        _report(result, probe, info, limit, logged, observers)
     return result
 
 
@@ -270,18 +276,14 @@ def _commit(
 
 
 def _report(
-    acc: AgentConfig,
     result: CompactionResult,
     probe: _Probe,
-    outcome: Outcome,
-    start_ns: int,
-    duration: float,
+    info: BoundaryInfo,
     timeout: float | None,
     logged: bool,
     observers: tuple[HookCaller, ...],
 ) -> None:
     """The finished boundary's log line and ``on_boundary`` reports."""
-    info = _info(acc, outcome, probe, start_ns, duration)
     if logged:
         _log(result, probe, info)
     if observers:
@@ -296,7 +298,13 @@ _LEVELS = {"skipped": logging.DEBUG, "compacted": logging.INFO, "failed": loggin
 
 
 def _info(
-    acc: AgentConfig, outcome: Outcome, probe: _Probe, start_ns: int, duration: float
+    acc: AgentConfig,
+    result: CompactionResult,
+    outcome: Outcome,
+    probe: _Probe,
+    start_ns: int,
+    duration: float,
+    thinking: bool,
 ) -> BoundaryInfo:
     comp = probe.comp
     error_type = probe.error_type if outcome == "failed" else None
@@ -313,6 +321,8 @@ def _info(
         compactor_start=probe.started,
         compactor_duration=probe.took,
         error_type=error_type,
+        # the request the client sends next is the result's conversation
+        thinking_disabled=thinking and thinking_lost(result.acc.memory.newest_first()),
     )
 
 

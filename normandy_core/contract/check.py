@@ -418,8 +418,10 @@ def account(
     ``tokens_removed`` (the running turn's messages: their count before minus what is left
     of them after), all with ``ctx.counter``; and the next call's estimated billed input
     with prompt caching, ``billed_next_without`` and ``billed_next_with``, with the cached
-    tokens the compaction keeps, ``cache_kept_tokens`` (:mod:`normandy_core.conversation.cost`).
-    Other results are returned as they are.
+    tokens the compaction keeps, ``cache_kept_tokens`` (:mod:`normandy_core.conversation.cost`);
+    and ``thinking_stripped``, whether an entry it kept lost its thinking blocks (the
+    compactor's own value is replaced, as the token figures are). Other results are
+    returned as they are.
     """
     if not result.meta.compacted:
         return result
@@ -438,9 +440,21 @@ def account(
         tokens_before=counter.memory_tokens(before),
         tokens_after=counter.memory_tokens(after),
         tokens_removed=max(removed, 0),
+        thinking_stripped=_stripped_thinking(old, after),
         **_billed_next(result, before, ctx),
     )
     return CompactionResult(result.acc, meta)
+
+
+def _stripped_thinking(old: Sequence[Entry], after: AgentMemory) -> bool:
+    """Whether an entry of ``old`` with thinking blocks is kept in ``after`` without them
+    (mid-round, the model then finishes its round with thinking disabled)."""
+    for e in old:
+        if e.has_thinking:
+            kept = after.get(e.id)
+            if kept is not None and not kept.has_thinking:
+                return True
+    return False
 
 
 def _billed_next(

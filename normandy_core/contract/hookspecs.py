@@ -113,7 +113,8 @@ class CompactorSpec:
             removed; the task budget subtracts it) with ``ctx.counter`` itself, and the
             next call's estimated billed input with prompt caching without and with the
             compaction, ``billed_next_without`` and ``billed_next_with``, with the cached
-            tokens it keeps, ``cache_kept_tokens`` (see ``docs/cost.md``).
+            tokens it keeps, ``cache_kept_tokens`` (see ``docs/cost.md``), and
+            ``thinking_stripped``, whether a message it kept lost its thinking blocks.
 
         At a mid-round boundary the model's tool round is still open: the next request
         continues it and its assistant turns go back with their thinking. A compactor must
@@ -373,17 +374,20 @@ class HookSpec:
         :param meta: the result's meta, read-only, exactly as the caller gets it:
             ``compacted``, and on a compaction ``tokens_before``, ``tokens_after``,
             ``tokens_removed``, ``billed_next_without``, ``billed_next_with``,
-            ``cache_kept_tokens``, ``dropped``, ``strategy``, ``hook_errors`` and
-            ``hook_notes``; on the error path ``error``; on the skip path only the keys
-            the compactor added, if any (a ``schedule="cost"`` compactor that weighed
-            the boundary and waited adds its estimates: ``billed_next_without``,
-            ``billed_next_with``, ``cost_horizon_without``, ``cost_horizon_with``,
-            ``growth_per_call``, ``cost_decision``).
+            ``cache_kept_tokens``, ``thinking_stripped``, ``dropped``, ``strategy``,
+            ``hook_errors`` and ``hook_notes``; on the error path ``error``; on the skip
+            path only the keys the compactor added, if any (a ``schedule="cost"``
+            compactor that weighed the boundary and waited adds its estimates:
+            ``billed_next_without``, ``billed_next_with``, ``cost_horizon_without``,
+            ``cost_horizon_with``, ``growth_per_call``, ``cost_decision``).
         :param info: what the meta does not say (:class:`~normandy_core.BoundaryInfo`):
             ``outcome`` (``"compacted"``, ``"skipped"`` or ``"failed"``), the compactor's
             name, distribution and version, when the boundary started (``start_ns``,
-            wall clock) and how long it and the compactor's own call took (seconds), and
-            on failure a short ``error_type`` for grouping.
+            wall clock) and how long it and the compactor's own call took (seconds), on
+            failure a short ``error_type`` for grouping, and in the turn loop whether the
+            model call after the boundary goes without the thinking the turn asks for
+            (``thinking_disabled``: a mid-round compaction stripped it; these flags
+            summed over a turn are its ``TurnResult.thinking_disabled_calls``).
         :returns: nothing; a return value is ignored.
 
         A hook that raises (any exception, ``SystemExit`` included) does not stop the

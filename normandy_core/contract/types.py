@@ -190,6 +190,13 @@ class CompactionMeta(dict[str, Any]):
         return None if value is None else str(value)
 
     @property
+    def thinking_stripped(self) -> bool:
+        """Whether the compaction stripped the thinking blocks of an entry it kept (set by
+        the boundary on every compaction; false on the skip and error paths). Mid-round,
+        the model then finishes its tool round with thinking disabled."""
+        return bool(dict.get(self, "thinking_stripped"))
+
+    @property
     def hook_errors(self) -> tuple[Mapping[str, str], ...]:
         """One ``{"hook", "plugin", "error"}`` per ``after_compact`` hook that failed."""
         return tuple(dict.get(self, "hook_errors") or ())
@@ -235,7 +242,13 @@ class BoundaryInfo(NamedTuple):
     record the dropped entries), ``"abandoned_limit"`` (too many abandoned threads to
     call it), ``"context"`` (the boundary's ``ctx`` could not be built), or the name of
     the exception the compactor raised (``"RuntimeError"``, ``"mypackage.BusyError"``);
-    ``None`` unless it failed.
+    ``None`` unless it failed. ``thinking_disabled`` says whether the model call after
+    the boundary goes without extended thinking although the turn asks for it: a tool
+    round is open and its last assistant message lost its thinking to a mid-round
+    compaction, so the round finishes with thinking disabled (known inside the turn
+    loop, which says whether it asks for thinking; false elsewhere). Summed over a
+    turn's boundaries, it is the turn's
+    :attr:`~normandy_core.turn.TurnResult.thinking_disabled_calls`.
 
     Immutable (a named tuple: made at every observed boundary, it must be cheap), so no
     hook can change what the next one receives.
@@ -251,6 +264,7 @@ class BoundaryInfo(NamedTuple):
     compactor_start: float | None = None
     compactor_duration: float | None = None
     error_type: str | None = None
+    thinking_disabled: bool = False
 
     @property
     def compacted(self) -> bool:

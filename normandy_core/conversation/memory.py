@@ -329,6 +329,11 @@ class AgentMemory:
         """The active branch, oldest first (a new list)."""
         return list(self._active())
 
+    def newest_first(self) -> Iterator[Entry]:
+        """The active branch from the newest entry back, lazily (no copy: a caller that
+        stops early reads only what it needed). Do not change the memory while iterating."""
+        return reversed(self._active())
+
     def all_entries(self) -> list[Entry]:
         """Every entry of the graph, in the order it was added."""
         return list(self._entries.values())

@@ -8,15 +8,31 @@ between units never orphans a tool result and never splits a batch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from normandy_core.conversation.entries import OpaqueBlock, ToolResultBlock, ToolUseBlock
+from normandy_core.conversation.entries import (
+    OpaqueBlock,
+    RedactedThinkingBlock,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
 
 if TYPE_CHECKING:
     from normandy_core.conversation.entries import Entry
 
-__all__ = ["carries_results", "group_units", "pairing_problems", "tool_result_ids", "tool_use_ids"]
+__all__ = [
+    "carries_results",
+    "group_units",
+    "open_round_start",
+    "pairing_problems",
+    "starts_with_thinking",
+    "thinking_lost",
+    "tool_result_ids",
+    "tool_use_ids",
+]
 
 
 def tool_use_ids(entry: Entry) -> list[str]:
@@ -113,3 +129,48 @@ def pairing_problems(entries: Sequence[Entry], *, allow_pending: bool = True) ->
         for uid, eid in pending.items():
             problems.append(f"entry {eid!r} has tool use {uid!r} without a result after it")
     return problems
+
+
+def starts_with_thinking(entry: Entry) -> bool:
+    """Whether ``entry`` opens with a thinking block (after any leading provider compaction
+    and empty text), as a provider checks the last assistant entry of an open tool round."""
+    # A leading provider compaction is a summary of what came before the entry's own
+    # blocks (the provider puts it first in its reply): the rule applies after it.
+    blocks = [
+        block
+        for block in entry.blocks
+        if not (isinstance(block, TextBlock) and not block.text)
+        and not (isinstance(block, OpaqueBlock) and block.kind == "compaction")
+    ]
+    return bool(blocks) and isinstance(blocks[0], (ThinkingBlock, RedactedThinkingBlock))
+
+
+def _open_round(newest_first: Iterable[Entry]) -> tuple[int, Entry] | None:
+    """The final assistant entry of an open tool round and how many entries back from the
+    newest it is, given the conversation newest first; ``None`` when no round is open."""
+    for back, entry in enumerate(newest_first):
+        if entry.role == "assistant":
+            return (back, entry) if back and entry.tool_uses else None
+        if not entry.tool_results:
+            return None
+    return None
+
+
+def open_round_start(entries: Sequence[Entry]) -> int | None:
+    """Index of the final assistant entry of an open tool round, or ``None`` when none is open.
+
+    A round is open when the conversation ends with tool results answering the tool uses
+    of the assistant entry before them: the next request continues that round.
+    """
+    found = _open_round(reversed(entries))
+    return None if found is None else len(entries) - 1 - found[0]
+
+
+def thinking_lost(newest_first: Iterable[Entry]) -> bool:
+    """Whether a request over the conversation (given newest first, as
+    :meth:`~normandy_core.AgentMemory.newest_first` gives it: only the open round is read)
+    asking for thinking must go without it: a tool round is open and its last assistant
+    entry does not start with its thinking block (a mid-round compaction stripped it).
+    The round then finishes with thinking disabled."""
+    found = _open_round(newest_first)
+    return found is not None and not starts_with_thinking(found[1])

@@ -183,7 +183,11 @@ class TurnRun:
         """Resolve the boundary ``effect`` asks for (blocking): ``(acc, meta)`` from
         :func:`run_compaction` on the running acc."""
         return run_compaction(
-            self.acc, mid_round=effect.mid_round, turn_id=self.turn_id, calibration=self.calibration
+            self.acc,
+            mid_round=effect.mid_round,
+            turn_id=self.turn_id,
+            calibration=self.calibration,
+            thinking=self.thinking is not None,
         )
 
     # -- the effects that need no I/O ---------------------------------------------

@@ -40,7 +40,7 @@ class TurnResult:
     The typed fields sum up the turn's boundaries and are always there, as on
     :class:`~normandy_core.CompactResult`: :attr:`compacted`, :attr:`tokens_before`,
     :attr:`tokens_after`, :attr:`tokens_removed`, :attr:`dropped`, :attr:`error`,
-    :attr:`archive`, and :attr:`thinking_disabled_calls`.
+    :attr:`archive`, :attr:`thinking_stripped` and :attr:`thinking_disabled_calls`.
     """
 
     text: str
@@ -63,6 +63,12 @@ class TurnResult:
         a round whose thinking a mid-round compaction stripped; ``thinking_disabled``
         events)."""
         return len(self.events_of("thinking_disabled"))
+
+    @property
+    def thinking_stripped(self) -> bool:
+        """Whether a compaction of the turn stripped the thinking of messages it kept (its
+        meta's ``thinking_stripped``)."""
+        return any(bool(meta.get("thinking_stripped")) for meta in self.boundaries)
 
     @property
     def compacted(self) -> bool:

@@ -55,3 +55,43 @@ def test_the_demo_counts_what_a_compactor_does_not_report(
     rows = dict((k, v) for k, v in summary_rows(report))
     before, after = rows["tokens before -> after"].split(" per ")[0].split(" -> ")
     assert int(before.replace(",", "")) > int(after.replace(",", ""))
+
+
+def test_the_demo_shows_where_thinking_was_disabled(tmp_path: Any) -> None:
+    """Each boundary says whether the call after it went without thinking; the table
+    counts those calls beside all of them, and the chart marks where they were."""
+    from normandy_core.app.cli_demo import _chart_text
+
+    session = load_session()
+    # round_aware off: compactions come mid-round, so rounds lose their thinking
+    report = replay(session, window=12_000, turns=8, opts={"round_aware": False})
+    flags = [b.thinking_disabled for b in report.boundaries]
+    assert sum(flags) == report.thinking_disabled > 0
+    assert len(report.boundaries) == len(report.billed)  # one boundary before each call
+    counts = [b.thinking_disabled_calls for b in report.boundaries]
+    assert counts == [sum(flags[: i + 1]) for i in range(len(flags))]
+    stripped = [b for b in report.compactions if b.thinking_stripped]
+    assert stripped and all(isinstance(b.meta["thinking_stripped"], bool) for b in stripped)
+    # a round's thinking is lost only after a mid-round compaction stripped it
+    first = flags.index(True)
+    assert any(b.mid_round and b.thinking_stripped for b in report.boundaries[: first + 1])
+    rows = dict((k, v) for k, v in summary_rows(report))
+    calls = len(report.billed)
+    expected = f"{report.thinking_disabled} of {calls} model calls"
+    assert rows["thinking disabled"].startswith(expected)
+    chart = _chart_text(report).splitlines()
+    at = next(i for i, line in enumerate(chart) if line.startswith("thinking disabled"))
+    marks = chart[at + 1]
+    assert "!" in marks and len(marks) == len(chart[1])  # aligned under the context line
+    assert marks.strip(" !") == ""
+
+
+def test_without_disabled_thinking_the_chart_has_no_marker_row() -> None:
+    from normandy_core.app.cli_demo import _chart_text
+
+    report = replay(load_session(), window=None, compactor="noop", turns=3)
+    assert report.thinking_disabled == 0
+    assert not any(b.thinking_disabled for b in report.boundaries)
+    assert "thinking disabled" not in _chart_text(report)
+    rows = dict((k, v) for k, v in summary_rows(report))
+    assert rows["thinking disabled"].startswith(f"0 of {len(report.billed)} model calls")

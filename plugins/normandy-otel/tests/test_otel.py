@@ -22,6 +22,7 @@ import normandy_otel
 from normandy_core import (
     AgentConfig,
     TextBlock,
+    ThinkingBlock,
     ToolUseBlock,
     compact,
     hookimpl,
@@ -38,6 +39,8 @@ from normandy_otel import (
     METRIC_BOUNDARIES,
     METRIC_COMPACTIONS,
     METRIC_DURATION,
+    METRIC_THINKING_DISABLED,
+    METRIC_THINKING_STRIPPED,
     METRIC_TOKENS_REMOVED,
 )
 
@@ -224,6 +227,68 @@ def test_every_boundary_of_a_turn_is_a_span_under_the_applications_span(telemetr
     assert first.attributes["normandy.tokens.before"] == summary["tokens_before"]
     assert first.attributes["normandy.tokens.after"] == summary["tokens_after"]
     assert first.attributes["normandy.dropped.count"] == summary["dropped_count"] > 0
+
+
+def _thinking_round(reads: int = 6) -> list[ModelReply]:
+    """A round of ``reads`` tool calls, each reply opening with its thinking, then the answer."""
+
+    def thought(n: int) -> ThinkingBlock:
+        return ThinkingBlock(thinking=f"Step {n}: what next?", signature=f"sig-{n}")
+
+    calls = [
+        ModelReply(
+            content=(thought(n), ToolUseBlock(id=f"c{n}", name="read", input={"path": f"{n}"})),
+            stop_reason="tool_use",
+        )
+        for n in range(reads)
+    ]
+    return [*calls, ModelReply(content=(thought(reads), TextBlock(text="Line 3.")))]
+
+
+def _long_read(path: str) -> str:
+    return "\n".join(f"def f_{k}(x):\n    return x * {k}  # {path}" for k in range(60))
+
+
+def test_stripped_thinking_and_the_calls_without_it_are_recorded(telemetry):
+    acc = AgentConfig(
+        model="claude-sonnet-4-5",
+        compactor="window_manager",
+        compactor_opts={
+            "context_window": 2600,
+            "reserved_tokens": 300,
+            "target": 0.5,
+            "round_aware": False,
+        },
+    )
+    client = ScriptedClient(_thinking_round())
+    result = run_turn(
+        acc, "Find the bug.", client=client, tools={"read": _long_read}, thinking=2048
+    )
+    disabled = [req.effective_thinking is None for req in client.requests]
+    assert result.thinking_disabled_calls == sum(disabled) > 0
+    spans = telemetry.spans(BOUNDARY_SPAN)
+    # one boundary before each call; each says whether that call goes without thinking
+    assert [s.attributes["normandy.thinking_disabled"] for s in spans] == disabled
+    compacted = [s for s in spans if s.attributes["normandy.compacted"]]
+    stripped = [m["thinking_stripped"] for m in result.boundaries if m["compacted"]]
+    assert [s.attributes["normandy.thinking_stripped"] for s in compacted] == stripped
+    assert any(stripped)
+    assert all(
+        "normandy.thinking_stripped" not in s.attributes for s in spans if s not in compacted
+    )
+    measure = {"normandy.compactor": "window_manager", "gen_ai.request.model": acc.model}
+    assert telemetry.value(METRIC_THINKING_DISABLED, **measure) == sum(disabled)
+    assert telemetry.value(METRIC_THINKING_STRIPPED) == sum(stripped)
+    (point,) = telemetry.points(METRIC_THINKING_STRIPPED)
+    assert point.attributes == {**measure, "normandy.strategy": "oldest_first"}
+
+
+def test_outside_a_turn_no_call_is_said_to_go_without_thinking(telemetry):
+    compact(_messages(), model="gpt-4o", window=8000, opts={"reserved_tokens": 500})
+    (span,) = telemetry.spans(BOUNDARY_SPAN)
+    assert "normandy.thinking_disabled" not in span.attributes  # no turn, no next call
+    assert span.attributes["normandy.thinking_stripped"] is False
+    assert telemetry.points(METRIC_THINKING_DISABLED) == []
 
 
 def test_the_async_turn_keeps_the_applications_span_as_parent(telemetry):

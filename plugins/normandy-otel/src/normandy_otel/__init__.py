@@ -4,7 +4,8 @@ Install ``normandy-otel`` and every boundary of every agent (the turn loop's,
 ``normandy_core.compact()``'s, the ``normandy compact`` command's) is traced and
 measured through the global OpenTelemetry providers: spans ``normandy.boundary`` and
 ``normandy.compaction``, metrics ``normandy.boundaries``, ``normandy.compactions``,
-``normandy.compaction.tokens_removed`` and ``normandy.compaction.duration``. Nothing is
+``normandy.compaction.tokens_removed``, ``normandy.compaction.duration``,
+``normandy.compaction.thinking_stripped`` and ``normandy.thinking_disabled_calls``. Nothing is
 recorded until the application configures the OpenTelemetry SDK; :func:`configure`
 chooses other providers. See :mod:`normandy_otel.telemetry` for the attributes.
 
@@ -24,6 +25,8 @@ from normandy_otel.names import (
     METRIC_BOUNDARIES,
     METRIC_COMPACTIONS,
     METRIC_DURATION,
+    METRIC_THINKING_DISABLED,
+    METRIC_THINKING_STRIPPED,
     METRIC_TOKENS_REMOVED,
     SCOPE,
     provider_name,
@@ -41,6 +44,8 @@ __all__ = [
     "METRIC_BOUNDARIES",
     "METRIC_COMPACTIONS",
     "METRIC_DURATION",
+    "METRIC_THINKING_DISABLED",
+    "METRIC_THINKING_STRIPPED",
     "METRIC_TOKENS_REMOVED",
     "SCOPE",
     "__version__",

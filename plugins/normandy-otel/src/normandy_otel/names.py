@@ -12,6 +12,8 @@ __all__ = [
     "METRIC_BOUNDARIES",
     "METRIC_COMPACTIONS",
     "METRIC_DURATION",
+    "METRIC_THINKING_DISABLED",
+    "METRIC_THINKING_STRIPPED",
     "METRIC_TOKENS_REMOVED",
     "SCOPE",
     "VERSION",
@@ -36,6 +38,11 @@ METRIC_COMPACTIONS = "normandy.compactions"
 METRIC_TOKENS_REMOVED = "normandy.compaction.tokens_removed"
 #: Histogram of how long boundaries that compacted or failed took, in seconds.
 METRIC_DURATION = "normandy.compaction.duration"
+#: Counter of compactions that stripped the thinking of messages they kept.
+METRIC_THINKING_STRIPPED = "normandy.compaction.thinking_stripped"
+#: Counter of the turn loop's model calls sent with thinking disabled (the rest of a tool
+#: round whose thinking a mid-round compaction stripped), one per boundary before such a call.
+METRIC_THINKING_DISABLED = "normandy.thinking_disabled_calls"
 
 #: Bucket boundaries (seconds) advised for the duration histogram: a cut takes
 #: milliseconds, a summary by the model seconds.

@@ -9,8 +9,12 @@
   turn's boundary nests under the application's span), with status ``ERROR`` and the
   error's text when the boundary failed;
 - the metrics ``normandy.boundaries`` (counter), ``normandy.compactions`` (counter),
-  ``normandy.compaction.tokens_removed`` (counter, tokens) and
-  ``normandy.compaction.duration`` (histogram, seconds).
+  ``normandy.compaction.tokens_removed`` (counter, tokens),
+  ``normandy.compaction.duration`` (histogram, seconds),
+  ``normandy.compaction.thinking_stripped`` (counter: compactions that stripped the
+  thinking of messages they kept) and ``normandy.thinking_disabled_calls`` (counter: the
+  turn loop's model calls sent with thinking disabled, counted at the boundary before
+  each; ``BoundaryInfo.thinking_disabled``).
 
 Attributes follow the OpenTelemetry GenAI semantic conventions where one exists
 (``gen_ai.request.model``, ``gen_ai.provider.name`` and the older ``gen_ai.system`` when
@@ -57,11 +61,21 @@ _COUNTERS = (
         "{token}",
         "Tokens compactions took out of the context (before - after).",
     ),
+    (
+        names.METRIC_THINKING_STRIPPED,
+        "{compaction}",
+        "Compactions that stripped the thinking of messages they kept.",
+    ),
+    (
+        names.METRIC_THINKING_DISABLED,
+        "{call}",
+        "Model calls sent with thinking disabled after a mid-round compaction stripped it.",
+    ),
 )
 
 
 class _Instruments:
-    """The tracer and the four instruments, from the given providers or the global ones."""
+    """The tracer and the instruments, from the given providers or the global ones."""
 
     def __init__(
         self,
@@ -70,7 +84,13 @@ class _Instruments:
     ) -> None:
         self.tracer = trace.get_tracer(names.SCOPE, names.VERSION, tracer_provider)
         meter = metrics.get_meter(names.SCOPE, names.VERSION, meter_provider)
-        self.boundaries, self.compactions, self.tokens_removed = (
+        (
+            self.boundaries,
+            self.compactions,
+            self.tokens_removed,
+            self.thinking_stripped,
+            self.thinking_disabled,
+        ) = (
             meter.create_counter(metric, unit=unit, description=description)
             for metric, unit, description in _COUNTERS
         )
@@ -147,13 +167,10 @@ def record(
     if info.error_type is not None:
         outcome["error.type"] = info.error_type
     ins.boundaries.add(1, outcome)
-    before, after = meta.get("tokens_before"), meta.get("tokens_after")
     if info.compacted:
-        strategy = meta.get("strategy")
-        done = {**measure, "normandy.strategy": strategy} if isinstance(strategy, str) else measure
-        ins.compactions.add(1, done)
-        if isinstance(before, int) and isinstance(after, int) and before > after:
-            ins.tokens_removed.add(before - after, done)
+        _count_compaction(ins, meta, measure)
+    if info.thinking_disabled:
+        ins.thinking_disabled.add(1, measure)
     if info.outcome != "skipped":
         ins.duration.record(info.duration, outcome)
 
@@ -176,6 +193,18 @@ def record(
             _status(child, meta, info)
             child.end(end_time=start + _ns(info.compactor_duration or 0.0))
     span.end(end_time=info.start_ns + _ns(info.duration))
+
+
+def _count_compaction(ins: _Instruments, meta: Mapping[str, Any], measure: dict[str, Any]) -> None:
+    """The counters of a compaction that took effect."""
+    strategy = meta.get("strategy")
+    done = {**measure, "normandy.strategy": strategy} if isinstance(strategy, str) else measure
+    ins.compactions.add(1, done)
+    before, after = meta.get("tokens_before"), meta.get("tokens_after")
+    if isinstance(before, int) and isinstance(after, int) and before > after:
+        ins.tokens_removed.add(before - after, done)
+    if meta.get("thinking_stripped"):
+        ins.thinking_stripped.add(1, done)
 
 
 def _attributes(
@@ -205,6 +234,8 @@ def _attributes(
             attributes["normandy.context_window"] = ctx.window
         if ctx.turn_id is not None:
             attributes["normandy.turn_id"] = ctx.turn_id
+            # inside a turn, the boundary precedes one model call
+            attributes["normandy.thinking_disabled"] = info.thinking_disabled
     if info.compacted:
         before, after = meta.get("tokens_before"), meta.get("tokens_after")
         if isinstance(before, int):
@@ -220,6 +251,7 @@ def _attributes(
         if isinstance(strategy, str):
             attributes["normandy.strategy"] = strategy
         attributes["normandy.dropped.count"] = len(meta.get("dropped") or ())
+        attributes["normandy.thinking_stripped"] = bool(meta.get("thinking_stripped"))
         hook_errors = meta.get("hook_errors") or ()
         if hook_errors:
             attributes["normandy.hook_errors.count"] = len(hook_errors)
