@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -13,7 +14,12 @@ from normandy_core.testing.strategies import conversations
 from normandy_window_manager import compactor
 from normandy_window_manager.cut import cut_to_target
 from normandy_window_manager.options import WindowManagerOptions
-from normandy_window_manager.rounds import estimate_round, round_growths, round_target
+from normandy_window_manager.rounds import (
+    ROUNDS_KEY,
+    estimate_round,
+    round_growths,
+    round_target,
+)
 
 SPECIAL = ("normandy.summary", "normandy.compaction_marker")
 NEW = "t-new"  # the turn a generated turn start opens
@@ -83,8 +89,15 @@ def test_a_turn_start_leaves_room_for_its_estimate(setup: Any) -> None:
     if meta["target_met"]:
         assert after <= round_target(opts, estimate, usable) * usable + 1
         assert after + estimate.tokens <= usable + 1
-    else:
-        assert after <= usable
+        return
+    assert after <= usable
+    if after + estimate.tokens > usable + 1:
+        # the room was not made: the strategy cannot make it (its deepest cut cannot)
+        deepest = opts.model_copy(update={"target": 0.001})
+        before = ctx.counter.memory_tokens(acc.memory)
+        floor_acc, floor = cut_to_target(acc, ctx, deepest, ctx.counter, before, usable)
+        least = ctx.counter.memory_tokens(floor_acc.memory) + ctx.prompt_tokens
+        assert "error" in floor or least + estimate.tokens > usable + 1
 
 
 @settings(max_examples=150, deadline=None)
@@ -108,12 +121,22 @@ def test_round_aware_off_restores_todays_decisions(setup: Any, mid_round: bool) 
         assert got == {"compacted": False} and got_acc is acc
         return
     want_acc, want = cut_to_target(acc, ctx, off, ctx.counter, before, usable)
-    assert got.keys() == want.keys()
-    assert got["compacted"] == want["compacted"]
-    assert got.get("error") == want.get("error")
-    assert [e.id for e in got.get("dropped", ())] == [e.id for e in want.get("dropped", ())]
+    # exactly: every meta value (the dropped entries themselves) and every kept or
+    # inserted entry's content and metadata (no round record on a marker), new ids aside
+    fresh = {"dropped", "marker_id", "summary_id"}  # new ids per call
+    assert {k: v for k, v in got.items() if k not in fresh} == {
+        k: v for k, v in want.items() if k not in fresh
+    }
+    assert ("marker_id" in got) == ("marker_id" in want)
+    assert got.get("dropped") == want.get("dropped")
     assert _ids(got_acc) == _ids(want_acc)
-    assert "round_estimate" not in got
+    assert [(e.role, e.content, e.metadata) for e in got_acc.memory] == [
+        (e.role, e.content, e.metadata) for e in want_acc.memory
+    ]
+    assert not any(ROUNDS_KEY in e.metadata for e in got_acc.memory)
+    # the skip level the boundary's fast path uses is trigger's, as before the option
+    level = compactor.compaction_threshold(off, ctx.window, mid_round)
+    assert level == (usable if mid_round else math.floor(off.trigger * usable))
 
 
 def test_the_estimate_is_a_percentile_of_the_sessions_complete_rounds() -> None:
@@ -200,3 +223,86 @@ def test_outside_a_turn_loop_a_turn_start_decides_as_before(setup: Any) -> None:
     assert got.get("error") == want.get("error")
     assert _ids(got_acc) == _ids(want_acc)
     assert "round_estimate" not in got
+
+
+def _turns(memory: Any, sizes: list[int], *, thinking: int = 0, start: int = 0) -> None:
+    """Append complete turns to ``memory``: a request, then a reply of each size in words
+    (with ``thinking`` words of thinking first, when given)."""
+    for n, size in enumerate(sizes, start):
+        memory.add_message("user", f"request {n}", turn_id=f"t{n:02}")
+        content: list[Any] = [{"type": "text", "text": "w " * size}]
+        if thinking:
+            content.insert(0, {"type": "thinking", "thinking": "t " * thinking, "signature": "s"})
+        memory.add_message("assistant", content, turn_id=f"t{n:02}")
+
+
+def test_the_estimate_keeps_the_rounds_a_compaction_cut() -> None:
+    """A turn start that compacts records the session's rounds, as they were before the
+    cut (thinking included), on its marker: the next turn start's estimate rests on every
+    round the session ran, not only the one or two the cut kept."""
+    opts = {"context_window": 12_000, "reserved_tokens": 200, "round_percentile": 1.0}
+    acc = AgentConfig(
+        model="claude-sonnet-4-5",
+        compactor="window_manager",
+        compactor_opts={**opts, "counter": "cl100k_base"},
+    )
+    memory = acc.memory.copy()
+    # one large round early, then small ones; the large one has thinking
+    _turns(memory, [100, 3_000])
+    _turns(memory, [1_000] * 5, start=2)
+    _turns(memory, [800], thinking=400, start=7)
+    memory.add_message("user", "the current request", turn_id="t-now")
+    acc = acc.with_memory(memory)
+    ctx = build_context(acc, mid_round=False, turn_id="t-now")
+    wm = WindowManagerOptions(**acc.compactor_opts)
+    usable = 12_000 - 200
+    whole = round_growths(memory, ctx.counter, "t-now")
+    assert len(whole) == 8
+
+    new_acc, meta = run_compaction(acc, mid_round=False, turn_id="t-now")
+
+    assert meta["compacted"] and meta["round_rounds"] == 8
+    kept = round_growths(new_acc.memory, ctx.counter, "t-now")
+    assert len(kept) < 8 and max(kept) < max(whole)  # the large round was cut
+    marker = next(e for e in new_acc.memory if e.metadata.get(ROUNDS_KEY))
+    assert dict(marker.metadata[ROUNDS_KEY]) == dict(
+        zip([f"t{n:02}" for n in range(8)], whole, strict=True)
+    )
+    # the next turn start: the estimate is still the largest round, thinking included
+    after = new_acc.memory.copy()
+    after.add_message("assistant", "done", turn_id="t-now")
+    after.add_message("user", "the next request", turn_id="t-next")
+    at_next = build_context(new_acc.with_memory(after), mid_round=False, turn_id="t-next")
+    got = estimate_round(after, at_next, wm, usable)
+    assert got.rounds == 9
+    assert got.tokens == min(max(whole), int(wm.round_max * usable))
+
+
+def test_a_mid_round_compaction_records_the_round_so_far() -> None:
+    """A round that overflows mid-round is recorded at its size so far (a lower bound):
+    the next turn start counts the large round that overflowed, not what the cut left."""
+    acc = AgentConfig(
+        model="claude-sonnet-4-5",
+        compactor="window_manager",
+        compactor_opts={"context_window": 8_000, "reserved_tokens": 200, "counter": "cl100k_base"},
+    )
+    memory = acc.memory.copy()
+    _turns(memory, [300] * 4)
+    memory.add_message("user", "a large request", turn_id="t-big")
+    for n in range(6):
+        memory.add_message("assistant", "w " * 1_200, turn_id="t-big")
+        memory.add_message("user", f"more {n}", turn_id="t-big")
+    acc = acc.with_memory(memory)
+    ctx = build_context(acc, mid_round=True, turn_id="t-big")
+    so_far = sum(ctx.counter.entry_tokens(memory, e) for e in memory if e.turn_id == "t-big")
+
+    new_acc, meta = run_compaction(acc, mid_round=True, turn_id="t-big")
+
+    assert meta["compacted"]
+    record = dict(
+        next(e for e in new_acc.memory if e.metadata.get(ROUNDS_KEY)).metadata[ROUNDS_KEY]
+    )
+    request = ctx.counter.entry_tokens(
+        memory, next(e for e in memory if e.text() == "a large request")
+    )
+    assert record["t-big"] == so_far - request

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING, Any
 from normandy_core import OptionsError, hookimpl
 from normandy_window_manager.cut import MARKER_KEY, MARKER_TEXT, cut_to_target
 from normandy_window_manager.options import WindowManagerOptions
-from normandy_window_manager.rounds import estimate_round, round_target, turn_start_level
+from normandy_window_manager.rounds import (
+    estimate_round,
+    round_record,
+    round_target,
+    turn_start_level,
+)
 from normandy_window_manager.schedule import COST_FLOOR, cost_schedule
 from normandy_window_manager.summarize import SUMMARY_KEY
 
@@ -152,7 +157,17 @@ def maybe_compact(
         return acc, {"compacted": False}
     if round_aware:
         return _round_aware_start(acc, ctx, opts, before, usable)
-    return cut_to_target(acc, ctx, opts, counter, before, usable)
+    return cut_to_target(acc, ctx, opts, counter, before, usable, _record(acc, ctx, opts))
+
+
+def _record(
+    acc: AgentConfig, ctx: CompactionContext, opts: WindowManagerOptions
+) -> dict[str, Any] | None:
+    """The round record a compaction in a turn loop with ``round_aware`` puts on its marker
+    or summary (:func:`~normandy_window_manager.rounds.round_record`), else ``None``."""
+    if not opts.round_aware or ctx.turn_id is None:
+        return None
+    return round_record(acc.memory, ctx.counter, ctx.turn_id)
 
 
 def _round_aware_start(
@@ -167,7 +182,8 @@ def _round_aware_start(
     if not over_trigger and sent + estimate.tokens <= usable:
         return acc, {"compacted": False}
     depth = opts.model_copy(update={"target": round_target(opts, estimate, usable)})
-    new_acc, meta = cut_to_target(acc, ctx, depth, ctx.counter, before, usable)
+    record = _record(acc, ctx, opts)
+    new_acc, meta = cut_to_target(acc, ctx, depth, ctx.counter, before, usable, record)
     if meta.get("compacted"):
         why = (
             f"over trigger {opts.trigger} of the usable window"

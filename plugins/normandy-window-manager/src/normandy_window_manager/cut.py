@@ -12,7 +12,7 @@ shortened. Kept entries keep their ids and lose their thinking blocks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -100,14 +100,15 @@ class _UnitCut:
     leave, and where the cut begins (to price what the cut will insert)."""
 
     def __init__(
-        self, branch: _Branch, summary_reserve: int | None, marker_cost: int, recall: bool
+        self, branch: _Branch, summary_reserve: int | None, marker_cost: int, every_cut: bool
     ) -> None:
         self.branch = branch
         self.keep = [True] * len(branch.entries)
         self.total = sum(branch.sizes)  # per-entry rounding up makes this >= the memory's count
         self.summary_reserve = summary_reserve  # tokens kept for a summary, when summarizing
         self.marker_cost = marker_cost
-        self.recall = recall  # with the recall tool on, every cut gets a marker
+        # with the recall tool on (or a round record to carry), every cut gets a marker
+        self.every_cut = every_cut
         self.dropped_any = False
         self.first_dropped = len(branch.entries)
         # where the scan for the first kept entry after the cut resumes: ``keep`` only turns
@@ -138,12 +139,12 @@ class _UnitCut:
     def inserted_cost(self) -> int:
         """Tokens of what the cut inserts: the summary's reserve, or the marker when the
         first kept entry after the cut is an assistant message (or whenever something was
-        dropped, with the recall tool on)."""
+        dropped, with the recall tool on or a round record to carry)."""
         if not self.dropped_any:
             return 0
         if self.summary_reserve is not None:
             return self.summary_reserve
-        if self.recall:
+        if self.every_cut:
             return self.marker_cost
         first_kept = self.first_kept_after_cut()
         answered = first_kept is not None and self.branch.entries[first_kept].role == "assistant"
@@ -206,16 +207,19 @@ def cut_to_target(
     counter: CalibratedCounter,
     before: int,
     usable: int,
+    note: Mapping[str, Any] | None = None,
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """Compact ``acc.memory`` (``before`` tokens) down to ``target`` of the ``usable``
-    window by ``opts.strategy``, and fit that window; see the module."""
+    window by ``opts.strategy``, and fit that window; see the module. ``note`` is
+    metadata for the marker or summary it inserts (the round record, when round-aware)."""
     branch = _Branch.of(acc.memory, ctx.rules, counter)
     goal = int(opts.target * usable) - ctx.prompt_tokens
     limit = usable - ctx.prompt_tokens
     recall = _recall_note(acc)
-    marker = _marker(recall)
+    marker = _marker(recall, note)
     reserve = opts.summary_max_tokens if opts.strategy == "summarize" else None
-    cut = _UnitCut(branch, reserve, counter.count_entry(marker), recall is not None)
+    every_cut = recall is not None or bool(note)
+    cut = _UnitCut(branch, reserve, counter.count_entry(marker), every_cut)
     if opts.strategy == "sliding_window":
         cut.drop_outside_turns(_recent_turns(branch.entries, opts.turns_to_keep))
     cut.drop_oldest_until(goal)
@@ -227,10 +231,13 @@ def cut_to_target(
         try:
             room = _summary_room(counter, total, goal, limit)
             plan.inserted = _summary(acc, ctx, opts, counter, branch.entries, dropped, room)
+            if note:
+                metadata = {**plan.inserted.metadata, **note}
+                plan.inserted = plan.inserted.model_copy(update={"metadata": metadata})
         except _NoRoomForSummary as exc:
             # no room for a summary: the plan of oldest_first, said in meta
             plain = opts.model_copy(update={"strategy": "oldest_first"})
-            new_acc, meta = cut_to_target(acc, ctx, plain, counter, before, usable)
+            new_acc, meta = cut_to_target(acc, ctx, plain, counter, before, usable, note)
             if meta.get("compacted") or "error" in meta:
                 meta.update(strategy=opts.strategy, summary_fallback=exc.reason)
             return new_acc, meta
@@ -258,21 +265,25 @@ def cut_to_target(
     return _commit(acc, ctx, opts, counter, plan, before, goal)
 
 
-def _marker(recall: str | None) -> Entry:
-    """The note put where history was cut (followed by the recall tool's note when on)."""
+def _marker(recall: str | None, note: Mapping[str, Any] | None) -> Entry:
+    """The note put where history was cut (followed by the recall tool's note when on),
+    with ``note`` in its metadata."""
     text = MARKER_TEXT if recall is None else f"{MARKER_TEXT} {recall}"
-    return Entry(id=new_id(), role="user", content=text, metadata={MARKER_KEY: True})
+    return Entry(
+        id=new_id(), role="user", content=text, metadata={MARKER_KEY: True, **(note or {})}
+    )
 
 
 def _place_marker(plan: _Plan, cut: _UnitCut, marker: Entry, at: int) -> int:
     """Put ``marker`` at ``at``, the first dropped index, where a kept assistant message
     would follow a message it never answered (or open the history, which providers
-    refuse), or wherever history was cut with the recall tool on; the tokens it adds."""
+    refuse), or wherever history was cut with the recall tool on or a round record to
+    carry; the tokens it adds."""
     first_kept = cut.first_kept_after_cut()
     if first_kept is None:
         return 0
     follower = plan.entries[first_kept]
-    if not cut.recall and follower.role != "assistant":
+    if not cut.every_cut and follower.role != "assistant":
         return 0
     plan.insert_at = at
     plan.inserted = marker.model_copy(update={"turn_id": follower.turn_id})

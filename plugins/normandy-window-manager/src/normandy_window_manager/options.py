@@ -85,7 +85,7 @@ class WindowManagerOptions(CompactorOptions):
     round_max: float = Field(default=0.5, gt=0.0, lt=1.0)
     """``round_aware``: the largest estimate, as a share of the usable window; a round
     expected to add more is left to mid-round compaction."""
-    round_headroom: float = Field(default=0.35, ge=0.0, le=2.0)
+    round_headroom: float = Field(default=0.15, ge=0.0, le=2.0)
     """``round_aware``: how much further than the round needs a turn start compacts, as a
     multiple of the estimate (so the next turn start need not compact again at once)."""
 
