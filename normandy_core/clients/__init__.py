@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from normandy_core.clients.base import (
     AsyncModelClient,
+    ContextOverflow,
     ModelClient,
     ModelClientError,
     ModelReply,
@@ -41,6 +42,7 @@ __all__ = [
     "AnthropicClient",
     "AsyncModelClient",
     "ContextManagement",
+    "ContextOverflow",
     "ModelClient",
     "ModelClientError",
     "ModelReply",

@@ -71,6 +71,7 @@ def run_compaction(
     turn_id: str | None = None,
     timeout: float | None = None,
     calibration: Calibration | None = None,
+    trigger: str = "scheduled",
 ) -> CompactionResult:
     """Resolve one boundary: call ``acc``'s compactor and return the checked result.
 
@@ -91,7 +92,9 @@ def run_compaction(
     Once the result is final, the boundary is logged on the ``normandy_core.boundary``
     logger (DEBUG skipped, INFO compacted, WARNING failed, naming the compactor and its
     distribution) and every ``on_boundary`` hook gets the result's ``acc`` and ``meta``
-    with a :class:`BoundaryInfo`; a hook that fails there is logged and changes nothing.
+    with a :class:`BoundaryInfo` (its ``trigger`` the one given here: ``"overflow"`` from
+    the turn loop's recovery after a too-long refusal); a hook that fails there is
+    logged and changes nothing.
 
     ``timeout`` (default: ``acc.compaction_timeout``; ``None``: unbounded) bounds the
     whole boundary, hooks included. Under it the compactor works on a private copy of the
@@ -116,7 +119,8 @@ def run_compaction(
     logged = log.isEnabledFor(_LEVELS[outcome])
     observers = selected("on_boundary", gated=True)
     if logged or observers:
-        _report(acc, result, probe, outcome, start_ns, duration, limit, logged, observers)
+        info = _info(acc, outcome, probe, start_ns, duration, trigger)
+        _report(result, probe, info, limit, logged, observers)
     return result
 
 
@@ -270,18 +274,14 @@ def _commit(
 
 
 def _report(
-    acc: AgentConfig,
     result: CompactionResult,
     probe: _Probe,
-    outcome: Outcome,
-    start_ns: int,
-    duration: float,
+    info: BoundaryInfo,
     timeout: float | None,
     logged: bool,
     observers: tuple[HookCaller, ...],
 ) -> None:
     """The finished boundary's log line and ``on_boundary`` reports."""
-    info = _info(acc, outcome, probe, start_ns, duration)
     if logged:
         _log(result, probe, info)
     if observers:
@@ -296,7 +296,12 @@ _LEVELS = {"skipped": logging.DEBUG, "compacted": logging.INFO, "failed": loggin
 
 
 def _info(
-    acc: AgentConfig, outcome: Outcome, probe: _Probe, start_ns: int, duration: float
+    acc: AgentConfig,
+    outcome: Outcome,
+    probe: _Probe,
+    start_ns: int,
+    duration: float,
+    trigger: str,
 ) -> BoundaryInfo:
     comp = probe.comp
     error_type = probe.error_type if outcome == "failed" else None
@@ -313,6 +318,7 @@ def _info(
         compactor_start=probe.started,
         compactor_duration=probe.took,
         error_type=error_type,
+        trigger=trigger,
     )
 
 

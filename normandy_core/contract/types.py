@@ -235,7 +235,10 @@ class BoundaryInfo(NamedTuple):
     record the dropped entries), ``"abandoned_limit"`` (too many abandoned threads to
     call it), ``"context"`` (the boundary's ``ctx`` could not be built), or the name of
     the exception the compactor raised (``"RuntimeError"``, ``"mypackage.BusyError"``);
-    ``None`` unless it failed.
+    ``None`` unless it failed. ``trigger`` says why the boundary ran: ``"scheduled"``
+    (where the turn loop, :func:`~normandy_core.compact` or the command line resolve
+    one) or ``"overflow"`` (the turn loop's recovery after the provider refused a
+    request as too long).
 
     Immutable (a named tuple: made at every observed boundary, it must be cheap), so no
     hook can change what the next one receives.
@@ -251,6 +254,7 @@ class BoundaryInfo(NamedTuple):
     compactor_start: float | None = None
     compactor_duration: float | None = None
     error_type: str | None = None
+    trigger: str = "scheduled"
 
     @property
     def compacted(self) -> bool:
