@@ -16,7 +16,14 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from normandy_core import AgentConfig, AgentMemory, get_counter
+from normandy_core import (
+    AgentConfig,
+    AgentMemory,
+    BoundaryInfo,
+    get_counter,
+    hookimpl,
+    register_hook,
+)
 from normandy_core.clients import AnthropicClient, ContextOverflow, OpenAIClient
 from normandy_core.conversation.calibration import Calibration, default_calibration
 from normandy_core.turn import TurnAborted, arun_turn, run_turn
@@ -181,6 +188,29 @@ def test_calibration_moves_toward_the_provider_figure_within_its_bounds():
         run_turn(acc, "Status?", client=_client("chat", provider), calibration=bounded)
         endpoint = _client("chat", provider).endpoint
     assert bounded.for_endpoint(endpoint).factor(MODELS["chat"], counter) == 1.05
+
+
+class _Observer:
+    """An ``on_boundary`` hook plugin that keeps what each boundary reports."""
+
+    def __init__(self) -> None:
+        self.infos: list[BoundaryInfo] = []
+
+    @hookimpl
+    def on_boundary(self, acc: Any, ctx: Any, meta: Any, info: BoundaryInfo) -> None:
+        self.infos.append(info)
+
+
+def test_on_boundary_hooks_see_the_overflow_trigger():
+    """The ``on_boundary`` hooks get the overflow boundary with ``trigger="overflow"``
+    (compacted), after the turn start's scheduled one (skipped)."""
+    observer = _Observer()
+    register_hook(observer, name="observer")
+    acc = _config("chat", LIMIT + 600)
+    with _provider("chat", window=LIMIT, script=[{"text": "ok"}]) as provider:
+        run_turn(acc, "Status?", client=_client("chat", provider))
+    seen = [(info.trigger, info.outcome) for info in observer.infos]
+    assert seen == [("scheduled", "skipped"), ("overflow", "compacted")]
 
 
 def test_the_async_shell_recovers_the_same_way():
