@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -24,6 +25,7 @@ __all__ = [
     "ModelClient",
     "ModelClientError",
     "ModelReply",
+    "OVERFLOW_MARGIN",
     "ProviderCompaction",
     "ProviderCompactionError",
     "ToolChoice",
@@ -43,6 +45,11 @@ ToolChoice = Literal["auto", "none"]
 
 class ModelClientError(RuntimeError):
     """A provider refused a request or could not be reached; the message names the provider."""
+
+
+#: How far below a request refused as too long its recovery compacts, besides the
+#: overshoot the provider reported: a share of the request's count.
+OVERFLOW_MARGIN = 0.1
 
 
 class ContextOverflow(ModelClientError):
@@ -82,6 +89,15 @@ class ContextOverflow(ModelClientError):
         if self.size is None and self.limit is None:
             return f"size not reported ({self.code or self.status})"
         return f"{size} tokens > {limit} maximum"
+
+    def target(self, counted: int, margin: float = OVERFLOW_MARGIN) -> int:
+        """The tokens to compact below, for a request Normandy counted at ``counted``:
+        less the overshoot the provider reported (``size - limit``, scaled to Normandy's
+        count) and ``margin`` of the request (at least 1)."""
+        over = 0
+        if self.size and self.limit is not None and self.size > self.limit:
+            over = math.ceil((self.size - self.limit) * counted / self.size)
+        return max(counted - over - math.ceil(counted * margin), 1)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready view, for events."""

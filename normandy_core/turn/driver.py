@@ -47,7 +47,6 @@ from normandy_core.conversation.entries import (
 )
 from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.conversation.tokens import TokenCounter, get_counter
-from normandy_core.errors import NormandyError
 from normandy_core.turn.core import (
     AppendMessage,
     CallModel,
@@ -69,11 +68,7 @@ from normandy_core.turn.core import (
 from normandy_core.turn.result import TurnAborted, TurnResult
 from normandy_core.turn.tools import Tool, declare_tools, tool_map
 
-__all__ = ["OVERFLOW_MARGIN", "TurnIO", "TurnRun", "client_endpoint"]
-
-#: How far below the refused request an overflow boundary sizes, besides the overshoot
-#: the provider reported: a share of the request's calibrated count.
-OVERFLOW_MARGIN = 0.1
+__all__ = ["TurnIO", "TurnRun", "client_endpoint"]
 #: What the overflow boundary's config is made by, in its errors.
 _OVERFLOW_ENTRY = "normandy_core.turn (overflow recovery)"
 
@@ -212,9 +207,11 @@ class TurnRun:
     def compact(self, effect: MaybeCompact) -> Any:
         """Resolve the boundary ``effect`` asks for (blocking): ``(acc, meta)`` from
         :func:`run_compaction` on the running acc (an overflow boundary's with its window
-        pinned for ``effect.target``, :meth:`narrowed`; its compacted memory put back in
-        the running acc)."""
-        acc = self.acc if effect.target is None else self.narrowed(effect.target)
+        pinned for ``effect.target``, :meth:`AgentConfig.narrowed`; its compacted memory put
+        back in the running acc)."""
+        acc = self.acc
+        if effect.target is not None:
+            acc = acc.narrowed(effect.target, entry=_OVERFLOW_ENTRY)
         result = run_compaction(
             acc,
             mid_round=effect.mid_round,
@@ -227,41 +224,17 @@ class TurnRun:
         kept = self.acc.with_memory(result.acc.memory) if result.meta.compacted else self.acc
         return CompactionResult(kept, result.meta)
 
-    def narrowed(self, target: int) -> AgentConfig:
-        """The running acc with its compactor's window pinned so that what the compactor
-        lets a conversation reach is ``target``: the room it keeps besides (its window
-        less the mid-round level its ``compaction_threshold`` declared, such as
-        ``window_manager``'s ``reserved_tokens``) is kept. The acc itself when its
-        compactor sizes against no window, already has one that small, or refuses the
-        pinned one: then the calibration the refusal taught is what the compactor sees."""
-        acc = self.acc
-        current = acc.prepared.window
-        if current is None:
-            return acc
-        level = acc.prepared.thresholds[True]
-        window = target + (current - level if level is not None and level < current else 0)
-        if current <= window:
-            return acc
-        pinned = {**acc.compactor_opts, "context_window": window}
-        try:
-            return acc.replace(entry=_OVERFLOW_ENTRY, compactor_opts=pinned)
-        except NormandyError:
-            return acc
-
     def overflowed(self, exc: ContextOverflow, estimated: int) -> Event:
         """A call refused as too long: calibrate from the provider's figure (bounded, as
         every observation), and the target of the overflow boundary: the request's
-        calibrated count less the overshoot and :data:`OVERFLOW_MARGIN`."""
+        calibrated count less the overshoot and a margin (:meth:`ContextOverflow.target`)."""
         model = self.acc.model
         before = self.counter.factor
         if model is not None and exc.size:
             self.calibration.observe(model, self.base.name, estimated, exc.size)
         counted = math.ceil(estimated * self.counter.factor)
         self.refusals.append((exc, counted))
-        over = 0
-        if exc.size and exc.limit is not None and exc.size > exc.limit:
-            over = math.ceil((exc.size - exc.limit) * counted / exc.size)
-        target = max(counted - over - math.ceil(counted * OVERFLOW_MARGIN), 1)
+        target = exc.target(counted)
         info = {
             **exc.as_dict(),
             "estimated_input_tokens": estimated,
