@@ -11,7 +11,8 @@ Provider compaction: :class:`ContextManagement` (Anthropic's server-side edits, 
 
 It imports :mod:`normandy_core.transcripts` (the wire formats) and what lies below it.
 Inside, the order is: base, exchange; sdk (what the two SDK clients share, their sync and
-async calls written once as exchanges); anthropic, openai, scripted.
+async calls written once as exchanges); anthropic, openai, scripted; overflow (an SDK's
+too-long refusal read from its exception, for code that calls an SDK itself).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from normandy_core.clients.base import (
+    OVERFLOW_MARGIN,
     AsyncModelClient,
+    ContextOverflow,
     ModelClient,
     ModelClientError,
     ModelReply,
@@ -41,9 +44,11 @@ __all__ = [
     "AnthropicClient",
     "AsyncModelClient",
     "ContextManagement",
+    "ContextOverflow",
     "ModelClient",
     "ModelClientError",
     "ModelReply",
+    "OVERFLOW_MARGIN",
     "OpenAIClient",
     "ProviderCompaction",
     "ProviderCompactionError",
@@ -54,11 +59,16 @@ __all__ = [
     "acomplete_text",
     "as_entries",
     "complete_text",
+    "context_overflow",
     "open_round_start",
     "thinking_plan",
 ]
 
-_LAZY = {"AnthropicClient": "anthropic", "OpenAIClient": "openai"}
+_LAZY = {
+    "AnthropicClient": "anthropic",
+    "OpenAIClient": "openai",
+    "context_overflow": "overflow",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -71,3 +81,4 @@ def __getattr__(name: str) -> Any:
 if TYPE_CHECKING:
     from normandy_core.clients.anthropic import AnthropicClient
     from normandy_core.clients.openai import OpenAIClient
+    from normandy_core.clients.overflow import context_overflow

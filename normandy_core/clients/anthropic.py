@@ -41,10 +41,12 @@ fields the API gave them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from normandy_core.clients.base import (
+    ContextOverflow,
     ModelClientError,
     ModelReply,
     ProviderCompaction,
@@ -55,7 +57,13 @@ from normandy_core.clients.base import (
     thinking_plan,
 )
 from normandy_core.clients.exchange import adrive, drive
-from normandy_core.clients.sdk import CompletionRequest, Pause, SdkClient, sdk_options
+from normandy_core.clients.sdk import (
+    CompletionRequest,
+    Pause,
+    SdkClient,
+    error_object,
+    sdk_options,
+)
 from normandy_core.contract.edits import (
     COMPACT_BETA,
     ON_DEMAND_COMPACTION_BETA,
@@ -70,6 +78,7 @@ __all__ = [
     "CONTINUATION",
     "MIN_THINKING_BUDGET",
     "AnthropicClient",
+    "anthropic_overflow",
     "anthropic_request",
     "compaction_request",
     "from_newest_compaction",
@@ -337,6 +346,51 @@ def _compaction(data: Mapping[str, Any]) -> ProviderCompaction:
     )
 
 
+#: The Messages API's refusal of a prompt over the window, and of one that leaves the
+#: reply's ``max_tokens`` no room (input + max_tokens > window).
+_TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
+_NO_ROOM = re.compile(r"exceed context limit: (\d+) \+ (\d+) > (\d+)")
+
+
+def anthropic_overflow(sdk: Any, exc: Exception) -> ContextOverflow | None:
+    """The SDK error ``exc`` as a :class:`~normandy_core.clients.ContextOverflow` when the
+    Messages API refused the request as too long, else ``None``.
+
+    A 413 ``request_too_large`` (the request's bytes) gives no figures. A 400
+    ``invalid_request_error`` has no code of its own, so its message says which refusal
+    it is: ``prompt is too long: N tokens > M maximum``, or ``input length and
+    `max_tokens` exceed context limit: N + R > W`` (then the limit is ``W - R``, the
+    room the reply's ``max_tokens`` leaves).
+    """
+    if not isinstance(exc, sdk.APIStatusError):
+        return None
+    status = int(exc.status_code)
+    error = error_object(exc)
+    kind = error.get("type")
+    message = str(error.get("message") or "")
+    size = limit = None
+    if status == 413 and kind == "request_too_large":
+        pass
+    elif status == 400 and kind == "invalid_request_error":
+        long, room = _TOO_LONG.search(message), _NO_ROOM.search(message)
+        if long is not None:
+            size, limit = int(long[1]), int(long[2])
+        elif room is not None:
+            size, limit = int(room[1]), int(room[3]) - int(room[2])
+        else:
+            return None
+    else:
+        return None
+    return ContextOverflow(
+        f"anthropic: {type(exc).__name__} {status} {kind}: {message}",
+        provider="anthropic",
+        status=status,
+        code=str(kind),
+        size=size,
+        limit=limit,
+    )
+
+
 def _create(sdk_client: Any, kwargs: Mapping[str, Any]) -> tuple[Callable[..., Any], bool]:
     """The SDK's ``create`` for a request (on ``beta.messages`` when it needs beta headers),
     in its raw-response form where the SDK client has one, and whether it is."""
@@ -384,6 +438,9 @@ class AnthropicClient(SdkClient[dict[str, Any], dict[str, Any]]):
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
         )
         super().__init__(model, options, client=client, async_client=async_client)
+
+    def _overflow(self, exc: Exception) -> ContextOverflow | None:
+        return anthropic_overflow(self._sdk, exc)
 
     def _send(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         create, raw = _create(self._within_limit(self._sync()), kwargs)

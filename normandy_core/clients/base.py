@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -19,9 +20,11 @@ from normandy_core.conversation.structure import open_round_start, starts_with_t
 __all__ = [
     "AsyncModelClient",
     "CompactionFailure",
+    "ContextOverflow",
     "ModelClient",
     "ModelClientError",
     "ModelReply",
+    "OVERFLOW_MARGIN",
     "ProviderCompaction",
     "ProviderCompactionError",
     "ToolChoice",
@@ -41,6 +44,69 @@ ToolChoice = Literal["auto", "none"]
 
 class ModelClientError(RuntimeError):
     """A provider refused a request or could not be reached; the message names the provider."""
+
+
+#: How far below a request refused as too long its recovery compacts, besides the
+#: overshoot the provider reported: a share of the request's count.
+OVERFLOW_MARGIN = 0.1
+
+
+class ContextOverflow(ModelClientError):
+    """A provider refused a request as longer than the model's context window.
+
+    Raised by the SDK clients for Anthropic's ``prompt is too long: N tokens > M
+    maximum`` (400 ``invalid_request_error``), its 413 ``request_too_large``, and
+    OpenAI's ``context_length_exceeded`` (Chat Completions and the Responses API).
+    ``size`` and ``limit`` are the input tokens the provider counted and its maximum,
+    where its message gives them (``None`` otherwise: the Responses API and a 413 give
+    neither); ``status`` the HTTP status, ``code`` the provider's code or error type.
+    The turn loop recovers from it once per model call (compact, then retry).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status: int,
+        code: str | None,
+        size: int | None = None,
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.status = status
+        self.code = code
+        self.size = size
+        self.limit = limit
+
+    @property
+    def figures(self) -> str:
+        """``"210,000 tokens > 200,000 maximum"``, or what the provider did not say."""
+        size = "?" if self.size is None else f"{self.size:,}"
+        limit = "?" if self.limit is None else f"{self.limit:,}"
+        if self.size is None and self.limit is None:
+            return f"size not reported ({self.code or self.status})"
+        return f"{size} tokens > {limit} maximum"
+
+    def target(self, counted: int, margin: float = OVERFLOW_MARGIN) -> int:
+        """The tokens to compact below, for a request Normandy counted at ``counted``:
+        less the overshoot the provider reported (``size - limit``, scaled to Normandy's
+        count) and ``margin`` of the request (at least 1)."""
+        over = 0
+        if self.size and self.limit is not None and self.size > self.limit:
+            over = math.ceil((self.size - self.limit) * counted / self.size)
+        return max(counted - over - math.ceil(counted * margin), 1)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready view, for events."""
+        return {
+            "provider": self.provider,
+            "status": self.status,
+            "code": self.code,
+            "size": self.size,
+            "limit": self.limit,
+        }
 
 
 #: Why a provider's compaction did not happen: the provider could not be reached (or

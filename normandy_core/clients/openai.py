@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from normandy_core.clients.base import (
+    ContextOverflow,
     ModelClientError,
     ModelReply,
     ProviderCompaction,
@@ -37,7 +39,13 @@ from normandy_core.clients.base import (
     as_entries,
 )
 from normandy_core.clients.exchange import adrive, drive
-from normandy_core.clients.sdk import CompletionRequest, Pause, SdkClient, sdk_options
+from normandy_core.clients.sdk import (
+    CompletionRequest,
+    Pause,
+    SdkClient,
+    error_object,
+    sdk_options,
+)
 from normandy_core.conversation.entries import (
     Block,
     DocumentBlock,
@@ -55,6 +63,7 @@ __all__ = [
     "OpenAIClient",
     "compact_request",
     "from_newest_compaction_item",
+    "openai_overflow",
     "openai_request",
     "responses_input",
     "responses_request",
@@ -491,6 +500,44 @@ def _threshold(edits: Any, api: str, entry: str) -> int | None:
     return compact.trigger
 
 
+#: Chat Completions' figures: the window, then what the request came to (with the
+#: completion's share when the message splits it).
+_SIZES = re.compile(
+    r"maximum context length is (\d+) tokens\. However, (?:your messages resulted in|"
+    r"you requested) (\d+) tokens(?: \((\d+) in the messages, (\d+) in the completion\))?"
+)
+
+
+def openai_overflow(sdk: Any, exc: Exception) -> ContextOverflow | None:
+    """The SDK error ``exc`` as a :class:`~normandy_core.clients.ContextOverflow` when the
+    API refused the request with code ``context_length_exceeded`` (a ``BadRequestError``),
+    else ``None``.
+
+    Chat Completions' message gives the window and the request's tokens (``This model's
+    maximum context length is M tokens. However, your messages resulted in N tokens``;
+    when it splits the request into messages and completion, the size is the messages'
+    and the limit what the completion leaves). The Responses API's (``Your input exceeds
+    the context window of this model``) gives neither.
+    """
+    if not isinstance(exc, sdk.BadRequestError) or exc.code != "context_length_exceeded":
+        return None
+    message = str(error_object(exc).get("message") or exc.message)
+    found = _SIZES.search(message)
+    size = limit = None
+    if found is not None:
+        limit, size = int(found[1]), int(found[2])
+        if found[3] is not None:
+            size, limit = int(found[3]), limit - int(found[4])
+    return ContextOverflow(
+        f"openai: {type(exc).__name__} {exc.status_code} context_length_exceeded: {message}",
+        provider="openai",
+        status=int(exc.status_code),
+        code="context_length_exceeded",
+        size=size,
+        limit=limit,
+    )
+
+
 class SdkCall(NamedTuple):
     """One request to the OpenAI SDK: the method it goes to, found on a sync or an async
     SDK client alike, and its keyword arguments."""
@@ -567,6 +614,9 @@ class OpenAIClient(SdkClient[SdkCall, Any]):
             api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout
         )
         super().__init__(model, options, client=client, async_client=async_client)
+
+    def _overflow(self, exc: Exception) -> ContextOverflow | None:
+        return openai_overflow(self._sdk, exc)
 
     def _send(self, call: SdkCall) -> Any:
         return call.method(self._within_limit(self._sync()))(**call.kwargs)

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from normandy_core.clients.base import (
     CompactionFailure,
+    ContextOverflow,
     ModelClientError,
     ModelReply,
     ProviderCompactionError,
@@ -44,6 +45,7 @@ __all__ = [
     "Pause",
     "SdkClient",
     "compaction_failure",
+    "error_object",
     "retry_pause",
     "sdk_options",
 ]
@@ -134,6 +136,18 @@ def sdk_options(
     if timeout is not None:
         options["timeout"] = timeout
     return options
+
+
+def error_object(exc: Any) -> dict[str, Any]:
+    """The ``error`` object of an SDK status error's JSON body (``{}`` without one).
+
+    The Anthropic SDK keeps the whole body (``{"type": "error", "error": {...}}``), the
+    OpenAI SDK the ``error`` object alone: both are read here."""
+    body = getattr(exc, "body", None)
+    if not isinstance(body, dict):
+        return {}
+    inner = body.get("error")
+    return dict(inner) if isinstance(inner, dict) else dict(body)
 
 
 def compaction_failure(provider: str, sdk: Any, exc: Exception) -> ProviderCompactionError:
@@ -268,7 +282,15 @@ class SdkClient(ABC, Generic[RequestT, ResponseT]):
         return await self._asend(request)
 
     def _error(self, exc: Exception) -> ModelClientError:
+        overflow = self._overflow(exc)
+        if overflow is not None:
+            return overflow
         return ModelClientError(f"{self.provider}: {type(exc).__name__}: {exc}")
+
+    def _overflow(self, exc: Exception) -> ContextOverflow | None:
+        """``exc`` as a :class:`ContextOverflow` when it is the provider's refusal of a
+        request too long for the context window, else ``None`` (each provider says how)."""
+        return None
 
     def _compaction_failure(self, exc: Exception) -> ProviderCompactionError:
         return compaction_failure(self.provider, self._sdk, exc)

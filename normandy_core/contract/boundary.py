@@ -73,6 +73,7 @@ def run_compaction(
     timeout: float | None = None,
     calibration: Calibration | None = None,
     thinking: bool = False,
+    trigger: str = "scheduled",
 ) -> CompactionResult:
     """Resolve one boundary: call ``acc``'s compactor and return the checked result.
 
@@ -93,7 +94,9 @@ def run_compaction(
     Once the result is final, the boundary is logged on the ``normandy_core.boundary``
     logger (DEBUG skipped, INFO compacted, WARNING failed, naming the compactor and its
     distribution) and every ``on_boundary`` hook gets the result's ``acc`` and ``meta``
-    with a :class:`BoundaryInfo`; a hook that fails there is logged and changes nothing.
+    with a :class:`BoundaryInfo` (its ``trigger`` the one given here: ``"overflow"`` from
+    the turn loop's recovery after a too-long refusal); a hook that fails there is
+    logged and changes nothing.
     ``thinking`` says whether the model call after the boundary asks for extended
     thinking (the turn loop passes whether it does); then ``BoundaryInfo.thinking_disabled``
     says whether that call must go without it.
@@ -121,7 +124,7 @@ def run_compaction(
     logged = log.isEnabledFor(_LEVELS[outcome])
     observers = selected("on_boundary", gated=True)
     if logged or observers:
-        info = _info(acc, result, outcome, probe, start_ns, duration, thinking)
+        info = _info(acc, result, outcome, probe, start_ns, duration, thinking, trigger)
         _report(result, probe, info, limit, logged, observers)
     return result
 
@@ -305,6 +308,7 @@ def _info(
     start_ns: int,
     duration: float,
     thinking: bool,
+    trigger: str,
 ) -> BoundaryInfo:
     comp = probe.comp
     error_type = probe.error_type if outcome == "failed" else None
@@ -323,6 +327,7 @@ def _info(
         error_type=error_type,
         # the request the client sends next is the result's conversation
         thinking_disabled=thinking and thinking_lost(result.acc.memory.newest_first()),
+        trigger=trigger,
     )
 
 

@@ -335,6 +335,27 @@ class AgentConfig:
                 raise
             raise type(exc)(f"{exc}\n  ({s.note()})") from exc
 
+    def narrowed(self, target: int, *, entry: str) -> AgentConfig:
+        """A copy whose compactor's window is pinned so that what the compactor lets a
+        conversation reach (with the prompt) is ``target`` tokens: the room it keeps
+        besides (its window less the mid-round level its ``compaction_threshold``
+        declared, such as ``window_manager``'s ``reserved_tokens``) is kept. What a
+        provider's too-long refusal is recovered with. The config itself when its
+        compactor sizes against no window, already has one that small, or refuses the
+        pinned one (prepared under ``entry``)."""
+        current = self.prepared.window
+        if current is None:
+            return self
+        level = self.prepared.thresholds[True]
+        window = target + (current - level if level is not None and level < current else 0)
+        if current <= window:
+            return self
+        pinned = {**self.compactor_opts, "context_window": window}
+        try:
+            return self.replace(entry=entry, compactor_opts=pinned)
+        except (OptionsError, WindowUnknownError):
+            return self
+
     def with_compactor(self, name: str, opts: Mapping[str, Any] | None = None) -> AgentConfig:
         """A copy using compactor ``name`` with ``opts``, prepared where it is made."""
         return self.replace(

@@ -249,6 +249,10 @@ class BoundaryInfo(NamedTuple):
     loop, which says whether it asks for thinking; false elsewhere). Summed over a
     turn's boundaries, it is the turn's
     :attr:`~normandy_core.turn.TurnResult.thinking_disabled_calls`.
+    ``trigger`` says why the boundary ran: ``"scheduled"``
+    (where the turn loop, :func:`~normandy_core.compact` or the command line resolve
+    one) or ``"overflow"`` (the turn loop's recovery after the provider refused a
+    request as too long).
 
     Immutable (a named tuple: made at every observed boundary, it must be cheap), so no
     hook can change what the next one receives.
@@ -265,6 +269,7 @@ class BoundaryInfo(NamedTuple):
     compactor_duration: float | None = None
     error_type: str | None = None
     thinking_disabled: bool = False
+    trigger: str = "scheduled"
 
     @property
     def compacted(self) -> bool:

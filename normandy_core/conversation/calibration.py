@@ -20,7 +20,8 @@ at least ``min_tokens`` estimated tokens):
 
 - a count is raised as far as any recent request showed it was low: when one ratio
   ``reported / estimated`` is 1 or more, the factor is the largest, rounded up to a
-  hundredth;
+  hundredth, but never above ``ceiling`` (4.0: a provider's figure that far above the
+  counter's says more about the provider, or a proxy, than about the counter);
 - it is lowered only by repeated, consistent evidence: at least ``agree``
   observations, every one an over-count no larger than ``1 / floor`` (a ratio below
   ``floor`` is taken for a provider that under-reports, not for a counter that
@@ -80,7 +81,8 @@ class Calibration:
     ``min_tokens`` are ignored (fixed overheads dominate them). A factor below 1 needs
     ``agree`` consistent observations (the smallest at least ``1 - spread`` of the
     largest) and is never below ``floor`` (0.75: the default counters count at most four
-    characters of prose as the three of ``conservative``). This object observes and reads
+    characters of prose as the three of ``conservative``); a factor above 1 is never
+    above ``ceiling``. This object observes and reads
     the evidence of one :attr:`endpoint`; :meth:`for_endpoint` gives the view of another,
     with the same rules and sharing the same evidence.
     """
@@ -93,9 +95,12 @@ class Calibration:
         floor: float = 0.75,
         agree: int = 3,
         spread: float = 0.1,
+        ceiling: float = 4.0,
     ) -> None:
         if window < 1 or min_tokens < 1 or agree < 1 or not 0 < floor <= 1:
             raise ValueError("window, min_tokens and agree must be positive and 0 < floor <= 1")
+        if not ceiling >= 1:
+            raise ValueError("ceiling must be at least 1")
         if not 0 <= spread < 1:
             raise ValueError("spread must be at least 0 and below 1")
         self.window = window
@@ -103,6 +108,7 @@ class Calibration:
         self.floor = floor
         self.agree = agree
         self.spread = spread
+        self.ceiling = ceiling
         #: The client endpoint this object observes for and reads (``None``: none known).
         self.endpoint: str | None = None
         self._evidence = _Evidence()
@@ -149,7 +155,7 @@ class Calibration:
             len(ratios) >= self.agree and min(ratios) >= max(self.floor, top * (1.0 - self.spread))
         ):
             return 1.0
-        return max(self.floor, math.ceil(top * 100 - 1e-9) / 100)
+        return min(self.ceiling, max(self.floor, math.ceil(top * 100 - 1e-9) / 100))
 
     def factor(self, model: str | None, counter: str) -> float:
         """The correction factor of ``counter``'s counts for ``model`` at this endpoint:

@@ -12,6 +12,7 @@ given or returned reads and counts only what is new.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
@@ -22,7 +23,7 @@ from normandy_core.transcripts.facade import FormatName, compact_continued, prep
 from normandy_core.transcripts.result import CompactResult
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
+    from typing_extensions import Self, Unpack
 
 __all__ = [
     "AdapterSeam",
@@ -57,6 +58,9 @@ class NamedCompactor:
 
     #: The entry point named in errors when none is given (a subclass's public function).
     default_entry: ClassVar[str | None] = None
+    #: Compact every call in full, remembering nothing for the next (a :meth:`narrowed`
+    #: copy's calls are not continuations of the seam's own).
+    fresh: bool = False
 
     def __init__(
         self,
@@ -99,7 +103,22 @@ class NamedCompactor:
             mid_round=mid_round,
             format=format,
             client=self._client,
+            fresh=self.fresh,
         )
+
+    def narrowed(self, target: int) -> Self:
+        """This compactor sizing for ``target`` tokens (:meth:`AgentConfig.narrowed
+        <normandy_core.AgentConfig.narrowed>`), each call compacted in full: what a seam
+        recovers from a provider's too-long refusal with. Itself when its config cannot be
+        narrowed (a compactor without a window, or one already that small)."""
+        config = self.config.narrowed(target, entry=self.entry)
+        if config is self.config:
+            return self
+        other = copy.copy(self)
+        other.config = config
+        other.fresh = True
+        other._start()
+        return other
 
     def log(
         self, logger: logging.Logger, before: int, after: int, result: CompactResult, what: str

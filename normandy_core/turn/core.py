@@ -9,7 +9,14 @@ One agent turn runs as::
 
 The core parks in ``steering`` at the start of the turn and after every tool batch and
 emits :class:`MaybeCompact`; it goes on only when the shell feeds :class:`CompactionDone`
-back. After ``max_iterations`` model calls with tools, or once the task budget is spent,
+back. When the provider refuses a model call as too long (:class:`ContextOverflowed`),
+the core steers once more (``trigger="overflow"``, the ``mid_round`` of the boundary
+before the call) and then repeats the call; a second refusal of the same call, or an
+overflow boundary that compacted nothing, ends the turn with :class:`Fail`, so no
+sequence of refusals makes more than two requests of one call::
+
+    awaiting_model --ContextOverflowed--> steering(overflow) --CompactionDone--> awaiting_model
+ After ``max_iterations`` model calls with tools, or once the task budget is spent,
 the next call is *final*: :class:`CallModel` with ``final=True`` asks for an answer with
 tools disabled. :func:`step` never mutates its input and raises :class:`InvalidTransition`
 (naming the state and the event) for an event the state does not accept.
@@ -36,10 +43,12 @@ __all__ = [
     "Budget",
     "CallModel",
     "CompactionDone",
+    "ContextOverflowed",
     "DispatchTools",
     "Effect",
     "Emit",
     "Event",
+    "Fail",
     "Finish",
     "FinishReason",
     "InvalidTransition",
@@ -47,6 +56,7 @@ __all__ = [
     "ModelReplied",
     "Phase",
     "ToolResults",
+    "Trigger",
     "TurnError",
     "TurnState",
     "UserInput",
@@ -57,6 +67,9 @@ __all__ = [
 
 #: Why a turn ended: the model answered, the iteration cap or the task budget forced it.
 FinishReason = Literal["answer", "iteration_cap", "budget"]
+#: Why a boundary ran: the loop's own (a turn start, after a tool batch), or the
+#: provider's refusal of a request as too long.
+Trigger = Literal["scheduled", "overflow"]
 
 
 class TurnError(NormandyError):
@@ -139,7 +152,20 @@ class CompactionDone:
     meta: Mapping[str, Any]
 
 
-Event = UserInput | ModelReplied | ToolResults | CompactionDone
+@dataclass(frozen=True)
+class ContextOverflowed:
+    """The provider refused the model call as too long for its context window.
+
+    ``info`` is what the shell learned (the provider's figures, its own counts; JSON-ready,
+    reported in the ``context_overflow`` event); ``target`` the tokens the overflow
+    boundary compacts below (``None``: as the compactor sizes).
+    """
+
+    info: Mapping[str, Any]
+    target: int | None = None
+
+
+Event = UserInput | ModelReplied | ToolResults | CompactionDone | ContextOverflowed
 
 
 # -- effects (out) --------------------------------------------------------------------
@@ -155,9 +181,16 @@ class AppendMessage:
 
 @dataclass(frozen=True)
 class MaybeCompact:
-    """Resolve a boundary (call the compactor), then feed :class:`CompactionDone` back."""
+    """Resolve a boundary (call the compactor), then feed :class:`CompactionDone` back.
+
+    ``trigger`` says why it runs; an overflow boundary compacts below ``target`` tokens
+    (the overshoot and a margin below the refused request) where the compactor sizes
+    against a window.
+    """
 
     mid_round: bool
+    trigger: Trigger = "scheduled"
+    target: int | None = None
 
 
 @dataclass(frozen=True)
@@ -190,7 +223,15 @@ class Finish:
     reason: FinishReason
 
 
-Effect = AppendMessage | MaybeCompact | CallModel | DispatchTools | Emit | Finish
+@dataclass(frozen=True)
+class Fail:
+    """The turn cannot go on: the provider refused a call as too long and the one
+    recovery did not help (``why`` says how); the shell raises."""
+
+    why: str
+
+
+Effect = AppendMessage | MaybeCompact | CallModel | DispatchTools | Emit | Finish | Fail
 
 # The effects every boundary emits, made once (they are immutable and carry no data).
 _COMPACT_AT_START = MaybeCompact(mid_round=False)
@@ -257,7 +298,8 @@ class TurnState:
     ``iterations`` counts model calls made with tools enabled (at most
     ``max_iterations``); ``pending`` the tool-use ids of the dispatched batch;
     ``final_reason`` is set once a final call was asked for; ``text`` and
-    ``finish_reason`` once the turn is done.
+    ``finish_reason`` once the turn is done; ``trigger`` why the boundary it steers at
+    runs; ``refusals`` how often the provider refused the current model call as too long.
     """
 
     turn_id: str
@@ -271,6 +313,8 @@ class TurnState:
     final_reason: FinishReason | None = None
     text: str | None = None
     finish_reason: FinishReason | None = None
+    trigger: Trigger = "scheduled"
+    refusals: int = 0
 
 
 def start(turn_id: str, *, max_iterations: int = 25, budget: int | None = None) -> TurnState:
@@ -327,7 +371,7 @@ def boundary_summary(meta: Mapping[str, Any]) -> dict[str, Any]:
 _EXPECTS = {
     Phase.IDLE: "UserInput",
     Phase.STEERING: "CompactionDone",
-    Phase.AWAITING_MODEL: "ModelReplied",
+    Phase.AWAITING_MODEL: "ModelReplied or ContextOverflowed",
     Phase.AWAITING_TOOLS: "ToolResults",
     Phase.DONE: "nothing (the turn is done)",
 }
@@ -350,6 +394,8 @@ def step(state: TurnState, event: Event) -> tuple[TurnState, tuple[Effect, ...]]
         return _on_compaction_done(state, event)
     if phase is Phase.AWAITING_MODEL and isinstance(event, ModelReplied):
         return _on_model_replied(state, event)
+    if phase is Phase.AWAITING_MODEL and isinstance(event, ContextOverflowed):
+        return _on_overflow(state, event)
     if phase is Phase.AWAITING_TOOLS and isinstance(event, ToolResults):
         return _on_tool_results(state, event)
     raise InvalidTransition(state, event, f"expected {_EXPECTS[phase]}")
@@ -368,12 +414,8 @@ def _on_user_input(state: TurnState, event: UserInput) -> tuple[TurnState, tuple
     )
 
 
-def _on_compaction_done(
-    state: TurnState, event: CompactionDone
-) -> tuple[TurnState, tuple[Effect, ...]]:
-    meta = event.meta
-    if not isinstance(meta.get("compacted"), bool):
-        raise InvalidTransition(state, event, "meta has no boolean 'compacted'")
+def _boundary(state: TurnState, meta: Mapping[str, Any]) -> tuple[Budget | None, Emit]:
+    """The budget after a boundary and the event that reports it."""
     budget = state.budget
     removed = meta.get("tokens_removed")
     if budget is not None and isinstance(removed, int) and meta["compacted"]:
@@ -382,12 +424,25 @@ def _on_compaction_done(
         "type": "boundary",
         "turn_id": state.turn_id,
         "mid_round": state.mid_round,
+        "trigger": state.trigger,
         "batch": state.batches,
         "meta": boundary_summary(meta),
     }
     if budget is not None:
         boundary["budget"] = budget.as_dict()
-    effects: list[Effect] = [Emit(boundary)]
+    return budget, Emit(boundary)
+
+
+def _on_compaction_done(
+    state: TurnState, event: CompactionDone
+) -> tuple[TurnState, tuple[Effect, ...]]:
+    meta = event.meta
+    if not isinstance(meta.get("compacted"), bool):
+        raise InvalidTransition(state, event, "meta has no boolean 'compacted'")
+    budget, report = _boundary(state, meta)
+    if state.trigger == "overflow":
+        return _after_overflow(state, meta, budget, report)
+    effects: list[Effect] = [report]
     reason: FinishReason | None = None
     if state.iterations >= state.max_iterations:
         reason = "iteration_cap"
@@ -409,6 +464,38 @@ def _on_compaction_done(
     return new, tuple(effects)
 
 
+def _on_overflow(
+    state: TurnState, event: ContextOverflowed
+) -> tuple[TurnState, tuple[Effect, ...]]:
+    """A model call refused as too long: steer at an overflow boundary, once per call."""
+    info: dict[str, Any] = {"type": "context_overflow", "turn_id": state.turn_id, **event.info}
+    if state.refusals:
+        info["recovery"] = "failed"
+        new = replace(state, phase=Phase.DONE, refusals=state.refusals + 1)
+        return new, (Emit(info), Fail("refused again after the overflow compaction"))
+    info["recovery"] = "compact_and_retry"
+    new = replace(state, phase=Phase.STEERING, trigger="overflow", refusals=1)
+    compact = MaybeCompact(mid_round=state.mid_round, trigger="overflow", target=event.target)
+    return new, (Emit(info), compact)
+
+
+def _after_overflow(
+    state: TurnState, meta: Mapping[str, Any], budget: Budget | None, report: Emit
+) -> tuple[TurnState, tuple[Effect, ...]]:
+    """After the overflow boundary: the refused call again (the same call, so no
+    iteration is counted), or :class:`Fail` when nothing was compacted (the request
+    would be the same)."""
+    if not meta["compacted"]:
+        error = meta.get("error")
+        why = f"the compactor compacted nothing at the overflow boundary ({error or 'skipped'})"
+        new = replace(state, phase=Phase.DONE, budget=budget, trigger="scheduled")
+        return new, (report, Fail(why))
+    reason = state.final_reason
+    call = CallModel(final=True, reason=reason) if reason is not None else _CALL
+    new = replace(state, phase=Phase.AWAITING_MODEL, budget=budget, trigger="scheduled")
+    return new, (report, call)
+
+
 def _meaningful(block: Block) -> bool:
     return not (isinstance(block, TextBlock) and not block.text)
 
@@ -424,7 +511,9 @@ def _on_model_replied(
         raise InvalidTransition(state, event, "a model reply cannot hold tool results")
     budget = _add(state.budget, event.tokens)
     if uses and state.final_reason is None:
-        new = replace(state, phase=Phase.AWAITING_TOOLS, pending=tuple(ids), budget=budget)
+        new = replace(
+            state, phase=Phase.AWAITING_TOOLS, pending=tuple(ids), budget=budget, refusals=0
+        )
         return new, (
             AppendMessage("assistant", event.content),
             Emit(
@@ -447,7 +536,13 @@ def _on_model_replied(
     text = "\n".join(block.text for block in content if isinstance(block, TextBlock))
     reason: FinishReason = state.final_reason or "answer"
     new = replace(
-        state, phase=Phase.DONE, budget=budget, text=text, finish_reason=reason, pending=()
+        state,
+        phase=Phase.DONE,
+        budget=budget,
+        text=text,
+        finish_reason=reason,
+        pending=(),
+        refusals=0,
     )
     finished: dict[str, Any] = {
         "type": "turn_finished",

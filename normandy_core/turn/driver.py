@@ -12,19 +12,25 @@ need no I/O itself and yields the ones that do, an exchange
 
 A model call that fails is raised in :meth:`TurnRun.steps`, which turns it into
 :class:`~normandy_core.turn.TurnAborted`; anything else a request raises goes up as it is.
+A :class:`~normandy_core.clients.ContextOverflow` (the provider refused the request as
+too long) is recovered from once per call (:meth:`TurnRun.overflowed`): calibrated from
+the provider's figure, compacted at an overflow boundary, called again.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from normandy_core.clients.base import (
+    ContextOverflow,
     ModelReply,
     Usage,
     holds_provider_compaction,
 )
 from normandy_core.contract.boundary import run_compaction
+from normandy_core.contract.check import CompactionResult
 from normandy_core.contract.config import AgentConfig
 from normandy_core.contract.recall import recall_tools
 from normandy_core.conversation.calibration import (
@@ -45,9 +51,11 @@ from normandy_core.turn.core import (
     AppendMessage,
     CallModel,
     CompactionDone,
+    ContextOverflowed,
     DispatchTools,
     Emit,
     Event,
+    Fail,
     Finish,
     FinishReason,
     MaybeCompact,
@@ -61,6 +69,8 @@ from normandy_core.turn.result import TurnAborted, TurnResult
 from normandy_core.turn.tools import Tool, declare_tools, tool_map
 
 __all__ = ["TurnIO", "TurnRun", "client_endpoint"]
+#: What the overflow boundary's config is made by, in its errors.
+_OVERFLOW_ENTRY = "normandy_core.turn (overflow recovery)"
 
 
 #: The effects of the core a shell answers (the others need no I/O).
@@ -107,6 +117,7 @@ class TurnRun:
         counter: TokenCounter | str | None,
         calibration: Calibration | None,
         on_event: Callable[[dict[str, Any]], None] | None,
+        recover_overflow: bool = True,
     ) -> None:
         table = tool_map(tools)
         # stacklevel 3: a warning points at the code that called the shell
@@ -139,6 +150,9 @@ class TurnRun:
         for name, fn in recall_tools(acc, self.counter, lambda: self.acc.memory).items():
             self.tools.setdefault(name, fn)
         self.budgeted = budget is not None
+        self.recover_overflow = recover_overflow
+        # The too-long refusals of the current call, each with the count it was sent at.
+        self.refusals: list[tuple[ContextOverflow, int]] = []
         self._pending: tuple[Content, str] | None = None
         self.on_event = on_event
         self.events: list[dict[str, Any]] = []
@@ -167,28 +181,70 @@ class TurnRun:
                     new_acc, meta = yield effect
                     event = self.compacted(new_acc, meta)
                 elif isinstance(effect, CallModel):
-                    estimated = self.estimate()
-                    try:
-                        reply = yield effect
-                    except Exception as exc:
-                        raise self.abort(exc) from exc
-                    event = self.replied(effect, reply, estimated)
+                    event = yield from self.call(effect)
                 elif isinstance(effect, DispatchTools):
                     event = self.results((yield effect))
                 elif isinstance(effect, Finish):
                     self.result = (effect.text, effect.reason)
+                elif isinstance(effect, Fail):
+                    raise self.overflow_failed(effect)
         return self.finish()
+
+    def call(self, effect: CallModel) -> Generator[TurnIO, Any, Event]:
+        """One model call: the core event for its reply, or for its refusal as too long."""
+        estimated = self.estimate()
+        try:
+            reply = yield effect
+        except ContextOverflow as exc:
+            if not self.recover_overflow:
+                raise self.abort(exc) from exc
+            return self.overflowed(exc, estimated)
+        except Exception as exc:
+            raise self.abort(exc) from exc
+        self.refusals.clear()
+        return self.replied(effect, reply, estimated)
 
     def compact(self, effect: MaybeCompact) -> Any:
         """Resolve the boundary ``effect`` asks for (blocking): ``(acc, meta)`` from
-        :func:`run_compaction` on the running acc."""
-        return run_compaction(
-            self.acc,
+        :func:`run_compaction` on the running acc (an overflow boundary's with its window
+        pinned for ``effect.target``, :meth:`AgentConfig.narrowed`; its compacted memory put
+        back in the running acc)."""
+        acc = self.acc
+        if effect.target is not None:
+            acc = acc.narrowed(effect.target, entry=_OVERFLOW_ENTRY)
+        result = run_compaction(
+            acc,
             mid_round=effect.mid_round,
             turn_id=self.turn_id,
             calibration=self.calibration,
             thinking=self.thinking is not None,
+            trigger=effect.trigger,
         )
+        if acc is self.acc:
+            return result
+        kept = self.acc.with_memory(result.acc.memory) if result.meta.compacted else self.acc
+        return CompactionResult(kept, result.meta)
+
+    def overflowed(self, exc: ContextOverflow, estimated: int) -> Event:
+        """A call refused as too long: calibrate from the provider's figure (bounded, as
+        every observation), and the target of the overflow boundary: the request's
+        calibrated count less the overshoot and a margin (:meth:`ContextOverflow.target`)."""
+        model = self.acc.model
+        before = self.counter.factor
+        if model is not None and exc.size:
+            self.calibration.observe(model, self.base.name, estimated, exc.size)
+        counted = math.ceil(estimated * self.counter.factor)
+        self.refusals.append((exc, counted))
+        target = exc.target(counted)
+        info = {
+            **exc.as_dict(),
+            "estimated_input_tokens": estimated,
+            "counted": counted,
+            "target": target,
+            "factor_before": before,
+            "factor_after": self.counter.factor,
+        }
+        return ContextOverflowed(info, target)
 
     # -- the effects that need no I/O ---------------------------------------------
 
@@ -356,6 +412,21 @@ class TurnRun:
             state=self.state,
             boundaries=self.boundaries,
         )
+
+    def overflow_failed(self, fail: Fail) -> TurnAborted:
+        """The error that ends a turn whose too-long refusal the one recovery did not
+        help; it gives the provider's figures of each refusal and Normandy's counts."""
+        last = self.refusals[-1][0]
+        tried = " then ".join(f"{exc.figures} (Normandy counted {n:,})" for exc, n in self.refusals)
+        error = TurnAborted(
+            f"turn {self.turn_id!r} aborted: {last.provider} refused the request as too long "
+            f"for the model's context window, and {fail.why}: {tried}",
+            self.acc,
+            self.events,
+        )
+        error.__cause__ = last
+        self.emit({"type": "turn_aborted", "turn_id": self.turn_id, "error": str(error)})
+        return error
 
     def abort(self, exc: BaseException) -> TurnAborted:
         """The error to raise when the client failed."""

@@ -52,6 +52,7 @@ def run_turn(
     counter: TokenCounter | str | None = None,
     calibration: Calibration | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    recover_overflow: bool = True,
 ) -> TurnResult:
     """Run one agent turn synchronously and return its :class:`TurnResult`.
 
@@ -69,6 +70,15 @@ def run_turn(
     the compactor sees the calibrated factor), calibrated per model with ``calibration``.
     ``on_event`` sees each event as it happens. Raises :class:`TurnAborted` when the
     model client fails.
+
+    With ``recover_overflow`` (the default), a call the provider refuses as too long
+    (:class:`~normandy_core.clients.ContextOverflow`) is recovered from once: the
+    calibration learns the provider's count, an overflow boundary (``trigger=
+    "overflow"``, the ``mid_round`` of the boundary it follows) compacts below the
+    refused request by the overshoot and a margin, and the call is made again; a second
+    refusal, or an overflow boundary that compacts nothing, raises :class:`TurnAborted`
+    giving the provider's figures and Normandy's counts. Each refusal is reported as a
+    ``context_overflow`` event.
 
     ``tools`` may also be a list of functions, each named by its ``__name__``. A tool
     that ``acc.tools`` does not define gets a definition derived from its signature and
@@ -91,6 +101,7 @@ def run_turn(
         counter=counter,
         calibration=calibration,
         on_event=on_event,
+        recover_overflow=recover_overflow,
     )
     return drive(run.steps(user_input), functools.partial(_answer, client, run))
 
@@ -136,6 +147,7 @@ async def arun_turn(
     counter: TokenCounter | str | None = None,
     calibration: Calibration | None = None,
     on_event: Callable[[dict[str, Any]], None] | None = None,
+    recover_overflow: bool = True,
 ) -> TurnResult:
     """Run one agent turn on the event loop; the arguments are those of :func:`run_turn`.
 
@@ -160,6 +172,7 @@ async def arun_turn(
         counter=counter,
         calibration=calibration,
         on_event=on_event,
+        recover_overflow=recover_overflow,
     )
     return await adrive(run.steps(user_input), functools.partial(_aanswer, client, run))
 

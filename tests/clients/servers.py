@@ -26,6 +26,15 @@ Provider compaction, as the providers document it:
   user messages followed by one compaction item, with ``usage``. A compaction item sent
   back must be one this server made.
 
+Too long: with ``window`` (input tokens, counted as :func:`count_tokens` counts) a
+request over it is refused as the provider refuses it (:func:`too_long`): Anthropic 400
+``invalid_request_error`` ``prompt is too long: N tokens > M maximum``, Chat Completions
+400 ``context_length_exceeded`` with both numbers, the Responses API 400
+``context_length_exceeded`` without them; with ``max_bytes`` Anthropic answers a larger
+body 413 ``request_too_large``. ``overflows`` scripts refusals: each model request pops
+the next flag, and ``True`` refuses it as too long whatever its size (the limit then
+the smaller of ``window`` and 90 % of its size).
+
 ``compaction`` chooses how the server answers a compaction request: ``"ok"``,
 ``"refuse"`` (400) or ``"overloaded"`` (529 / 503); models named in ``no_compaction``
 are refused as not supporting it.
@@ -689,6 +698,50 @@ def responses_reply(
     }
 
 
+# -- too long -----------------------------------------------------------------------
+
+
+def too_long(api: str, size: int, limit: int) -> tuple[int, dict[str, Any]]:
+    """The status and body each API refuses a request of ``size`` input tokens with,
+    over its ``limit``: ``api`` is ``"anthropic"``, ``"chat"`` or ``"responses"``."""
+    if api == "anthropic":
+        return 400, {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": f"prompt is too long: {size} tokens > {limit} maximum",
+            },
+            "request_id": "req_loopback",
+        }
+    if api == "chat":
+        message = (
+            f"This model's maximum context length is {limit} tokens. However, your messages "
+            f"resulted in {size} tokens. Please reduce the length of the messages."
+        )
+        param = "messages"
+    else:
+        message = (
+            "Your input exceeds the context window of this model. Please adjust your input "
+            "and try again."
+        )
+        param = "input"
+    return 400, {
+        "error": {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": param,
+            "code": "context_length_exceeded",
+        }
+    }
+
+
+#: Anthropic's answer to a request body over its byte limit.
+REQUEST_TOO_LARGE = {
+    "type": "error",
+    "error": {"type": "request_too_large", "message": "Request exceeds the maximum size"},
+}
+
+
 # -- the server -----------------------------------------------------------------------
 
 
@@ -712,8 +765,14 @@ class FakeProvider:
         lifetime: float = 60.0,
         compaction: str = "ok",
         no_compaction: tuple[str, ...] = (),
+        window: int | None = None,
+        max_bytes: int | None = None,
+        overflows: list[bool] | None = None,
     ) -> None:
         self.kind = kind
+        self.window = window
+        self.max_bytes = max_bytes
+        self.overflows = list(overflows or [])
         self.script = list(script or [])
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
@@ -794,8 +853,32 @@ class FakeProvider:
                 check_openai(body)
             except Refusal as refusal:
                 return self._refuse(body, refusal, openai_error)
+            refused = self._too_long("chat", body, count_tokens(body))
+            if refused is not None:
+                return refused
             n = next(self._counter)
             return 200, openai_reply(body, self._action(), n)
+
+    def _too_long(
+        self, api: str, body: dict[str, Any], tokens: int
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The refusal of a model request as too long (``window``, ``max_bytes``, the next
+        of ``overflows``), recorded in ``refusals``; else ``None``."""
+        forced = self.overflows.pop(0) if self.overflows else False
+        too_large = self.max_bytes is not None and len(json.dumps(body).encode()) > self.max_bytes
+        if api == "anthropic" and too_large:
+            self.refusals.append((body, REQUEST_TOO_LARGE))
+            return 413, REQUEST_TOO_LARGE
+        if forced:
+            limit = int(tokens * 0.9)
+            limit = limit if self.window is None else min(self.window, limit)
+        elif self.window is not None and tokens > self.window:
+            limit = self.window
+        else:
+            return None
+        status, answer = too_long(api, tokens, limit)
+        self.refusals.append((body, answer))
+        return status, answer
 
     def _action(self) -> dict[str, Any]:
         return self.script.pop(0) if self.script else {"text": "Nothing left to do."}
@@ -861,6 +944,10 @@ class FakeProvider:
             check_anthropic(view)
         except Refusal as refusal:
             return self._refuse(body, refusal, anthropic_error)
+        if not on_demand:
+            refused = self._too_long("anthropic", body, count_tokens(view))
+            if refused is not None:
+                return refused
         edits = (body.get("context_management") or {}).get("edits") or []
         compact = next((e for e in edits if e["type"] == "compact_20260112"), None)
         if on_demand or (compact and count_tokens(view) > _trigger(compact, 150_000)[1]):
@@ -921,6 +1008,9 @@ class FakeProvider:
                 )
         except Refusal as refusal:
             return self._refuse(body, refusal, openai_error)
+        refused = self._too_long("responses", body, responses_tokens(body))
+        if refused is not None:
+            return refused
         threshold = min(
             (e["compact_threshold"] for e in body.get("context_management") or []), default=None
         )

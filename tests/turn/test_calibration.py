@@ -47,6 +47,21 @@ def test_floor_and_reset():
         Calibration(floor=0)
 
 
+def test_a_factor_is_never_above_the_ceiling():
+    """However far above the count a provider reports (a proxy, a bad figure), the
+    factor stops at ``ceiling``; at or under it the largest ratio stands."""
+    cal = Calibration(min_tokens=1)
+    cal.observe("m", "c", 1000, 3_990)
+    assert cal.factor("m", "c") == 3.99
+    cal.observe("m", "c", 1000, 50_000)
+    assert cal.factor("m", "c") == cal.ceiling == 4.0
+    tight = Calibration(min_tokens=1, ceiling=1.2)
+    tight.observe("m", "c", 1000, 1_500)
+    assert tight.factor("m", "c") == 1.2
+    with pytest.raises(ValueError, match="ceiling"):
+        Calibration(ceiling=0.9)
+
+
 def test_calibrated_counter_scales_and_renames():
     cal = Calibration(min_tokens=1)
     base = get_counter("conservative")

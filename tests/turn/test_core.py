@@ -60,6 +60,7 @@ def test_multi_batch_turn_exact_effects():
                 "type": "boundary",
                 "turn_id": "t1",
                 "mid_round": False,
+                "trigger": "scheduled",
                 "batch": 0,
                 "meta": {"compacted": False, "dropped_ids": [], "dropped_count": 0},
             }
