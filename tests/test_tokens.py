@@ -32,6 +32,7 @@ from normandy_core.conversation.tokens import (
     DOCUMENT_TOKENS,
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
+    ScaledCounter,
     counter_description,
 )
 
@@ -136,6 +137,8 @@ def test_default_counter_never_picks_the_four_chars_estimate(model):
     counter = get_counter(spec)
     if isinstance(counter, EstimateCounter):
         assert counter.chars_per_token < 4.0
+    elif isinstance(counter, ScaledCounter):  # a Claude prior: o200k times over 1
+        assert isinstance(counter.base, TiktokenCounter) and counter.factor > 1
     else:
         assert isinstance(counter, TiktokenCounter)
 
@@ -143,7 +146,7 @@ def test_default_counter_never_picks_the_four_chars_estimate(model):
 def test_default_counter_is_exact_where_tiktoken_knows_the_model():
     assert default_counter_for("gpt-4o-2024-08-06") == "o200k_base"
     assert default_counter_for("gpt-4") == "cl100k_base"
-    assert default_counter_for("claude-sonnet-4-5") == "conservative"
+    assert default_counter_for("claude-sonnet-4-5") == "claude"  # o200k times a factor
 
 
 @pytest.fixture
