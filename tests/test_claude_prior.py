@@ -12,6 +12,10 @@ error of each prior is its distance to the ends of that range.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -149,3 +153,28 @@ def test_the_prior_is_named_after_what_it_counts():
     assert get_counter("claude-4.7").name == "claude-4.7:tiktoken:o200k_base*1.76"
     with pytest.raises(ValueError, match="positive and finite"):
         ScaledCounter(get_counter("o200k_base"), 0.0, "x")
+
+
+@pytest.mark.slow
+def test_a_claude_conversation_far_below_its_window_loads_no_encoding(tmp_path):
+    """The UTF-8 bound times the factor still bounds the prior: a fresh process's first
+    compact() far below the window decides without loading o200k's vocabulary."""
+    script = """
+import json
+import normandy_core
+from normandy_core.conversation import encodings
+msgs = [{"role": "user", "content": "Read the parser."}, {"role": "assistant", "content": "ok"}]
+r = normandy_core.compact(msgs, compactor="window_manager", window=100_000,
+                          model="claude-sonnet-4-5")
+loaded = encodings.ENCODINGS.names()
+before = r.tokens_before  # a figure asked for: exact, so it loads now
+print(json.dumps({"compacted": r.compacted, "loaded": loaded,
+                  "after": encodings.ENCODINGS.names()}))
+"""
+    env = {**os.environ, "NORMANDY_ARCHIVE_PATH": str(tmp_path / "a.sqlite3")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True
+    )
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["compacted"] is False and out["loaded"] == []
+    assert out["after"] == ["o200k_base"]
