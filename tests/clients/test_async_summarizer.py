@@ -99,6 +99,8 @@ def test_an_async_only_client_on_a_shared_httpx_pool_summarizes_under_arun_turn(
                         "summary_timeout": 10,
                         # the boundaries this test expects are the mid-round ones
                         "round_aware": False,
+                        # the history is sized for three characters a token
+                        "counter": "conservative",
                     },
                     client=client,
                     compaction_timeout=compaction_timeout,  # the compactor in its own thread
@@ -161,6 +163,8 @@ def test_a_summary_past_its_timeout_is_cancelled_on_the_turn_loop():
             "summary_timeout": 0.3,
             # the boundaries this test expects are the mid-round ones
             "round_aware": False,
+            # the history is sized for three characters a token
+            "counter": "conservative",
         },
         client=client,
     ).with_memory(history())

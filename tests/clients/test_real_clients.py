@@ -172,8 +172,8 @@ def test_session_round_trips_across_a_mid_round_compaction(kind, mode, compactor
     top = max(cal["recent_ratios"])
     assert min(top - 5e-5, 1.0) <= cal["factor"] <= max(math.ceil(top * 100 + 0.005) / 100, 1.0)
     assert cal["endpoint"] == make_client(kind, provider).endpoint
-    if kind == "anthropic":  # three characters a token under-count this provider's JSON
-        assert cal["factor"] > 1.0
+    if kind == "anthropic":  # Claude's first count: o200k_base times the documented factor
+        assert cal["counter"] == "claude:tiktoken:o200k_base*1.30"
     assert first.usage.input_tokens > 0
 
 

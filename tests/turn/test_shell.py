@@ -85,9 +85,14 @@ def session_script() -> list[ModelReply]:
     ]
 
 
+#: The counter Claude models count with before any usage (o200k_base times 1.30).
+PRIOR = "claude:tiktoken:o200k_base*1.30"
+
+
 def reported_input(req) -> int:
+    """More than the Claude prior counts: the calibration has something to learn."""
     chars = len(req.system) + sum(len(e.text()) for e in req.messages)
-    return math.ceil(chars / 2.5) + 40
+    return math.ceil(chars / 1.4) + 40
 
 
 def make_acc(compactor: str, window: int = 2600, **opts) -> AgentConfig:
@@ -158,7 +163,7 @@ def check_session(client, results, drops, thinking):
     # calibration: the provider counts more than the raw estimate, so the factor rose
     cal = [b["meta"]["calibration"] for b in second.events_of("boundary")]
     assert cal[-1]["factor"] > 1.0
-    assert cal[-1]["counter"] == "conservative"
+    assert cal[-1]["counter"] == PRIOR
     # budget: removed tokens stay spent
     removed = sum(b["meta"].get("tokens_removed", 0) for b in first.events_of("boundary"))
     assert first.budget.removed == removed > 0
@@ -282,8 +287,8 @@ def test_noop_compactor_turn_changes_nothing_and_calibration_is_conservative():
     # one report far below the estimate lowers nothing (issue 32): it says the provider
     # under-reports, and a factor below 1 needs repeated consistent evidence above the floor
     scripted = default_calibration().for_endpoint(client_endpoint(client))
-    assert scripted.snapshot("claude-sonnet-4-5", "conservative")["observations"] == 1
-    assert scripted.factor("claude-sonnet-4-5", "conservative") == 1.0
+    assert scripted.snapshot("claude-sonnet-4-5", PRIOR)["observations"] == 1
+    assert scripted.factor("claude-sonnet-4-5", PRIOR) == 1.0
     default_calibration().reset()
 
 
@@ -296,7 +301,7 @@ def test_a_custom_calibration_given_to_run_turn_reaches_the_compactor():
     mine = Calibration(min_tokens=1)
     # evidence is kept per client endpoint (issue 32): the scripted client's, factor 3.0
     scripted = client_endpoint(ScriptedClient([]))
-    mine.for_endpoint(scripted).observe("claude-sonnet-4-5", "conservative", 100, 300)
+    mine.for_endpoint(scripted).observe("claude-sonnet-4-5", PRIOR, 100, 300)
     from normandy_core import get_counter
 
     tools = {"read_file": read_file, "run_tests": run_tests}
@@ -307,7 +312,7 @@ def test_a_custom_calibration_given_to_run_turn_reaches_the_compactor():
         tools=tools,
         calibration=Calibration(),
     )
-    size = probe.acc.memory.tokens(get_counter("conservative")) + probe.acc.prompt_tokens
+    size = probe.acc.memory.tokens(get_counter("claude")) + probe.acc.prompt_tokens
     window = 2 * size + 300  # the session fits at factor 1, not at factor 3
     plain = run_turn(
         make_acc("window_manager", window=window),
