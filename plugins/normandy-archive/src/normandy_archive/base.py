@@ -179,16 +179,12 @@ class Limits:
     now: float | None = None
 
     def __post_init__(self) -> None:
-        for name, whole in (
-            ("max_bytes", True),
-            ("max_age_seconds", False),
-            ("max_sessions", True),
-        ):
-            value = getattr(self, name)
+        for name in ("max_bytes", "max_age_seconds", "max_sessions"):
+            value, whole = getattr(self, name), name != "max_age_seconds"
             kinds = (int,) if whole else (int, float)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, kinds) or not 0 <= value < math.inf:
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, kinds) or not 0 <= value < math.inf
+            ):
                 what = "a whole number" if whole else "a number"
                 raise ValueError(f"{name} must be {what} >= 0, got {value!r}")
 
@@ -509,7 +505,10 @@ class ArchiveBackend(abc.ABC):
         recent, and while the bytes in use (SQLite: the file's; PostgreSQL: the stored
         JSON's) exceed ``max_bytes``, the oldest others, never the most recent session.
         """
-        limits = Limits(max_bytes, max_age_seconds, max_sessions, now)
+        return self._planned(Limits(max_bytes, max_age_seconds, max_sessions, now))
+
+    def _planned(self, limits: Limits) -> PrunePlan:
+        """:meth:`_plan` in a read (a version-1 archive is refused: a write moves it first)."""
 
         def plan(version: int, run: Run) -> PrunePlan:
             if version == 1:
@@ -519,8 +518,7 @@ class ArchiveBackend(abc.ABC):
                 )
             return self._plan(run, limits)
 
-        found = self._read(plan)
-        return PrunePlan((), 0, 0) if found is None else found
+        return self._read(plan) or PrunePlan((), 0, 0)
 
     def prune(
         self,
@@ -542,14 +540,7 @@ class ArchiveBackend(abc.ABC):
         limits = Limits(max_bytes, max_age_seconds, max_sessions, now)
         if limits.none:
             return 0
-        if dry_run:
-            return self.prune_plan(
-                max_bytes=max_bytes,
-                max_age_seconds=max_age_seconds,
-                max_sessions=max_sessions,
-                now=now,
-            ).entries
-        return self._remove(limits, vacuum=vacuum)
+        return self._planned(limits).entries if dry_run else self._remove(limits, vacuum=vacuum)
 
     # -- reading ----------------------------------------------------------------------
 

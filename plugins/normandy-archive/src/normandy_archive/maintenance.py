@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from normandy_archive.base import Limits, prepare
+from normandy_archive.store import Archive, ArchiveBusyError
 
 if TYPE_CHECKING:
-    from normandy_archive.store import Archive
     from normandy_core import Entry
 
 __all__ = [
@@ -54,7 +54,7 @@ PRUNE_TO = 0.7
 #: Entries serialized ahead between two chances for another thread to run.
 PREPARE_STEP = 8
 
-_Work = tuple["Archive", "Limits | None", Sequence["Entry"]]
+_Work = tuple[Archive, "Limits | None", Sequence["Entry"]]
 
 
 class _Writer:
@@ -117,8 +117,6 @@ class _Writer:
                     self.thread = None  # the next schedule() starts another
 
     def serve(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
-        from normandy_archive.store import ArchiveBusyError
-
         _prepare(archive, upcoming)  # at once: an agent compacting again soon finds them
         if not _over(archive, limits):
             limits = self.wait_for_a_pause(archive, limits)

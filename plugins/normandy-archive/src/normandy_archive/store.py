@@ -320,21 +320,17 @@ class Archive(ArchiveBackend):
 
     def _why_full(self) -> str:
         """What filled the disk, when it can be told: a file-size limit or no space left."""
-        try:
+        with contextlib.suppress(ImportError, OSError, ValueError):
             import resource
 
             limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-        except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
-            limit = -1
-        if limit >= 0 and limit != getattr(resource, "RLIM_INFINITY", -1):
-            sizes = [0]
-            for p in (self.path, Path(f"{self.path}-wal")):
-                with contextlib.suppress(OSError):
-                    sizes.append(p.stat().st_size)
-            return (
-                ": database or disk is full: this process may not write a file past "
-                f"{limit:,} bytes (RLIMIT_FSIZE); the archive's largest file has {max(sizes):,}"
-            )
+            if limit != resource.RLIM_INFINITY:
+                files = (self.path, f"{self.path}-wal")
+                biggest = max((os.stat(p).st_size for p in files if os.path.exists(p)), default=0)
+                return (
+                    ": database or disk is full: this process may not write a file past "
+                    f"{limit:,} bytes (RLIMIT_FSIZE); the archive's largest file has {biggest:,}"
+                )
         with contextlib.suppress(OSError, AttributeError):
             if os.statvfs(self.path.parent).f_bavail == 0:
                 return ": database or disk is full: no space left on the file system"
@@ -503,7 +499,7 @@ class Archive(ArchiveBackend):
         with self._writing(foreground=not background):
             for _ in range(3):
                 conn = self._writer()
-                if background:
+                if background:  # never hold this process's writes up waiting for another's
                     conn.execute(f"PRAGMA busy_timeout = {_BACKGROUND_WAIT_MS}")
                 try:
                     conn.execute("BEGIN IMMEDIATE")
@@ -564,7 +560,7 @@ class Archive(ArchiveBackend):
             self.index()
         try:  # under the write lock: the background writer's transactions cannot hold it off
             with self._writing(foreground=True):
-                self.checkpoint(if_over=self.wal_bound, truncate=True)
+                self._bound_log()
         except ArchiveError as exc:  # committed all the same: the next write tries again
             log.warning("%s", exc)
         return stored
@@ -603,7 +599,7 @@ class Archive(ArchiveBackend):
             total += done
             if done and self.wal_bound < self.WAL_MAX_BYTES:  # max_bytes: keep the log small
                 with self._writing():
-                    self.checkpoint(if_over=self.wal_bound, truncate=True)
+                    self._bound_log()
             if done < batch:
                 return total
 
@@ -614,6 +610,20 @@ class Archive(ArchiveBackend):
             with contextlib.suppress(OSError):
                 total += os.stat(p).st_size
         return total
+
+    def _bound_log(self) -> None:
+        """Under the write lock: a log past :attr:`wal_bound` is checkpointed and cut to
+        nothing, on the write connection (no transaction of this process is in its way)."""
+        try:
+            if os.stat(f"{self.path}-wal").st_size <= self.wal_bound:
+                return
+        except OSError:
+            return
+        with self._checkpoint_lock:
+            try:
+                self._writer().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as exc:
+                raise self._error(exc, "could not checkpoint") from exc
 
     def checkpoint(self, *, if_over: int = 0, truncate: bool = False) -> bool:
         """Copy the write-ahead log into the file when it holds more than ``if_over``
