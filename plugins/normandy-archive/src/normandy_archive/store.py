@@ -73,6 +73,8 @@ _COMPACTION_INSERT = (
     "mid_round, created_at, entry_count, tokens_before, tokens_after, dropped_count, meta_json) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+#: Which content hashes of a JSON array the archive holds.
+_HAVE = "SELECT content_hash FROM entries WHERE content_hash IN (SELECT value FROM json_each(?))"
 _ENTRY_INSERT = (
     "INSERT OR IGNORE INTO entries (entry_id, content_hash, turn_id, role, entry_json, "
     "source_ids, session_id, compaction_id, archived_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -85,12 +87,6 @@ _THROUGH = "write through it (point the archive path at a regular file)"
 
 class ArchiveBusyError(ArchiveError):
     """Another process holds the archive's write lock (background work tries later)."""
-
-
-def _fts_query(query: str, any_term: bool = False) -> str:
-    """Each term as an FTS5 string (punctuation literal; NUL separates), ANDed or ORed."""
-    terms = query.replace("\x00", " ").split()
-    return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
 def _regular(path: str | Path, what: str, refusal: str) -> os.stat_result | None:
@@ -543,7 +539,8 @@ class Archive(ArchiveBackend):
         self.last_write = time.monotonic()
 
         def work(conn: sqlite3.Connection) -> int:
-            have = self._have(conn, rows)
+            hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'  # hex: no escapes
+            have = {h for (h,) in conn.execute(_HAVE, (hashes,))} if rows else set()
             if have:  # content dropped before: this session saw it last
                 conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
             new = [r.row for r in rows if r.content_hash not in have]
@@ -564,19 +561,6 @@ class Archive(ArchiveBackend):
         except ArchiveError as exc:  # committed all the same: the next write tries again
             log.warning("%s", exc)
         return stored
-
-    @staticmethod
-    def _have(conn: sqlite3.Connection, rows: Sequence[Prepared]) -> set[str]:
-        """The hashes of ``rows`` whose content the archive's tables hold."""
-        if not rows:
-            return set()
-        hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'  # hex: no escapes
-        found = conn.execute(
-            "SELECT content_hash FROM entries WHERE content_hash IN "
-            "(SELECT value FROM json_each(?))",
-            (hashes,),
-        )
-        return {h for (h,) in found}
 
     def index(self, *, batch: int = 16, yield_to_writers: bool = False) -> int:
         """Index for full-text search what was committed and not indexed yet (a killed
@@ -736,7 +720,9 @@ class Archive(ArchiveBackend):
             pending = self._select(  # none in a version-1 archive: all indexed at once
                 cond, [*params, wanted], "ORDER BY e.seq LIMIT ?", v1=("0 = 1", [wanted])
             )
-        text = query if raw else _fts_query(query, any_term)
+        # each term an FTS5 string, so its punctuation is literal
+        quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
+        text = query if raw else (" OR " if any_term else " ").join(quoted)
         cond, params = self._in_session("entries_fts MATCH ?", [text], session_id)
         plain = None
         if by_seen:  # a version-1 archive has no seen table
