@@ -1,12 +1,6 @@
-"""What every archive backend offers, and the one function that opens the one in force.
-
-:class:`ArchiveBackend` (defined in :mod:`normandy_archive.base`) is the public API every
-backend implements, and the base class they share: the embedded SQLite
-:class:`~normandy_archive.Archive` here, and backends of archive URLs registered by
-other distributions under :data:`BACKENDS_GROUP`, by URL scheme (``postgresql``:
-``normandy-archive-postgres``, for fleets of agents), imported only when a URL asks for
-one.
-"""
+"""Open the archive in force: the SQLite :class:`~normandy_archive.Archive`, or a backend
+another distribution registers by URL scheme under :data:`BACKENDS_GROUP` (``postgresql``:
+``normandy-archive-postgres``), imported only when a URL asks for it."""
 
 from __future__ import annotations
 
@@ -40,21 +34,17 @@ def _by_url(url: str) -> ArchiveBackend:
         )
     ep = found[0]
     dist = getattr(ep, "dist", None)
-    origin = f"{dist.name} {dist.version}" if dist is not None else ep.value
+    what = f"archive backend {scheme!r} (group {BACKENDS_GROUP}) from " + (
+        f"{dist.name} {dist.version}" if dist is not None else ep.value
+    )
     try:
         backend = ep.load()(url)
     except ArchiveError:
         raise
     except Exception as exc:
-        raise ArchiveError(
-            f"archive backend {scheme!r} (group {BACKENDS_GROUP}) from {origin} failed to "
-            f"load: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise ArchiveError(f"{what} failed to load: {type(exc).__name__}: {exc}") from exc
     if not isinstance(backend, ArchiveBackend):
-        raise ArchiveError(
-            f"archive backend {scheme!r} (group {BACKENDS_GROUP}) from {origin} made a "
-            f"{type(backend).__name__}, not an ArchiveBackend"
-        )
+        raise ArchiveError(f"{what} made a {type(backend).__name__}, not an ArchiveBackend")
     return backend
 
 
@@ -68,12 +58,10 @@ def open_archive(
 
     Without ``target``, the one the settings name (``NORMANDY_ARCHIVE_URL``, else
     ``NORMANDY_ARCHIVE_PATH``, else the user data directory; see
-    :func:`~normandy_archive.current_settings`). ``timeout`` is the SQLite archive's busy
-    wait and ``sync`` how its commits reach the disk (default: the ``busy_timeout`` and
-    ``sync`` settings).
+    :func:`~normandy_archive.current_settings`). ``timeout`` and ``sync`` are the SQLite
+    archive's busy wait and commit mode (default: the ``busy_timeout`` and ``sync`` settings).
 
-    :raises ArchiveError: the archive is off, or a URL was asked for and no backend of
-        its scheme is installed (``postgresql://``: ``normandy-archive-postgres``).
+    :raises ArchiveError: the archive is off, or no backend of a URL's scheme is installed.
     """
     from normandy_archive.store import Archive
 
@@ -86,7 +74,7 @@ def open_archive(
         if settings.url is not None:
             return _by_url(settings.url)
         assert settings.path is not None
-        return Archive(settings.path, timeout=timeout, sync=sync)
+        target = settings.path
     if isinstance(target, str) and is_url(target):
         return _by_url(target)
     return Archive(Path(target), timeout=timeout, sync=sync)

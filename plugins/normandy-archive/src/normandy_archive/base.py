@@ -1,16 +1,8 @@
-"""What both archive backends share, written once: the public API and its rules.
+"""What both archive backends share: the public API, its records and rules, the read queries.
 
-:class:`ArchiveBackend` is the archive's public API (``record``, ``recall``,
-``versions``, ``by_source_id``, ``list``, ``search``, ``compactions``, ``count``,
-``prune_plan``, ``prune``, ``close``), implemented here for both backends: the embedded
-SQLite :class:`~normandy_archive.Archive` (:mod:`normandy_archive.store`) and
-``PostgresArchive`` (distribution ``normandy-archive-postgres``) for fleets of agents.
-What they share is here: the records they return, how a compaction's dropped entries are prepared
-(serialized, hashed by content, their caller's ids found), the paging and retention
-rules and the validation of every argument, and the read queries, written once over a
-small :class:`Dialect` for the SQL the two write differently. A backend provides the
-connections, the transaction that writes a compaction, full-text search and the
-removal of pruned sessions.
+:class:`ArchiveBackend` is implemented once here over a small :class:`Dialect`; the SQLite
+:class:`~normandy_archive.Archive` and ``PostgresArchive`` (``normandy-archive-postgres``)
+provide the connections, the write transaction, full-text search and pruning.
 """
 
 from __future__ import annotations
@@ -28,13 +20,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from normandy_archive.errors import ArchiveError, ArchiveQueryError
 from normandy_archive.schema import content_hash, source_ids
-from normandy_core import (
-    Entry,
-    TextBlock,
-    ThinkingBlock,
-    ToolResultBlock,
-    ToolUseBlock,
-)
+from normandy_core import Entry, TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
 
 #: An entry's row as a compaction writes it: entry id, content hash, turn id, role, the
 #: entry's JSON, its caller's ids as a JSON array (``None``: none).
@@ -42,7 +28,6 @@ EntryRow = tuple[str, str, "str | None", str, str, "str | None"]
 
 __all__ = [
     "MAX_ROWS",
-    "PREPARED_MAX_BYTES",
     "ArchiveBackend",
     "ArchivedEntry",
     "CompactionRecord",
@@ -53,8 +38,7 @@ __all__ = [
     "Recorded",
     "Search",
     "SessionUsage",
-    "check_limits",
-    "choose_sessions",
+    "entry_row",
     "int_or_none",
     "page",
     "prepare",
@@ -64,6 +48,8 @@ __all__ = [
 T = TypeVar("T")
 #: Runs one statement on the connection at hand: ``run(sql, params)`` returns its rows.
 Run = Callable[[str, Sequence[Any]], builtins.list[tuple[Any, ...]]]
+#: The largest LIMIT or OFFSET either database takes (a signed 64-bit integer).
+MAX_ROWS = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -84,17 +70,17 @@ class ArchivedEntry:
     archived_at: float
     """Unix time of the compaction that archived it."""
     source_ids: tuple[str, ...] = ()
-    """The caller's ids found in the entry: tool-use ids and the ids its tool results
-    answer (OpenAI tool-call ids, Anthropic tool-use ids)."""
+    """The caller's ids found in the entry: its tool-use ids and those its results answer."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the entry as JSON data)."""
+        e = self.entry
         return {
             "seq": self.seq,
             "session_id": self.session_id,
-            "entry_id": self.entry.id,
-            "turn_id": self.entry.turn_id,
-            "role": self.entry.role,
+            "entry_id": e.id,
+            "turn_id": e.turn_id,
+            "role": e.role,
             "content_hash": self.content_hash,
             "compaction_id": self.compaction_id,
             "compactor": self.compactor,
@@ -126,11 +112,8 @@ class CompactionRecord:
 
 @dataclass(frozen=True)
 class SessionUsage:
-    """One session of the archive: when it last dropped content, and what it holds.
-
-    A content belongs to the session that last dropped it (``seen``), so content two
-    sessions share is counted, and kept, with the more recent one.
-    """
+    """One session: when it last dropped content, and what it holds (content two sessions
+    share is counted, and kept, with the one that dropped it last)."""
 
     session_id: str
     last: float
@@ -146,7 +129,7 @@ class PrunePlan:
 
     sessions: tuple[SessionUsage, ...]
     used_bytes: int
-    """Bytes of the file in use now (its pages, less the free ones)."""
+    """Bytes of the archive in use now."""
     total_sessions: int
 
     @property
@@ -163,10 +146,8 @@ class PrunePlan:
 class Recorded(str):
     """What :meth:`Archive.record` returns: the compaction id (a ``str``), with counts.
 
-    ``entries`` were stored now; ``existing`` were already in the archive (their content
-    was archived before, by this session or another), so nothing was written for them;
-    ``stored`` says whether the compaction itself was recorded (only when it stored
-    something).
+    ``entries`` were stored now; ``existing`` were in the archive already (dropped before,
+    by this session or another); ``stored`` says whether the compaction was recorded.
     """
 
     entries: int
@@ -184,63 +165,58 @@ class Recorded(str):
         return self.entries > 0
 
 
-def check_limits(
-    max_bytes: object = None, max_age_seconds: object = None, max_sessions: object = None
-) -> None:
-    """Refuse a retention limit that is not a number >= 0 (``max_bytes`` and
-    ``max_sessions`` whole numbers); ``None`` is no limit.
+@dataclass(frozen=True)
+class Limits:
+    """Retention limits (``None``: none), each a number >= 0 (bytes and sessions whole);
+    ``now`` is the time ages are measured from (default: the current time).
 
     :raises ValueError: naming the limit and the value.
     """
-    for name, value, whole in (
-        ("max_bytes", max_bytes, True),
-        ("max_age_seconds", max_age_seconds, False),
-        ("max_sessions", max_sessions, True),
-    ):
-        if value is None:
-            continue
-        kinds = (int,) if whole else (int, float)
-        if isinstance(value, bool) or not isinstance(value, kinds) or not 0 <= value < math.inf:
-            what = "a whole number" if whole else "a number"
-            raise ValueError(f"{name} must be {what} >= 0, got {value!r}")
 
+    max_bytes: int | None = None
+    max_age_seconds: float | None = None
+    max_sessions: int | None = None
+    now: float | None = None
 
-def choose_sessions(
-    rows: Sequence[Sequence[Any]],
-    used: int,
-    *,
-    max_bytes: int | None,
-    max_age_seconds: float | None,
-    max_sessions: int | None,
-    now: float | None,
-) -> PrunePlan:
-    """The sessions retention removes, oldest first, from ``rows`` of ``(session, last,
-    entries, stored JSON bytes)`` in order of ``last`` (each session's bytes estimated
-    as its share of ``used``, the archive's bytes in use).
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_age_seconds", "max_sessions"):
+            value, whole = getattr(self, name), name != "max_age_seconds"
+            kinds = (int,) if whole else (int, float)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, kinds) or not 0 <= value < math.inf
+            ):
+                what = "a whole number" if whole else "a number"
+                raise ValueError(f"{name} must be {what} >= 0, got {value!r}")
 
-    Those older than ``max_age_seconds``, all but the ``max_sessions`` most recent, and,
-    while the bytes in use exceed ``max_bytes``, the oldest others, never the most
-    recent session.
-    """
-    stored = sum(r[3] for r in rows) or 1
-    sessions = [SessionUsage(r[0], r[1], r[2], used * r[3] // stored) for r in rows]
-    doomed: dict[str, SessionUsage] = {}
-    if max_age_seconds is not None:
-        cutoff = (time.time() if now is None else now) - max_age_seconds
-        doomed.update((s.session_id, s) for s in sessions if s.last < cutoff)
-    if max_sessions is not None:
-        extra = max(len(sessions) - max_sessions, 0)
-        doomed.update((s.session_id, s) for s in sessions[:extra])
-    if max_bytes is not None:
-        left = used - sum(s.bytes for s in doomed.values())
-        for s in sessions[:-1]:  # oldest first, never the newest session
-            if left <= max_bytes:
-                break
-            if s.session_id not in doomed:
-                doomed[s.session_id] = s
-                left -= s.bytes
-    chosen = tuple(sorted(doomed.values(), key=lambda s: (s.last, s.session_id)))
-    return PrunePlan(chosen, used, len(sessions))
+    @property
+    def none(self) -> bool:
+        """Whether there is no limit at all (nothing is ever removed)."""
+        return (self.max_bytes, self.max_age_seconds, self.max_sessions) == (None, None, None)
+
+    def choose(self, rows: Sequence[Sequence[Any]], used: int) -> PrunePlan:
+        """The sessions to remove, oldest first, from ``rows`` of ``(session, last, entries,
+        stored JSON bytes)`` ordered by ``last``, with ``used`` bytes in use: those older
+        than ``max_age_seconds``, all but the ``max_sessions`` most recent, and while the
+        bytes exceed ``max_bytes`` the oldest others, never the most recent session."""
+        stored = sum(r[3] for r in rows) or 1
+        sessions = [SessionUsage(r[0], r[1], r[2], used * r[3] // stored) for r in rows]
+        doomed: dict[str, SessionUsage] = {}
+        if self.max_age_seconds is not None:
+            cutoff = (time.time() if self.now is None else self.now) - self.max_age_seconds
+            doomed.update((s.session_id, s) for s in sessions if s.last < cutoff)
+        if self.max_sessions is not None:
+            extra = max(len(sessions) - self.max_sessions, 0)
+            doomed.update((s.session_id, s) for s in sessions[:extra])
+        if self.max_bytes is not None:
+            left = used - sum(s.bytes for s in doomed.values())
+            for s in sessions[:-1]:  # never the newest session
+                if left <= self.max_bytes:
+                    break
+                if s.session_id not in doomed:
+                    doomed[s.session_id] = s
+                    left -= s.bytes
+        chosen = tuple(sorted(doomed.values(), key=lambda s: (s.last, s.session_id)))
+        return PrunePlan(chosen, used, len(sessions))
 
 
 def searchable_text(entry: Entry) -> str:
@@ -260,25 +236,20 @@ def searchable_text(entry: Entry) -> str:
     return "\n".join(parts)
 
 
-#: Entries serialized ahead of the compaction that drops them (:func:`prepare`):
-#: ``id(entry) -> Prepared`` (the entry itself is kept in it, so the id stays its own), at
-#: most :data:`PREPARED_MAX_BYTES` of JSON (the oldest go first; a write uses its entries
-#: up).
-_prepared: dict[int, Prepared] = {}
-_prepared_bytes = [0]
-_prepared_lock = threading.Lock()
-#: How much JSON :func:`prepare` keeps at most, in characters.
-PREPARED_MAX_BYTES = 16 * 1024 * 1024
+class Prepared(NamedTuple):
+    """One content a compaction dropped, ready to be written (the first entry with it)."""
+
+    entry: Entry
+    entry_json: str
+    content_hash: str
+    source_ids: tuple[str, ...]
+    row: EntryRow
+    """The row a compaction writes (:data:`EntryRow`)."""
 
 
 def _prepare_one(entry: Entry) -> Prepared:
-    """``entry`` serialized once: its JSON, content hash (cut from that JSON) and caller's
-    ids, as a list and as the JSON array a row stores.
-
-    The JSON is ``entry.model_dump_json()``'s, made by the model's serializer directly
-    (``model_dump_json`` passes it its defaults, one keyword at a time). The row a
-    compaction writes is made here too, once (:func:`entry_row`).
-    """
+    """``entry`` serialized once (``model_dump_json()``'s JSON, by the model's serializer
+    directly), hashed, its caller's ids found, and its row made."""
     data = type(entry).__pydantic_serializer__.to_json(entry).decode()
     ids = tuple(source_ids(entry))
     row = entry_row(entry, data, ids)
@@ -286,22 +257,24 @@ def _prepare_one(entry: Entry) -> Prepared:
 
 
 def entry_row(entry: Entry, data: str, ids: Sequence[str]) -> EntryRow:
-    """The row of ``entry`` (:data:`EntryRow`), whose JSON is ``data`` and caller's ids
-    ``ids``: entry id, content hash, turn id, role, JSON, and the ids as
-    ``json.dumps(ids)`` writes them (each escaped by the function ``json.dumps`` uses;
-    ``None``: none)."""
+    """The row of ``entry`` whose JSON is ``data``, its ids JSON as ``json.dumps`` writes it."""
     ids_json = "[" + ", ".join(map(_json_string, ids)) + "]" if ids else None
     return (entry.id, content_hash(entry, data), entry.turn_id, entry.role, data, ids_json)
 
 
 #: A string as ``json.dumps`` writes it (``ensure_ascii``).
 _json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
+#: Entries serialized ahead by :func:`prepare`, by ``id(entry)`` (the entry is kept in its
+#: :class:`Prepared`, so the id stays its own), at most :data:`PREPARED_MAX_BYTES` of JSON.
+_prepared: dict[int, Prepared] = {}
+_prepared_bytes = [0]
+_prepared_lock = threading.Lock()
+PREPARED_MAX_BYTES = 16 * 1024 * 1024
 
 
 def prepare(entries: Sequence[Entry]) -> int:
-    """Serialize and hash ``entries`` and find their caller's ids ahead of time (the
-    background writer does it while the model call runs, for the entries a compaction
-    would drop next), so a compaction that drops them does not; how many were new."""
+    """Serialize, hash and find the caller's ids of ``entries`` ahead of the compaction that
+    drops them (the background writer does it during the model call); how many were new."""
     done = 0
     for e in entries:
         if id(e) in _prepared:
@@ -311,15 +284,14 @@ def prepare(entries: Sequence[Entry]) -> int:
             if id(e) not in _prepared:
                 _prepared[id(e)] = ready
                 _prepared_bytes[0] += len(ready.entry_json)
-            while _prepared_bytes[0] > PREPARED_MAX_BYTES and _prepared:
+            while _prepared_bytes[0] > PREPARED_MAX_BYTES and _prepared:  # the oldest go
                 _prepared_bytes[0] -= len(_prepared.pop(next(iter(_prepared))).entry_json)
         done += 1
     return done
 
 
 def _serialized(entries: Sequence[Entry]) -> builtins.list[Prepared]:
-    """Each entry with its JSON, content hash and caller's ids: prepared ahead of time
-    (taken out of the cache, as it is), or now."""
+    """Each entry prepared: taken out of the cache when it is there, else now."""
     pop = _prepared.pop
     with _prepared_lock:
         hits = [pop(id(e), None) for e in entries]
@@ -331,27 +303,26 @@ def _serialized(entries: Sequence[Entry]) -> builtins.list[Prepared]:
 
 
 def _random_id() -> str:
-    """A fresh compaction id: a random version-4 UUID's ``hex``, made from 16 random bytes
-    as :func:`uuid.uuid4` makes it, without building the ``UUID``."""
+    """What ``uuid.uuid4().hex`` gives, without building the ``UUID``."""
     raw = bytearray(os.urandom(16))
     raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
     return raw.hex()
 
 
-#: A compaction's meta as its row stores it: ``json.dumps(meta, ensure_ascii=False,
-#: default=str)``, with the encoder that call would build made once.
+#: ``json.dumps(meta, ensure_ascii=False, default=str)``, its encoder made once.
 _meta_json: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
-#: The largest LIMIT or OFFSET either database takes (a signed 64-bit integer).
-MAX_ROWS = 2**63 - 1
+def _ids(found: str | None) -> tuple[str, ...]:
+    """The caller's ids of a row, from the JSON array it stores (``None``: none)."""
+    return tuple(json.loads(found)) if found else ()
 
 
 def page(limit: int, offset: int) -> tuple[int, int]:
     """``(limit, offset)``, each a whole number from 0 to :data:`MAX_ROWS`.
 
-    :raises ArchiveQueryError: naming the one that is not, in one line.
+    :raises ArchiveQueryError: naming the one that is not.
     """
     for name, value in (("limit", limit), ("offset", offset)):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_ROWS:
@@ -367,39 +338,6 @@ def int_or_none(value: Any) -> int | None:
     return value if ok else None
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Retention limits (``None``: no such limit), checked by :func:`check_limits`;
-    ``now`` is the time ages are measured from (default: the current time)."""
-
-    max_bytes: int | None = None
-    max_age_seconds: float | None = None
-    max_sessions: int | None = None
-    now: float | None = None
-
-    def __post_init__(self) -> None:
-        check_limits(self.max_bytes, self.max_age_seconds, self.max_sessions)
-
-    @property
-    def none(self) -> bool:
-        """Whether there is no limit at all (nothing is ever removed)."""
-        return (self.max_bytes, self.max_age_seconds, self.max_sessions) == (None, None, None)
-
-
-class Prepared(NamedTuple):
-    """One content a compaction dropped, ready to be written: the entry as dropped (the
-    first of the compaction's entries with this content), its JSON, content hash and
-    caller's ids (also as JSON)."""
-
-    entry: Entry
-    entry_json: str
-    content_hash: str
-    source_ids: tuple[str, ...]
-    row: EntryRow
-    """The row a compaction writes (:data:`EntryRow`): entry id, content hash, turn id,
-    role, JSON, and ``source_ids`` as the JSON array a row stores (``None``: none)."""
-
-
 class Search(NamedTuple):
     """A full-text search as :meth:`ArchiveBackend.search` checked it, for the backend."""
 
@@ -407,25 +345,21 @@ class Search(NamedTuple):
     session_id: str | None
     limit: int
     offset: int
-    #: The query is the backend's own syntax.
     raw: bool
-    #: Any of the terms (``match="any"``), not all of them.
     any_term: bool
-    #: Also the content the session was the last to drop (see :meth:`ArchiveBackend.search`).
     seen: bool
 
 
 class Dialect(abc.ABC):
-    """The SQL the two backends write differently, for the queries they share (the
-    defaults are SQLite's)."""
+    """The SQL the two backends write differently (the defaults are SQLite's)."""
 
     #: A statement's parameter.
     param = "?"
-    #: The function giving the size of a stored JSON, for retention by size.
+    #: The function giving a stored JSON's size, for retention by size.
     json_size = "length"
     #: The caller's ids of the row ``e`` as a JSON array (text), or NULL.
     source_ids = "e.source_ids"
-    #: What orders the compactions of the same time (archive order).
+    #: What orders compactions of the same time.
     compaction_order = "rowid"
 
     def table(self, name: str) -> str:
@@ -434,24 +368,23 @@ class Dialect(abc.ABC):
 
     @abc.abstractmethod
     def by_source_id(self, source_id: str, version: int) -> tuple[str, builtins.list[Any]]:
-        """The condition (and its parameters) on the row ``e`` holding the caller's id, in
-        an archive of schema ``version``."""
+        """The condition (and parameters) on the row ``e`` holding the caller's id, in an
+        archive of schema ``version``."""
 
 
+#: The columns of an :class:`ArchivedEntry`, in its fields' order.
 _COLUMNS = (
-    "e.seq, e.session_id, e.entry_json, e.content_hash, e.compaction_id, e.archived_at, "
-    "c.compactor, c.strategy, {source_ids}"
+    "e.seq, e.session_id, e.entry_json, e.content_hash, e.compaction_id, c.compactor, "
+    "c.strategy, e.archived_at, {source_ids}"
 )
 
 
 class ArchiveBackend(abc.ABC):
     """The archive's public API, as the hook and the ``normandy archive`` commands use it.
 
-    Both backends derive from it: what they share is written here once, the connections,
-    the write transaction, full-text search and the removal of pruned sessions are
-    theirs. Additions to the API are keyword arguments with defaults, so callers written
-    for the first API keep working with every backend. Reading never creates or changes
-    anything.
+    What both backends share is written here; each provides its connections, the write
+    transaction, full-text search and pruning. Additions to the API are keyword arguments
+    with defaults. Reading never creates or changes anything.
     """
 
     dialect: Dialect
@@ -462,29 +395,25 @@ class ArchiveBackend(abc.ABC):
     def location(self) -> str:
         """Where the archive is, for messages (a file path, or a URL without password)."""
 
-    # -- what each backend provides -----------------------------------------------------
-
     @abc.abstractmethod
     def _read(self, work: Callable[[int, Run], T]) -> T | None:
-        """``work(version, run)`` on a read connection (``version``: the archive's schema
-        version); ``None`` when there is nothing to read yet (no archive file)."""
+        """``work(schema version, run)`` on a read connection; ``None``: no archive yet."""
 
     @abc.abstractmethod
     def _write(
         self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str, *, index: bool
     ) -> int:
-        """Store the contents of ``rows`` the archive does not hold yet, and the compaction
-        (with ``meta_json``, the meta without ``dropped``) when it stored some, its
-        ``entry_count`` what it stored, in one committed transaction; how many it stored."""
+        """Store the contents of ``rows`` the archive lacks, and the compaction when it
+        stored some, in one committed transaction; how many it stored."""
 
     @abc.abstractmethod
     def _search(self, search: Search) -> builtins.list[ArchivedEntry]:
-        """The entries ``search`` finds, best match first (:meth:`search`, checked)."""
+        """The entries ``search`` finds, best match first."""
 
     @abc.abstractmethod
     def _remove(self, limits: Limits, *, vacuum: bool) -> int:
-        """Remove the sessions of :meth:`_plan` (chosen in the transaction that removes
-        them); how many entries went."""
+        """Remove the sessions of :meth:`_plan`, chosen in the same transaction; how many
+        entries went."""
 
     @abc.abstractmethod
     def _failure(self, message: str) -> ArchiveError:
@@ -493,8 +422,6 @@ class ArchiveBackend(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connections (the next call opens new ones)."""
-
-    # -- writing ----------------------------------------------------------------------
 
     def record(
         self,
@@ -510,22 +437,17 @@ class ArchiveBackend(abc.ABC):
         at: float | None = None,
         index: bool = True,
     ) -> Recorded:
-        """Archive one compaction's dropped entries in one commit.
+        """Archive one compaction's dropped entries in one commit, all or nothing.
 
-        Content the archive already holds (dropped before by this session or another, a
-        re-compaction of the same history, another agent writing to the same database)
-        is not stored again; the compaction is recorded only when it stored something.
-        All or nothing: a crash leaves either every entry it stored or none. Returns the
-        compaction id with the counts (:class:`Recorded`). With ``index`` false, SQLite
-        commits the compaction in one transaction into its tables, which reads see at
-        once, and leaves indexing it for full-text search to a later ``index()`` (the
-        hook's background writer does it), so the boundary waits for the durable part
-        only; with ``index`` it writes and indexes at once. PostgreSQL writes its tables and
-        indexes at once, in one transaction.
+        Content the archive already holds (dropped before by any session) is not stored
+        again; the compaction is recorded only when it stored something. With ``index``
+        false, SQLite leaves full-text indexing to a later ``index()`` (the hook's
+        background writer); reads see the rows at once. PostgreSQL always indexes as it
+        writes.
 
         :raises ArchiveError: it could not be written (disk full, locked past the busy
-            timeout, permission, not an archive, the database refused...), naming the
-            archive and the cause; nothing of it was written.
+            timeout, permission, not an archive...), naming the archive and the cause;
+            nothing of it was written.
         """
         cid = compaction_id or _random_id()
         rows: dict[str, Prepared] = {}
@@ -545,8 +467,9 @@ class ArchiveBackend(abc.ABC):
             tokens_after=int_or_none(info.get("tokens_after")),
             dropped_count=len(dropped),
         )
-        meta_json = _meta_json(info)
-        stored = self._write(builtins.list(rows.values()), compaction, meta_json, index=index)
+        stored = self._write(
+            builtins.list(rows.values()), compaction, _meta_json(info), index=index
+        )
         return Recorded(cid, stored, len(rows) - stored)
 
     # -- retention --------------------------------------------------------------------
@@ -565,14 +488,7 @@ class ArchiveBackend(abc.ABC):
             f"LEFT JOIN {s} s ON s.seq = e.seq GROUP BY sid ORDER BY last, sid",
             (),
         )
-        return choose_sessions(
-            rows,
-            self._used_bytes(run, rows),
-            max_bytes=limits.max_bytes,
-            max_age_seconds=limits.max_age_seconds,
-            max_sessions=limits.max_sessions,
-            now=limits.now,
-        )
+        return limits.choose(rows, self._used_bytes(run, rows))
 
     def prune_plan(
         self,
@@ -585,12 +501,14 @@ class ArchiveBackend(abc.ABC):
         """What :meth:`prune` would remove with these limits (read-only).
 
         Whole sessions go, oldest first (a session's age is that of the last content it
-        dropped; a content belongs to the session that dropped it last): those older than
-        ``max_age_seconds``, all but the ``max_sessions`` most recent, and, while the
-        archive's bytes in use (SQLite: the file's; PostgreSQL: the stored JSON's) exceed
-        ``max_bytes``, the oldest others, never the most recent session.
+        dropped): those older than ``max_age_seconds``, all but the ``max_sessions`` most
+        recent, and while the bytes in use (SQLite: the file's; PostgreSQL: the stored
+        JSON's) exceed ``max_bytes``, the oldest others, never the most recent session.
         """
-        limits = Limits(max_bytes, max_age_seconds, max_sessions, now)
+        return self._planned(Limits(max_bytes, max_age_seconds, max_sessions, now))
+
+    def _planned(self, limits: Limits) -> PrunePlan:
+        """:meth:`_plan` in a read (a version-1 archive is refused: a write moves it first)."""
 
         def plan(version: int, run: Run) -> PrunePlan:
             if version == 1:
@@ -600,8 +518,7 @@ class ArchiveBackend(abc.ABC):
                 )
             return self._plan(run, limits)
 
-        found = self._read(plan)
-        return PrunePlan((), 0, 0) if found is None else found
+        return self._read(plan) or PrunePlan((), 0, 0)
 
     def prune(
         self,
@@ -615,26 +532,15 @@ class ArchiveBackend(abc.ABC):
     ) -> int:
         """Remove whole sessions, oldest first; how many entries went (or would go).
 
-        The sessions are those of :meth:`prune_plan`, chosen and removed in one
-        transaction (the content they dropped last, with its caller ids and index
-        entries; their compactions once nothing of them is left), so a compaction
-        archived meanwhile is never half removed. Content a removed session archived
-        first but a kept session dropped since stays, listed under the kept session. With
-        no limit nothing goes; ``dry_run`` removes nothing. ``vacuum`` then gives the
-        space back to the file system (SQLite rewrites the file; otherwise it reuses the
-        space for what is archived next; PostgreSQL's autovacuum does this by itself).
+        The sessions of :meth:`prune_plan`, chosen and removed in one transaction. Content
+        a removed session archived first but a kept one dropped since stays, under the
+        kept session. With no limit nothing goes; ``dry_run`` removes nothing. ``vacuum``
+        gives the space back to the file system (SQLite; PostgreSQL's autovacuum does it).
         """
         limits = Limits(max_bytes, max_age_seconds, max_sessions, now)
         if limits.none:
             return 0
-        if dry_run:
-            return self.prune_plan(
-                max_bytes=max_bytes,
-                max_age_seconds=max_age_seconds,
-                max_sessions=max_sessions,
-                now=now,
-            ).entries
-        return self._remove(limits, vacuum=vacuum)
+        return self._planned(limits).entries if dry_run else self._remove(limits, vacuum=vacuum)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -647,8 +553,8 @@ class ArchiveBackend(abc.ABC):
         source: str | None = None,
         v1: tuple[str, Sequence[Any]] | None = None,
     ) -> builtins.list[ArchivedEntry]:
-        """The archived entries of ``source`` (the entries ``e``) matching ``where``;
-        ``v1`` is the condition to use instead in a version-1 archive."""
+        """The entries of ``source`` (default: the table, as ``e``) matching ``where``
+        (``v1``: the condition in a version-1 archive instead)."""
         d = self.dialect
 
         def select(version: int, run: Run) -> builtins.list[tuple[Any, ...]]:
@@ -663,18 +569,7 @@ class ArchiveBackend(abc.ABC):
             )
 
         return [
-            ArchivedEntry(
-                seq=r[0],
-                session_id=r[1],
-                entry=Entry.model_validate_json(r[2]),
-                entry_json=r[2],
-                content_hash=r[3],
-                compaction_id=r[4],
-                archived_at=r[5],
-                compactor=r[6],
-                strategy=r[7],
-                source_ids=tuple(json.loads(r[8])) if r[8] else (),
-            )
+            ArchivedEntry(*(*r[:2], Entry.model_validate_json(r[2]), *r[2:8], _ids(r[8])))
             for r in self._read(select) or ()
         ]
 
@@ -689,8 +584,7 @@ class ArchiveBackend(abc.ABC):
     def _in_session_or_seen(
         self, where: str, params: Sequence[Any], session_id: str
     ) -> tuple[str, builtins.list[Any]]:
-        """``where`` limited to what ``session_id`` archived or was the last to drop (a
-        version-2 archive: the ``seen`` table)."""
+        """``where`` limited to what ``session_id`` archived or was the last to drop."""
         p, seen = self.dialect.param, self.dialect.table("seen")
         return (
             f"{where} AND (e.session_id = {p} OR e.seq IN "
@@ -707,13 +601,11 @@ class ArchiveBackend(abc.ABC):
         )
 
     def recall(self, entry_id: str, session_id: str | None = None) -> Entry | None:
-        """The entry as it was first dropped (its original content), or ``None``.
+        """The entry as it was first dropped, or ``None``.
 
-        Ids are unique within a session; pass ``session_id`` when several sessions may
-        share one. :meth:`versions` gives every version. Content is stored once: an
-        entry whose content was archived before under another id (another session, a
-        re-compaction of the same history) is found under that first id, by its
-        caller's ids (:meth:`by_source_id`) or by :meth:`search`.
+        Ids are unique within a session; pass ``session_id`` when sessions may share one.
+        Content is stored once: an entry whose content was archived before under another
+        id is found under that first id, by :meth:`by_source_id` or by :meth:`search`.
         """
         found = self.versions(entry_id, session_id)
         return found[0].entry if found else None
@@ -751,20 +643,14 @@ class ArchiveBackend(abc.ABC):
     ) -> builtins.list[ArchivedEntry]:
         """Full-text search, best match first.
 
-        Each whitespace-separated term must occur (``match="all"``, the default), or any
-        of them (``match="any"``: an entry holding more of them ranks higher; the
-        ``recall`` tool searches so), its punctuation taken literally (so nothing a user
-        types is syntax); with ``raw`` the query is the backend's own syntax: SQLite's
-        FTS5 (``"exact phrase"``, ``OR``, ``NEAR``, ``pre*``), or PostgreSQL's web search
-        (``"exact phrase"``, ``OR``, ``-word``), and ``match`` must stay ``"all"``.
+        Each whitespace-separated term must occur (``match="all"``), or any of them
+        (``match="any"``: more of them rank higher), its punctuation taken literally; with
+        ``raw`` the query is the backend's own syntax (SQLite's FTS5, PostgreSQL's web
+        search) and ``match`` must stay ``"all"``. ``session_id`` limits it to what that
+        session archived; with ``seen``, also to the content it was the last to drop
+        though another session archived it first (the ``recall`` tool searches so).
 
-        ``session_id`` limits the search to the entries that session archived; with
-        ``seen``, also to the content it was the last to drop, though another session
-        archived it first (content is stored once: the same task prompt given to two
-        agents is one row, under the first). The ``recall`` tool searches so.
-
-        :raises ArchiveQueryError: a bad page, or ``match`` neither ``"all"`` nor ``"any"``
-            (or ``"any"`` with ``raw``).
+        :raises ArchiveQueryError: a bad page, or a bad ``match`` (or ``"any"`` with ``raw``).
         """
         limit, offset = page(limit, offset)
         if match not in ("all", "any"):
@@ -794,19 +680,7 @@ class ArchiveBackend(abc.ABC):
             )
 
         return [
-            CompactionRecord(
-                compaction_id=r[0],
-                session_id=r[1],
-                compactor=r[2],
-                strategy=r[3],
-                model=r[4],
-                mid_round=None if r[5] is None else bool(r[5]),
-                created_at=r[6],
-                entry_count=r[7],
-                tokens_before=r[8],
-                tokens_after=r[9],
-                dropped_count=r[10],
-            )
+            CompactionRecord(*(*r[:5], None if r[5] is None else bool(r[5]), *r[6:]))
             for r in self._read(select) or ()
         ]
 

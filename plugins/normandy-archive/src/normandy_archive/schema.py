@@ -1,28 +1,17 @@
 """The SQLite archive's schema (version 2), its full-text index, and the move from version 1.
 
-* ``compactions``: one row per compaction that stored something (its id, session,
-  compactor, strategy, model, mid-round flag, time, ``entry_count`` = entries it stored,
-  ``dropped_count`` = entries it dropped, token figures, the meta without ``dropped``).
-* ``entries``: one row per distinct *content*: ``content_hash`` is the SHA-256 of the
-  entry's role and content (:func:`content_hash`), unique across sessions, so content
-  dropped again (a re-compaction of the same history, another session replaying it) is
-  stored once. A row keeps the entry exactly as first dropped (``entry_json``, byte for
-  byte as pydantic wrote it: id, turn, metadata), its session and compaction, and the
-  caller's ids found in it (``source_ids``: tool-use and tool-result ids). A different
-  version of the same entry id (a tool result cleared, then dropped) is another content,
-  kept beside the first.
+* ``compactions``: one row per compaction that stored something.
+* ``entries``: one row per distinct *content* (``content_hash``, :func:`content_hash`,
+  unique across sessions), keeping the entry exactly as first dropped (``entry_json``),
+  its session and compaction, and the caller's ids found in it (``source_ids``).
 * ``entry_sources``: ``source_id -> content_hash``, to find an entry by a caller's id.
-* ``seen``: for each row, the session that last dropped its content and when (refreshed
-  when another session drops it, or the same one after :data:`SEEN_REFRESH` seconds).
-  Retention goes by it: pruning a session removes the content no more recent session
-  dropped; content it shares with a kept session stays, under that session.
-* ``entries_fts``: a contentless FTS5 index of each row's searchable text, computed in SQL
-  from ``entry_json`` (:data:`TEXT_SQL`).
+* ``seen``: for each row, the session that last dropped its content and when; retention
+  goes by it.
+* ``entries_fts``: a contentless FTS5 index of each row's text (:data:`TEXT_SQL`).
 
-``archive_state.indexed_seq`` is the last row whose index entries (full text, caller ids,
-first ``seen``) are written: :func:`index_pending` writes them after the compaction's
-transaction, in one of its own; readers look at the rows past the mark directly. (The
-``journal`` tables of earlier versions are moved by :mod:`normandy_archive.legacy`.)
+``archive_state.indexed_seq`` is the last row whose full text, caller ids and first
+``seen`` are written (:func:`index_pending`, after the compaction's own transaction);
+readers scan the rows past it directly.
 """
 
 from __future__ import annotations
@@ -30,12 +19,12 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Iterable
-from typing import Any
 
 from normandy_core import Entry, ToolResultBlock, ToolUseBlock
 
 __all__ = [
+    "COMPACTION_COLUMNS",
+    "ENTRY_COLUMNS",
     "SCHEMA_VERSION",
     "SEEN_REFRESH",
     "SEEN_SQL",
@@ -44,34 +33,37 @@ __all__ = [
     "create",
     "index_pending",
     "migrate",
-    "COMPACTION_COLUMNS",
-    "ENTRY_COLUMNS",
     "source_ids",
 ]
 
 SCHEMA_VERSION = 2
 #: Seconds after which the same session dropping a content again refreshes its ``seen``.
 SEEN_REFRESH = 3600.0
+#: The columns of ``entries``, in order.
+ENTRY_COLUMNS = (
+    "seq, session_id, entry_id, content_hash, turn_id, role, entry_json, source_ids, "
+    "compaction_id, archived_at"
+)
+#: The columns of ``compactions``, in order.
+COMPACTION_COLUMNS = (
+    "compaction_id, session_id, compactor, strategy, model, mid_round, created_at, "
+    "entry_count, tokens_before, tokens_after, meta_json, dropped_count"
+)
 
-#: The columns that describe a compaction.
-_COMPACTION_COLUMNS = """session_id    TEXT NOT NULL,
+_TABLES = (
+    """CREATE TABLE IF NOT EXISTS compactions (
+        compaction_id TEXT PRIMARY KEY,
+        session_id    TEXT NOT NULL,
         compactor     TEXT,
         strategy      TEXT,
         model         TEXT,
         mid_round     INTEGER,
-        created_at    REAL NOT NULL,"""
-#: The columns of a compaction's outcome, likewise.
-_OUTCOME_COLUMNS = """tokens_before INTEGER,
+        created_at    REAL NOT NULL,
+        entry_count   INTEGER NOT NULL,
+        tokens_before INTEGER,
         tokens_after  INTEGER,
         meta_json     TEXT NOT NULL,
-        dropped_count INTEGER"""
-
-_TABLES = (
-    f"""CREATE TABLE IF NOT EXISTS compactions (
-        compaction_id TEXT PRIMARY KEY,
-        {_COMPACTION_COLUMNS}
-        entry_count   INTEGER NOT NULL,
-        {_OUTCOME_COLUMNS}
+        dropped_count INTEGER
     )""",
     """CREATE TABLE IF NOT EXISTS entries (
         seq           INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -91,21 +83,19 @@ _TABLES = (
         PRIMARY KEY (source_id, content_hash)
     ) WITHOUT ROWID""",
     "CREATE TABLE IF NOT EXISTS archive_state (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
-    """CREATE TABLE IF NOT EXISTS seen (
-        seq        INTEGER PRIMARY KEY,
-        session_id TEXT NOT NULL,
-        at         REAL NOT NULL
-    )""",
+    "CREATE TABLE IF NOT EXISTS seen (seq INTEGER PRIMARY KEY, session_id TEXT NOT NULL, "
+    "at REAL NOT NULL)",
     "CREATE INDEX IF NOT EXISTS entries_by_id ON entries (entry_id, seq)",
     "CREATE INDEX IF NOT EXISTS entries_by_session ON entries (session_id, seq)",
     "CREATE INDEX IF NOT EXISTS compactions_by_session ON compactions (session_id, created_at)",
     "CREATE INDEX IF NOT EXISTS compactions_by_time ON compactions (created_at)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(text, content='')",
+    "INSERT OR IGNORE INTO archive_state VALUES ('indexed_seq', 0)",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
-_FTS = "CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(text, content='')"
-
-#: Records that ``session`` (first parameter) dropped the content of hash ``?3`` at time
-#: ``?2``: the row's ``seen`` moves to it unless the same session saw it recently.
+#: Records that session ``?1`` dropped the content of hash ``?3`` at time ``?2``: the row's
+#: ``seen`` moves to it unless the same session saw it recently.
 SEEN_SQL = (
     "INSERT INTO seen (seq, session_id, at) SELECT seq, ?1, ?2 FROM entries "
     "WHERE content_hash = ?3 ON CONFLICT (seq) DO UPDATE SET session_id = excluded.session_id, "
@@ -113,9 +103,9 @@ SEEN_SQL = (
     f"OR seen.at < excluded.at - {SEEN_REFRESH})"
 )
 
-#: The searchable text of the row ``e`` (texts, thinking, tool names and inputs, tool
-#: result texts), computed from its JSON. The same expression indexes a row and takes it
-#: out of the contentless index again, so the two always agree.
+#: The searchable text of the row ``e``, from its JSON (as
+#: :func:`~normandy_archive.searchable_text`); the same expression indexes a row and
+#: takes it out of the contentless index again, so the two always agree.
 TEXT_SQL = """CASE json_type(e.entry_json, '$.content')
     WHEN 'text' THEN json_extract(e.entry_json, '$.content')
     ELSE (SELECT group_concat(CASE json_extract(b.value, '$.type')
@@ -131,14 +121,14 @@ TEXT_SQL = """CASE json_type(e.entry_json, '$.content')
         END, char(10)) FROM json_each(e.entry_json, '$.content') AS b)
 END"""
 
+_TAILS = {False: ',"pinned":false,"metadata":{}}', True: ',"pinned":true,"metadata":{}}'}
+
 
 def content_hash(entry: Entry, data: str | None = None) -> str:
     """SHA-256 of the entry's role and content (not its id, parent, turn or metadata).
 
-    ``data`` is ``entry.model_dump_json()`` when the caller has it: the content's JSON
-    is then cut out of it (pydantic writes the fields in their declared order, and the
-    strings before the content cannot hold an unescaped quote) instead of serialized
-    again. Both ways hash the same bytes.
+    ``data``, ``entry.model_dump_json()`` when the caller has it, spares serializing the
+    content again: it is cut out of it (pydantic writes the fields in declared order).
     """
     tail = _TAILS[entry.pinned]
     if data is not None and not entry.metadata and data.endswith(tail):
@@ -148,12 +138,9 @@ def content_hash(entry: Entry, data: str | None = None) -> str:
     return hashlib.sha256(f"{entry.role}\n{content}".encode()).hexdigest()
 
 
-_TAILS = {False: ',"pinned":false,"metadata":{}}', True: ',"pinned":true,"metadata":{}}'}
-
-
 def source_ids(entry: Entry) -> list[str]:
-    """The caller's ids found in ``entry``: its tool-use ids and the ids its tool results
-    answer (OpenAI tool-call ids, Anthropic tool-use ids), in order, once each."""
+    """The caller's ids in ``entry``: its tool-use ids and those its tool results answer
+    (OpenAI tool-call ids, Anthropic tool-use ids), in order, once each."""
     if isinstance(entry.content, str):
         return []
     found: dict[str, None] = {}
@@ -166,24 +153,18 @@ def source_ids(entry: Entry) -> list[str]:
 
 
 def create(conn: sqlite3.Connection) -> None:
-    """Create the version-2 schema in an empty database (inside the caller's transaction)."""
+    """Create the version-2 schema in an empty database (in the caller's transaction)."""
     for stmt in _TABLES:
         conn.execute(stmt)
-    conn.execute(_FTS)
-    conn.execute("INSERT OR IGNORE INTO archive_state VALUES ('indexed_seq', 0)")
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 def migrate(conn: sqlite3.Connection, version: int) -> None:
-    """Bring an archive of ``version`` to :data:`SCHEMA_VERSION` (in the caller's transaction).
+    """Move a version-1 archive to version 2 (in the caller's transaction).
 
-    Version 1 stored one row per ``(session, entry id, hash of the whole entry)`` with an
-    external-content FTS index kept by a trigger: its rows are moved to the version-2
-    table in archive order, the first of each content kept (it is what later readers
-    recall), and indexed again from scratch.
+    Version 1 kept a row per ``(session, entry id, hash of the whole entry)`` with an FTS
+    index kept by a trigger: its rows move in archive order, the first of each content
+    kept (it is what later readers recall), and are indexed again from scratch.
     """
-    if version == SCHEMA_VERSION:
-        return
     if version != 1:  # pragma: no cover - _archive_version refuses others first
         raise sqlite3.DatabaseError(f"cannot migrate an archive of version {version}")
     conn.execute("DROP TRIGGER IF EXISTS entries_fts_insert")
@@ -198,14 +179,22 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
         "SELECT seq, session_id, entry_id, turn_id, role, entry_json, compaction_id, "
         "archived_at FROM entries_v1 ORDER BY seq"
     )
-    _copy(conn, rows)
+    for seq, session, entry_id, turn_id, role, data, cid, at in rows:
+        entry = Entry.model_validate_json(data)
+        ids = source_ids(entry)
+        digest = content_hash(entry, data)
+        values = (seq, session, entry_id, digest, turn_id, role, data)
+        conn.execute(
+            f"INSERT OR IGNORE INTO entries ({ENTRY_COLUMNS}) VALUES ({', '.join('?' * 10)})",
+            (*values, json.dumps(ids) if ids else None, cid, at),
+        )
+        conn.executemany(
+            "INSERT OR IGNORE INTO entry_sources VALUES (?, ?)", [(i, digest) for i in ids]
+        )
+        conn.execute(SEEN_SQL, (session, at, digest))
     conn.execute("DROP TABLE entries_v1")
-    conn.execute(
-        "CREATE TEMP TABLE moved (compaction_id TEXT PRIMARY KEY, n INTEGER) WITHOUT ROWID"
-    )
-    conn.execute(
-        "INSERT INTO moved SELECT compaction_id, count(*) FROM entries GROUP BY compaction_id"
-    )
+    conn.execute("CREATE TEMP TABLE moved (compaction_id TEXT PRIMARY KEY, n INTEGER)")
+    conn.execute("INSERT INTO moved SELECT compaction_id, count(*) FROM entries GROUP BY 1")
     conn.execute(
         "UPDATE compactions SET entry_count = coalesce((SELECT n FROM moved m "
         "WHERE m.compaction_id = compactions.compaction_id), 0)"
@@ -213,28 +202,10 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
     conn.execute("DROP TABLE moved")
 
 
-def _copy(conn: sqlite3.Connection, rows: Iterable[tuple[Any, ...]]) -> None:
-    insert = (
-        "INSERT OR IGNORE INTO entries (seq, session_id, entry_id, content_hash, turn_id, "
-        "role, entry_json, source_ids, compaction_id, archived_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    )
-    for seq, session, entry_id, turn_id, role, data, cid, at in rows:
-        entry = Entry.model_validate_json(data)
-        ids = source_ids(entry)
-        digest = content_hash(entry, data)
-        values = (seq, session, entry_id, digest, turn_id, role, data)
-        conn.execute(insert, (*values, json.dumps(ids) if ids else None, cid, at))
-        conn.executemany(
-            "INSERT OR IGNORE INTO entry_sources VALUES (?, ?)", [(i, digest) for i in ids]
-        )
-        conn.execute(SEEN_SQL, (session, at, digest))
-
-
 def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:
-    """Index up to ``batch`` rows written since the last indexing (inside the caller's
-    transaction): their full text, their caller ids, and their ``seen`` row when no later
-    drop wrote one; how many were indexed."""
+    """Index up to ``batch`` rows written since the last indexing (in the caller's
+    transaction): their full text, caller ids, and ``seen`` unless a later drop wrote
+    one; how many were indexed."""
     row = conn.execute("SELECT value FROM archive_state WHERE key = 'indexed_seq'").fetchone()
     done = int(row[0]) if row else 0
     top, count = conn.execute(
@@ -244,33 +215,22 @@ def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:
     ).fetchone()
     if not count:
         return 0
+    rng = (done, top)
     conn.execute(
         f"INSERT INTO entries_fts (rowid, text) SELECT e.seq, {TEXT_SQL} "
         "FROM entries e WHERE e.seq > ? AND e.seq <= ?",
-        (done, top),
+        rng,
     )
     conn.execute(
         "INSERT OR IGNORE INTO entry_sources SELECT j.value, e.content_hash "
         "FROM entries e, json_each(e.source_ids) j "
         "WHERE e.seq > ? AND e.seq <= ? AND e.source_ids IS NOT NULL",
-        (done, top),
+        rng,
     )
     conn.execute(
         "INSERT OR IGNORE INTO seen SELECT seq, session_id, archived_at FROM entries "
         "WHERE seq > ? AND seq <= ?",
-        (done, top),
+        rng,
     )
     conn.execute("UPDATE archive_state SET value = ? WHERE key = 'indexed_seq'", (top,))
     return int(count)
-
-
-#: The columns of ``entries``, in order.
-ENTRY_COLUMNS = (
-    "seq, session_id, entry_id, content_hash, turn_id, role, entry_json, source_ids, "
-    "compaction_id, archived_at"
-)
-#: The columns of ``compactions``, in order.
-COMPACTION_COLUMNS = (
-    "compaction_id, session_id, compactor, strategy, model, mid_round, created_at, "
-    "entry_count, tokens_before, tokens_after, meta_json, dropped_count"
-)

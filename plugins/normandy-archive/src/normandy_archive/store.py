@@ -1,20 +1,18 @@
 """The SQLite archive of dropped entries: one transaction per compaction, WAL, owner-only files.
 
-Entries are stored once by content (the schema is described in
-:mod:`normandy_archive.schema`): a compaction commits the entries whose content the
-archive does not hold yet, with their session, the ids they had and the caller's ids
-found in them, in one ``BEGIN IMMEDIATE`` transaction into the tables. A compaction's
-data is then *committed*; the background writer indexes it for full-text search (and
-its caller's ids), and it is *indexed*. Reads find committed rows not indexed yet by a
-plain scan past the indexed-up-to mark, and never write (``mode=ro``). An archive an
-earlier version left with a journal or spool files is moved into the tables once, by
-the first writer that opens it (:mod:`normandy_archive.legacy`).
+A compaction commits the content the archive does not hold yet in one ``BEGIN IMMEDIATE``
+transaction into the tables (:mod:`normandy_archive.schema`): it is then *committed*. The
+background writer indexes it for full-text search and it is *indexed*; reads scan the
+committed rows past the indexed-up-to mark, and never write (``mode=ro``). An archive an
+earlier version left with a journal or spool files is moved into the tables by the first
+writer that opens it (:mod:`normandy_archive.legacy`).
 """
 
 from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -31,20 +29,15 @@ from typing import Any, TypeVar
 from normandy_archive import legacy, schema
 from normandy_archive.base import (
     MAX_ROWS,
-    PREPARED_MAX_BYTES,
     ArchiveBackend,
     ArchivedEntry,
     CompactionRecord,
     Dialect,
     Limits,
     Prepared,
-    PrunePlan,
     Recorded,
     Run,
     Search,
-    SessionUsage,
-    check_limits,
-    choose_sessions,
     prepare,
     searchable_text,
 )
@@ -55,77 +48,84 @@ from normandy_archive.settings import current_settings
 
 __all__ = [
     "MAX_ROWS",
-    "PREPARED_MAX_BYTES",
     "Archive",
     "ArchiveBusyError",
     "ArchivedEntry",
     "CompactionRecord",
-    "PrunePlan",
     "Recorded",
-    "SessionUsage",
-    "check_limits",
-    "choose_sessions",
     "prepare",
     "searchable_text",
 ]
 
-# (the records, the preparation of entries and the rules both backends share are in
-# normandy_archive.base, and importable from here as before)
-
 T = TypeVar("T")
 log = logging.getLogger("normandy_archive")
 
-
-def _fts_query(query: str, any_term: bool = False) -> str:
-    """Each whitespace-separated term as an FTS5 string (so punctuation is literal), ANDed
-    (ORed with ``any_term``).
-
-    NUL, which would end an FTS5 string early, separates terms like whitespace.
-    """
-    terms = query.replace("\x00", " ").split()
-    return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
+#: Milliseconds a background transaction waits for another process's write lock.
+_BACKGROUND_WAIT_MS = 20
 #: Rows written but not indexed yet, and one term found in a row's searchable text.
 _UNINDEXED = "e.seq > (SELECT value FROM archive_state WHERE key = 'indexed_seq') AND "
 _CONTAINS = f"instr(lower({schema.TEXT_SQL}), lower(?)) > 0"
-
 #: Errors SQLite gives for a full-text query it cannot parse (with ``raw``).
 _QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
+#: A compaction's row: its record's fields, in their order, then its meta.
+_COMPACTION_INSERT = (
+    "INSERT OR IGNORE INTO compactions (compaction_id, session_id, compactor, strategy, model, "
+    "mid_round, created_at, entry_count, tokens_before, tokens_after, dropped_count, meta_json) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+#: Which content hashes of a JSON array the archive holds.
+_HAVE = "SELECT content_hash FROM entries WHERE content_hash IN (SELECT value FROM json_each(?))"
+_ENTRY_INSERT = (
+    "INSERT OR IGNORE INTO entries (entry_id, content_hash, turn_id, role, entry_json, "
+    "source_ids, session_id, compaction_id, archived_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+#: What a symbolic link at the path is refused for, when reading and when writing.
+_FOLLOW = "follow it (point the archive path at the file itself)"
+_THROUGH = "write through it (point the archive path at a regular file)"
 
 
-def _refuse_unless_regular(st: os.stat_result, what: str, refusal: str) -> None:
-    """Refuse a symbolic link at ``what`` (``refusing to`` ``refusal``), or anything else
-    that is not a regular file, with :class:`ArchiveError`."""
+class ArchiveBusyError(ArchiveError):
+    """Another process holds the archive's write lock (background work tries later)."""
+
+
+def _regular(path: str | Path, what: str, refusal: str) -> os.stat_result | None:
+    """The status of the file at ``path``, not followed (``None``: nothing there).
+
+    :raises ArchiveError: naming ``what``: a symbolic link (``refusing to`` ``refusal``),
+        or anything else but a regular file.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ArchiveError(f"{what}: {exc.strerror or exc}") from exc
     if stat.S_ISLNK(st.st_mode):
         raise ArchiveError(f"{what} is a symbolic link; refusing to {refusal}")
     if not stat.S_ISREG(st.st_mode):
         raise ArchiveError(f"{what} is not a regular file")
+    return st
 
 
-def _secure_create(path: Path) -> None:
-    """Create the directory (0700) and the file (0600) before SQLite ever opens it.
-
-    Whatever sits at the path must be a regular file only we may open (see
-    :func:`_refuse_unless_ours`): a symbolic link (dangling or not) is refused, so SQLite
-    never creates or writes a file elsewhere with its own mode.
-    """
-    parent = path.parent
-    if not parent.exists():
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-        with contextlib.suppress(OSError):
-            os.chmod(parent, 0o700)
-    _refuse_unless_ours(path)
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o600)
-    except FileExistsError:
-        return  # there already, or another process created it first
-    os.close(fd)
-    # A -wal or -shm beside a database file just created belongs to a file that was
-    # deleted or moved away: SQLite would replay its frames into the new one.
-    for p in (Path(f"{path}-wal"), Path(f"{path}-shm")):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(p)
+def _refuse_unless_ours(path: Path) -> None:
+    """Refuse the database, ``-wal`` or ``-shm`` file unless it is a regular file of this
+    user that others may neither read nor write: another user could have planted it to
+    read what is written into it (the error names the file, its owner and mode)."""
+    euid = os.geteuid() if hasattr(os, "geteuid") else -1
+    for p in (str(path), f"{path}-wal", f"{path}-shm"):
+        what = f"archive {str(path)!r}" + ("" if p == str(path) else f": {p!r}")
+        st = _regular(p, what, _THROUGH)
+        if st is None:
+            continue
+        foreign = euid >= 0 and st.st_uid != euid
+        if foreign or st.st_mode & 0o066:
+            raise ArchiveError(
+                f"{what}{'' if p == str(path) else ','} is owned by {_owner_name(st.st_uid)}, "
+                f"mode {stat.S_IMODE(st.st_mode):04o}; refusing to write into a file "
+                + ("another user owns" if foreign else "others may read or write")
+                + " (remove it, or if it is yours and trusted, chmod 600 it)"
+            )
 
 
 def _owner_name(uid: int) -> str:
@@ -138,68 +138,29 @@ def _owner_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _refuse_unless_ours(path: Path) -> None:
-    """Refuse the archive's database, ``-wal`` or ``-shm`` file when it is not a regular
-    file, not owned by this user, or others may read or write it.
-
-    Another user could have planted it (in a directory others may write to) and read
-    what is written into it, through the mode or a descriptor opened beforehand, so it
-    is refused rather than taken over with ``chmod``; the error names the file, its
-    owner and its mode.
-    """
-    euid = _euid()
-    for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
-        try:
-            st = os.lstat(p)
-        except FileNotFoundError:
-            continue
-        what = f"archive {str(path)!r}" + ("" if p == path else f": {str(p)!r}")
-        _refuse_unless_regular(
-            st, what, "write through it (point the archive path at a regular file)"
-        )
-        foreign = euid >= 0 and st.st_uid != euid
-        if foreign or st.st_mode & 0o066:
-            raise ArchiveError(
-                f"{what}{'' if p == path else ','} is owned by {_owner_name(st.st_uid)}, mode "
-                f"{stat.S_IMODE(st.st_mode):04o}; refusing to write into a file "
-                + ("another user owns" if foreign else "others may read or write")
-                + " (remove it, or if it is yours and trusted, chmod 600 it)"
-            )
-
-
-def _euid() -> int:
-    geteuid = getattr(os, "geteuid", None)
-    return geteuid() if geteuid is not None else -1
-
-
-def _file_id(path: Path) -> tuple[int, int] | None:
-    """``(device, inode)`` of the regular file at ``path`` (not followed), else ``None``."""
+def _secure_create(path: Path) -> None:
+    """Create the directory (0700) and the file (0600) before SQLite opens it, so SQLite
+    never creates a file with its own mode, or elsewhere through a link."""
+    if not path.parent.exists():
+        os.makedirs(path.parent, mode=0o700, exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.chmod(path.parent, 0o700)
+    _refuse_unless_ours(path)
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
-
-
-#: Milliseconds a background transaction waits for another process's write lock.
-_BACKGROUND_WAIT_MS = 20
-
-
-class ArchiveBusyError(ArchiveError):
-    """Another process holds the archive's write lock (background work tries later)."""
-
-
-#: The schema versions this code reads (a writer moves version 1 to version 2).
-READABLE_VERSIONS = (1, SCHEMA_VERSION)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o600))
+    except FileExistsError:
+        return  # there already, or another process created it first
+    # a -wal or -shm beside a new file is a deleted one's: SQLite would replay it into ours
+    for p in (f"{path}-wal", f"{path}-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
 
 
 def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     """The archive's schema version (0: an empty file); refuse another application's file.
 
-    Reads only: ``user_version`` and the table names, both from one snapshot (in one
-    read transaction unless the caller's is open): read apart, a writer creating the
-    schema in between made a new archive look like another application's file
-    (``user_version`` 0 with tables).
+    ``user_version`` and the table names are read in one snapshot: read apart, a writer
+    creating the schema in between made a new archive look like another application's.
     """
     own = not conn.in_transaction
     try:
@@ -219,7 +180,7 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
                 conn.execute("ROLLBACK")  # a read: nothing to keep
     if version == 0 and not tables:
         return 0
-    if version not in READABLE_VERSIONS or not {"compactions", "entries"} <= tables:
+    if version not in (1, SCHEMA_VERSION) or not {"compactions", "entries"} <= tables:
         raise NotAnArchiveError(
             f"{str(path)!r} is not a Normandy archive (SQLite user_version {version}, tables: "
             f"{', '.join(sorted(tables)) or 'none'}); refusing to touch it"
@@ -227,93 +188,40 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _journal_mode_wal(conn: sqlite3.Connection, timeout: float) -> str:
-    """Switch the file to WAL (a no-op once it is), waiting at most ``timeout`` seconds
-    for the lock: on a new file another process is switching too, SQLite answers
-    "database is locked" at once, without its busy wait."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() >= deadline:
-                raise
-            time.sleep(0.002)
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is open; an error here would only hide the one that caused it."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
 
-def _check_path(path: Path) -> tuple[int, int] | None:
-    """The file id of the archive at ``path`` to read; ``None`` when there is none.
-
-    A symbolic link is refused (dangling or not), as is anything but a regular file.
-    """
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ArchiveError(f"archive {str(path)!r}: {exc.strerror or exc}") from exc
-    _refuse_unless_regular(
-        st, f"archive {str(path)!r}", "follow it (point the archive path at the file itself)"
-    )
-    return (st.st_dev, st.st_ino)
-
-
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-#: Write connections inherited over ``fork``: never used or closed in the child.
+#: Connections inherited over ``fork``: kept, never used or closed, in the child.
 _inherited: builtins.list[sqlite3.Connection] = []
-#: Every Archive of the process, so a child made by ``fork`` gets fresh locks.
+#: Every Archive of the process, so a child made by ``fork`` starts afresh.
 _instances: weakref.WeakSet[Archive] = weakref.WeakSet()
-
-_COMPACTION_INSERT = (
-    f"INSERT OR IGNORE INTO compactions ({schema.COMPACTION_COLUMNS}) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_ENTRY_INSERT = (
-    "INSERT OR IGNORE INTO entries (entry_id, content_hash, turn_id, role, entry_json, "
-    "source_ids, session_id, compaction_id, archived_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 
 
 def _after_fork() -> None:
-    """In the child: a lock another thread held at the fork would stay held for ever."""
-    for archive in list(_instances):
-        archive._write_lock = threading.Lock()
-        archive._checkpoint_lock = threading.Lock()
-        archive.writers_waiting = 0
+    """In the child: a lock another thread held at the fork would stay held for ever, and
+    the parent's connections are the parent's."""
+    for a in list(_instances):
+        _inherited.extend(c for c in (a._wconn, getattr(a._local, "conn", None)) if c)
+        a._wconn, a._local, a.writers_waiting = None, threading.local(), 0
+        a._write_lock, a._checkpoint_lock = threading.Lock(), threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def _compaction_values(c: CompactionRecord, meta_json: str, stored: int) -> tuple[Any, ...]:
-    """The ``compactions`` row of ``c`` (:data:`~normandy_archive.schema.COMPACTION_COLUMNS`),
-    which stored ``stored`` entries."""
-    mid_round = None if c.mid_round is None else int(c.mid_round)
-    return (
-        c.compaction_id,
-        c.session_id,
-        c.compactor,
-        c.strategy,
-        c.model,
-        mid_round,
-        c.created_at,
-        stored,
-        c.tokens_before,
-        c.tokens_after,
-        meta_json,
-        c.dropped_count,
-    )
-
-
 class _SQLite(Dialect):
-    """The SQL of the queries both backends share, as SQLite writes it."""
+    """The SQL of the shared queries, as SQLite writes it."""
 
     def by_source_id(self, source_id: str, version: int) -> tuple[str, builtins.list[Any]]:
         if version == 1:  # no index of the caller's ids in a version-1 archive: the JSON
             return "instr(e.entry_json, ?) > 0", [json.dumps(source_id)]
-        # two indexed lookups (the indexed ids, and the rows past the index mark), not an
-        # OR SQLite answers by scanning the session: 50 ms at 20,000 entries, now < 1 ms
+        # two indexed lookups (the indexed ids, the rows past the mark), not an OR that
+        # SQLite answers by scanning the session (50 ms at 20,000 entries)
         return (
             "e.seq IN (SELECT x.seq FROM entries x WHERE x.content_hash IN "
             "(SELECT content_hash FROM entry_sources WHERE source_id = ?) "
@@ -326,30 +234,22 @@ class _SQLite(Dialect):
 class Archive(ArchiveBackend):
     """The archive file at ``path`` (default: :func:`~normandy_archive.archive_path`).
 
-    Writes go through one connection per process, kept open between calls (closing the
-    last connection of a WAL database checkpoints it, which would cost every compaction
-    a sync), reopened after ``fork`` and whenever the file at ``path`` is no longer the
-    one it has open (deleted or rotated), so nothing is written into an unlinked file. A
-    compaction is one ``BEGIN IMMEDIATE`` transaction into the tables
-    (``record(index=False)``); :meth:`index` (the background writer's) indexes it for
-    full-text search afterwards, and reads find what is not indexed yet by a plain scan.
-    Reads use a connection per thread, so an ``Archive`` may be shared by threads.
-    Reading never creates the file.
+    Writes go through one connection per process, kept open (closing the last connection
+    of a WAL database checkpoints it), reopened after ``fork`` and when the file at
+    ``path`` is no longer the open one (deleted or rotated), so nothing is written into an
+    unlinked file. Reads use a read-only connection per thread and never create the file.
 
-    ``timeout`` is the busy wait of a write, in seconds: how long it waits for another
-    writer's lock before it fails with the archive's error (default: the
-    ``busy_timeout`` setting, 5 s). ``sync`` is how a commit reaches the disk,
-    ``"normal"`` or ``"full"`` (default: the ``sync`` setting, see
-    :attr:`~normandy_archive.ArchiveSettings.sync`).
+    ``timeout`` is how long a write waits for another writer's lock, in seconds (default:
+    the ``busy_timeout`` setting, 5 s); ``sync`` how a commit reaches the disk,
+    ``"normal"`` or ``"full"`` (default: the ``sync`` setting).
     """
 
     dialect = _SQLite()
 
     #: Size of the write-ahead log past which the background writer checkpoints it.
     WAL_CHECKPOINT_BYTES = 4 * 1024 * 1024
-    #: The bound of the write-ahead log (by default; :attr:`wal_bound`): past it, the write
-    #: that finds it so checkpoints it and truncates it to nothing
-    #: (``wal_checkpoint(TRUNCATE)``), whatever the rate.
+    #: The default bound of the write-ahead log (:attr:`wal_bound`): the write that finds
+    #: it past the bound checkpoints it and cuts it to nothing, whatever the rate.
     WAL_MAX_BYTES = 16 * 1024 * 1024
 
     def __init__(
@@ -363,28 +263,23 @@ class Archive(ArchiveBackend):
             settings = current_settings()
             timeout = settings.busy_timeout if timeout is None else timeout
             sync = settings.sync if sync is None else sync
+        if sync not in ("normal", "full"):
+            raise ValueError(f"sync must be 'normal' or 'full', got {sync!r}")
         self.path = Path(path).expanduser() if path is not None else archive_path()
         self.timeout = float(timeout)
         self.sync = sync
-        if self.sync not in ("normal", "full"):
-            raise ValueError(f"sync must be 'normal' or 'full', got {self.sync!r}")
         self._local = threading.local()
         self._write_lock = threading.Lock()
-        _instances.add(self)
-        self._wconn: sqlite3.Connection | None = None
-        self._wpid = 0
-        self._wid: tuple[int, int] | None = None
         self._checkpoint_lock = threading.Lock()
-        self._ckpt: sqlite3.Connection | None = None
-        self._ckpt_pid = 0
+        self._wconn: sqlite3.Connection | None = None
+        self._wid: tuple[int, int] | None = None
+        _instances.add(self)
         self.writers_waiting = 0
         """Foreground writes waiting for the write lock (the background writer yields)."""
         self.last_write = 0.0
-        """:func:`time.monotonic` of the last :meth:`record` (the background writer waits
-        for a pause before it indexes)."""
+        """:func:`time.monotonic` of the last write (the background writer waits for a pause)."""
         self.wal_bound = self.WAL_MAX_BYTES
-        """The bound of the write-ahead log (:data:`WAL_MAX_BYTES`; the hook lowers it to
-        a tenth of ``max_bytes``, so retention holds for the file and the log together)."""
+        """The write-ahead log's bound (the hook lowers it to a tenth of ``max_bytes``)."""
 
     def __repr__(self) -> str:
         return f"<Archive {str(self.path)!r}>"
@@ -394,10 +289,20 @@ class Archive(ArchiveBackend):
         """The archive file's path, for messages."""
         return str(self.path)
 
+    def exists(self) -> bool:
+        """Whether something is at the archive's path (a file, or a link that is refused)."""
+        return os.path.lexists(self.path)
+
+    def _file_id(self, refusal: str = _FOLLOW) -> tuple[int, int] | None:
+        """``(device, inode)`` of the archive file (``None``: none there); see :func:`_regular`."""
+        st = _regular(self.path, f"archive {str(self.path)!r}", refusal)
+        return None if st is None else (st.st_dev, st.st_ino)
+
     def _failure(self, message: str) -> ArchiveError:
         return ArchiveError(f"archive {str(self.path)!r}: {message}")
 
-    def _error(self, exc: BaseException, doing: str = "") -> ArchiveError:
+    def _error(self, exc: BaseException, doing: str) -> ArchiveError:
+        """``exc`` as the archive's error, saying what it was doing and, where it can, why."""
         text = str(exc) or type(exc).__name__
         name = getattr(exc, "sqlite_errorname", None)
         if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
@@ -407,61 +312,46 @@ class Archive(ArchiveBackend):
             )
         elif isinstance(name, str) and name.startswith(("SQLITE_FULL", "SQLITE_IOERR")):
             text = f"{text} ({name})" + self._why_full()
-        what = f"archive {str(self.path)!r}"
-        return ArchiveError(f"{what}: {doing + ': ' if doing else ''}{text}")
+        return self._failure(f"{doing}: {text}")
 
     def _why_full(self) -> str:
         """What filled the disk, when it can be told: a file-size limit or no space left."""
-        try:
+        with contextlib.suppress(ImportError, OSError, ValueError):
             import resource
 
             limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-        except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
-            limit = -1
-        if limit >= 0 and limit != getattr(resource, "RLIM_INFINITY", -1):
-            sizes = []
-            for p in (self.path, Path(f"{self.path}-wal")):
-                with contextlib.suppress(OSError):
-                    sizes.append(p.stat().st_size)
-            return (
-                ": database or disk is full: this process may not write a file past "
-                f"{limit:,} bytes (RLIMIT_FSIZE); the archive's largest file has "
-                f"{max(sizes, default=0):,}"
-            )
+            if limit != resource.RLIM_INFINITY:
+                files = (self.path, f"{self.path}-wal")
+                biggest = max((os.stat(p).st_size for p in files if os.path.exists(p)), default=0)
+                return (
+                    ": database or disk is full: this process may not write a file past "
+                    f"{limit:,} bytes (RLIMIT_FSIZE); the archive's largest file has {biggest:,}"
+                )
         with contextlib.suppress(OSError, AttributeError):
-            fs = os.statvfs(self.path.parent)
-            if fs.f_bavail == 0:
+            if os.statvfs(self.path.parent).f_bavail == 0:
                 return ": database or disk is full: no space left on the file system"
         return ""
 
     # -- connections ------------------------------------------------------------------
 
-    def exists(self) -> bool:
-        """Whether something is at the archive's path (a file, or a link that is refused)."""
-        return os.path.lexists(self.path)
-
     def _open_reader(self) -> tuple[sqlite3.Connection, int] | None:
-        """A read-only connection (``mode=ro``); ``None`` for an empty file.
+        """A read-only connection and the schema version (``None``: an empty file).
 
-        It never creates, migrates or changes anything: no schema, no journal mode. A
-        read-only archive in a read-only directory, without the -wal and -shm files a
-        WAL reader needs, is read as an immutable snapshot.
+        It changes nothing, not even the journal mode. A read-only archive in a read-only
+        directory, without the -wal and -shm a WAL reader needs, is read as immutable.
         """
-        base = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
-        uris = [base]
-        if not os.path.lexists(f"{self.path}-wal"):
-            uris.append(base + "&immutable=1")
-        for n, uri in enumerate(uris):
+        uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
+        immutable = not os.path.lexists(f"{self.path}-wal")
+        while True:
             conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
             try:
-                conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
                 version = _archive_version(conn, self.path)
             except sqlite3.OperationalError as exc:
                 conn.close()
-                retry = "readonly" in str(exc) or "unable to open" in str(exc)
-                if n + 1 < len(uris) and retry:
-                    continue
-                raise
+                if not immutable or not ("readonly" in str(exc) or "unable to open" in str(exc)):
+                    raise
+                uri, immutable = uri + "&immutable=1", False
+                continue
             except BaseException:
                 conn.close()
                 raise
@@ -469,41 +359,32 @@ class Archive(ArchiveBackend):
                 conn.close()
                 return None
             return conn, version
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection | None]:
-        """This thread's read-only connection; ``None`` when there is no archive yet.
-
-        Reopened after ``fork`` and when the file at the path changed. A failure is
-        raised as :class:`ArchiveError` naming the archive.
-        """
+    def _read(self, work: Callable[[int, Run], T]) -> T | None:
+        """``work`` on this thread's read connection (``None``: no archive yet), reopened
+        when the file at the path changed; a failure is raised as the archive's error."""
         local = self._local
-        fid = _check_path(self.path)
+        fid = self._file_id()
         conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is not None and (local.pid != os.getpid() or local.fid != fid):
-            if local.pid == os.getpid():
-                with contextlib.suppress(sqlite3.Error):
-                    conn.close()
+        if conn is not None and local.fid != fid:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
             conn = local.conn = None
         if fid is None:
-            yield None
-            return
+            return None
         if conn is None:
             try:
                 opened = self._open_reader()
             except sqlite3.Error as exc:
                 raise self._error(exc, "cannot read it") from exc
             if opened is None:
-                yield None
-                return
+                return None
             conn, local.version = opened
-            local.conn, local.pid, local.fid = conn, os.getpid(), fid
+            local.conn, local.fid = conn, fid
         try:
-            yield conn
+            return work(local.version, lambda q, p: conn.execute(q, p).fetchall())
         except sqlite3.Error as exc:
-            # a connection that failed is not trusted again; the next call reopens one
-            local.conn = None
+            local.conn = None  # a connection that failed is not trusted again
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
             if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(_QUERY_ERRORS):
@@ -512,35 +393,25 @@ class Archive(ArchiveBackend):
 
     def _writer(self) -> sqlite3.Connection:
         """The write connection, reopened when the file at the path is not the open one."""
-        conn = self._wconn
-        if conn is not None and self._wpid != os.getpid():
-            _inherited.append(conn)  # the parent's: never used nor closed here
-            conn = self._wconn = None
-        if conn is not None:
-            if _file_id(self.path) == self._wid:
-                return conn
+        if self._wconn is not None:
+            if self._file_id(_THROUGH) == self._wid:
+                return self._wconn
             self._drop_writer(moved=True)  # deleted or rotated: a new archive at the path
-        return self._open_writer()
-
-    def _open_writer(self) -> sqlite3.Connection:
         try:
             _secure_create(self.path)
-            before = _file_id(self.path)
+            before = self._file_id(_THROUGH)
             conn = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
         except (OSError, sqlite3.Error) as exc:
             raise self._error(exc, "cannot open it for writing") from exc
         try:
-            if before is None or _file_id(self.path) != before:
-                raise ArchiveError(
-                    f"archive {str(self.path)!r}: the file was replaced while it was opened"
-                )
-            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            if before is None or self._file_id(_THROUGH) != before:
+                raise self._failure("the file was replaced while it was opened")
             self._init_schema(conn)
             conn.execute(f"PRAGMA synchronous = {self.sync.upper()}")
-            # checkpoints are the background writer's, or a write's past WAL_MAX_BYTES;
-            # once checkpointed, the log restarts and is cut back to WAL_CHECKPOINT_BYTES
+            # checkpoints are the background writer's, or a write's past its bound; a
+            # checkpointed log restarts, cut back to WAL_CHECKPOINT_BYTES
             conn.execute("PRAGMA wal_autocheckpoint = 0")
             conn.execute(f"PRAGMA journal_size_limit = {self.WAL_CHECKPOINT_BYTES}")
             _refuse_unless_ours(self.path)  # -wal and -shm exist now, created 0600
@@ -549,18 +420,45 @@ class Archive(ArchiveBackend):
             if isinstance(exc, (OSError, sqlite3.Error)):
                 raise self._error(exc, "cannot open it for writing") from exc
             raise
-        self._wconn, self._wpid, self._wid = conn, os.getpid(), before
+        self._wconn, self._wid = conn, before
         legacy.move_left(conn, self.path)
         return conn
+
+    def _init_schema(self, conn: sqlite3.Connection) -> None:
+        """Check the file is an archive (or empty), switch it to WAL, create or migrate."""
+        version = _archive_version(conn, self.path)
+        deadline = time.monotonic() + self.timeout
+        while True:  # on a new file another process may be switching: "locked" at once
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                break
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.002)
+        if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
+            raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
+        if version == SCHEMA_VERSION:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = _archive_version(conn, self.path)  # another writer may have been first
+            if version == 0:
+                schema.create(conn)
+            elif version != SCHEMA_VERSION:
+                schema.migrate(conn, version)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
 
     def _drop_writer(self, *, moved: bool = False) -> None:
         conn, self._wconn, self._wid = self._wconn, None, None
         if conn is None:
             return
         if moved:
-            # SQLite does not checkpoint a moved file on close, and its -wal keeps the
-            # name the new file at the path will use: move the frames into the file
-            # they belong to (the rotated one) and empty the -wal now.
+            # SQLite does not checkpoint a moved file on close, and the new file at the
+            # path would take its -wal: move the frames into the rotated file now
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         with contextlib.suppress(sqlite3.Error):
@@ -568,22 +466,17 @@ class Archive(ArchiveBackend):
 
     @contextlib.contextmanager
     def _writing(self, *, foreground: bool = False) -> Iterator[None]:
-        """This process's turn to write, waited for at most the busy timeout.
-
-        A ``foreground`` write (a compaction's) is counted while it waits, so the
-        background writer lets it go first between two of its batches.
-        """
-        if foreground:
-            self.writers_waiting += 1
+        """This process's turn to write, waited for at most the busy timeout; a
+        ``foreground`` write is counted while it waits, so the background writer yields."""
+        self.writers_waiting += foreground
         try:
             got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
         finally:
-            if foreground:
-                self.writers_waiting -= 1
+            self.writers_waiting -= foreground
         if not got:
-            raise ArchiveError(
-                f"archive {str(self.path)!r}: another thread of this process held the write "
-                f"lock for more than {self.timeout:g} s (the busy_timeout setting)"
+            raise self._failure(
+                f"another thread of this process held the write lock for more than "
+                f"{self.timeout:g} s (the busy_timeout setting)"
             )
         try:
             yield
@@ -595,11 +488,9 @@ class Archive(ArchiveBackend):
     ) -> T:
         """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer.
 
-        The real error is raised (as :class:`ArchiveError`), never one of the ROLLBACK
-        after it (a failed COMMIT has often rolled back already); a ``background`` one
-        does not wait for another process's lock (:class:`ArchiveBusyError`). When the
-        file at the path changed while it was written (deleted or rotated), the work is
-        done again in the file now there: nothing is left only in an unlinked file.
+        The real error is raised, never one of the ROLLBACK after it; a ``background`` one
+        does not wait for another process's lock (:class:`ArchiveBusyError`). When the file
+        at the path changed meanwhile, the work is done again in the file now there.
         """
         with self._writing(foreground=not background):
             for _ in range(3):
@@ -611,89 +502,51 @@ class Archive(ArchiveBackend):
                     result = work(conn)
                     conn.execute("COMMIT")
                 except sqlite3.Error as exc:
-                    if conn.in_transaction:
-                        with contextlib.suppress(sqlite3.Error):
-                            conn.execute("ROLLBACK")
+                    _rollback(conn)
                     if background and "locked" in str(exc):
                         raise ArchiveBusyError(f"archive {self.location!r}: busy") from exc
                     self._drop_writer()
                     raise self._error(exc, doing) from exc
                 except BaseException:
-                    if conn.in_transaction:
-                        with contextlib.suppress(sqlite3.Error):
-                            conn.execute("ROLLBACK")
+                    _rollback(conn)
                     raise
                 finally:
                     if background:
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-                if _file_id(self.path) == self._wid:
+                if self._file_id(_THROUGH) == self._wid:
                     return result
                 self._drop_writer(moved=True)
-            raise ArchiveError(
-                f"archive {str(self.path)!r}: {doing}: the file kept being replaced while "
-                "it was written"
-            )
+            raise self._failure(f"{doing}: the file kept being replaced while it was written")
 
     def close(self) -> None:
         """Close this thread's read connection and the write connection."""
-        conn = getattr(self._local, "conn", None)
-        self._local.conn = None
+        conn, self._local.conn = getattr(self._local, "conn", None), None
         if conn is not None:
             conn.close()
         with self._write_lock:
-            if self._wpid == os.getpid():
-                self._drop_writer()
-        with self._checkpoint_lock:
-            ckpt, self._ckpt = self._ckpt, None
-            if ckpt is not None and self._ckpt_pid == os.getpid():
-                with contextlib.suppress(sqlite3.Error):
-                    ckpt.close()
-
-    def _init_schema(self, conn: sqlite3.Connection) -> None:
-        """Check the file is an archive (or empty), switch it to WAL, create or migrate."""
-        version = _archive_version(conn, self.path)
-        mode = _journal_mode_wal(conn, self.timeout)
-        if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
-            raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
-        if version == SCHEMA_VERSION:
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = _archive_version(conn, self.path)  # another writer may have been first
-            if version == 0:
-                schema.create(conn)
-            else:
-                schema.migrate(conn, version)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
+            self._drop_writer()
 
     # -- writing ----------------------------------------------------------------------
 
     def _write(
         self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str, *, index: bool
     ) -> int:
-        """Commit the compaction in one transaction: the content the archive does not
-        hold yet into ``entries`` (with the compaction's row), and the ``seen`` of
-        content dropped again. Its full-text index, caller ids and first ``seen`` follow
-        in :meth:`index` (the background writer's; at once with ``index``); the write
-        that finds the log past :data:`WAL_MAX_BYTES` checkpoints it."""
+        """Commit the new content into ``entries`` with the compaction's row, and the
+        ``seen`` of content dropped again; :meth:`index` follows (at once with ``index``),
+        and a log past :attr:`wal_bound` is checkpointed."""
         c = compaction
         self.last_write = time.monotonic()
 
         def work(conn: sqlite3.Connection) -> int:
-            have = self._have(conn, rows)
-            fresh = [r.row for r in rows if r.content_hash not in have] if have else None
+            hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'  # hex: no escapes
+            have = {h for (h,) in conn.execute(_HAVE, (hashes,))} if rows else set()
             if have:  # content dropped before: this session saw it last
                 conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
-            new = [r.row for r in rows] if fresh is None else fresh
+            new = [r.row for r in rows if r.content_hash not in have]
             if new:
-                values = _compaction_values(c, meta_json, len(new))
-                conn.execute(_COMPACTION_INSERT, values)
+                row = dataclasses.replace(c, entry_count=len(new))
+                conn.execute(_COMPACTION_INSERT, (*vars(row).values(), meta_json))
                 tail = (c.session_id, c.compaction_id, c.created_at)
                 conn.executemany(_ENTRY_INSERT, [(*r, *tail) for r in new])
             return len(new)
@@ -702,39 +555,21 @@ class Archive(ArchiveBackend):
         self.last_write = time.monotonic()
         if index:
             self.index()
-        try:
-            # under this process's write lock: the background writer's transactions do not
-            # keep the checkpoint from cutting the log
+        try:  # under the write lock: the background writer's transactions cannot hold it off
             with self._writing(foreground=True):
-                self.checkpoint(if_over=self.wal_bound, truncate=True)
+                self._bound_log()
         except ArchiveError as exc:  # committed all the same: the next write tries again
             log.warning("%s", exc)
         return stored
 
-    @staticmethod
-    def _have(conn: sqlite3.Connection, rows: Sequence[Prepared]) -> set[str]:
-        """The hashes of ``rows`` whose content the archive's tables hold."""
-        if not rows:
-            return set()
-        # hex digests: a JSON array without json.dumps
-        hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'
-        return {
-            h
-            for (h,) in conn.execute(
-                "SELECT content_hash FROM entries WHERE content_hash IN "
-                "(SELECT value FROM json_each(?))",
-                (hashes,),
-            )
-        }
-
     def index(self, *, batch: int = 16, yield_to_writers: bool = False) -> int:
-        """Index for full-text search what was written and not indexed yet (rows a killed
-        process left unindexed too); how many entries it indexed.
+        """Index for full-text search what was committed and not indexed yet (a killed
+        process's rows too); how many entries it indexed.
 
         In transactions of at most ``batch`` entries, so a writer waits for one batch at
-        most; with ``yield_to_writers`` (the background writer), a compaction waiting to
-        write goes first between two batches, and another process's lock is not waited
-        for (:class:`ArchiveBusyError`).
+        most; with ``yield_to_writers`` (the background writer), a waiting compaction goes
+        first between two, and another process's lock is not waited for
+        (:class:`ArchiveBusyError`).
         """
         total = 0
         while True:
@@ -748,7 +583,7 @@ class Archive(ArchiveBackend):
             total += done
             if done and self.wal_bound < self.WAL_MAX_BYTES:  # max_bytes: keep the log small
                 with self._writing():
-                    self.checkpoint(if_over=self.wal_bound, truncate=True)
+                    self._bound_log()
             if done < batch:
                 return total
 
@@ -760,34 +595,41 @@ class Archive(ArchiveBackend):
                 total += os.stat(p).st_size
         return total
 
-    def checkpoint(self, *, if_over: int = 0, truncate: bool = False) -> bool:
-        """Copy the write-ahead log into the database file (when it holds more than
-        ``if_over`` bytes); whether it did. A ``PASSIVE`` checkpoint never waits for
-        readers or writers; with ``truncate``, it waits for them (at most the busy
-        timeout) and cuts the log to nothing, which bounds it whatever the rate."""
+    def _bound_log(self) -> None:
+        """Under the write lock: a log past :attr:`wal_bound` is checkpointed and cut to
+        nothing, on the write connection (no transaction of this process is in its way)."""
         try:
-            size = os.stat(f"{self.path}-wal").st_size
+            if os.stat(f"{self.path}-wal").st_size <= self.wal_bound:
+                return
+        except OSError:
+            return
+        with self._checkpoint_lock:
+            try:
+                self._writer().execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as exc:
+                raise self._error(exc, "could not checkpoint") from exc
+
+    def checkpoint(self, *, if_over: int = 0, truncate: bool = False) -> bool:
+        """Copy the write-ahead log into the file when it holds more than ``if_over``
+        bytes; whether it did. ``PASSIVE`` never waits; ``truncate`` waits for readers and
+        writers (at most the busy timeout) and cuts the log to nothing."""
+        try:
+            if os.stat(f"{self.path}-wal").st_size <= if_over or self._file_id() is None:
+                return False
         except OSError:
             return False
-        if size <= if_over:
-            return False
-        # on a connection of its own: a passive checkpoint runs beside a write, so it
-        # never holds a compaction up
+        # a connection of its own: a passive checkpoint runs beside a write, never holding
+        # a compaction up (and it never creates the file: mode=rw); one at a time, as
+        # SQLite skips a checkpoint while another runs
+        uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=rw"
         with self._checkpoint_lock:
-            conn = self._ckpt
-            if conn is None or self._ckpt_pid != os.getpid() or _check_path(self.path) is None:
-                try:
-                    conn = sqlite3.connect(self.path, timeout=0, check_same_thread=False)
-                except sqlite3.Error as exc:
-                    raise self._error(exc, "could not checkpoint") from exc
-                self._ckpt, self._ckpt_pid = conn, os.getpid()
             try:
-                conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000) if truncate else 0}")
-                conn.execute(f"PRAGMA wal_checkpoint({'TRUNCATE' if truncate else 'PASSIVE'})")
-            except sqlite3.Error as exc:
-                self._ckpt = None
-                with contextlib.suppress(sqlite3.Error):
+                conn = sqlite3.connect(uri, uri=True, timeout=self.timeout if truncate else 0)
+                try:
+                    conn.execute(f"PRAGMA wal_checkpoint({'TRUNCATE' if truncate else 'PASSIVE'})")
+                finally:
                     conn.close()
+            except sqlite3.Error as exc:
                 raise self._error(exc, "could not checkpoint") from exc
         return True
 
@@ -795,10 +637,10 @@ class Archive(ArchiveBackend):
 
     def _used_bytes(self, run: Run, rows: Sequence[Sequence[Any]]) -> int:
         """The file's bytes in use (its pages, less the free ones)."""
-        page_size = run("PRAGMA page_size", ())[0][0]
-        pages = run("PRAGMA page_count", ())[0][0]
-        free = run("PRAGMA freelist_count", ())[0][0]
-        return int((pages - free) * page_size)
+        size, pages, free = (
+            run(f"PRAGMA {p}", ())[0][0] for p in ("page_size", "page_count", "freelist_count")
+        )
+        return int((pages - free) * size)
 
     def _remove(self, limits: Limits, *, vacuum: bool) -> int:
         if not os.path.lexists(self.path):
@@ -808,37 +650,31 @@ class Archive(ArchiveBackend):
             while schema.index_pending(conn, 500):  # every row with its seen, first
                 pass
             plan = self._plan(lambda q, p: conn.execute(q, p).fetchall(), limits)
-            row = conn.execute(
-                "SELECT value FROM archive_state WHERE key = 'indexed_seq'"
-            ).fetchone()
-            indexed = int(row[0]) if row else 0
             if not plan.sessions:
                 return 0
-            doomed = json.dumps([s.session_id for s in plan.sessions])
+            doomed = (json.dumps([s.session_id for s in plan.sessions]),)
             sessions = "SELECT value FROM json_each(?)"
             mine = f"SELECT seq FROM seen WHERE session_id IN ({sessions})"
             conn.execute(
                 "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', e.seq, "
-                f"{schema.TEXT_SQL} FROM entries e WHERE e.seq IN ({mine}) AND e.seq <= ?",
-                (doomed, indexed),
+                f"{schema.TEXT_SQL} FROM entries e WHERE e.seq IN ({mine})",
+                doomed,
             )
             conn.execute(
                 "DELETE FROM entry_sources WHERE content_hash IN "
                 f"(SELECT content_hash FROM entries WHERE seq IN ({mine}))",
-                (doomed,),
+                doomed,
             )
-            conn.execute(f"DELETE FROM entries WHERE seq IN ({mine})", (doomed,))
-            conn.execute(f"DELETE FROM seen WHERE session_id IN ({sessions})", (doomed,))
+            conn.execute(f"DELETE FROM entries WHERE seq IN ({mine})", doomed)
+            conn.execute(f"DELETE FROM seen WHERE session_id IN ({sessions})", doomed)
             # what a removed session archived first and a kept one dropped since stays,
-            # under the kept session (its compaction_id still names the removed
-            # compaction that archived it first); compactions with nothing left go
+            # under the kept session; compactions with nothing left go
             conn.execute(
-                "UPDATE entries SET session_id = "
-                "(SELECT s.session_id FROM seen s WHERE s.seq = entries.seq) "
-                f"WHERE session_id IN ({sessions})",
-                (doomed,),
+                "UPDATE entries SET session_id = (SELECT s.session_id FROM seen s "
+                f"WHERE s.seq = entries.seq) WHERE session_id IN ({sessions})",
+                doomed,
             )
-            conn.execute(f"DELETE FROM compactions WHERE session_id IN ({sessions})", (doomed,))
+            conn.execute(f"DELETE FROM compactions WHERE session_id IN ({sessions})", doomed)
             conn.execute(
                 "DELETE FROM compactions WHERE compaction_id NOT IN "
                 "(SELECT compaction_id FROM entries)"
@@ -859,51 +695,39 @@ class Archive(ArchiveBackend):
 
     # -- reading ----------------------------------------------------------------------
 
-    def _read(self, work: Callable[[int, Run], T]) -> T | None:
-        """``work`` on this thread's read connection (``None``: no archive yet)."""
-        with self._connect() as conn:
-            if conn is None:
-                return None
-
-            def run(q: str, p: Sequence[Any]) -> builtins.list[tuple[Any, ...]]:
-                return conn.execute(q, p).fetchall()
-
-            return work(self._local.version, run)
-
     def _search(self, search: Search) -> builtins.list[ArchivedEntry]:
-        """FTS5, ranked. Entries written but not indexed yet (the background writer
-        indexes them shortly after each compaction) are found too, after the indexed
-        ones, by a plain case-insensitive substring match of every term (of any term
-        with ``any_term``; not with ``raw``).
+        """FTS5, ranked; then the rows not indexed yet, by a case-insensitive substring
+        match of every term (any term with ``any_term``; not with ``raw``).
 
-        The rows not indexed yet are read first: the two reads are two snapshots, and an
-        entry the background writer indexes between them is then found by both (and
-        shown once), where read the other way round it was found by neither (a recall
-        right after a compaction missed what it had just dropped).
+        The unindexed rows are read first: an entry indexed between the two reads is then
+        found by both (and shown once), not by neither.
         """
         query, session_id, limit, offset, raw, any_term, seen = search
         terms = query.replace("\x00", " ").split()
         if not terms:
             return []
         wanted = min(offset + limit, MAX_ROWS)
+        by_seen = seen and session_id is not None
+        seen_by = session_id or ""
         pending: builtins.list[ArchivedEntry] = []
         if not raw:
             joined = (" OR " if any_term else " AND ").join(_CONTAINS for _ in terms)
             unindexed = f"{_UNINDEXED}({joined})"
-            if seen and session_id is not None:
-                cond, params = self._in_session_or_seen(unindexed, terms, session_id)
+            if by_seen:
+                cond, params = self._in_session_or_seen(unindexed, terms, seen_by)
             else:
                 cond, params = self._in_session(unindexed, terms, session_id)
             pending = self._select(  # none in a version-1 archive: all indexed at once
                 cond, [*params, wanted], "ORDER BY e.seq LIMIT ?", v1=("0 = 1", [wanted])
             )
-        text = query if raw else _fts_query(query, any_term)
-        match = "entries_fts MATCH ?"
-        cond, params = self._in_session(match, [text], session_id)
+        # each term an FTS5 string, so its punctuation is literal
+        quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
+        text = query if raw else (" OR " if any_term else " ").join(quoted)
+        cond, params = self._in_session("entries_fts MATCH ?", [text], session_id)
         plain = None
-        if seen and session_id is not None:  # a version-1 archive has no seen table
+        if by_seen:  # a version-1 archive has no seen table
             plain = (cond, [*params, wanted])
-            cond, params = self._in_session_or_seen(match, [text], session_id)
+            cond, params = self._in_session_or_seen("entries_fts MATCH ?", [text], seen_by)
         found = self._select(
             cond,
             [*params, wanted],
