@@ -164,27 +164,24 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
     archive = _open(args)
     if cmd == "prune":
         return _prune(args, archive, out, prog)
-    if cmd == "list":
-        listed = archive.list(args.session, limit, offset)
-        _print_rows(listed, args.json, out)
-        if not listed:
-            _nothing(prog, "no archived entries", archive, args.session, offset)
-        elif len(listed) == limit or offset:  # a page: say how much more there is
-            _showing(prog, len(listed), offset, archive.count(args.session))
-        return 0
-    if cmd == "search":
-        query = " ".join(args.query)
-        found = archive.search(
-            query,
-            session_id=args.session,
-            limit=limit,
-            offset=offset,
-            raw=args.raw,
-            match="any" if args.any else "all",
-        )
-        _print_rows(found, args.json, out)  # no match: nothing on stdout, as grep does
+    if cmd in ("list", "search"):
+        if cmd == "list":
+            found = archive.list(args.session, limit, offset)
+        else:
+            found = archive.search(
+                " ".join(args.query),
+                session_id=args.session,
+                limit=limit,
+                offset=offset,
+                raw=args.raw,
+                match="any" if args.any else "all",
+            )
+        _print_rows(found, args.json, out)  # nothing found: nothing on stdout, as grep does
         if not found:
-            _nothing(prog, _no_match(args), archive, args.session, offset)
+            what = "no archived entries" if cmd == "list" else _no_match(args)
+            _nothing(prog, what, archive, args.session, offset)
+        elif cmd == "list" and (len(found) == limit or offset):  # say how much more there is
+            _showing(prog, len(found), offset, archive.count(args.session))
         return 0
     if cmd == "show":
         versions = archive.versions(args.entry_id, args.session)

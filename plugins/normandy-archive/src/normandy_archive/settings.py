@@ -213,7 +213,7 @@ def _non_negative(unit: str | None) -> Callable[[Any], float]:
     def check(value: Any) -> float:
         try:
             number = int(value) if unit is None else float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # int(inf) overflows
             number = math.nan
         refused = (bool, float) if unit is None else bool
         if isinstance(value, refused) or not (0 <= number < math.inf):
