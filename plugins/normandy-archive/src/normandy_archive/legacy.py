@@ -55,12 +55,10 @@ class Frame(NamedTuple):
     """One compaction as a spool file holds it."""
 
     journal: tuple[Any, ...]
-    """Its ``journal`` row without ``id`` and ``entry_count``: compaction id, session,
-    compactor, strategy, model, mid-round flag, time, tokens before and after, the meta's
-    JSON, dropped count, and ``seen`` (a JSON array of the hashes of content it dropped
-    again while that content was still in the journal, or ``None``)."""
+    """Its ``journal`` row (:data:`_JOURNAL`) without ``entry_count``."""
     entries: tuple[tuple[Any, ...], ...]
-    """The other content it dropped, as ``journal_entries`` rows without ``jid``."""
+    """The content it dropped (but what its ``seen`` names), ``journal_entries`` rows
+    without ``jid``."""
 
 
 def decode(data: bytes) -> tuple[list[Frame], int]:
