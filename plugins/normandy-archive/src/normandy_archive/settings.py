@@ -318,9 +318,10 @@ _CONFIGURED = _Configured()
 
 
 def configure(**settings: Any) -> None:
-    """Set archive settings for this process (the keys of :data:`SECTION`), over the
-    environment and the settings files; a value of ``None`` forgets what was set here.
-    Values are checked now."""
+    """Set archive settings for this process (``path``, ``url``, ``required``,
+    ``busy_timeout``, ``session``, ``max_bytes``, ``max_age_days``, ``max_sessions``,
+    ``sync``), over the environment and the settings files; a value of ``None`` forgets
+    what was set here. Values are checked now."""
     _CONFIGURED.update(settings)
 
 
