@@ -266,15 +266,15 @@ def test_settings_per_call_in_code_environment_and_off(path, tmp_path, monkeypat
         current_settings()
 
 
-def test_settings_resolved_once_follow_every_change(tmp_path, monkeypatch):
-    """current_settings() reuses what it resolved last only while nothing it reads changed:
-    the per-call settings, configure(), and each environment variable (the default path's
-    HOME and XDG_DATA_HOME too)."""
+def test_settings_follow_every_change(tmp_path, monkeypatch):
+    """current_settings() follows every change of what it reads: the per-call settings,
+    configure(), and each environment variable (the default path's HOME and XDG_DATA_HOME
+    too)."""
     for name in ("NORMANDY_ARCHIVE_PATH", "NORMANDY_ARCHIVE_URL", "NORMANDY_ARCHIVE_SESSION"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "one"))
     first = current_settings()
-    assert current_settings() is first  # nothing changed: the same settings
+    assert current_settings() == first  # nothing changed: the same settings
     assert first.path == tmp_path / "one" / "normandy" / "archive.sqlite3"
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "two"))
     assert current_settings().path == tmp_path / "two" / "normandy" / "archive.sqlite3"

@@ -1,5 +1,5 @@
 """The archive's boundary path made cheaper, checked against the plain way of doing it:
-the settings remembered between compactions against settings resolved from scratch, the
+the settings of the process against settings resolved from scratch, the
 entries' JSON, content hashes and caller ids against ``model_dump_json()``,
 ``content_hash`` from the entry alone and ``json.dumps``, and the meta's JSON and the
 compaction ids against ``json.dumps`` and ``uuid.uuid4()``."""
@@ -81,10 +81,10 @@ def _outcome(resolve: Any) -> Any:
 
 @settings(max_examples=300, deadline=None)
 @given(_steps)
-def test_remembered_settings_are_those_resolved_from_scratch(steps):
+def test_settings_are_those_resolved_from_scratch(steps):
     """At every step of a sequence of environment changes, configure() calls and per-call
-    settings entered and left, current_settings() (which reuses what it resolved while
-    nothing it reads changed) gives what resolving from scratch gives, or the same refusal."""
+    settings entered and left, current_settings() (from the core's settings of the
+    process) gives what resolving from scratch gives, or the same refusal."""
     saved = {name: os.environ.get(name) for name in ENV_VALUES}
     try:
         with contextlib.ExitStack() as calls:
@@ -111,7 +111,7 @@ def test_remembered_settings_are_those_resolved_from_scratch(steps):
                     depth.pop().close()
                 expected = _outcome(lambda: current_settings(env=os.environ))
                 assert _outcome(current_settings) == expected
-                assert _outcome(current_settings) == expected  # remembered
+                assert _outcome(current_settings) == expected  # and again
     finally:
         configure(**dict.fromkeys(CODE_VALUES))
         for name, value in saved.items():

@@ -170,6 +170,7 @@ def test_per_call_settings_beat_every_source(here: Path, monkeypatch: pytest.Mon
         ('required = "maybe"', r"line 2: \[archive\] key 'required': .*true or false"),
         ('max_bytes = "lots"', r"line 2: \[archive\] key 'max_bytes': .*'lots'"),
         ("max_sessions = 2.5", r"line 2: \[archive\] key 'max_sessions': .*whole number"),
+        ("max_sessions = inf", r"line 2: \[archive\] key 'max_sessions': .*whole number"),
         ('sync = "sometimes"', r"line 2: \[archive\] key 'sync': .*'normal' or 'full'"),
         ('url = "mysql://x"', r"line 2: \[archive\] key 'url': .*postgresql://"),
         ("session = 7", r"line 2: \[archive\] key 'session': .*non-empty string"),

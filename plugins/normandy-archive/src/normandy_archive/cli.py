@@ -1,15 +1,9 @@
-"""``normandy archive list|show|search``, and ``python -m normandy_archive`` / ``normandy-archive``.
+"""``normandy archive list|show|search|prune``, also ``python -m normandy_archive``.
 
-The core's ``normandy`` command adds the ``archive`` command by calling
-:func:`register_cli` (the entry point ``archive-cli`` of ``normandy_core.commands``, a
-name of its own so that ``NORMANDY_DISABLE_PLUGINS=archive`` stops only the hook) with
-its argparse subparsers; each parsed namespace carries the function to run as
-``args.func`` (it returns the exit status).
-
-Both commands read the archive read-only and answer every problem the same way: one
-line on stderr and exit status 2 (no archive at the path, a file that is not an
-archive, a symbolic link, a full-text query FTS5 refuses, a limit out of range), or 1
-for ``show`` of an id that is not archived.
+The core's ``normandy`` command adds ``archive`` with :func:`register_cli` (the entry point
+``archive-cli`` of ``normandy_core.commands``); each parsed namespace carries the function
+to run as ``args.func``, which returns the exit status. The commands read the archive
+read-only; every problem is one line on stderr and :data:`EXIT_ERROR`.
 """
 
 from __future__ import annotations
@@ -17,8 +11,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 from normandy_archive.backend import ArchiveBackend, open_archive
@@ -31,7 +26,7 @@ from normandy_archive.settings import (
     current_settings,
     parse_size,
 )
-from normandy_archive.store import MAX_ROWS, Archive, ArchivedEntry
+from normandy_archive.store import MAX_ROWS, Archive, ArchivedEntry, searchable_text
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "add_commands", "main", "register_cli", "run"]
 
@@ -45,21 +40,24 @@ class _Refused(Exception):
     """A problem reported as one line and :data:`EXIT_ERROR`."""
 
 
-def _count(text: str, option: str) -> int:
+def _number(text: str | None, option: str, default: Any = None, *, whole: bool = False) -> Any:
+    """``text`` given to ``option``, a number >= 0 (``whole``: up to ``MAX_ROWS``), or
+    ``default`` when not given."""
+    if text is None:
+        return default
     try:
-        value = int(text)
+        value = int(text) if whole else float(text)
     except ValueError:
         value = -1
-    if not 0 <= value <= MAX_ROWS:
+    if whole and not 0 <= value <= MAX_ROWS:
         raise _Refused(f"{option} must be a whole number from 0 to {MAX_ROWS}, got {text!r}")
+    if not 0 <= value < math.inf:
+        raise _Refused(f"{option} must be a number >= 0, got {text!r}")
     return value
 
 
-def _preview(item: ArchivedEntry, width: int = 60) -> str:
-    from normandy_archive.store import searchable_text
-
-    text = " ".join(searchable_text(item.entry).split())
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _when(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp).isoformat(timespec="seconds")
 
 
 #: The columns of ``list`` and ``search``: the archive's sequence number, when the entry
@@ -69,25 +67,24 @@ HEADER = ("SEQ", "ARCHIVED", "SESSION", "ENTRY", "ROLE", "TURN", "DROPPED BY", "
 
 
 def _print_rows(items: Sequence[ArchivedEntry], as_json: bool, out: TextIO) -> None:
-    if as_json:
-        for item in items:
-            out.write(json.dumps(item.as_dict(), ensure_ascii=False) + "\n")
+    if as_json or not items:
+        out.writelines(json.dumps(item.as_dict(), ensure_ascii=False) + "\n" for item in items)
         return
-    if not items:
-        return
-    rows = [
-        [
-            str(item.seq),
-            dt.datetime.fromtimestamp(item.archived_at).isoformat(timespec="seconds"),
-            item.session_id[:12],
-            item.entry.id,
-            item.entry.role,
-            item.entry.turn_id or "-",
-            item.strategy or item.compactor or "-",
-            _preview(item),
-        ]
-        for item in items
-    ]
+    rows = []
+    for item in items:
+        text = " ".join(searchable_text(item.entry).split())
+        rows.append(
+            [
+                str(item.seq),
+                _when(item.archived_at),
+                item.session_id[:12],
+                item.entry.id,
+                item.entry.role,
+                item.entry.turn_id or "-",
+                item.strategy or item.compactor or "-",
+                text if len(text) <= 60 else text[:59] + "…",
+            ]
+        )
     widths = [max(len(row[i]) for row in [list(HEADER), *rows]) for i in range(len(HEADER))]
     for row in [list(HEADER), *rows]:
         first = row[0].rjust(max(widths[0], 6))
@@ -105,54 +102,33 @@ def _size(n: int) -> str:
 def _prune(args: argparse.Namespace, archive: ArchiveBackend, out: TextIO, prog: str) -> int:
     settings = current_settings()
     try:
-        max_bytes = parse_size(args.max_bytes) if args.max_bytes is not None else None
+        max_bytes = settings.max_bytes if args.max_bytes is None else parse_size(args.max_bytes)
     except ValueError as exc:
         raise _Refused(f"--max-bytes: {exc}") from None
-    if max_bytes is None:
-        max_bytes = settings.max_bytes
     days = _number(args.max_age_days, "--max-age-days", settings.max_age_days)
-    sessions = (
-        _count(args.max_sessions, "--max-sessions")
-        if args.max_sessions is not None
-        else settings.max_sessions
-    )
+    sessions = _number(args.max_sessions, "--max-sessions", settings.max_sessions, whole=True)
     if (max_bytes, days, sessions) == (None, None, None):
         raise _Refused(
             f"no limit: give --max-bytes, --max-age-days or --max-sessions (or set "
             f"{ENV_MAX_BYTES}, {ENV_MAX_AGE_DAYS} or {ENV_MAX_SESSIONS})"
         )
     age = None if days is None else days * 86_400
-    verb = "would remove" if args.dry_run else "removed"
-    plan = archive.prune_plan(max_bytes=max_bytes, max_age_seconds=age, max_sessions=sessions)
+    limits = {"max_bytes": max_bytes, "max_age_seconds": age, "max_sessions": sessions}
+    plan = archive.prune_plan(**limits)
     for s in plan.sessions:
-        when = dt.datetime.fromtimestamp(s.last).isoformat(timespec="seconds")
-        out.write(f"{s.session_id}  last {when}  {s.entries:,} entries  ~{_size(s.bytes)}\n")
+        out.write(
+            f"{s.session_id}  last {_when(s.last)}  {s.entries:,} entries  ~{_size(s.bytes)}\n"
+        )
     entries = plan.entries
     if not args.dry_run:  # chosen again in the transaction that removes them
-        entries = archive.prune(
-            max_bytes=max_bytes,
-            max_age_seconds=age,
-            max_sessions=sessions,
-            vacuum=args.vacuum,
-        )
+        entries = archive.prune(**limits, vacuum=args.vacuum)
+    verb = "would remove" if args.dry_run else "removed"
     out.write(
         f"{prog}: {verb} {len(plan.sessions):,} of {plan.total_sessions:,} sessions "
         f"({entries:,} entries, ~{_size(plan.bytes)}) from {archive.location}; "
         f"{_size(plan.used_bytes)} in use before\n"
     )
     return 0
-
-
-def _number(text: str | None, option: str, default: float | None) -> float | None:
-    if text is None:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise _Refused(f"{option} must be a number >= 0, got {text!r}")
-    return value
 
 
 def _open(args: argparse.Namespace) -> ArchiveBackend:
@@ -183,32 +159,29 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
     cmd = args.archive_command
     if cmd in ("list", "search"):
-        limit = _count(args.limit, "--limit")
-        offset = _count(args.offset, "--offset")
+        limit = _number(args.limit, "--limit", whole=True)
+        offset = _number(args.offset, "--offset", whole=True)
     archive = _open(args)
     if cmd == "prune":
         return _prune(args, archive, out, prog)
-    if cmd == "list":
-        listed = archive.list(args.session, limit, offset)
-        _print_rows(listed, args.json, out)
-        if not listed:
-            _nothing(prog, "no archived entries", archive, args.session, offset)
-        elif len(listed) == limit or offset:  # a page: say how much more there is
-            _showing(prog, len(listed), offset, archive.count(args.session))
-        return 0
-    if cmd == "search":
-        query = " ".join(args.query)
-        found = archive.search(
-            query,
-            session_id=args.session,
-            limit=limit,
-            offset=offset,
-            raw=args.raw,
-            match="any" if args.any else "all",
-        )
-        _print_rows(found, args.json, out)  # no match: nothing on stdout, as grep does
+    if cmd in ("list", "search"):
+        if cmd == "list":
+            found = archive.list(args.session, limit, offset)
+        else:
+            found = archive.search(
+                " ".join(args.query),
+                session_id=args.session,
+                limit=limit,
+                offset=offset,
+                raw=args.raw,
+                match="any" if args.any else "all",
+            )
+        _print_rows(found, args.json, out)  # nothing found: nothing on stdout, as grep does
         if not found:
-            _nothing(prog, _no_match(args), archive, args.session, offset)
+            what = "no archived entries" if cmd == "list" else _no_match(args)
+            _nothing(prog, what, archive, args.session, offset)
+        elif cmd == "list" and (len(found) == limit or offset):  # say how much more there is
+            _showing(prog, len(found), offset, archive.count(args.session))
         return 0
     if cmd == "show":
         versions = archive.versions(args.entry_id, args.session)
@@ -218,11 +191,10 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
             sys.stderr.write(f"{prog}: no archived entry {args.entry_id!r} in {archive.location}\n")
             return EXIT_NOT_FOUND
         chosen = versions if args.all else versions[:1]
-        for item in chosen:
-            if args.json:
-                out.write(json.dumps(item.as_dict(), ensure_ascii=False) + "\n")
-            else:
-                out.write(item.entry_json + "\n")
+        if args.json:
+            _print_rows(chosen, True, out)
+        else:
+            out.writelines(item.entry_json + "\n" for item in chosen)
         return 0
     raise AssertionError(cmd)  # pragma: no cover - argparse requires a command
 
@@ -230,7 +202,7 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
 def _nothing(
     prog: str, what: str, archive: ArchiveBackend, session: str | None, offset: int
 ) -> None:
-    """Say on stderr that ``list`` found nothing (stdout stays empty: nothing to parse)."""
+    """Say on stderr that nothing was found (stdout stays empty: nothing to parse)."""
     scope = f" of session {session!r}" if session else ""
     skipped = f" past the first {offset:,}" if offset else ""
     sys.stderr.write(f"{prog}: {what}{scope}{skipped} in {archive.location}\n")
@@ -275,67 +247,63 @@ def _where(parser: argparse.ArgumentParser, default: Any) -> None:
     )
 
 
-def _paging_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of a command that prints a page of entries (``list``, ``search``)."""
+def _arguments(name: str, p: argparse.ArgumentParser) -> None:
+    """Add the arguments of the command ``name`` to its parser ``p``."""
+    if name == "show":
+        p.add_argument(
+            "entry_id", metavar="ID", help="an entry id, or a tool-call / tool-use id it holds"
+        )
+        p.add_argument("--session", default=None, help="the session the entry belongs to")
+        p.add_argument("--all", action="store_true", help="every archived version")
+        p.add_argument("--json", action="store_true", help="with archive details")
+        return
+    if name == "prune":
+        p.add_argument(
+            "--max-bytes",
+            metavar="SIZE",
+            help=f"keep the archive under SIZE, such as 500MB (default: ${ENV_MAX_BYTES})",
+        )
+        p.add_argument(
+            "--max-age-days",
+            metavar="D",
+            help="remove sessions last compacted more than D days ago "
+            f"(default: ${ENV_MAX_AGE_DAYS})",
+        )
+        p.add_argument(
+            "--max-sessions",
+            metavar="N",
+            help=f"keep only the N most recent sessions (default: ${ENV_MAX_SESSIONS})",
+        )
+        p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+        p.add_argument(
+            "--vacuum", action="store_true", help="then give the space back to the file system"
+        )
+        return
+    if name == "search":
+        p.add_argument(
+            "query", nargs="+", metavar="WORDS", help="words to find (all of them), taken literally"
+        )
+        p.add_argument("--raw", action="store_true", help="the query is FTS5 syntax")
+        p.add_argument(
+            "--any",
+            action="store_true",
+            help="any of the words, more of them ranking higher (as the recall tool searches)",
+        )
+    # list and search print a page of entries
     p.add_argument("--session", default=None, help="only this session id")
     p.add_argument("--limit", default="50", help="at most this many (default 50)")
     p.add_argument("--offset", default="0", help="skip this many first")
     p.add_argument("--json", action="store_true", help="one JSON object per line (no header)")
 
 
-def _show_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "entry_id", metavar="ID", help="an entry id, or a tool-call / tool-use id it holds"
-    )
-    p.add_argument("--session", default=None, help="the session the entry belongs to")
-    p.add_argument("--all", action="store_true", help="every archived version")
-    p.add_argument("--json", action="store_true", help="with archive details")
-
-
-def _search_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "query", nargs="+", metavar="WORDS", help="words to find (all of them), taken literally"
-    )
-    p.add_argument("--raw", action="store_true", help="the query is FTS5 syntax")
-    p.add_argument(
-        "--any",
-        action="store_true",
-        help="any of the words, more of them ranking higher (as the recall tool searches)",
-    )
-    _paging_arguments(p)
-
-
-def _prune_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--max-bytes",
-        metavar="SIZE",
-        help=f"keep the archive under SIZE, such as 500MB (default: ${ENV_MAX_BYTES})",
-    )
-    p.add_argument(
-        "--max-age-days",
-        metavar="D",
-        help=f"remove sessions last compacted more than D days ago (default: ${ENV_MAX_AGE_DAYS})",
-    )
-    p.add_argument(
-        "--max-sessions",
-        metavar="N",
-        help=f"keep only the N most recent sessions (default: ${ENV_MAX_SESSIONS})",
-    )
-    p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
-    p.add_argument(
-        "--vacuum", action="store_true", help="then give the space back to the file system"
-    )
-
-
-#: The commands: name, one-line help, description, and what adds their arguments.
-_COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]], ...] = (
+#: The commands: name, one-line help, description.
+_COMMANDS = (
     (
         "list",
         "list archived entries, oldest first",
         "List archived entries, oldest first, one per line under a header: sequence "
         "number, when archived, session, entry id, role, turn, the strategy or compactor "
         "that dropped it, and the start of its text.",
-        _paging_arguments,
     ),
     (
         "show",
@@ -343,14 +311,12 @@ _COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]]
         "tool-call / tool-use id it holds)",
         "Print an archived entry as JSON, exactly as it was dropped. Exit 1 when it is "
         "not archived.",
-        _show_arguments,
     ),
     (
         "search",
         "full-text search (FTS5), best match first",
         "Search the archived text (SQLite FTS5; PostgreSQL full-text search for a "
         "postgresql:// archive), best match first, in the columns of 'list'.",
-        _search_arguments,
     ),
     (
         "prune",
@@ -358,7 +324,6 @@ _COMMANDS: tuple[tuple[str, str, str, Callable[[argparse.ArgumentParser], None]]
         "Remove whole sessions, oldest first (a session's age is that of its "
         "latest compaction), past the limits given or set in the environment. The most "
         "recent session is never removed for size.",
-        _prune_arguments,
     ),
 )
 
@@ -370,13 +335,13 @@ def add_commands(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="archive_command", required=True, metavar="COMMAND", help="what to do"
     )
-    for name, summary, description, add_arguments in _COMMANDS:
+    for name, summary, description in _COMMANDS:
         command: argparse.ArgumentParser = sub.add_parser(
             name, help=summary, description=description
         )
         # after the command too; not given there, it leaves the one before it in place
         _where(command, argparse.SUPPRESS)
-        add_arguments(command)
+        _arguments(name, command)
     parser.set_defaults(func=run, archive_prog=parser.prog)
     return parser
 

@@ -8,11 +8,8 @@ __all__ = ["ArchiveConfigError", "ArchiveError", "ArchiveQueryError", "NotAnArch
 
 
 class ArchiveError(Exception):
-    """The archive could not be read or written; the message names it and the cause.
-
-    The underlying error (``sqlite3.OperationalError: database or disk is full``, an
-    ``OSError``...) is chained as ``__cause__``.
-    """
+    """The archive could not be read or written; the message names it and the cause (the
+    underlying error, such as ``sqlite3.OperationalError``, chained as ``__cause__``)."""
 
 
 class NotAnArchiveError(ArchiveError):

@@ -1,13 +1,12 @@
-"""The one-time move of an archive an earlier version wrote: its journal and spool files.
+"""The one-time move of what an earlier version left beside an archive: journal rows and
+spool files.
 
-Before issue 31, a compaction was committed as a *frame* appended to its process's spool
-file beside the archive (``<archive>.spool-<pid>-<random>``) or as a row of the
-``journal`` table, and moved into the tables later. Nothing writes either now: the first
-writer that opens such an archive moves what is left (:func:`move_left`), in one
-transaction, into the tables, and removes the spool files it moved. A spool file that
-another process still holds (locked: an agent of the earlier version still running) is
-left for a later writer; one whose frames cannot all be read (damaged), or that others
-may write, is kept and named in a warning rather than silently dropped.
+Before issue 31 a compaction was committed as a frame of its process's spool file
+(``<archive>.spool-<pid>-<random>``) or as a row of the ``journal`` table, and moved into
+the tables later. The first writer that opens such an archive moves both into the tables
+in one transaction (:func:`move_left`) and removes the spool files it read whole. A spool
+file a live process holds (locked) is left for a later writer; a damaged one, or one
+others may write, is kept and named in a warning rather than dropped silently.
 """
 
 from __future__ import annotations
@@ -22,9 +21,8 @@ import stat
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from normandy_archive.schema import COMPACTION_COLUMNS, ENTRY_COLUMNS, SEEN_SQL
 
@@ -33,128 +31,72 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Frame", "decode", "move_journal", "move_left", "spool_files"]
+__all__ = ["Frame", "decode", "move_left", "spool_files"]
 
 log = logging.getLogger("normandy_archive")
 
-MAGIC = b"NSP1"
+#: A frame's head: the magic ``NSP1``, the sizes of its JSON head and body, their CRC-32.
 _HEAD = struct.Struct("<4sIII")
-#: What a spool file's name adds to the archive's.
-SUFFIX = ".spool-"
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _EUID = os.geteuid() if hasattr(os, "geteuid") else 0
 
-#: A ``journal_entries`` row without its journal row's id: entry id, content hash, turn
-#: id, role, the entry's JSON, its caller's ids as JSON.
-EntryRow = tuple[str, str, "str | None", str, str, "str | None"]
-
-#: The journal as the earlier version made it (a frame is one of its rows): created here
-#: only when spool files are moved into an archive that lost it.
-JOURNAL_TABLE = """CREATE TABLE IF NOT EXISTS journal (
-        id            INTEGER PRIMARY KEY AUTOINCREMENT,
-        compaction_id TEXT NOT NULL,
-        session_id    TEXT NOT NULL,
-        compactor     TEXT,
-        strategy      TEXT,
-        model         TEXT,
-        mid_round     INTEGER,
-        created_at    REAL NOT NULL,
-        tokens_before INTEGER,
-        tokens_after  INTEGER,
-        meta_json     TEXT NOT NULL,
-        dropped_count INTEGER,
-        entry_count   INTEGER NOT NULL,
-        seen          TEXT
-    )"""
-
-JOURNAL_ENTRIES_TABLE = """CREATE TABLE IF NOT EXISTS journal_entries (
-        jid           INTEGER NOT NULL,
-        entry_id      TEXT NOT NULL,
-        content_hash  TEXT NOT NULL,
-        turn_id       TEXT,
-        role          TEXT NOT NULL,
-        entry_json    TEXT NOT NULL,
-        source_ids    TEXT
-    )"""
-
-
-_JOURNAL_INSERT = (
-    "INSERT INTO journal (compaction_id, session_id, compactor, strategy, model, mid_round, "
-    "created_at, tokens_before, tokens_after, meta_json, dropped_count, entry_count, seen) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+#: The ``journal`` columns but ``id``, in the order of a frame's journal row; the earlier
+#: version's tables are created (untyped: they only stage the move) for spool files
+#: found beside an archive that has none.
+_JOURNAL = (
+    "compaction_id, session_id, compactor, strategy, model, mid_round, created_at, "
+    "tokens_before, tokens_after, meta_json, dropped_count, entry_count, seen"
 )
-_ENTRIES_INSERT = (
-    "INSERT INTO journal_entries (jid, entry_id, content_hash, turn_id, role, entry_json, "
-    "source_ids) VALUES (?, ?, ?, ?, ?, ?, ?)"
-)
+_JOURNAL_ENTRIES = "jid, entry_id, content_hash, turn_id, role, entry_json, source_ids"
 
 
-@dataclass(frozen=True)
-class Frame:
-    """One compaction as the spool holds it."""
+class Frame(NamedTuple):
+    """One compaction as a spool file holds it."""
 
     journal: tuple[Any, ...]
-    """Its ``journal`` row without ``id`` and ``entry_count``: compaction id, session,
-    compactor, strategy, model, mid-round flag, time, tokens before and after, the meta's
-    JSON, dropped count, and ``seen`` (a JSON array of the hashes of content it dropped
-    again while that content was still in the journal, or ``None``)."""
-    entries: tuple[EntryRow, ...]
-    """The content it dropped (but what is named in ``seen``), as ``journal_entries``
-    rows without the journal row's id."""
-
-    @property
-    def compaction_id(self) -> str:
-        """The id of the compaction it commits."""
-        return str(self.journal[0])
+    """Its ``journal`` row (:data:`_JOURNAL`) without ``entry_count``."""
+    entries: tuple[tuple[Any, ...], ...]
+    """The content it dropped (but what its ``seen`` names), ``journal_entries`` rows
+    without ``jid``."""
 
 
 def decode(data: bytes) -> tuple[list[Frame], int]:
     """The whole frames at the start of ``data``, and how many bytes they take: a torn or
     damaged frame ends them."""
+    from normandy_archive.base import entry_row
+    from normandy_archive.schema import source_ids
+    from normandy_core import Entry
+
     frames: list[Frame] = []
     pos = 0
     while pos + _HEAD.size <= len(data):
         magic, head_size, body_size, crc = _HEAD.unpack_from(data, pos)
         start = pos + _HEAD.size
         end = start + head_size + body_size
-        if magic != MAGIC or end > len(data):
-            break
-        head = data[start : start + head_size]
-        body = data[start + head_size : end]
-        if zlib.crc32(body, zlib.crc32(head)) != crc:
+        if magic != b"NSP1" or end > len(data) or zlib.crc32(data[start:end]) != crc:
             break
         try:
-            journal, sizes = json.loads(head)
-            text = body.decode()
-            entries: list[EntryRow] = []
-            at = 0
+            journal, sizes = json.loads(data[start : start + head_size])
+            text = data[start + head_size : end].decode()
+            rows, at = [], 0
             for size in sizes:
-                entries.append(_row(text[at : at + size]))
-                at += size
+                row_json, at = text[at : at + size], at + size
+                entry = Entry.model_validate_json(row_json)
+                rows.append(entry_row(entry, row_json, source_ids(entry)))
         except (ValueError, TypeError, UnicodeDecodeError):
             break
-        frames.append(Frame(tuple(journal), tuple(entries)))
+        frames.append(Frame(tuple(journal), tuple(rows)))
         pos = end
     return frames, pos
 
 
-def _row(data: str) -> EntryRow:
-    """The ``journal_entries`` row of the entry whose JSON is ``data``, as it was written."""
-    from normandy_archive.base import entry_row
-    from normandy_archive.schema import source_ids
-    from normandy_core import Entry
-
-    entry = Entry.model_validate_json(data)
-    return entry_row(entry, data, source_ids(entry))
-
-
 def spool_files(archive: str | os.PathLike[str]) -> list[Path]:
-    """The spool files of the archive at ``archive``, by name: regular files (not links)
-    of this user that no one else may write (in a directory others may write to, a file
-    planted there is not read, nor moved into the archive)."""
+    """The spool files of the archive at ``archive``, by name: regular files (not links) of
+    this user that no one else may write (a file planted in a shared directory is never
+    moved into the archive)."""
     archive = Path(archive)
-    prefix = archive.name + SUFFIX
+    prefix = archive.name + ".spool-"
     try:
         with os.scandir(archive.parent) as found:
             return sorted(
@@ -184,45 +126,39 @@ def _ours(entry: os.DirEntry[str]) -> bool:
     return True
 
 
-def _read(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def in_order(files: Sequence[list[Frame]]) -> list[Frame]:
-    """The frames of several spool files as one list: each file's in its order, the
-    files' merged by compaction time."""
-    return list(heapq.merge(*files, key=lambda f: f.journal[6]))
+def _read_locked(path: Path, held: contextlib.ExitStack) -> bytes | None:
+    """The bytes of the spool file at ``path``, locked until ``held`` closes; ``None`` when
+    its live process holds it, or another writer moved it first."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
+    except OSError:
+        return None
+    held.callback(os.close, fd)
+    try:
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(fd).st_nlink == 0:  # another writer moved it first
+            return None
+    except OSError:  # held by its live process
+        return None
+    with open(fd, "rb", closefd=False) as f:
+        return f.read()
 
 
 @contextlib.contextmanager
-def orphans(archive: Path) -> Iterator[list[Frame]]:
-    """The frames of the spool files of ``archive`` no live process holds (their process
-    ended before it moved them), in order, the files locked; when the block ends without
-    error (the caller has moved the frames), the files read whole are removed, and a
-    damaged one is kept and named in a warning."""
-    held: list[tuple[Path, int, list[Frame], bool]] = []
-    try:
+def _orphans(archive: Path) -> Iterator[list[Frame]]:
+    """The frames of the spool files of ``archive`` no live process holds, in compaction
+    time order, the files locked; once the block ends without error (the frames are
+    moved), the files read whole are removed and a damaged one is named in a warning."""
+    read: list[tuple[Path, list[Frame], bool]] = []
+    with contextlib.ExitStack() as held:
         for path in spool_files(archive):
-            try:
-                fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
-            except OSError:
-                continue
-            try:
-                if fcntl is not None:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                if os.fstat(fd).st_nlink == 0:  # another writer moved it first
-                    raise BlockingIOError
-            except OSError:  # held by its live process
-                os.close(fd)
-                continue
-            data = _read(fd)
-            frames, used = decode(data)
-            held.append((path, fd, frames, used == len(data)))
-        yield in_order([frames for _, _, frames, _ in held])
-        for path, _, frames, whole in held:
+            data = _read_locked(path, held)
+            if data is not None:
+                frames, used = decode(data)
+                read.append((path, frames, used == len(data)))
+        yield list(heapq.merge(*(frames for _, frames, _ in read), key=lambda f: f.journal[6]))
+        for path, frames, whole in read:
             if whole:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
@@ -233,15 +169,11 @@ def orphans(archive: Path) -> Iterator[list[Frame]]:
                     path,
                     len(frames),
                 )
-    finally:
-        for _, fd, _, _ in held:
-            os.close(fd)
 
 
 def _insert_frames(conn: sqlite3.Connection, frames: Sequence[Frame]) -> None:
-    """Write ``frames`` into the journal (inside the caller's transaction), each a journal
-    row with its entries; a frame whose compaction the archive holds already (moved
-    before its file was removed) is skipped."""
+    """Write ``frames`` into the journal, but those whose compaction is there already
+    (moved before the file was removed) or that hold nothing."""
     for f in frames:
         j = f.journal
         held = conn.execute(
@@ -251,33 +183,35 @@ def _insert_frames(conn: sqlite3.Connection, frames: Sequence[Frame]) -> None:
         ).fetchone()[0]
         if held or (not f.entries and j[11] is None):
             continue
-        jid = conn.execute(_JOURNAL_INSERT, (*j[:11], len(f.entries), j[11])).lastrowid
-        conn.executemany(_ENTRIES_INSERT, [(jid, *e) for e in f.entries])
-
-
-def _has_journal(conn: sqlite3.Connection) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
-    ).fetchone()
-    return row is not None
+        jid = conn.execute(
+            f"INSERT INTO journal ({_JOURNAL}) VALUES ({', '.join('?' * 13)})",
+            (*j[:11], len(f.entries), j[11]),
+        ).lastrowid
+        conn.executemany(
+            f"INSERT INTO journal_entries ({_JOURNAL_ENTRIES}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(jid, *e) for e in f.entries],
+        )
 
 
 def move_left(conn: sqlite3.Connection, path: Path) -> None:
     """Move what an earlier version left in the archive open on ``conn`` at ``path`` (its
-    journal's rows, the frames of its spool files no live process holds) into the
-    tables, in one transaction. A failure loses nothing (it stays where it was, and the
-    next writer tries again): it is logged."""
+    journal rows, the frames of spool files no live process holds) into the tables, in
+    one transaction. A failure is logged and loses nothing: the next writer tries again."""
     try:
-        journal = _has_journal(conn)
-        if not journal and not spool_files(path):
+        journal = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
+        ).fetchone()
+        if journal is None and not spool_files(path):
             return
-        with orphans(path) as frames:
+        with _orphans(path) as frames:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute(JOURNAL_TABLE)
-                conn.execute(JOURNAL_ENTRIES_TABLE)
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS journal (id INTEGER PRIMARY KEY, {_JOURNAL})"
+                )
+                conn.execute(f"CREATE TABLE IF NOT EXISTS journal_entries ({_JOURNAL_ENTRIES})")
                 _insert_frames(conn, frames)
-                moved = move_journal(conn)
+                moved = _move_journal(conn)
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
@@ -290,9 +224,8 @@ def move_left(conn: sqlite3.Connection, path: Path) -> None:
         log.warning("archive %s: what an earlier version left is moved later: %s", path, exc)
 
 
-#: The rows of the journal up to id ``?1`` as rows of ``entries`` (``ENTRY_COLUMNS``):
-#: content neither in ``entries`` nor in an earlier journal row, in journal order, each
-#: with the ``seq`` it is given.
+#: The journal's rows as rows of ``entries``: the content neither in ``entries`` nor in an
+#: earlier journal row, in journal order, each with the ``seq`` it is given.
 _PENDING_SQL = """SELECT coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = 'entries'), 0)
             + row_number() OVER (ORDER BY p.jid, p.k) AS seq,
         p.session_id, p.entry_id, p.content_hash, p.turn_id, p.role, p.entry_json,
@@ -301,60 +234,41 @@ _PENDING_SQL = """SELECT coalesce((SELECT seq FROM main.sqlite_sequence WHERE na
             r.turn_id, r.role, r.entry_json, r.source_ids, j.compaction_id,
             j.created_at AS archived_at,
             row_number() OVER (PARTITION BY r.content_hash ORDER BY j.id, r.rowid) AS nth
-        FROM main.journal_entries r JOIN main.journal j ON j.id = r.jid WHERE j.id <= ?1) p
+        FROM main.journal_entries r JOIN main.journal j ON j.id = r.jid) p
     WHERE p.nth = 1
         AND NOT EXISTS (SELECT 1 FROM main.entries x WHERE x.content_hash = p.content_hash)"""
 
 
-def move_journal(conn: sqlite3.Connection, rows: int = 0) -> int:
-    """Move the oldest ``rows`` journal rows (0: all) into the indexed tables (inside the
-    caller's transaction): their new content into ``entries`` (with the ``seq`` readers
-    saw), each compaction that stored some into ``compactions`` with what it stored, the
-    ``seen`` of content dropped again; how many journal rows were moved."""
-    first, last = conn.execute("SELECT min(id), max(id) FROM journal").fetchone()
-    if first is None:
-        return 0
-    top = last if rows <= 0 else min(last, first + rows - 1)
+def _move_journal(conn: sqlite3.Connection) -> int:
+    """Move the journal into the tables (in the caller's transaction): its new content
+    into ``entries``, each compaction that stored some into ``compactions`` with how
+    much, the ``seen`` of content dropped again; how many journal rows were moved."""
     before = conn.execute(
         "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'entries'), 0)"
     ).fetchone()[0]
-    conn.execute(f"INSERT INTO entries ({ENTRY_COLUMNS}) {_PENDING_SQL}", (top,))
+    conn.execute(f"INSERT INTO entries ({ENTRY_COLUMNS}) {_PENDING_SQL}")
     conn.execute(
-        "CREATE TEMP TABLE IF NOT EXISTS journal_moved (compaction_id TEXT PRIMARY KEY, n INTEGER) "
-        "WITHOUT ROWID"
-    )
-    conn.execute(
-        "INSERT INTO temp.journal_moved SELECT compaction_id, count(*) FROM entries WHERE seq > ? "
-        "GROUP BY compaction_id",
-        (before,),
-    )
-    conn.execute(
-        f"INSERT OR IGNORE INTO compactions ({COMPACTION_COLUMNS}) "
+        "WITH moved AS (SELECT compaction_id, count(*) AS n FROM entries WHERE seq > ? "
+        f"GROUP BY compaction_id) INSERT OR IGNORE INTO compactions ({COMPACTION_COLUMNS}) "
         "SELECT j.compaction_id, j.session_id, j.compactor, j.strategy, j.model, "
         "j.mid_round, j.created_at, m.n, j.tokens_before, j.tokens_after, j.meta_json, "
-        "j.dropped_count FROM journal j "
-        "JOIN temp.journal_moved m ON m.compaction_id = j.compaction_id "
-        "WHERE j.id <= ? ORDER BY j.id",
-        (top,),
+        "j.dropped_count FROM journal j JOIN moved m ON m.compaction_id = j.compaction_id "
+        "ORDER BY j.id",
+        (before,),
     )
-    conn.execute("DELETE FROM temp.journal_moved")
     again = conn.execute(
         "SELECT j.session_id, j.created_at, h.value FROM journal j, json_each(j.seen) h "
-        "WHERE j.id <= ? AND j.seen IS NOT NULL ORDER BY j.id",
-        (top,),
+        "WHERE j.seen IS NOT NULL ORDER BY j.id"
     ).fetchall()
     # content a later journal row held again (written by another process before the
     # first was moved): the later session saw it last
     again += conn.execute(
         "SELECT j.session_id, j.created_at, r.content_hash FROM journal_entries r "
-        "JOIN journal j ON j.id = r.jid WHERE j.id <= ? AND NOT EXISTS (SELECT 1 FROM "
-        "entries e WHERE e.content_hash = r.content_hash AND e.compaction_id = j.compaction_id) "
-        "ORDER BY j.id",
-        (top,),
+        "JOIN journal j ON j.id = r.jid WHERE NOT EXISTS (SELECT 1 FROM entries e "
+        "WHERE e.content_hash = r.content_hash AND e.compaction_id = j.compaction_id) "
+        "ORDER BY j.id"
     ).fetchall()
-    if again:
-        again.sort(key=lambda row: row[1])
-        conn.executemany(SEEN_SQL, again)
-    conn.execute("DELETE FROM journal_entries WHERE jid <= ?", (top,))
-    conn.execute("DELETE FROM journal WHERE id <= ?", (top,))
-    return int(conn.execute("SELECT changes()").fetchone()[0])
+    again.sort(key=lambda row: row[1])
+    conn.executemany(SEEN_SQL, again)
+    conn.execute("DELETE FROM journal_entries")
+    return conn.execute("DELETE FROM journal").rowcount

@@ -1,27 +1,13 @@
 """The archive's settings: the ``archive`` section of Normandy's configuration, set in code
 for the process, or per call.
 
-Each setting is resolved at every compaction (remembered while nothing it is read from
-changes), the first source that sets it winning:
-
-1. per call: ``with archive_settings(path=..., required=...): compact(...)`` (a context
-   variable, so it holds for the code run inside the ``with`` block, threads the
-   boundary starts included);
-2. in code, for the process: :func:`configure` (``configure(path=None)`` forgets a
-   value set there);
-3. the environment (:data:`ENV_PATH`, :data:`ENV_URL`, :data:`ENV_REQUIRED`,
-   :data:`ENV_BUSY_TIMEOUT`, :data:`ENV_SESSION`, :data:`ENV_MAX_BYTES`,
-   :data:`ENV_MAX_AGE_DAYS`, :data:`ENV_MAX_SESSIONS`, :data:`ENV_SYNC`);
-4. the ``[archive]`` table of ``normandy.toml``, then the ``[tool.normandy.archive]``
-   table of ``pyproject.toml``, the files the core finds and reads for its own keys
-   (:mod:`normandy_core.contract.settings`, which checks them with :data:`SECTION`);
-5. the defaults: the user data directory, required, a 5 s busy wait, the agent
-   config's ``session_id`` as the session key, no limit.
-
-The archive is one setting made of two keys: the highest source that sets ``path`` or
-``url`` names it, and within that source ``path = "off"`` wins, then the ``url``, then
-the ``path``. ``path`` is an SQLite file (relative to the settings file's directory when
-set in a file), a ``postgresql://`` URL, or :data:`OFF` (``"off"``) for no archive.
+Each setting is resolved at every compaction, the first source that sets it winning: per
+call (:func:`archive_settings`, a context variable), :func:`configure`, the environment
+(the ``ENV_*`` variables), the ``[archive]`` table of ``normandy.toml`` then
+``[tool.normandy.archive]`` of ``pyproject.toml`` (read by the core,
+:mod:`normandy_core.contract.settings`, checked with :data:`SECTION`), the defaults.
+``path`` and ``url`` are one setting, where the archive is: the highest source that sets
+either decides (docs/plugins/archive.md, Settings).
 """
 
 from __future__ import annotations
@@ -35,13 +21,13 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from types import MappingProxyType
+from typing import Any
 
-from normandy_archive.errors import ArchiveConfigError
+from normandy_archive.errors import ArchiveConfigError, ArchiveError
 from normandy_core.contract.settings import (
     Layer,
     SettingKey,
-    Settings,
     SettingsSection,
     current_settings as current_core_settings,
     highest,
@@ -62,12 +48,14 @@ __all__ = [
     "OFF",
     "SECTION",
     "ArchiveSettings",
+    "archive_path",
     "archive_settings",
     "configure",
     "current_settings",
     "default_archive_path",
     "is_url",
     "parse_size",
+    "set_archive_path",
 ]
 
 #: Environment variable naming the archive file (or ``off``).
@@ -78,19 +66,15 @@ ENV_URL = "NORMANDY_ARCHIVE_URL"
 ENV_REQUIRED = "NORMANDY_ARCHIVE_REQUIRED"
 #: Environment variable: seconds a write waits for another writer's lock (default 5).
 ENV_BUSY_TIMEOUT = "NORMANDY_ARCHIVE_BUSY_TIMEOUT"
-#: Environment variable: the session key archived rows carry (default: the config's
-#: ``session_id``, a fresh one for each ``compact()`` call).
+#: Environment variable: the session key archived rows carry (default: the config's).
 ENV_SESSION = "NORMANDY_ARCHIVE_SESSION"
-#: Environment variable: the archive's size limit (``500MB``, ``2GiB``, bytes); the
-#: oldest sessions are pruned past it.
+#: Environment variable: the size (``500MB``, ``2GiB``, bytes) past which sessions are pruned.
 ENV_MAX_BYTES = "NORMANDY_ARCHIVE_MAX_BYTES"
-#: Environment variable: sessions whose last compaction is older than this many days are
-#: pruned.
+#: Environment variable: the age in days past which sessions are pruned.
 ENV_MAX_AGE_DAYS = "NORMANDY_ARCHIVE_MAX_AGE_DAYS"
 #: Environment variable: at most this many sessions are kept, the most recent ones.
 ENV_MAX_SESSIONS = "NORMANDY_ARCHIVE_MAX_SESSIONS"
-#: Environment variable: ``normal`` (the default) or ``full``, how a commit reaches the
-#: disk (see :attr:`ArchiveSettings.sync`).
+#: Environment variable: ``normal`` (the default) or ``full`` (:attr:`ArchiveSettings.sync`).
 ENV_SYNC = "NORMANDY_ARCHIVE_SYNC"
 
 #: The value of ``path`` (and of :data:`ENV_PATH`) that turns the archive off.
@@ -130,20 +114,17 @@ class ArchiveSettings:
     max_sessions: int | None = None
     """At most this many sessions are kept, the most recent (``None``: no limit)."""
     sync: str = "normal"
-    """``normal``: a commit is written to the operating system before the compaction goes
-    on (it survives the process being killed; SQLite's WAL ``synchronous=NORMAL``), and
-    the write-ahead log is flushed to the disk at checkpoints, in the background;
-    ``full``: every commit is also flushed to the disk before the compaction goes on
-    (it survives a power loss too, at the cost of an fsync per compaction)."""
+    """``normal``: a commit reaches the operating system before the compaction goes on (it
+    survives the process being killed), the disk at checkpoints; ``full``: every commit
+    is flushed to the disk first (it survives a power loss too, an fsync per compaction)."""
+    source: str = "default"
+    """Where ``path`` came from (for messages): ``per call``, ``configure()``, an
+    environment variable, a settings file's line and key, or ``default``."""
 
     @property
     def limited(self) -> bool:
         """Whether any retention limit is set."""
         return (self.max_bytes, self.max_age_days, self.max_sessions) != (None, None, None)
-
-    source: str = "default"
-    """Where ``path`` came from (for messages): ``per call``, ``configure()``, an
-    environment variable, a settings file's line and key, or ``default``."""
 
     @property
     def off(self) -> bool:
@@ -225,16 +206,18 @@ def _check_required(value: Any) -> bool:
     raise ValueError(f"must be true or false (1/0, yes/no), got {value!r}")
 
 
-def _non_negative(unit: str) -> Callable[[Any], float]:
-    """The check of a number of ``unit`` (seconds, days) that may be 0, not infinite."""
+def _non_negative(unit: str | None) -> Callable[[Any], float]:
+    """The check of a finite number >= 0 of ``unit`` (seconds, days), or whole (``None``)."""
+    what = "a whole number" if unit is None else f"a number of {unit}"
 
     def check(value: Any) -> float:
         try:
-            number = float(value)
-        except (TypeError, ValueError):
+            number = int(value) if unit is None else float(value)
+        except (TypeError, ValueError, OverflowError):  # int(inf) overflows
             number = math.nan
-        if isinstance(value, bool) or not (0 <= number < math.inf):
-            raise ValueError(f"must be a number of {unit} >= 0, got {value!r}")
+        refused = (bool, float) if unit is None else bool
+        if isinstance(value, refused) or not (0 <= number < math.inf):
+            raise ValueError(f"must be {what} >= 0, got {value!r}")
         return number
 
     return check
@@ -244,16 +227,6 @@ def _check_session(value: Any) -> str:
     if isinstance(value, str) and value.strip():
         return value.strip()
     raise ValueError(f"must be a non-empty string, got {value!r}")
-
-
-def _check_max_sessions(value: Any) -> int:
-    try:
-        count = int(value)
-    except (TypeError, ValueError):
-        count = -1
-    if isinstance(value, (bool, float)) or count < 0:
-        raise ValueError(f"must be a whole number >= 0, got {value!r}")
-    return count
 
 
 def _check_sync(value: Any) -> str:
@@ -275,30 +248,24 @@ SECTION = SettingsSection(
         SettingKey("session", _check_session, ENV_SESSION),
         SettingKey("max_bytes", parse_size, ENV_MAX_BYTES),
         SettingKey("max_age_days", _non_negative("days"), ENV_MAX_AGE_DAYS),
-        SettingKey("max_sessions", _check_max_sessions, ENV_MAX_SESSIONS),
+        SettingKey("max_sessions", _non_negative(None), ENV_MAX_SESSIONS),
         SettingKey("sync", _check_sync, ENV_SYNC),
     ),
     error=ArchiveConfigError,
 )
 
-#: The variables the settings are read from: the section's, and those the default path
-#: is made of (``HOME`` also expands a ``~`` in a path).
-_WATCHED = (
-    *(key.env for key in SECTION.keys if key.env is not None),
-    "XDG_DATA_HOME",
-    "HOME",
-    *(("LOCALAPPDATA",) if sys.platform == "win32" else ()),
-)
+#: The per-call settings of :func:`archive_settings`, checked (none outside a block).
+_NO_CALL = Layer("per call", MappingProxyType({}), MappingProxyType({}))
+_per_call = contextvars.ContextVar("normandy_archive_settings", default=_NO_CALL)
 
-#: The per-call settings of :func:`archive_settings`, checked.
-_per_call: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
-    "normandy_archive_settings", default=None
-)
+
+def _code_layer(name: str, values: Mapping[str, Any]) -> Layer:
+    """The layer of settings given in code (``per call``, ``configure()``)."""
+    return Layer(name, values, dict.fromkeys(values, name))
 
 
 def _checked(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """The settings given in code to ``where`` (``configure``...), checked; a value of
-    ``None`` is left out (it means: not set here)."""
+    """The settings given in code to ``where``, checked; ``None`` (not set here) left out."""
     checked: dict[str, Any] = {}
     for key, value in settings.items():
         if value is not None or key not in SECTION.names:
@@ -306,126 +273,67 @@ def _checked(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
     return checked
 
 
-def _resolve(levels: Sequence[Layer]) -> ArchiveSettings:
-    """The settings of ``levels``, highest first: each key from the highest level that
-    sets it (the defaults are :class:`ArchiveSettings`'), the archive from :func:`_target`."""
+def _resolve(layers: Sequence[Layer]) -> ArchiveSettings:
+    """The settings of ``layers``, highest first: each key from the highest layer that
+    sets it; the archive from the highest setting ``path`` or ``url``, where ``off`` wins,
+    then the URL, then the path (relative to the settings file that sets it)."""
     chosen: dict[str, Any] = {}
     for key in SECTION.names:
-        level = highest(levels, key)
-        if level is not None and key not in ("path", "url"):
-            chosen[key] = level.values[key]
-    target, source = _target(levels)
+        layer = highest(layers, key)
+        if layer is not None and key not in ("path", "url"):
+            chosen[key] = layer.values[key]
+    for layer in layers:
+        values = layer.values
+        off = "path" in values and values["path"] is None
+        key = "url" if "url" in values and not off else "path"
+        if key in values:
+            target, source = values[key], layer.origins[key]
+            if isinstance(target, Path) and layer.path is not None and not target.is_absolute():
+                target = layer.path.parent / target
+            break
+    else:
+        target, source = default_archive_path(), "default"
     path = target if isinstance(target, Path) else None
     url = target if isinstance(target, str) else None
     return ArchiveSettings(path=path, url=url, source=source, **chosen)
 
 
-def _target(levels: Sequence[Layer]) -> tuple[Path | str | None, str]:
-    """The archive (a path, a URL, or ``None``: off) and where it was set: the highest
-    level setting ``path`` or ``url`` gives it; in that level ``off`` wins, then the URL,
-    then the path (a relative one set in a file is relative to the file's directory)."""
-    for level in levels:
-        values = level.values
-        if "path" in values and values["path"] is None:
-            return None, level.origins["path"]
-        if "url" in values:
-            return values["url"], level.origins["url"]
-        if "path" in values:
-            path = values["path"]
-            if isinstance(path, Path) and level.path is not None and not path.is_absolute():
-                path = level.path.parent / path
-            return path, level.origins["path"]
-    return default_archive_path(), "default"
-
-
-def _code_level(name: str, values: Mapping[str, Any]) -> Layer:
-    """The level of the settings given in code (``per call``, ``configure()``)."""
-    return Layer(name, values, dict.fromkeys(values, name))
-
-
-class _Remembered(NamedTuple):
-    """The settings last resolved, and what they were resolved from."""
-
-    call: Mapping[str, Any]
-    configured: Layer
-    files: Settings
-    #: The values of :data:`_WATCHED`.
-    seen: tuple[str | None, ...]
-    settings: ArchiveSettings
-
-
-class _ProcessSettings:
-    """What :func:`configure` set for the process, and the settings last resolved (so a
-    compaction that changes nothing reuses them)."""
+class _Configured:
+    """What :func:`configure` set for the process: a layer replaced whole under a lock,
+    so a reader sees one consistent state."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        #: Replaced whole by :meth:`configure`: the level of what it set.
-        self._configured = _code_level("configure()", {})
-        #: Replaced whole, so a thread reads one consistent record.
-        self._last: _Remembered | None = None
+        self.layer = _code_layer("configure()", {})
 
-    def configure(self, settings: Mapping[str, Any]) -> None:
-        """Set (or, for ``None``, forget) the given settings for the process."""
+    def update(self, settings: Mapping[str, Any]) -> None:
+        """Set (or, for ``None``, forget) the given settings."""
         changes = _checked(settings, "configure")
         with self._lock:
-            kept = {k: v for k, v in self._configured.values.items() if k not in settings}
-            self._configured = _code_level("configure()", {**kept, **changes})
-
-    def current(self, env: Mapping[str, str] | None) -> ArchiveSettings:
-        """The settings in force (see :func:`current_settings`)."""
-        call = _per_call.get() or {}
-        configured = self._configured
-        if env is not None:  # from scratch
-            try:
-                cwd: str | None = os.getcwd()
-            except OSError:  # the working directory was removed: no file is found
-                cwd = None
-            files = load_settings(env, cwd).section(SECTION, env)
-            return _resolve((_code_level("per call", call), configured, *files))
-        found = current_core_settings()
-        seen = tuple([os.environ.get(name) for name in _WATCHED])
-        last = self._last
-        if (
-            last is not None
-            and last.configured is configured
-            and last.files is found
-            and last.seen == seen
-            and last.call == call
-        ):
-            return last.settings
-        sources = found.section(SECTION, os.environ)
-        settings = _resolve((_code_level("per call", call), configured, *sources))
-        self._last = _Remembered(call, configured, found, seen, settings)
-        return settings
+            kept = {k: v for k, v in self.layer.values.items() if k not in settings}
+            self.layer = _code_layer("configure()", {**kept, **changes})
 
 
-_PROCESS = _ProcessSettings()
+_CONFIGURED = _Configured()
 
 
 def configure(**settings: Any) -> None:
     """Set archive settings for this process (``path``, ``url``, ``required``,
     ``busy_timeout``, ``session``, ``max_bytes``, ``max_age_days``, ``max_sessions``,
-    ``sync``), over the environment and the settings files.
-
-    ``path`` is a file or :data:`OFF`; a value of ``None`` forgets what was set here, so
-    the environment, the files and the defaults apply again. Values are checked now.
-    """
-    _PROCESS.configure(settings)
+    ``sync``), over the environment and the settings files; a value of ``None`` forgets
+    what was set here. Values are checked now."""
+    _CONFIGURED.update(settings)
 
 
 @contextlib.contextmanager
 def archive_settings(**settings: Any) -> Iterator[ArchiveSettings]:
-    """Override archive settings for the code run inside the ``with`` block (per call),
-    over every other source.
+    """Override archive settings inside the ``with`` block (per call), over every other
+    source; a value of ``None`` leaves a setting as it is. Yields the settings in force.
 
-    ``with archive_settings(path="off"): compact(messages)`` compacts without archiving;
-    ``with archive_settings(path=p, required=False): ...`` writes to ``p``, best effort.
-    A value of ``None`` leaves that setting as it is. Yields the settings in force
-    inside the block.
+    ``with archive_settings(path="off"): compact(messages)`` compacts without archiving.
     """
     changes = _checked(settings, "archive_settings")
-    token = _per_call.set({**(_per_call.get() or {}), **changes})
+    token = _per_call.set(_code_layer("per call", {**_per_call.get().values, **changes}))
     try:
         yield current_settings()
     finally:
@@ -435,13 +343,38 @@ def archive_settings(**settings: Any) -> Iterator[ArchiveSettings]:
 def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
     """The settings in force now: per call, then :func:`configure`, then the environment,
     then ``normandy.toml``'s ``[archive]``, then ``pyproject.toml``'s
-    ``[tool.normandy.archive]``, then the defaults.
-
-    Resolved again only when the per-call settings, :func:`configure`, one of the
-    variables read or the settings files found changed (the hook asks at every
-    compaction). With ``env``, resolved from scratch from that environment.
+    ``[tool.normandy.archive]``, then the defaults. With ``env``, the environment and the
+    files it names are read from scratch instead of the core's settings of the process.
 
     :raises ArchiveConfigError: a bad value, naming the variable, or the file, line and key.
     :raises SettingsError: a settings file cannot be read or holds an unknown section.
     """
-    return _PROCESS.current(env)
+    if env is None:
+        sources = current_core_settings().section(SECTION)
+    else:
+        try:
+            cwd: str | None = os.getcwd()
+        except OSError:  # the working directory was removed: no file is found
+            cwd = None
+        sources = load_settings(env, cwd).section(SECTION, env)
+    return _resolve((_per_call.get(), _CONFIGURED.layer, *sources))
+
+
+def set_archive_path(path: str | os.PathLike[str] | None) -> None:
+    """Pin the archive file for this process (``"off"``: no archive; ``None`` goes back to
+    the environment, the files and the default): ``configure(path=path)``."""
+    configure(path=path)
+
+
+def archive_path() -> Path:
+    """The archive file in force (:func:`current_settings`).
+
+    :raises ArchiveError: the archive is off (``NORMANDY_ARCHIVE_PATH=off``).
+    """
+    settings = current_settings()
+    if settings.path is None:
+        raise ArchiveError(
+            f"the archive is off (path 'off', set by {settings.source}); name the archive "
+            "file explicitly"
+        )
+    return settings.path

@@ -42,9 +42,8 @@ from normandy_archive.base import (
     searchable_text,
 )
 from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiveError
-from normandy_archive.paths import archive_path
 from normandy_archive.schema import SCHEMA_VERSION
-from normandy_archive.settings import current_settings
+from normandy_archive.settings import archive_path, current_settings
 
 __all__ = [
     "MAX_ROWS",
