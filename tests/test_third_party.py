@@ -88,7 +88,8 @@ emit({
     # the workspace's archive hook (installed beside it) says where the dropped entries went
     (note,) = d["meta"].pop("hook_notes")
     assert note["hook"] == "normandy_core.hooks:archive" and note["note"]["entries"] == 2
-    assert d["meta"] == {"compacted": True, "strategy": "tail"}
+    # a mid-round compaction strips the kept messages' thinking, and says so (issue 34)
+    assert d["meta"] == {"compacted": True, "strategy": "tail", "thinking_stripped": True}
     # The boundary computes the token figures every compactor shares.
     assert figures["tokens_before"] > figures["tokens_after"] > 0
     # keep=2 units: the tool round (a2, r1, r2) is one unit, a3 the other; the pinned task stays.

