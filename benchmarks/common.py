@@ -14,18 +14,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-# Benchmarks never write into the user's home: unless the caller chose an archive, the
-# archive hook (installed in the workspace) writes into a temporary directory removed at
-# exit, whichever way a benchmark module is run (``python -m benchmarks``, or imported).
-if not os.environ.get("NORMANDY_ARCHIVE_PATH") and not os.environ.get("NORMANDY_ARCHIVE_URL"):
-    import atexit
-    import shutil
-    import tempfile
-
-    _scratch = tempfile.mkdtemp(prefix="normandy-bench-archive-")
-    atexit.register(shutil.rmtree, _scratch, ignore_errors=True)
-    os.environ["NORMANDY_ARCHIVE_PATH"] = os.path.join(_scratch, "archive.sqlite3")
-
 from normandy_core import (
     AgentMemory,
     Entry,
