@@ -172,10 +172,10 @@ def maybe_compact(
         counter.entry_tokens(memory, old) - counter.count_entry(new) for old, new in changed
     )
     if cleared_tokens < max(opts.clear_at_least, 1):
-        meta = _nothing_cleared(window, before + ctx.prompt_tokens)
-        if ctx.force and "error" not in meta:
-            meta["declined"] = _declined(opts, cleared_tokens)
-        return acc, meta
+        skipped = _nothing_cleared(window, before + ctx.prompt_tokens)
+        if ctx.force and "error" not in skipped:
+            skipped["declined"] = _declined(opts, cleared_tokens)
+        return acc, skipped
 
     new_memory = memory.derive([e.without_thinking() for e in new_entries])
     after = counter.memory_tokens(new_memory)

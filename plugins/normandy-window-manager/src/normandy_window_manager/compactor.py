@@ -180,6 +180,9 @@ def _forced(
     )
     if meta.get("compacted"):
         after = ctx.counter.memory_tokens(new_acc.memory)
+        if after >= before:
+            why = f"compacting would not make the conversation smaller ({before:,} -> {after:,} tokens)"
+            return acc, {"compacted": False, "declined": why}
         meta["target_met"] = after + ctx.prompt_tokens <= int(opts.target * usable)
     elif "error" not in meta:
         meta["declined"] = (
