@@ -16,7 +16,11 @@ overflow boundary that compacted nothing, ends the turn with :class:`Fail`, so n
 sequence of refusals makes more than two requests of one call::
 
     awaiting_model --ContextOverflowed--> steering(overflow) --CompactionDone--> awaiting_model
- After ``max_iterations`` model calls with tools, or once the task budget is spent,
+
+A tool batch whose :class:`ToolResults` say ``compact`` (the model's ``compact_context``
+call was accepted) steers at a forced boundary (``trigger="forced"``, with its ``focus``).
+
+After ``max_iterations`` model calls with tools, or once the task budget is spent,
 the next call is *final*: :class:`CallModel` with ``final=True`` asks for an answer with
 tools disabled. :func:`step` never mutates its input and raises :class:`InvalidTransition`
 (naming the state and the event) for an event the state does not accept.
