@@ -236,3 +236,18 @@ def test_bad_focus_is_refused_naming_the_option(kwargs: dict[str, Any], message:
     assert str(info.value).startswith("normandy_core.compact(): ")
     with pytest.raises(ValueError, match=message):
         run_compaction(AgentConfig(memory=_memory()), mid_round=False, **kwargs)
+
+
+def test_window_manager_declines_a_compaction_that_would_not_be_smaller() -> None:
+    # the extractive digest of a few short messages is longer than what it replaces
+    result = compact(
+        _messages(),
+        window=WINDOW,
+        model="gpt-4o",
+        opts={"strategy": "summarize", "summarizer": "extractive"},
+        fresh=True,
+        force=True,
+    )
+    assert result.meta["compacted"] is False
+    assert "would not be smaller" in result.meta["declined"]
+    assert result.messages == _messages()

@@ -181,8 +181,8 @@ def _forced(
     if meta.get("compacted"):
         after = ctx.counter.memory_tokens(new_acc.memory)
         if after >= before:
-            why = f"compacting would not make the conversation smaller ({before:,} -> {after:,} tokens)"
-            return acc, {"compacted": False, "declined": why}
+            why = f"it would not be smaller ({before:,} -> {after:,} tokens)"
+            return acc, {"compacted": False, "declined": f"not compacted: {why}"}
         meta["target_met"] = after + ctx.prompt_tokens <= int(opts.target * usable)
     elif "error" not in meta:
         meta["declined"] = (
