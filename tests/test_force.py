@@ -251,3 +251,12 @@ def test_window_manager_declines_a_compaction_that_would_not_be_smaller() -> Non
     assert result.meta["compacted"] is False
     assert "would not be smaller" in result.meta["declined"]
     assert result.messages == _messages()
+
+
+def test_a_call_that_continues_an_earlier_one_compacts_on_request() -> None:
+    first = compact(_messages(), window=WINDOW, model="gpt-4o", fresh=False)
+    assert first.meta == {"compacted": False}
+    grown = [*first.messages, {"role": "user", "content": "Now the tests."}]
+    forced = compact(grown, window=WINDOW, model="gpt-4o", force=True)
+    assert forced.continued and forced.meta["compacted"] is True
+    assert forced.messages[-1] == grown[-1] and len(forced.messages) < len(grown)

@@ -147,16 +147,7 @@ class TurnRun:
         # The compactor's counter for this turn (ctx.counter): what a boundary that reports
         # no token figures is sized with. Every acc of the turn shares the prepared one.
         self.sizer = acc.prepared.counter_for(acc.model, self.calibration)
-        # the recall tool (AgentConfig(recall=...)); a tool the caller gives under its name wins
-        for name, fn in recall_tools(acc, self.counter, lambda: self.acc.memory).items():
-            self.tools.setdefault(name, fn)
-        # the compact_context tool (AgentConfig(compact_tool=...)), answered under its limits
-        self.compact_limits: CompactLimits | None = None
-        compact_settings = acc.compact_tool_settings
-        if compact_settings is not None:
-            self.compact_limits = CompactLimits(compact_settings.min_calls_between)
-            tool = compact_tool(compact_settings, self.compact_limits)
-            self.tools.setdefault(compact_settings.tool_name, tool)
+        self.compact_limits = self._add_loop_tools(acc)
         self.budgeted = budget is not None
         self.recover_overflow = recover_overflow
         # The too-long refusals of the current call, each with the count it was sent at.
@@ -167,6 +158,20 @@ class TurnRun:
         self.boundaries: list[Mapping[str, Any]] = []
         self.usage = Usage()
         self.result: tuple[str, FinishReason] | None = None
+
+    def _add_loop_tools(self, acc: AgentConfig) -> CompactLimits | None:
+        """Add the tools the loop answers itself (a tool the caller gives under the same
+        name wins): the recall tool (``AgentConfig(recall=...)``) and the
+        ``compact_context`` tool (``AgentConfig(compact_tool=...)``); the latter's limits
+        for this turn, ``None`` when it is off."""
+        for name, fn in recall_tools(acc, self.counter, lambda: self.acc.memory).items():
+            self.tools.setdefault(name, fn)
+        settings = acc.compact_tool_settings
+        if settings is None:
+            return None
+        limits = CompactLimits(settings.min_calls_between)
+        self.tools.setdefault(settings.tool_name, compact_tool(settings, limits))
+        return limits
 
     def steps(self, user_input: Content) -> Generator[TurnIO, Any, TurnResult]:
         """The turn, from the user's message to its :class:`TurnResult`, as an exchange.

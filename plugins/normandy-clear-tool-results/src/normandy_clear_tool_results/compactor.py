@@ -172,10 +172,7 @@ def maybe_compact(
         counter.entry_tokens(memory, old) - counter.count_entry(new) for old, new in changed
     )
     if cleared_tokens < max(opts.clear_at_least, 1):
-        skipped = _nothing_cleared(window, before + ctx.prompt_tokens)
-        if ctx.force and "error" not in skipped:
-            skipped["declined"] = _declined(opts, cleared_tokens)
-        return acc, skipped
+        return acc, _nothing_cleared(window, before + ctx.prompt_tokens, ctx, opts, cleared_tokens)
 
     new_memory = memory.derive([e.without_thinking() for e in new_entries])
     after = counter.memory_tokens(new_memory)
@@ -205,21 +202,26 @@ def maybe_compact(
     return acc.with_memory(new_memory), meta
 
 
-def _nothing_cleared(window: _Window | None, total: int) -> dict[str, Any]:
-    """The skip path, or the error path when the conversation is over the usable window
-    and nothing (or less than ``clear_at_least``) can be cleared."""
-    if window is None or total <= window.usable:
+def _nothing_cleared(
+    window: _Window | None,
+    total: int,
+    ctx: CompactionContext,
+    opts: ClearToolResultsOptions,
+    clearable: int,
+) -> dict[str, Any]:
+    """The skip path (on a forced boundary with why in ``declined``), or the error path
+    when the conversation is over the usable window and nothing (or less than
+    ``clear_at_least``, of the ``clearable`` tokens) can be cleared."""
+    if window is not None and total > window.usable:
+        return {"compacted": False, "error": window.outcome(total, False)["target_missed"]}
+    if not ctx.force:
         return {"compacted": False}
-    return {"compacted": False, "error": window.outcome(total, False)["target_missed"]}
-
-
-def _declined(opts: ClearToolResultsOptions, clearable: int) -> str:
-    """Why a forced boundary cleared nothing."""
-    return (
+    why = (
         f"nothing worth clearing: {clearable:,} tokens could be cleared, under "
         f"clear_at_least ({max(opts.clear_at_least, 1):,}); the newest {opts.keep} tool "
         "uses, the unanswered round, excluded tools and entries a survival rule keeps stay"
     )
+    return {"compacted": False, "declined": why}
 
 
 def _worth_clearing(
