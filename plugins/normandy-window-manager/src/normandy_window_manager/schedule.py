@@ -17,8 +17,12 @@ for the best ``n`` (at most ``horizon`` calls, and never past the usable window)
 call without compacting costs ``r * cached + w * (sent - cached)``. Waiting is worth it
 while that call costs less than the best plan's cycle rate: once it costs more, every
 further call without compacting costs more than the long-run average with it (the
-renewal rule), so the schedule compacts. Since ``rate`` grows with ``A``, the cheapest
-cycle keeps little: the plans cut to the **floor**.
+renewal rule), so the schedule compacts. At a turn start in a turn loop the next call is
+charged too the reasoning the coming round would lose if it overflowed the usable window
+(its calls after the overflow run with thinking disabled), and each plan that of the round
+started from its size (:mod:`normandy_window_manager.reasoning`; ``thinking_value`` 0
+weighs the cache alone); the plan chosen is the cheapest of the two together. Since
+``rate`` grows with ``A``, the cheapest cycle keeps little: the plans cut to the **floor**.
 
 The floor: the newest ``target`` of the usable window when ``target`` is given, else
 :data:`COST_FLOOR` (25 %) of it; with the newest unit, system entries and what the survival
@@ -42,7 +46,10 @@ next call's and the chosen cycle's billed tokens per call), ``cost_horizon_witho
 ``cost_horizon_with`` (the same over the cycle's calls), ``cost_cycle_calls``,
 ``cost_plan`` (``"clear"`` or ``"drop"``), ``cost_plans`` (each plan's rate),
 ``cost_floor``, ``growth_per_call`` and ``cost_decision`` (``"forced"``, ``"pays"`` or ``"waits"``),
-all of its first round; a compaction adds ``cost_rounds``.
+all of its first round; a compaction adds ``cost_rounds``. Where the reasoning is weighed,
+also ``round_estimate``, ``reasoning_per_call`` (billed tokens), ``disabled_calls_without``
+and ``disabled_calls_with`` (the round's calls with thinking disabled, waiting and after the
+chosen plan) and ``cost_reasoning_without`` and ``cost_reasoning_with`` (their price).
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ from normandy_core.conversation.cost import (
     rates_for,
 )
 from normandy_window_manager.cut import cut_to_target
+from normandy_window_manager.reasoning import RoundRisk, round_risk
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext
@@ -233,24 +241,15 @@ def _cost_round(
     priced = price_plans(
         plans, cached=cached, growth=growth, usable=usable, horizon=opts.horizon, rates=rates
     )
-    chosen = min(priced, key=lambda x: x.rate)
-    rate, calls, best, kept = chosen.rate, chosen.calls, chosen.plan, chosen.kept
+    risk = round_risk(memory, ctx, opts, usable, growth)
+    lost = (lambda size: 0.0) if risk is None else risk.price
+    chosen = min(priced, key=lambda x: x.rate + lost(x.plan.size))
+    best = chosen.plan
     wait = billed(cached, sent, rates)
-    report: dict[str, Any] = {
-        "schedule": "cost",
-        "billed_next_without": round(wait),
-        "billed_next_with": round(billed(kept, best.size, rates)),
-        "cost_rate_without": round(wait),
-        "cost_rate_with": round(rate),
-        "cost_horizon_without": round(wait * calls),
-        "cost_horizon_with": round(rate * calls),
-        "cost_cycle_calls": calls,
-        "cost_plan": best.name,
-        "cost_plans": {p.plan.name: round(p.rate) for p in priced},
-        "cost_floor": floor,
-        "growth_per_call": round(growth),
-    }
-    if not over and wait <= rate:
+    report = _report(wait, chosen, priced, floor, growth, rates)
+    if risk is not None:
+        report.update(_reasoning_report(risk, sent, best.size))
+    if not over and wait + lost(sent) <= chosen.rate + lost(best.size):
         report["cost_decision"] = "waits"
         return acc, {"compacted": False, **report}, report
 
@@ -261,6 +260,46 @@ def _cost_round(
         return new_acc, {**meta, **report}, report
     meta.update(report)
     return new_acc, meta, report
+
+
+def _report(
+    wait: float,
+    chosen: Priced,
+    priced: list[Priced],
+    floor: int,
+    growth: float,
+    rates: CacheRates,
+) -> dict[str, Any]:
+    """The weighing's cache figures (see the module): waiting's next call ``wait``
+    against the ``chosen`` plan's cycle."""
+    rate, calls = chosen.rate, chosen.calls
+    return {
+        "schedule": "cost",
+        "billed_next_without": round(wait),
+        "billed_next_with": round(billed(chosen.kept, chosen.plan.size, rates)),
+        "cost_rate_without": round(wait),
+        "cost_rate_with": round(rate),
+        "cost_horizon_without": round(wait * calls),
+        "cost_horizon_with": round(rate * calls),
+        "cost_cycle_calls": calls,
+        "cost_plan": chosen.plan.name,
+        "cost_plans": {p.plan.name: round(p.rate) for p in priced},
+        "cost_floor": floor,
+        "growth_per_call": round(growth),
+    }
+
+
+def _reasoning_report(risk: RoundRisk, sent: int, size: int) -> dict[str, Any]:
+    """The meta keys of the reasoning weighed: the round's estimate, the calls it would
+    make with thinking disabled and their price, waiting and with the plan chosen."""
+    return {
+        "round_estimate": risk.estimate,
+        "reasoning_per_call": round(risk.per_call),
+        "disabled_calls_without": risk.disabled_calls(sent),
+        "disabled_calls_with": risk.disabled_calls(size),
+        "cost_reasoning_without": round(risk.price(sent)),
+        "cost_reasoning_with": round(risk.price(size)),
+    }
 
 
 def _clearable(
