@@ -19,10 +19,12 @@ reasoning of the calls the round would then make with thinking disabled:
   cache side is weighed in.
 
 A plan is charged the same way from the size it leaves (usually nothing: the floor
-leaves room for the round). Without thinking in the conversation the price is 0 and the
-schedule weighs the cache alone: a model that does not think loses nothing, and right
-after a mid-round compaction stripped it all there is no evidence of what a call thinks
-(the next turn start that follows a thinking round has it again). Outside a turn loop
+leaves room for the round). A cost-schedule cut strips every kept message's thinking and
+drops the older rounds, so in a turn loop it records both on the marker it leaves
+(:func:`reasoning_record`; such a cut always leaves one): the estimate and the per-call
+thinking then draw on that record where the conversation no longer shows them. Without
+thinking in the conversation or a record the price is 0 and the schedule weighs the
+cache alone: a model that does not think loses nothing. Outside a turn loop
 (``compact()``, no turn id) no round is coming and nothing is charged; with
 ``thinking_value`` 0 neither is anything.
 """
@@ -31,19 +33,29 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from normandy_core import ThinkingBlock
-from normandy_window_manager.rounds import estimate_round
+from normandy_window_manager.rounds import estimate_round, round_record
 
 if TYPE_CHECKING:
     from normandy_core import AgentMemory, CompactionContext
     from normandy_window_manager.options import WindowManagerOptions
 
-__all__ = ["THINKING_CALLS", "RoundRisk", "round_risk", "thinking_per_call"]
+__all__ = [
+    "THINKING_CALLS",
+    "THINKING_KEY",
+    "RoundRisk",
+    "reasoning_record",
+    "round_risk",
+    "thinking_per_call",
+]
 
 #: How many of the newest thinking assistant entries the per-call thinking is measured on.
 THINKING_CALLS = 8
+#: Metadata key of a cost-schedule marker: the thinking tokens per call measured before
+#: the cut stripped them.
+THINKING_KEY = "normandy.window_manager.thinking_per_call"
 
 
 @dataclass(frozen=True)
@@ -72,7 +84,8 @@ class RoundRisk:
 
 def thinking_per_call(memory: AgentMemory, ctx: CompactionContext) -> float:
     """The mean thinking tokens of the newest :data:`THINKING_CALLS` assistant entries of
-    ``memory`` that carry thinking (0.0 when none does)."""
+    ``memory`` that carry thinking; when none does, the figure the newest marker recorded
+    (:data:`THINKING_KEY`), else 0.0."""
     counts: list[int] = []
     for e in reversed(memory.entries()):
         if e.role != "assistant" or isinstance(e.content, str):
@@ -82,7 +95,30 @@ def thinking_per_call(memory: AgentMemory, ctx: CompactionContext) -> float:
             counts.append(sum(ctx.counter.count_text(t) for t in texts))
             if len(counts) == THINKING_CALLS:
                 break
-    return sum(counts) / len(counts) if counts else 0.0
+    if counts:
+        return sum(counts) / len(counts)
+    for e in reversed(memory.entries()):
+        recorded = e.metadata.get(THINKING_KEY)
+        if recorded is not None:
+            return float(recorded)
+    return 0.0
+
+
+def reasoning_record(
+    memory: AgentMemory, ctx: CompactionContext, opts: WindowManagerOptions
+) -> dict[str, Any]:
+    """The metadata a cost-schedule cut in a turn loop puts on its marker, so that the
+    next turn starts still know the session's rounds and thinking once the cut has
+    dropped them or stripped it: the round record
+    (:func:`~normandy_window_manager.rounds.round_record`) and :data:`THINKING_KEY`.
+    Empty outside a turn loop or with ``thinking_value`` 0 (nothing weighs them)."""
+    if ctx.turn_id is None or opts.thinking_value <= 0:
+        return {}
+    record: dict[str, Any] = dict(round_record(memory, ctx.counter, ctx.turn_id))
+    per_call = thinking_per_call(memory, ctx)
+    if per_call > 0:
+        record[THINKING_KEY] = round(per_call)
+    return record
 
 
 def round_risk(

@@ -68,11 +68,10 @@ from normandy_core.conversation.cost import (
     rates_for,
 )
 from normandy_window_manager.cut import cut_to_target
-from normandy_window_manager.reasoning import RoundRisk, round_risk
+from normandy_window_manager.reasoning import RoundRisk, reasoning_record, round_risk
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext
-    from normandy_core.conversation.calibration import CalibratedCounter
     from normandy_window_manager.options import WindowManagerOptions
 
 __all__ = [
@@ -255,7 +254,8 @@ def _cost_round(
 
     report["cost_decision"] = "forced" if over else "pays"
     cleared_ids = [tool_id for _, tool_id in clearable[: best.clears]]
-    new_acc, meta = _apply(acc, ctx, opts, counter, entries, cleared_ids, best, usable)
+    note = reasoning_record(memory, ctx, opts)
+    new_acc, meta = _apply(acc, ctx, opts, entries, cleared_ids, best, usable, note)
     if not meta.get("compacted"):
         return new_acc, {**meta, **report}, report
     meta.update(report)
@@ -392,13 +392,15 @@ def _apply(
     acc: AgentConfig,
     ctx: CompactionContext,
     opts: WindowManagerOptions,
-    counter: CalibratedCounter,
     entries: list[Entry],
     cleared_ids: list[str],
     plan: Plan,
     usable: int,
+    note: dict[str, Any],
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Clear ``cleared_ids``, then drop down to the plan's level when it must."""
+    """Clear ``cleared_ids``, then drop down to the plan's level when it must (``note``:
+    the metadata of the marker a drop leaves)."""
+    counter = ctx.counter
     memory = acc.memory
     clear = set(cleared_ids)
     new_entries = [_cleared(e, clear).without_thinking() for e in entries]
@@ -410,21 +412,15 @@ def _apply(
     if not plan.drops and after + ctx.prompt_tokens <= usable:
         if not changed:
             return acc, {"compacted": False}
-        meta: dict[str, Any] = {
-            "compacted": True,
-            "strategy": opts.strategy,
-            "dropped": rewritten,
-            "shortened": [e.id for e in rewritten],
-            "cleared": cleared_ids,
-            "counter": counter.name,
-            "window": ctx.window,
-            "target_met": after + ctx.prompt_tokens <= plan.level,
-        }
-        return cleared_acc, meta
+        met = after + ctx.prompt_tokens <= plan.level
+        return cleared_acc, _clear_meta(ctx, opts, rewritten, cleared_ids, target_met=met)
     plain = opts.model_copy(
         update={"target": min(plan.level / usable, 1.0), "schedule": "threshold"}
     )
-    new_acc, meta = cut_to_target(cleared_acc, ctx, plain, counter, after, usable)
+    new_acc, meta = cut_to_target(cleared_acc, ctx, plain, counter, after, usable, note or None)
+    if "error" in meta and note:
+        # the record is bookkeeping: the marker it needs must not make the cut fail
+        new_acc, meta = cut_to_target(cleared_acc, ctx, plain, counter, after, usable)
     if "error" in meta:
         return acc, meta
     if not meta.get("compacted"):
@@ -443,6 +439,27 @@ def _apply(
         meta["cleared"] = cleared_ids
     meta["target"] = round(plain.target, 4)
     return new_acc, meta
+
+
+def _clear_meta(
+    ctx: CompactionContext,
+    opts: WindowManagerOptions,
+    rewritten: list[Entry],
+    cleared_ids: list[str],
+    *,
+    target_met: bool,
+) -> dict[str, Any]:
+    """The meta of a compaction that only cleared results (``rewritten``: their entries)."""
+    return {
+        "compacted": True,
+        "strategy": opts.strategy,
+        "dropped": rewritten,
+        "shortened": [e.id for e in rewritten],
+        "cleared": cleared_ids,
+        "counter": ctx.counter.name,
+        "window": ctx.window,
+        "target_met": target_met,
+    }
 
 
 def _changed(old: Entry, new: Entry) -> bool:
