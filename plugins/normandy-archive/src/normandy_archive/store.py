@@ -94,6 +94,14 @@ def _regular(path: str | Path, what: str, refusal: str) -> os.stat_result | None
     return st
 
 
+def _size(path: str | Path) -> int:
+    """The size of the file at ``path`` (0: none there, or it cannot be read)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
 def _refuse_unless_ours(path: Path) -> None:
     """Refuse the database, ``-wal`` or ``-shm`` file unless it is a regular file of this
     user that others may neither read nor write: another user could have planted it to
@@ -307,8 +315,7 @@ class Archive(ArchiveBackend):
 
             limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
             if limit != resource.RLIM_INFINITY:
-                files = (self.path, f"{self.path}-wal")
-                biggest = max((os.stat(p).st_size for p in files if os.path.exists(p)), default=0)
+                biggest = max(_size(self.path), _size(f"{self.path}-wal"))
                 return (
                     ": database or disk is full: this process may not write a file past "
                     f"{limit:,} bytes (RLIMIT_FSIZE); the archive's largest file has {biggest:,}"
@@ -563,19 +570,12 @@ class Archive(ArchiveBackend):
 
     def disk_bytes(self) -> int:
         """Bytes the archive takes on the disk: its file and its write-ahead log."""
-        total = 0
-        for p in (self.path, f"{self.path}-wal"):
-            with contextlib.suppress(OSError):
-                total += os.stat(p).st_size
-        return total
+        return _size(self.path) + _size(f"{self.path}-wal")
 
     def _bound_log(self) -> None:
         """Under the write lock: a log past :attr:`wal_bound` is checkpointed and cut to
         nothing, on the write connection (no transaction of this process is in its way)."""
-        try:
-            if os.stat(f"{self.path}-wal").st_size <= self.wal_bound:
-                return
-        except OSError:
+        if _size(f"{self.path}-wal") <= self.wal_bound:
             return
         with self._checkpoint_lock:
             try:
@@ -587,10 +587,7 @@ class Archive(ArchiveBackend):
         """Copy the write-ahead log into the file when it holds more than ``if_over``
         bytes; whether it did. ``PASSIVE`` never waits; ``truncate`` waits for readers and
         writers (at most the busy timeout) and cuts the log to nothing."""
-        try:
-            if os.stat(f"{self.path}-wal").st_size <= if_over or self._file_id() is None:
-                return False
-        except OSError:
+        if _size(f"{self.path}-wal") <= if_over or self._file_id() is None:
             return False
         # a connection of its own: a passive checkpoint runs beside a write, never holding
         # a compaction up (and it never creates the file: mode=rw); one at a time, as
