@@ -16,9 +16,12 @@ readers scan the rows past it directly.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from normandy_core import Entry, ToolResultBlock, ToolUseBlock
 
@@ -34,6 +37,7 @@ __all__ = [
     "index_pending",
     "migrate",
     "source_ids",
+    "store",
 ]
 
 SCHEMA_VERSION = 2
@@ -121,6 +125,19 @@ TEXT_SQL = """CASE json_type(e.entry_json, '$.content')
         END, char(10)) FROM json_each(e.entry_json, '$.content') AS b)
 END"""
 
+#: Which content hashes of a JSON array the archive holds.
+_HAVE = "SELECT content_hash FROM entries WHERE content_hash IN (SELECT value FROM json_each(?))"
+#: A compaction's row: its record's fields, in their order, then its meta.
+_COMPACTION_INSERT = (
+    "INSERT OR IGNORE INTO compactions (compaction_id, session_id, compactor, strategy, model, "
+    "mid_round, created_at, entry_count, tokens_before, tokens_after, dropped_count, meta_json) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_ENTRY_INSERT = (
+    "INSERT OR IGNORE INTO entries (entry_id, content_hash, turn_id, role, entry_json, "
+    "source_ids, session_id, compaction_id, archived_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
 _TAILS = {False: ',"pinned":false,"metadata":{}}', True: ',"pinned":true,"metadata":{}}'}
 
 
@@ -200,6 +217,32 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
         "WHERE m.compaction_id = compactions.compaction_id), 0)"
     )
     conn.execute("DROP TABLE moved")
+
+
+def store(
+    conn: sqlite3.Connection,
+    rows: Sequence[Sequence[Any]],
+    compaction: Any,
+    meta_json: str,
+    seen: Iterable[str] = (),
+) -> int:
+    """Write one compaction (in the caller's transaction): of ``rows`` (entry id, content
+    hash, turn id, role, JSON, caller ids) the content the archive lacks, with the
+    ``compaction`` (a :class:`~normandy_archive.CompactionRecord`) when it stored some;
+    the ``seen`` of content held already (and of the hashes ``seen``); how many it stored."""
+    c = compaction
+    hashes = '["' + '","'.join([r[1] for r in rows]) + '"]'  # hex: no escapes
+    have = {h for (h,) in conn.execute(_HAVE, (hashes,))} if rows else set()
+    again = [*seen, *have]
+    if again:  # content dropped before: this session saw it last
+        conn.executemany(SEEN_SQL, [(c.session_id, c.created_at, h) for h in again])
+    new = [r for r in rows if r[1] not in have]
+    if new:
+        record = dataclasses.replace(c, entry_count=len(new))
+        conn.execute(_COMPACTION_INSERT, (*vars(record).values(), meta_json))
+        tail = (c.session_id, c.compaction_id, c.created_at)
+        conn.executemany(_ENTRY_INSERT, [(*r, *tail) for r in new])
+    return len(new)
 
 
 def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:

@@ -298,23 +298,10 @@ def _resolve(layers: Sequence[Layer]) -> ArchiveSettings:
     return ArchiveSettings(path=path, url=url, source=source, **chosen)
 
 
-class _Configured:
-    """What :func:`configure` set for the process: a layer replaced whole under a lock,
-    so a reader sees one consistent state."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.layer = _code_layer("configure()", {})
-
-    def update(self, settings: Mapping[str, Any]) -> None:
-        """Set (or, for ``None``, forget) the given settings."""
-        changes = _checked(settings, "configure")
-        with self._lock:
-            kept = {k: v for k, v in self.layer.values.items() if k not in settings}
-            self.layer = _code_layer("configure()", {**kept, **changes})
-
-
-_CONFIGURED = _Configured()
+#: What :func:`configure` set for the process: a layer replaced whole under the lock, so
+#: a reader sees one consistent state.
+_CONFIGURED = {"layer": _code_layer("configure()", {})}
+_CONFIGURE_LOCK = threading.Lock()
 
 
 def configure(**settings: Any) -> None:
@@ -322,7 +309,10 @@ def configure(**settings: Any) -> None:
     ``busy_timeout``, ``session``, ``max_bytes``, ``max_age_days``, ``max_sessions``,
     ``sync``), over the environment and the settings files; a value of ``None`` forgets
     what was set here. Values are checked now."""
-    _CONFIGURED.update(settings)
+    changes = _checked(settings, "configure")
+    with _CONFIGURE_LOCK:
+        kept = {k: v for k, v in _CONFIGURED["layer"].values.items() if k not in settings}
+        _CONFIGURED["layer"] = _code_layer("configure()", {**kept, **changes})
 
 
 @contextlib.contextmanager
@@ -357,7 +347,7 @@ def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
         except OSError:  # the working directory was removed: no file is found
             cwd = None
         sources = load_settings(env, cwd).section(SECTION, env)
-    return _resolve((_per_call.get(), _CONFIGURED.layer, *sources))
+    return _resolve((_per_call.get(), _CONFIGURED["layer"], *sources))
 
 
 def set_archive_path(path: str | os.PathLike[str] | None) -> None:

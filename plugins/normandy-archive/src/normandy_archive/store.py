@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -66,18 +65,6 @@ _UNINDEXED = "e.seq > (SELECT value FROM archive_state WHERE key = 'indexed_seq'
 _CONTAINS = f"instr(lower({schema.TEXT_SQL}), lower(?)) > 0"
 #: Errors SQLite gives for a full-text query it cannot parse (with ``raw``).
 _QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
-#: A compaction's row: its record's fields, in their order, then its meta.
-_COMPACTION_INSERT = (
-    "INSERT OR IGNORE INTO compactions (compaction_id, session_id, compactor, strategy, model, "
-    "mid_round, created_at, entry_count, tokens_before, tokens_after, dropped_count, meta_json) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-#: Which content hashes of a JSON array the archive holds.
-_HAVE = "SELECT content_hash FROM entries WHERE content_hash IN (SELECT value FROM json_each(?))"
-_ENTRY_INSERT = (
-    "INSERT OR IGNORE INTO entries (entry_id, content_hash, turn_id, role, entry_json, "
-    "source_ids, session_id, compaction_id, archived_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 #: What a symbolic link at the path is refused for, when reading and when writing.
 _FOLLOW = "follow it (point the archive path at the file itself)"
@@ -105,6 +92,14 @@ def _regular(path: str | Path, what: str, refusal: str) -> os.stat_result | None
     if not stat.S_ISREG(st.st_mode):
         raise ArchiveError(f"{what} is not a regular file")
     return st
+
+
+def _size(path: str | Path) -> int:
+    """The size of the file at ``path`` (0: none there, or it cannot be read)."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _refuse_unless_ours(path: Path) -> None:
@@ -320,8 +315,7 @@ class Archive(ArchiveBackend):
 
             limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
             if limit != resource.RLIM_INFINITY:
-                files = (self.path, f"{self.path}-wal")
-                biggest = max((os.stat(p).st_size for p in files if os.path.exists(p)), default=0)
+                biggest = max(_size(self.path), _size(f"{self.path}-wal"))
                 return (
                     ": database or disk is full: this process may not write a file past "
                     f"{limit:,} bytes (RLIMIT_FSIZE); the archive's largest file has {biggest:,}"
@@ -534,23 +528,11 @@ class Archive(ArchiveBackend):
         """Commit the new content into ``entries`` with the compaction's row, and the
         ``seen`` of content dropped again; :meth:`index` follows (at once with ``index``),
         and a log past :attr:`wal_bound` is checkpointed."""
-        c = compaction
         self.last_write = time.monotonic()
-
-        def work(conn: sqlite3.Connection) -> int:
-            hashes = '["' + '","'.join([r.content_hash for r in rows]) + '"]'  # hex: no escapes
-            have = {h for (h,) in conn.execute(_HAVE, (hashes,))} if rows else set()
-            if have:  # content dropped before: this session saw it last
-                conn.executemany(schema.SEEN_SQL, [(c.session_id, c.created_at, h) for h in have])
-            new = [r.row for r in rows if r.content_hash not in have]
-            if new:
-                row = dataclasses.replace(c, entry_count=len(new))
-                conn.execute(_COMPACTION_INSERT, (*vars(row).values(), meta_json))
-                tail = (c.session_id, c.compaction_id, c.created_at)
-                conn.executemany(_ENTRY_INSERT, [(*r, *tail) for r in new])
-            return len(new)
-
-        stored = self._transaction(work, f"could not record {len(rows)} entries")
+        stored: int = self._transaction(
+            lambda conn: schema.store(conn, [r.row for r in rows], compaction, meta_json),
+            f"could not record {len(rows)} entries",
+        )
         self.last_write = time.monotonic()
         if index:
             self.index()
@@ -588,19 +570,12 @@ class Archive(ArchiveBackend):
 
     def disk_bytes(self) -> int:
         """Bytes the archive takes on the disk: its file and its write-ahead log."""
-        total = 0
-        for p in (self.path, f"{self.path}-wal"):
-            with contextlib.suppress(OSError):
-                total += os.stat(p).st_size
-        return total
+        return _size(self.path) + _size(f"{self.path}-wal")
 
     def _bound_log(self) -> None:
         """Under the write lock: a log past :attr:`wal_bound` is checkpointed and cut to
         nothing, on the write connection (no transaction of this process is in its way)."""
-        try:
-            if os.stat(f"{self.path}-wal").st_size <= self.wal_bound:
-                return
-        except OSError:
+        if _size(f"{self.path}-wal") <= self.wal_bound:
             return
         with self._checkpoint_lock:
             try:
@@ -612,10 +587,7 @@ class Archive(ArchiveBackend):
         """Copy the write-ahead log into the file when it holds more than ``if_over``
         bytes; whether it did. ``PASSIVE`` never waits; ``truncate`` waits for readers and
         writers (at most the busy timeout) and cuts the log to nothing."""
-        try:
-            if os.stat(f"{self.path}-wal").st_size <= if_over or self._file_id() is None:
-                return False
-        except OSError:
+        if _size(f"{self.path}-wal") <= if_over or self._file_id() is None:
             return False
         # a connection of its own: a passive checkpoint runs beside a write, never holding
         # a compaction up (and it never creates the file: mode=rw); one at a time, as
