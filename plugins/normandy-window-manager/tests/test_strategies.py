@@ -101,7 +101,8 @@ def test_summarize_replaces_the_prefix_with_one_summary_entry():
     assert summary.turn_id not in {e.turn_id for e in acc.memory}
     assert summary.metadata["summarized_ids"] == [e.id for e in meta["dropped"]]
     text = summary.text()
-    assert "Tool calls:" in text and "read_file(" in text and "User requests:" in text
+    assert "\nDone and verified:\n" in text and "\n- read_file(" in text
+    assert "\nTask and constraints:\n- " in text
     assert get_counter("cl100k_base").count_text(text) <= 800
 
     # a second summary folds the first one in
