@@ -287,3 +287,33 @@ def test_a_template_without_summarize_is_refused() -> None:
             compactor="window_manager",
             compactor_opts={"strategy": "oldest_first", "summary_template": "{task}"},
         )
+
+
+def test_an_earlier_digest_is_read_back_item_by_item() -> None:
+    first = extractive_summary(_session(), 2_000, COUNTER)
+    earlier = Entry(id="s0", role="user", content=first, metadata={"normandy.summary": True})
+    later = ToolUseBlock(id="t9", name="bash", input={"command": "pytest -q"})
+    dropped = [
+        earlier,
+        Entry(id="a9", role="assistant", content=(later,)),
+        Entry(id="r9", role="user", content=(ToolResultBlock(tool_use_id="t9", content="ok"),)),
+    ]
+    summary = extractive_summary(dropped, 2_000, COUNTER)
+    assert "Earlier summary:" not in summary and summary.count(HEADINGS[0]) == 1
+    assert _items(summary, "Task and constraints:") == [TASK]
+    evidence = _items(summary, HEADINGS[3])
+    assert _quoted(evidence, "error") == [ERROR]
+    assert _quoted(evidence, "command") == [COMMAND, "pytest -q"]
+    assert PATH in _quoted(evidence, "paths")
+    # bash succeeded since, so nothing is failing; the earlier last note is still the last
+    assert _items(summary, "Decisions and why:") == ["Run the tests first."]
+    assert _items(summary, "Open and next step:") == [f"last note: {NOTE}"]
+    # a summary the digest did not write (a model's) is kept whole
+    model = Entry(
+        id="s1",
+        role="user",
+        content="[normandy:summary] x\nThe agent fixed it.",
+        metadata={"normandy.summary": True},
+    )
+    kept = extractive_summary([model], 2_000, COUNTER)
+    assert _items(kept, "Earlier summary:") == ["The agent fixed it."]

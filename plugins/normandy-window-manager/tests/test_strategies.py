@@ -113,7 +113,12 @@ def test_summarize_replaces_the_prefix_with_one_summary_entry():
     again_acc, again = run_compaction(new_acc.with_memory(more), mid_round=True)
     assert again["compacted"] is True
     assert summary.id in [e.id for e in again["dropped"]]
-    assert "Earlier summary:" in again_acc.memory.entries()[2].text()
+    # read back item by item: the first request stays the task's first, with no nesting
+    folded = again_acc.memory.entries()[2].text()
+    tasks = text.split("\nTask and constraints:\n")[1].split("\n")
+    first_task = next(t for t in tasks if "older items omitted" not in t)
+    assert first_task.startswith("- ") and f"\n{first_task}\n" in folded.split("Decisions")[0]
+    assert "Earlier summary:" not in folded and folded.count("Task and constraints:") == 1
 
 
 class FailingClient:

@@ -22,6 +22,7 @@ from normandy_core.contract.faults import (
     run_bounded,
 )
 from normandy_core.conversation import keys
+from normandy_window_manager.fold import EARLIER_HEADING, fold_items
 from normandy_window_manager.handoff import (
     DEFAULT_TEMPLATE,
     Placeholder,
@@ -328,7 +329,7 @@ _MAX_MENTIONS = 200
 _ERRORS_PER_OUTPUT = 3
 #: How much of a part the digest keeps when it must thin (more is kept of a higher one).
 _PRIORITY = {
-    "task": 8.0,
+    "task": 16.0,
     "error": 6.0,
     "command": 4.0,
     "paths": 4.0,
@@ -435,7 +436,8 @@ def _lines(parts: Sequence[_Part]) -> list[str]:
 class _Digest:
     """What the extractive digest finds in the dropped entries, gathered in order."""
 
-    def __init__(self, dropped: Sequence[Entry]) -> None:
+    def __init__(self, dropped: Sequence[Entry], template: str) -> None:
+        self.template = template
         self.earlier: list[str] = []
         self.requests: list[str] = []
         self.notes: list[str] = []
@@ -450,9 +452,16 @@ class _Digest:
             self.add(entry)
 
     def add(self, entry: Entry) -> None:
-        """Gather what ``entry`` says: an earlier summary whole, else block by block."""
+        """Gather what ``entry`` says: an earlier digest item by item, another earlier
+        summary whole, else block by block."""
         if entry.metadata.get(SUMMARY_KEY):
-            self.earlier.append(summary_body(entry.text()))
+            text = entry.text()
+            ours = text.startswith(EXTRACTIVE_SUMMARY_HEADER + "\n")
+            items = fold_items(summary_body(text), self.template) if ours else None
+            if items is None:
+                self.earlier.append(summary_body(text))
+            for into, item in items or ():
+                self.carry(into, item)
             return
         for block in entry.blocks:
             if isinstance(block, TextBlock):
@@ -461,6 +470,19 @@ class _Digest:
                 self.add_call(block)
             elif isinstance(block, ToolResultBlock):
                 self.add_output(normalise(block.text()))
+
+    def carry(self, into: str, item: str) -> None:
+        """Add an earlier digest's ``item`` to the list named ``into`` (as an older item)."""
+        if into in self.mentions:
+            self.mentions[into].setdefault(item)
+        elif into in ("errors", "commands"):
+            getattr(self, into).setdefault(item)
+        elif into == "failing":  # until a later call of its tool succeeds
+            self.failing[item.partition("(")[0]] = item
+        elif into != "pending":  # a call left without result then is in the done list
+            {"requests": self.requests, "notes": self.notes, "calls": self.calls}.get(
+                into, self.earlier
+            ).append(item)
 
     def add_text(self, role: str, said: str) -> None:
         """A user's request or an assistant's note, and the evidence it names."""
@@ -537,7 +559,7 @@ def _render(earlier: _Part, parts: dict[Placeholder, list[_Part]], template: str
     """The digest's text: its header, an earlier summary, then the template filled in."""
     lines = [EXTRACTIVE_SUMMARY_HEADER]
     if earlier.items or earlier.omitted:
-        lines += ["Earlier summary:", *_lines([earlier])]
+        lines += [EARLIER_HEADING, *_lines([earlier])]
     for name, text in template_lines(template):
         lines += [normalise(text)] if name is None else _lines(parts[name])
     return "\n".join(lines)
@@ -566,10 +588,10 @@ def extractive_summary(
     oldest items first (the first request is kept longest); a cut never leaves a quote
     open. Deterministic: the same entries give the same digest.
     """
-    digest = _Digest(dropped)
+    chosen = DEFAULT_TEMPLATE if template is None else template
+    digest = _Digest(dropped, chosen)
     earlier = _Part("earlier", digest.earlier)
     parts = digest.parts()
-    chosen = DEFAULT_TEMPLATE if template is None else template
     every = [earlier, *(part for group in parts.values() for part in group)]
     text = _render(earlier, parts, chosen)
     while counter.count_text(text) > budget and _thin(every):
