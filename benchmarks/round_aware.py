@@ -1,6 +1,6 @@
 """Round-aware compaction (issue 34 item 2): what the model keeps of its reasoning, and the cost.
 
-    uv run --no-sync python -m benchmarks.round_aware [--windows 48000 128000] [--seeds 11]
+    uv run --no-sync python -m benchmarks.round_aware [--windows 48000 128000] [--seeds 11] [--cost]
 
 Replays the bundled demo session and the generated sessions of ``--seeds``
 (:func:`benchmarks.cost.generated_session`) through the real turn loop with
@@ -8,7 +8,9 @@ Replays the bundled demo session and the generated sessions of ``--seeds``
 defaults, the two arms alternated per session and window. For each it prints the
 compactions (turn start / mid-round), the model calls made with thinking disabled, the
 cache-aware input cost (and its ratio to the arm with ``round_aware`` off), the tokens
-sent and the peak context. Nothing is timed: every figure is a count.
+sent and the peak context. ``--cost`` compares ``schedule="cost"`` weighing the cache alone
+(``thinking_value`` 0) with weighing the reasoning too (the default ``thinking_value``).
+Nothing is timed: every figure is a count.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ from normandy_core.app.demo import DemoReport, DemoSession, load_session, replay
 ARMS: dict[str, Mapping[str, Any]] = {
     "round_aware off": {"round_aware": False},
     "defaults (round_aware on)": {},
+}
+#: ``--cost``: ``schedule="cost"`` weighing the cache alone against weighing the reasoning too.
+COST_ARMS: dict[str, Mapping[str, Any]] = {
+    "cost, cache alone": {"schedule": "cost", "thinking_value": 0.0},
+    "cost, reasoning weighed": {"schedule": "cost"},
 }
 
 
@@ -43,17 +50,22 @@ def row(report: DemoReport) -> dict[str, Any]:
     }
 
 
-def run(sessions: Mapping[str, DemoSession], windows: list[int]) -> None:
-    """Print one table row per session, window and arm."""
+def run(
+    sessions: Mapping[str, DemoSession],
+    windows: list[int],
+    arms: Mapping[str, Mapping[str, Any]] = ARMS,
+) -> None:
+    """Print one table row per session, window and arm (the first arm is the base)."""
     print(
         "| session | window | options | compactions (turn start / mid-round) "
-        "| calls with thinking disabled | cache-aware cost | vs off | tokens sent | peak |"
+        f"| calls with thinking disabled | cache-aware cost | vs {next(iter(arms))} "
+        "| tokens sent | peak |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for name, session in sessions.items():
         for window in windows:
             base = None
-            for arm, opts in ARMS.items():
+            for arm, opts in arms.items():
                 r = row(replay(session, opts=dict(opts), window=window))
                 base = r["cost"] if base is None else base
                 print(
@@ -69,11 +81,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, nargs="+", default=[48_000, 128_000])
     parser.add_argument("--seeds", type=int, nargs="*", default=[11])
+    parser.add_argument(
+        "--cost", action="store_true", help="schedule='cost': the cache alone against reasoning"
+    )
     args = parser.parse_args()
     sessions = {"demo": load_session()}
     for seed in args.seeds:
         sessions[f"generated seed {seed}"] = generated_session(seed)
-    run(sessions, args.windows)
+    run(sessions, args.windows, COST_ARMS if args.cost else ARMS)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
         call_compactor as call_compactor,
         check_compaction as check_compaction,
     )
+    from normandy_core.contract.compact_tool_settings import (
+        CompactToolSettings as CompactToolSettings,
+    )
     from normandy_core.contract.compactor import Compactor as Compactor
     from normandy_core.contract.config import (
         AgentConfig as AgentConfig,

@@ -340,11 +340,7 @@ def _client(provider: str | None, model: str | None) -> Any:
 
 def cmd_compact(args: argparse.Namespace) -> int:
     """``normandy compact INPUT ...``."""
-    from normandy_core.conversation.tokens import (
-        counter_description,
-        default_counter_for,
-        get_counter,
-    )
+    from normandy_core.contract.boundary import check_focus
     from normandy_core.transcripts.facade import compact_with
     from normandy_core.transcripts.formats import TranscriptError
 
@@ -355,11 +351,22 @@ def cmd_compact(args: argparse.Namespace) -> int:
         print(f"normandy compact: {settings.note()}", file=sys.stderr)
     src = read_source(args.input)
     try:
-        result = compact_with(acc, src.data, mid_round=args.mid_round, format=args.format)
+        check_focus(args.force, args.focus, entry="normandy compact --focus")
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    try:
+        result = compact_with(
+            acc,
+            src.data,
+            mid_round=args.mid_round,
+            format=args.format,
+            force=args.force,
+            focus=args.focus,
+        )
     except TranscriptError as exc:
         field = f", field {exc.field!r}" if exc.field else ""
         raise CliError(f"{src.where(exc.index)}{field}: {exc.problem}") from exc
-    meta, memory, fmt = result.meta, result.memory, result.format
+    meta, fmt = result.meta, result.format
     if args.meta:
         _write(args.meta, json.dumps(_meta_for_file(meta), indent=2, default=_json_default) + "\n")
     if result.error is not None:
@@ -370,6 +377,22 @@ def cmd_compact(args: argparse.Namespace) -> int:
         )
         return EXIT_COMPACTOR
     _write(args.output, src.render(result.messages))
+    msg = _outcome_line(result, settings.model)
+    given = _given(src.data, fmt)
+    print(f"normandy compact: {src.name} ({fmt}, {given}): {msg}", file=sys.stderr)
+    return _report_written(result, settings.compactor)
+
+
+def _outcome_line(result: CompactResult, model: str | None) -> str:
+    """What ``normandy compact`` says of its result: the token figures of a compaction,
+    else the transcript's size (and why a forced compaction was declined)."""
+    from normandy_core.conversation.tokens import (
+        counter_description,
+        default_counter_for,
+        get_counter,
+    )
+
+    meta = result.meta
     if meta.get("compacted"):
         before, after = meta.get("tokens_before"), meta.get("tokens_after")
         tokens = (
@@ -378,17 +401,16 @@ def cmd_compact(args: argparse.Namespace) -> int:
             else "compacted"
         )
         strategy = f" (strategy {meta['strategy']})" if meta.get("strategy") else ""
-        msg = f"{tokens}{strategy}, {len(result.dropped)} entries dropped"
-    else:
-        counter = get_counter(default_counter_for(settings.model))
-        size = memory.tokens(counter)
-        msg = (
-            f"not compacted: {size:,} tokens (counted by {counter_description(counter)}), "
-            "0 entries dropped"
-        )
-    given = _given(src.data, fmt)
-    print(f"normandy compact: {src.name} ({fmt}, {given}): {msg}", file=sys.stderr)
-    return _report_written(result, settings.compactor)
+        return f"{tokens}{strategy}, {len(result.dropped)} entries dropped"
+    counter = get_counter(default_counter_for(model))
+    size = result.memory.tokens(counter)
+    msg = (
+        f"not compacted: {size:,} tokens (counted by {counter_description(counter)}), "
+        "0 entries dropped"
+    )
+    if meta.get("declined"):
+        msg += f"; --force declined: {meta['declined']}"
+    return msg
 
 
 def _report_written(result: CompactResult, compactor: str) -> int:
@@ -698,6 +720,18 @@ def _add_compact_command(commands: Subcommands) -> None:
     _add_compactor_args(parser, default_window=None, default_model=None)
     parser.add_argument(
         "--mid-round", action="store_true", help="the last tool round is still open"
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="compact now, whatever the compactor's trigger (a compactor that cannot says "
+        "why, and the transcript is written unchanged)",
+    )
+    parser.add_argument(
+        "--focus",
+        metavar="TEXT",
+        help="with --force: what the summary should keep (the model summarizer receives it "
+        "as instructions)",
     )
     parser.add_argument("--meta", metavar="PATH", help="write the compactor's meta as JSON here")
     parser.add_argument(

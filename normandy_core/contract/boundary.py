@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from normandy_core.contract.check import CompactionResult, account, build_context, call_compactor
 from normandy_core.contract.config import AgentConfig
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from normandy_core.conversation.calibration import Calibration
     from normandy_core.conversation.memory import AgentMemory
 
-__all__ = ["run_compaction"]
+__all__ = ["check_focus", "run_compaction"]
 
 log = logging.getLogger("normandy_core.boundary")
 
@@ -74,6 +74,8 @@ def run_compaction(
     calibration: Calibration | None = None,
     thinking: bool = False,
     trigger: str = "scheduled",
+    force: bool = False,
+    focus: str | None = None,
 ) -> CompactionResult:
     """Resolve one boundary: call ``acc``'s compactor and return the checked result.
 
@@ -101,6 +103,13 @@ def run_compaction(
     thinking (the turn loop passes whether it does); then ``BoundaryInfo.thinking_disabled``
     says whether that call must go without it.
 
+    ``force=True`` asks for a compaction now, whatever the compactor's trigger
+    (``ctx.force``; the boundary's ``trigger`` is then ``"forced"``), with an optional
+    ``focus`` for the summarizer (``ctx.focus``; a non-empty string, refused without
+    ``force``). The compactor may still decline, saying why in ``meta["declined"]``; one
+    that skips without a reason (it does not know ``ctx.force``) is given one here. A
+    ``compaction_threshold`` level does not stand in for a forced call.
+
     ``timeout`` (default: ``acc.compaction_timeout``; ``None``: unbounded) bounds the
     whole boundary, hooks included. Under it the compactor works on a private copy of the
     memory in a worker thread, so a compactor abandoned past the limit can never reach
@@ -114,11 +123,16 @@ def run_compaction(
     This function does not raise for a faulty compactor or hook; only a genuine Ctrl-C of
     the user's process propagates (with the memory restored).
     """
+    check_focus(force, focus, entry="run_compaction()")
     start_ns = time.time_ns()
     t0 = time.perf_counter()
     probe = _Probe()
     limit = timeout if timeout is not None else acc.compaction_timeout
-    result = _resolve(acc, probe, limit, mid_round, turn_id, calibration, t0)
+    request = _Request(mid_round, turn_id, calibration, force, focus)
+    result = _resolve(acc, probe, limit, request, t0)
+    if force:
+        result = _with_reason(acc, result, probe)
+        trigger = "forced" if trigger == "scheduled" else trigger
     duration = time.perf_counter() - t0
     outcome = _outcome(result.meta)
     logged = log.isEnabledFor(_LEVELS[outcome])
@@ -127,6 +141,41 @@ def run_compaction(
         info = _info(acc, result, outcome, probe, start_ns, duration, thinking, trigger)
         _report(result, probe, info, limit, logged, observers)
     return result
+
+
+def check_focus(force: bool, focus: object, *, entry: str) -> None:
+    """Refuse a ``focus`` that is not a non-empty string, or one given without ``force``
+    (only a forced boundary passes it on); the message names ``entry`` and the option."""
+    if focus is None:
+        return
+    if not isinstance(focus, str) or not focus.strip():
+        raise ValueError(f"{entry}: focus must be a non-empty string, got {focus!r}")
+    if not force:
+        raise ValueError(
+            f"{entry}: focus is read only by a compaction on request; pass force=True with it"
+        )
+
+
+class _Request(NamedTuple):
+    """What the caller of one boundary asked for: its kind, turn and calibration, and
+    whether it is forced (with its focus)."""
+
+    mid_round: bool
+    turn_id: str | None
+    calibration: Calibration | None
+    force: bool
+    focus: str | None
+
+
+def _with_reason(acc: AgentConfig, result: CompactionResult, probe: _Probe) -> CompactionResult:
+    """A forced boundary's result, with ``declined`` said when the compactor skipped
+    without a reason (it does not read ``ctx.force``)."""
+    meta = result.meta
+    if meta.compacted or "error" in meta or meta.declined is not None:
+        return result
+    who = f"compactor {acc.compactor!r}" if probe.comp is None else probe.comp.describe()
+    why = f"{who} did not compact on request and gave no reason (it may not read ctx.force)"
+    return CompactionResult(result.acc, meta.replace(declined=why))
 
 
 def _outcome(meta: CompactionMeta) -> Outcome:
@@ -158,9 +207,7 @@ def _resolve(
     acc: AgentConfig,
     probe: _Probe,
     limit: float | None,
-    mid_round: bool,
-    turn_id: str | None,
-    calibration: Calibration | None,
+    request: _Request,
     t0: float,
 ) -> CompactionResult:
     """The boundary itself (see :func:`run_compaction`), noting what it learns in ``probe``."""
@@ -168,14 +215,21 @@ def _resolve(
     try:
         prepared = acc.prepared
         probe.comp = prepared.compactor
-        ctx = build_context(acc, mid_round=mid_round, turn_id=turn_id, calibration=calibration)
+        ctx = build_context(
+            acc,
+            mid_round=request.mid_round,
+            turn_id=request.turn_id,
+            calibration=request.calibration,
+            force=request.force,
+            focus=request.focus,
+        )
     except Exception as exc:
         why = f"compactor {acc.compactor!r} could not be prepared: {exc}"
         return _error(acc, why, probe, "context", exc)
     probe.ctx = ctx
     started = time.perf_counter()
     probe.started = started - t0
-    if _at_or_below(acc.memory, ctx, prepared.thresholds[mid_round]):
+    if not ctx.force and _at_or_below(acc.memory, ctx, prepared.thresholds[ctx.mid_round]):
         # The compactor declared (compaction_threshold) that it skips at or below this
         # level: its call would give exactly this result (a property test compares them).
         probe.took = time.perf_counter() - started

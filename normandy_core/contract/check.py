@@ -61,6 +61,8 @@ def build_context(
     prompt_tokens: int | None = None,
     calibration: Calibration | None = None,
     rules: SurvivalRules | None = None,
+    force: bool = False,
+    focus: str | None = None,
 ) -> CompactionContext:
     """The ``ctx`` of one call of a prepared compactor (window, counter and survival rules
     as prepared; :meth:`~normandy_core.Prepared.context`).
@@ -70,7 +72,9 @@ def build_context(
     pipeline does for its steps). ``prompt_tokens`` reach the compactor only when it has
     a window (0 otherwise), with the counter's ``request_tokens`` added; ``calibration``
     overrides the prepared one (the turn shells pass their own); ``rules`` the prepared
-    survival rules (a pipeline gives its steps its own).
+    survival rules (a pipeline gives its steps its own); ``force`` and ``focus`` ask for
+    a compaction now (:class:`~normandy_core.CompactionContext`; a compactor that calls
+    others passes its own ``ctx.force`` and ``ctx.focus`` on).
     """
     if isinstance(source, AgentConfig):
         prepared = source.prepared
@@ -85,6 +89,8 @@ def build_context(
         turn_id=turn_id,
         calibration=calibration,
         rules=rules,
+        force=force,
+        focus=focus,
     )
 
 

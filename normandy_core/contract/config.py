@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from normandy_core.contract.compact_tool_settings import CompactToolSettings, check_compact_tool
 from normandy_core.contract.edits import ContextManagement, context_management
 from normandy_core.contract.preparation import (
     CONFIG_HINT,
@@ -35,6 +36,23 @@ if TYPE_CHECKING:
 __all__ = ["AgentConfig"]
 
 _CREATE = "normandy_core.AgentConfig()"
+
+
+def _tool_setting(value: Any, kind: type[Any], field: str, entry: str) -> Any:
+    """A tool-switch field (``recall``, ``compact_tool``) in its one form: its settings
+    (``True``: the defaults) or ``None`` (off)."""
+    if value is True:
+        return kind()
+    if value is False or value is None:
+        return None
+    if not isinstance(value, kind):
+        raise TypeError(
+            f"{entry}: {field} must be True, False, None or a {kind.__name__}, "
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
 #: How :meth:`AgentConfig.from_env` and :meth:`AgentConfig.from_file` are given a window.
 _CONFIGURED_HINT = (
     "pass window=<tokens> or model= a model the catalog knows, or set window or model in "
@@ -73,7 +91,12 @@ class AgentConfig:
     offers it to the model and answers its calls from the archive, and compaction
     markers say it exists (see :mod:`normandy_core.contract.recall`); it is refused here when
     no hook plugin can search (``normandy-archive`` not installed) or a tool of
-    ``tools`` has its name. ``survival`` holds the rules every compactor
+    ``tools`` has its name. ``compact_tool`` turns on the ``compact_context`` tool
+    (``True``, or :class:`~normandy_core.CompactToolSettings`; default off): the model
+    asks for a compaction, with a focus for the summary, and the turn loop compacts at
+    the next boundary, forced, within the tool's limits (see
+    :mod:`normandy_core.turn.compact_tool`); it is refused here when a tool of ``tools``
+    (or the recall tool) has its name. ``survival`` holds the rules every compactor
     must honour (:class:`~normandy_core.SurvivalRules`, or a mapping of its fields;
     ``None``: the defaults, which keep pinned entries and the first user message); it
     is validated here and always reads back as a :class:`~normandy_core.SurvivalRules`.
@@ -108,6 +131,7 @@ class AgentConfig:
     compaction_timeout: float | None = None
     calibration: Calibration | None = None
     recall: RecallSettings | bool | None = None
+    compact_tool: CompactToolSettings | bool | None = None
     survival: SurvivalRules | Mapping[str, Any] | None = None
     context_management: ContextManagement | Mapping[str, Any] | None = None
     _entry: dataclasses.InitVar[str] = _CREATE
@@ -144,15 +168,11 @@ class AgentConfig:
         if self.context_management is not None:
             edits = context_management(self.context_management, entry=entry)
             object.__setattr__(self, "context_management", edits)
-        if self.recall is True:
-            object.__setattr__(self, "recall", RecallSettings())
-        elif self.recall is False:
-            object.__setattr__(self, "recall", None)
-        elif self.recall is not None and not isinstance(self.recall, RecallSettings):
-            raise TypeError(
-                f"{entry}: recall must be True, False, None or a RecallSettings, "
-                f"got {type(self.recall).__name__}"
-            )
+        object.__setattr__(
+            self, "recall", _tool_setting(self.recall, RecallSettings, "recall", entry)
+        )
+        compact = _tool_setting(self.compact_tool, CompactToolSettings, "compact_tool", entry)
+        object.__setattr__(self, "compact_tool", compact)
 
     @property
     def recall_settings(self) -> RecallSettings | None:
@@ -161,18 +181,29 @@ class AgentConfig:
         return r if isinstance(r, RecallSettings) else None
 
     @property
+    def compact_tool_settings(self) -> CompactToolSettings | None:
+        """The ``compact_context`` tool's settings, ``None`` when it is off."""
+        c = self.compact_tool
+        return c if isinstance(c, CompactToolSettings) else None
+
+    @property
     def tool_definitions(self) -> tuple[Mapping[str, Any], ...]:
-        """What a model call sends as tools: ``tools``, and the recall tool's when it is on."""
-        settings = self.recall_settings
-        if settings is None:
-            return tuple(self.tools)
-        return (*self.tools, settings.definition())
+        """What a model call sends as tools: ``tools``, then the recall tool's and the
+        ``compact_context`` tool's when they are on."""
+        extra = [s.definition() for s in (self.recall_settings, self.compact_tool_settings) if s]
+        return (*self.tools, *extra)
 
     def _prepare(self, entry: str, hint: str) -> Prepared:
         """The prepare step for this config: the compactor and recall, as configured, and
         a model client when the compactor's options need one."""
         if self.recall_settings is not None:
             check_recall(self.recall_settings, self.tools, entry=entry)
+        if self.compact_tool_settings is not None:
+            with_recall = [
+                *self.tools,
+                *([self.recall_settings.definition()] if self.recall_settings else []),
+            ]
+            check_compact_tool(self.compact_tool_settings, with_recall, entry=entry)
         prepared = prepare(
             self.compactor,
             self.compactor_opts,
@@ -271,7 +302,7 @@ class AgentConfig:
         changes["_derived"] = Derived(
             windows={} if "model" in changes or "catalog" in changes else kept.windows,
             prompt_tokens=None
-            if any(k in changes for k in ("system_prompt", "tools", "recall"))
+            if any(k in changes for k in ("system_prompt", "tools", "recall", "compact_tool"))
             else kept.prompt_tokens,
         )
         return dataclasses.replace(self, _entry=entry, **changes)

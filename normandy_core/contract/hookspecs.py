@@ -88,8 +88,14 @@ class CompactorSpec:
             the next call sends, about four characters per token, plus what the request
             costs once, the reply's priming, ``ctx.counter.request_tokens``; all of it
             shares the window with the history; 0 when there is no window), ``mid_round``,
-            ``turn_id``, and
-            ``counter``, the calibrated token counter every size decision must use.
+            ``turn_id``,
+            ``counter``, the calibrated token counter every size decision must use,
+            ``rules``, and ``force`` with ``focus``: the boundary was asked for
+            (``compact(force=True)``, ``normandy compact --force``, the model's
+            ``compact_context`` tool), so compact now whatever your trigger, giving
+            ``focus`` (a string, or ``None``) to your summarizer as instructions, or
+            return the skip path with ``declined``, the reason (a compactor that does
+            not read ``force`` is given a generic reason by the boundary).
         :param opts: the compactor's options, prepared once where the config was made:
             an instance of the model :func:`options_model` returns, or, without one, a
             read-only mapping of the options as configured.

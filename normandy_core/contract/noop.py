@@ -40,5 +40,8 @@ def validate_opts(opts: Mapping[str, Any], entry: str) -> None:
 def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: Mapping[str, Any]
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Return the same ``acc`` and ``{"compacted": False}``."""
+    """Return the same ``acc`` and ``{"compacted": False}`` (with ``declined`` on a forced
+    boundary: noop compacts on request no more than otherwise)."""
+    if ctx.force:
+        return acc, {"compacted": False, "declined": "compactor 'noop' never compacts"}
     return acc, {"compacted": False}

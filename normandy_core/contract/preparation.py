@@ -118,6 +118,8 @@ class Prepared:
         turn_id: str | None = None,
         calibration: Calibration | None = None,
         rules: SurvivalRules | None = None,
+        force: bool = False,
+        focus: str | None = None,
     ) -> CompactionContext:
         """The ``ctx`` of one call of this compactor (see :func:`~normandy_core.build_context`).
 
@@ -125,10 +127,11 @@ class Prepared:
         again: building one is most of what a boundary that does not compact costs beyond
         counting. One slot per kind, so a turn start between tool batches does not evict
         theirs. The calibration and rules are compared by identity (the slot holds them,
-        so their ids cannot be reused).
+        so their ids cannot be reused). A forced boundary (rare, asked for) is never
+        memoised, so the slots hold only scheduled ones.
         """
         slot = 1 if mid_round else 0
-        last = self._last_ctx[slot]
+        last = None if force else self._last_ctx[slot]
         if last is not None:
             ctx, was = last
             if (
@@ -150,8 +153,11 @@ class Prepared:
             turn_id=turn_id,
             counter=counter,
             rules=self.rules if rules is None else rules,
+            force=force,
+            focus=focus if force else None,
         )
-        self._last_ctx[slot] = (ctx, (model, prompt_tokens, turn_id, calibration, rules))
+        if not force:
+            self._last_ctx[slot] = (ctx, (model, prompt_tokens, turn_id, calibration, rules))
         return ctx
 
 

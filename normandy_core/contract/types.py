@@ -75,7 +75,12 @@ class CompactionContext:
     the agent's calibration); every size decision uses it, and the boundary computes the
     token figures of the result with it. ``rules``: the config's survival rules
     (:class:`~normandy_core.SurvivalRules`; the defaults when not given): what the
-    compactor must keep, and the summary instructions.
+    compactor must keep, and the summary instructions. ``force``: the boundary was asked
+    for (``compact(force=True)``, ``normandy compact --force``, the model's
+    ``compact_context`` tool): compact now whatever the trigger, or decline with a reason
+    in ``meta["declined"]``; a compactor that ignores it skips as usual and the boundary
+    says so. ``focus``: what the asker wants the summary to keep (``None``: no focus), for
+    a compactor that summarizes to give its summarizer as instructions.
     """
 
     model: str | None
@@ -85,6 +90,8 @@ class CompactionContext:
     turn_id: str | None = None
     counter: CalibratedCounter = None  # type: ignore[assignment]  # filled in __post_init__
     rules: SurvivalRules = None  # type: ignore[assignment]  # filled in __post_init__
+    force: bool = False
+    focus: str | None = None
 
     def __post_init__(self) -> None:
         if self.counter is None:
@@ -154,6 +161,12 @@ class CompactionMeta(dict[str, Any]):
         """The error of the error path, else ``None``."""
         err = dict.get(self, "error")
         return None if err is None else str(err)
+
+    @property
+    def declined(self) -> str | None:
+        """Why a forced boundary (``ctx.force``) did not compact, else ``None``."""
+        value = dict.get(self, "declined")
+        return None if value is None else str(value)
 
     @property
     def strategy(self) -> str | None:
@@ -251,8 +264,9 @@ class BoundaryInfo(NamedTuple):
     :attr:`~normandy_core.turn.TurnResult.thinking_disabled_calls`.
     ``trigger`` says why the boundary ran: ``"scheduled"``
     (where the turn loop, :func:`~normandy_core.compact` or the command line resolve
-    one) or ``"overflow"`` (the turn loop's recovery after the provider refused a
-    request as too long).
+    one), ``"overflow"`` (the turn loop's recovery after the provider refused a
+    request as too long) or ``"forced"`` (compaction on request: ``force=True``, ``normandy
+    compact --force`` or the model's ``compact_context`` tool).
 
     Immutable (a named tuple: made at every observed boundary, it must be cheap), so no
     hook can change what the next one receives.

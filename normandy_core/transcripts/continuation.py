@@ -480,9 +480,17 @@ def _responses_side(item: Mapping[str, Any]) -> str:
     return "model"
 
 
-def resume(key: tuple[Any, ...] | None, data: Any, mid_round: bool) -> CompactResult | None:
+def resume(
+    key: tuple[Any, ...] | None,
+    data: Any,
+    mid_round: bool,
+    *,
+    force: bool = False,
+    focus: str | None = None,
+) -> CompactResult | None:
     """The result of compacting ``data`` (a list, or a request holding one) as a
-    continuation, or ``None`` (full path).
+    continuation, or ``None`` (full path); ``force`` and ``focus`` as
+    :func:`~normandy_core.run_compaction` takes them.
 
     Raises :class:`~normandy_core.TranscriptError` for bad new messages, naming their
     position in the message list.
@@ -500,15 +508,18 @@ def resume(key: tuple[Any, ...] | None, data: Any, mid_round: bool) -> CompactRe
     new = messages[k:]
     if new and _tail_merges(st.transcript, new[0], full, st.memory.head):
         return None
-    return _continue(st, req, k, new, mid_round, full)
+    return _continue(
+        st, req, k, new, full, {"mid_round": mid_round, "force": force, "focus": focus}
+    )
 
 
 def _continue(
-    st: _State, req: _Request, k: int, new: list[Any], mid_round: bool, full: bool
+    st: _State, req: _Request, k: int, new: list[Any], full: bool, asked: dict[str, Any]
 ) -> CompactResult | None:
     """Compact ``req``, the remembered list of ``st`` (its first ``k``) and ``new``;
     ``full``: they extend the list given last time, not the one returned. ``None`` when
-    the new messages are of another format."""
+    the new messages are of another format. ``asked``: the boundary's arguments
+    (``mid_round``, ``force``, ``focus``)."""
     memory = _grown_memory(st, new, k)
     if memory is None:
         return None
@@ -516,7 +527,7 @@ def _continue(
     t.container = req.data
     if t.system is not None and (full or st.out_system is _GIVEN):
         t.system = req.system  # equal to the one read: the caller's own object comes back
-    new_acc, meta = run_compaction(st.acc.with_memory(memory), mid_round=mid_round)
+    new_acc, meta = run_compaction(st.acc.with_memory(memory), **asked)
     compacted = bool(meta.get("compacted"))
     if compacted:
         check_pairs(st.acc, new_acc.memory)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from normandy_core.contract.boundary import run_compaction
+from normandy_core.contract.boundary import check_focus, run_compaction
 from normandy_core.contract.config import AgentConfig
 from normandy_core.contract.recall_settings import RecallSettings
 from normandy_core.contract.settings import Resolved, current_settings
@@ -237,6 +237,8 @@ def compact(
     survival: SurvivalRules | Mapping[str, Any] | None = None,
     client: Any = None,
     recall: RecallSettings | bool | None = None,
+    force: bool = False,
+    focus: str | None = None,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
@@ -269,6 +271,12 @@ def compact(
     :func:`~normandy_core.recall` answers its calls): a marker, summary or cleared
     result then tells the model that tool brings the dropped content back. It is refused,
     like ``AgentConfig(recall=...)``, when no installed plugin can search.
+
+    ``force=True`` compacts now, whatever the compactor's trigger (an application's
+    ``/compact`` command): the compactor gets ``ctx.force`` and may still decline, saying
+    why in ``meta["declined"]`` (:attr:`CompactResult.meta`). ``focus`` (with ``force``
+    only) is what the summary should keep: ``window_manager``'s model summarizer
+    receives it as instructions. A bad ``focus`` raises :class:`ValueError` naming it.
 
     Called before every request on a list that grew since the last call (the full
     history, or the list the last call returned plus new messages; bare or in a request
@@ -304,6 +312,7 @@ def compact(
             settings, entry=ENTRY, hint=COMPACT_HINT, client=client, recall=recall
         )
 
+    check_focus(force, focus, entry=ENTRY)
     result = compact_continued(
         settings,
         prepared,
@@ -313,6 +322,8 @@ def compact(
         client=client,
         recall=recall,
         fresh=fresh,
+        force=force,
+        focus=focus,
     )
     # The boundary logs the failure (WARNING, naming the compactor and its distribution).
     if raise_on_error:
@@ -411,21 +422,37 @@ def prepare_resolved(
 
 
 def compact_with(
-    acc: AgentConfig, messages: Any, *, mid_round: bool = False, format: FormatName = "auto"
+    acc: AgentConfig,
+    messages: Any,
+    *,
+    mid_round: bool = False,
+    format: FormatName = "auto",
+    force: bool = False,
+    focus: str | None = None,
 ) -> CompactResult:
     """Compact ``messages`` once with the prepared config ``acc`` (see :func:`compact`)."""
-    return compact_read(acc, messages, mid_round=mid_round, format=format)[0]
+    return compact_read(
+        acc, messages, mid_round=mid_round, format=format, force=force, focus=focus
+    )[0]
 
 
 def compact_read(
-    acc: AgentConfig, messages: Any, *, mid_round: bool, format: FormatName
+    acc: AgentConfig,
+    messages: Any,
+    *,
+    mid_round: bool,
+    format: FormatName,
+    force: bool = False,
+    focus: str | None = None,
 ) -> tuple[CompactResult, Transcript | AgentMemory]:
     """:func:`compact_with`, and the transcript ``messages`` were read into (what a
     continuation of this call needs)."""
     t = read_transcript(messages, format)
     memory = t if isinstance(t, AgentMemory) else t.memory
     fmt = "normandy" if isinstance(t, AgentMemory) else t.format
-    new_acc, meta = run_compaction(acc.with_memory(memory), mid_round=mid_round)
+    new_acc, meta = run_compaction(
+        acc.with_memory(memory), mid_round=mid_round, force=force, focus=focus
+    )
     if not meta.get("compacted"):
         return compact_result(acc, _unchanged(messages, t), meta, fmt, memory), t
     check_pairs(acc, new_acc.memory)
@@ -448,12 +475,15 @@ def compact_continued(
     client: Any = None,
     recall: RecallSettings | bool | None = None,
     fresh: bool = False,
+    force: bool = False,
+    focus: str | None = None,
 ) -> CompactResult:
     """Compact ``messages`` as the continuation of an earlier call with the same
     ``settings``, ``format``, ``client`` and ``recall`` when they extend the list it was
     given or returned (:mod:`~normandy_core.transcripts.continuation`), else in full with
     the config ``prepared`` gives (called only then), remembered for the next call.
-    ``fresh`` compacts in full and remembers nothing.
+    ``fresh`` compacts in full and remembers nothing; ``force`` and ``focus`` as
+    :func:`compact` takes them.
     """
     key = None
     if not fresh:
@@ -468,11 +498,13 @@ def compact_continued(
             survival=settings.survival,
             recall=recall,
         )
-    result = continuation.resume(key, messages, mid_round)
+    result = continuation.resume(key, messages, mid_round, force=force, focus=focus)
     if result is not None:
         return result
     acc = prepared()
-    result, t = compact_read(acc, messages, mid_round=mid_round, format=format)
+    result, t = compact_read(
+        acc, messages, mid_round=mid_round, format=format, force=force, focus=focus
+    )
     if key is not None and isinstance(t, Transcript):
         continuation.remember(key, acc, t, result.memory, messages, result.messages)
     return result

@@ -16,7 +16,11 @@ overflow boundary that compacted nothing, ends the turn with :class:`Fail`, so n
 sequence of refusals makes more than two requests of one call::
 
     awaiting_model --ContextOverflowed--> steering(overflow) --CompactionDone--> awaiting_model
- After ``max_iterations`` model calls with tools, or once the task budget is spent,
+
+A tool batch whose :class:`ToolResults` say ``compact`` (the model's ``compact_context``
+call was accepted) steers at a forced boundary (``trigger="forced"``, with its ``focus``).
+
+After ``max_iterations`` model calls with tools, or once the task budget is spent,
 the next call is *final*: :class:`CallModel` with ``final=True`` asks for an answer with
 tools disabled. :func:`step` never mutates its input and raises :class:`InvalidTransition`
 (naming the state and the event) for an event the state does not accept.
@@ -67,9 +71,9 @@ __all__ = [
 
 #: Why a turn ended: the model answered, the iteration cap or the task budget forced it.
 FinishReason = Literal["answer", "iteration_cap", "budget"]
-#: Why a boundary ran: the loop's own (a turn start, after a tool batch), or the
-#: provider's refusal of a request as too long.
-Trigger = Literal["scheduled", "overflow"]
+#: Why a boundary ran: the loop's own (a turn start, after a tool batch), the
+#: provider's refusal of a request as too long, or the model's ``compact_context`` call.
+Trigger = Literal["scheduled", "overflow", "forced"]
 
 
 class TurnError(NormandyError):
@@ -139,10 +143,16 @@ class ModelReplied:
 
 @dataclass(frozen=True)
 class ToolResults:
-    """The results of the dispatched batch, one per tool use (any order)."""
+    """The results of the dispatched batch, one per tool use (any order).
+
+    ``compact``: the batch asked for a compaction (the ``compact_context`` tool accepted
+    a call), so the boundary after it is forced, with ``focus`` for the summary.
+    """
 
     results: tuple[ToolResultBlock, ...]
     tokens: int = 0
+    compact: bool = False
+    focus: str | None = None
 
 
 @dataclass(frozen=True)
@@ -185,12 +195,13 @@ class MaybeCompact:
 
     ``trigger`` says why it runs; an overflow boundary compacts below ``target`` tokens
     (the overshoot and a margin below the refused request) where the compactor sizes
-    against a window.
+    against a window; a forced one (the model asked) compacts now with ``focus``.
     """
 
     mid_round: bool
     trigger: Trigger = "scheduled"
     target: int | None = None
+    focus: str | None = None
 
 
 @dataclass(frozen=True)
@@ -442,6 +453,8 @@ def _on_compaction_done(
     budget, report = _boundary(state, meta)
     if state.trigger == "overflow":
         return _after_overflow(state, meta, budget, report)
+    if state.trigger == "forced":
+        state = replace(state, trigger="scheduled")
     effects: list[Effect] = [report]
     reason: FinishReason | None = None
     if state.iterations >= state.max_iterations:
@@ -578,5 +591,9 @@ def _on_tool_results(state: TurnState, event: ToolResults) -> tuple[TurnState, t
         pending=(),
         batches=state.batches + 1,
         budget=_add(state.budget, event.tokens),
+        trigger="forced" if event.compact else "scheduled",
     )
+    if event.compact:
+        forced = MaybeCompact(mid_round=True, trigger="forced", focus=event.focus)
+        return new, (AppendMessage("user", ordered), forced)
     return new, (AppendMessage("user", ordered), _COMPACT_MID_ROUND)

@@ -47,6 +47,7 @@ from normandy_core.conversation.entries import (
 )
 from normandy_core.conversation.keys import PROVIDER_COMPACTION_KEY
 from normandy_core.conversation.tokens import TokenCounter, get_counter
+from normandy_core.turn.compact_tool import CompactLimits, compact_tool
 from normandy_core.turn.core import (
     AppendMessage,
     CallModel,
@@ -146,9 +147,7 @@ class TurnRun:
         # The compactor's counter for this turn (ctx.counter): what a boundary that reports
         # no token figures is sized with. Every acc of the turn shares the prepared one.
         self.sizer = acc.prepared.counter_for(acc.model, self.calibration)
-        # the recall tool (AgentConfig(recall=...)); a tool the caller gives under its name wins
-        for name, fn in recall_tools(acc, self.counter, lambda: self.acc.memory).items():
-            self.tools.setdefault(name, fn)
+        self.compact_limits = self._add_loop_tools(acc)
         self.budgeted = budget is not None
         self.recover_overflow = recover_overflow
         # The too-long refusals of the current call, each with the count it was sent at.
@@ -159,6 +158,20 @@ class TurnRun:
         self.boundaries: list[Mapping[str, Any]] = []
         self.usage = Usage()
         self.result: tuple[str, FinishReason] | None = None
+
+    def _add_loop_tools(self, acc: AgentConfig) -> CompactLimits | None:
+        """Add the tools the loop answers itself (a tool the caller gives under the same
+        name wins): the recall tool (``AgentConfig(recall=...)``) and the
+        ``compact_context`` tool (``AgentConfig(compact_tool=...)``); the latter's limits
+        for this turn, ``None`` when it is off."""
+        for name, fn in recall_tools(acc, self.counter, lambda: self.acc.memory).items():
+            self.tools.setdefault(name, fn)
+        settings = acc.compact_tool_settings
+        if settings is None:
+            return None
+        limits = CompactLimits(settings.min_calls_between)
+        self.tools.setdefault(settings.tool_name, compact_tool(settings, limits))
+        return limits
 
     def steps(self, user_input: Content) -> Generator[TurnIO, Any, TurnResult]:
         """The turn, from the user's message to its :class:`TurnResult`, as an exchange.
@@ -183,7 +196,7 @@ class TurnRun:
                 elif isinstance(effect, CallModel):
                     event = yield from self.call(effect)
                 elif isinstance(effect, DispatchTools):
-                    event = self.results((yield effect))
+                    event = self.results((yield effect), effect)
                 elif isinstance(effect, Finish):
                     self.result = (effect.text, effect.reason)
                 elif isinstance(effect, Fail):
@@ -208,10 +221,12 @@ class TurnRun:
         """Resolve the boundary ``effect`` asks for (blocking): ``(acc, meta)`` from
         :func:`run_compaction` on the running acc (an overflow boundary's with its window
         pinned for ``effect.target``, :meth:`AgentConfig.narrowed`; its compacted memory put
-        back in the running acc)."""
+        back in the running acc; a forced one, the model's ``compact_context`` call, with
+        ``force`` and its focus)."""
         acc = self.acc
         if effect.target is not None:
             acc = acc.narrowed(effect.target, entry=_OVERFLOW_ENTRY)
+        forced = effect.trigger == "forced"
         result = run_compaction(
             acc,
             mid_round=effect.mid_round,
@@ -219,6 +234,8 @@ class TurnRun:
             calibration=self.calibration,
             thinking=self.thinking is not None,
             trigger=effect.trigger,
+            force=forced,
+            focus=effect.focus if forced else None,
         )
         if acc is self.acc:
             return result
@@ -375,6 +392,8 @@ class TurnRun:
         ) or self.acc.memory.any_marked(PROVIDER_COMPACTION_KEY)
         if model is not None and reply.usage.input_tokens > 0 and not edited:
             self.calibration.observe(model, self.base.name, estimated, reply.usage.input_tokens)
+        if self.compact_limits is not None:
+            self.compact_limits.model_called()
         for note in reply.events:
             self.emit({**note, "turn_id": self.turn_id})
         self.emit(
@@ -392,10 +411,24 @@ class TurnRun:
         )
         return ModelReplied(reply.content, tokens=self.tokens("assistant", reply.content))
 
-    def results(self, results: Sequence[ToolResultBlock]) -> Event:
-        """The core event for a finished tool batch."""
+    def results(self, results: Sequence[ToolResultBlock], batch: DispatchTools) -> Event:
+        """The core event for a finished tool batch (asking for a forced boundary when the
+        ``compact_context`` tool accepted a call of it; each of its answers reported in a
+        ``compact_tool`` event)."""
         content = tuple(results)
-        return ToolResults(content, tokens=self.tokens("user", content))
+        tokens = self.tokens("user", content)
+        limits = self.compact_limits
+        if limits is None:
+            return ToolResults(content, tokens=tokens)
+        settings = self.acc.compact_tool_settings
+        name = None if settings is None else settings.tool_name
+        if any(call.name != name for call in batch.calls):
+            limits.content_arrived()
+        for answer in limits.answers:
+            self.emit({"type": "compact_tool", "turn_id": self.turn_id, **answer})
+        limits.answers.clear()
+        asked, focus = limits.take()
+        return ToolResults(content, tokens=tokens, compact=asked, focus=focus)
 
     def finish(self) -> TurnResult:
         """The result of the finished turn."""

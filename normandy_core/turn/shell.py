@@ -61,7 +61,9 @@ def run_turn(
     result's ``acc``. ``tools`` maps tool names to callables
     taking the tool input as keyword arguments (an async tool is run with
     :func:`asyncio.run`); the definitions the model sees are ``acc.tools`` (see below), and
-    with ``acc.recall`` on, the ``recall`` tool's, answered by the loop itself. The calls
+    with ``acc.recall`` on, the ``recall`` tool's, and with ``acc.compact_tool`` on, the
+    ``compact_context`` tool's (an accepted call makes the boundary after its batch
+    forced, :mod:`normandy_core.turn.compact_tool`), answered by the loop itself. The calls
     of one reply run in order as one batch and their results are appended together.
     ``max_iterations`` caps the model calls with tools; ``budget`` is the optional task
     budget in tokens; ``thinking`` the extended-thinking budget asked of the client.

@@ -494,3 +494,25 @@ def test_openai_does_not_compact_again_what_it_returns_anyway() -> None:
     assert p.paths.count("/v1/responses/compact") == 1
     assert not second.compacted and second.get("fallback_cause") == "nothing_to_summarize"
     assert second_acc.memory.entries() == first_acc.memory.entries()
+
+
+# -- compaction on request ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_on_request_the_provider_is_asked_under_the_trigger(kind: str) -> None:
+    focus = "the parser fix in m2.py"
+    with servers.FakeProvider(kind) as provider:
+        acc = config(kind, client(kind, provider), session(1))
+        assert not run_compaction(acc, mid_round=False).meta.compacted
+        assert provider.requests == []  # under the trigger: nothing sent
+        _, meta = run_compaction(acc, mid_round=False, force=True, focus=focus)
+    assert meta.compacted and meta["native"] is True
+    (body,) = provider.requests
+    if kind == "anthropic":
+        # the focus follows the summary instructions (none configured here)
+        assert focus in body["compaction"]["instructions"]
+        assert "focus_ignored" not in meta
+    else:
+        assert focus not in json.dumps(body)
+        assert "takes no instructions" in meta["focus_ignored"]

@@ -104,6 +104,10 @@ def test_the_model_prompt_asks_for_the_sections_as_past_context() -> None:
     custom = summary_system_prompt(template=CUSTOM)
     assert CUSTOM in custom and "Decisions and why" not in custom
     assert "{decisions}:" not in custom and "{evidence}:" in custom
+    # with the operator's instructions and a compaction's focus, after the template
+    both = summary_system_prompt("Name every file.", "the cache bug", CUSTOM)
+    assert both.startswith(custom)
+    assert both.index("Name every file.") < both.index("the cache bug")
 
 
 def test_the_extractive_digest_writes_every_section_in_order() -> None:

@@ -141,14 +141,19 @@ def _block_tokens(block: Block, counter: TokenCounter) -> int:
 def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: ClearToolResultsOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Clear old tool results when the conversation is over a trigger; see the module docs."""
+    """Clear old tool results when the conversation is over a trigger, or now on a forced
+    boundary (``ctx.force``: every trigger and the cost schedule's wait passed over,
+    ``keep``, ``exclude_tools``, ``clear_at_least`` and the survival rules still
+    honoured); see the module docs."""
     counter = ctx.counter
     memory = acc.memory
     before = counter.memory_tokens(memory)
     window = _Window.of(ctx, opts)
     over_tokens = (
-        opts.trigger_tokens is not None and before + acc.prompt_tokens > opts.trigger_tokens
-    ) or (window is not None and before + ctx.prompt_tokens > window.level)
+        ctx.force
+        or (opts.trigger_tokens is not None and before + acc.prompt_tokens > opts.trigger_tokens)
+        or (window is not None and before + ctx.prompt_tokens > window.level)
+    )
     if not over_tokens and opts.trigger_tool_uses is None:
         return acc, {"compacted": False}
     entries = memory.entries()
@@ -167,12 +172,12 @@ def maybe_compact(
         counter.entry_tokens(memory, old) - counter.count_entry(new) for old, new in changed
     )
     if cleared_tokens < max(opts.clear_at_least, 1):
-        return acc, _nothing_cleared(window, before + ctx.prompt_tokens)
+        return acc, _nothing_cleared(window, before + ctx.prompt_tokens, ctx, opts, cleared_tokens)
 
     new_memory = memory.derive([e.without_thinking() for e in new_entries])
     after = counter.memory_tokens(new_memory)
     weighed: dict[str, Any] = {}
-    if opts.schedule == "cost":
+    if opts.schedule == "cost" and not ctx.force:
         weighed = _weigh(acc, ctx, opts, entries, new_entries, before, after)
         if weighed["cost_decision"] == "waits":
             return acc, {"compacted": False, **weighed}
@@ -182,7 +187,7 @@ def maybe_compact(
         "strategy": NAME,
         "tokens_cleared": cleared_tokens,
         "cleared": [u.id for u in uses if u.id in to_clear],
-        "trigger": "tokens" if over_tokens else "tool_uses",
+        "trigger": "forced" if ctx.force else "tokens" if over_tokens else "tool_uses",
         "counter": counter.name,
         "dropped": [old for old, _new in changed],
         **weighed,
@@ -197,12 +202,26 @@ def maybe_compact(
     return acc.with_memory(new_memory), meta
 
 
-def _nothing_cleared(window: _Window | None, total: int) -> dict[str, Any]:
-    """The skip path, or the error path when the conversation is over the usable window
-    and nothing (or less than ``clear_at_least``) can be cleared."""
-    if window is None or total <= window.usable:
+def _nothing_cleared(
+    window: _Window | None,
+    total: int,
+    ctx: CompactionContext,
+    opts: ClearToolResultsOptions,
+    clearable: int,
+) -> dict[str, Any]:
+    """The skip path (on a forced boundary with why in ``declined``), or the error path
+    when the conversation is over the usable window and nothing (or less than
+    ``clear_at_least``, of the ``clearable`` tokens) can be cleared."""
+    if window is not None and total > window.usable:
+        return {"compacted": False, "error": window.outcome(total, False)["target_missed"]}
+    if not ctx.force:
         return {"compacted": False}
-    return {"compacted": False, "error": window.outcome(total, False)["target_missed"]}
+    why = (
+        f"nothing worth clearing: {clearable:,} tokens could be cleared, under "
+        f"clear_at_least ({max(opts.clear_at_least, 1):,}); the newest {opts.keep} tool "
+        "uses, the unanswered round, excluded tools and entries a survival rule keeps stay"
+    )
+    return {"compacted": False, "declined": why}
 
 
 def _worth_clearing(

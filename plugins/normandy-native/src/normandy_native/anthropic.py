@@ -82,7 +82,8 @@ class AnthropicNative(NativeCompactor[AnthropicNativeOptions]):
         planned: Plan,
     ) -> ProviderCompaction:
         """The compaction of what ``planned`` sends, with the config's tools and the
-        summary instructions (the option's, else the survival rule's)."""
+        summary instructions (the option's, else the survival rule's), followed by the
+        focus of a compaction on request (``ctx.focus``)."""
         messages = planned.sent()
         return ask_provider(
             _client(acc),
@@ -91,7 +92,7 @@ class AnthropicNative(NativeCompactor[AnthropicNativeOptions]):
             opts.timeout,
             tools=_tools(acc, messages),
             model=ctx.model,
-            instructions=opts.instructions or ctx.rules.summary_instructions,
+            instructions=_instructions(opts.instructions or ctx.rules.summary_instructions, ctx),
             max_tokens=opts.max_tokens,
         )
 
@@ -101,6 +102,14 @@ class AnthropicNative(NativeCompactor[AnthropicNativeOptions]):
         """The user note and the pinned compaction block, in place of everything sent."""
         sent = planned.sent()
         return [marker(turn), self.compaction_entry(compaction, turn, sent)], sent
+
+
+def _instructions(configured: str | None, ctx: CompactionContext) -> str | None:
+    """The summary instructions sent: the configured ones, then ``ctx.focus``."""
+    if ctx.focus is None:
+        return configured
+    focus = f"Focus of this compaction, asked for by the agent or its application: {ctx.focus}"
+    return focus if configured is None else f"{configured}\n\n{focus}"
 
 
 _COMPACTOR = AnthropicNative()

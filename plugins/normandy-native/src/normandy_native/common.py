@@ -255,10 +255,12 @@ def client_methods(
 
 
 def over(acc: AgentConfig, ctx: CompactionContext, opts: NativeOptions) -> tuple[bool, int, int]:
-    """Whether the boundary is over its trigger, the usable window, and the tokens sent
-    (the conversation and the prompt)."""
+    """Whether the boundary is over its trigger (always, when forced: ``ctx.force``), the
+    usable window, and the tokens sent (the conversation and the prompt)."""
     total = ctx.counter.memory_tokens(acc.memory) + ctx.prompt_tokens
     usable = (ctx.window or 0) - opts.reserved_tokens
+    if ctx.force:
+        return True, usable, total
     if ctx.window is None:
         return (not ctx.mid_round and total > opts.trigger_tokens), usable, total
     threshold = usable if ctx.mid_round else min(opts.trigger_tokens, usable)
@@ -300,6 +302,8 @@ def run_fallback(
         turn_id=ctx.turn_id,
         calibration=ctx.counter.calibration,
         rules=ctx.rules,
+        force=ctx.force,
+        focus=ctx.focus,
     )
     try:
         result = call_compactor(prepared.compactor, given, fctx, prepared.options)
@@ -392,7 +396,10 @@ def _nothing_to_summarize(
         "for the provider to summarize"
     )
     if opts.prepared_fallback is None and ctx.window is not None and within:
-        return acc, {"compacted": False, "native": False, "skipped_because": reason}
+        meta: dict[str, Any] = {"compacted": False, "native": False, "skipped_because": reason}
+        if ctx.force:
+            meta["declined"] = reason
+        return acc, meta
     return run_fallback(acc, ctx, opts, name, reason, "nothing_to_summarize")
 
 
@@ -456,6 +463,9 @@ class NativeCompactor(Generic[OptionsT]):
     wire_format: ClassVar[str]
     #: The compactor's options model.
     options: type[OptionsT]
+    #: Whether the provider's compaction takes instructions (``ctx.focus`` is sent with
+    #: them); when not, a focus given is reported in meta's ``focus_ignored``.
+    takes_focus: ClassVar[bool] = True
 
     @hookimpl
     def options_model(self) -> type[OptionsT]:
@@ -494,8 +504,9 @@ class NativeCompactor(Generic[OptionsT]):
     def maybe_compact(
         self, acc: AgentConfig, ctx: CompactionContext, opts: OptionsT
     ) -> tuple[AgentConfig, dict[str, Any]]:
-        """Over the trigger, have the provider compact the conversation; see the module."""
-        return compact_with_provider(
+        """Over the trigger (or forced, ``ctx.force``), have the provider compact the
+        conversation; see the module."""
+        new_acc, meta = compact_with_provider(
             acc,
             ctx,
             opts,
@@ -504,6 +515,9 @@ class NativeCompactor(Generic[OptionsT]):
             lambda planned: self.ask(acc, ctx, opts, planned),
             self.rebuild,
         )
+        if ctx.focus is not None and not self.takes_focus and meta.get("native"):
+            meta["focus_ignored"] = f"{self.name}: the provider's compaction takes no instructions"
+        return new_acc, meta
 
     def ask(
         self, acc: AgentConfig, ctx: CompactionContext, opts: OptionsT, planned: Plan

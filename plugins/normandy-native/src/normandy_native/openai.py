@@ -9,6 +9,9 @@ was sent, are replaced and reported in ``dropped`` (a returned message kept as a
 entry is marked ``normandy.provider_rebuilt``, so the task rule never takes it for the
 task). The compaction item is a pinned assistant entry of its own; what the survival
 rules keep follows it, unchanged.
+
+A compaction on request (``ctx.force``) compacts whatever the trigger; its ``focus`` is
+not sent (the endpoint takes no instructions), which meta says in ``focus_ignored``.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ class OpenAINative(NativeCompactor[OpenAINativeOptions]):
     provider = "openai"
     wire_format = "responses"
     options = OpenAINativeOptions
+    takes_focus = False
 
     def check_rules(self, entry: str, rules: SurvivalRules) -> None:
         """Refuse ``summary_instructions``: the provider takes none."""

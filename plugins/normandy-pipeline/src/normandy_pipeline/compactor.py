@@ -46,7 +46,7 @@ from normandy_pipeline import NAME
 from normandy_pipeline.options import PipelineOptions, Step
 
 if TYPE_CHECKING:
-    from normandy_core import CalibratedCounter, CompactionResult, Prepared, SurvivalRules
+    from normandy_core import CompactionResult, Prepared, SurvivalRules
 
 __all__ = ["maybe_compact", "needs_window", "options_model", "requires_client", "validate_opts"]
 
@@ -150,6 +150,8 @@ def _step_ctx(acc: AgentConfig, ctx: CompactionContext, prepared: Prepared) -> C
         turn_id=ctx.turn_id,
         calibration=ctx.counter.calibration,
         rules=ctx.rules,
+        force=ctx.force,
+        focus=ctx.focus,
     )
 
 
@@ -210,14 +212,22 @@ class _Progress:
             self.target_missed = meta.target_missed
         return meta.get("target_met") is True
 
-    def outcome(self, acc: AgentConfig, counter: CalibratedCounter) -> tuple[AgentConfig, Any]:
-        """The pipeline's result for its input ``acc``."""
+    def outcome(self, acc: AgentConfig, ctx: CompactionContext) -> tuple[AgentConfig, Any]:
+        """The pipeline's result for its input ``acc`` (on a forced boundary that nothing
+        compacted, ``declined`` gives each step's reason)."""
+        counter = ctx.counter
         if not self.compacted:
-            return acc, {"compacted": False, "steps": self.reports}
+            meta: dict[str, Any] = {"compacted": False, "steps": self.reports}
+            if ctx.force:
+                meta["declined"] = "no step compacted: " + "; ".join(
+                    f"step {r['index']} ({r['compactor']}) {r.get('declined') or 'gave no reason'}"
+                    for r in self.reports
+                )
+            return acc, meta
         # The original entries, once each, oldest first: a version rewritten by an earlier
         # step and dropped by a later one is reported with the content it had in the input.
         dropped = [e for e in acc.memory.entries() if e.id in self.dropped_ids]
-        meta: dict[str, Any] = {
+        meta = {
             "compacted": True,
             "strategy": NAME,
             "counter": counter.name,
@@ -235,10 +245,12 @@ class _Progress:
 def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: PipelineOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Run the steps in order until one meets its target; see the module docs."""
+    """Run the steps in order until one meets its target (each forced on a forced
+    boundary, ``ctx.force``); see the module docs."""
     steps = opts.prepared_steps
     reused: tuple[int, CompactionResult] | None = None
-    if ctx.mid_round and _fits_every_step(acc, ctx, steps):
+    # a forced boundary (ctx.force) runs every step, each forced, until one meets its target
+    if ctx.mid_round and not ctx.force and _fits_every_step(acc, ctx, steps):
         # Under every window, the conversation may still be over a step's usable window.
         # The window-sized steps judge it; while they all leave it alone, nothing runs (a
         # step without a window would act at its own trigger while the conversation fits).
@@ -270,4 +282,4 @@ def maybe_compact(
             return _error(acc, i, step, f"failed: {result.meta.error}")
         if progress.record(i, step, result):
             break
-    return progress.outcome(acc, ctx.counter)
+    return progress.outcome(acc, ctx)

@@ -125,9 +125,12 @@ def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: WindowManagerOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
     """Compact ``acc.memory`` when it exceeds ``trigger`` of the usable window (at the
-    start of a turn) or the usable window itself (mid-round); see the docs."""
+    start of a turn) or the usable window itself (mid-round), or now when the boundary is
+    forced (``ctx.force``, :func:`_forced`); see the docs."""
     if ctx.window is None:
         return acc, {"compacted": False, "error": "window_manager needs ctx.window, got None"}
+    if ctx.force:
+        return _forced(acc, ctx, opts)
     if opts.schedule == "cost":
         return cost_schedule(acc, ctx, opts)
     # The prepared counter, scaled by the model's calibration factor, which the turn
@@ -158,6 +161,35 @@ def maybe_compact(
     if round_aware:
         return _round_aware_start(acc, ctx, opts, before, usable)
     return cut_to_target(acc, ctx, opts, counter, before, usable, _record(acc, ctx, opts))
+
+
+def _forced(
+    acc: AgentConfig, ctx: CompactionContext, opts: WindowManagerOptions
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """A compaction on request: whatever the trigger or schedule, every unit the cut may
+    drop is dropped (summarized under ``summarize``, with ``ctx.focus`` given to the model
+    summarizer); what a survival rule keeps, system entries and the newest unit stay.
+    Declines, saying why, when there is nothing the cut may drop."""
+    usable = ctx.window - opts.reserved_tokens if ctx.window is not None else 0
+    before = ctx.counter.memory_tokens(acc.memory)
+    # A target of zero: the cut goes as deep as its rules allow (model_copy does not
+    # validate, and the options' own target still says whether the result met it).
+    deepest = opts.model_copy(update={"target": 0.0})
+    new_acc, meta = cut_to_target(
+        acc, ctx, deepest, ctx.counter, before, usable, _record(acc, ctx, opts)
+    )
+    if meta.get("compacted"):
+        after = ctx.counter.memory_tokens(new_acc.memory)
+        if after >= before:
+            why = f"it would not be smaller ({before:,} -> {after:,} tokens)"
+            return acc, {"compacted": False, "declined": f"not compacted: {why}"}
+        meta["target_met"] = after + ctx.prompt_tokens <= int(opts.target * usable)
+    elif "error" not in meta:
+        meta["declined"] = (
+            "nothing to compact: every entry is a system entry, kept by a survival rule or "
+            "part of the newest exchange"
+        )
+    return new_acc, meta
 
 
 def _record(

@@ -330,6 +330,7 @@ def _summary(
             counter,
             budget=min(opts.summary_max_tokens, room),
             instructions=ctx.rules.summary_instructions,
+            focus=ctx.focus,
         )
     except SummaryTooSmall as exc:
         raise _NoRoomForSummary(

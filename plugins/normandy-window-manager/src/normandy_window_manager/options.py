@@ -28,7 +28,9 @@ class WindowManagerOptions(CompactorOptions):
     caching instead of by ``trigger`` (see ``docs/cost.md``): over the usable window it
     always compacts; at the start of a turn over its floor it compacts when the next call
     without compacting would cost more than the cheapest compaction's billed tokens per call
-    over the cycle it starts (at most ``horizon`` calls). It cuts to the floor: ``target``
+    over the cycle it starts (at most ``horizon`` calls), the next call being charged too
+    the reasoning the coming round would lose if it overflowed the window mid-round
+    (``thinking_value``). It cuts to the floor: ``target``
     of the usable window when given, else 25 % (the newest messages; what is cut stays
     archived and recallable), clearing old tool results instead of dropping where that is
     cheaper. It takes strategy ``oldest_first`` or ``summarize`` (``sliding_window``,
@@ -78,6 +80,10 @@ class WindowManagerOptions(CompactorOptions):
     horizon: int = Field(default=50, ge=1, le=10_000)
     """``cost`` only: the most model calls a compaction's cycle is weighed over (its
     rewrite is spread over at most this many calls)."""
+    thinking_value: float = Field(default=5.0, ge=0.0, le=1_000.0)
+    """``cost`` only: what a token of reasoning lost to a mid-round compaction is worth, as
+    a multiple of the input price (5: thinking is billed as output, five times the input
+    price for Claude); 0 weighs the cache alone. See :mod:`normandy_window_manager.reasoning`."""
 
     round_aware: bool = True
     """``threshold`` only: compact at a turn start when the coming round is expected not to
@@ -123,9 +129,11 @@ class WindowManagerOptions(CompactorOptions):
                 "'sliding_window' keeps the newest turns whatever their size (the cut "
                 "priced is not the cut made): use strategy 'oldest_first' or 'summarize'"
             )
-        if self.schedule != "cost" and "horizon" in self.model_fields_set:
+        cost_only = {"horizon", "thinking_value"} & self.model_fields_set
+        if self.schedule != "cost" and cost_only:
+            given = ", ".join(sorted(cost_only))
             raise ValueError(
-                f"horizon applies only to schedule 'cost' (schedule is {self.schedule!r})"
+                f"{given} applies only to schedule 'cost' (schedule is {self.schedule!r})"
             )
         summary_only = {"summarizer", "summary_max_tokens", "summary_timeout", "summary_template"}
         if self.strategy != "summarize" and summary_only & self.model_fields_set:

@@ -17,8 +17,12 @@ for the best ``n`` (at most ``horizon`` calls, and never past the usable window)
 call without compacting costs ``r * cached + w * (sent - cached)``. Waiting is worth it
 while that call costs less than the best plan's cycle rate: once it costs more, every
 further call without compacting costs more than the long-run average with it (the
-renewal rule), so the schedule compacts. Since ``rate`` grows with ``A``, the cheapest
-cycle keeps little: the plans cut to the **floor**.
+renewal rule), so the schedule compacts. At a turn start in a turn loop the next call is
+charged too the reasoning the coming round would lose if it overflowed the usable window
+(its calls after the overflow run with thinking disabled), and each plan that of the round
+started from its size (:mod:`normandy_window_manager.reasoning`; ``thinking_value`` 0
+weighs the cache alone); the plan chosen is the cheapest of the two together. Since
+``rate`` grows with ``A``, the cheapest cycle keeps little: the plans cut to the **floor**.
 
 The floor: the newest ``target`` of the usable window when ``target`` is given, else
 :data:`COST_FLOOR` (25 %) of it; with the newest unit, system entries and what the survival
@@ -42,7 +46,10 @@ next call's and the chosen cycle's billed tokens per call), ``cost_horizon_witho
 ``cost_horizon_with`` (the same over the cycle's calls), ``cost_cycle_calls``,
 ``cost_plan`` (``"clear"`` or ``"drop"``), ``cost_plans`` (each plan's rate),
 ``cost_floor``, ``growth_per_call`` and ``cost_decision`` (``"forced"``, ``"pays"`` or ``"waits"``),
-all of its first round; a compaction adds ``cost_rounds``.
+all of its first round; a compaction adds ``cost_rounds``. Where the reasoning is weighed,
+also ``round_estimate``, ``reasoning_per_call`` (billed tokens), ``disabled_calls_without``
+and ``disabled_calls_with`` (the round's calls with thinking disabled, waiting and after the
+chosen plan) and ``cost_reasoning_without`` and ``cost_reasoning_with`` (their price).
 """
 
 from __future__ import annotations
@@ -61,10 +68,10 @@ from normandy_core.conversation.cost import (
     rates_for,
 )
 from normandy_window_manager.cut import cut_to_target
+from normandy_window_manager.reasoning import RoundRisk, reasoning_record, round_risk
 
 if TYPE_CHECKING:
     from normandy_core import AgentConfig, CompactionContext
-    from normandy_core.conversation.calibration import CalibratedCounter
     from normandy_window_manager.options import WindowManagerOptions
 
 __all__ = [
@@ -233,34 +240,66 @@ def _cost_round(
     priced = price_plans(
         plans, cached=cached, growth=growth, usable=usable, horizon=opts.horizon, rates=rates
     )
-    chosen = min(priced, key=lambda x: x.rate)
-    rate, calls, best, kept = chosen.rate, chosen.calls, chosen.plan, chosen.kept
+    risk = round_risk(memory, ctx, opts, usable, growth)
+    lost = (lambda size: 0.0) if risk is None else risk.price
+    chosen = min(priced, key=lambda x: x.rate + lost(x.plan.size))
+    best = chosen.plan
     wait = billed(cached, sent, rates)
-    report: dict[str, Any] = {
-        "schedule": "cost",
-        "billed_next_without": round(wait),
-        "billed_next_with": round(billed(kept, best.size, rates)),
-        "cost_rate_without": round(wait),
-        "cost_rate_with": round(rate),
-        "cost_horizon_without": round(wait * calls),
-        "cost_horizon_with": round(rate * calls),
-        "cost_cycle_calls": calls,
-        "cost_plan": best.name,
-        "cost_plans": {p.plan.name: round(p.rate) for p in priced},
-        "cost_floor": floor,
-        "growth_per_call": round(growth),
-    }
-    if not over and wait <= rate:
+    report = _report(wait, chosen, priced, floor, growth, rates)
+    if risk is not None:
+        report.update(_reasoning_report(risk, sent, best.size))
+    if not over and wait + lost(sent) <= chosen.rate + lost(best.size):
         report["cost_decision"] = "waits"
         return acc, {"compacted": False, **report}, report
 
     report["cost_decision"] = "forced" if over else "pays"
     cleared_ids = [tool_id for _, tool_id in clearable[: best.clears]]
-    new_acc, meta = _apply(acc, ctx, opts, counter, entries, cleared_ids, best, usable)
+    note = reasoning_record(memory, ctx, opts)
+    new_acc, meta = _apply(acc, ctx, opts, entries, cleared_ids, best, usable, note)
     if not meta.get("compacted"):
         return new_acc, {**meta, **report}, report
     meta.update(report)
     return new_acc, meta, report
+
+
+def _report(
+    wait: float,
+    chosen: Priced,
+    priced: list[Priced],
+    floor: int,
+    growth: float,
+    rates: CacheRates,
+) -> dict[str, Any]:
+    """The weighing's cache figures (see the module): waiting's next call ``wait``
+    against the ``chosen`` plan's cycle."""
+    rate, calls = chosen.rate, chosen.calls
+    return {
+        "schedule": "cost",
+        "billed_next_without": round(wait),
+        "billed_next_with": round(billed(chosen.kept, chosen.plan.size, rates)),
+        "cost_rate_without": round(wait),
+        "cost_rate_with": round(rate),
+        "cost_horizon_without": round(wait * calls),
+        "cost_horizon_with": round(rate * calls),
+        "cost_cycle_calls": calls,
+        "cost_plan": chosen.plan.name,
+        "cost_plans": {p.plan.name: round(p.rate) for p in priced},
+        "cost_floor": floor,
+        "growth_per_call": round(growth),
+    }
+
+
+def _reasoning_report(risk: RoundRisk, sent: int, size: int) -> dict[str, Any]:
+    """The meta keys of the reasoning weighed: the round's estimate, the calls it would
+    make with thinking disabled and their price, waiting and with the plan chosen."""
+    return {
+        "round_estimate": risk.estimate,
+        "reasoning_per_call": round(risk.per_call),
+        "disabled_calls_without": risk.disabled_calls(sent),
+        "disabled_calls_with": risk.disabled_calls(size),
+        "cost_reasoning_without": round(risk.price(sent)),
+        "cost_reasoning_with": round(risk.price(size)),
+    }
 
 
 def _clearable(
@@ -353,13 +392,15 @@ def _apply(
     acc: AgentConfig,
     ctx: CompactionContext,
     opts: WindowManagerOptions,
-    counter: CalibratedCounter,
     entries: list[Entry],
     cleared_ids: list[str],
     plan: Plan,
     usable: int,
+    note: dict[str, Any],
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Clear ``cleared_ids``, then drop down to the plan's level when it must."""
+    """Clear ``cleared_ids``, then drop down to the plan's level when it must (``note``:
+    the metadata of the marker a drop leaves)."""
+    counter = ctx.counter
     memory = acc.memory
     clear = set(cleared_ids)
     new_entries = [_cleared(e, clear).without_thinking() for e in entries]
@@ -371,21 +412,15 @@ def _apply(
     if not plan.drops and after + ctx.prompt_tokens <= usable:
         if not changed:
             return acc, {"compacted": False}
-        meta: dict[str, Any] = {
-            "compacted": True,
-            "strategy": opts.strategy,
-            "dropped": rewritten,
-            "shortened": [e.id for e in rewritten],
-            "cleared": cleared_ids,
-            "counter": counter.name,
-            "window": ctx.window,
-            "target_met": after + ctx.prompt_tokens <= plan.level,
-        }
-        return cleared_acc, meta
+        met = after + ctx.prompt_tokens <= plan.level
+        return cleared_acc, _clear_meta(ctx, opts, rewritten, cleared_ids, target_met=met)
     plain = opts.model_copy(
         update={"target": min(plan.level / usable, 1.0), "schedule": "threshold"}
     )
-    new_acc, meta = cut_to_target(cleared_acc, ctx, plain, counter, after, usable)
+    new_acc, meta = cut_to_target(cleared_acc, ctx, plain, counter, after, usable, note or None)
+    if "error" in meta and note:
+        # the record is bookkeeping: the marker it needs must not make the cut fail
+        new_acc, meta = cut_to_target(cleared_acc, ctx, plain, counter, after, usable)
     if "error" in meta:
         return acc, meta
     if not meta.get("compacted"):
@@ -404,6 +439,27 @@ def _apply(
         meta["cleared"] = cleared_ids
     meta["target"] = round(plain.target, 4)
     return new_acc, meta
+
+
+def _clear_meta(
+    ctx: CompactionContext,
+    opts: WindowManagerOptions,
+    rewritten: list[Entry],
+    cleared_ids: list[str],
+    *,
+    target_met: bool,
+) -> dict[str, Any]:
+    """The meta of a compaction that only cleared results (``rewritten``: their entries)."""
+    return {
+        "compacted": True,
+        "strategy": opts.strategy,
+        "dropped": rewritten,
+        "shortened": [e.id for e in rewritten],
+        "cleared": cleared_ids,
+        "counter": ctx.counter.name,
+        "window": ctx.window,
+        "target_met": target_met,
+    }
 
 
 def _changed(old: Entry, new: Entry) -> bool:

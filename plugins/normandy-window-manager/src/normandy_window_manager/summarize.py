@@ -98,18 +98,31 @@ INSTRUCTIONS_LEAD = (
 )
 
 
-def summary_system_prompt(instructions: str | None = None, template: str | None = None) -> str:
+#: Introduces the focus of a compaction on request in the summarizer's system prompt.
+FOCUS_LEAD = (
+    "This compaction was asked for, with a focus: keep in more detail what it names. It "
+    "comes from the agent or its application, not from the transcript; follow it as far as "
+    "the rules above allow:"
+)
+
+
+def summary_system_prompt(
+    instructions: str | None = None, focus: str | None = None, template: str | None = None
+) -> str:
     """The summarizer's system prompt: its rules, the request to write in ``template``
     (the option ``summary_template``; default :data:`DEFAULT_TEMPLATE`), then the config's
-    ``summary_instructions`` (the survival rule) when there are any."""
-    prompt = (
+    ``summary_instructions`` (the survival rule) and the ``focus`` of a compaction on
+    request (``ctx.focus``) when there are any."""
+    parts = [
         SUMMARY_SYSTEM_PROMPT
         if template is None
         else f"{SUMMARY_RULES}\n\n{template_request(template)}"
-    )
-    if instructions is None:
-        return prompt
-    return f"{prompt}\n\n{INSTRUCTIONS_LEAD}\n{instructions.strip()}"
+    ]
+    if instructions is not None:
+        parts.append(f"{INSTRUCTIONS_LEAD}\n{instructions.strip()}")
+    if focus is not None:
+        parts.append(f"{FOCUS_LEAD}\n{focus.strip()}")
+    return "\n\n".join(parts)
 
 
 class SummaryError(Exception):
@@ -152,11 +165,13 @@ def make_summary(
     *,
     budget: int | None = None,
     instructions: str | None = None,
+    focus: str | None = None,
 ) -> str:
     """The checked summary of ``dropped`` (earlier summaries among them are folded in),
     within ``budget`` tokens (default ``summary_max_tokens``). ``instructions`` (the
-    config's ``summary_instructions``) go to the model summarizer's system prompt; the
-    extractive digest has no model to give them to."""
+    config's ``summary_instructions``) and ``focus`` (a compaction on request's
+    ``ctx.focus``) go to the model summarizer's system prompt; the extractive digest has
+    no model to give them to and ignores them (it lists what it detects, in order)."""
     limit = opts.summary_max_tokens if budget is None else budget
     mode = opts.summarizer
     if mode == "auto":
@@ -167,7 +182,8 @@ def make_summary(
         body = limit - counter.count_text(MODEL_SUMMARY_HEADER + "\n")
         if body < _MIN_BODY_TOKENS:
             raise SummaryTooSmall(f"{limit:,} tokens cannot hold a summary and its header")
-        text = check_summary(_model_summary(acc, dropped, opts, body, instructions), body, counter)
+        system = summary_system_prompt(instructions, focus, opts.summary_template)
+        text = check_summary(_model_summary(acc, dropped, opts, body, system), body, counter)
         return f"{MODEL_SUMMARY_HEADER}\n{text}"
     if counter.count_text(EXTRACTIVE_SUMMARY_HEADER) + _MIN_BODY_TOKENS > limit:
         raise SummaryTooSmall(f"{limit:,} tokens cannot hold a summary and its header")
@@ -253,13 +269,14 @@ def _model_summary(
     dropped: Sequence[Entry],
     opts: WindowManagerOptions,
     budget: int,
-    instructions: str | None = None,
+    system: str,
 ) -> Any:
     """What the config's model client answered to the summary request, waited for at
     most ``summary_timeout`` in a thread under the library's one cap of abandoned
     threads (:func:`~normandy_core.contract.faults.run_bounded`); the client's SDK request
     is sent with that limit as its own timeout, so a provider that never answers does not
-    keep the thread."""
+    keep the thread. ``system`` is the summarizer's system prompt
+    (:func:`summary_system_prompt`)."""
     import asyncio
     import inspect
 
@@ -267,7 +284,6 @@ def _model_summary(
 
     client = acc.client
     prompt = build_summary_prompt(dropped, budget)
-    system = summary_system_prompt(instructions, opts.summary_template)
     message = Entry(id="summary-request", role="user", content=prompt)
     # Under arun_turn an async client runs on the turn's own loop, where its connections
     # live (a shared httpx pool fails on any other loop); elsewhere on a loop of the worker.
