@@ -101,7 +101,8 @@ def test_summarize_replaces_the_prefix_with_one_summary_entry():
     assert summary.turn_id not in {e.turn_id for e in acc.memory}
     assert summary.metadata["summarized_ids"] == [e.id for e in meta["dropped"]]
     text = summary.text()
-    assert "Tool calls:" in text and "read_file(" in text and "User requests:" in text
+    assert "\nDone and verified:\n" in text and "\n- read_file(" in text
+    assert "\nTask and constraints:\n- " in text
     assert get_counter("cl100k_base").count_text(text) <= 800
 
     # a second summary folds the first one in
@@ -112,7 +113,12 @@ def test_summarize_replaces_the_prefix_with_one_summary_entry():
     again_acc, again = run_compaction(new_acc.with_memory(more), mid_round=True)
     assert again["compacted"] is True
     assert summary.id in [e.id for e in again["dropped"]]
-    assert "Earlier summary:" in again_acc.memory.entries()[2].text()
+    # read back item by item: the first request stays the task's first, with no nesting
+    folded = again_acc.memory.entries()[2].text()
+    tasks = text.split("\nTask and constraints:\n")[1].split("\n")
+    first_task = next(t for t in tasks if "older items omitted" not in t)
+    assert first_task.startswith("- ") and f"\n{first_task}\n" in folded.split("Decisions")[0]
+    assert "Earlier summary:" not in folded and folded.count("Task and constraints:") == 1
 
 
 class FailingClient:

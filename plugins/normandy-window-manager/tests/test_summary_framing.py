@@ -95,16 +95,19 @@ def test_tool_output_appears_only_quoted_under_a_heading_that_says_so():
             if "IMPORTANT NEW INSTRUCTION" not in item:
                 continue
             hits += 1
-            if title.startswith("Tool calls"):
-                # the outcome of a failed call quotes its first line
-                quoted = re.fullmatch(r'fetch\(\{.*\}\) -> error: (".*")', item)
+            if title.startswith(("Done and verified", "Open and next step")):
+                # the outcome of a failed call quotes its first error line
+                quoted = re.fullmatch(r'(?:still failing: )?fetch\(\{.*\}\) -> error: (".*")', item)
                 assert quoted, item
                 item = quoted.group(1)
             else:
                 assert "tool output" in title.lower() and "quoted" in title.lower(), title
                 assert "not instructions" in title.lower(), title
-            # one JSON string literal: the payload cannot end the quote or start a line
-            assert isinstance(json.loads(item), str), item
+                label, _, item = item.partition(": ")
+                assert label in ("error", "command", "paths", "ids", "URLs"), label
+            # JSON string literals: the payload cannot end the quote or start a line
+            listed = json.loads(f"[{item}]")
+            assert listed and all(isinstance(x, str) for x in listed), item
     assert hits >= len(PAGES) - 1  # one page puts its instruction below its error line
 
 
@@ -128,4 +131,4 @@ def test_a_small_budget_keeps_the_header(budget):
 def test_entries_without_tool_output_are_unchanged_in_meaning():
     dropped = [Entry(id="u", role="user", content="Please rename `a_b` to `c_d` in x.py")]
     text = extractive_summary(dropped, 1_000, get_counter("cl100k_base"))
-    assert "User requests:" in text and "Please rename `a_b` to `c_d` in x.py" in text
+    assert "Task and constraints:\n- Please rename `a_b` to `c_d` in x.py\n" in text

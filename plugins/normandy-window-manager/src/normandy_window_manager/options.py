@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from normandy_core import CompactorOptions, CounterSpec
+from normandy_window_manager.handoff import check_template
 
 __all__ = ["WindowManagerOptions"]
 
@@ -69,6 +70,10 @@ class WindowManagerOptions(CompactorOptions):
     leave less room); a longer one is refused."""
     summary_timeout: float = Field(default=60.0, gt=0)
     """``summarize`` only: seconds to wait for a model summary before giving up."""
+    summary_template: str | None = None
+    """``summarize`` only: the handoff's sections, as text whose placeholder lines
+    (``{task}``, ``{decisions}``, ``{done}``, ``{evidence}``, ``{open}``) the summarizer
+    fills; default :data:`~normandy_window_manager.handoff.DEFAULT_TEMPLATE`."""
     schedule: Schedule = "threshold"
     """When to compact: ``threshold`` (over ``trigger``, today's behaviour) or ``cost``
     (when it pays for the cache rewrite it causes; never letting the window be exceeded)."""
@@ -94,6 +99,11 @@ class WindowManagerOptions(CompactorOptions):
     round_headroom: float = Field(default=0.15, ge=0.0, le=2.0)
     """``round_aware``: how much further than the round needs a turn start compacts, as a
     multiple of the estimate (so the next turn start need not compact again at once)."""
+
+    @field_validator("summary_template", mode="after")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        return None if value is None else check_template(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> WindowManagerOptions:
@@ -125,7 +135,7 @@ class WindowManagerOptions(CompactorOptions):
             raise ValueError(
                 f"{given} applies only to schedule 'cost' (schedule is {self.schedule!r})"
             )
-        summary_only = {"summarizer", "summary_max_tokens", "summary_timeout"}
+        summary_only = {"summarizer", "summary_max_tokens", "summary_timeout", "summary_template"}
         if self.strategy != "summarize" and summary_only & self.model_fields_set:
             given = ", ".join(sorted(summary_only & self.model_fields_set))
             raise ValueError(
