@@ -234,7 +234,7 @@ def test_a_background_writer_whose_loop_ended_is_started_again(tmp_path, monkeyp
     monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_type))
 
     class NotAnArchive:
-        """No ``last_write``: serving it raises out of the writer's loop."""
+        """No ``index`` nor ``location``: serving it raises out of the writer's loop."""
 
     writer = maintenance._Writer()
     writer.hurry = False

@@ -201,7 +201,7 @@ def _after_fork() -> None:
     for a in list(_instances):
         _inherited.extend(c for c in (a._wconn, getattr(a._local, "conn", None)) if c)
         a._wconn, a._local, a.writers_waiting = None, threading.local(), 0
-        a._write_lock, a._checkpoint_lock = threading.Lock(), threading.Lock()
+        a._write_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -264,14 +264,11 @@ class Archive(ArchiveBackend):
         self.sync = sync
         self._local = threading.local()
         self._write_lock = threading.Lock()
-        self._checkpoint_lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self._wid: tuple[int, int] | None = None
         _instances.add(self)
         self.writers_waiting = 0
         """Foreground writes waiting for the write lock (the background writer yields)."""
-        self.last_write = 0.0
-        """:func:`time.monotonic` of the last write (the background writer waits for a pause)."""
         self.wal_bound = self.WAL_MAX_BYTES
         """The write-ahead log's bound (the hook lowers it to a tenth of ``max_bytes``)."""
 
@@ -528,17 +525,14 @@ class Archive(ArchiveBackend):
         """Commit the new content into ``entries`` with the compaction's row, and the
         ``seen`` of content dropped again; :meth:`index` follows (at once with ``index``),
         and a log past :attr:`wal_bound` is checkpointed."""
-        self.last_write = time.monotonic()
         stored: int = self._transaction(
             lambda conn: schema.store(conn, [r.row for r in rows], compaction, meta_json),
             f"could not record {len(rows)} entries",
         )
-        self.last_write = time.monotonic()
         if index:
             self.index()
-        try:  # under the write lock: the background writer's transactions cannot hold it off
-            with self._writing(foreground=True):
-                self._bound_log()
+        try:
+            self.checkpoint(if_over=self.wal_bound, truncate=True)
         except ArchiveError as exc:  # committed all the same: the next write tries again
             log.warning("%s", exc)
         return stored
@@ -563,8 +557,7 @@ class Archive(ArchiveBackend):
             )
             total += done
             if done and self.wal_bound < self.WAL_MAX_BYTES:  # max_bytes: keep the log small
-                with self._writing():
-                    self._bound_log()
+                self.checkpoint(if_over=self.wal_bound, truncate=True)
             if done < batch:
                 return total
 
@@ -572,34 +565,16 @@ class Archive(ArchiveBackend):
         """Bytes the archive takes on the disk: its file and its write-ahead log."""
         return _size(self.path) + _size(f"{self.path}-wal")
 
-    def _bound_log(self) -> None:
-        """Under the write lock: a log past :attr:`wal_bound` is checkpointed and cut to
-        nothing, on the write connection (no transaction of this process is in its way)."""
-        if _size(f"{self.path}-wal") <= self.wal_bound:
-            return
-        with self._checkpoint_lock:
-            try:
-                self._writer().execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except sqlite3.Error as exc:
-                raise self._error(exc, "could not checkpoint") from exc
-
     def checkpoint(self, *, if_over: int = 0, truncate: bool = False) -> bool:
         """Copy the write-ahead log into the file when it holds more than ``if_over``
-        bytes; whether it did. ``PASSIVE`` never waits; ``truncate`` waits for readers and
-        writers (at most the busy timeout) and cuts the log to nothing."""
+        bytes; whether it did. ``PASSIVE`` never waits; ``truncate`` waits for readers
+        (at most the busy timeout) and cuts the log to nothing."""
         if _size(f"{self.path}-wal") <= if_over or self._file_id() is None:
             return False
-        # a connection of its own: a passive checkpoint runs beside a write, never holding
-        # a compaction up (and it never creates the file: mode=rw); one at a time, as
-        # SQLite skips a checkpoint while another runs
-        uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=rw"
-        with self._checkpoint_lock:
+        mode = "TRUNCATE" if truncate else "PASSIVE"
+        with self._writing(foreground=True):  # the background writer's indexing yields
             try:
-                conn = sqlite3.connect(uri, uri=True, timeout=self.timeout if truncate else 0)
-                try:
-                    conn.execute(f"PRAGMA wal_checkpoint({'TRUNCATE' if truncate else 'PASSIVE'})")
-                finally:
-                    conn.close()
+                self._writer().execute(f"PRAGMA wal_checkpoint({mode})")
             except sqlite3.Error as exc:
                 raise self._error(exc, "could not checkpoint") from exc
         return True
