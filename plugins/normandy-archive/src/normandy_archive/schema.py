@@ -26,8 +26,6 @@ from typing import Any
 from normandy_core import Entry, ToolResultBlock, ToolUseBlock
 
 __all__ = [
-    "COMPACTION_COLUMNS",
-    "ENTRY_COLUMNS",
     "SCHEMA_VERSION",
     "SEEN_REFRESH",
     "SEEN_SQL",
@@ -43,16 +41,6 @@ __all__ = [
 SCHEMA_VERSION = 2
 #: Seconds after which the same session dropping a content again refreshes its ``seen``.
 SEEN_REFRESH = 3600.0
-#: The columns of ``entries``, in order.
-ENTRY_COLUMNS = (
-    "seq, session_id, entry_id, content_hash, turn_id, role, entry_json, source_ids, "
-    "compaction_id, archived_at"
-)
-#: The columns of ``compactions``, in order.
-COMPACTION_COLUMNS = (
-    "compaction_id, session_id, compactor, strategy, model, mid_round, created_at, "
-    "entry_count, tokens_before, tokens_after, meta_json, dropped_count"
-)
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS compactions (
@@ -202,7 +190,7 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
         digest = content_hash(entry, data)
         values = (seq, session, entry_id, digest, turn_id, role, data)
         conn.execute(
-            f"INSERT OR IGNORE INTO entries ({ENTRY_COLUMNS}) VALUES ({', '.join('?' * 10)})",
+            f"INSERT OR IGNORE INTO entries VALUES ({', '.join('?' * 10)})",
             (*values, json.dumps(ids) if ids else None, cid, at),
         )
         conn.executemany(
