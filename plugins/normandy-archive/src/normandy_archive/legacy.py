@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from normandy_archive.schema import store
+from normandy_archive.schema import rollback, store
 
 try:
     import fcntl
@@ -224,9 +224,7 @@ def move_left(conn: sqlite3.Connection, path: Path) -> None:
                     conn.execute("DELETE FROM journal")
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
+                rollback(conn)
                 raise
         if moved:
             log.info("archive %s: moved %d compactions an earlier version left", path, moved)

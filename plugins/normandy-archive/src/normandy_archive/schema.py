@@ -16,6 +16,7 @@ readers scan the rows past it directly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -34,6 +35,7 @@ __all__ = [
     "create",
     "index_pending",
     "migrate",
+    "rollback",
     "source_ids",
     "store",
 ]
@@ -126,20 +128,10 @@ _ENTRY_INSERT = (
     "source_ids, session_id, compaction_id, archived_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
-_TAILS = {False: ',"pinned":false,"metadata":{}}', True: ',"pinned":true,"metadata":{}}'}
 
-
-def content_hash(entry: Entry, data: str | None = None) -> str:
-    """SHA-256 of the entry's role and content (not its id, parent, turn or metadata).
-
-    ``data``, ``entry.model_dump_json()`` when the caller has it, spares serializing the
-    content again: it is cut out of it (pydantic writes the fields in declared order).
-    """
-    tail = _TAILS[entry.pinned]
-    if data is not None and not entry.metadata and data.endswith(tail):
-        content = data[data.index(',"content":') + 11 : -len(tail)]
-    else:
-        content = entry.model_dump_json(include={"content"})[11:-1]
+def content_hash(entry: Entry) -> str:
+    """SHA-256 of the entry's role and content (not its id, parent, turn or metadata)."""
+    content = entry.model_dump_json(include={"content"})[11:-1]
     return hashlib.sha256(f"{entry.role}\n{content}".encode()).hexdigest()
 
 
@@ -155,6 +147,13 @@ def source_ids(entry: Entry) -> list[str]:
         elif isinstance(b, ToolResultBlock):
             found[b.tool_use_id] = None
     return list(found)
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is open; an error here would only hide the one that caused it."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
 
 def create(conn: sqlite3.Connection) -> None:
@@ -187,7 +186,7 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
     for seq, session, entry_id, turn_id, role, data, cid, at in rows:
         entry = Entry.model_validate_json(data)
         ids = source_ids(entry)
-        digest = content_hash(entry, data)
+        digest = content_hash(entry)
         values = (seq, session, entry_id, digest, turn_id, role, data)
         conn.execute(
             f"INSERT OR IGNORE INTO entries VALUES ({', '.join('?' * 10)})",

@@ -41,7 +41,7 @@ from normandy_archive.base import (
     searchable_text,
 )
 from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiveError
-from normandy_archive.schema import SCHEMA_VERSION
+from normandy_archive.schema import SCHEMA_VERSION, rollback
 from normandy_archive.settings import archive_path, current_settings
 
 __all__ = [
@@ -76,11 +76,7 @@ class ArchiveBusyError(ArchiveError):
 
 
 def _regular(path: str | Path, what: str, refusal: str) -> os.stat_result | None:
-    """The status of the file at ``path``, not followed (``None``: nothing there).
-
-    :raises ArchiveError: naming ``what``: a symbolic link (``refusing to`` ``refusal``),
-        or anything else but a regular file.
-    """
+    """The file's status, not followed (``None``: none there); a link or non-file refused."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -103,9 +99,8 @@ def _size(path: str | Path) -> int:
 
 
 def _refuse_unless_ours(path: Path) -> None:
-    """Refuse the database, ``-wal`` or ``-shm`` file unless it is a regular file of this
-    user that others may neither read nor write: another user could have planted it to
-    read what is written into it (the error names the file, its owner and mode)."""
+    """Refuse a database, -wal or -shm file another user owns or others may read or write
+    (planted in a shared directory, it would let them read what is written into it)."""
     euid = os.geteuid() if hasattr(os, "geteuid") else -1
     for p in (str(path), f"{path}-wal", f"{path}-shm"):
         what = f"archive {str(path)!r}" + ("" if p == str(path) else f": {p!r}")
@@ -151,11 +146,8 @@ def _secure_create(path: Path) -> None:
 
 
 def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
-    """The archive's schema version (0: an empty file); refuse another application's file.
-
-    ``user_version`` and the table names are read in one snapshot: read apart, a writer
-    creating the schema in between made a new archive look like another application's.
-    """
+    """The archive's schema version (0: an empty file); refuse another application's file."""
+    # in one snapshot: a writer creating the schema in between made an archive look foreign
     own = not conn.in_transaction
     try:
         if own:
@@ -169,9 +161,8 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
             ) from exc
         raise
     finally:
-        if own and conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")  # a read: nothing to keep
+        if own:
+            rollback(conn)  # a read: nothing to keep
     if version == 0 and not tables:
         return 0
     if version not in (1, SCHEMA_VERSION) or not {"compactions", "entries"} <= tables:
@@ -182,25 +173,17 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _rollback(conn: sqlite3.Connection) -> None:
-    """Roll back what is open; an error here would only hide the one that caused it."""
-    if conn.in_transaction:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-
-
 #: Connections inherited over ``fork``: kept, never used or closed, in the child.
-_inherited: builtins.list[sqlite3.Connection] = []
+_inherited: builtins.list[sqlite3.Connection | None] = []
 #: Every Archive of the process, so a child made by ``fork`` starts afresh.
 _instances: weakref.WeakSet[Archive] = weakref.WeakSet()
 
 
 def _after_fork() -> None:
-    """In the child: a lock another thread held at the fork would stay held for ever, and
-    the parent's connections are the parent's."""
+    """In a forked child: fresh locks (another thread may have held one) and connections."""
     for a in list(_instances):
-        _inherited.extend(c for c in (a._wconn, getattr(a._local, "conn", None)) if c)
-        a._wconn, a._local, a.writers_waiting = None, threading.local(), 0
+        _inherited.append(a._wconn)
+        a._wconn, a.writers_waiting = None, 0
         a._write_lock = threading.Lock()
 
 
@@ -231,7 +214,7 @@ class Archive(ArchiveBackend):
     Writes go through one connection per process, kept open (closing the last connection
     of a WAL database checkpoints it), reopened after ``fork`` and when the file at
     ``path`` is no longer the open one (deleted or rotated), so nothing is written into an
-    unlinked file. Reads use a read-only connection per thread and never create the file.
+    unlinked file. Each read opens a read-only connection of its own, and never creates the file.
 
     ``timeout`` is how long a write waits for another writer's lock, in seconds (default:
     the ``busy_timeout`` setting, 5 s); ``sync`` how a commit reaches the disk,
@@ -262,7 +245,6 @@ class Archive(ArchiveBackend):
         self.path = Path(path).expanduser() if path is not None else archive_path()
         self.timeout = float(timeout)
         self.sync = sync
-        self._local = threading.local()
         self._write_lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self._wid: tuple[int, int] | None = None
@@ -325,61 +307,44 @@ class Archive(ArchiveBackend):
     # -- connections ------------------------------------------------------------------
 
     def _open_reader(self) -> tuple[sqlite3.Connection, int] | None:
-        """A read-only connection and the schema version (``None``: an empty file).
-
-        It changes nothing, not even the journal mode. A read-only archive in a read-only
-        directory, without the -wal and -shm a WAL reader needs, is read as immutable.
-        """
+        """A read-only connection, changing nothing, and the schema version (``None``: empty)."""
         uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
+        # a read-only archive in a read-only directory, without the -wal and -shm a WAL
+        # reader needs, is read as immutable
         immutable = not os.path.lexists(f"{self.path}-wal")
         while True:
             conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
             try:
                 version = _archive_version(conn, self.path)
-            except sqlite3.OperationalError as exc:
+            except BaseException as exc:
                 conn.close()
-                if not immutable or not ("readonly" in str(exc) or "unable to open" in str(exc)):
+                text = str(exc) if isinstance(exc, sqlite3.OperationalError) else ""
+                if not immutable or not ("readonly" in text or "unable to open" in text):
                     raise
                 uri, immutable = uri + "&immutable=1", False
                 continue
-            except BaseException:
-                conn.close()
-                raise
             if version == 0:
                 conn.close()
                 return None
             return conn, version
 
     def _read(self, work: Callable[[int, Run], T]) -> T | None:
-        """``work`` on this thread's read connection (``None``: no archive yet), reopened
-        when the file at the path changed; a failure is raised as the archive's error."""
-        local = self._local
-        fid = self._file_id()
-        conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is not None and local.fid != fid:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-            conn = local.conn = None
-        if fid is None:
-            return None
-        if conn is None:
-            try:
-                opened = self._open_reader()
-            except sqlite3.Error as exc:
-                raise self._error(exc, "cannot read it") from exc
-            if opened is None:
-                return None
-            conn, local.version = opened
-            local.conn, local.fid = conn, fid
+        """``work`` on a read-only connection of its own (``None``: no archive yet)."""
         try:
-            return work(local.version, lambda q, p: conn.execute(q, p).fetchall())
+            opened = None if self._file_id() is None else self._open_reader()
         except sqlite3.Error as exc:
-            local.conn = None  # a connection that failed is not trusted again
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
+            raise self._error(exc, "cannot read it") from exc
+        if opened is None:
+            return None
+        conn, version = opened
+        try:
+            return work(version, lambda q, p: conn.execute(q, p).fetchall())
+        except sqlite3.Error as exc:
             if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(_QUERY_ERRORS):
                 raise ArchiveQueryError(f"bad full-text query: {exc}") from exc
             raise self._error(exc, "cannot read it") from exc
+        finally:
+            conn.close()
 
     def _writer(self) -> sqlite3.Connection:
         """The write connection, reopened when the file at the path is not the open one."""
@@ -439,7 +404,7 @@ class Archive(ArchiveBackend):
                 schema.migrate(conn, version)
             conn.execute("COMMIT")
         except BaseException:
-            _rollback(conn)
+            rollback(conn)
             raise
 
     def _drop_writer(self, *, moved: bool = False) -> None:
@@ -456,8 +421,7 @@ class Archive(ArchiveBackend):
 
     @contextlib.contextmanager
     def _writing(self, *, foreground: bool = False) -> Iterator[None]:
-        """This process's turn to write, waited for at most the busy timeout; a
-        ``foreground`` write is counted while it waits, so the background writer yields."""
+        """This process's turn to write; a waiting ``foreground`` one makes the index yield."""
         self.writers_waiting += foreground
         try:
             got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
@@ -476,12 +440,8 @@ class Archive(ArchiveBackend):
     def _transaction(
         self, work: Callable[[sqlite3.Connection], T], doing: str, *, background: bool = False
     ) -> T:
-        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer.
-
-        The real error is raised, never one of the ROLLBACK after it; a ``background`` one
-        does not wait for another process's lock (:class:`ArchiveBusyError`). When the file
-        at the path changed meanwhile, the work is done again in the file now there.
-        """
+        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer,
+        done again in the file now at the path when it changed meanwhile."""
         with self._writing(foreground=not background):
             for _ in range(3):
                 conn = self._writer()
@@ -492,13 +452,13 @@ class Archive(ArchiveBackend):
                     result = work(conn)
                     conn.execute("COMMIT")
                 except sqlite3.Error as exc:
-                    _rollback(conn)
+                    rollback(conn)
                     if background and "locked" in str(exc):
                         raise ArchiveBusyError(f"archive {self.location!r}: busy") from exc
                     self._drop_writer()
                     raise self._error(exc, doing) from exc
                 except BaseException:
-                    _rollback(conn)
+                    rollback(conn)
                     raise
                 finally:
                     if background:
@@ -510,10 +470,7 @@ class Archive(ArchiveBackend):
             raise self._failure(f"{doing}: the file kept being replaced while it was written")
 
     def close(self) -> None:
-        """Close this thread's read connection and the write connection."""
-        conn, self._local.conn = getattr(self._local, "conn", None), None
-        if conn is not None:
-            conn.close()
+        """Close the write connection (reads open their own)."""
         with self._write_lock:
             self._drop_writer()
 
@@ -522,9 +479,7 @@ class Archive(ArchiveBackend):
     def _write(
         self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str, *, index: bool
     ) -> int:
-        """Commit the new content into ``entries`` with the compaction's row, and the
-        ``seen`` of content dropped again; :meth:`index` follows (at once with ``index``),
-        and a log past :attr:`wal_bound` is checkpointed."""
+        """Commit the compaction (:func:`~normandy_archive.schema.store`), then bound the log."""
         stored: int = self._transaction(
             lambda conn: schema.store(conn, [r.row for r in rows], compaction, meta_json),
             f"could not record {len(rows)} entries",
@@ -539,12 +494,9 @@ class Archive(ArchiveBackend):
 
     def index(self, *, batch: int = 16, yield_to_writers: bool = False) -> int:
         """Index for full-text search what was committed and not indexed yet (a killed
-        process's rows too); how many entries it indexed.
-
-        In transactions of at most ``batch`` entries, so a writer waits for one batch at
-        most; with ``yield_to_writers`` (the background writer), a waiting compaction goes
-        first between two, and another process's lock is not waited for
-        (:class:`ArchiveBusyError`).
+        process's rows too), ``batch`` entries a transaction; how many it indexed. With
+        ``yield_to_writers`` (the background writer), a waiting compaction goes first
+        between two, and another process's lock is not waited for (:class:`ArchiveBusyError`).
         """
         total = 0
         while True:
