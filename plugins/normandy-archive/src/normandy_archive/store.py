@@ -214,7 +214,8 @@ class Archive(ArchiveBackend):
     Writes go through one connection per process, kept open (closing the last connection
     of a WAL database checkpoints it), reopened after ``fork`` and when the file at
     ``path`` is no longer the open one (deleted or rotated), so nothing is written into an
-    unlinked file. Each read opens a read-only connection of its own, and never creates the file.
+    unlinked file. Each read opens a read-only connection of its own (it never creates
+    the file).
 
     ``timeout`` is how long a write waits for another writer's lock, in seconds (default:
     the ``busy_timeout`` setting, 5 s); ``sync`` how a commit reaches the disk,
