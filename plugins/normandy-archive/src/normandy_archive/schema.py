@@ -35,6 +35,7 @@ __all__ = [
     "create",
     "index_pending",
     "migrate",
+    "remove_sessions",
     "rollback",
     "source_ids",
     "store",
@@ -230,6 +231,33 @@ def store(
         tail = (c.session_id, c.compaction_id, c.created_at)
         conn.executemany(_ENTRY_INSERT, [(*r, *tail) for r in new])
     return len(new)
+
+
+#: What :func:`remove_sessions` runs, for the sessions of the JSON array ``?1``.
+_IN = "IN (SELECT value FROM json_each(?1))"
+_MINE = f"SELECT seq FROM seen WHERE session_id {_IN}"
+_REMOVE = (
+    "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', e.seq, "
+    f"{TEXT_SQL} FROM entries e WHERE e.seq IN ({_MINE})",
+    "DELETE FROM entry_sources WHERE content_hash IN (SELECT content_hash FROM entries "
+    f"WHERE seq IN ({_MINE}))",
+    f"DELETE FROM entries WHERE seq IN ({_MINE})",
+    f"DELETE FROM seen WHERE session_id {_IN}",
+    # what a removed session archived first and a kept one dropped since stays, under it
+    "UPDATE entries SET session_id = (SELECT s.session_id FROM seen s WHERE s.seq = "
+    f"entries.seq) WHERE session_id {_IN}",
+    f"DELETE FROM compactions WHERE session_id {_IN}",
+)
+
+
+def remove_sessions(conn: sqlite3.Connection, sessions: list[str]) -> None:
+    """Remove the rows ``sessions`` were the last to drop, with their index, ids and
+    ``seen``, and the compactions left empty (in the caller's transaction)."""
+    for statement in _REMOVE:
+        conn.execute(statement, (json.dumps(sessions),))
+    conn.execute(
+        "DELETE FROM compactions WHERE compaction_id NOT IN (SELECT compaction_id FROM entries)"
+    )
 
 
 def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:

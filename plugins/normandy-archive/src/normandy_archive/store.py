@@ -551,33 +551,7 @@ class Archive(ArchiveBackend):
             plan = self._plan(lambda q, p: conn.execute(q, p).fetchall(), limits)
             if not plan.sessions:
                 return 0
-            doomed = (json.dumps([s.session_id for s in plan.sessions]),)
-            sessions = "SELECT value FROM json_each(?)"
-            mine = f"SELECT seq FROM seen WHERE session_id IN ({sessions})"
-            conn.execute(
-                "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', e.seq, "
-                f"{schema.TEXT_SQL} FROM entries e WHERE e.seq IN ({mine})",
-                doomed,
-            )
-            conn.execute(
-                "DELETE FROM entry_sources WHERE content_hash IN "
-                f"(SELECT content_hash FROM entries WHERE seq IN ({mine}))",
-                doomed,
-            )
-            conn.execute(f"DELETE FROM entries WHERE seq IN ({mine})", doomed)
-            conn.execute(f"DELETE FROM seen WHERE session_id IN ({sessions})", doomed)
-            # what a removed session archived first and a kept one dropped since stays,
-            # under the kept session; compactions with nothing left go
-            conn.execute(
-                "UPDATE entries SET session_id = (SELECT s.session_id FROM seen s "
-                f"WHERE s.seq = entries.seq) WHERE session_id IN ({sessions})",
-                doomed,
-            )
-            conn.execute(f"DELETE FROM compactions WHERE session_id IN ({sessions})", doomed)
-            conn.execute(
-                "DELETE FROM compactions WHERE compaction_id NOT IN "
-                "(SELECT compaction_id FROM entries)"
-            )
+            schema.remove_sessions(conn, [s.session_id for s in plan.sessions])
             return plan.entries
 
         removed = self._transaction(work, "could not prune")
