@@ -253,22 +253,17 @@ def _arguments(name: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="with archive details")
         return
     if name == "prune":
-        p.add_argument(
-            "--max-bytes",
-            metavar="SIZE",
-            help=f"keep the archive under SIZE, such as 500MB (default: ${ENV_MAX_BYTES})",
-        )
-        p.add_argument(
-            "--max-age-days",
-            metavar="D",
-            help="remove sessions last compacted more than D days ago "
-            f"(default: ${ENV_MAX_AGE_DAYS})",
-        )
-        p.add_argument(
-            "--max-sessions",
-            metavar="N",
-            help=f"keep only the N most recent sessions (default: ${ENV_MAX_SESSIONS})",
-        )
+        for option, metavar, text, env in (
+            ("--max-bytes", "SIZE", "keep the archive under SIZE, such as 500MB", ENV_MAX_BYTES),
+            (
+                "--max-age-days",
+                "D",
+                "remove sessions last compacted more than D days ago",
+                ENV_MAX_AGE_DAYS,
+            ),
+            ("--max-sessions", "N", "keep only the N most recent sessions", ENV_MAX_SESSIONS),
+        ):
+            p.add_argument(option, metavar=metavar, help=f"{text} (default: ${env})")
         p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
         p.add_argument(
             "--vacuum", action="store_true", help="then give the space back to the file system"
