@@ -323,7 +323,7 @@ def _v1_contents(rows: Iterable[tuple[int, str, str, float]]) -> _V1Contents:
     ids: dict[int, builtins.list[str]] = {}
     for seq, session, data, at in rows:
         entry = Entry.model_validate_json(data)
-        digest = content_hash(entry)
+        digest = content_hash(entry, data)
         first.setdefault(digest, seq)
         if first[digest] == seq and (found := source_ids(entry)):
             ids[seq] = found

@@ -257,7 +257,7 @@ def _prepare_one(entry: Entry) -> Prepared:
 def entry_row(entry: Entry, data: str, ids: Sequence[str]) -> EntryRow:
     """The row of ``entry`` whose JSON is ``data`` and whose caller's ids are ``ids``."""
     ids_json = json.dumps(list(ids)) if ids else None
-    return (entry.id, content_hash(entry), entry.turn_id, entry.role, data, ids_json)
+    return (entry.id, content_hash(entry, data), entry.turn_id, entry.role, data, ids_json)
 
 
 #: Entries serialized ahead by :func:`prepare`, by ``id(entry)`` (the entry is kept in its

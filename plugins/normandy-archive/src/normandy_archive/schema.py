@@ -129,10 +129,21 @@ _ENTRY_INSERT = (
     "source_ids, session_id, compaction_id, archived_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
+_TAILS = {False: ',"pinned":false,"metadata":{}}', True: ',"pinned":true,"metadata":{}}'}
 
-def content_hash(entry: Entry) -> str:
-    """SHA-256 of the entry's role and content (not its id, parent, turn or metadata)."""
-    content = entry.model_dump_json(include={"content"})[11:-1]
+
+def content_hash(entry: Entry, data: str | None = None) -> str:
+    """SHA-256 of the entry's role and content (not its id, parent, turn or metadata).
+
+    ``data``, ``entry.model_dump_json()`` when the caller has it, spares serializing the
+    content again (it is most of the cost): it is cut out of it (pydantic writes the
+    fields in declared order).
+    """
+    tail = _TAILS[entry.pinned]
+    if data is not None and not entry.metadata and data.endswith(tail):
+        content = data[data.index(',"content":') + 11 : -len(tail)]
+    else:
+        content = entry.model_dump_json(include={"content"})[11:-1]
     return hashlib.sha256(f"{entry.role}\n{content}".encode()).hexdigest()
 
 
@@ -187,7 +198,7 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
     for seq, session, entry_id, turn_id, role, data, cid, at in rows:
         entry = Entry.model_validate_json(data)
         ids = source_ids(entry)
-        digest = content_hash(entry)
+        digest = content_hash(entry, data)
         values = (seq, session, entry_id, digest, turn_id, role, data)
         conn.execute(
             f"INSERT OR IGNORE INTO entries VALUES ({', '.join('?' * 10)})",
