@@ -174,7 +174,7 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
 
 
 #: Connections inherited over ``fork``: kept, never used or closed, in the child.
-_inherited: builtins.list[sqlite3.Connection | None] = []
+_inherited: builtins.list[sqlite3.Connection] = []
 #: Every Archive of the process, so a child made by ``fork`` starts afresh.
 _instances: weakref.WeakSet[Archive] = weakref.WeakSet()
 
@@ -182,8 +182,8 @@ _instances: weakref.WeakSet[Archive] = weakref.WeakSet()
 def _after_fork() -> None:
     """In a forked child: fresh locks (another thread may have held one) and connections."""
     for a in list(_instances):
-        _inherited.append(a._wconn)
-        a._wconn, a.writers_waiting = None, 0
+        _inherited.extend(c for c in (a._wconn, getattr(a._local, "conn", None)) if c)
+        a._wconn, a._local, a.writers_waiting = None, threading.local(), 0
         a._write_lock = threading.Lock()
 
 
@@ -214,8 +214,7 @@ class Archive(ArchiveBackend):
     Writes go through one connection per process, kept open (closing the last connection
     of a WAL database checkpoints it), reopened after ``fork`` and when the file at
     ``path`` is no longer the open one (deleted or rotated), so nothing is written into an
-    unlinked file. Each read opens a read-only connection of its own (it never creates
-    the file).
+    unlinked file. Reads use a read-only connection per thread and never create the file.
 
     ``timeout`` is how long a write waits for another writer's lock, in seconds (default:
     the ``busy_timeout`` setting, 5 s); ``sync`` how a commit reaches the disk,
@@ -246,6 +245,7 @@ class Archive(ArchiveBackend):
         self.path = Path(path).expanduser() if path is not None else archive_path()
         self.timeout = float(timeout)
         self.sync = sync
+        self._local = threading.local()
         self._write_lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self._wid: tuple[int, int] | None = None
@@ -330,22 +330,35 @@ class Archive(ArchiveBackend):
             return conn, version
 
     def _read(self, work: Callable[[int, Run], T]) -> T | None:
-        """``work`` on a read-only connection of its own (``None``: no archive yet)."""
-        try:
-            opened = None if self._file_id() is None else self._open_reader()
-        except sqlite3.Error as exc:
-            raise self._error(exc, "cannot read it") from exc
-        if opened is None:
+        """``work`` on this thread's read connection (``None``: no archive yet), reopened
+        when the file at the path changed; a failure is raised as the archive's error."""
+        local = self._local
+        fid = self._file_id()
+        conn: sqlite3.Connection | None = getattr(local, "conn", None)
+        if conn is not None and local.fid != fid:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+            conn = local.conn = None
+        if fid is None:
             return None
-        conn, version = opened
+        if conn is None:
+            try:
+                opened = self._open_reader()
+            except sqlite3.Error as exc:
+                raise self._error(exc, "cannot read it") from exc
+            if opened is None:
+                return None
+            conn, local.version = opened
+            local.conn, local.fid = conn, fid
         try:
-            return work(version, lambda q, p: conn.execute(q, p).fetchall())
+            return work(local.version, lambda q, p: conn.execute(q, p).fetchall())
         except sqlite3.Error as exc:
+            local.conn = None  # a connection that failed is not trusted again
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
             if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(_QUERY_ERRORS):
                 raise ArchiveQueryError(f"bad full-text query: {exc}") from exc
             raise self._error(exc, "cannot read it") from exc
-        finally:
-            conn.close()
 
     def _writer(self) -> sqlite3.Connection:
         """The write connection, reopened when the file at the path is not the open one."""
@@ -471,7 +484,10 @@ class Archive(ArchiveBackend):
             raise self._failure(f"{doing}: the file kept being replaced while it was written")
 
     def close(self) -> None:
-        """Close the write connection (reads open their own)."""
+        """Close this thread's read connection and the write connection."""
+        conn, self._local.conn = getattr(self._local, "conn", None), None
+        if conn is not None:
+            conn.close()
         with self._write_lock:
             self._drop_writer()
 
