@@ -43,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     def later(archive: Any, limits: Any = None, upcoming: Any = ()) -> None:
         pending.append((archive, limits, upcoming))
 
-    maintenance._writer.hurry = True  # no waiting for a pause: it runs untraced, at once
     maintenance.schedule = later  # type: ignore[assignment]  # the hooks import it at use
     wl = workload(60, extra=messages, seed=13)
     acc = AgentConfig(

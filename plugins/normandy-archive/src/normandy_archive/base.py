@@ -11,9 +11,9 @@ import abc
 import builtins
 import json
 import math
-import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
@@ -39,7 +39,6 @@ __all__ = [
     "Search",
     "SessionUsage",
     "entry_row",
-    "int_or_none",
     "page",
     "prepare",
     "searchable_text",
@@ -248,22 +247,19 @@ class Prepared(NamedTuple):
 
 
 def _prepare_one(entry: Entry) -> Prepared:
-    """``entry`` serialized once (``model_dump_json()``'s JSON, by the model's serializer
-    directly), hashed, its caller's ids found, and its row made."""
-    data = type(entry).__pydantic_serializer__.to_json(entry).decode()
+    """``entry`` serialized once, hashed, its caller's ids found, and its row made."""
+    data = entry.model_dump_json()
     ids = tuple(source_ids(entry))
     row = entry_row(entry, data, ids)
     return Prepared(entry, data, row[1], ids, row)
 
 
 def entry_row(entry: Entry, data: str, ids: Sequence[str]) -> EntryRow:
-    """The row of ``entry`` whose JSON is ``data``, its ids JSON as ``json.dumps`` writes it."""
-    ids_json = "[" + ", ".join(map(_json_string, ids)) + "]" if ids else None
+    """The row of ``entry`` whose JSON is ``data`` and whose caller's ids are ``ids``."""
+    ids_json = json.dumps(list(ids)) if ids else None
     return (entry.id, content_hash(entry, data), entry.turn_id, entry.role, data, ids_json)
 
 
-#: A string as ``json.dumps`` writes it (``ensure_ascii``).
-_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 #: Entries serialized ahead by :func:`prepare`, by ``id(entry)`` (the entry is kept in its
 #: :class:`Prepared`, so the id stays its own), at most :data:`PREPARED_MAX_BYTES` of JSON.
 _prepared: dict[int, Prepared] = {}
@@ -300,18 +296,6 @@ def _serialized(entries: Sequence[Entry]) -> builtins.list[Prepared]:
         h if h is not None and h.entry is e else _prepare_one(e)
         for e, h in zip(entries, hits, strict=True)
     ]
-
-
-def _random_id() -> str:
-    """What ``uuid.uuid4().hex`` gives, without building the ``UUID``."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
-    return raw.hex()
-
-
-#: ``json.dumps(meta, ensure_ascii=False, default=str)``, its encoder made once.
-_meta_json: Callable[[Any], str] = json.JSONEncoder(ensure_ascii=False, default=str).encode
 
 
 def _ids(found: str | None) -> tuple[str, ...]:
@@ -449,7 +433,7 @@ class ArchiveBackend(abc.ABC):
             timeout, permission, not an archive...), naming the archive and the cause;
             nothing of it was written.
         """
-        cid = compaction_id or _random_id()
+        cid = compaction_id or uuid.uuid4().hex
         rows: dict[str, Prepared] = {}
         for r in _serialized(dropped):
             rows.setdefault(r.content_hash, r)
@@ -467,9 +451,8 @@ class ArchiveBackend(abc.ABC):
             tokens_after=int_or_none(info.get("tokens_after")),
             dropped_count=len(dropped),
         )
-        stored = self._write(
-            builtins.list(rows.values()), compaction, _meta_json(info), index=index
-        )
+        meta_json = json.dumps(info, ensure_ascii=False, default=str)
+        stored = self._write(builtins.list(rows.values()), compaction, meta_json, index=index)
         return Recorded(cid, stored, len(rows) - stored)
 
     # -- retention --------------------------------------------------------------------

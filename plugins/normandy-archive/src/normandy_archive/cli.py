@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import math
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
@@ -23,8 +22,8 @@ from normandy_archive.settings import (
     ENV_MAX_BYTES,
     ENV_MAX_SESSIONS,
     ENV_PATH,
+    SECTION,
     current_settings,
-    parse_size,
 )
 from normandy_archive.store import MAX_ROWS, Archive, ArchivedEntry, searchable_text
 
@@ -40,19 +39,14 @@ class _Refused(Exception):
     """A problem reported as one line and :data:`EXIT_ERROR`."""
 
 
-def _number(text: str | None, option: str, default: Any = None, *, whole: bool = False) -> Any:
-    """``text`` given to ``option``, a number >= 0 (``whole``: up to ``MAX_ROWS``), or
-    ``default`` when not given."""
-    if text is None:
-        return default
+def _whole(text: str, option: str) -> int:
+    """``text`` given to ``option``: a whole number from 0 to ``MAX_ROWS``."""
     try:
-        value = int(text) if whole else float(text)
+        value = int(text)
     except ValueError:
         value = -1
-    if whole and not 0 <= value <= MAX_ROWS:
+    if not 0 <= value <= MAX_ROWS:
         raise _Refused(f"{option} must be a whole number from 0 to {MAX_ROWS}, got {text!r}")
-    if not 0 <= value < math.inf:
-        raise _Refused(f"{option} must be a number >= 0, got {text!r}")
     return value
 
 
@@ -101,12 +95,14 @@ def _size(n: int) -> str:
 
 def _prune(args: argparse.Namespace, archive: ArchiveBackend, out: TextIO, prog: str) -> int:
     settings = current_settings()
-    try:
-        max_bytes = settings.max_bytes if args.max_bytes is None else parse_size(args.max_bytes)
-    except ValueError as exc:
-        raise _Refused(f"--max-bytes: {exc}") from None
-    days = _number(args.max_age_days, "--max-age-days", settings.max_age_days)
-    sessions = _number(args.max_sessions, "--max-sessions", settings.max_sessions, whole=True)
+    max_bytes, days, sessions = (  # each checked as the setting of the same name is
+        getattr(settings, key) if text is None else SECTION.check(key, text, f"--{option}")
+        for key, option, text in (
+            ("max_bytes", "max-bytes", args.max_bytes),
+            ("max_age_days", "max-age-days", args.max_age_days),
+            ("max_sessions", "max-sessions", args.max_sessions),
+        )
+    )
     if (max_bytes, days, sessions) == (None, None, None):
         raise _Refused(
             f"no limit: give --max-bytes, --max-age-days or --max-sessions (or set "
@@ -159,8 +155,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
 def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
     cmd = args.archive_command
     if cmd in ("list", "search"):
-        limit = _number(args.limit, "--limit", whole=True)
-        offset = _number(args.offset, "--offset", whole=True)
+        limit, offset = _whole(args.limit, "--limit"), _whole(args.offset, "--offset")
     archive = _open(args)
     if cmd == "prune":
         return _prune(args, archive, out, prog)
@@ -258,22 +253,17 @@ def _arguments(name: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="with archive details")
         return
     if name == "prune":
-        p.add_argument(
-            "--max-bytes",
-            metavar="SIZE",
-            help=f"keep the archive under SIZE, such as 500MB (default: ${ENV_MAX_BYTES})",
-        )
-        p.add_argument(
-            "--max-age-days",
-            metavar="D",
-            help="remove sessions last compacted more than D days ago "
-            f"(default: ${ENV_MAX_AGE_DAYS})",
-        )
-        p.add_argument(
-            "--max-sessions",
-            metavar="N",
-            help=f"keep only the N most recent sessions (default: ${ENV_MAX_SESSIONS})",
-        )
+        for option, metavar, text, env in (
+            ("--max-bytes", "SIZE", "keep the archive under SIZE, such as 500MB", ENV_MAX_BYTES),
+            (
+                "--max-age-days",
+                "D",
+                "remove sessions last compacted more than D days ago",
+                ENV_MAX_AGE_DAYS,
+            ),
+            ("--max-sessions", "N", "keep only the N most recent sessions", ENV_MAX_SESSIONS),
+        ):
+            p.add_argument(option, metavar=metavar, help=f"{text} (default: ${env})")
         p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
         p.add_argument(
             "--vacuum", action="store_true", help="then give the space back to the file system"

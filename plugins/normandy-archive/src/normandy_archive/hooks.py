@@ -109,6 +109,7 @@ def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
     """Have the background writer index, checkpoint and prune an SQLite archive, and
     prepare the entries the conversation keeps (PostgreSQL indexes as it writes)."""
     from normandy_archive import maintenance
+    from normandy_archive.base import Limits
     from normandy_archive.store import Archive
 
     archive = _IN_USE.get(settings)
@@ -117,7 +118,7 @@ def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
     limits = None
     if settings.limited:
         days = settings.max_age_days
-        limits = maintenance.Limits(
+        limits = Limits(
             max_bytes=settings.max_bytes,
             max_age_seconds=None if days is None else days * 86_400,
             max_sessions=settings.max_sessions,

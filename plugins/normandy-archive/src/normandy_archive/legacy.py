@@ -24,7 +24,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from normandy_archive.schema import store
+from normandy_archive.base import CompactionRecord, entry_row
+from normandy_archive.schema import rollback, source_ids, store
+from normandy_core import Entry
 
 try:
     import fcntl
@@ -47,23 +49,17 @@ _JOURNAL = (
 
 
 class Frame(NamedTuple):
-    """One compaction as the earlier version committed it (a spool frame, a journal row)."""
+    """One compaction as the earlier version committed it (a spool frame, a journal row):
+    its ``journal`` columns (:data:`_JOURNAL`; ``seen``, a JSON array of the hashes of the
+    content it dropped that the archive held already) and the ``entries`` rows of the rest."""
 
     journal: tuple[Any, ...]
-    """Its ``journal`` row's columns (:data:`_JOURNAL`): ``seen`` is a JSON array of the
-    hashes of content it dropped that the archive held already."""
     entries: tuple[tuple[Any, ...], ...]
-    """The content it dropped (but what its ``seen`` names), as ``entries`` rows (entry
-    id, content hash, turn id, role, JSON, caller ids)."""
 
 
 def decode(data: bytes) -> tuple[list[Frame], int]:
     """The whole frames at the start of ``data``, and how many bytes they take: a torn or
     damaged frame ends them."""
-    from normandy_archive.base import entry_row
-    from normandy_archive.schema import source_ids
-    from normandy_core import Entry
-
     frames: list[Frame] = []
     pos = 0
     while pos + _HEAD.size <= len(data):
@@ -188,8 +184,6 @@ def _journal(conn: sqlite3.Connection) -> list[Frame]:
 def _move(conn: sqlite3.Connection, frames: list[Frame]) -> int:
     """Write ``frames`` (in the caller's transaction) but those whose compaction is there
     already (moved before its file was removed); how many were written."""
-    from normandy_archive.base import CompactionRecord
-
     moved = 0
     for f in frames:
         cid, session, compactor, strategy, model, mid, at, before, after, meta, n, seen = f.journal
@@ -224,9 +218,7 @@ def move_left(conn: sqlite3.Connection, path: Path) -> None:
                     conn.execute("DELETE FROM journal")
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
+                rollback(conn)
                 raise
         if moved:
             log.info("archive %s: moved %d compactions an earlier version left", path, moved)

@@ -1,11 +1,10 @@
 """The archive's background writer: what follows a compaction's commit, off the hot path.
 
 One daemon thread per process (:func:`schedule`) serializes the entries the next
-compaction may drop at once, then waits for a pause in the compactions (:data:`IDLE`
-without a write, at most :data:`MAX_DELAY`) and indexes what was committed, checkpoints the
-write-ahead log and prunes past the retention limits, in small transactions that let a
-waiting compaction go first. A failure is logged (``normandy_archive`` logger) and tried
-again next time: nothing committed depends on it. It is drained at exit (:func:`drain`).
+compaction may drop, then indexes what was committed, checkpoints the write-ahead log and
+prunes past the retention limits, in small transactions that let a waiting compaction go
+first. A failure is logged (``normandy_archive`` logger) and tried again next time: nothing
+committed depends on it. It is drained at exit (:func:`drain`).
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ __all__ = [
     "PRUNE_AT",
     "PRUNE_EVERY",
     "PRUNE_TO",
-    "Limits",
     "drain",
     "hold",
     "prune",
@@ -43,16 +41,10 @@ log = logging.getLogger("normandy_archive")
 DRAIN_TIMEOUT = 10.0
 #: Seconds between two prunings of one archive past its limits.
 PRUNE_EVERY = 60.0
-#: Seconds without a write the background writer waits for before it indexes.
-IDLE = 0.01
-#: The longest it waits for such a pause, in seconds.
-MAX_DELAY = 2.0
 #: Share of ``max_bytes`` the file and log may take before the archive is pruned at once,
 #: and the share its pages in use are pruned down to then (the log is cut to nothing).
 PRUNE_AT = 0.75
 PRUNE_TO = 0.7
-#: Entries serialized ahead between two chances for another thread to run.
-PREPARE_STEP = 8
 
 _Work = tuple[Archive, "Limits | None", Sequence["Entry"]]
 
@@ -68,7 +60,6 @@ class _Writer:
         self.cond = threading.Condition()
         self.pending: dict[int, _Work] = {}
         self.busy = False
-        self.hurry = False  # draining: no waiting for a pause
         self.thread: threading.Thread | None = None  # None: not running
         self.pruned: dict[str, float] = {}
 
@@ -85,15 +76,10 @@ class _Writer:
     def drain(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         with self.cond:
-            self.hurry = True
-            self.cond.notify_all()  # a writer waiting for a pause stops waiting
-            try:
-                while (self.pending or self.busy) and self.thread and self.thread.is_alive():
-                    if not self.cond.wait(deadline - time.monotonic()):
-                        break
-                return not (self.pending or self.busy)
-            finally:
-                self.hurry = False
+            while (self.pending or self.busy) and self.thread and self.thread.is_alive():
+                if not self.cond.wait(deadline - time.monotonic()):
+                    break
+            return not (self.pending or self.busy)
 
     def run(self) -> None:
         try:
@@ -117,55 +103,19 @@ class _Writer:
                     self.thread = None  # the next schedule() starts another
 
     def serve(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
-        _prepare(archive, upcoming)  # at once: an agent compacting again soon finds them
-        if not _over(archive, limits):
-            limits = self.wait_for_a_pause(archive, limits)
         try:
+            prepare(upcoming)  # first: an agent compacting again soon finds them
             archive.index(yield_to_writers=True)
             archive.checkpoint(if_over=archive.WAL_CHECKPOINT_BYTES)
         except ArchiveBusyError:  # another process is writing: it indexes, or we do later
             log.debug("archive %s: busy, indexing later", archive.location)
         except Exception as exc:
             log.error("archive %s: indexing failed (tried again later): %s", archive.location, exc)
-        if limits is None:
-            return
         now = time.monotonic()
-        if (
-            _over(archive, limits)
-            or now - self.pruned.get(archive.location, -math.inf) >= PRUNE_EVERY
-        ):
+        last = self.pruned.get(archive.location, -math.inf)
+        if limits is not None and (_over(archive, limits) or now - last >= PRUNE_EVERY):
             self.pruned[archive.location] = now
             prune(archive, limits)
-
-    def wait_for_a_pause(self, archive: Archive, limits: Limits | None) -> Limits | None:
-        """Wait for a pause in the compactions, preparing what those scheduled meanwhile
-        may drop; the latest limits."""
-        latest = time.monotonic() + MAX_DELAY
-        while not self.hurry:
-            now = time.monotonic()
-            pause = now - archive.last_write
-            if pause >= IDLE or now >= latest or _over(archive, limits):
-                break
-            with self.cond:
-                newer = self.pending.pop(id(archive), None)
-                if newer is None:
-                    self.cond.wait(min(IDLE - pause, latest - now))
-                    newer = self.pending.pop(id(archive), None)
-            if newer is not None:
-                limits = newer[1]
-                _prepare(archive, newer[2])
-        return limits
-
-
-def _prepare(archive: Archive, upcoming: Sequence[Entry]) -> None:
-    """Serialize ``upcoming`` ahead (:func:`~normandy_archive.base.prepare`), a few at a
-    time, so a boundary running meanwhile does not wait for the whole batch."""
-    try:
-        for start in range(0, len(upcoming), PREPARE_STEP):
-            if prepare(upcoming[start : start + PREPARE_STEP]):
-                time.sleep(0)
-    except Exception as exc:  # pragma: no cover - serializing a checked entry
-        log.error("archive %s: preparing entries failed: %s", archive.location, exc)
 
 
 def _over(archive: Archive, limits: Limits | None) -> bool:

@@ -16,6 +16,7 @@ readers scan the rows past it directly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -26,8 +27,6 @@ from typing import Any
 from normandy_core import Entry, ToolResultBlock, ToolUseBlock
 
 __all__ = [
-    "COMPACTION_COLUMNS",
-    "ENTRY_COLUMNS",
     "SCHEMA_VERSION",
     "SEEN_REFRESH",
     "SEEN_SQL",
@@ -36,6 +35,8 @@ __all__ = [
     "create",
     "index_pending",
     "migrate",
+    "remove_sessions",
+    "rollback",
     "source_ids",
     "store",
 ]
@@ -43,16 +44,6 @@ __all__ = [
 SCHEMA_VERSION = 2
 #: Seconds after which the same session dropping a content again refreshes its ``seen``.
 SEEN_REFRESH = 3600.0
-#: The columns of ``entries``, in order.
-ENTRY_COLUMNS = (
-    "seq, session_id, entry_id, content_hash, turn_id, role, entry_json, source_ids, "
-    "compaction_id, archived_at"
-)
-#: The columns of ``compactions``, in order.
-COMPACTION_COLUMNS = (
-    "compaction_id, session_id, compactor, strategy, model, mid_round, created_at, "
-    "entry_count, tokens_before, tokens_after, meta_json, dropped_count"
-)
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS compactions (
@@ -145,7 +136,8 @@ def content_hash(entry: Entry, data: str | None = None) -> str:
     """SHA-256 of the entry's role and content (not its id, parent, turn or metadata).
 
     ``data``, ``entry.model_dump_json()`` when the caller has it, spares serializing the
-    content again: it is cut out of it (pydantic writes the fields in declared order).
+    content again (it is most of the cost): it is cut out of it (pydantic writes the
+    fields in declared order).
     """
     tail = _TAILS[entry.pinned]
     if data is not None and not entry.metadata and data.endswith(tail):
@@ -167,6 +159,13 @@ def source_ids(entry: Entry) -> list[str]:
         elif isinstance(b, ToolResultBlock):
             found[b.tool_use_id] = None
     return list(found)
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back what is open; an error here would only hide the one that caused it."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
 
 def create(conn: sqlite3.Connection) -> None:
@@ -202,7 +201,7 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
         digest = content_hash(entry, data)
         values = (seq, session, entry_id, digest, turn_id, role, data)
         conn.execute(
-            f"INSERT OR IGNORE INTO entries ({ENTRY_COLUMNS}) VALUES ({', '.join('?' * 10)})",
+            f"INSERT OR IGNORE INTO entries VALUES ({', '.join('?' * 10)})",
             (*values, json.dumps(ids) if ids else None, cid, at),
         )
         conn.executemany(
@@ -243,6 +242,33 @@ def store(
         tail = (c.session_id, c.compaction_id, c.created_at)
         conn.executemany(_ENTRY_INSERT, [(*r, *tail) for r in new])
     return len(new)
+
+
+#: What :func:`remove_sessions` runs, for the sessions of the JSON array ``?1``.
+_IN = "IN (SELECT value FROM json_each(?1))"
+_MINE = f"SELECT seq FROM seen WHERE session_id {_IN}"
+_REMOVE = (
+    "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', e.seq, "
+    f"{TEXT_SQL} FROM entries e WHERE e.seq IN ({_MINE})",
+    "DELETE FROM entry_sources WHERE content_hash IN (SELECT content_hash FROM entries "
+    f"WHERE seq IN ({_MINE}))",
+    f"DELETE FROM entries WHERE seq IN ({_MINE})",
+    f"DELETE FROM seen WHERE session_id {_IN}",
+    # what a removed session archived first and a kept one dropped since stays, under it
+    "UPDATE entries SET session_id = (SELECT s.session_id FROM seen s WHERE s.seq = "
+    f"entries.seq) WHERE session_id {_IN}",
+    f"DELETE FROM compactions WHERE session_id {_IN}",
+)
+
+
+def remove_sessions(conn: sqlite3.Connection, sessions: list[str]) -> None:
+    """Remove the rows ``sessions`` were the last to drop, with their index, ids and
+    ``seen``, and the compactions left empty (in the caller's transaction)."""
+    for statement in _REMOVE:
+        conn.execute(statement, (json.dumps(sessions),))
+    conn.execute(
+        "DELETE FROM compactions WHERE compaction_id NOT IN (SELECT compaction_id FROM entries)"
+    )
 
 
 def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:

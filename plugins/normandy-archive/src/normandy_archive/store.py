@@ -41,7 +41,7 @@ from normandy_archive.base import (
     searchable_text,
 )
 from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiveError
-from normandy_archive.schema import SCHEMA_VERSION
+from normandy_archive.schema import SCHEMA_VERSION, rollback
 from normandy_archive.settings import archive_path, current_settings
 
 __all__ = [
@@ -76,11 +76,7 @@ class ArchiveBusyError(ArchiveError):
 
 
 def _regular(path: str | Path, what: str, refusal: str) -> os.stat_result | None:
-    """The status of the file at ``path``, not followed (``None``: nothing there).
-
-    :raises ArchiveError: naming ``what``: a symbolic link (``refusing to`` ``refusal``),
-        or anything else but a regular file.
-    """
+    """The file's status, not followed (``None``: none there); a link or non-file refused."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -103,9 +99,8 @@ def _size(path: str | Path) -> int:
 
 
 def _refuse_unless_ours(path: Path) -> None:
-    """Refuse the database, ``-wal`` or ``-shm`` file unless it is a regular file of this
-    user that others may neither read nor write: another user could have planted it to
-    read what is written into it (the error names the file, its owner and mode)."""
+    """Refuse a database, -wal or -shm file another user owns or others may read or write
+    (planted in a shared directory, it would let them read what is written into it)."""
     euid = os.geteuid() if hasattr(os, "geteuid") else -1
     for p in (str(path), f"{path}-wal", f"{path}-shm"):
         what = f"archive {str(path)!r}" + ("" if p == str(path) else f": {p!r}")
@@ -151,11 +146,8 @@ def _secure_create(path: Path) -> None:
 
 
 def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
-    """The archive's schema version (0: an empty file); refuse another application's file.
-
-    ``user_version`` and the table names are read in one snapshot: read apart, a writer
-    creating the schema in between made a new archive look like another application's.
-    """
+    """The archive's schema version (0: an empty file); refuse another application's file."""
+    # in one snapshot: a writer creating the schema in between made an archive look foreign
     own = not conn.in_transaction
     try:
         if own:
@@ -169,9 +161,8 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
             ) from exc
         raise
     finally:
-        if own and conn.in_transaction:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")  # a read: nothing to keep
+        if own:
+            rollback(conn)  # a read: nothing to keep
     if version == 0 and not tables:
         return 0
     if version not in (1, SCHEMA_VERSION) or not {"compactions", "entries"} <= tables:
@@ -182,13 +173,6 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def _rollback(conn: sqlite3.Connection) -> None:
-    """Roll back what is open; an error here would only hide the one that caused it."""
-    if conn.in_transaction:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-
-
 #: Connections inherited over ``fork``: kept, never used or closed, in the child.
 _inherited: builtins.list[sqlite3.Connection] = []
 #: Every Archive of the process, so a child made by ``fork`` starts afresh.
@@ -196,12 +180,11 @@ _instances: weakref.WeakSet[Archive] = weakref.WeakSet()
 
 
 def _after_fork() -> None:
-    """In the child: a lock another thread held at the fork would stay held for ever, and
-    the parent's connections are the parent's."""
+    """In a forked child: fresh locks (another thread may have held one) and connections."""
     for a in list(_instances):
         _inherited.extend(c for c in (a._wconn, getattr(a._local, "conn", None)) if c)
         a._wconn, a._local, a.writers_waiting = None, threading.local(), 0
-        a._write_lock, a._checkpoint_lock = threading.Lock(), threading.Lock()
+        a._write_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):
@@ -264,14 +247,11 @@ class Archive(ArchiveBackend):
         self.sync = sync
         self._local = threading.local()
         self._write_lock = threading.Lock()
-        self._checkpoint_lock = threading.Lock()
         self._wconn: sqlite3.Connection | None = None
         self._wid: tuple[int, int] | None = None
         _instances.add(self)
         self.writers_waiting = 0
         """Foreground writes waiting for the write lock (the background writer yields)."""
-        self.last_write = 0.0
-        """:func:`time.monotonic` of the last write (the background writer waits for a pause)."""
         self.wal_bound = self.WAL_MAX_BYTES
         """The write-ahead log's bound (the hook lowers it to a tenth of ``max_bytes``)."""
 
@@ -328,26 +308,22 @@ class Archive(ArchiveBackend):
     # -- connections ------------------------------------------------------------------
 
     def _open_reader(self) -> tuple[sqlite3.Connection, int] | None:
-        """A read-only connection and the schema version (``None``: an empty file).
-
-        It changes nothing, not even the journal mode. A read-only archive in a read-only
-        directory, without the -wal and -shm a WAL reader needs, is read as immutable.
-        """
+        """A read-only connection, changing nothing, and the schema version (``None``: empty)."""
         uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=ro"
+        # a read-only archive in a read-only directory, without the -wal and -shm a WAL
+        # reader needs, is read as immutable
         immutable = not os.path.lexists(f"{self.path}-wal")
         while True:
             conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
             try:
                 version = _archive_version(conn, self.path)
-            except sqlite3.OperationalError as exc:
+            except BaseException as exc:
                 conn.close()
-                if not immutable or not ("readonly" in str(exc) or "unable to open" in str(exc)):
+                text = str(exc) if isinstance(exc, sqlite3.OperationalError) else ""
+                if not immutable or not ("readonly" in text or "unable to open" in text):
                     raise
                 uri, immutable = uri + "&immutable=1", False
                 continue
-            except BaseException:
-                conn.close()
-                raise
             if version == 0:
                 conn.close()
                 return None
@@ -442,7 +418,7 @@ class Archive(ArchiveBackend):
                 schema.migrate(conn, version)
             conn.execute("COMMIT")
         except BaseException:
-            _rollback(conn)
+            rollback(conn)
             raise
 
     def _drop_writer(self, *, moved: bool = False) -> None:
@@ -459,8 +435,7 @@ class Archive(ArchiveBackend):
 
     @contextlib.contextmanager
     def _writing(self, *, foreground: bool = False) -> Iterator[None]:
-        """This process's turn to write, waited for at most the busy timeout; a
-        ``foreground`` write is counted while it waits, so the background writer yields."""
+        """This process's turn to write; a waiting ``foreground`` one makes the index yield."""
         self.writers_waiting += foreground
         try:
             got = self._write_lock.acquire(timeout=max(self.timeout, 0.001))
@@ -479,12 +454,8 @@ class Archive(ArchiveBackend):
     def _transaction(
         self, work: Callable[[sqlite3.Connection], T], doing: str, *, background: bool = False
     ) -> T:
-        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer.
-
-        The real error is raised, never one of the ROLLBACK after it; a ``background`` one
-        does not wait for another process's lock (:class:`ArchiveBusyError`). When the file
-        at the path changed meanwhile, the work is done again in the file now there.
-        """
+        """``work(conn)`` in one committed ``BEGIN IMMEDIATE`` transaction of the writer,
+        done again in the file now at the path when it changed meanwhile."""
         with self._writing(foreground=not background):
             for _ in range(3):
                 conn = self._writer()
@@ -495,13 +466,13 @@ class Archive(ArchiveBackend):
                     result = work(conn)
                     conn.execute("COMMIT")
                 except sqlite3.Error as exc:
-                    _rollback(conn)
+                    rollback(conn)
                     if background and "locked" in str(exc):
                         raise ArchiveBusyError(f"archive {self.location!r}: busy") from exc
                     self._drop_writer()
                     raise self._error(exc, doing) from exc
                 except BaseException:
-                    _rollback(conn)
+                    rollback(conn)
                     raise
                 finally:
                     if background:
@@ -525,32 +496,24 @@ class Archive(ArchiveBackend):
     def _write(
         self, rows: Sequence[Prepared], compaction: CompactionRecord, meta_json: str, *, index: bool
     ) -> int:
-        """Commit the new content into ``entries`` with the compaction's row, and the
-        ``seen`` of content dropped again; :meth:`index` follows (at once with ``index``),
-        and a log past :attr:`wal_bound` is checkpointed."""
-        self.last_write = time.monotonic()
+        """Commit the compaction (:func:`~normandy_archive.schema.store`), then bound the log."""
         stored: int = self._transaction(
             lambda conn: schema.store(conn, [r.row for r in rows], compaction, meta_json),
             f"could not record {len(rows)} entries",
         )
-        self.last_write = time.monotonic()
         if index:
             self.index()
-        try:  # under the write lock: the background writer's transactions cannot hold it off
-            with self._writing(foreground=True):
-                self._bound_log()
+        try:
+            self.checkpoint(if_over=self.wal_bound, truncate=True)
         except ArchiveError as exc:  # committed all the same: the next write tries again
             log.warning("%s", exc)
         return stored
 
     def index(self, *, batch: int = 16, yield_to_writers: bool = False) -> int:
         """Index for full-text search what was committed and not indexed yet (a killed
-        process's rows too); how many entries it indexed.
-
-        In transactions of at most ``batch`` entries, so a writer waits for one batch at
-        most; with ``yield_to_writers`` (the background writer), a waiting compaction goes
-        first between two, and another process's lock is not waited for
-        (:class:`ArchiveBusyError`).
+        process's rows too), ``batch`` entries a transaction; how many it indexed. With
+        ``yield_to_writers`` (the background writer), a waiting compaction goes first
+        between two, and another process's lock is not waited for (:class:`ArchiveBusyError`).
         """
         total = 0
         while True:
@@ -563,8 +526,7 @@ class Archive(ArchiveBackend):
             )
             total += done
             if done and self.wal_bound < self.WAL_MAX_BYTES:  # max_bytes: keep the log small
-                with self._writing():
-                    self._bound_log()
+                self.checkpoint(if_over=self.wal_bound, truncate=True)
             if done < batch:
                 return total
 
@@ -572,34 +534,16 @@ class Archive(ArchiveBackend):
         """Bytes the archive takes on the disk: its file and its write-ahead log."""
         return _size(self.path) + _size(f"{self.path}-wal")
 
-    def _bound_log(self) -> None:
-        """Under the write lock: a log past :attr:`wal_bound` is checkpointed and cut to
-        nothing, on the write connection (no transaction of this process is in its way)."""
-        if _size(f"{self.path}-wal") <= self.wal_bound:
-            return
-        with self._checkpoint_lock:
-            try:
-                self._writer().execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except sqlite3.Error as exc:
-                raise self._error(exc, "could not checkpoint") from exc
-
     def checkpoint(self, *, if_over: int = 0, truncate: bool = False) -> bool:
         """Copy the write-ahead log into the file when it holds more than ``if_over``
-        bytes; whether it did. ``PASSIVE`` never waits; ``truncate`` waits for readers and
-        writers (at most the busy timeout) and cuts the log to nothing."""
+        bytes; whether it did. ``PASSIVE`` never waits; ``truncate`` waits for readers
+        (at most the busy timeout) and cuts the log to nothing."""
         if _size(f"{self.path}-wal") <= if_over or self._file_id() is None:
             return False
-        # a connection of its own: a passive checkpoint runs beside a write, never holding
-        # a compaction up (and it never creates the file: mode=rw); one at a time, as
-        # SQLite skips a checkpoint while another runs
-        uri = "file:" + urllib.parse.quote(str(self.path.absolute())) + "?mode=rw"
-        with self._checkpoint_lock:
+        mode = "TRUNCATE" if truncate else "PASSIVE"
+        with self._writing(foreground=True):  # the background writer's indexing yields
             try:
-                conn = sqlite3.connect(uri, uri=True, timeout=self.timeout if truncate else 0)
-                try:
-                    conn.execute(f"PRAGMA wal_checkpoint({'TRUNCATE' if truncate else 'PASSIVE'})")
-                finally:
-                    conn.close()
+                self._writer().execute(f"PRAGMA wal_checkpoint({mode})")
             except sqlite3.Error as exc:
                 raise self._error(exc, "could not checkpoint") from exc
         return True
@@ -623,33 +567,7 @@ class Archive(ArchiveBackend):
             plan = self._plan(lambda q, p: conn.execute(q, p).fetchall(), limits)
             if not plan.sessions:
                 return 0
-            doomed = (json.dumps([s.session_id for s in plan.sessions]),)
-            sessions = "SELECT value FROM json_each(?)"
-            mine = f"SELECT seq FROM seen WHERE session_id IN ({sessions})"
-            conn.execute(
-                "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', e.seq, "
-                f"{schema.TEXT_SQL} FROM entries e WHERE e.seq IN ({mine})",
-                doomed,
-            )
-            conn.execute(
-                "DELETE FROM entry_sources WHERE content_hash IN "
-                f"(SELECT content_hash FROM entries WHERE seq IN ({mine}))",
-                doomed,
-            )
-            conn.execute(f"DELETE FROM entries WHERE seq IN ({mine})", doomed)
-            conn.execute(f"DELETE FROM seen WHERE session_id IN ({sessions})", doomed)
-            # what a removed session archived first and a kept one dropped since stays,
-            # under the kept session; compactions with nothing left go
-            conn.execute(
-                "UPDATE entries SET session_id = (SELECT s.session_id FROM seen s "
-                f"WHERE s.seq = entries.seq) WHERE session_id IN ({sessions})",
-                doomed,
-            )
-            conn.execute(f"DELETE FROM compactions WHERE session_id IN ({sessions})", doomed)
-            conn.execute(
-                "DELETE FROM compactions WHERE compaction_id NOT IN "
-                "(SELECT compaction_id FROM entries)"
-            )
+            schema.remove_sessions(conn, [s.session_id for s in plan.sessions])
             return plan.entries
 
         removed = self._transaction(work, "could not prune")
