@@ -137,3 +137,24 @@ def test_the_calls_sent_without_thinking_are_counted_beside_the_facts(tiny, tmp_
         assert "| 8k | LangChain trim_messages (last) | off | " in table
         row = next(line for line in table.splitlines() if "| 8k | LangChain" in line)
         assert row.split(" | ")[4] == "-"
+
+
+def test_subject_filter_refuses_a_text_no_subject_carries(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from benchmarks.quality.run import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--quick", "--no-peers", "--subject", "no such subject"])
+    assert exc.value.code == 2
+    assert "--subject 'no such subject': no subject's label contains it" in capsys.readouterr().err
+
+
+def test_subject_filter_keeps_only_matching_labels() -> None:
+    from benchmarks.quality.run import chosen_subjects
+
+    every = chosen_subjects(peers=False, text=None)
+    chosen = chosen_subjects(peers=False, text="summarize")
+    assert [s.label for s in every] == [s.label for s in quality.subjects(peers=False)]
+    assert chosen and len(chosen) < len(every)
+    assert all("summarize" in s.label for s in chosen)

@@ -234,6 +234,11 @@ def _commit() -> str:
         return "unknown"
 
 
+def chosen_subjects(peers: bool, text: str | None) -> list[Subject]:
+    """The subjects a run replays: all of them, or those whose label contains ``text``."""
+    return [s for s in subjects(peers=peers) if text is None or text in s.label]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.quality", description=__doc__)
@@ -244,20 +249,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--dump-sessions", type=Path, metavar="DIR", help="write each session as JSON to DIR"
     )
+    parser.add_argument(
+        "--subject",
+        metavar="TEXT",
+        help="only the subjects whose label contains TEXT (e.g. summarize)",
+    )
     args = parser.parse_args(argv)
     sessions = default_sessions(quick=args.quick)
     if args.dump_sessions:
         args.dump_sessions.mkdir(parents=True, exist_ok=True)
         for n, s in enumerate(sessions):
             dump(s, args.dump_sessions / f"session-{n}.json")
-    chosen = subjects(peers=not args.no_peers)
+    chosen = chosen_subjects(peers=not args.no_peers, text=args.subject)
+    if not chosen:
+        parser.error(f"--subject {args.subject!r}: no subject's label contains it")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="normandy-quality-") as tmp:
         runs = run_all(sessions, chosen, WINDOWS, Path(tmp))
     rows = aggregate(runs)
     text = tables(rows, sessions)
     footer = (
-        f"\n\n`python -m benchmarks.quality{' --quick' if args.quick else ''}` at commit "
+        f"\n\n`python -m benchmarks.quality{' --quick' if args.quick else ''}"
+        f"{f' --subject {args.subject}' if args.subject else ''}` at commit "
         f"{_commit()}, {time.perf_counter() - started:.0f} s."
     )
     print(text + footer)
