@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.quality import replay as quality, sessions
-from benchmarks.quality.run import aggregate, tables
+from benchmarks.quality.run import aggregate, chosen_subjects, main, tables
 from normandy_core import Entry, get_counter
 
 WIDE = 400_000  # the whole tiny session fits: nothing is ever dropped
@@ -142,8 +142,6 @@ def test_the_calls_sent_without_thinking_are_counted_beside_the_facts(tiny, tmp_
 def test_subject_filter_refuses_a_text_no_subject_carries(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from benchmarks.quality.run import main
-
     with pytest.raises(SystemExit) as exc:
         main(["--quick", "--no-peers", "--subject", "no such subject"])
     assert exc.value.code == 2
@@ -151,8 +149,6 @@ def test_subject_filter_refuses_a_text_no_subject_carries(
 
 
 def test_subject_filter_keeps_only_matching_labels() -> None:
-    from benchmarks.quality.run import chosen_subjects
-
     every = chosen_subjects(peers=False, text=None)
     chosen = chosen_subjects(peers=False, text="summarize")
     assert [s.label for s in every] == [s.label for s in quality.subjects(peers=False)]

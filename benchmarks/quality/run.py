@@ -255,14 +255,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="only the subjects whose label contains TEXT (e.g. summarize)",
     )
     args = parser.parse_args(argv)
+    chosen = chosen_subjects(peers=not args.no_peers, text=args.subject)
+    if not chosen:  # before the sessions are built or dumped: nothing is written
+        parser.error(f"--subject {args.subject!r}: no subject's label contains it")
     sessions = default_sessions(quick=args.quick)
     if args.dump_sessions:
         args.dump_sessions.mkdir(parents=True, exist_ok=True)
         for n, s in enumerate(sessions):
             dump(s, args.dump_sessions / f"session-{n}.json")
-    chosen = chosen_subjects(peers=not args.no_peers, text=args.subject)
-    if not chosen:
-        parser.error(f"--subject {args.subject!r}: no subject's label contains it")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="normandy-quality-") as tmp:
         runs = run_all(sessions, chosen, WINDOWS, Path(tmp))
@@ -270,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = tables(rows, sessions)
     footer = (
         f"\n\n`python -m benchmarks.quality{' --quick' if args.quick else ''}"
+        f"{' --no-peers' if args.no_peers else ''}"
         f"{f' --subject {args.subject}' if args.subject else ''}` at commit "
         f"{_commit()}, {time.perf_counter() - started:.0f} s."
     )
