@@ -1,0 +1,202 @@
+"""normandy-strands in real Strands agents (``Agent`` with its event loop, tool execution,
+hooks and overflow retry), with :class:`~strands_scripted.ScriptedModel` as the only fake."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from strands import Agent
+from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry
+from strands_scripted import ScriptedModel, pairing_problems, read_chunk, user_texts
+
+import normandy_core
+from normandy_core import hookimpl
+from normandy_strands import NormandyConversationManager, StrandsCompaction
+
+WINDOW = 4000
+OPTS = {"reserved_tokens": 500}
+SYSTEM = "You read logs and answer."
+
+
+class DroppedRecorder:
+    """An ``after_compact`` hook plugin registered in code: what each compaction dropped."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    @hookimpl
+    def after_compact(self, acc: Any, ctx: Any, meta: dict[str, Any]) -> None:
+        self.calls.append({"dropped": list(meta["dropped"]), "mid_round": ctx.mid_round})
+
+    @property
+    def dropped_ids(self) -> list[str]:
+        return [e.id for call in self.calls for e in call["dropped"]]
+
+
+@pytest.fixture
+def recorder() -> Iterator[DroppedRecorder]:
+    rec = DroppedRecorder()
+    qname = normandy_core.register_hook(rec, "strands-test-recorder")
+    yield rec
+    normandy_core.unregister_hook(qname)
+
+
+class Snapshots(HookProvider):
+    """Before every model call (after the manager's compaction): the agent's message
+    objects, each with a deep copy taken then."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[tuple[dict[str, Any], dict[str, Any]]]] = []
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        registry.add_callback(BeforeModelCallEvent, self._before)
+
+    def _before(self, event: BeforeModelCallEvent) -> None:
+        self.seen.append([(m, copy.deepcopy(m)) for m in event.agent.messages])  # type: ignore[misc]
+
+
+def _agent(model: ScriptedModel, manager: Any, snapshots: Snapshots | None = None) -> Agent:
+    return Agent(
+        model=model,
+        tools=[read_chunk],
+        system_prompt=SYSTEM,
+        conversation_manager=manager,
+        hooks=[snapshots] if snapshots is not None else None,
+        callback_handler=None,
+    )
+
+
+def _check_requests(model: ScriptedModel, prompts: list[str]) -> None:
+    """The independent validator, on every request the model received: tool pairs whole,
+    roles alternating, the task and the current request present, within the window."""
+    calls_per_prompt = model.rounds + 1
+    for n, request in enumerate(model.received):
+        assert pairing_problems(request.messages) == [], f"request {n}"
+        texts = user_texts(request.messages)
+        assert texts[0] == prompts[0], f"request {n}: the task is gone"
+        assert prompts[n // calls_per_prompt] in texts, f"request {n}: the current request"
+        assert request.tokens <= WINDOW, f"request {n}: {request.tokens} tokens"
+
+
+def _check_kept_unchanged(snapshots: Snapshots) -> None:
+    """Every message object the agent holds is, each time it is seen, as first seen."""
+    first: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for seen in snapshots.seen:
+        for m, snap in seen:
+            held = first.setdefault(id(m), (m, snap))
+            assert held[0] is m and held[1] == snap, f"message changed: {m}"
+
+
+def test_a_long_tool_session_sends_only_valid_requests_within_the_window(
+    recorder: DroppedRecorder,
+) -> None:
+    model = ScriptedModel(rounds=12)
+    done: list[StrandsCompaction] = []
+    manager = NormandyConversationManager(
+        "window_manager", OPTS, window=WINDOW, on_compact=done.append
+    )
+    snapshots = Snapshots()
+    agent = _agent(model, manager, snapshots)
+    prompts = [f"Question {q}: read the log." for q in range(4)]
+    for prompt in prompts:
+        result = agent(prompt)
+        assert str(result).strip() == f"answer {model.calls - 1}"
+    tool_calls = sum(
+        "toolUse" in b for r in model.received[-1:] for m in r.messages for b in m["content"]
+    )
+    assert model.calls == 4 * 13 and tool_calls < 10
+    assert sum(1 for k in range(model.calls) if k % 13 < 12) >= 40  # tool rounds run
+    _check_requests(model, prompts)
+    _check_kept_unchanged(snapshots)
+    # what the model was sent is what the agent held (Strands strips only its own keys)
+    for seen, request in zip(snapshots.seen, model.received, strict=True):
+        assert [{"role": m["role"], "content": m["content"]} for m, _ in seen] == request.messages
+    assert len(done) >= 8 and any(c["mid_round"] for c in recorder.calls)
+    # every dropped entry reached the hooks once, and they are the compactions' own
+    assert recorder.dropped_ids == [e.id for c in done for e in c.result.dropped]
+    assert len(set(recorder.dropped_ids)) == len(recorder.dropped_ids)
+
+
+def test_removed_message_count_counts_the_given_messages_removed(
+    recorder: DroppedRecorder,
+) -> None:
+    model = ScriptedModel(rounds=12)
+    manager = NormandyConversationManager("window_manager", OPTS, window=WINDOW)
+    agent = _agent(model, manager)
+    given = 0
+    for q in range(3):
+        agent(f"Question {q}")
+        given += 1 + 2 * 12 + 1  # the prompt, the rounds' calls and results, the answer
+    created = [
+        m for m in agent.messages if m.get("metadata", {}).get("custom", {}).get("normandy_created")
+    ]
+    assert created, "a marker keeps the roles alternating"
+    assert manager.removed_message_count == given - (len(agent.messages) - len(created))
+    state = manager.get_state()
+    assert state == {
+        "__name__": "NormandyConversationManager",
+        "removed_message_count": manager.removed_message_count,
+    }
+    other = NormandyConversationManager("window_manager", OPTS, window=WINDOW)
+    assert other.restore_from_session(state) is None
+    assert other.removed_message_count == manager.removed_message_count
+
+
+def test_an_overflow_is_recovered_by_a_forced_compaction_and_a_retry(
+    recorder: DroppedRecorder,
+) -> None:
+    """A provider whose real limit is below the window the manager was given: Strands
+    catches its overflow, calls ``reduce_context`` and retries; the retry fits."""
+    model = ScriptedModel(rounds=12, limit=1500)
+    manager = NormandyConversationManager("window_manager", OPTS, window=WINDOW)
+    agent = _agent(model, manager)
+    agent("Question 0: read the log.")
+    assert model.refused, "the provider refused at least one request"
+    assert model.calls == 13
+    assert all(r.tokens <= 1500 for r in model.received)
+    assert all(pairing_problems(r.messages) == [] for r in model.received)
+    assert recorder.calls
+
+
+def test_an_overflow_with_nothing_left_to_remove_raises_strands_own_error() -> None:
+    from strands.types.exceptions import ContextWindowOverflowException
+
+    model = ScriptedModel(rounds=2, limit=10)
+    agent = _agent(model, NormandyConversationManager("window_manager", OPTS, window=WINDOW))
+    with pytest.raises(ContextWindowOverflowException):
+        agent("Question 0: read the log.")
+    assert model.received == []
+
+
+def test_the_async_path_compacts_off_the_event_loop(recorder: DroppedRecorder) -> None:
+    model = ScriptedModel(rounds=12)
+    done: list[StrandsCompaction] = []
+    manager = NormandyConversationManager(
+        "window_manager", OPTS, window=WINDOW, on_compact=done.append
+    )
+    agent = _agent(model, manager)
+    prompts = [f"Question {q}: read the log." for q in range(3)]
+
+    async def run() -> None:
+        for prompt in prompts:
+            await agent.invoke_async(prompt)
+
+    asyncio.run(run())
+    assert model.calls == 3 * 13 and done
+    _check_requests(model, prompts)
+    assert recorder.dropped_ids == [e.id for c in done for e in c.result.dropped]
+
+
+def test_nothing_happens_while_the_history_fits(recorder: DroppedRecorder) -> None:
+    model = ScriptedModel(rounds=2)
+    done: list[StrandsCompaction] = []
+    manager = NormandyConversationManager("window_manager", window=200_000, on_compact=done.append)
+    agent = _agent(model, manager)
+    agent("short")
+    assert done == [] and recorder.calls == [] and manager.removed_message_count == 0
+    assert [len(r.messages) for r in model.received] == [1, 3, 5]
+    assert len(agent.messages) == 6
