@@ -9,13 +9,21 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, strategies as st
 from strands import Agent
 from strands.hooks import BeforeModelCallEvent, HookProvider, HookRegistry
 from strands_scripted import ScriptedModel, pairing_problems, read_chunk, user_texts
 
 import normandy_core
-from normandy_core import hookimpl
-from normandy_strands import NormandyConversationManager, StrandsCompaction
+from normandy_core import OptionsError, UnknownCompactorError, hookimpl
+from normandy_core.transcripts.formats import TranscriptError
+from normandy_strands import (
+    MessageCompactor,
+    NormandyConversationManager,
+    StrandsCompaction,
+    compact_messages,
+)
+from normandy_strands.reading import is_created
 
 WINDOW = 4000
 OPTS = {"reserved_tokens": 500}
@@ -200,3 +208,202 @@ def test_nothing_happens_while_the_history_fits(recorder: DroppedRecorder) -> No
     assert done == [] and recorder.calls == [] and manager.removed_message_count == 0
     assert [len(r.messages) for r in model.received] == [1, 3, 5]
     assert len(agent.messages) == 6
+
+
+def test_every_removed_message_reaches_the_hooks_once_across_runs(
+    recorder: DroppedRecorder,
+) -> None:
+    """Five runs of one session: each message the user or the model gave that left
+    ``agent.messages`` is in exactly one ``after_compact`` call (by its tracking id), and
+    nothing still held was reported."""
+    model = ScriptedModel(rounds=9)
+    manager = NormandyConversationManager("window_manager", OPTS, window=WINDOW)
+    snapshots = Snapshots()
+    agent = _agent(model, manager, snapshots)
+    for q in range(5):
+        agent(f"Question {q}: read the log.")
+    given = {m["tracking_id"] for seen in snapshots.seen for m, _ in seen if not is_created(m)}
+    given |= {m["tracking_id"] for m in agent.messages if not is_created(m)}
+    held = {m["tracking_id"] for m in agent.messages}
+    reported = [
+        e.metadata["tracking_id"]
+        for call in recorder.calls
+        for e in call["dropped"]
+        if "tracking_id" in e.metadata
+    ]
+    left = given - held
+    assert left and len(recorder.calls) >= 5
+    assert sorted(t for t in reported if t in given) == sorted(left)
+
+
+def test_wrong_names_and_options_are_refused_when_the_manager_is_built() -> None:
+    with pytest.raises(
+        OptionsError, match=r"normandy_strands\.NormandyConversationManager\(\)"
+    ) as e:
+        NormandyConversationManager("window_manager", {"reserved_tokens": -1}, window=WINDOW)
+    assert "window_manager" in str(e.value) and "reserved_tokens" in str(e.value)
+    with pytest.raises(OptionsError, match=r"(?s)NormandyConversationManager\(\).*no_such_option"):
+        NormandyConversationManager("window_manager", {"no_such_option": 1}, window=WINDOW)
+    with pytest.raises(UnknownCompactorError, match="no_such_compactor"):
+        NormandyConversationManager("no_such_compactor", window=WINDOW)
+    with pytest.raises(OptionsError, match=r"normandy_strands\.compact_messages\(\)"):
+        compact_messages([], compactor="clear_tool_results", opts={"keep": -1})
+    with pytest.raises(normandy_core.WindowUnknownError, match="NormandyConversationManager"):
+        NormandyConversationManager("window_manager", model="no-such-model-anywhere")
+
+
+def test_a_compactor_error_raises_with_raise_on_error() -> None:
+    """A window too small for the pinned task and the system prompt: the core's error
+    path, which leaves the messages as they were, or raises when asked to."""
+    model = ScriptedModel(rounds=3)
+    manager = NormandyConversationManager(
+        "window_manager", {"reserved_tokens": 10}, window=120, raise_on_error=True
+    )
+    agent = _agent(model, manager)
+    with pytest.raises(normandy_core.CannotFitError, match="window_manager"):
+        agent("Question 0: " + "read the log. " * 60)
+
+
+def test_beside_strands_context_offloader(recorder: DroppedRecorder) -> None:
+    """Strands' ``ContextOffloader`` shortens large tool results when the tool returns;
+    the manager compacts what remains, and every request still holds."""
+    from strands.vended_plugins.context_offloader import ContextOffloader, InMemoryStorage
+
+    model = ScriptedModel(rounds=12)
+    manager = NormandyConversationManager("window_manager", OPTS, window=WINDOW)
+    offloader = ContextOffloader(
+        storage=InMemoryStorage(), max_result_tokens=200, preview_tokens=60
+    )
+    agent = Agent(
+        model=model,
+        tools=[read_chunk],
+        system_prompt=SYSTEM,
+        conversation_manager=manager,
+        plugins=[offloader],
+        callback_handler=None,
+    )
+    prompts = [f"Question {q}: read the log." for q in range(4)]
+    for prompt in prompts:
+        agent(prompt)
+    _check_requests(model, prompts)
+    results = [
+        c["text"]
+        for r in model.received
+        for m in r.messages
+        for b in m["content"]
+        if "toolResult" in b
+        for c in b["toolResult"]["content"]
+        if "text" in c
+    ]
+    assert results and all(len(t) < 1500 for t in results)  # offloaded, previews only
+    assert manager.removed_message_count > 0 and recorder.calls
+
+
+def _session(rounds: int, width: int = 1) -> list[dict[str, Any]]:
+    """A finished Strands session of ``rounds`` tool rounds of ``width`` calls each."""
+    out: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"text": "start"}], "tracking_id": "t"}
+    ]
+    for r in range(rounds):
+        calls = [f"c{r}-{j}" for j in range(width)]
+        out.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {
+                        "reasoningContent": {
+                            "reasoningText": {"text": f"think {r}", "signature": "s"}
+                        }
+                    },
+                    {"text": f"round {r}"},
+                    *(
+                        {"toolUse": {"toolUseId": c, "name": "read_chunk", "input": {"n": r}}}
+                        for c in calls
+                    ),
+                ],
+                "metadata": {"custom": {"round": r}},
+                "tracking_id": f"a{r}",
+            }
+        )
+        out.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "toolResult": {
+                            "toolUseId": c,
+                            "status": "success",
+                            "content": [{"text": read_chunk._tool_func(r)}],
+                        }
+                    }
+                    for c in calls
+                ],
+                "tracking_id": f"u{r}",
+            }
+        )
+    out.append({"role": "assistant", "content": [{"text": "done"}], "tracking_id": "end"})
+    return out
+
+
+def test_a_changed_message_keeps_its_other_keys() -> None:
+    messages = _session(6)
+    done = MessageCompactor(
+        "clear_tool_results", {"trigger_tool_uses": 3, "keep": 1, "clear_tool_inputs": True}
+    ).run(messages)
+    assert done.compacted and len(done.messages) == len(messages)  # cleared in place
+    changed = [(m, o) for m, o in zip(done.messages, messages, strict=True) if m is not o]
+    assert changed and [id(o) for o in done.removed] == [id(o) for _, o in changed]
+    assert done.removed_count == 0  # changed, not removed
+    for m, o in changed:
+        assert {k: v for k, v in m.items() if k != "content"} == {
+            k: v for k, v in o.items() if k != "content"
+        }
+        assert m["content"] != o["content"]
+    assert pairing_problems(done.messages) == []
+
+
+def test_an_orphaned_tool_result_is_refused() -> None:
+    messages = [
+        {"role": "user", "content": [{"text": "hi"}]},
+        {"role": "assistant", "content": [{"text": "ok"}]},
+        {
+            "role": "user",
+            "content": [
+                {"toolResult": {"toolUseId": "nobody", "status": "success", "content": []}}
+            ],
+        },
+    ]
+    with pytest.raises(TranscriptError, match="nobody"):
+        compact_messages(messages, window=WINDOW, opts=OPTS)  # type: ignore[arg-type]
+
+
+@given(
+    rounds=st.integers(min_value=0, max_value=14),
+    width=st.integers(min_value=1, max_value=3),
+    window=st.integers(min_value=1500, max_value=6000),
+    open_round=st.booleans(),
+)
+def test_any_history_comes_back_valid_with_kept_messages_unchanged(
+    rounds: int, width: int, window: int, open_round: bool
+) -> None:
+    messages = _session(rounds, width)
+    if open_round and rounds:
+        messages = messages[:-1]  # the model is about to continue the round
+    before = copy.deepcopy(messages)
+    done = MessageCompactor("window_manager", {"reserved_tokens": 200}, window=window).run(
+        messages  # type: ignore[arg-type]
+    )
+    assert pairing_problems(done.messages) == []
+    assert messages == before  # the input is untouched
+    originals = {id(m): i for i, m in enumerate(messages)}
+    positions = [originals[id(m)] for m in done.messages if id(m) in originals]
+    assert positions == sorted(positions)
+    assert done.messages[0] is messages[0]  # the task is kept
+    if not done.compacted:
+        assert done.messages == messages and done.removed == [] and done.removed_count == 0
+    else:
+        assert {id(m) for m in done.removed} == set(originals) - {id(m) for m in done.messages}
+        # a removed message replaced by a changed copy (same tracking id) is not counted
+        held = {m["tracking_id"] for m in done.messages}
+        assert done.removed_count == sum(m["tracking_id"] not in held for m in done.removed)
+        assert done.result.tokens_after < done.result.tokens_before
