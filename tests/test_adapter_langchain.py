@@ -76,6 +76,7 @@ ADAPTERS = [
     ("langchain", "normandy-langchain"),
     ("openai_agents", "normandy-openai-agents"),
     ("pydantic_ai", "normandy-pydantic-ai"),
+    ("strands", "normandy-strands"),
 ]
 
 
