@@ -336,6 +336,10 @@ def _problems(framework: str, out: list[Any]) -> list[str]:
         from lc_scripted import pairing_problems as lc
 
         return lc(out)
+    if framework == "Strands Agents":
+        from benchmarks.adapters_strands import strands_problems
+
+        return strands_problems(out)
     if framework == "Pydantic AI":
         from pai_scripted import pairing_problems as pai
 
@@ -396,10 +400,13 @@ def run(quick: bool = False, log: Callable[[str], None] = lambda s: None) -> str
         "| items sent (median) |",
         "|---|---|---|---|---|---|",
     ]
+    from benchmarks.adapters_strands import strands_subjects, to_strands
+
     for framework, convert, make in (
         ("LangChain", to_langchain, langchain_subjects),
         ("Pydantic AI", to_pydantic_ai, pydantic_ai_subjects),
         ("OpenAI Agents SDK", to_agents, agents_subjects),
+        ("Strands Agents", to_strands, strands_subjects),
     ):
         conv = convert(messages)
         subjects = make()
