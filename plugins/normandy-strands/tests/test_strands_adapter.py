@@ -129,29 +129,70 @@ def test_a_long_tool_session_sends_only_valid_requests_within_the_window(
     assert len(set(recorder.dropped_ids)) == len(recorder.dropped_ids)
 
 
-def test_removed_message_count_counts_the_given_messages_removed(
+def test_removed_message_count_is_where_the_stored_messages_resume(
     recorder: DroppedRecorder,
 ) -> None:
+    """As Strands' session managers read it: the messages before the kept run of stored
+    ones are the removed and those kept ahead of the cut (the task), which the state
+    carries with the markers (``head``)."""
     model = ScriptedModel(rounds=12)
-    manager = NormandyConversationManager("window_manager", OPTS, window=WINDOW)
+    done: list[StrandsCompaction] = []
+    manager = NormandyConversationManager(
+        "window_manager", OPTS, window=WINDOW, on_compact=done.append
+    )
     agent = _agent(model, manager)
     given = 0
     for q in range(3):
         agent(f"Question {q}")
         given += 1 + 2 * 12 + 1  # the prompt, the rounds' calls and results, the answer
-    created = [
-        m for m in agent.messages if m.get("metadata", {}).get("custom", {}).get("normandy_created")
-    ]
-    assert created, "a marker keeps the roles alternating"
-    assert manager.removed_message_count == given - (len(agent.messages) - len(created))
     state = manager.get_state()
-    assert state == {
-        "__name__": "NormandyConversationManager",
-        "removed_message_count": manager.removed_message_count,
-    }
+    head = state["head"]
+    assert head and head == agent.messages[: len(head)]
+    assert head[0]["content"] == [{"text": "Question 0"}] and any(is_created(m) for m in head)
+    tail = agent.messages[len(head) :]
+    assert not any(is_created(m) for m in tail)
+    assert manager.removed_message_count == given - len(tail)
+    # the given messages no longer anywhere are those the compactions report gone
+    kept_given = sum(not is_created(m) for m in agent.messages)
+    assert sum(c.removed_count for c in done) == given - kept_given
     other = NormandyConversationManager("window_manager", OPTS, window=WINDOW)
-    assert other.restore_from_session(state) is None
+    assert other.restore_from_session(state) == head
     assert other.removed_message_count == manager.removed_message_count
+    assert other.get_state() == state
+
+
+def test_a_session_restores_the_compacted_conversation(
+    recorder: DroppedRecorder, tmp_path: Any
+) -> None:
+    """Strands' own ``FileSessionManager``: an agent restored from the session holds the
+    messages the compacted agent held (the task and marker from the state, the rest from
+    storage), and goes on with valid requests."""
+    from strands.session.file_session_manager import FileSessionManager
+
+    def agent_in_session(model: ScriptedModel) -> Agent:
+        return Agent(
+            model=model,
+            tools=[read_chunk],
+            system_prompt=SYSTEM,
+            conversation_manager=NormandyConversationManager("window_manager", OPTS, window=WINDOW),
+            session_manager=FileSessionManager(session_id="s1", storage_dir=str(tmp_path)),
+            callback_handler=None,
+        )
+
+    first = agent_in_session(ScriptedModel(rounds=12))
+    for q in range(3):
+        first(f"Question {q}: read the log.")
+    restored = agent_in_session(ScriptedModel(rounds=12))
+    assert [m["tracking_id"] for m in restored.messages] == [
+        m["tracking_id"] for m in first.messages
+    ]
+    assert pairing_problems(restored.messages) == []
+    model = restored.model
+    assert isinstance(model, ScriptedModel)
+    restored("Question 3: read the log.")
+    assert model.received and all(pairing_problems(r.messages) == [] for r in model.received)
+    assert all(user_texts(r.messages)[0] == "Question 0: read the log." for r in model.received)
+    assert all(r.tokens <= WINDOW for r in model.received)
 
 
 def test_an_overflow_is_recovered_by_a_forced_compaction_and_a_retry(

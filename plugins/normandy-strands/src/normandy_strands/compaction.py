@@ -60,7 +60,7 @@ class StrandsCompaction:
     ``removed``: the input messages that are not in ``messages`` (dropped, or replaced by
     a changed copy), oldest first. ``removed_count``: how many of them the user or the
     model provided and are gone (not replaced by a changed copy, not a marker or summary a
-    compactor created): what Strands adds to ``removed_message_count``. ``result``: the
+    compactor created). ``result``: the
     core's :class:`~normandy_core.CompactResult` (``meta``, ``dropped`` entries, token
     figures, ``error``, the hooks' ``notes``).
     """
@@ -69,6 +69,11 @@ class StrandsCompaction:
     result: CompactResult = field(repr=False)
     removed: list[Message] = field(default_factory=list, repr=False)
     removed_count: int = 0
+    #: per message of ``messages``, the index in the input of the message it is (or is a
+    #: changed copy of); ``None`` for a message created (a marker, a summary)
+    sources: list[int | None] = field(default_factory=list, repr=False)
+    #: the input indices of the given messages that are gone (``removed_count`` of them)
+    gone: list[int] = field(default_factory=list, repr=False)
 
     @property
     def compacted(self) -> bool:
@@ -127,38 +132,43 @@ def _mid_round(messages: Sequence[Message]) -> bool:
     return any("toolResult" in b for b in messages[-1].get("content", []))
 
 
-def _written(read: Read, memory: AgentMemory) -> list[Message]:
+#: A message of a compaction's output and the input message it came from (kept as it
+#: was, or changed into a copy), ``None`` for one created.
+Written = tuple[Message, "Message | None"]
+
+
+def _written(read: Read, memory: AgentMemory) -> list[Written]:
     """The messages of the compacted ``memory``: kept ones as given, changed ones as
     copies, created ones new (the system entry is not a message), roles alternating."""
-    out: list[Message] = []
+    out: list[Written] = []
     for e in memory:
         if e.id == SYSTEM_ID:
             continue
         known = read.by_entry.get(e.id)
         if known is None:
-            out.append(created_message(e.text()))
+            out.append((created_message(e.text()), None))
         elif known[1].content == e.content:
-            out.append(known[0])
+            out.append((known[0], known[0]))
         else:
-            out.append(_changed(known[0], known[1], e, read.originals[e.id]))
+            out.append((_changed(known[0], known[1], e, read.originals[e.id]), known[0]))
     return _alternating(out)
 
 
-def _alternating(messages: list[Message]) -> list[Message]:
+def _alternating(messages: list[Written]) -> list[Written]:
     """``messages`` starting with a user message and alternating roles, as providers
     require (a cut can put the kept task next to a kept user message): a created marker
     or summary takes the role its place needs (a copy, when it was kept), and between two
     given messages of one role goes a created marker of the other."""
-    out: list[Message] = []
+    out: list[Written] = []
     before: Role = "assistant"  # the first message must be a user message
-    for m in messages:
+    for m, source in messages:
         if m["role"] == before:
             other: Role = "user" if before == "assistant" else "assistant"
             if is_created(m):
                 m = {**m, "role": other}
             else:
-                out.append(bridge_message(other))
-        out.append(m)
+                out.append((bridge_message(other), None))
+        out.append((m, source))
         before = m["role"]
     return out
 
@@ -219,14 +229,17 @@ class MessageCompactor(NamedCompactor):
         self._last = result.memory
         if not result.compacted:
             return StrandsCompaction(original, result)
-        out = _written(read, result.memory)
+        written = _written(read, result.memory)
+        out = [m for m, _ in written]
         still = {id(m) for m in out}
         removed = [m for m in original if id(m) not in still]
         # a message whose entry survived (kept, or changed into a copy) is not gone
-        survived = {id(read.by_entry[e.id][0]) for e in result.memory if e.id in read.by_entry}
-        gone = [m for m in original if id(m) not in survived and not is_created(m)]
+        position = {id(m): i for i, m in enumerate(original)}
+        sources = [None if src is None else position[id(src)] for _, src in written]
+        survived = set(sources)
+        gone = [i for i, m in enumerate(original) if i not in survived and not is_created(m)]
         self.log(logger, len(original), len(out), result, "messages")
-        return StrandsCompaction(out, result, removed, len(gone))
+        return StrandsCompaction(out, result, removed, len(gone), sources, gone)
 
 
 def compact_messages(

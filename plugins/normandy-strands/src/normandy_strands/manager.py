@@ -14,24 +14,34 @@ NormandyConversationManager("window_manager", window=32_000))``, it compacts
   it raises Strands' own ``ContextWindowOverflowException``.
 
 Kept messages are the agent's own dicts; a ``toolUse`` is never separated from its
-``toolResult``; dropped messages reach the ``after_compact`` hooks. ``removed_message_count``
-counts, as in Strands' own managers, the messages the user or the model provided that are
-no longer in ``agent.messages`` (a marker or summary a compactor created is not counted).
+``toolResult``; dropped messages reach the ``after_compact`` hooks.
+
+``removed_message_count`` keeps the meaning Strands' session managers give it: how many
+of the conversation's stored messages, from the first, are not restored from storage.
+With a cut that keeps nothing ahead of it, that is the number of messages removed, as in
+``SlidingWindowConversationManager``; ``window_manager`` keeps the task (the first user
+message) and a marker ahead of its cut, so the count also covers the task, which
+:meth:`get_state` carries with the marker (``head``) and :meth:`restore_from_session`
+returns to go ahead of the stored messages, as ``SummarizingConversationManager`` does
+with its summary. A marker or summary the compactor created is never counted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from typing import TYPE_CHECKING, Any
 
 from strands.agent.conversation_manager import ConversationManager
 from strands.hooks import BeforeModelCallEvent, HookRegistry
+from strands.types.content import Message
 from strands.types.exceptions import ContextWindowOverflowException
 
 from normandy_core.contract.eventloop import bind_turn_loop
 from normandy_core.transcripts.adapter import AdapterSeam
 from normandy_strands.compaction import MessageCompactor, StrandsCompaction
+from normandy_strands.reading import is_created
 
 if TYPE_CHECKING:
     from strands.agent.agent import Agent
@@ -63,6 +73,40 @@ class NormandyConversationManager(AdapterSeam[StrandsCompaction], ConversationMa
     entry = MANAGER_ENTRY
     compactor: MessageCompactor
 
+    def _start(self) -> None:
+        # The messages kept ahead of the stored run (the task, markers) as of the last
+        # compaction: a session manager restores agent.messages as these followed by the
+        # stored messages from removed_message_count on.
+        self._head: list[Message] = []
+
+    def get_state(self) -> dict[str, Any]:
+        """Strands' state (``removed_message_count``) and the messages kept ahead of the
+        stored ones (``head``), JSON-ready, for a session manager to save."""
+        return {**super().get_state(), "head": copy.deepcopy(self._head)}
+
+    def restore_from_session(self, state: dict[str, Any]) -> list[Message] | None:
+        """Take back ``state`` (:meth:`get_state`'s) and return the messages to put ahead
+        of the stored ones: the task and the markers kept ahead of the cut."""
+        super().restore_from_session(state)
+        self._head = list(state.get("head") or [])
+        return list(self._head) or None
+
+    def _follow(self, done: StrandsCompaction, given: int) -> None:
+        """Move ``removed_message_count`` and the head past what the compaction ``done``
+        of ``given`` messages took out of the stored run: removed, or kept ahead of the
+        cut (the newest removal), so the run resumes at its first message after it."""
+        start = len(self._head)  # where the stored run begins in the input
+        cut = max([start - 1, *done.gone]) + 1
+        k = len(done.messages)
+        while k and not is_created(done.messages[k - 1]):
+            source = done.sources[k - 1]
+            if source is None or source < cut:
+                break
+            k -= 1
+        first = done.sources[k] if k < len(done.messages) else None
+        self.removed_message_count += (given if first is None else first) - start
+        self._head = done.messages[:k]
+
     def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
         """Register Strands' own hooks and the compaction before every model call."""
         super().register_hooks(registry, **kwargs)
@@ -86,8 +130,8 @@ class NormandyConversationManager(AdapterSeam[StrandsCompaction], ConversationMa
         )
         done = self._reported(self._checked(done))
         if done.compacted:
+            self._follow(done, len(agent.messages))
             agent.messages[:] = done.messages
-            self.removed_message_count += done.removed_count
         return done
 
     def apply_management(self, agent: Agent, **kwargs: Any) -> None:
