@@ -448,3 +448,15 @@ def test_any_history_comes_back_valid_with_kept_messages_unchanged(
         held = {m["tracking_id"] for m in done.messages}
         assert done.removed_count == sum(m["tracking_id"] not in held for m in done.removed)
         assert done.result.tokens_after < done.result.tokens_before
+
+
+def test_a_message_strands_pins_is_never_removed(recorder: DroppedRecorder) -> None:
+    messages = _session(12)
+    assert messages[6]["tracking_id"] == "u2"  # the results of round 2
+    messages[6]["metadata"] = {"custom": {"pinned": True}}
+    out = compact_messages(messages, opts=OPTS, window=WINDOW)  # type: ignore[arg-type]
+    assert len(out) < len(messages) and recorder.calls
+    assert any(m is messages[6] for m in out)
+    # its call stays with it (a copy, when the compactor stripped its old reasoning)
+    assert "a2" in [m.get("tracking_id") for m in out]
+    assert pairing_problems(out) == []
