@@ -460,3 +460,24 @@ def test_a_message_strands_pins_is_never_removed(recorder: DroppedRecorder) -> N
     # its call stays with it (a copy, when the compactor stripped its old reasoning)
     assert "a2" in [m.get("tracking_id") for m in out]
     assert pairing_problems(out) == []
+
+
+def test_repeated_tool_use_ids_pair_per_round_across_calls(recorder: DroppedRecorder) -> None:
+    """A model that gives every call the same id: each result pairs with the call of the
+    message right before it, call after call of one compactor (whose reads reuse what
+    they saw only when the numbering agrees)."""
+    messages = _session(14)
+    for m in messages:
+        for b in m["content"]:
+            for key in ("toolUse", "toolResult"):
+                if key in b:
+                    b[key]["toolUseId"] = "same"
+    compactor = MessageCompactor("window_manager", OPTS, window=WINDOW)
+    held = messages[:3]
+    for k in range(3, len(messages), 2):
+        held = compactor.run(held + messages[k : k + 2]).messages
+        assert pairing_problems(held) == [], k
+    dropped = [e.id for call in recorder.calls for e in call["dropped"]]
+    assert recorder.calls and len(dropped) == len(set(dropped))
+    uses = [u.id for call in recorder.calls for e in call["dropped"] for u in e.tool_uses]
+    assert "same" in uses and any(u.startswith("same#") for u in uses)

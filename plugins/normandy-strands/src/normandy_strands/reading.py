@@ -154,13 +154,28 @@ class Read:
     by_entry: dict[str, tuple[Message, Entry]] = field(default_factory=dict)
     #: per entry id, the original ``toolUseId`` of each internal tool-use id
     originals: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: digests of the messages read: ``id(message) -> (message, content list, digest)``
+    #: what this read saw of each message, for the next (:class:`Seen`)
     digests: Digests = field(default_factory=dict)
 
 
-#: What a read remembers of each message for the next: the message is held (so its ``id``
-#: is not reused), with its content list, whose replacement means the message changed.
-Digests = dict[int, tuple[Message, Any, str]]
+@dataclass(frozen=True)
+class Seen:
+    """What a read remembers of a message for the next: the message (held, so its ``id``
+    is not reused) with its content list (replaced when Strands or a plugin changes the
+    message), its digest, and the entry it became with its tool-use ids."""
+
+    message: Message
+    content: Any
+    digest: str
+    entry: Entry
+    #: internal tool-use id -> original ``toolUseId``, as :attr:`Read.originals`
+    ids: dict[str, str]
+    #: the calls it leaves open for the next message: original -> internal id
+    calls: dict[str, str]
+
+
+#: What a read remembers, by ``id(message)``.
+Digests = dict[int, Seen]
 
 
 class _Reader:
@@ -172,22 +187,48 @@ class _Reader:
         self.open_calls: dict[str, str] = {}
         self.seen: dict[str, int] = {}
 
-    def message_id(self, msg: Message, read: Read) -> str:
-        """A stable id for ``msg``: the digest of its role, content and ``tracking_id``
-        (reused for the same object with the same content list), numbered when an equal
-        message came before, so one message keeps one id across calls."""
+    def read(self, msg: Message, read: Read) -> tuple[Entry, dict[str, str]]:
+        """``msg`` as an entry, and the original of each of its internal tool-use ids.
+
+        Its id is the digest of its role, content and ``tracking_id``, numbered when an
+        equal message came before, so one message keeps one id across calls. A message
+        handed over again as it was (the same object and content list) is not read again
+        when its tool-use ids need no numbering here either.
+        """
         hit = self.known.get(id(msg))
         content = msg.get("content")
-        if hit is not None and hit[0] is msg and hit[1] is content:
-            digest = hit[2]
-        else:
+        if hit is None or hit.message is not msg or hit.content is not content:
             # the tracking id too: two created markers of one text are two messages
             raw = _json({"role": msg.get("role"), "content": content, "id": msg.get("tracking_id")})
             digest = "strands-" + hashlib.sha256(raw.encode()).hexdigest()[:24]
-        read.digests[id(msg)] = (msg, content, digest)
+        elif self._reusable(msg, hit):
+            self.seen[hit.digest] = 1
+            self.used.update(hit.ids)
+            self.open_calls = hit.calls
+            read.digests[id(msg)] = hit
+            return hit.entry, hit.ids
+        else:
+            digest = hit.digest
         earlier = self.seen.get(digest, 0)
         self.seen[digest] = earlier + 1
-        return digest if earlier == 0 else f"{digest}-{earlier}"
+        ids: dict[str, str] = {}
+        blocks = self.blocks(msg, ids)
+        entry = _entry(msg, digest if earlier == 0 else f"{digest}-{earlier}", blocks)
+        read.digests[id(msg)] = Seen(msg, content, digest, entry, ids, self.open_calls)
+        return entry, ids
+
+    def _reusable(self, msg: Message, hit: Seen) -> bool:
+        """Whether ``hit``'s entry is what reading ``msg`` here would give: its id and
+        tool-use ids unnumbered, its results answering the open calls as before, its pin
+        (which Strands sets in place) unchanged."""
+        if hit.entry.id != hit.digest or hit.digest in self.seen:
+            return False
+        if _pinned(msg) != hit.entry.pinned or any(k != v for k, v in hit.ids.items()):
+            return False
+        if any(use in self.used for use in hit.calls.values()):
+            return False
+        answered = {o for o in hit.ids.values() if o not in hit.calls}
+        return all(self.open_calls.get(o, o) == o for o in answered)
 
     def call_id(self, tool_use_id: str) -> str:
         internal, number = tool_use_id, 1
@@ -235,6 +276,15 @@ class _Reader:
         return blocks
 
 
+def _entry(msg: Message, eid: str, blocks: list[Block]) -> Entry:
+    metadata = _metadata(msg)
+    # a marker or summary is a user entry for the compactors, whatever role the
+    # alternation gave its message
+    created = is_created(msg) and len(metadata) > 1
+    role = "assistant" if msg.get("role") == "assistant" and not created else "user"
+    return Entry(id=eid, role=role, content=tuple(blocks), pinned=_pinned(msg), metadata=metadata)
+
+
 def _as_input(use: Mapping[str, Any]) -> dict[str, Any]:
     given = use.get("input")
     if isinstance(given, Mapping):
@@ -260,25 +310,15 @@ def read_messages(
     """``messages`` as entries (see the module's rules), after ``system`` when given.
 
     ``known`` is the last read's :attr:`Read.digests`, so a message handed over again as
-    it was is not serialized again.
+    it was is not read again.
     """
     reader = _Reader(known or {})
     read = Read()
     if system is not None:
         read.entries.append(system)
     for msg in messages:
-        eid = reader.message_id(msg, read)
-        ids: dict[str, str] = {}
-        blocks = reader.blocks(msg, ids)
-        metadata = _metadata(msg)
-        # a marker or summary is a user entry for the compactors, whatever role the
-        # alternation gave its message
-        created = is_created(msg) and len(metadata) > 1
-        role = "assistant" if msg.get("role") == "assistant" and not created else "user"
-        entry = Entry(
-            id=eid, role=role, content=tuple(blocks), pinned=_pinned(msg), metadata=metadata
-        )
+        entry, ids = reader.read(msg, read)
         read.entries.append(entry)
-        read.by_entry[eid] = (msg, entry)
-        read.originals[eid] = ids
+        read.by_entry[entry.id] = (msg, entry)
+        read.originals[entry.id] = ids
     return read
