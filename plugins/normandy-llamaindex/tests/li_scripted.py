@@ -102,6 +102,32 @@ def run_session(script: ScriptedTurns, memory: BaseMemory, prompts: Sequence[str
     asyncio.run(arun_session(script, memory, prompts))
 
 
+def finished_session(task: str, rounds: int, width: int = 1) -> list[ChatMessage]:
+    """A finished session of ``rounds`` tool rounds of ``width`` calls each."""
+    out = [ChatMessage(role=MessageRole.USER, content=task)]
+    for r in range(rounds):
+        calls = [
+            ToolCallBlock(tool_call_id=f"c{r}-{j}", tool_name="read_chunk", tool_kwargs={"n": r})
+            for j in range(width)
+        ]
+        out.append(
+            ChatMessage(
+                role=MessageRole.ASSISTANT,
+                blocks=[ThinkingBlock(content=f"think {r}"), TextBlock(text=f"round {r}"), *calls],
+            )
+        )
+        out.extend(
+            ChatMessage(
+                role=MessageRole.TOOL,
+                content=read_chunk(r * 10 + j),
+                additional_kwargs={"tool_call_id": c.tool_call_id},
+            )
+            for j, c in enumerate(calls)
+        )
+    out.append(ChatMessage(role=MessageRole.ASSISTANT, content="done"))
+    return out
+
+
 def _text(m: ChatMessage) -> str:
     parts: list[str] = []
     for b in m.blocks:

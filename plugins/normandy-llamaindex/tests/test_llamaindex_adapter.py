@@ -4,22 +4,24 @@ script as the only fake."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from li_scripted import (
     ScriptedTurns,
+    agent,
+    finished_session,
     pairing_problems,
-    read_chunk,
     request_problems,
+    request_tokens,
     run_session,
 )
+from llama_index.core.agent.workflow import AgentWorkflow
 from llama_index.core.base.llms.types import (
     ChatMessage,
     MessageRole,
-    TextBlock,
-    ThinkingBlock,
     ToolCallBlock,
 )
 
@@ -128,36 +130,10 @@ def test_dropped_entries_reach_the_hooks_once_across_runs(recorder: DroppedRecor
     assert set(hook_calls) == made - _calls(memory.get_all())
 
 
-def _session(rounds: int, width: int = 1) -> list[ChatMessage]:
-    """A finished session of ``rounds`` tool rounds of ``width`` calls each."""
-    out = [ChatMessage(role=MessageRole.USER, content=TASK)]
-    for r in range(rounds):
-        calls = [
-            ToolCallBlock(tool_call_id=f"c{r}-{j}", tool_name="read_chunk", tool_kwargs={"n": r})
-            for j in range(width)
-        ]
-        out.append(
-            ChatMessage(
-                role=MessageRole.ASSISTANT,
-                blocks=[ThinkingBlock(content=f"think {r}"), TextBlock(text=f"round {r}"), *calls],
-            )
-        )
-        out.extend(
-            ChatMessage(
-                role=MessageRole.TOOL,
-                content=read_chunk(r * 10 + j),
-                additional_kwargs={"tool_call_id": c.tool_call_id},
-            )
-            for j, c in enumerate(calls)
-        )
-    out.append(ChatMessage(role=MessageRole.ASSISTANT, content="done"))
-    return out
-
-
 def test_the_sync_get_compacts_and_keeps_the_compacted_history(
     recorder: DroppedRecorder,
 ) -> None:
-    messages = _session(10, width=2)
+    messages = finished_session(TASK, 10, width=2)
     done: list[LlamaIndexCompaction] = []
     memory = _memory(done, chat_history=messages)
     got = memory.get()
@@ -169,3 +145,40 @@ def test_the_sync_get_compacts_and_keeps_the_compacted_history(
     assert memory.get() == got and len(done) == 1  # nothing more to drop
     memory.put(ChatMessage(role=MessageRole.USER, content="and now?"))
     assert memory.get()[-1].content == "and now?"
+
+
+def test_an_agent_workflow_reads_the_same_memory(recorder: DroppedRecorder) -> None:
+    """``AgentWorkflow`` (the multi-agent form) takes the memory the same way."""
+    script = ScriptedTurns(rounds=ROUNDS)
+    done: list[LlamaIndexCompaction] = []
+    memory = _memory(done)
+    workflow = AgentWorkflow(agents=[agent(script)])
+
+    async def session() -> None:
+        for prompt in PROMPTS[:5]:
+            await workflow.run(user_msg=prompt, memory=memory)
+
+    asyncio.run(session())
+    assert script.calls == 5 * (ROUNDS + 1) and done
+    for n, request in enumerate(script.received):
+        current = PROMPTS[n // (ROUNDS + 1)]
+        assert request_problems(request, task=TASK, current=current, window=WINDOW) == [], n
+
+
+def test_within_one_run_the_scratchpad_grows_outside_the_memory(
+    recorder: DroppedRecorder,
+) -> None:
+    """The limit of a memory: ``FunctionAgent`` sends ``memory.aget()`` followed by the
+    run's scratchpad (its calls and results so far), and writes the scratchpad to the
+    memory only when the run ends. What the memory returns fits its budget at every
+    step; a run long enough to outgrow ``reserved_tokens`` on its own is not compacted."""
+    script = ScriptedTurns(rounds=14)
+    done: list[LlamaIndexCompaction] = []
+    memory = _memory(done)
+    run_session(script, memory, [TASK, "Question 1: read on."])
+    budget = WINDOW - OPTS["reserved_tokens"]
+    for request in script.received:
+        current = max(i for i, m in enumerate(request) if m.role == MessageRole.USER)
+        assert request_tokens(request[: current + 1]) <= budget  # the memory's part
+    assert request_tokens(script.received[-1]) > WINDOW  # the scratchpad's growth
+    assert done  # the first run's messages were compacted before the second began
