@@ -340,6 +340,10 @@ def _problems(framework: str, out: list[Any]) -> list[str]:
         from pai_scripted import pairing_problems as pai
 
         return pai(out)
+    if framework == "LlamaIndex":
+        from benchmarks.adapters_llamaindex import problems
+
+        return problems(out)
     from oa_scripted import pairing_problems as oa
 
     return oa([dict(o) for o in out])
@@ -396,10 +400,13 @@ def run(quick: bool = False, log: Callable[[str], None] = lambda s: None) -> str
         "| items sent (median) |",
         "|---|---|---|---|---|---|",
     ]
+    from benchmarks import adapters_llamaindex as li
+
     for framework, convert, make in (
         ("LangChain", to_langchain, langchain_subjects),
         ("Pydantic AI", to_pydantic_ai, pydantic_ai_subjects),
         ("OpenAI Agents SDK", to_agents, agents_subjects),
+        ("LlamaIndex", li.to_llamaindex, li.llamaindex_subjects),
     ):
         conv = convert(messages)
         subjects = make()
