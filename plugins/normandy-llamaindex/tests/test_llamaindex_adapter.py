@@ -29,6 +29,10 @@ import normandy_core
 from normandy_core import hookimpl
 from normandy_llamaindex import LlamaIndexCompaction, NormandyMemory
 
+# LlamaIndex's workflows inspect its pydantic models (inspect.getmembers), touching
+# attributes pydantic deprecates: thousands of warnings that are not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:inspect")
+
 WINDOW = 4000
 # What one run of the agent adds outside the memory (its scratchpad: five responses and
 # six results of about 300 tokens), plus the system prompt and the tool's definition.

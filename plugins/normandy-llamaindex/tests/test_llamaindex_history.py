@@ -29,6 +29,10 @@ from normandy_llamaindex import (
     compact_chat_history,
 )
 
+# LlamaIndex's workflows inspect its pydantic models (inspect.getmembers), touching
+# attributes pydantic deprecates: thousands of warnings that are not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:inspect")
+
 WINDOW = 4000
 TASK = "Task: read the log."
 
