@@ -344,6 +344,10 @@ def _problems(framework: str, out: list[Any]) -> list[str]:
         from pai_scripted import pairing_problems as pai
 
         return pai(out)
+    if framework == "LlamaIndex":
+        from benchmarks.adapters_llamaindex import problems
+
+        return problems(out)
     from oa_scripted import pairing_problems as oa
 
     return oa([dict(o) for o in out])
@@ -400,6 +404,7 @@ def run(quick: bool = False, log: Callable[[str], None] = lambda s: None) -> str
         "| items sent (median) |",
         "|---|---|---|---|---|---|",
     ]
+    from benchmarks import adapters_llamaindex as li
     from benchmarks.adapters_strands import strands_subjects, to_strands
 
     for framework, convert, make in (
@@ -407,6 +412,7 @@ def run(quick: bool = False, log: Callable[[str], None] = lambda s: None) -> str
         ("Pydantic AI", to_pydantic_ai, pydantic_ai_subjects),
         ("OpenAI Agents SDK", to_agents, agents_subjects),
         ("Strands Agents", to_strands, strands_subjects),
+        ("LlamaIndex", li.to_llamaindex, li.llamaindex_subjects),
     ):
         conv = convert(messages)
         subjects = make()

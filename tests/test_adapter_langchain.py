@@ -74,6 +74,7 @@ emit({{
 
 ADAPTERS = [
     ("langchain", "normandy-langchain"),
+    ("llamaindex", "normandy-llamaindex"),
     ("openai_agents", "normandy-openai-agents"),
     ("pydantic_ai", "normandy-pydantic-ai"),
     ("strands", "normandy-strands"),

@@ -214,6 +214,7 @@ FOLLOW_UPS: dict[str, tuple[str, Callable[[Shell, str], None]]] = {
     "docs/plugins/pydantic-ai.md": ("docs/plugins/pydantic-ai.md", _check_adapter),
     "docs/plugins/openai-agents.md": ("docs/plugins/openai-agents.md", _check_adapter),
     "docs/plugins/strands.md": ("docs/plugins/strands.md", _check_adapter),
+    "docs/plugins/llamaindex.md": ("docs/plugins/llamaindex.md", _check_adapter),
     "docs/plugins/otel.md": ("docs/plugins/otel.md", _check_otel),
     INSTALL_PAGE: (INSTALL_PAGE, _check_first_compaction),
     "docs/index.md": (INSTALL_PAGE, _check_first_compaction),

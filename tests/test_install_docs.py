@@ -25,6 +25,7 @@ ADAPTER_PAGES = {
     "normandy-pydantic-ai": "docs/plugins/pydantic-ai.md",
     "normandy-openai-agents": "docs/plugins/openai-agents.md",
     "normandy-strands": "docs/plugins/strands.md",
+    "normandy-llamaindex": "docs/plugins/llamaindex.md",
 }
 #: Pages whose install line is set by work under way elsewhere, with the reason.
 NOT_YET: dict[str, str] = {}

@@ -240,6 +240,7 @@ API_PAGES = {
     "normandy_pydantic_ai": "pydantic-ai.md",
     "normandy_openai_agents": "openai-agents.md",
     "normandy_strands": "strands.md",
+    "normandy_llamaindex": "llamaindex.md",
 }
 
 
