@@ -132,10 +132,11 @@ def _responses(c: types.Content) -> list[types.FunctionResponse]:
     return [p.function_response for p in c.parts or [] if p.function_response is not None]
 
 
-def pairing_problems(contents: Sequence[types.Content]) -> list[str]:
+def pairing_problems(contents: Sequence[types.Content], *, in_flight: bool = False) -> list[str]:
     """What a provider would refuse: a function response that answers no call of the
-    content right before it, or a call left without its response (a request has none
-    in flight: the model is asked only once every call is answered)."""
+    content right before it, or a call left without its response. A request has none in
+    flight (the model is asked once every call is answered); ``in_flight`` lets the last
+    content's calls wait for theirs (a history read between a call and its response)."""
     problems: list[str] = []
     open_calls: Counter[str] = Counter()
     for i, c in enumerate(contents):
@@ -147,7 +148,8 @@ def pairing_problems(contents: Sequence[types.Content]) -> list[str]:
         open_calls = Counter(f"{f.id or ''}/{f.name}" for f in _calls(c))
         if open_calls and c.role != "model":
             problems.append(f"content {i}: calls outside a model content")
-    problems += [f"end: call {k} unanswered" for k in open_calls]
+    if not in_flight:
+        problems += [f"end: call {k} unanswered" for k in open_calls]
     return problems
 
 

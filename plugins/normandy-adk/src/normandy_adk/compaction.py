@@ -30,8 +30,16 @@ from typing import Any
 
 from google.genai import types
 
-from normandy_adk.contents import Digests, changed_content, created_content, open_round, read
+from normandy_adk.contents import (
+    Digests,
+    Read,
+    changed_content,
+    created_content,
+    open_round,
+    read,
+)
 from normandy_core.contract.config import AgentConfig
+from normandy_core.conversation.entries import Entry
 from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.structure import pairing_problems
 from normandy_core.transcripts.adapter import NamedCompactor
@@ -113,14 +121,22 @@ class _Last:
     returned: list[types.Content]
     memory: AgentMemory | None
     digests: Digests
+    #: the contents the compactor created (markers, summaries) with their entries
+    created: dict[int, tuple[types.Content, Entry]] = field(default_factory=dict)
 
     def base(self, contents: list[types.Content]) -> list[types.Content] | None:
         """The returned list plus the contents new since, when ``contents`` extends the
-        list given last (compared by value: ADK hands over fresh copies); else ``None``."""
+        list given last (compared by value: ADK hands over fresh copies); else ``None``.
+        A content returned as it was given is taken from ``contents`` (the equal copy
+        at its place), so kept contents are always the caller's own objects."""
         k = len(self.given)
         if k == 0 or len(contents) < k or contents[:k] != self.given:
             return None
-        return [*self.returned, *contents[k:]]
+        given_at = {id(c): i for i, c in enumerate(self.given)}
+        kept = [given_at.get(id(c), -1) for c in self.returned]
+        return [contents[i] if i >= 0 else c for c, i in zip(self.returned, kept, strict=True)] + (
+            contents[k:]
+        )
 
 
 class ContentsCompactor(NamedCompactor):
@@ -191,30 +207,60 @@ class ContentsCompactor(NamedCompactor):
     ) -> tuple[ADKCompaction, _Last]:
         """Compact ``contents`` (continuing ``last``'s memory); the compaction and what
         the next call continues."""
-        got = read(contents, last.digests if last is not None else None)
+        got = read(
+            contents,
+            last.digests if last is not None else None,
+            last.created if last is not None else None,
+        )
         problems = pairing_problems(got.entries, allow_pending=True)
         if problems:
-            raise TranscriptError(None, "parts", "; ".join(problems))
+            raise TranscriptError(None, "parts", _named("; ".join(problems), got))
         memory = (
             last.memory.derive(got.entries)
             if last is not None and last.memory is not None
             else AgentMemory.from_entries(got.entries)
         )
         result = compact_with(config, memory, mid_round=mid, format="normandy")
+        notes = last.created if last is not None else {}
         state = _Last([], contents, result.memory, got.digests)
         if not result.compacted:
+            state.created = notes  # the notes still in the list stay notes
             return ADKCompaction(contents, result), state
-        out: list[types.Content] = []
-        for e in result.memory:
-            known = got.by_entry.get(e.id)
-            if known is None:
-                out.append(created_content(e))
-            elif known[1].content == e.content:
-                out.append(known[0])
-            else:
-                out.append(changed_content(known[0], known[1], e, got.call_ids[e.id]))
+        out = _written(result.memory, got, notes, state.created)
         still = {id(c) for c in out}
         removed = [c for c in contents if id(c) not in still]
         self.log(logger, len(contents), len(out), result, "contents")
         state.returned = out
         return ADKCompaction(out, result, removed), state
+
+
+def _named(problem: str, got: Read) -> str:
+    """``problem`` with each entry id replaced by the content's position."""
+    for i, e in enumerate(got.entries):
+        problem = problem.replace(e.id, f"content {i}")
+    return problem
+
+
+def _written(
+    memory: AgentMemory,
+    got: Read,
+    notes: Mapping[int, tuple[types.Content, Entry]],
+    created: dict[int, tuple[types.Content, Entry]],
+) -> list[types.Content]:
+    """The contents of a compacted ``memory``: the very objects read where an entry is
+    unchanged, the original with new parts where it changed, a new content for an entry
+    the compactor made. ``created`` receives the notes of the result (``notes``: those
+    of the last call) with their entries."""
+    out: list[types.Content] = []
+    for e in memory:
+        known = got.by_entry.get(e.id)
+        if known is None:
+            out.append(created_content(e))
+            created[id(out[-1])] = (out[-1], e)
+        elif known[1].content == e.content:
+            out.append(known[0])
+            if id(known[0]) in notes:
+                created[id(known[0])] = notes[id(known[0])]
+        else:
+            out.append(changed_content(known[0], known[1], e, got.call_ids[e.id]))
+    return out

@@ -140,7 +140,9 @@ class _Reader:
         for j, part in enumerate(content.parts or []):
             response = part.function_response
             if response is not None:
-                internal = self.answering(response) or self.internal(response.id, f"{eid}.{j}")
+                internal = self.answering(response) or self.internal(
+                    response.id, f"{response.name or 'response'}@{eid}.{j}"
+                )
                 ids[j] = internal
                 blocks.append(
                     ToolResultBlock(tool_use_id=internal, content=response_text(response.response))
@@ -158,17 +160,30 @@ def _signature(part: types.Part) -> str:
     return sig.hex() if sig else ""
 
 
-def read(contents: Sequence[types.Content], known: Digests | None = None) -> Read:
+def read(
+    contents: Sequence[types.Content],
+    known: Digests | None = None,
+    created: Mapping[int, tuple[types.Content, Entry]] | None = None,
+) -> Read:
     """``contents`` as entries, one block per part (see the module's rules).
 
     ``known`` holds the digests of an earlier read, reused for the same objects (ADK
-    does not change a request's contents in place). An identical content that came
-    before gets a numbered id, so each entry's id is unique.
+    does not change a request's contents in place). ``created`` maps the contents an
+    earlier compaction created (its markers and summaries, by ``id``) to their entries,
+    which are taken as they were: a note keeps its id and what marks it as one. An
+    identical content that came before gets a numbered id, so each entry's id is unique.
     """
     seen: dict[str, int] = {}
     reader = _Reader()
     out = Read()
     for content in contents:
+        note = created.get(id(content)) if created is not None else None
+        if note is not None and note[0] is content:
+            reader.open = []  # a note answers no call and makes none
+            out.entries.append(note[1])
+            out.by_entry[note[1].id] = (content, note[1])
+            out.call_ids[note[1].id] = {}
+            continue
         digest = _digest(content, known)
         out.digests[id(content)] = (content, digest)
         earlier = seen.get(digest, 0)
