@@ -73,6 +73,7 @@ emit({{
 
 
 ADAPTERS = [
+    ("adk", "normandy-adk"),
     ("langchain", "normandy-langchain"),
     ("openai_agents", "normandy-openai-agents"),
     ("pydantic_ai", "normandy-pydantic-ai"),

@@ -181,7 +181,7 @@ def _run_example(shell: Shell, page: str) -> str:
 
 
 _COMPACTION = re.compile(
-    r"^(\d+) -> (\d+) tokens, (\d+) (?:messages|items) removed, (\d+) entries to the hooks$",
+    r"^(\d+) -> (\d+) tokens, (\d+) (?:messages|items|contents) removed, (\d+) entries to the hooks$",
     flags=re.M,
 )
 
@@ -213,6 +213,7 @@ FOLLOW_UPS: dict[str, tuple[str, Callable[[Shell, str], None]]] = {
     "docs/plugins/langchain.md": ("docs/plugins/langchain.md", _check_adapter),
     "docs/plugins/pydantic-ai.md": ("docs/plugins/pydantic-ai.md", _check_adapter),
     "docs/plugins/openai-agents.md": ("docs/plugins/openai-agents.md", _check_adapter),
+    "docs/plugins/adk.md": ("docs/plugins/adk.md", _check_adapter),
     "docs/plugins/otel.md": ("docs/plugins/otel.md", _check_otel),
     INSTALL_PAGE: (INSTALL_PAGE, _check_first_compaction),
     "docs/index.md": (INSTALL_PAGE, _check_first_compaction),

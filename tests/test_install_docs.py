@@ -24,6 +24,7 @@ ADAPTER_PAGES = {
     "normandy-langchain": "docs/plugins/langchain.md",
     "normandy-pydantic-ai": "docs/plugins/pydantic-ai.md",
     "normandy-openai-agents": "docs/plugins/openai-agents.md",
+    "normandy-adk": "docs/plugins/adk.md",
 }
 #: Pages whose install line is set by work under way elsewhere, with the reason.
 NOT_YET: dict[str, str] = {}
