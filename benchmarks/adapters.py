@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.adapters_adk import adk_problems, adk_subjects, to_adk
 from benchmarks.common import clock, fmt_time, median, raw_encoding, settle
 from normandy_core.app.workload import generate_session
 from normandy_core.conversation.tokens import MESSAGE_OVERHEAD
@@ -340,6 +341,8 @@ def _problems(framework: str, out: list[Any]) -> list[str]:
         from pai_scripted import pairing_problems as pai
 
         return pai(out)
+    if framework == "Google ADK":
+        return adk_problems(out)
     from oa_scripted import pairing_problems as oa
 
     return oa([dict(o) for o in out])
@@ -400,6 +403,7 @@ def run(quick: bool = False, log: Callable[[str], None] = lambda s: None) -> str
         ("LangChain", to_langchain, langchain_subjects),
         ("Pydantic AI", to_pydantic_ai, pydantic_ai_subjects),
         ("OpenAI Agents SDK", to_agents, agents_subjects),
+        ("Google ADK", to_adk, adk_subjects),
     ):
         conv = convert(messages)
         subjects = make()

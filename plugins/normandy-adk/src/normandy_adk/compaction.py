@@ -127,16 +127,29 @@ class _Last:
     def base(self, contents: list[types.Content]) -> list[types.Content] | None:
         """The returned list plus the contents new since, when ``contents`` extends the
         list given last (compared by value: ADK hands over fresh copies); else ``None``.
-        A content returned as it was given is taken from ``contents`` (the equal copy
-        at its place), so kept contents are always the caller's own objects."""
+
+        A content returned as it was given is taken from ``contents`` (the equal copy at
+        its place), so kept contents are always the caller's own objects; its digest
+        carries over to the copy (equal contents, equal digests), so it is not
+        serialized again."""
         k = len(self.given)
         if k == 0 or len(contents) < k or contents[:k] != self.given:
             return None
         given_at = {id(c): i for i, c in enumerate(self.given)}
-        kept = [given_at.get(id(c), -1) for c in self.returned]
-        return [contents[i] if i >= 0 else c for c, i in zip(self.returned, kept, strict=True)] + (
-            contents[k:]
-        )
+        out: list[types.Content] = []
+        digests: Digests = {}
+        for c in self.returned:
+            i = given_at.get(id(c), -1)
+            if i < 0:  # the compactor's: a note, or a content it changed
+                out.append(c)
+                continue
+            copy = contents[i]
+            out.append(copy)
+            known = self.digests.get(id(c))
+            if known is not None and known[0] is c:
+                digests[id(copy)] = (copy, known[1])
+        self.digests.update(digests)
+        return out + contents[k:]
 
 
 class ContentsCompactor(NamedCompactor):
