@@ -28,6 +28,9 @@ Judged as section 12 judges: requests with a function response answering no call
 the content before it, or a call without its response (the adapter's tests' validator,
 ``plugins/normandy-adk/tests/adk_scripted.py``), and requests over the window by an
 exact cl100k count of the original messages kept (a summary or marker is not counted).
+``python -m benchmarks.adapters_adk [--quick]`` prints a second table
+(:func:`kept_table`): per subject, requests holding the task and the current question,
+and requests over the window when what the manager creates is counted too.
 """
 
 from __future__ import annotations
@@ -274,3 +277,63 @@ def adk_subjects() -> list[Subject]:
             _events_compaction(loop, WINDOW),
         ),
     ]
+
+
+# -- what each request keeps (the section's extra table) -----------------------------------
+
+
+def _is_question(content: Any) -> bool:
+    return content.role == "user" and bool(content.parts[0].text)
+
+
+def kept_table(quick: bool = False) -> str:
+    """Per ADK subject, over the section's calls: requests holding the task (the first
+    question) and the current question, and requests over the window when what the
+    manager creates (a marker, a summary) is counted too (cl100k of its text)."""
+    from benchmarks.adapters import SEED, WINDOW, _boundaries, _exact_tokens
+    from benchmarks.common import raw_encoding
+    from normandy_core.app.workload import generate_session
+    from normandy_core.transcripts.chat import to_openai
+
+    messages = to_openai(generate_session(SEED, 300 if quick else 1_000, end_mid_round=True))
+    tokens = _exact_tokens(messages)
+    bounds = [b for b in _boundaries(messages) if sum(tokens[:b]) > WINDOW // 2]
+    conv = to_adk(messages)
+    index = {id(o): k for k, o in enumerate(conv.objects)}
+    enc = raw_encoding()
+    lines = [
+        "| subject | requests with the task | with the current question "
+        "| over the window, created text counted | created tokens (median) |",
+        "|---|---|---|---|---|",
+    ]
+    for s in adk_subjects():
+        prev = task = current = over = 0
+        made: list[int] = []
+        for b in bounds:
+            upto = conv.count_at[b]
+            out = s.step(conv.objects[:upto], conv.objects[prev:upto])
+            prev = upto
+            question = max(k for k in range(upto) if _is_question(conv.objects[k]))
+            task += any(o is conv.objects[0] for o in out)
+            current += any(o is conv.objects[question] for o in out)
+            kept = sum(tokens[j] for o in out if id(o) in index for j in conv.sources[index[id(o)]])
+            new = sum(
+                len(enc.encode_ordinary(p.text or "")) + 4
+                for o in out
+                if id(o) not in index
+                for p in o.parts or []
+            )
+            made.append(new)
+            over += kept + new > WINDOW
+        n = len(bounds)
+        lines.append(
+            f"| {s.name} | {task} / {n} | {current} / {n} | {over} / {n} | {sorted(made)[n // 2]} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    import os
+
+    os.environ["NORMANDY_ARCHIVE_PATH"] = "off"  # as ``python -m benchmarks.adapters`` runs
+    print(kept_table(quick="--quick" in sys.argv))
