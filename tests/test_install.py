@@ -181,7 +181,8 @@ def _run_example(shell: Shell, page: str) -> str:
 
 
 _COMPACTION = re.compile(
-    r"^(\d+) -> (\d+) tokens, (\d+) (?:messages|items|contents) removed, (\d+) entries to the hooks$",
+    r"^(\d+) -> (\d+) tokens, (\d+) (?:messages|items|contents) removed, "
+    r"(\d+) entries to the hooks$",
     flags=re.M,
 )
 
