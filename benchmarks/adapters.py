@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.adapters_adk import adk_problems, adk_subjects, to_adk
 from benchmarks.common import clock, fmt_time, median, raw_encoding, settle
 from normandy_core.app.workload import generate_session
 from normandy_core.conversation.tokens import MESSAGE_OVERHEAD
@@ -348,6 +349,8 @@ def _problems(framework: str, out: list[Any]) -> list[str]:
         from benchmarks.adapters_llamaindex import problems
 
         return problems(out)
+    if framework == "Google ADK":
+        return adk_problems(out)
     from oa_scripted import pairing_problems as oa
 
     return oa([dict(o) for o in out])
@@ -413,6 +416,7 @@ def run(quick: bool = False, log: Callable[[str], None] = lambda s: None) -> str
         ("OpenAI Agents SDK", to_agents, agents_subjects),
         ("Strands Agents", to_strands, strands_subjects),
         ("LlamaIndex", li.to_llamaindex, li.llamaindex_subjects),
+        ("Google ADK", to_adk, adk_subjects),
     ):
         conv = convert(messages)
         subjects = make()

@@ -73,6 +73,7 @@ emit({{
 
 
 ADAPTERS = [
+    ("adk", "normandy-adk"),
     ("langchain", "normandy-langchain"),
     ("llamaindex", "normandy-llamaindex"),
     ("openai_agents", "normandy-openai-agents"),

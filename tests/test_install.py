@@ -181,7 +181,8 @@ def _run_example(shell: Shell, page: str) -> str:
 
 
 _COMPACTION = re.compile(
-    r"^(\d+) -> (\d+) tokens, (\d+) (?:messages|items) removed, (\d+) entries to the hooks$",
+    r"^(\d+) -> (\d+) tokens, (\d+) (?:messages|items|contents) removed, "
+    r"(\d+) entries to the hooks$",
     flags=re.M,
 )
 
@@ -215,6 +216,7 @@ FOLLOW_UPS: dict[str, tuple[str, Callable[[Shell, str], None]]] = {
     "docs/plugins/openai-agents.md": ("docs/plugins/openai-agents.md", _check_adapter),
     "docs/plugins/strands.md": ("docs/plugins/strands.md", _check_adapter),
     "docs/plugins/llamaindex.md": ("docs/plugins/llamaindex.md", _check_adapter),
+    "docs/plugins/adk.md": ("docs/plugins/adk.md", _check_adapter),
     "docs/plugins/otel.md": ("docs/plugins/otel.md", _check_otel),
     INSTALL_PAGE: (INSTALL_PAGE, _check_first_compaction),
     "docs/index.md": (INSTALL_PAGE, _check_first_compaction),

@@ -26,6 +26,7 @@ ADAPTER_PAGES = {
     "normandy-openai-agents": "docs/plugins/openai-agents.md",
     "normandy-strands": "docs/plugins/strands.md",
     "normandy-llamaindex": "docs/plugins/llamaindex.md",
+    "normandy-adk": "docs/plugins/adk.md",
 }
 #: Pages whose install line is set by work under way elsewhere, with the reason.
 NOT_YET: dict[str, str] = {}

@@ -241,6 +241,7 @@ API_PAGES = {
     "normandy_openai_agents": "openai-agents.md",
     "normandy_strands": "strands.md",
     "normandy_llamaindex": "llamaindex.md",
+    "normandy_adk": "adk.md",
 }
 
 
