@@ -107,6 +107,9 @@ class NormandyPlugin(AdapterSeam[ADKCompaction], _Plugin):
             logger.warning("%s left the request unchanged: %s", self.entry, exc)
             return None
         self._reported(done)
-        if done.contents != contents:
+        # by identity: kept contents are the request's own objects (no deep comparison)
+        if len(done.contents) != len(contents) or any(
+            a is not b for a, b in zip(done.contents, contents, strict=True)
+        ):
             llm_request.contents = done.contents
         return None
