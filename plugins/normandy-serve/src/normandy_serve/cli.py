@@ -2,9 +2,9 @@
 
 Added to the core's ``normandy`` command by the entry point ``serve`` of
 ``normandy_core.commands``. A bad option is one line on stderr and exit status 2
-(naming the option), 3 an unknown or broken compactor; uvicorn serves until SIGINT or SIGTERM, then stops accepting
-connections and lets the requests in flight, streams included, finish (for at most
-``--graceful-timeout`` seconds).
+(naming the option), an unknown or broken compactor exit status 3. uvicorn serves until
+SIGINT or SIGTERM, then stops accepting connections and lets the requests in flight,
+streams included, finish (for at most ``--graceful-timeout`` seconds).
 """
 
 from __future__ import annotations
