@@ -101,7 +101,7 @@ class Proxy:
         if overflow is None:
             return relay(upstream, raw)
         await upstream.aclose()
-        retry: Compacted = await self.compactor.harder(done, fmt, session, overflow)
+        retry: Compacted = await self.compactor.harder(done, fmt, overflow)
         again = await self._send_or_fail(request, retry.body)
         return again if isinstance(again, Response) else relay(again)
 

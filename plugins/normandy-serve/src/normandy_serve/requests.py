@@ -5,8 +5,9 @@ request as the client sent it (Chat Completions' ``messages``, the Responses API
 ``input`` and ``instructions``, Anthropic's ``messages`` and ``system``): every key the
 proxy does not compact is kept as given, and a request nothing was removed from is
 forwarded as the very bytes the client sent. The window is ``--window`` or the catalog's
-for the request's ``model``, less what the request spends outside the conversation: its
-tool definitions (counted with the model's counter) and the reply's ``max_tokens``.
+for the request's ``model``, less the request's tool definitions (counted with the
+model's counter); the room for the reply is the compactor's to keep (``window_manager``'s
+``reserved_tokens`` option).
 
 A body that is not a JSON request of its API, a model without a known window, or a
 compaction that fails, is forwarded unchanged and logged, never refused: the upstream
@@ -15,10 +16,8 @@ answers it as it would have without the proxy.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,8 @@ from normandy_core import (
     get_counter,
 )
 from normandy_core.clients import ContextOverflow
+from normandy_core.transcripts.transcript import request_keys
+from normandy_serve.conversations import Conversations
 from normandy_serve.options import ServeSettings
 
 __all__ = ["API_FORMATS", "Compacted", "RequestCompactor"]
@@ -43,21 +44,20 @@ API_FORMATS = {
     "/v1/responses": "responses",
     "/v1/messages": "anthropic",
 }
-#: Where each format's request names the reply's token budget.
-_REPLY_BUDGET = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 
 
 @dataclass(frozen=True)
 class Compacted:
     """What to forward: ``body`` (the client's own bytes ``given`` when nothing changed),
     and for a request that was compacted (or checked and kept), its parsed ``request``,
-    the ``result`` and the ``room`` (tokens) the conversation was sized to."""
+    the ``result``, the ``room`` (tokens) the conversation was sized to and its session."""
 
     body: bytes
     given: bytes
     request: dict[str, Any] | None = None
     result: CompactResult | None = None
     room: int = 0
+    session: str = ""
 
 
 class Unreadable(ValueError):
@@ -76,27 +76,14 @@ def _parse(raw: bytes) -> dict[str, Any]:
     return request
 
 
-def _outside(request: dict[str, Any], model: str) -> int:
-    """Tokens the request spends outside its conversation: its tool definitions and the
-    reply's budget (the window holds both, as the providers count it)."""
+def _tool_tokens(request: dict[str, Any], model: str) -> int:
+    """Tokens of the request's tool definitions, which the window holds beside the
+    conversation."""
     tools = request.get("tools")
-    spent = 0
-    if tools:
-        counter = get_counter(default_counter_for(model))
-        spent += counter.count_text(json.dumps(tools, ensure_ascii=False))
-    budget = next((request[k] for k in _REPLY_BUDGET if isinstance(request.get(k), int)), 0)
-    return spent + max(budget, 0)
-
-
-@contextlib.contextmanager
-def _session(session: str | None) -> Iterator[None]:
-    """Dropped entries archived under ``session`` (the client's ``X-Normandy-Session``);
-    without one, under the session the compaction memo keeps for the conversation."""
-    if session is None:
-        yield
-    else:
-        with archive_settings(session=session):
-            yield
+    if not tools:
+        return 0
+    counter = get_counter(default_counter_for(model))
+    return counter.count_text(json.dumps(tools, ensure_ascii=False))
 
 
 class RequestCompactor:
@@ -105,53 +92,62 @@ class RequestCompactor:
     def __init__(self, settings: ServeSettings) -> None:
         self.settings = settings
         self.catalog = default_catalog()
+        # Per model, the room an upstream's refusal as too long left: later requests are
+        # sized to it too, rather than each being refused once.
+        self.caps: dict[str, int] = {}
+        self.conversations = Conversations()
 
     def room(self, request: dict[str, Any]) -> int:
         """Tokens the request's conversation may take (raises :class:`Unreadable` when the
-        window is unknown or the rest of the request fills it)."""
+        window is unknown or the tool definitions fill it)."""
         model = request["model"]
         window = self.settings.window or self.catalog.window(model)
         if window is None:
             raise Unreadable(f"the catalog knows no window for model {model!r}; pass --window")
-        room = window - _outside(request, model)
+        room = min(window - _tool_tokens(request, model), self.caps.get(model, window))
         if room <= 0:
-            raise Unreadable(f"its tools and max_tokens fill the {window}-token window")
+            raise Unreadable(f"its tool definitions fill the {window}-token window")
         return room
 
-    async def compact(self, raw: bytes, fmt: str, session: str | None) -> Compacted:
-        """``raw`` compacted as a request of format ``fmt``; unchanged (and logged) when it
-        cannot be read or compacted."""
+    async def compact(self, raw: bytes, fmt: str, named: str | None) -> Compacted:
+        """``raw`` compacted as a request of format ``fmt`` in its session (``named`` by the
+        client, else derived: :mod:`normandy_serve.conversations`); unchanged (and
+        logged) when it cannot be read or compacted."""
         try:
             request = _parse(raw)
             room = self.room(request)
         except Unreadable as exc:
             log.warning("forwarded unchanged: %s", exc)
             return Compacted(raw, raw)
+        session = self.conversations.session_of(fmt, request, named)
+        keys = request_keys(request)
+        if keys is not None and isinstance(request.get(keys[0]), list):
+            request[keys[0]] = self.conversations.continued(session, request[keys[0]])
         return await self._run(raw, request, fmt, session, room, fresh=False)
 
-    async def harder(
-        self, done: Compacted, fmt: str, session: str | None, overflow: ContextOverflow
-    ) -> Compacted:
+    async def harder(self, done: Compacted, fmt: str, overflow: ContextOverflow) -> Compacted:
         """``done``'s request compacted again below the target the upstream's refusal
         ``overflow`` gives (:meth:`ContextOverflow.target`), from scratch and forced."""
         assert done.request is not None and done.result is not None
         counted = done.result.tokens_after
         target = min(overflow.target(counted), done.room)
+        self.caps[done.request["model"]] = target
         log.info("upstream refused the request as too long; compacting to %d tokens", target)
-        return await self._run(done.given, done.request, fmt, session, target, fresh=True)
+        return await self._run(done.given, done.request, fmt, done.session, target, fresh=True)
 
     async def _run(
         self,
         raw: bytes,
         request: dict[str, Any],
         fmt: str,
-        session: str | None,
+        session: str,
         room: int,
         *,
         fresh: bool,
     ) -> Compacted:
         try:
-            with _session(session):
+            # Dropped entries are archived under the conversation's session.
+            with archive_settings(session=session):
                 result = await acompact(
                     request,
                     compactor=self.settings.compactor,
@@ -166,14 +162,16 @@ class RequestCompactor:
             log.warning("forwarded unchanged: compaction failed: %s: %s", type(exc).__name__, exc)
             return Compacted(raw, raw)
         if result.messages == request:
-            return Compacted(raw, raw, request, result, room)
+            return Compacted(raw, raw, request, result, room, session)
         if result.compacted:
             log.info(
-                "compacted %s request: %d -> %d tokens (room %d)",
+                "compacted %s request of session %s%s: %d -> %d tokens (room %d)",
                 fmt,
+                session,
+                " (continued)" if result.continued else "",
                 result.tokens_before,
                 result.tokens_after,
                 room,
             )
         body = json.dumps(result.messages, ensure_ascii=False).encode()
-        return Compacted(body, raw, request, result, room)
+        return Compacted(body, raw, request, result, room, session)
