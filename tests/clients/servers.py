@@ -43,7 +43,8 @@ For a proxy in front of them: a request with ``"stream": true`` (Chat Completion
 Messages) is answered with the server-sent events the API streams for the same reply
 (:func:`sse_events`); ``answers`` scripts whole answers (status, body, extra headers),
 each popped by the next model request before anything is checked; a body that is not
-JSON is answered 400 (:func:`not_json`); ``GET`` answers an empty list naming its path;
+JSON is answered 400 (:func:`not_json`); ``event_pause`` seconds pass between two
+events; ``GET`` answers an empty list naming its path;
 ``raw_bodies`` keeps every body's bytes as received.
 Loaded by path from tests/clients/conftest.py (not a test module).
 """
@@ -58,6 +59,7 @@ import json
 import math
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -864,8 +866,10 @@ class FakeProvider:
         max_bytes: int | None = None,
         overflows: list[bool] | None = None,
         answers: list[tuple[int, dict[str, Any], dict[str, str]]] | None = None,
+        event_pause: float = 0.0,
     ) -> None:
         self.kind = kind
+        self.event_pause = event_pause
         self.window = window
         self.max_bytes = max_bytes
         self.overflows = list(overflows or [])
@@ -921,7 +925,9 @@ class FakeProvider:
                     self.send_header(name, value)
                 self.send_header("connection", "close")
                 self.end_headers()
-                for event in events:  # one write each, as a provider streams them
+                for k, event in enumerate(events):  # one write each, as a provider streams
+                    if k:
+                        time.sleep(provider.event_pause)
                     self.wfile.write(event)
                     self.wfile.flush()
                 self.close_connection = True

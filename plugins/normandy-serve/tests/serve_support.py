@@ -47,9 +47,10 @@ def root_of(provider: Any) -> str:
 
 
 @contextmanager
-def serving(upstream: str, **options: Any) -> Iterator[str]:
+def served(upstream: str, **options: Any) -> Iterator[tuple[str, uvicorn.Server]]:
     """The proxy in front of ``upstream`` with ``options`` (those of
-    :func:`normandy_serve.settings_from`), served until the block ends; yields its origin."""
+    :func:`normandy_serve.settings_from`), served until the block ends (or its server's
+    ``should_exit`` is set); yields its origin and its uvicorn server."""
     settings = settings_from(upstream, **options)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
@@ -63,8 +64,15 @@ def serving(upstream: str, **options: Any) -> Iterator[str]:
         assert time.monotonic() < deadline, "the proxy did not start in 20 s"
         time.sleep(0.01)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", server
     finally:
         server.should_exit = True
         thread.join(timeout=20)
         sock.close()
+
+
+@contextmanager
+def serving(upstream: str, **options: Any) -> Iterator[str]:
+    """:func:`served`, yielding the proxy's origin alone."""
+    with served(upstream, **options) as (origin, _):
+        yield origin

@@ -8,12 +8,13 @@ import asyncio
 import json
 import logging
 import re
+import time
 
 import anthropic
 import httpx
 import openai
 import pytest
-from serve_support import root_of, servers, serving
+from serve_support import root_of, served, servers, serving
 
 KEY = "sk-loopback-secret-0123456789"
 HELLO = [{"role": "user", "content": "Say hello."}]
@@ -195,3 +196,25 @@ def test_the_health_endpoint_and_the_proxys_own_token():
     assert admitted.choices[0].message.content == "Let in."
     assert len(up.requests) == 1
     assert "x-normandy-token" not in up.headers[0]
+
+
+def test_shutdown_lets_a_stream_in_flight_finish():
+    with (
+        servers.FakeProvider("openai", [{"text": "Slowly."}], event_pause=0.4) as up,
+        served(root_of(up), window=8_000) as (proxy, server),
+    ):
+        stream = _openai(proxy).chat.completions.create(model="gpt-4o", messages=HELLO, stream=True)
+        first = next(stream)
+        server.should_exit = True  # what uvicorn's SIGTERM handler sets
+        rest = list(stream)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # then the proxy goes down
+            try:
+                httpx.get(proxy + "/normandy/health", timeout=1)
+            except httpx.ConnectError:
+                break
+            time.sleep(0.02)
+        else:
+            pytest.fail("the proxy still answers 10 s after its shutdown began")
+    assert first.choices[0].delta.content == "Slowly."
+    assert rest[-1].choices[0].finish_reason == "stop"
