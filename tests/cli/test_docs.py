@@ -239,6 +239,7 @@ API_PAGES = {
     "normandy_langchain": "langchain.md",
     "normandy_pydantic_ai": "pydantic-ai.md",
     "normandy_openai_agents": "openai-agents.md",
+    "normandy_serve": "serve.md",
 }
 
 

@@ -17,6 +17,7 @@ import tiktoken
 from serve_support import root_of, servers, serving
 
 from normandy_archive import open_archive
+from normandy_core.app.cli import main
 
 KEY = "sk-loopback-secret-0123456789"
 WINDOW = 3_000
@@ -106,7 +107,9 @@ def orphans(messages: list[dict[str, Any]]) -> list[str]:
     return found + sorted(waiting)
 
 
-def test_a_long_tool_session_arrives_within_the_window_with_no_orphaned_pair(archive_file, caplog):
+def test_a_long_tool_session_arrives_within_the_window_with_no_orphaned_pair(
+    archive_file, caplog, capsys
+):
     caplog.set_level(logging.DEBUG)
     rounds = 24
     with (
@@ -136,6 +139,11 @@ def test_a_long_tool_session_arrives_within_the_window_with_no_orphaned_pair(arc
     assert {a.session_id for a in kept} == {"billing-audit-7"}
     assert archive.search("line 3 of f0.py", session_id="billing-audit-7")
     archive.close()
+    capsys.readouterr()
+    assert (
+        main(["archive", "--path", str(archive_file), "list", "--session", "billing-audit-7"]) == 0
+    )
+    assert "billing-audit-7"[:12] in capsys.readouterr().out  # `normandy archive` shows them
     # The caller's key reached the upstream and nothing else.
     assert {h["authorization"] for h in up.headers} == {f"Bearer {KEY}"}
     assert "compacted openai request of session billing-audit-7 (continued)" in caplog.text
