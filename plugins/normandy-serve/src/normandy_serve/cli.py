@@ -64,6 +64,19 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _log_to_stderr() -> None:
+    """The proxy's own lines (requests forwarded unchanged, compactions, retries) on
+    stderr beside uvicorn's, from INFO on; the core's command line shows warnings only."""
+    logger = logging.getLogger("normandy_serve")
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s:     normandy serve: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # not a second time through the root's handler
+
+
 def serve(args: argparse.Namespace) -> int:
     """Run the proxy with the parsed ``args``; returns the exit status."""
     try:
@@ -84,7 +97,7 @@ def serve(args: argparse.Namespace) -> int:
     except PluginError as exc:
         sys.stderr.write(f"normandy serve: {exc}\n")
         return EXIT_PLUGIN
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    _log_to_stderr()
     config = uvicorn_config(settings, args.host, args.port, args.graceful_timeout)
     uvicorn.Server(config).run()
     return 0
