@@ -20,7 +20,7 @@ from typing import Any
 
 import uvicorn
 
-from normandy_serve import settings_from, uvicorn_config
+from normandy_serve import create_app, settings_from, uvicorn_config
 
 TESTS = Path(__file__).resolve().parents[3] / "tests" / "clients"
 
@@ -47,15 +47,18 @@ def root_of(provider: Any) -> str:
 
 
 @contextmanager
-def served(upstream: str, **options: Any) -> Iterator[tuple[str, uvicorn.Server]]:
+def served(
+    upstream: str, meter_provider: Any = None, **options: Any
+) -> Iterator[tuple[str, uvicorn.Server]]:
     """The proxy in front of ``upstream`` with ``options`` (those of
-    :func:`normandy_serve.settings_from`), served until the block ends (or its server's
-    ``should_exit`` is set); yields its origin and its uvicorn server."""
-    settings = settings_from(upstream, **options)
+    :func:`normandy_serve.settings_from`) and its metrics to ``meter_provider``, served
+    until the block ends (or its server's ``should_exit`` is set); yields its origin and
+    its uvicorn server."""
+    app = create_app(settings_from(upstream, **options), meter_provider=meter_provider)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn_config(settings, port=port, log_config=None))
+    server = uvicorn.Server(uvicorn_config(app, port=port, log_config=None))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -72,7 +75,7 @@ def served(upstream: str, **options: Any) -> Iterator[tuple[str, uvicorn.Server]
 
 
 @contextmanager
-def serving(upstream: str, **options: Any) -> Iterator[str]:
+def serving(upstream: str, meter_provider: Any = None, **options: Any) -> Iterator[str]:
     """:func:`served`, yielding the proxy's origin alone."""
-    with served(upstream, **options) as (origin, _):
+    with served(upstream, meter_provider, **options) as (origin, _):
         yield origin

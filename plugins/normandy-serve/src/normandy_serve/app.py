@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import httpx
 from starlette.applications import Starlette
@@ -20,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from normandy_serve.metrics import ProxyMetrics
 from normandy_serve.options import ServeSettings
 from normandy_serve.relay import (
     SESSION_HEADER,
@@ -30,6 +33,9 @@ from normandy_serve.relay import (
     upstream_headers,
 )
 from normandy_serve.requests import API_FORMATS, Compacted, RequestCompactor
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
 
 __all__ = ["HEALTH_PATH", "Proxy", "create_app"]
 
@@ -50,11 +56,15 @@ def _refused(status: int, message: str) -> JSONResponse:
 
 
 class Proxy:
-    """The forwarding of one request: ``client`` is the upstream connection pool."""
+    """The forwarding of one request: ``client`` is the upstream connection pool,
+    ``metrics`` the instruments it records with."""
 
-    def __init__(self, settings: ServeSettings, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self, settings: ServeSettings, client: httpx.AsyncClient, metrics: ProxyMetrics
+    ) -> None:
         self.settings = settings
         self.client = client
+        self.metrics = metrics
         self.compactor = RequestCompactor(settings)
 
     def _denied(self, request: Request) -> Response | None:
@@ -84,30 +94,43 @@ class Proxy:
         body = await request.body()
         fmt = API_FORMATS.get(request.url.path) if request.method == "POST" else None
         if fmt is None:
-            return await self._forward(request, body)
+            return self._relayed(None, "unchanged", await self._send_or_fail(request, body))
         session = request.headers.get(SESSION_HEADER)
         if session is not None:
             session = session.strip()
             if not session:
                 return _refused(400, f"the {SESSION_HEADER} header must not be empty")
+        started = time.perf_counter()
         done = await self.compactor.compact(body, fmt, session)
+        if done.result is not None:
+            self.metrics.compacted(fmt, done.removed, time.perf_counter() - started)
         upstream = await self._send_or_fail(request, done.body)
-        if isinstance(upstream, Response) or done.result is None:
-            return upstream if isinstance(upstream, Response) else relay(upstream)
+        if done.result is None or isinstance(upstream, Response):
+            return self._relayed(fmt, done.outcome, upstream)
         if upstream.status_code not in (400, 413):
-            return relay(upstream)
+            return self._relayed(fmt, done.outcome, upstream)
         raw = await read_raw(upstream)
         overflow = overflow_in(fmt, upstream, raw)
         if overflow is None:
-            return relay(upstream, raw)
+            return self._relayed(fmt, done.outcome, upstream, raw)
         await upstream.aclose()
+        self.metrics.retried(fmt)
         retry: Compacted = await self.compactor.harder(done, fmt, overflow)
         again = await self._send_or_fail(request, retry.body)
-        return again if isinstance(again, Response) else relay(again)
+        return self._relayed(fmt, retry.outcome, again)
 
-    async def _forward(self, request: Request, body: bytes) -> Response:
-        upstream = await self._send_or_fail(request, body)
-        return upstream if isinstance(upstream, Response) else relay(upstream)
+    def _relayed(
+        self,
+        fmt: str | None,
+        outcome: str,
+        upstream: httpx.Response | Response,
+        read: bytes | None = None,
+    ) -> Response:
+        """The answer for the client (the proxy's own as it is), counted."""
+        if isinstance(upstream, Response):
+            return upstream
+        self.metrics.relayed(fmt, outcome, upstream.status_code)
+        return relay(upstream, read)
 
     async def _send_or_fail(self, request: Request, body: bytes) -> httpx.Response | Response:
         """The upstream's answer, or the proxy's 502 when the upstream cannot be reached."""
@@ -122,9 +145,15 @@ async def _health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-def create_app(settings: ServeSettings, client: httpx.AsyncClient | None = None) -> Starlette:
+def create_app(
+    settings: ServeSettings,
+    client: httpx.AsyncClient | None = None,
+    meter_provider: MeterProvider | None = None,
+) -> Starlette:
     """The proxy's ASGI application. ``client`` is the upstream connection pool (default:
-    one made at startup and closed at shutdown)."""
+    one made at startup and closed at shutdown); ``meter_provider`` the OpenTelemetry
+    provider its metrics go to (default: the global one; :mod:`normandy_serve.metrics`)."""
+    metrics = ProxyMetrics(meter_provider)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -133,7 +162,7 @@ def create_app(settings: ServeSettings, client: httpx.AsyncClient | None = None)
         # (Accept-Encoding, User-Agent...) are added to what the client sent.
         for name in list(pool.headers):
             del pool.headers[name]
-        app.state.proxy = Proxy(settings, pool)
+        app.state.proxy = Proxy(settings, pool, metrics)
         try:
             yield
         finally:

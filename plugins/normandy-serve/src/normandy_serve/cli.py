@@ -16,10 +16,11 @@ import sys
 from typing import Any
 
 import uvicorn
+from starlette.applications import Starlette
 
 from normandy_core import OptionsError, PluginError
 from normandy_serve.app import create_app
-from normandy_serve.options import ServeOptionsError, ServeSettings, settings_from
+from normandy_serve.options import ServeOptionsError, settings_from
 
 __all__ = ["EXIT_OPTIONS", "EXIT_PLUGIN", "register_cli", "serve", "uvicorn_config"]
 
@@ -98,22 +99,23 @@ def serve(args: argparse.Namespace) -> int:
         sys.stderr.write(f"normandy serve: {exc}\n")
         return EXIT_PLUGIN
     _log_to_stderr()
-    config = uvicorn_config(settings, args.host, args.port, args.graceful_timeout)
+    config = uvicorn_config(create_app(settings), args.host, args.port, args.graceful_timeout)
     uvicorn.Server(config).run()
     return 0
 
 
 def uvicorn_config(
-    settings: ServeSettings,
+    app: Starlette,
     host: str = "127.0.0.1",
     port: int = 8080,
     graceful_timeout: int = 30,
     **kwargs: Any,
 ) -> uvicorn.Config:
-    """The uvicorn configuration ``normandy serve`` runs the proxy with (``kwargs`` are
-    more of ``uvicorn.Config``'s, such as ``log_config``)."""
+    """The uvicorn configuration ``normandy serve`` runs the proxy ``app``
+    (:func:`~normandy_serve.create_app`) with; ``kwargs`` are more of ``uvicorn.Config``'s,
+    such as ``log_config``."""
     return uvicorn.Config(
-        create_app(settings),
+        app,
         host=host,
         port=port,
         timeout_graceful_shutdown=graceful_timeout,

@@ -59,6 +59,21 @@ class Compacted:
     room: int = 0
     session: str = ""
 
+    @property
+    def outcome(self) -> str:
+        """``compacted`` (something was removed), ``kept`` (read, nothing removed) or
+        ``unchanged`` (forwarded without being read)."""
+        if self.result is None:
+            return "unchanged"
+        return "compacted" if self.body is not self.given else "kept"
+
+    @property
+    def removed(self) -> int:
+        """Tokens compaction removed from the request (0 when it removed nothing)."""
+        if self.result is None or not self.result.compacted:
+            return 0
+        return max(self.result.tokens_before - self.result.tokens_after, 0)
+
 
 class Unreadable(ValueError):
     """A body the proxy forwards unchanged: the message says why."""
