@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 import openai
-from agents import KEY, OPTS, chat_agent, reads
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from serve_agents import KEY, OPTS, chat_agent, reads
 from serve_support import root_of, servers, serving
 
 from normandy_serve.metrics import SCOPE

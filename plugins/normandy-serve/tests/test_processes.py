@@ -16,7 +16,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from agents import KEY, OPTS, WINDOW, chat_agent, reads
+from serve_agents import KEY, OPTS, WINDOW, chat_agent, reads
 from serve_support import root_of, servers
 
 from normandy_archive import open_archive

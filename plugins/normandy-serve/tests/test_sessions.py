@@ -14,7 +14,7 @@ import anthropic
 import openai
 import pytest
 import tiktoken
-from agents import (
+from serve_agents import (
     CHAT_TOOLS,
     KEY,
     MAX_TOKENS,
