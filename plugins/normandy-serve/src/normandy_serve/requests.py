@@ -142,8 +142,10 @@ class RequestCompactor:
 
     async def harder(self, done: Compacted, fmt: str, overflow: ContextOverflow) -> Compacted:
         """``done``'s request compacted again below the target the upstream's refusal
-        ``overflow`` gives (:meth:`ContextOverflow.target`), from scratch and forced."""
-        assert done.request is not None and done.result is not None
+        ``overflow`` gives (:meth:`ContextOverflow.target`), from scratch and forced
+        (``done`` itself when it was not read)."""
+        if done.request is None or done.result is None:
+            return done
         counted = done.result.tokens_after
         target = min(overflow.target(counted), done.room)
         self.caps[done.request["model"]] = target
