@@ -242,6 +242,7 @@ API_PAGES = {
     "normandy_strands": "strands.md",
     "normandy_llamaindex": "llamaindex.md",
     "normandy_adk": "adk.md",
+    "normandy_serve": "serve.md",
 }
 
 

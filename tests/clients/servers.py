@@ -38,6 +38,14 @@ the smaller of ``window`` and 90 % of its size).
 ``compaction`` chooses how the server answers a compaction request: ``"ok"``,
 ``"refuse"`` (400) or ``"overloaded"`` (529 / 503); models named in ``no_compaction``
 are refused as not supporting it.
+
+For a proxy in front of them: a request with ``"stream": true`` (Chat Completions,
+Messages) is answered with the server-sent events the API streams for the same reply
+(:func:`sse_events`); ``answers`` scripts whole answers (status, body, extra headers),
+each popped by the next model request before anything is checked; a body that is not
+JSON is answered 400 (:func:`not_json`); ``event_pause`` seconds pass between two
+events; ``GET`` answers an empty list naming its path;
+``raw_bodies`` keeps every body's bytes as received.
 Loaded by path from tests/clients/conftest.py (not a test module).
 """
 
@@ -51,6 +59,7 @@ import json
 import math
 import re
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -742,7 +751,101 @@ REQUEST_TOO_LARGE = {
 }
 
 
+def not_json(kind: str) -> dict[str, Any]:
+    """Each API's answer to a body that is not JSON."""
+    message = "There was an error parsing the body of your request: it is not valid JSON."
+    if kind == "anthropic":
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    return {"error": {"message": message, "type": "invalid_request_error", "code": None}}
+
+
+# -- streaming ------------------------------------------------------------------------
+
+
+def _event(data: Any, name: str | None = None) -> bytes:
+    head = f"event: {name}\n" if name else ""
+    return f"{head}data: {json.dumps(data)}\n\n".encode()
+
+
+def _chat_events(reply: dict[str, Any]) -> list[bytes]:
+    """A Chat Completions reply as the stream of chunks the API sends for it."""
+    choice = reply["choices"][0]
+    delta: dict[str, Any] = {"role": "assistant", "content": choice["message"]["content"]}
+    if choice["message"].get("tool_calls"):
+        delta["tool_calls"] = [
+            {"index": k, **call} for k, call in enumerate(choice["message"]["tool_calls"])
+        ]
+    head = {k: reply[k] for k in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+    first = {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    last = {
+        **head,
+        "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+    }
+    return [_event(first), _event(last), b"data: [DONE]\n\n"]
+
+
+def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
+    """One content block of a Messages reply as its start, delta and stop events."""
+    kind = block["type"]
+    if kind == "text":
+        start, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+    elif kind == "tool_use":
+        start = {**block, "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+    else:
+        start = {**block, "thinking": "", "signature": ""}
+        delta = {"type": "thinking_delta", "thinking": block["thinking"]}
+    events = [
+        _event(
+            {"type": "content_block_start", "index": index, "content_block": start},
+            "content_block_start",
+        ),
+        _event(
+            {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
+        ),
+    ]
+    if kind == "thinking":
+        signature = {"type": "signature_delta", "signature": block["signature"]}
+        events.append(
+            _event(
+                {"type": "content_block_delta", "index": index, "delta": signature},
+                "content_block_delta",
+            )
+        )
+    events.append(_event({"type": "content_block_stop", "index": index}, "content_block_stop"))
+    return events
+
+
+def _anthropic_events(reply: dict[str, Any]) -> list[bytes]:
+    """A Messages reply as the stream of events the API sends for it."""
+    usage = reply["usage"]
+    opening = {**reply, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events = [_event({"type": "message_start", "message": opening}, "message_start")]
+    for index, block in enumerate(reply["content"]):
+        events += _block_events(index, block)
+    closing = {
+        "type": "message_delta",
+        "delta": {"stop_reason": reply["stop_reason"], "stop_sequence": None},
+        "usage": {"output_tokens": usage["output_tokens"]},
+    }
+    events.append(_event(closing, "message_delta"))
+    events.append(_event({"type": "message_stop"}, "message_stop"))
+    return events
+
+
+def sse_events(kind: str, reply: dict[str, Any]) -> list[bytes]:
+    """The server-sent events that stream ``reply`` (Chat Completions or Messages)."""
+    return _anthropic_events(reply) if kind == "anthropic" else _chat_events(reply)
+
+
 # -- the server -----------------------------------------------------------------------
+
+
+class _Server(ThreadingHTTPServer):
+    # http.server's backlog of 5 resets connections when dozens of clients connect at
+    # once (the proxy's load benchmark runs 64 agents).
+    request_queue_size = 128
 
 
 class FakeProvider:
@@ -768,8 +871,11 @@ class FakeProvider:
         window: int | None = None,
         max_bytes: int | None = None,
         overflows: list[bool] | None = None,
+        answers: list[tuple[int, dict[str, Any], dict[str, str]]] | None = None,
+        event_pause: float = 0.0,
     ) -> None:
         self.kind = kind
+        self.event_pause = event_pause
         self.window = window
         self.max_bytes = max_bytes
         self.overflows = list(overflows or [])
@@ -778,6 +884,8 @@ class FakeProvider:
         self.paths: list[str] = []
         self.headers: list[dict[str, str]] = []
         self.refusals: list[tuple[dict[str, Any], dict[str, Any]]] = []
+        self.raw_bodies: list[bytes] = []
+        self.answers = list(answers or [])
         self.max_requests = max_requests
         self.lifetime = lifetime
         self.compaction = compaction
@@ -793,16 +901,44 @@ class FakeProvider:
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                body = json.loads(self.rfile.read(length) or b"{}")
-                status, answer = provider.handle(self.path, dict(self.headers), body)
+                raw = self.rfile.read(length)
+                status, answer, extra = provider.answer(self.path, dict(self.headers), raw)
+                if status == 200 and isinstance(answer, dict) and provider.streams(raw):
+                    self._send_events(sse_events(provider.kind, answer), extra)
+                    return
                 data = json.dumps(answer).encode()
                 self.send_response(status)
+                self.send_header("content-type", "application/json")
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                provider.answer(self.path, dict(self.headers), b"")
+                data = json.dumps({"object": "list", "data": [], "path": self.path}).encode()
+                self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            def _send_events(self, events: list[bytes], extra: dict[str, str]) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                self.send_header("connection", "close")
+                self.end_headers()
+                for k, event in enumerate(events):  # one write each, as a provider streams
+                    if k:
+                        time.sleep(provider.event_pause)
+                    self.wfile.write(event)
+                    self.wfile.flush()
+                self.close_connection = True
+
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
@@ -816,6 +952,34 @@ class FakeProvider:
         host, port = self.server.server_address[:2]
         root = f"http://{host}:{port}"
         return root + "/v1" if self.kind == "openai" else root
+
+    def streams(self, raw: bytes) -> bool:
+        """Whether the request ``raw`` asked for a stream of server-sent events."""
+        body = json.loads(raw)
+        return isinstance(body, dict) and body.get("stream") is True
+
+    def answer(
+        self, path: str, headers: dict[str, str], raw: bytes
+    ) -> tuple[int, Any, dict[str, str]]:
+        """The status, body and extra headers of the answer to one request's ``raw`` body:
+        the next of ``answers`` when any is left (recorded as every request is), a 400 for
+        a body that is not JSON, else :meth:`handle`'s."""
+        self.raw_bodies.append(raw)
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            with self._lock:
+                self.paths.append(path.partition("?")[0])
+                self.headers.append({k.lower(): v for k, v in headers.items()})
+            return 400, not_json(self.kind), {}
+        if self.answers:
+            with self._lock:
+                self.requests.append(body)
+                self.paths.append(path.partition("?")[0])
+                self.headers.append({k.lower(): v for k, v in headers.items()})
+                return self.answers.pop(0)
+        status, answer = self.handle(path, headers, body)
+        return status, answer, {"x-request-id": f"req_loopback_{len(self.raw_bodies)}"}
 
     def handle(
         self, path: str, headers: dict[str, str], body: dict[str, Any]
