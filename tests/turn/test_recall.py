@@ -39,7 +39,8 @@ from normandy_core import (
 from normandy_core.clients import ModelReply, ScriptedClient
 from normandy_core.clients.anthropic import anthropic_request
 from normandy_core.clients.openai import openai_request
-from normandy_core.contract.recall import RECALL_TAG, _coverage, _terms, render
+from normandy_core.contract.recall import RECALL_TAG, best_terms, render
+from normandy_core.contract.recall_rank import Terms
 from normandy_core.contract.recall_settings import MIN_LIMIT_TOKENS
 from normandy_core.conversation.calibration import default_calibration
 from normandy_core.turn import arun_turn, run_turn
@@ -301,13 +302,13 @@ def test_a_recall_never_exceeds_its_token_bound(source, contents, extra, limit, 
         assert len(result.hits) == 1
     if result.found and limit >= 600:  # room for the framing: the best one is shown, cut or not
         assert result.hits
-    shown = [h.entry.id for h in result.hits]
-    # best first: more of the keywords first, the sources' order among equals
-    order = [h.id for h in hits]
-    terms = _terms(query)
-    by_id = {h.id: h for h in hits}
-    key = {i: (-_coverage(by_id[i], terms), order.index(i)) for i in shown}
-    assert shown == sorted(shown, key=key.__getitem__)
+    # best first: more of the keywords (by their stems) first; of the plain-text entries,
+    # whose quoted text is their content, the coverage never grows down the list
+    terms = Terms(best_terms(query))
+    covered = [
+        len(terms.matched(h.entry.content)) for h in result.hits if isinstance(h.entry.content, str)
+    ]
+    assert covered == sorted(covered, reverse=True)
 
 
 def test_the_sources_answers_are_merged_by_rank_and_a_failing_source_is_named(source):
@@ -483,8 +484,9 @@ def test_results_of_a_batch_holding_none_of_the_keywords_are_named_not_shown(sou
         ],
     )
     source.hits = [Entry(id="x", role="user", content="kestrel notes"), batch]
-    result = recall("kestrelerror kestrel", session="s", counter=COUNTER, limit_tokens=600)
-    # both fit (the noise is not shown); b holds both keywords, x one
+    result = recall("kestrelerror checksum kestrel", session="s", counter=COUNTER, limit_tokens=600)
+    # both fit (the noise is not shown); b holds two keywords (by words: "kestrel" is
+    # not in "KestrelError", as the archive's index sees it), x one
     assert [h.entry.id for h in result.hits] == ["b", "x"]
     assert "KestrelError: checksum mismatch" in result.text
     assert "compute(value)" not in result.text
