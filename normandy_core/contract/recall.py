@@ -36,6 +36,7 @@ from normandy_core.contract.faults import (
     run_bounded,
 )
 from normandy_core.contract.plugins import describe_hook, hook_callers
+from normandy_core.contract.recall_excerpt import MIN_EXCERPT_CHARS, excerpt
 from normandy_core.contract.recall_rank import Terms, dedupe, rank as rank_order, supersede
 from normandy_core.contract.recall_settings import (
     DEFAULT_LIMIT_TOKENS,
@@ -83,6 +84,9 @@ _INSERTED_KEYS = (MARKER_KEY, SUMMARY_KEY)
 #: More characters than any counter gives one token: text longer than this many times
 #: the limit is never counted whole (counting a huge tool output costs time, not room).
 _CHARS_PER_TOKEN_MAX = 64
+#: An entry over this fraction of the bound (1/4: 500 of 2,000 tokens) is shown as an
+#: excerpt around the keywords, so one long output cannot take the room of the others.
+_EXCERPT_SHARE = 4
 #: The most entries asked of the sources for one recall.
 _MAX_ASKED = 1000
 #: How much of the query the header echoes, in characters.
@@ -413,7 +417,7 @@ def render(
             "Try other keywords: names, paths, identifiers, words of an error message."
         )
         return _within(text, 0, limit_tokens, count), [], False
-    fitted = _Fitted(frame, limit_tokens, count)
+    fitted = _Fitted(frame, limit_tokens, count, terms)
     fitted.fill(hits, bodies)
     text = fitted.settle()
     if count(text) > limit_tokens:  # a limit too small for the framing itself
@@ -436,23 +440,24 @@ def _within(text: str, found: int, limit_tokens: int, count: Callable[[str], int
 class _Fitted:
     """The hits a recall result shows, taken best first while the framed text fits."""
 
-    def __init__(self, frame: _Frame, limit: int, count: Callable[[str], int]) -> None:
-        self.frame, self.limit, self.count = frame, limit, count
+    def __init__(
+        self, frame: _Frame, limit: int, count: Callable[[str], int], terms: Terms
+    ) -> None:
+        self.frame, self.limit, self.count, self.terms = frame, limit, count, terms
         self.shown: list[str] = []
         self.kept: list[RecallHit] = []
         self.truncated = False
         self.omitted = 0
 
     def fill(self, hits: Sequence[RecallHit], bodies: Sequence[str]) -> None:
-        """Take the hits in order while they fit whole; the best one is cut to fit when it
-        cannot fit whole; a later one that does not fit is left out (and counted)."""
-        frame, limit = self.frame, self.limit
+        """Take the hits in order while they fit (:meth:`_piece`: whole, or an excerpt
+        around the keywords); the best one is cut to fit when neither fits; a later one
+        that does not fit is left out (and counted)."""
         for i, (hit, body) in enumerate(zip(hits, bodies, strict=True)):
-            piece = frame.entry(hit, body)
             rest = len(hits) - i - 1
-            small = len(body) <= limit * _CHARS_PER_TOKEN_MAX  # else never counted whole
             more = self.omitted + rest
-            if small and self.count(frame.text([*self.shown, piece], False, more)) <= limit:
+            piece = self._piece(hit, body, more)
+            if piece is not None:
                 self.shown.append(piece)
                 self.kept.append(hit)
                 continue
@@ -460,6 +465,40 @@ class _Fitted:
                 self.omitted += rest  # the cut one fills the room: the rest are left out
                 return
             self.omitted += 1
+
+    def _piece(self, hit: RecallHit, body: str, more: int) -> str | None:
+        """``hit`` framed, whole when it is short (at most a 1/:data:`_EXCERPT_SHARE` of
+        the bound) and fits; else its lines holding the keywords best, within that share
+        (:func:`~.recall_excerpt.excerpt`) and the room left; else whole when it fits and
+        no line holds a keyword; ``None`` when nothing of it fits."""
+        frame, limit = self.frame, self.limit
+
+        def fits(part: str) -> bool:
+            return (
+                self.count(frame.text([*self.shown, frame.entry(hit, part)], False, more)) <= limit
+            )
+
+        share = limit // _EXCERPT_SHARE
+        countable = len(body) <= limit * _CHARS_PER_TOKEN_MAX  # else never counted whole
+        small = countable and self.count(body) <= share
+        if small and fits(body):
+            return frame.entry(hit, body)
+        lo, hi, best = MIN_EXCERPT_CHARS, min(len(body), share * _CHARS_PER_TOKEN_MAX), None
+        while lo <= hi:  # the longest excerpt within the share and the room
+            mid = (lo + hi) // 2
+            part = excerpt(body, self.terms, mid)
+            if part is None:
+                break
+            if (small or self.count(part) <= share) and fits(part):
+                best, lo = part, mid + 1
+            else:
+                hi = mid - 1
+        if best is not None:
+            return frame.entry(hit, best)
+        # no line holds a keyword (an id looked up): whole as the sources gave it
+        if not small and countable and fits(body):
+            return frame.entry(hit, body)
+        return None
 
     def _cut(self, hit: RecallHit, body: str, more: int) -> bool:
         """Show the first hit cut to fit, when any part of it fits."""

@@ -230,13 +230,15 @@ def test_nothing_found_says_so_within_the_bound():
 
 
 def test_the_best_entry_is_cut_to_fit_and_the_rest_are_counted():
+    # no line of the big one holds the keyword (found by another way, an id): cut from
+    # its start
     big = "\n".join(f"line {k}: value_{k * 7}" for k in range(3000))
     hits = [
         RecallHit(Entry(id="big", role="user", content=big)),
         RecallHit(Entry(id="small", role="user", content="small one")),
     ]
     count = _tiktoken().count_text
-    text, shown, truncated = render("value", hits, limit_tokens=400, count=count)
+    text, shown, truncated = render("small", hits, limit_tokens=400, count=count)
     assert truncated and [h.entry.id for h in shown] == ["big"]
     assert count(text) <= 400
     assert "line 0: value_0" in text
@@ -244,9 +246,25 @@ def test_the_best_entry_is_cut_to_fit_and_the_rest_are_counted():
     assert "1 more matching entry did not fit the 400-token limit" in text
     # when the best fits whole, a later one too big for the room is left out, not cut
     hits = [hits[1], hits[0]]
-    text, shown, truncated = render("value", hits, limit_tokens=400, count=count)
+    text, shown, truncated = render("small", hits, limit_tokens=400, count=count)
     assert [h.entry.id for h in shown] == ["small"] and not truncated
     assert "1 more matching entry did not fit" in text
+
+
+def test_a_long_entry_is_shown_as_the_lines_around_its_match_and_leaves_room():
+    log = [f"step {k}: pod ready after {k % 90} ms" for k in range(3000)]
+    log[2000] = "step 2000: KestrelError quota exceeded for billing"
+    hits = [
+        RecallHit(Entry(id="log", role="user", content="\n".join(log))),
+        RecallHit(Entry(id="note", role="user", content="billing quota notes")),
+    ]
+    count = _tiktoken().count_text
+    text, shown, truncated = render("KestrelError billing", hits, limit_tokens=400, count=count)
+    assert [h.entry.id for h in shown] == ["log", "note"] and not truncated
+    assert count(text) <= 400
+    assert "step 1999: pod ready" in text and "KestrelError quota exceeded" in text
+    assert "[... 1,999 lines not shown ...]" in text and "step 0:" not in text
+    assert "[... 998 lines not shown ...]" in text
 
 
 # -- the token bound, as a property ------------------------------------------------------------
