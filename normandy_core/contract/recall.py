@@ -36,7 +36,7 @@ from normandy_core.contract.faults import (
     run_bounded,
 )
 from normandy_core.contract.plugins import describe_hook, hook_callers
-from normandy_core.contract.recall_excerpt import MIN_EXCERPT_CHARS, excerpt
+from normandy_core.contract.recall_excerpt import MIN_EXCERPT_CHARS, Excerpts
 from normandy_core.contract.recall_rank import Terms, dedupe, rank as rank_order, supersede
 from normandy_core.contract.recall_settings import (
     DEFAULT_LIMIT_TOKENS,
@@ -484,9 +484,10 @@ class _Fitted:
         if small and fits(body):
             return frame.entry(hit, body)
         lo, hi, best = MIN_EXCERPT_CHARS, min(len(body), share * _CHARS_PER_TOKEN_MAX), None
+        parts = Excerpts(body, self.terms)
         while lo <= hi:  # the longest excerpt within the share and the room
             mid = (lo + hi) // 2
-            part = excerpt(body, self.terms, mid)
+            part = parts.within(mid)
             if part is None:
                 break
             if (small or self.count(part) <= share) and fits(part):

@@ -13,9 +13,9 @@ first matching word.
 from __future__ import annotations
 
 from normandy_core.contract.recall_rank import Terms
-from normandy_core.conversation.stems import WORD, stem_words
+from normandy_core.conversation.stems import WORD, stem_words, words
 
-__all__ = ["CONTEXT_LINES", "MIN_EXCERPT_CHARS", "excerpt"]
+__all__ = ["CONTEXT_LINES", "MIN_EXCERPT_CHARS", "Excerpts", "excerpt"]
 
 #: Lines kept each side of a matching line.
 CONTEXT_LINES = 1
@@ -43,35 +43,55 @@ def _window(line: str, stems: frozenset[str], size: int) -> str:
     return lead + line[start + len(lead) : start + size - len(tail)] + tail
 
 
+def _scores(lines: list[str], terms: Terms) -> list[int]:
+    """How many of ``terms`` each line holds (the words of every line stemmed at once)."""
+    per_line = [words(line) for line in lines]
+    stems = iter(stem_words(w for found in per_line for w in found))
+    return [len(terms.matched_stems(" ".join(next(stems) for _ in found))) for found in per_line]
+
+
+class Excerpts:
+    """The excerpts of one text for one query, of any size (:meth:`within`): the text's
+    lines are stemmed and scored once."""
+
+    def __init__(self, text: str, terms: Terms) -> None:
+        self.lines = text.split("\n")
+        self.scores = _scores(self.lines, terms)
+        self.best = sorted(
+            (i for i, s in enumerate(self.scores) if s), key=lambda i: (-self.scores[i], i)
+        )
+        self.stems = terms.stems()
+
+    def within(self, max_chars: int) -> str | None:
+        """The lines holding the most of the terms, within ``max_chars`` characters (notes
+        of the lines left out included); ``None`` when no line holds a term or
+        ``max_chars`` is under :data:`MIN_EXCERPT_CHARS`. It always holds a matching
+        word: the best line, cut around its match when it is too long."""
+        lines, scores, best = self.lines, self.scores, self.best
+        if max_chars < MIN_EXCERPT_CHARS or not best:
+            return None
+        gap = len(_gap(len(lines))) + 1
+        used = gap  # the note of the lines left out, before any is chosen
+        chosen: dict[int, str] = {}
+        for i in best:
+            near = range(max(0, i - CONTEXT_LINES), min(len(lines), i + CONTEXT_LINES + 1))
+            new = {j: lines[j] for j in near if j not in chosen}
+            cost = sum(len(v) + 1 for v in new.values()) + gap  # a window splits a note
+            if used + cost <= max_chars:
+                chosen.update(new)
+                used += cost
+            elif not chosen:  # the best line alone, between two notes, cut if need be
+                chosen[i] = _window(lines[i], self.stems, max_chars - 2 * gap - 1)
+                used += len(chosen[i]) + 1 + gap
+        while len(_render(lines, chosen)) > max_chars and len(chosen) > 1:
+            chosen.pop(max(chosen, key=lambda j: (scores[j] == 0, abs(j - best[0]))))
+        return _render(lines, chosen)
+
+
 def excerpt(text: str, terms: Terms, max_chars: int) -> str | None:
-    """The lines of ``text`` that hold the most of ``terms``, within ``max_chars``
-    characters (notes of the lines left out included); ``None`` when no line holds any
-    term or ``max_chars`` is under :data:`MIN_EXCERPT_CHARS`. It always holds a matching
-    word: the best line, cut around its match when it is too long."""
-    if max_chars < MIN_EXCERPT_CHARS:
-        return None
-    lines = text.split("\n")
-    scores = [len(terms.matched(line)) for line in lines]
-    best = sorted((i for i, s in enumerate(scores) if s), key=lambda i: (-scores[i], i))
-    if not best:
-        return None
-    stems = terms.stems()
-    gap = len(_gap(len(lines))) + 1
-    used = gap  # the note of the lines left out, before any is chosen
-    chosen: dict[int, str] = {}
-    for i in best:
-        near = range(max(0, i - CONTEXT_LINES), min(len(lines), i + CONTEXT_LINES + 1))
-        new = {j: lines[j] for j in near if j not in chosen}
-        cost = sum(len(v) + 1 for v in new.values()) + gap  # a window splits a note in two
-        if used + cost <= max_chars:
-            chosen.update(new)
-            used += cost
-        elif not chosen:  # the best line alone, between two notes, cut if need be
-            chosen[i] = _window(lines[i], stems, max_chars - 2 * gap - 1)
-            used += len(chosen[i]) + 1 + gap
-    while len(_render(lines, chosen)) > max_chars and len(chosen) > 1:
-        chosen.pop(max(chosen, key=lambda j: (scores[j] == 0, abs(j - best[0]))))
-    return _render(lines, chosen)
+    """:meth:`Excerpts.within` of ``text`` for ``terms``: its best-matching lines within
+    ``max_chars`` characters, or ``None``."""
+    return Excerpts(text, terms).within(max_chars)
 
 
 def _render(lines: list[str], chosen: dict[int, str]) -> str:

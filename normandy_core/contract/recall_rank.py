@@ -61,8 +61,12 @@ class Terms:
 
     def matched(self, text: str) -> frozenset[str]:
         """The terms (their stem phrases) ``text`` holds, each as a whole word or phrase."""
-        stems = f" {stem_text(text)} "
-        return frozenset(p for p in self.phrases if f" {p} " in stems)
+        return self.matched_stems(stem_text(text))
+
+    def matched_stems(self, stems: str) -> frozenset[str]:
+        """:meth:`matched` of a text already stemmed (:func:`stem_text`)."""
+        padded = f" {stems} "
+        return frozenset(p for p in self.phrases if f" {p} " in padded)
 
     def stems(self) -> frozenset[str]:
         """Every stem of every term."""
