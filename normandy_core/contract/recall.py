@@ -87,6 +87,10 @@ _CHARS_PER_TOKEN_MAX = 64
 #: An entry over this fraction of the bound (1/4: 500 of 2,000 tokens) is shown as an
 #: excerpt around the keywords, so one long output cannot take the room of the others.
 _EXCERPT_SHARE = 4
+#: How many excerpts of one entry are tried for the longest that fits its room.
+_EXCERPT_TRIES = 5
+#: Tokens kept free per piece for the joins of the framed text (its lines).
+_JOIN_SLACK = 3
 #: The most entries asked of the sources for one recall.
 _MAX_ASKED = 1000
 #: How much of the query the header echoes, in characters.
@@ -437,6 +441,28 @@ def _within(text: str, found: int, limit_tokens: int, count: Callable[[str], int
     return RECALL_TAG if count(RECALL_TAG) <= limit_tokens else ""
 
 
+def _longest(parts: Excerpts, tokens: int, count: Callable[[str], int]) -> str | None:
+    """About the longest excerpt of ``parts`` within ``tokens`` by ``count``: its size in
+    characters guessed from the tokens, then scaled by what the count found, a few times
+    (each try is an excerpt and a count, and a recall makes one per long hit)."""
+    chars, best = tokens * 4, None
+    for _ in range(_EXCERPT_TRIES):
+        part = parts.within(max(chars, MIN_EXCERPT_CHARS))
+        if part is None:
+            return best
+        n = count(part)
+        if n <= tokens:
+            best = part if best is None or len(part) > len(best) else best
+            if n >= tokens * 0.9 or chars >= parts.size:
+                return best
+            chars = min(parts.size, chars * tokens // max(n, 1))
+        elif chars <= MIN_EXCERPT_CHARS:
+            return best
+        else:
+            chars = chars * tokens * 9 // (10 * n)
+    return best
+
+
 class _Fitted:
     """The hits a recall result shows, taken best first while the framed text fits."""
 
@@ -469,35 +495,25 @@ class _Fitted:
     def _piece(self, hit: RecallHit, body: str, more: int) -> str | None:
         """``hit`` framed, whole when it is short (at most a 1/:data:`_EXCERPT_SHARE` of
         the bound) and fits; else its lines holding the keywords best, within that share
-        (:func:`~.recall_excerpt.excerpt`) and the room left; else whole when it fits and
-        no line holds a keyword; ``None`` when nothing of it fits."""
-        frame, limit = self.frame, self.limit
+        and the room left (:class:`~.recall_excerpt.Excerpts`); else whole when it fits
+        and no line holds a keyword; ``None`` when nothing of it fits.
 
-        def fits(part: str) -> bool:
-            return (
-                self.count(frame.text([*self.shown, frame.entry(hit, part)], False, more)) <= limit
-            )
-
-        share = limit // _EXCERPT_SHARE
-        countable = len(body) <= limit * _CHARS_PER_TOKEN_MAX  # else never counted whole
-        small = countable and self.count(body) <= share
-        if small and fits(body):
+        The room is the bound less the text so far and the entry's framing, counted
+        once: a piece is counted alone (counts of joined texts add up but for a token
+        or so at the joins, and :meth:`settle` counts the final text again)."""
+        frame = self.frame
+        used = self.count(frame.text(self.shown, False, more))
+        room = self.limit - used - self.count(frame.entry(hit, "")) - _JOIN_SLACK
+        share = self.limit // _EXCERPT_SHARE
+        countable = len(body) <= self.limit * _CHARS_PER_TOKEN_MAX  # else never counted
+        size = self.count(body) if countable else None
+        if size is not None and size <= min(share, room):
             return frame.entry(hit, body)
-        lo, hi, best = MIN_EXCERPT_CHARS, min(len(body), share * _CHARS_PER_TOKEN_MAX), None
-        parts = Excerpts(body, self.terms)
-        while lo <= hi:  # the longest excerpt within the share and the room
-            mid = (lo + hi) // 2
-            part = parts.within(mid)
-            if part is None:
-                break
-            if (small or self.count(part) <= share) and fits(part):
-                best, lo = part, mid + 1
-            else:
-                hi = mid - 1
-        if best is not None:
-            return frame.entry(hit, best)
+        part = _longest(Excerpts(body, self.terms), min(share, room), self.count)
+        if part is not None:
+            return frame.entry(hit, part)
         # no line holds a keyword (an id looked up): whole as the sources gave it
-        if not small and countable and fits(body):
+        if size is not None and size <= room:
             return frame.entry(hit, body)
         return None
 
@@ -625,8 +641,7 @@ def _ranked(
     marked = supersede(wanted, later)
     texts = [_body(h.entry, {}) for h in marked]
     order = rank_order(marked, Terms(terms), texts)
-    kept, duplicates = dedupe([marked[i] for i in order], [texts[i] for i in order])
-    return kept[:most], duplicates
+    return dedupe([marked[i] for i in order], [texts[i] for i in order], most)
 
 
 def recall_tools(

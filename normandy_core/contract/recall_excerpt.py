@@ -56,6 +56,7 @@ class Excerpts:
 
     def __init__(self, text: str, terms: Terms) -> None:
         self.lines = text.split("\n")
+        self.size = len(text)
         self.scores = _scores(self.lines, terms)
         self.best = sorted(
             (i for i, s in enumerate(self.scores) if s), key=lambda i: (-self.scores[i], i)

@@ -145,28 +145,52 @@ def _newer(hit: RecallHit) -> tuple[float, int]:
     return (-at, -seq)
 
 
-def _shingles(found: Sequence[str]) -> set[tuple[str, ...]]:
-    return {tuple(found[i : i + 3]) for i in range(max(len(found) - 2, 1))}
+class _Said:
+    """What :func:`near_identical` compares of one text, computed once."""
+
+    def __init__(self, text: str) -> None:
+        self.words = tuple(words(text))
+        long = len(self.words) >= MIN_FUZZY_WORDS
+        found = stem_words(self.words) if long else []
+        self.shingles = {tuple(found[i : i + 3]) for i in range(len(found) - 2)} if long else None
+
+    def like(self, other: _Said) -> bool:
+        if self.words == other.words:
+            return True
+        if self.shingles is None or other.shingles is None:
+            return False
+        common = len(self.shingles & other.shingles)
+        return common >= NEAR_IDENTICAL * (len(self.shingles) + len(other.shingles) - common)
 
 
 def near_identical(a: str, b: str) -> bool:
     """Whether texts ``a`` and ``b`` say the same: the same words (case and punctuation
     aside), or, both of :data:`MIN_FUZZY_WORDS` words or more, at least
     :data:`NEAR_IDENTICAL` of their word trigrams in common."""
-    wa, wb = words(a), words(b)
-    if wa == wb:
-        return True
-    if min(len(wa), len(wb)) < MIN_FUZZY_WORDS:
-        return False
-    sa, sb = _shingles(stem_words(wa)), _shingles(stem_words(wb))
-    return len(sa & sb) >= NEAR_IDENTICAL * len(sa | sb)
+    return _Said(a).like(_Said(b))
 
 
-def dedupe(hits: Sequence[RecallHit], texts: Sequence[str]) -> tuple[list[RecallHit], int]:
-    """``hits`` without those near-identical to one before them (each with its text in
-    ``texts``), and how many were left out. Applying it again changes nothing."""
-    kept: list[tuple[RecallHit, str]] = []
+def dedupe(
+    hits: Sequence[RecallHit], texts: Sequence[str], most: int | None = None
+) -> tuple[list[RecallHit], int]:
+    """``hits`` without those near-identical to one kept before them (each with its text
+    in ``texts``), at most ``most`` of them, and how many were left out on the way (none
+    after the last kept is looked at). Applying it again changes nothing."""
+    kept: list[RecallHit] = []
+    said: list[_Said] = []
+    seen: set[tuple[str, ...]] = set()
+    left = 0
     for h, t in zip(hits, texts, strict=True):
-        if not any(near_identical(t, seen) for _, seen in kept):
-            kept.append((h, t))
-    return [h for h, _ in kept], len(hits) - len(kept)
+        if most is not None and len(kept) >= most:
+            break
+        this = _Said(t)
+        if this.words in seen or (
+            this.shingles is not None and any(this.like(other) for other in said)
+        ):
+            left += 1
+            continue
+        seen.add(this.words)
+        kept.append(h)
+        if this.shingles is not None:
+            said.append(this)
+    return kept, left
