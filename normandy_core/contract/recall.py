@@ -36,6 +36,8 @@ from normandy_core.contract.faults import (
     run_bounded,
 )
 from normandy_core.contract.plugins import describe_hook, hook_callers
+from normandy_core.contract.recall_excerpt import MIN_EXCERPT_CHARS, Excerpts
+from normandy_core.contract.recall_rank import Terms, dedupe, rank as rank_order, supersede
 from normandy_core.contract.recall_settings import (
     DEFAULT_LIMIT_TOKENS,
     DEFAULT_MAX_ENTRIES,
@@ -82,6 +84,13 @@ _INSERTED_KEYS = (MARKER_KEY, SUMMARY_KEY)
 #: More characters than any counter gives one token: text longer than this many times
 #: the limit is never counted whole (counting a huge tool output costs time, not room).
 _CHARS_PER_TOKEN_MAX = 64
+#: An entry over this fraction of the bound (1/4: 500 of 2,000 tokens) is shown as an
+#: excerpt around the keywords, so one long output cannot take the room of the others.
+_EXCERPT_SHARE = 4
+#: How many excerpts of one entry are tried for the longest that fits its room.
+_EXCERPT_TRIES = 5
+#: Tokens kept free per piece for the joins of the framed text (its lines).
+_JOIN_SLACK = 3
 #: The most entries asked of the sources for one recall.
 _MAX_ASKED = 1000
 #: How much of the query the header echoes, in characters.
@@ -105,7 +114,8 @@ class RecallResult:
     matching entries the sources gave that the model cannot see already; ``omitted``
     how many of those did not fit; ``truncated`` whether the first one was cut to fit;
     ``errors`` one line per source that failed (the others' hits are still there);
-    ``terms`` the terms searched for (:func:`best_terms` of ``query``).
+    ``terms`` the terms searched for (:func:`best_terms` of ``query``); ``duplicates``
+    how many hits were left out as near-identical to one shown before them.
     """
 
     query: str
@@ -118,6 +128,7 @@ class RecallResult:
     limit_tokens: int
     errors: tuple[str, ...] = ()
     terms: tuple[str, ...] = ()
+    duplicates: int = 0
 
 
 def best_terms(query: str, limit: int = MAX_QUERY_TERMS) -> list[str]:
@@ -212,17 +223,6 @@ def _only_recall(entry: Entry, tool_name: str) -> bool:
     return all(isinstance(b, ToolResultBlock) and b.text().startswith(RECALL_TAG) for b in blocks)
 
 
-def _terms(query: str) -> list[str]:
-    """The query's distinct keywords, lower-cased."""
-    return list(dict.fromkeys(t.lower() for t in query.split()))
-
-
-def _coverage(entry: Entry, terms: Sequence[str]) -> int:
-    """How many of ``terms`` the entry's quoted text holds (case-insensitive)."""
-    low = _body(entry, {}).lower()
-    return sum(1 for t in terms if t in low)
-
-
 def _wanted(
     hits: Iterable[RecallHit], present: Iterable[Entry], tool_name: str = "recall"
 ) -> list[RecallHit]:
@@ -253,22 +253,18 @@ def _attr(value: object) -> str:
     return json.dumps(str(value), ensure_ascii=False)
 
 
-def _matches(text: str, terms: Sequence[str]) -> bool:
-    """Whether ``text`` holds one of the query's ``terms`` (case-insensitive)."""
-    low = text.lower()
-    return any(t in low for t in terms)
-
-
-def _body(entry: Entry, names: Mapping[str, str], terms: Sequence[str] = ()) -> str:
+def _body(entry: Entry, names: Mapping[str, str], terms: Terms | None = None) -> str:
     """The entry's content as quoted lines, with tool names and ids.
 
     Of an entry holding several tool results (a parallel batch), the results that hold
-    none of the query's ``terms`` are named but not shown, so the one that matched fits.
+    none of the query's ``terms`` (by their stems) are named but not shown, so the one
+    that matched fits.
     """
     if isinstance(entry.content, str):
         return entry.content
     results = [b for b in entry.content if isinstance(b, ToolResultBlock)]
-    elide = len(results) > 1 and bool(terms) and any(_matches(b.text(), terms) for b in results)
+    held = {id(b): bool(terms.matched(b.text())) for b in results} if terms else {}
+    elide = len(results) > 1 and any(held.values())
     parts: list[str] = []
     for b in entry.content:
         if isinstance(b, TextBlock):
@@ -287,7 +283,7 @@ def _body(entry: Entry, names: Mapping[str, str], terms: Sequence[str] = ()) -> 
             text = b.text()
             if text.startswith(RECALL_TAG):
                 text = "(an earlier recall result, not repeated)"
-            elif elide and not _matches(text, terms):
+            elif elide and not held[id(b)]:
                 parts.append(
                     f"(tool result{status}{of} for id={b.tool_use_id}: not shown, it holds "
                     "none of the keywords)"
@@ -312,6 +308,7 @@ class _Frame:
     scope: str
     found: int
     limit: int
+    duplicates: int = 0
 
     def header(self, shown: int, truncated: bool) -> str:
         q = self.query if len(self.query) <= _QUERY_ECHO else self.query[:_QUERY_ECHO] + "..."
@@ -330,6 +327,9 @@ class _Frame:
         attrs = [f"id={_attr(e.id)}", f"role={_attr(e.role)}"]
         if self.scope != "session" and hit.session_id:
             attrs.append(f"session={_attr(hit.session_id)}")
+        if hit.superseded:  # the model is told, where it reads the value, that it is stale
+            later = "; ".join(f"{k} was set to {v} later" for k, v in hit.superseded.items())
+            attrs.append(f"superseded={_attr(later)}")
         tag = f"entry-{self.nonce}"
         return f"<{tag} {' '.join(attrs)}>\n{body}\n</{tag}>"
 
@@ -337,6 +337,11 @@ class _Frame:
         lines = [self.header(len(entries), truncated), f"<recalled-{self.nonce}>"]
         lines.extend(entries)
         lines.append(f"</recalled-{self.nonce}>")
+        if self.duplicates:
+            lines.append(
+                f"{self.duplicates} near-identical entr{'ies' if self.duplicates != 1 else 'y'}"
+                " not repeated."
+            )
         if omitted:
             lines.append(
                 f"{omitted} more matching entr{'ies' if omitted != 1 else 'y'} did not fit "
@@ -383,13 +388,15 @@ def render(
     scope: Scope = "session",
     nonce: str | None = None,
     names: Mapping[str, str] | None = None,
+    duplicates: int = 0,
 ) -> tuple[str, list[RecallHit], bool]:
     """The framed text for ``hits``, best first, within ``limit_tokens`` by ``count``.
 
     Returns ``(text, hits shown, whether the first was cut)``. Hits are taken in order
     while they fit; the best one is cut to fit when it cannot fit whole; a later one
     that does not fit is left out (and counted in the text). ``names`` maps tool-use ids
-    to tool names for the tool results shown. ``count(text) <= limit_tokens`` always;
+    to tool names for the tool results shown; ``duplicates`` how many near-identical hits
+    were left out before (said in the text). ``count(text) <= limit_tokens`` always;
     with a limit too small for the framing, the text says only that nothing fitted.
     """
     tool_names = dict(names or {})
@@ -397,7 +404,7 @@ def render(
         tool_names.update(h.tool_names)
         for u in h.entry.tool_uses:
             tool_names.setdefault(u.id, u.name)
-    terms = [t.lower() for t in query.split() if len(t) >= 3]
+    terms = Terms(t for t in query.split() if len(t) >= 3)
     bodies = [_body(h.entry, tool_names, terms) for h in hits]
     frame = _Frame(
         query=query,
@@ -405,6 +412,7 @@ def render(
         scope=scope,
         found=len(hits),
         limit=limit_tokens,
+        duplicates=duplicates,
     )
     if not hits:
         where = "this session" if scope == "session" else "any session"
@@ -413,7 +421,7 @@ def render(
             "Try other keywords: names, paths, identifiers, words of an error message."
         )
         return _within(text, 0, limit_tokens, count), [], False
-    fitted = _Fitted(frame, limit_tokens, count)
+    fitted = _Fitted(frame, limit_tokens, count, terms)
     fitted.fill(hits, bodies)
     text = fitted.settle()
     if count(text) > limit_tokens:  # a limit too small for the framing itself
@@ -433,26 +441,49 @@ def _within(text: str, found: int, limit_tokens: int, count: Callable[[str], int
     return RECALL_TAG if count(RECALL_TAG) <= limit_tokens else ""
 
 
+def _longest(parts: Excerpts, tokens: int, count: Callable[[str], int]) -> str | None:
+    """About the longest excerpt of ``parts`` within ``tokens`` by ``count``: its size in
+    characters guessed from the tokens, then scaled by what the count found, a few times
+    (each try is an excerpt and a count, and a recall makes one per long hit)."""
+    chars, best = tokens * 4, None
+    for _ in range(_EXCERPT_TRIES):
+        part = parts.within(max(chars, MIN_EXCERPT_CHARS))
+        if part is None:
+            return best
+        n = count(part)
+        if n <= tokens:
+            best = part if best is None or len(part) > len(best) else best
+            if n >= tokens * 0.9 or chars >= parts.size:
+                return best
+            chars = min(parts.size, chars * tokens // max(n, 1))
+        elif chars <= MIN_EXCERPT_CHARS:
+            return best
+        else:
+            chars = chars * tokens * 9 // (10 * n)
+    return best
+
+
 class _Fitted:
     """The hits a recall result shows, taken best first while the framed text fits."""
 
-    def __init__(self, frame: _Frame, limit: int, count: Callable[[str], int]) -> None:
-        self.frame, self.limit, self.count = frame, limit, count
+    def __init__(
+        self, frame: _Frame, limit: int, count: Callable[[str], int], terms: Terms
+    ) -> None:
+        self.frame, self.limit, self.count, self.terms = frame, limit, count, terms
         self.shown: list[str] = []
         self.kept: list[RecallHit] = []
         self.truncated = False
         self.omitted = 0
 
     def fill(self, hits: Sequence[RecallHit], bodies: Sequence[str]) -> None:
-        """Take the hits in order while they fit whole; the best one is cut to fit when it
-        cannot fit whole; a later one that does not fit is left out (and counted)."""
-        frame, limit = self.frame, self.limit
+        """Take the hits in order while they fit (:meth:`_piece`: whole, or an excerpt
+        around the keywords); the best one is cut to fit when neither fits; a later one
+        that does not fit is left out (and counted)."""
         for i, (hit, body) in enumerate(zip(hits, bodies, strict=True)):
-            piece = frame.entry(hit, body)
             rest = len(hits) - i - 1
-            small = len(body) <= limit * _CHARS_PER_TOKEN_MAX  # else never counted whole
             more = self.omitted + rest
-            if small and self.count(frame.text([*self.shown, piece], False, more)) <= limit:
+            piece = self._piece(hit, body, more)
+            if piece is not None:
                 self.shown.append(piece)
                 self.kept.append(hit)
                 continue
@@ -460,6 +491,31 @@ class _Fitted:
                 self.omitted += rest  # the cut one fills the room: the rest are left out
                 return
             self.omitted += 1
+
+    def _piece(self, hit: RecallHit, body: str, more: int) -> str | None:
+        """``hit`` framed, whole when it is short (at most a 1/:data:`_EXCERPT_SHARE` of
+        the bound) and fits; else its lines holding the keywords best, within that share
+        and the room left (:class:`~.recall_excerpt.Excerpts`); else whole when it fits
+        and no line holds a keyword; ``None`` when nothing of it fits.
+
+        The room is the bound less the text so far and the entry's framing, counted
+        once: a piece is counted alone (counts of joined texts add up but for a token
+        or so at the joins, and :meth:`settle` counts the final text again)."""
+        frame = self.frame
+        used = self.count(frame.text(self.shown, False, more))
+        room = self.limit - used - self.count(frame.entry(hit, "")) - _JOIN_SLACK
+        share = self.limit // _EXCERPT_SHARE
+        countable = len(body) <= self.limit * _CHARS_PER_TOKEN_MAX  # else never counted
+        size = self.count(body) if countable else None
+        if size is not None and size <= min(share, room):
+            return frame.entry(hit, body)
+        part = _longest(Excerpts(body, self.terms), min(share, room), self.count)
+        if part is not None:
+            return frame.entry(hit, part)
+        # no line holds a keyword (an id looked up): whole as the sources gave it
+        if size is not None and size <= room:
+            return frame.entry(hit, body)
+        return None
 
     def _cut(self, hit: RecallHit, body: str, more: int) -> bool:
         """Show the first hit cut to fit, when any part of it fits."""
@@ -546,12 +602,7 @@ def recall(
         if len(wanted) >= 2 * settings.max_entries or len(found) < limit or limit >= _MAX_ASKED:
             break
         limit = min(4 * limit, _MAX_ASKED)
-    # An entry holding more of the keywords first, then the sources' rank: a source's
-    # rank weighs a long entry down (bm25), so a long tool output holding every keyword
-    # came after short ones holding one, and a bounded result left it out.
-    keywords = _terms(searched)
-    ranked = sorted(wanted, key=lambda h: -_coverage(h.entry, keywords))
-    hits = ranked[: settings.max_entries]
+    hits, duplicates = _ranked(wanted, terms, present, settings.max_entries)
     names = {u.id: u.name for e in present for u in e.tool_uses}
     text, shown, truncated = render(
         searched,
@@ -561,6 +612,7 @@ def recall(
         scope="session" if session is not None else "all",
         nonce=nonce,
         names=names,
+        duplicates=duplicates,
     )
     return RecallResult(
         query=query,
@@ -573,7 +625,23 @@ def recall(
         limit_tokens=settings.limit_tokens,
         errors=tuple(errors),
         terms=tuple(terms),
+        duplicates=duplicates,
     )
+
+
+def _ranked(
+    wanted: Sequence[RecallHit], terms: Sequence[str], present: Sequence[Entry], most: int
+) -> tuple[list[RecallHit], int]:
+    """The ``most`` hits to show, in order (:func:`~.recall_rank.rank`: coverage by stems,
+    superseded values after, the newer of near-equal matches first), near-identical ones
+    once, and how many of those were left out. A source's rank weighs a long entry down
+    (bm25), so coverage comes first: a long output holding every keyword came after short
+    entries holding one, and a bounded result left it out."""
+    later = [e for e in present if not any(e.metadata.get(k) for k in _INSERTED_KEYS)]
+    marked = supersede(wanted, later)
+    texts = [_body(h.entry, {}) for h in marked]
+    order = rank_order(marked, Terms(terms), texts)
+    return dedupe([marked[i] for i in order], [texts[i] for i in order], most)
 
 
 def recall_tools(

@@ -303,10 +303,16 @@ class RecallHit:
     ``entry`` is the entry as it was dropped (its id, role and original content);
     ``session_id`` the session that archived it; ``archived_at`` when (Unix time);
     ``tool_names`` the names of the tools whose results it holds, by tool-use id, when
-    the source knows them (a tool result does not carry its tool's name).
+    the source knows them (a tool result does not carry its tool's name); ``order`` its
+    place in the source's archive order (larger: archived later), when the source knows
+    it. ``superseded`` is set by recall, not by sources: the settings the entry gives
+    (``key=value``, ``set key to value``) that a later message gave another value, as
+    ``key -> later value``.
     """
 
     entry: Entry
     session_id: str | None = None
     archived_at: float | None = None
     tool_names: Mapping[str, str] = field(default_factory=dict)
+    order: int | None = None
+    superseded: Mapping[str, str] = field(default_factory=dict)

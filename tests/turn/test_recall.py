@@ -39,7 +39,8 @@ from normandy_core import (
 from normandy_core.clients import ModelReply, ScriptedClient
 from normandy_core.clients.anthropic import anthropic_request
 from normandy_core.clients.openai import openai_request
-from normandy_core.contract.recall import RECALL_TAG, _coverage, _terms, render
+from normandy_core.contract.recall import RECALL_TAG, best_terms, render
+from normandy_core.contract.recall_rank import Terms
 from normandy_core.contract.recall_settings import MIN_LIMIT_TOKENS
 from normandy_core.conversation.calibration import default_calibration
 from normandy_core.turn import arun_turn, run_turn
@@ -229,13 +230,15 @@ def test_nothing_found_says_so_within_the_bound():
 
 
 def test_the_best_entry_is_cut_to_fit_and_the_rest_are_counted():
+    # no line of the big one holds the keyword (found by another way, an id): cut from
+    # its start
     big = "\n".join(f"line {k}: value_{k * 7}" for k in range(3000))
     hits = [
         RecallHit(Entry(id="big", role="user", content=big)),
         RecallHit(Entry(id="small", role="user", content="small one")),
     ]
     count = _tiktoken().count_text
-    text, shown, truncated = render("value", hits, limit_tokens=400, count=count)
+    text, shown, truncated = render("small", hits, limit_tokens=400, count=count)
     assert truncated and [h.entry.id for h in shown] == ["big"]
     assert count(text) <= 400
     assert "line 0: value_0" in text
@@ -243,9 +246,25 @@ def test_the_best_entry_is_cut_to_fit_and_the_rest_are_counted():
     assert "1 more matching entry did not fit the 400-token limit" in text
     # when the best fits whole, a later one too big for the room is left out, not cut
     hits = [hits[1], hits[0]]
-    text, shown, truncated = render("value", hits, limit_tokens=400, count=count)
+    text, shown, truncated = render("small", hits, limit_tokens=400, count=count)
     assert [h.entry.id for h in shown] == ["small"] and not truncated
     assert "1 more matching entry did not fit" in text
+
+
+def test_a_long_entry_is_shown_as_the_lines_around_its_match_and_leaves_room():
+    log = [f"step {k}: pod ready after {k % 90} ms" for k in range(3000)]
+    log[2000] = "step 2000: KestrelError quota exceeded for billing"
+    hits = [
+        RecallHit(Entry(id="log", role="user", content="\n".join(log))),
+        RecallHit(Entry(id="note", role="user", content="billing quota notes")),
+    ]
+    count = _tiktoken().count_text
+    text, shown, truncated = render("KestrelError billing", hits, limit_tokens=400, count=count)
+    assert [h.entry.id for h in shown] == ["log", "note"] and not truncated
+    assert count(text) <= 400
+    assert "step 1999: pod ready" in text and "KestrelError quota exceeded" in text
+    assert "[... 1,999 lines not shown ...]" in text and "step 0:" not in text
+    assert "[... 998 lines not shown ...]" in text
 
 
 # -- the token bound, as a property ------------------------------------------------------------
@@ -301,13 +320,13 @@ def test_a_recall_never_exceeds_its_token_bound(source, contents, extra, limit, 
         assert len(result.hits) == 1
     if result.found and limit >= 600:  # room for the framing: the best one is shown, cut or not
         assert result.hits
-    shown = [h.entry.id for h in result.hits]
-    # best first: more of the keywords first, the sources' order among equals
-    order = [h.id for h in hits]
-    terms = _terms(query)
-    by_id = {h.id: h for h in hits}
-    key = {i: (-_coverage(by_id[i], terms), order.index(i)) for i in shown}
-    assert shown == sorted(shown, key=key.__getitem__)
+    # best first: more of the keywords (by their stems) first; of the plain-text entries,
+    # whose quoted text is their content, the coverage never grows down the list
+    terms = Terms(best_terms(query))
+    covered = [
+        len(terms.matched(h.entry.content)) for h in result.hits if isinstance(h.entry.content, str)
+    ]
+    assert covered == sorted(covered, reverse=True)
 
 
 def test_the_sources_answers_are_merged_by_rank_and_a_failing_source_is_named(source):
@@ -483,8 +502,9 @@ def test_results_of_a_batch_holding_none_of_the_keywords_are_named_not_shown(sou
         ],
     )
     source.hits = [Entry(id="x", role="user", content="kestrel notes"), batch]
-    result = recall("kestrelerror kestrel", session="s", counter=COUNTER, limit_tokens=600)
-    # both fit (the noise is not shown); b holds both keywords, x one
+    result = recall("kestrelerror checksum kestrel", session="s", counter=COUNTER, limit_tokens=600)
+    # both fit (the noise is not shown); b holds two keywords (by words: "kestrel" is
+    # not in "KestrelError", as the archive's index sees it), x one
     assert [h.entry.id for h in result.hits] == ["b", "x"]
     assert "KestrelError: checksum mismatch" in result.text
     assert "compute(value)" not in result.text

@@ -204,13 +204,13 @@ def test_reads_never_create_the_schema_and_say_what_is_missing(url):
 
     archive.record(_tricky(), session_id="s")
     with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT version FROM normandy.schema_version").fetchall() == [(2,)]
-        conn.execute("INSERT INTO normandy.schema_version (version) VALUES (3)")
+        assert conn.execute("SELECT version FROM normandy.schema_version").fetchall() == [(3,)]
+        conn.execute("INSERT INTO normandy.schema_version (version) VALUES (4)")
     for fresh in (
         PostgresArchive(url).list,
         lambda: PostgresArchive(url).record([], session_id="s"),
     ):
-        with pytest.raises(PostgresArchiveError, match="version 3"):
+        with pytest.raises(PostgresArchiveError, match="version 4"):
             fresh()
 
 
@@ -908,12 +908,12 @@ def test_a_version_1_schema_is_read_as_it_is_and_moved_by_the_first_write(url):
     assert [c.dropped_count for c in archive.compactions()] == [len(entries)] * 2
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT version FROM normandy.schema_version").fetchall() == [(1,)]
-    # the first write moves it to version 2: each content once (the first kept), its caller
+    # the first write moves it to version 3: each content once (the first kept), its caller
     # ids, and the session that dropped it last
     PostgresArchive(url).record(entries[:2], session_id="new")
     with psycopg.connect(url) as conn:
         versions = conn.execute("SELECT version FROM normandy.schema_version ORDER BY 1")
-        assert versions.fetchall() == [(1,), (2,)]
+        assert versions.fetchall() == [(1,), (3,)]
         owners = conn.execute("SELECT session_id, count(*) FROM normandy.seen GROUP BY 1")
         assert dict(owners.fetchall()) == {"old-b": len(entries) - 2, "new": 2}
     archive = PostgresArchive(url)
@@ -925,6 +925,6 @@ def test_a_version_1_schema_is_read_as_it_is_and_moved_by_the_first_write(url):
     assert found[0].entry == tool and tool.tool_uses[0].id in found[0].source_ids
     counts = {c.session_id: (c.entry_count, c.dropped_count) for c in archive.compactions()}
     assert counts == {"old-a": (len(entries), len(entries)), "old-b": (0, len(entries))}
-    # and it is written like any version-2 archive
+    # and it is written like any version-3 archive
     more = archive.record(list(generate_session(86, 10)), session_id="new")
     assert more.entries > 0 and archive.count("new") == more.entries

@@ -7,7 +7,7 @@ It comes with the ``normandy-archive-postgres`` distribution (psycopg 3 included
 registers it under the archive's backends (entry point ``postgresql`` in the group
 ``normandy_archive.backends``), so ``NORMANDY_ARCHIVE_URL`` chooses it.
 
-Schema (version 2), in a PostgreSQL schema of its own (``normandy`` by default), with the
+Schema (version 3), in a PostgreSQL schema of its own (``normandy`` by default), with the
 records and semantics of the SQLite archive's (``normandy_archive.schema``):
 
 * ``schema_version``: the versions applied.
@@ -18,16 +18,17 @@ records and semantics of the SQLite archive's (``normandy_archive.schema``):
   sessions, so content dropped again (a re-compaction of the same history, another
   session, another agent of the fleet) is stored once. ``entry_json`` holds the entry
   exactly as first dropped, so a recalled entry is equal byte for byte; ``source_ids``
-  the caller's ids found in it (a GIN index); ``text`` is the searchable text with ASCII
-  punctuation made blanks (a separator, as for SQLite's ``unicode61`` tokenizer; done here
-  rather than in SQL, where it would double the cost of indexing); ``tsv`` is a generated
-  ``tsvector`` column over it (configuration ``simple``: no stemming, no stop words, any
-  language), searched through a GIN index.
+  the caller's ids found in it (a GIN index); ``text`` is the word stems of the
+  searchable text (:func:`normandy_core.conversation.stems.stem_text`, the stems SQLite's
+  index holds; made here rather than in SQL); ``tsv`` is a generated ``tsvector`` column
+  over it (configuration ``simple``: the stems as they are, no stop words), searched
+  through a GIN index and ranked by ``ts_rank``.
 * ``seen``: for each content, the session that dropped it last and when; retention goes
   by it, as in SQLite.
 
 A version-1 schema (one row per version of an entry in a session) is read as it is and
-moved to version 2 by the first write.
+moved to version 3 by the first write; so is a version-2 one (``text`` the words as
+written, punctuation made blanks), whose readers search the words as written until then.
 
 Writes are safe from many processes on many machines at once: one transaction per
 compaction, every insert ``ON CONFLICT`` (writing the same content again changes nothing,
@@ -56,6 +57,7 @@ from normandy_archive import base
 from normandy_archive.errors import ArchiveError
 from normandy_archive.schema import SEEN_REFRESH, content_hash, source_ids
 from normandy_core import Entry
+from normandy_core.conversation.stems import WORD, stem_text
 
 try:
     import psycopg
@@ -68,10 +70,13 @@ except ImportError as exc:  # pragma: no cover - psycopg is a dependency of this
 
 __all__ = ["SCHEMA_VERSION", "PostgresArchive", "PostgresArchiveError", "is_postgres_url"]
 
-#: The version of the schema this code writes (it reads version 1 too, and moves it).
-SCHEMA_VERSION = 2
-#: The schema versions this code reads (a writer moves version 1 to version 2).
-READABLE_VERSIONS = (1, SCHEMA_VERSION)
+#: The version of the schema this code writes (it reads versions 1 and 2 too, and moves
+#: them): version 3 indexes word stems.
+SCHEMA_VERSION = 3
+#: The schema versions this code reads (a writer moves versions 1 and 2 to version 3).
+READABLE_VERSIONS = (1, 2, SCHEMA_VERSION)
+#: Rows whose text is made again per statement when a version-2 schema moves to 3.
+_RESTEM_BATCH = 1000
 
 #: How much of an entry's searchable text is indexed: a ``tsvector`` holds at most 1 MiB,
 #: and 100,000 characters of words stay far below that in any script.
@@ -230,20 +235,32 @@ def _words(text: str) -> str:
     return text.translate(_PUNCT_TABLE)
 
 
-def _websearch(query: str, raw: bool, any_term: bool = False) -> str:
+def _indexed(text: str) -> str:
+    """What a version-3 row's ``text`` holds of searchable ``text``: its word stems."""
+    return stem_text(_clean(text))
+
+
+def _stem_raw_word(m: re.Match[str]) -> str:
+    word = m.group(0)
+    return word if word.lower() == "or" else stem_text(word)
+
+
+def _websearch(query: str, raw: bool, any_term: bool = False, stemmed: bool = True) -> str:
     """The ``websearch_to_tsquery`` input for ``query``.
 
     By default each whitespace-separated term must occur, its punctuation taken as a
     separator (``src/utils.py`` is the phrase ``src utils py``): every term is quoted, so
     nothing in it is syntax. With ``raw``, the web-search syntax stays: ``"exact
-    phrase"``, ``OR``, ``-excluded``. With ``any_term`` the quoted terms are ORed.
+    phrase"``, ``OR``, ``-excluded``. With ``any_term`` the quoted terms are ORed. With
+    ``stemmed`` (a version-3 schema) the words are their stems, as the index holds them.
     """
     if not raw:
-        terms = (" ".join(_words(t).split()) for t in query.split())
+        words = stem_text if stemmed else _words
+        terms = (" ".join(words(t).split()) for t in query.split())
         return (" or " if any_term else " ").join(f'"{t}"' for t in terms if t)
     # keep the syntax's quotes and a leading minus; other punctuation separates words
-    kept = re.sub(r"(?<=\w)-", " ", query)
-    return kept.translate(_RAW_TABLE)
+    kept = re.sub(r"(?<=\w)-", " ", query).translate(_RAW_TABLE)
+    return WORD.sub(_stem_raw_word, kept) if stemmed else kept
 
 
 def _lock_key(schema: str) -> int:
@@ -449,7 +466,7 @@ class PostgresArchive(base.ArchiveBackend):
 
     def create_schema(self) -> None:
         """Create the schema, tables and indexes if they are missing, or move a version-1
-        schema to version 2 (idempotent).
+        or version-2 schema to version 3 (idempotent).
 
         The first write does this by itself; call it once as the database owner when
         the agents' role may not create schemas.
@@ -478,6 +495,8 @@ class PostgresArchive(base.ArchiveBackend):
                         conn.execute(self._q(stmt))
                 elif version == 1:
                     self._migrate(conn)
+                if version in (1, 2):
+                    self._restem(conn)
                 conn.execute(
                     self._q(
                         "INSERT INTO {s}.schema_version (version) VALUES (%s) "
@@ -487,6 +506,30 @@ class PostgresArchive(base.ArchiveBackend):
                 )
         self._ready = self._checked = True
         self._read_version = SCHEMA_VERSION
+
+    def _restem(self, conn: psycopg.Connection[Any]) -> None:
+        """Make every row's ``text`` its word stems (in the caller's transaction): the
+        move to version 3. Rows are only updated, a batch a statement (``tsv`` follows)."""
+        after = 0
+        while True:
+            rows = conn.execute(
+                self._q(
+                    "SELECT seq, entry_json FROM {s}.entries WHERE seq > %s ORDER BY seq LIMIT %s"
+                ),
+                [after, _RESTEM_BATCH],
+            ).fetchall()
+            if not rows:
+                return
+            seqs = [seq for seq, _ in rows]
+            texts = [_indexed(base.searchable_text(Entry.model_validate_json(d))) for _, d in rows]
+            conn.execute(
+                self._q(
+                    "UPDATE {s}.entries e SET text = t.text FROM unnest(%s::bigint[], "
+                    "%s::text[]) AS t(seq, text) WHERE e.seq = t.seq"
+                ),
+                [seqs, texts],
+            )
+            after = seqs[-1]
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> None:
         """Move a version-1 schema to version 2 (in the caller's transaction).
@@ -617,7 +660,7 @@ class PostgresArchive(base.ArchiveBackend):
             "roles": [r.entry.role for r in rows],
             "jsons": [r.entry_json for r in rows],
             "sources": [json.dumps(r.source_ids) if r.source_ids else None for r in rows],
-            "texts": [_words(_clean(base.searchable_text(r.entry))) for r in rows],
+            "texts": [_indexed(base.searchable_text(r.entry)) for r in rows],
             "session": c.session_id,
             "cid": c.compaction_id,
             "at": c.created_at,
@@ -712,7 +755,8 @@ class PostgresArchive(base.ArchiveBackend):
         """``tsvector``, ranked by ``ts_rank``: each term's punctuation separates words,
         as the index does. No input is an error: ``websearch_to_tsquery`` parses any."""
         query, session_id, limit, offset, raw, any_term, seen = search
-        text = _websearch(_clean(query), raw, any_term)
+        version = self._read(lambda v, run: v)  # a version-2 schema indexed the words
+        text = _websearch(_clean(query), raw, any_term, stemmed=version == SCHEMA_VERSION)
         if not text.strip():
             return []
         where, params = self._in_session("e.tsv @@ q.q", [text], session_id)

@@ -213,7 +213,7 @@ def recall_entries(query: str, session_id: str | None, limit: int) -> list[Recal
     for a in found:
         if a.seq not in hits:
             names = _tool_names(archive, a.entry.tool_results, session)
-            hits[a.seq] = RecallHit(a.entry, a.session_id, a.archived_at, names)
+            hits[a.seq] = RecallHit(a.entry, a.session_id, a.archived_at, names, a.seq)
     return list(hits.values())[:limit]
 
 

@@ -7,11 +7,15 @@
 * ``entry_sources``: ``source_id -> content_hash``, to find an entry by a caller's id.
 * ``seen``: for each row, the session that last dropped its content and when; retention
   goes by it.
-* ``entries_fts``: a contentless FTS5 index of each row's text (:data:`TEXT_SQL`).
+* ``entries_fts``: a contentless FTS5 index of the word stems of each row's text
+  (:data:`INDEXED_SQL`: :data:`TEXT_SQL` through
+  :func:`normandy_core.conversation.stems.stem_text`), ranked by ``bm25()``.
 
 ``archive_state.indexed_seq`` is the last row whose full text, caller ids and first
 ``seen`` are written (:func:`index_pending`, after the compaction's own transaction);
-readers scan the rows past it directly.
+readers scan the rows past it directly. ``archive_state.stemmed`` marks an index of
+stems: an archive written before stemming has none, and its first writer indexes it
+again (:func:`stem_index`); until then readers search it with the words as written.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from normandy_core import Entry, ToolResultBlock, ToolUseBlock
+from normandy_core.conversation.stems import stem_text
 
 __all__ = [
+    "INDEXED_SQL",
     "SCHEMA_VERSION",
     "SEEN_REFRESH",
     "SEEN_SQL",
@@ -34,10 +40,13 @@ __all__ = [
     "content_hash",
     "create",
     "index_pending",
+    "is_stemmed",
     "migrate",
+    "register_functions",
     "remove_sessions",
     "rollback",
     "source_ids",
+    "stem_index",
     "store",
 ]
 
@@ -86,6 +95,7 @@ _TABLES = (
     "CREATE INDEX IF NOT EXISTS compactions_by_time ON compactions (created_at)",
     "CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(text, content='')",
     "INSERT OR IGNORE INTO archive_state VALUES ('indexed_seq', 0)",
+    "INSERT OR IGNORE INTO archive_state VALUES ('stemmed', 1)",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
 
@@ -115,6 +125,12 @@ TEXT_SQL = """CASE json_type(e.entry_json, '$.content')
                   WHERE json_extract(p.value, '$.type') = 'text') END
         END, char(10)) FROM json_each(e.entry_json, '$.content') AS b)
 END"""
+#: The SQL function that turns a row's text into its stems (:func:`register_functions`).
+_STEM_FUNCTION = "normandy_stem"
+#: What the full-text index holds of the row ``e``: the stems of its text. The same
+#: expression indexes a row and takes it out again (a contentless index needs the text
+#: it was given), and stemming is deterministic, so the two always agree.
+INDEXED_SQL = f"{_STEM_FUNCTION}({TEXT_SQL})"
 
 #: Which content hashes of a JSON array the archive holds.
 _HAVE = "SELECT content_hash FROM entries WHERE content_hash IN (SELECT value FROM json_each(?))"
@@ -166,6 +182,36 @@ def rollback(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             conn.execute("ROLLBACK")
+
+
+def _stem_or_null(text: str | None) -> str | None:
+    return None if text is None else stem_text(text)
+
+
+def register_functions(conn: sqlite3.Connection) -> None:
+    """Give the write connection ``conn`` the function :data:`INDEXED_SQL` calls."""
+    conn.create_function(_STEM_FUNCTION, 1, _stem_or_null, deterministic=True)
+
+
+def is_stemmed(run: Any) -> bool:
+    """Whether the archive's index holds stems (``run(sql, params)`` returns rows)."""
+    return bool(run("SELECT 1 FROM archive_state WHERE key = 'stemmed'", ()))
+
+
+def stem_index(conn: sqlite3.Connection) -> bool:
+    """Index the stems of every indexed row again, in an archive indexed before stemming
+    (in the caller's transaction, on a connection with :func:`register_functions`);
+    whether it had to. Rows are only read: none is lost, and the rows past the indexed
+    mark are indexed later as usual."""
+    if is_stemmed(lambda q, p: conn.execute(q, p).fetchall()):
+        return False
+    conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('delete-all')")
+    conn.execute(
+        f"INSERT INTO entries_fts (rowid, text) SELECT e.seq, {INDEXED_SQL} FROM entries e "
+        "WHERE e.seq <= (SELECT value FROM archive_state WHERE key = 'indexed_seq')"
+    )
+    conn.execute("INSERT INTO archive_state VALUES ('stemmed', 1)")
+    return True
 
 
 def create(conn: sqlite3.Connection) -> None:
@@ -249,7 +295,8 @@ _IN = "IN (SELECT value FROM json_each(?1))"
 _MINE = f"SELECT seq FROM seen WHERE session_id {_IN}"
 _REMOVE = (
     "INSERT INTO entries_fts (entries_fts, rowid, text) SELECT 'delete', e.seq, "
-    f"{TEXT_SQL} FROM entries e WHERE e.seq IN ({_MINE})",
+    f"{INDEXED_SQL} FROM entries e WHERE e.seq IN ({_MINE}) AND e.seq <= "
+    "(SELECT value FROM archive_state WHERE key = 'indexed_seq')",
     "DELETE FROM entry_sources WHERE content_hash IN (SELECT content_hash FROM entries "
     f"WHERE seq IN ({_MINE}))",
     f"DELETE FROM entries WHERE seq IN ({_MINE})",
@@ -286,7 +333,7 @@ def index_pending(conn: sqlite3.Connection, batch: int = 500) -> int:
         return 0
     rng = (done, top)
     conn.execute(
-        f"INSERT INTO entries_fts (rowid, text) SELECT e.seq, {TEXT_SQL} "
+        f"INSERT INTO entries_fts (rowid, text) SELECT e.seq, {INDEXED_SQL} "
         "FROM entries e WHERE e.seq > ? AND e.seq <= ?",
         rng,
     )

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sqlite3
 import stat
 import threading
@@ -43,6 +44,7 @@ from normandy_archive.base import (
 from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiveError
 from normandy_archive.schema import SCHEMA_VERSION, rollback
 from normandy_archive.settings import archive_path, current_settings
+from normandy_core.conversation.stems import WORD, stem_text
 
 __all__ = [
     "MAX_ROWS",
@@ -63,12 +65,61 @@ _BACKGROUND_WAIT_MS = 20
 #: Rows written but not indexed yet, and one term found in a row's searchable text.
 _UNINDEXED = "e.seq > (SELECT value FROM archive_state WHERE key = 'indexed_seq') AND "
 _CONTAINS = f"instr(lower({schema.TEXT_SQL}), lower(?)) > 0"
+#: One term's stems (``' stem stem '``) found among a row's stems.
+_CONTAINS_STEMS = f"instr(' ' || {schema.INDEXED_SQL} || ' ', ?) > 0"
 #: Errors SQLite gives for a full-text query it cannot parse (with ``raw``).
 _QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 #: What a symbolic link at the path is refused for, when reading and when writing.
 _FOLLOW = "follow it (point the archive path at the file itself)"
 _THROUGH = "write through it (point the archive path at a regular file)"
+
+
+def _runner(conn: sqlite3.Connection) -> Run:
+    """``conn``'s statements as a :data:`~normandy_archive.base.Run`."""
+    return lambda q, p: conn.execute(q, p).fetchall()
+
+
+#: The FTS5 operators a raw query may hold: not words, so not stemmed.
+_FTS5_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
+
+
+def _fts_terms(terms: Sequence[str], stemmed: bool) -> builtins.list[str]:
+    """Each term as an FTS5 string (its punctuation literal): the stems of its words when
+    the index holds stems (a term of several words is then a phrase of their stems)."""
+    if not stemmed:
+        return ['"' + t.replace('"', '""') + '"' for t in terms]
+    phrases = (stem_text(t) for t in terms)
+    return [f'"{p}"' for p in phrases if p]  # stems are letters and digits: nothing to escape
+
+
+def _unindexed_terms(terms: Sequence[str], stemmed: bool) -> tuple[str, builtins.list[str]]:
+    """The condition on one term of a row not indexed yet, and the terms as it takes
+    them: as the index would match them (their stems' phrase, or a substring)."""
+    if not stemmed:
+        return _CONTAINS, list(terms)
+    phrases = (stem_text(t) for t in terms)
+    return _CONTAINS_STEMS, [f" {p} " for p in phrases if p]
+
+
+def _stem_raw(query: str) -> str:
+    """A raw FTS5 query with each word (not an operator) replaced by its stem."""
+
+    def stem(m: re.Match[str]) -> str:
+        word = m.group(0)
+        return word if word in _FTS5_OPERATORS else stem_text(word)
+
+    return WORD.sub(stem, query)
+
+
+def _match_text(
+    query: str, terms: Sequence[str], *, raw: bool, any_term: bool, stemmed: bool
+) -> str | None:
+    """The FTS5 query: stems when the index holds them (``None``: no word in it)."""
+    if raw:
+        return _stem_raw(query) if stemmed else query
+    quoted = _fts_terms(terms, stemmed)
+    return (" OR " if any_term else " ").join(quoted) if quoted else None
 
 
 class ArchiveBusyError(ArchiveError):
@@ -315,6 +366,7 @@ class Archive(ArchiveBackend):
         immutable = not os.path.lexists(f"{self.path}-wal")
         while True:
             conn = sqlite3.connect(uri, uri=True, timeout=self.timeout, isolation_level=None)
+            schema.register_functions(conn)  # the rows not indexed yet are matched by stems
             try:
                 version = _archive_version(conn, self.path)
             except BaseException as exc:
@@ -372,6 +424,7 @@ class Archive(ArchiveBackend):
             conn = sqlite3.connect(
                 self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False
             )
+            schema.register_functions(conn)
         except (OSError, sqlite3.Error) as exc:
             raise self._error(exc, "cannot open it for writing") from exc
         try:
@@ -407,7 +460,7 @@ class Archive(ArchiveBackend):
                 time.sleep(0.002)
         if str(mode).lower() != "wal":  # pragma: no cover - e.g. a network file system
             raise sqlite3.OperationalError(f"{self.path}: could not enable WAL (got {mode!r})")
-        if version == SCHEMA_VERSION:
+        if version == SCHEMA_VERSION and schema.is_stemmed(_runner(conn)):
             return
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -416,6 +469,8 @@ class Archive(ArchiveBackend):
                 schema.create(conn)
             elif version != SCHEMA_VERSION:
                 schema.migrate(conn, version)
+            if schema.stem_index(conn):  # written before stemming: indexed again, once
+                log.info("archive %s: full-text index rebuilt with word stems", self.location)
             conn.execute("COMMIT")
         except BaseException:
             rollback(conn)
@@ -585,8 +640,9 @@ class Archive(ArchiveBackend):
     # -- reading ----------------------------------------------------------------------
 
     def _search(self, search: Search) -> builtins.list[ArchivedEntry]:
-        """FTS5, ranked; then the rows not indexed yet, by a case-insensitive substring
-        match of every term (any term with ``any_term``; not with ``raw``).
+        """FTS5 over word stems, ranked by ``bm25()``; then the rows not indexed yet, by a
+        case-insensitive substring match of every term (any term with ``any_term``; not
+        with ``raw``).
 
         The unindexed rows are read first: an entry indexed between the two reads is then
         found by both (and shown once), not by neither.
@@ -599,19 +655,23 @@ class Archive(ArchiveBackend):
         by_seen = seen and session_id is not None
         seen_by = session_id or ""
         pending: builtins.list[ArchivedEntry] = []
-        if not raw:
-            joined = (" OR " if any_term else " AND ").join(_CONTAINS for _ in terms)
+        # an archive indexed before stemming is searched as written until a writer
+        # indexes it again (a version-1 archive has no archive_state)
+        stemmed = bool(self._read(lambda v, run: v != 1 and schema.is_stemmed(run)))
+        contains, needles = _unindexed_terms(terms, stemmed)
+        if not raw and needles:
+            joined = (" OR " if any_term else " AND ").join(contains for _ in needles)
             unindexed = f"{_UNINDEXED}({joined})"
             if by_seen:
-                cond, params = self._in_session_or_seen(unindexed, terms, seen_by)
+                cond, params = self._in_session_or_seen(unindexed, needles, seen_by)
             else:
-                cond, params = self._in_session(unindexed, terms, session_id)
+                cond, params = self._in_session(unindexed, needles, session_id)
             pending = self._select(  # none in a version-1 archive: all indexed at once
                 cond, [*params, wanted], "ORDER BY e.seq LIMIT ?", v1=("0 = 1", [wanted])
             )
-        # each term an FTS5 string, so its punctuation is literal
-        quoted = ['"' + t.replace('"', '""') + '"' for t in terms]
-        text = query if raw else (" OR " if any_term else " ").join(quoted)
+        text = _match_text(query, terms, raw=raw, any_term=any_term, stemmed=stemmed)
+        if text is None:  # no word to search the index for
+            return pending[offset : offset + limit]
         cond, params = self._in_session("entries_fts MATCH ?", [text], session_id)
         plain = None
         if by_seen:  # a version-1 archive has no seen table
@@ -620,7 +680,7 @@ class Archive(ArchiveBackend):
         found = self._select(
             cond,
             [*params, wanted],
-            "ORDER BY f.rank, e.seq LIMIT ?",
+            "ORDER BY bm25(entries_fts), e.seq LIMIT ?",
             source="entries_fts f JOIN main.entries e ON e.seq = f.rowid",
             v1=plain,
         )

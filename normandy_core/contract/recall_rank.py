@@ -1,0 +1,196 @@
+"""How recall orders what its sources found: coverage of the query, recency among
+near-equal matches, values a later message superseded, near-identical hits once.
+
+The sources rank by their full-text score (bm25, ``ts_rank``), which weighs a long
+entry down and knows nothing of time. :func:`rank` orders their hits for the agent:
+
+1. **coverage**: more of the query's terms first (a term is matched by its word stems,
+   as the sources match it, :class:`Terms`);
+2. **superseded last**: among hits of equal coverage, one whose setting a later
+   message changed (:func:`supersede`) comes after the others;
+3. **the sources' order**, except that **near-equal** hits, those matching the *same
+   set* of the query's terms (nothing the query asked tells them apart), trade places
+   among the places they hold so that the one archived later comes first.
+
+:func:`dedupe` keeps one of near-identical hits (:func:`near_identical`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Sequence
+
+from normandy_core.contract.types import RecallHit
+from normandy_core.conversation.entries import Entry, TextBlock
+from normandy_core.conversation.stems import stem_text, stem_words, words
+
+__all__ = [
+    "MIN_FUZZY_WORDS",
+    "NEAR_IDENTICAL",
+    "Terms",
+    "assignments",
+    "dedupe",
+    "near_identical",
+    "rank",
+    "supersede",
+]
+
+#: Entries of fewer words than this are near-identical only when their words are equal:
+#: short lines that differ by a word or two (a job, a region) are different facts.
+MIN_FUZZY_WORDS = 24
+#: The share of word trigrams two longer entries must have in common (Jaccard) to be
+#: near-identical: the same file read twice with a line changed, the same output again.
+NEAR_IDENTICAL = 0.9
+
+#: ``set timeout to 30``, ``change the timeout to 30`` (the key: a word with ``_ . -``).
+_SET_TO = re.compile(
+    r"\b(?:set|change|switch|make)\s+(?:the\s+)?([A-Za-z][\w.-]*)\s+to\s+([^\s,;]+)",
+    re.IGNORECASE,
+)
+#: ``timeout=30``, ``timeout = 30``, ``timeout := 30``.
+_EQUALS = re.compile(r"\b([A-Za-z][\w.-]*)\s*:?=\s*([^\s,;]+)")
+
+
+class Terms:
+    """The query's terms as their word stems: which of them a text holds."""
+
+    def __init__(self, terms: Iterable[str]) -> None:
+        phrases = (stem_text(t) for t in terms)
+        self.phrases: tuple[str, ...] = tuple(dict.fromkeys(p for p in phrases if p))
+
+    def matched(self, text: str) -> frozenset[str]:
+        """The terms (their stem phrases) ``text`` holds, each as a whole word or phrase."""
+        return self.matched_stems(stem_text(text))
+
+    def matched_stems(self, stems: str) -> frozenset[str]:
+        """:meth:`matched` of a text already stemmed (:func:`stem_text`)."""
+        padded = f" {stems} "
+        return frozenset(p for p in self.phrases if f" {p} " in padded)
+
+    def stems(self) -> frozenset[str]:
+        """Every stem of every term."""
+        return frozenset(s for p in self.phrases for s in p.split())
+
+
+def _said(entry: Entry) -> str:
+    """What the user or the assistant wrote in ``entry`` (not tool calls or results)."""
+    if entry.role not in ("user", "assistant"):
+        return ""
+    if isinstance(entry.content, str):
+        return entry.content
+    return "\n".join(b.text for b in entry.content if isinstance(b, TextBlock))
+
+
+def assignments(entry: Entry) -> dict[str, str]:
+    """The settings ``entry``'s user or assistant text gives, ``key -> value`` (keys
+    lower-cased, the last value of a key kept). Tool calls and results are left out:
+    ``job=nightly`` in a log line is an observation, not a setting."""
+    text = _said(entry)
+    found: dict[str, str] = {}
+    for pattern in (_EQUALS, _SET_TO):
+        for m in pattern.finditer(text):
+            found[m.group(1).lower()] = m.group(2).rstrip(".:!?)'\"")
+    return found
+
+
+def supersede(hits: Sequence[RecallHit], later: Sequence[Entry]) -> list[RecallHit]:
+    """``hits`` with ``superseded`` set: the keys each sets that a later hit (by
+    :func:`_recency`) or an entry of ``later`` (what the model still sees, taken as
+    newer than anything archived) sets to another value, with that newest value."""
+    newest: dict[str, tuple[tuple[float, int], str]] = {}
+    top = (float("inf"), 0)
+    for at, e in [*((_recency(h), h.entry) for h in hits), *((top, e) for e in later)]:
+        for key, value in assignments(e).items():
+            if key not in newest or newest[key][0] <= at:
+                newest[key] = (at, value)
+    out = []
+    for h in hits:
+        mine = assignments(h.entry)
+        gone = {
+            k: newest[k][1]
+            for k, v in mine.items()
+            if newest[k][1] != v and newest[k][0] > _recency(h)
+        }
+        out.append(dataclasses.replace(h, superseded=gone) if gone else h)
+    return out
+
+
+def _recency(hit: RecallHit) -> tuple[float, int]:
+    """When ``hit`` was archived, then its place in the archive order."""
+    return (hit.archived_at or 0.0, hit.order if hit.order is not None else 0)
+
+
+def rank(hits: Sequence[RecallHit], terms: Terms, texts: Sequence[str]) -> list[int]:
+    """The order recall shows ``hits`` in (the sources' order, each with its searchable
+    text in ``texts``), as indexes: coverage, superseded last, the sources' order; then
+    near-equal hits (matching the same set of the query's terms, superseded alike) trade
+    places so that the newer of them comes first."""
+    matched = [terms.matched(t) for t in texts]
+    order = sorted(range(len(hits)), key=lambda i: (-len(matched[i]), bool(hits[i].superseded), i))
+    groups: dict[tuple[frozenset[str], bool], list[int]] = {}
+    for slot, i in enumerate(order):
+        groups.setdefault((matched[i], bool(hits[i].superseded)), []).append(slot)
+    out = list(order)
+    for slots in groups.values():
+        members = sorted((order[s] for s in slots), key=lambda i: (_newer(hits[i]), i))
+        for slot, i in zip(slots, members, strict=True):
+            out[slot] = i
+    return out
+
+
+def _newer(hit: RecallHit) -> tuple[float, int]:
+    """A sort key putting the later archived first (unknown times: as the oldest)."""
+    at, seq = _recency(hit)
+    return (-at, -seq)
+
+
+class _Said:
+    """What :func:`near_identical` compares of one text, computed once."""
+
+    def __init__(self, text: str) -> None:
+        self.words = tuple(words(text))
+        long = len(self.words) >= MIN_FUZZY_WORDS
+        found = stem_words(self.words) if long else []
+        self.shingles = {tuple(found[i : i + 3]) for i in range(len(found) - 2)} if long else None
+
+    def like(self, other: _Said) -> bool:
+        if self.words == other.words:
+            return True
+        if self.shingles is None or other.shingles is None:
+            return False
+        common = len(self.shingles & other.shingles)
+        return common >= NEAR_IDENTICAL * (len(self.shingles) + len(other.shingles) - common)
+
+
+def near_identical(a: str, b: str) -> bool:
+    """Whether texts ``a`` and ``b`` say the same: the same words (case and punctuation
+    aside), or, both of :data:`MIN_FUZZY_WORDS` words or more, at least
+    :data:`NEAR_IDENTICAL` of their word trigrams in common."""
+    return _Said(a).like(_Said(b))
+
+
+def dedupe(
+    hits: Sequence[RecallHit], texts: Sequence[str], most: int | None = None
+) -> tuple[list[RecallHit], int]:
+    """``hits`` without those near-identical to one kept before them (each with its text
+    in ``texts``), at most ``most`` of them, and how many were left out on the way (none
+    after the last kept is looked at). Applying it again changes nothing."""
+    kept: list[RecallHit] = []
+    said: list[_Said] = []
+    seen: set[tuple[str, ...]] = set()
+    left = 0
+    for h, t in zip(hits, texts, strict=True):
+        if most is not None and len(kept) >= most:
+            break
+        this = _Said(t)
+        if this.words in seen or (
+            this.shingles is not None and any(this.like(other) for other in said)
+        ):
+            left += 1
+            continue
+        seen.add(this.words)
+        kept.append(h)
+        if this.shingles is not None:
+            said.append(this)
+    return kept, left

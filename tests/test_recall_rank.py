@@ -1,0 +1,129 @@
+"""Recall's ranking: coverage by stems, recency among near-equal matches, superseded
+settings after their successor, near-identical hits once."""
+
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from normandy_core import Entry, RecallHit, TextBlock, ToolResultBlock
+from normandy_core.contract.recall_rank import (
+    MIN_FUZZY_WORDS,
+    Terms,
+    assignments,
+    dedupe,
+    near_identical,
+    rank,
+    supersede,
+)
+
+
+def _hit(text: str, order: int, role: str = "user", at: float = 1000.0) -> RecallHit:
+    return RecallHit(Entry(id=f"e{order}", role=role, content=text), "s", at, {}, order)
+
+
+def _ids(hits: list[RecallHit]) -> list[str]:
+    return [h.entry.id for h in hits]
+
+
+def _ranked(hits: list[RecallHit], query: str) -> list[RecallHit]:
+    texts = [h.entry.text() for h in hits]
+    return [hits[i] for i in rank(hits, Terms(query.split()), texts)]
+
+
+def test_terms_match_by_stems_as_whole_words_and_phrases():
+    terms = Terms(["retries", "eu-west-1", "..."])
+    assert terms.phrases == ("retri", "eu west 1")
+    assert terms.matched("Retrying in EU-WEST-1 now") == {"retri", "eu west 1"}
+    assert terms.matched("eu-west-12 retrieval") == frozenset()  # whole words only
+
+
+def test_more_of_the_query_first_then_the_newer_of_near_equal_matches():
+    hits = [
+        _hit("deploy failed in eu", 1),
+        _hit("deploy failed in eu again", 2),
+        _hit("deploy failed in eu with a timeout", 3),
+        _hit("nothing about it: failed", 4),
+    ]
+    # the sources' order is kept for what tells the hits apart: coverage first
+    assert _ids(_ranked(hits, "deploy timeout")) == ["e3", "e2", "e1", "e4"]
+    # e1 and e2 match the same terms (near-equal): the later one first
+    assert _ids(_ranked(hits[:2], "deploy eu")) == ["e2", "e1"]
+
+
+def test_a_setting_changed_later_is_marked_and_ranked_after_its_successor():
+    hits = [
+        _hit("Please set timeout to 30 for this work.", 1),
+        _hit("Change of plan: set timeout to 60.", 2),
+        _hit("Now set timeout to 45.", 3),
+        _hit("retries=3 and timeout = 45", 4, role="assistant"),
+    ]
+    marked = supersede(hits, [])
+    assert [h.superseded for h in marked] == [{"timeout": "45"}, {"timeout": "45"}, {}, {}]
+    order = _ranked(marked, "timeout")
+    assert _ids(order)[:2] == ["e4", "e3"] and set(_ids(order)[2:]) == {"e1", "e2"}
+    # what the model still sees is newer than anything archived
+    still = [Entry(id="now", role="user", content="set timeout to 90")]
+    assert all(h.superseded == {"timeout": "90"} for h in supersede(hits, still))
+
+
+def test_tool_output_is_not_a_setting_and_an_equal_value_supersedes_nothing():
+    result = Entry(
+        id="r",
+        role="user",
+        content=[ToolResultBlock(tool_use_id="t", content="ERROR job=nightly region=eu")],
+    )
+    assert assignments(result) == {}
+    said = Entry(id="a", role="assistant", content=[TextBlock(text="I set LIMIT to 5.")])
+    assert assignments(said) == {"limit": "5"}
+    hits = [_hit("set limit to 5", 1), _hit("set limit to 5", 2)]
+    assert all(not h.superseded for h in supersede(hits, []))
+
+
+def test_near_identical_means_the_same_words_or_a_long_text_barely_changed():
+    assert near_identical("Deploy FAILED: eu.", "deploy failed eu")
+    # short lines that differ by a job and a region are different facts
+    assert not near_identical("ERROR job=a-nightly region=eu: x", "ERROR job=b-hourly region=us: x")
+    long = " ".join(f"line{n} of the file" for n in range(40))
+    assert near_identical(long, long.replace("line7 ", "line7b "))
+    assert not near_identical(long, " ".join(f"other{n} text here" for n in range(40)))
+    assert MIN_FUZZY_WORDS > 10
+
+
+_TEXTS = st.sampled_from(
+    [
+        "set timeout to 30",
+        "set timeout to 60",
+        "deploy failed in eu",
+        "Deploy failed in EU!",
+        "timeout=45 retries=2",
+        "the ledger drifts",
+        "nothing relevant",
+    ]
+)
+
+
+@given(
+    st.lists(st.tuples(_TEXTS, st.integers(0, 5)), max_size=12),
+    st.sampled_from(["timeout", "deploy eu", "ledger timeout", "retries deploy failed"]),
+)
+def test_ranking_is_a_deterministic_permutation(items, query):
+    hits = supersede([_hit(t, n, at=float(at)) for n, (t, at) in enumerate(items)], [])
+    texts = [h.entry.text() for h in hits]
+    order = rank(hits, Terms(query.split()), texts)
+    assert sorted(order) == list(range(len(hits)))
+    assert order == rank(hits, Terms(query.split()), texts)
+    # coverage never increases down the list
+    terms = Terms(query.split())
+    covered = [len(terms.matched(texts[i])) for i in order]
+    assert covered == sorted(covered, reverse=True)
+
+
+@given(st.lists(_TEXTS, max_size=12))
+def test_dedupe_is_idempotent_and_keeps_one_of_each_near_identical_group(texts):
+    hits = [_hit(t, n) for n, t in enumerate(texts)]
+    kept, left = dedupe(hits, texts)
+    kept_texts = [h.entry.text() for h in kept]
+    assert left == len(hits) - len(kept)
+    assert dedupe(kept, kept_texts) == (kept, 0)
+    for t in texts:  # every text is represented by one kept hit
+        assert any(near_identical(t, k) for k in kept_texts)
