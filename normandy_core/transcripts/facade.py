@@ -43,6 +43,7 @@ from normandy_core.conversation.structure import pairing_problems
 from normandy_core.conversation.survival import SurvivalRules
 from normandy_core.errors import OptionsError, WindowUnknownError
 from normandy_core.transcripts import continuation
+from normandy_core.transcripts.continuation import ContinuationMemo
 from normandy_core.transcripts.formats import (
     TranscriptError,
     WireFormat,
@@ -239,6 +240,7 @@ def compact(
     recall: RecallSettings | bool | None = None,
     force: bool = False,
     focus: str | None = None,
+    memo: ContinuationMemo | None = None,
 ) -> CompactResult:
     """Compact a transcript with the named compactor, once, and return it in its own format.
 
@@ -283,7 +285,10 @@ def compact(
     whose system prompt is unchanged), only the new messages are read and counted, and
     the list is compacted as the continuation of the last call
     (:mod:`normandy_core.transcripts.continuation`, :attr:`CompactResult.continued`);
-    ``fresh=True`` compacts from scratch.
+    ``fresh=True`` compacts from scratch. The earlier calls are remembered in ``memo``
+    (:class:`~normandy_core.ContinuationMemo`), by default the process-wide one, which
+    keeps the last 8 compactions: a process compacting more conversations at once gives
+    a memo sized to them, the same one to every call.
 
     When nothing is compacted by a call that does not continue an earlier one (or the
     compactor reports an error, see :attr:`CompactResult.error`) ``messages`` comes back
@@ -324,6 +329,7 @@ def compact(
         fresh=fresh,
         force=force,
         focus=focus,
+        memo=memo,
     )
     # The boundary logs the failure (WARNING, naming the compactor and its distribution).
     if raise_on_error:
@@ -477,13 +483,14 @@ def compact_continued(
     fresh: bool = False,
     force: bool = False,
     focus: str | None = None,
+    memo: ContinuationMemo | None = None,
 ) -> CompactResult:
     """Compact ``messages`` as the continuation of an earlier call with the same
     ``settings``, ``format``, ``client`` and ``recall`` when they extend the list it was
     given or returned (:mod:`~normandy_core.transcripts.continuation`), else in full with
     the config ``prepared`` gives (called only then), remembered for the next call.
-    ``fresh`` compacts in full and remembers nothing; ``force`` and ``focus`` as
-    :func:`compact` takes them.
+    ``fresh`` compacts in full and remembers nothing; ``force``, ``focus`` and ``memo``
+    (``None``: the process-wide one) as :func:`compact` takes them.
     """
     key = None
     if not fresh:
@@ -498,7 +505,7 @@ def compact_continued(
             survival=settings.survival,
             recall=recall,
         )
-    result = continuation.resume(key, messages, mid_round, force=force, focus=focus)
+    result = continuation.resume(key, messages, mid_round, force=force, focus=focus, memo=memo)
     if result is not None:
         return result
     acc = prepared()
@@ -506,5 +513,5 @@ def compact_continued(
         acc, messages, mid_round=mid_round, format=format, force=force, focus=focus
     )
     if key is not None and isinstance(t, Transcript):
-        continuation.remember(key, acc, t, result.memory, messages, result.messages)
+        continuation.remember(key, acc, t, result.memory, messages, result.messages, memo)
     return result

@@ -16,6 +16,10 @@ BAD = [
     (["--upstream", "http://x", "--window", "0"], "--window must be a positive number"),
     (["--upstream", "http://x", "--port", "70000"], "--port must be from 0 to 65535"),
     (["--upstream", "http://x", "--token", " "], "--token must not be empty"),
+    (
+        ["--upstream", "http://x", "--max-conversations", "0"],
+        "--max-conversations must be a positive number of conversations, got 0",
+    ),
     (["--upstream", "http://x", "--compactor", "no_such"], "unknown compactor 'no_such'"),
 ]
 

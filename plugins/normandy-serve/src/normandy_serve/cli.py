@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 
 from normandy_core import OptionsError, PluginError
 from normandy_serve.app import create_app
-from normandy_serve.options import ServeOptionsError, settings_from
+from normandy_serve.options import MAX_CONVERSATIONS, ServeOptionsError, settings_from
 
 __all__ = ["EXIT_OPTIONS", "EXIT_PLUGIN", "register_cli", "serve", "uvicorn_config"]
 
@@ -54,6 +54,13 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
         "--token",
         default=None,
         help=f"a token clients must send in X-Normandy-Token (or set {ENV_TOKEN})",
+    )
+    parser.add_argument(
+        "--max-conversations",
+        type=int,
+        default=MAX_CONVERSATIONS,
+        help="conversations continued at once; beyond, the least recently used is "
+        f"compacted from scratch at its next request (default {MAX_CONVERSATIONS})",
     )
     parser.add_argument(
         "--graceful-timeout",
@@ -91,6 +98,7 @@ def serve(args: argparse.Namespace) -> int:
             args.opts,
             args.window,
             args.token if args.token is not None else os.environ.get(ENV_TOKEN),
+            args.max_conversations,
         )
     except (ServeOptionsError, OptionsError) as exc:
         sys.stderr.write(f"normandy serve: {exc}\n")

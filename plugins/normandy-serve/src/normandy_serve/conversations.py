@@ -24,8 +24,9 @@ from normandy_core.transcripts.transcript import request_keys
 
 __all__ = ["Conversations"]
 
-#: How many conversations are kept; beyond, the least recently used is forgotten (its
-#: next request is compacted in full, as a new one, and continues from there).
+#: How many conversations are kept by default; beyond, the least recently used is
+#: forgotten (its next request is compacted in full, as a new one, and continues from
+#: there). The proxy keeps as many as its compaction memo (``--max-conversations``).
 MAX_CONVERSATIONS = 4096
 
 

@@ -13,15 +13,22 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from normandy_core import ContinuationMemo
 from normandy_core.transcripts.facade import prepare_config
 
-__all__ = ["ServeOptionsError", "ServeSettings", "settings_from"]
+__all__ = ["MAX_CONVERSATIONS", "ServeOptionsError", "ServeSettings", "settings_from"]
 
 #: The entry point named in the compactor's option errors.
 ENTRY = "normandy serve --opts"
 #: The window the options are checked against when ``--window`` is not given (each
 #: request is compacted with its model's window from the catalog).
 _CHECK_WINDOW = 100_000
+#: How many conversations the proxy continues at once by default (``--max-conversations``).
+MAX_CONVERSATIONS = 256
+#: The messages the continuation memo may hold per conversation it is sized to: a
+#: 10,000-message history given plus what its compaction returned fits, with room. The
+#: memo's total (this times ``--max-conversations``) is what bounds it, not each one.
+MEMO_MESSAGES_PER_CONVERSATION = 25_000
 
 
 class ServeOptionsError(ValueError):
@@ -32,13 +39,24 @@ class ServeOptionsError(ValueError):
 class ServeSettings:
     """What the proxy runs with: the upstream's origin, the compactor and its options,
     the pinned window (``None``: the catalog's for each request's model) and the token
-    its own clients present (``None``: none asked)."""
+    its own clients present (``None``: none asked), and how many conversations it
+    continues at once (the compaction memo's size: :meth:`memo`)."""
 
     upstream: str
     compactor: str = "window_manager"
     opts: dict[str, Any] = field(default_factory=dict)
     window: int | None = None
     token: str | None = None
+    max_conversations: int = MAX_CONVERSATIONS
+
+    def memo(self) -> ContinuationMemo:
+        """A new continuation memo sized to :attr:`max_conversations`: one compaction
+        remembered per conversation, and at most
+        :data:`MEMO_MESSAGES_PER_CONVERSATION` messages per conversation in all."""
+        return ContinuationMemo(
+            max_states=self.max_conversations,
+            max_messages=self.max_conversations * MEMO_MESSAGES_PER_CONVERSATION,
+        )
 
 
 def _upstream(text: str) -> str:
@@ -78,17 +96,25 @@ def settings_from(
     opts: str | None = None,
     window: int | None = None,
     token: str | None = None,
+    max_conversations: int = MAX_CONVERSATIONS,
 ) -> ServeSettings:
     """The proxy's settings from the options' values, each checked (raises
     :class:`ServeOptionsError` naming the option at fault), and the compactor prepared once
     with its options (raises the core's ``OptionsError`` or ``PluginError``)."""
     if window is not None and window <= 0:
         raise ServeOptionsError(f"--window must be a positive number of tokens, got {window}")
+    if isinstance(max_conversations, bool) or max_conversations < 1:
+        raise ServeOptionsError(
+            f"--max-conversations must be a positive number of conversations, "
+            f"got {max_conversations}"
+        )
     if token is not None and not token.strip():
         raise ServeOptionsError("--token must not be empty")
     if not compactor.strip():
         raise ServeOptionsError("--compactor must name a compactor")
-    settings = ServeSettings(_upstream(upstream), compactor, _opts(opts), window, token)
+    settings = ServeSettings(
+        _upstream(upstream), compactor, _opts(opts), window, token, max_conversations
+    )
     prepare_config(
         compactor=settings.compactor,
         opts=settings.opts,

@@ -110,7 +110,10 @@ class RequestCompactor:
         # Per model, the room an upstream's refusal as too long left: later requests are
         # sized to it too, rather than each being refused once.
         self.caps: dict[str, int] = {}
-        self.conversations = Conversations()
+        # Sized to the conversations in flight: with the process-wide memo (8
+        # compactions) a proxy serving more agents compacts every request from scratch.
+        self.memo = settings.memo()
+        self.conversations = Conversations(settings.max_conversations)
 
     def room(self, request: dict[str, Any]) -> int:
         """Tokens the request's conversation may take (raises :class:`Unreadable` when the
@@ -174,6 +177,7 @@ class RequestCompactor:
                     format=fmt,
                     fresh=fresh,
                     force=fresh,
+                    memo=self.memo,
                 )
         except Exception as exc:  # never refused: the upstream answers what it would have
             log.warning("forwarded unchanged: compaction failed: %s: %s", type(exc).__name__, exc)
