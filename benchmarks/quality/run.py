@@ -1,6 +1,7 @@
 """The quality benchmark's command: replay every session with every subject, print the tables.
 
-``python -m benchmarks.quality [--quick] [--out FILE] [--plot PNG] [--dump-sessions DIR]``
+``python -m benchmarks.quality [--quick] [--out FILE] [--plot PNG] [--dump-sessions DIR]
+[--no-peers] [--frameworks] [--subject TEXT]``
 """
 
 from __future__ import annotations
@@ -234,9 +235,17 @@ def _commit() -> str:
         return "unknown"
 
 
-def chosen_subjects(peers: bool, text: str | None) -> list[Subject]:
-    """The subjects a run replays: all of them, or those whose label contains ``text``."""
-    return [s for s in subjects(peers=peers) if text is None or text in s.label]
+def chosen_subjects(
+    peers: bool, text: str | Sequence[str] | None, frameworks: bool = False
+) -> list[Subject]:
+    """The subjects a run replays: all of them (the framework subjects with
+    ``frameworks``), or those whose label contains ``text`` (one of the texts)."""
+    texts = [text] if isinstance(text, str) else list(text or ())
+    return [
+        s
+        for s in subjects(peers=peers, frameworks=frameworks)
+        if not texts or any(t in s.label for t in texts)
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -247,17 +256,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="write the chart to this PNG")
     parser.add_argument("--no-peers", action="store_true", help="leave LangChain and Strands out")
     parser.add_argument(
+        "--frameworks",
+        action="store_true",
+        help="also the Strands, LlamaIndex and Google ADK subjects: Normandy's adapters "
+        "and the frameworks' own managers (issue 37)",
+    )
+    parser.add_argument(
         "--dump-sessions", type=Path, metavar="DIR", help="write each session as JSON to DIR"
     )
     parser.add_argument(
         "--subject",
         metavar="TEXT",
-        help="only the subjects whose label contains TEXT (e.g. summarize)",
+        action="append",
+        help="only the subjects whose label contains TEXT (e.g. summarize); repeatable, "
+        "a subject matching any of them runs",
     )
     args = parser.parse_args(argv)
-    chosen = chosen_subjects(peers=not args.no_peers, text=args.subject)
+    chosen = chosen_subjects(peers=not args.no_peers, text=args.subject, frameworks=args.frameworks)
     if not chosen:  # before the sessions are built or dumped: nothing is written
-        parser.error(f"--subject {args.subject!r}: no subject's label contains it")
+        shown = args.subject[0] if len(args.subject) == 1 else args.subject
+        parser.error(f"--subject {shown!r}: no subject's label contains it")
     sessions = default_sessions(quick=args.quick)
     if args.dump_sessions:
         args.dump_sessions.mkdir(parents=True, exist_ok=True)
@@ -271,7 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     footer = (
         f"\n\n`python -m benchmarks.quality{' --quick' if args.quick else ''}"
         f"{' --no-peers' if args.no_peers else ''}"
-        f"{f' --subject {args.subject}' if args.subject else ''}` at commit "
+        f"{' --frameworks' if args.frameworks else ''}"
+        f"{''.join(f' --subject {t!r}' for t in args.subject or ())}` at commit "
         f"{_commit()}, {time.perf_counter() - started:.0f} s."
     )
     print(text + footer)
