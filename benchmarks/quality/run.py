@@ -27,9 +27,9 @@ from benchmarks.quality.replay import (
     replay,
     subjects,
 )
-from benchmarks.quality.sessions import QualitySession, default_sessions, dump
+from benchmarks.quality.sessions import Need, QualitySession, default_sessions, dump
 
-__all__ = ["Row", "aggregate", "main", "plot", "run_all", "tables"]
+__all__ = ["Row", "aggregate", "main", "need_timings", "plot", "run_all", "tables", "timing_table"]
 
 #: The two window sizes (tokens): a tight one and a common one.
 WINDOWS = (32_000, 128_000)
@@ -181,6 +181,61 @@ def tables(rows: Sequence[Row], sessions: Sequence[QualitySession]) -> str:
     return "\n".join(out)
 
 
+def need_timings(session: QualitySession) -> dict[Need, str]:
+    """Each need of ``session`` as ``early``, ``late`` or ``task``: the task's needs are
+    ``task``; of another fact's two needs (:func:`~benchmarks.quality.sessions.plant`),
+    the first (one to six calls after it was planted) is ``early``, the second (a quarter
+    to two thirds of the remaining calls on) ``late``."""
+    task = session.facts[0].id if session.facts else None
+    out: dict[Need, str] = {}
+    seen: set[str] = set()
+    for n in sorted(session.needs, key=lambda n: (n.turn, n.call)):
+        out[n] = "task" if n.fact == task else ("late" if n.fact in seen else "early")
+        seen.add(n.fact)
+    return out
+
+
+_TIMINGS = ("early", "late", "task")
+
+
+def _timing_cells(row: Row, timing: dict[tuple[str, Need], str]) -> list[str]:
+    cells = []
+    for kind in _TIMINGS:
+        wheres = [
+            res.where
+            for run in row.runs
+            for res in run.results
+            if timing.get((run.session, res.need)) == kind
+        ]
+        got = [wheres.count(w) for w in ("context", "summary", "recall", "missing")]
+        cells.append(" / ".join(str(n) for n in got) + f" of {len(wheres)}")
+    return cells
+
+
+def timing_table(rows: Sequence[Row], sessions: Sequence[QualitySession]) -> str:
+    """Per subject and window, the needs by timing (:func:`need_timings`): in context /
+    in a summary / by recall / missing; then requests over the window and with the task."""
+    timing = {(s.name, n): kind for s in sessions for n, kind in need_timings(s).items()}
+    out = [
+        "Needs by timing (early: 1 to 6 calls after the fact; late: a quarter to two thirds "
+        "of the remaining calls on; task: the task's constraint), each as in context / in a "
+        "summary / by recall / missing:",
+        "",
+        "| window | subject | recall | early | late | task | over window | task kept |",
+        "|---:|---|:---:|---|---|---|---:|---:|",
+    ]
+    for r in rows:
+        requests = r.total("requests")
+        kept = requests - r.total("task_missing")
+        out.append(
+            f"| {r.window // 1000}k | {r.subject} | {'on' if r.recall else 'off'} | "
+            + " | ".join(_timing_cells(r, timing))
+            + f" | {r.total('over_window'):,} / {requests:,} | "
+            f"{_pct(kept / requests if requests else 1)} |"
+        )
+    return "\n".join(out)
+
+
 def plot(rows: Sequence[Row], path: Path) -> Path:
     """A PNG: facts available and billed cost per subject, both windows, recall off/on."""
     import matplotlib
@@ -285,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="normandy-quality-") as tmp:
         runs = run_all(sessions, chosen, WINDOWS, Path(tmp))
     rows = aggregate(runs)
-    text = tables(rows, sessions)
+    text = tables(rows, sessions) + "\n\n" + timing_table(rows, sessions)
     footer = (
         f"\n\n`python -m benchmarks.quality{' --quick' if args.quick else ''}"
         f"{' --no-peers' if args.no_peers else ''}"
