@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from benchmarks.peers import Checker, group_kept
-from normandy_core import Entry
+from normandy_core import Entry, ThinkingBlock
 from normandy_core.conversation.keys import MARKER_KEY
 from normandy_core.conversation.tokens import TokenCounter
 from normandy_core.transcripts.chat import to_openai
@@ -79,13 +79,19 @@ class _Origins:
 
 def _chat(entries: Sequence[Entry]) -> tuple[list[dict[str, Any]], Origin]:
     """The entries as Chat Completions dicts (the input of the LlamaIndex and ADK
-    converters), with the entry (and result) each dict comes from."""
+    converters), with the entry (and result) each dict comes from: the entry without its
+    thinking, which Chat Completions messages do not carry (so the judge and the billing
+    see what the framework sends)."""
     dicts: list[dict[str, Any]] = []
     origin: Origin = []
     for e in entries:
+        sent = e
+        if not isinstance(e.content, str) and any(isinstance(b, ThinkingBlock) for b in e.blocks):
+            kept = tuple(b for b in e.blocks if not isinstance(b, ThinkingBlock))
+            sent = e.model_copy(update={"content": kept})
         for d in to_openai([e]):
             dicts.append(d)
-            origin.append((e, str(d["tool_call_id"]) if d["role"] == "tool" else None))
+            origin.append((sent, str(d["tool_call_id"]) if d["role"] == "tool" else None))
     return dicts, origin
 
 
