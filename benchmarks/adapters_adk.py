@@ -166,7 +166,7 @@ def _shallow(contents: Sequence[Any]) -> list[Any]:
 Step = Callable[[list[Any], list[Any]], list[Any]]
 
 
-def _filtered(step: Callable[[list[Any]], list[Any]]) -> Step:
+def given_copies(step: Callable[[list[Any]], list[Any]]) -> Step:
     """A plugin given fresh copies of the whole history each call; its output led back
     to the originals for the judge."""
     originals = _Originals()
@@ -196,7 +196,7 @@ def _scripted_llm() -> Any:
     return Scripted()
 
 
-def _events_compaction(loop: asyncio.AbstractEventLoop, window: int) -> Step:
+def events_compaction(loop: asyncio.AbstractEventLoop, window: int) -> Step:
     """ADK's events compaction over a session holding the history as events."""
     from google.adk.agents import LlmAgent
     from google.adk.agents.invocation_context import InvocationContext
@@ -268,13 +268,13 @@ def adk_subjects() -> list[Subject]:
     return [
         Subject(
             "normandy-adk (ContentsCompactor, as the plugin)",
-            _filtered(lambda c: ours.run(c, session="bench").contents),
+            given_copies(lambda c: ours.run(c, session="bench").contents),
         ),
-        Subject("ContextFilterPlugin(num_invocations_to_keep=1)", _filtered(filtered)),
+        Subject("ContextFilterPlugin(num_invocations_to_keep=1)", given_copies(filtered)),
         Subject(
             f"EventsCompactionConfig(token_threshold={WINDOW:,}, event_retention_size="
             f"{RETENTION}), scripted summarizer",
-            _events_compaction(loop, WINDOW),
+            events_compaction(loop, WINDOW),
         ),
     ]
 

@@ -72,7 +72,7 @@ def to_llamaindex(messages: Sequence[Mapping[str, Any]]) -> Converted:
     return conv
 
 
-def _key(m: Any) -> tuple[str, ...]:
+def message_key(m: Any) -> tuple[str, ...]:
     """What identifies a message of the session (for a copy handed back by a store): its
     role, text, the call it answers and the calls it makes."""
     calls = (getattr(b, "tool_call_id", None) or "" for b in m.blocks)
@@ -106,10 +106,10 @@ def llamaindex_subjects() -> list[Subject]:
         return buffer.get()
 
     def fifo(history: list[Any], new: list[Any]) -> list[Any]:
-        originals.update((_key(m), m) for m in new)
+        originals.update((message_key(m), m) for m in new)
         loop.run_until_complete(memory.aput_messages(new))
         got = loop.run_until_complete(memory.aget())
-        return [originals.get(_key(m), m) for m in got]
+        return [originals.get(message_key(m), m) for m in got]
 
     return [
         Subject("normandy-llamaindex (NormandyMemory)", normandy),

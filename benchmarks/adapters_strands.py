@@ -113,7 +113,8 @@ def _scripted_model(text: str) -> Any:
     return ScriptedSummarizer()
 
 
-def _agent(manager: Any) -> Any:
+def scripted_agent(manager: Any) -> Any:
+    """A real ``strands.Agent`` with ``manager``, its model the scripted summarizer."""
     from strands import Agent
 
     model = _scripted_model("Summary: files were read and their contents noted.")
@@ -162,7 +163,7 @@ def _in_agent(
 ) -> Callable[[list[Any], list[Any]], list[Any]]:
     """A step run in a real agent, which keeps its messages from call to call as a run
     does: what is new is appended, then ``manage(agent)`` changes them in place."""
-    agent = _agent(manager)
+    agent = scripted_agent(manager)
 
     def step(history: list[Any], new: list[Any]) -> list[Any]:
         agent.messages.extend(new)

@@ -116,7 +116,7 @@ class Checker:
             out.orphaned += 1
 
 
-def _group(kept: list[tuple[Entry, str | None]]) -> Kept:
+def group_kept(kept: list[tuple[Entry, str | None]]) -> Kept:
     """Merge consecutive kept tool results of one entry into one partly kept entry."""
     out: Kept = []
     for e, rid in kept:
@@ -220,7 +220,9 @@ def _lc_exact_counter() -> Callable[[Sequence[Any]], int]:
 # -- Strands --------------------------------------------------------------------------------
 
 
-def _strands_convert(entries: Sequence[Entry]) -> tuple[list[dict[str, Any]], dict[int, Entry]]:
+def strands_convert(entries: Sequence[Entry]) -> tuple[list[dict[str, Any]], dict[int, Entry]]:
+    """The entries as Strands messages (system entries left out), and each message's
+    entry by the message's ``id``."""
     msgs: list[dict[str, Any]] = []
     back: dict[int, Entry] = {}
     for e in entries:
@@ -491,7 +493,7 @@ def _langchain(pattern: str, approximate: bool) -> Callable[[Sequence[Entry]], S
             if pattern == "overwrite":
                 history = view
             dt = clock() - t0
-            return dt, _group([back[id(m)] for m in view])
+            return dt, group_kept([back[id(m)] for m in view])
 
         return step
 
@@ -502,7 +504,7 @@ def _strands(entries: Sequence[Entry]) -> Step:
     from strands.agent.conversation_manager import SlidingWindowConversationManager
     from strands.event_loop.event_loop import _estimate_input_tokens
 
-    msgs, back = _strands_convert(entries)
+    msgs, back = strands_convert(entries)
     by_entry = {id(e): m for m, e in ((m, back[id(m)]) for m in msgs)}
     counter = get_counter("cl100k_base")
     mem = AgentMemory.from_entries(entries)

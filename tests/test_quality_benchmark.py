@@ -154,3 +154,53 @@ def test_subject_filter_keeps_only_matching_labels() -> None:
     assert [s.label for s in every] == [s.label for s in quality.subjects(peers=False)]
     assert chosen and len(chosen) < len(every)
     assert all("summarize" in s.label for s in chosen)
+
+
+def _framework_peers() -> list[str]:
+    from benchmarks.quality.frameworks import FRAMEWORK_PEERS
+
+    return list(FRAMEWORK_PEERS)
+
+
+_NEEDS_MODULE = {"strands": "strands", "llamaindex": "llama_index.core", "adk": "google.adk"}
+
+
+@pytest.mark.parametrize("peer", _framework_peers())
+def test_each_framework_subject_replays_the_tiny_session(tiny, tmp_path, peer: str) -> None:
+    """Strands, LlamaIndex and ADK (issue 37), Normandy's adapters and the frameworks' own
+    managers: the same session, one result per need, every model call billed; Normandy's
+    adapters keep the task and stay within the window as the turn loop does."""
+    pytest.importorskip(_NEEDS_MODULE[peer.split("-")[0]])
+    subject = next(s for s in quality.subjects(frameworks=True) if s.peer == peer)
+    run = quality.replay(tiny, subject, TIGHT, recall=False, archive_dir=tmp_path)
+    assert len(run.results) == len(tiny.needs)
+    assert sorted((r.need.turn, r.need.call) for r in run.results) == sorted(
+        (n.turn, n.call) for n in tiny.needs
+    )
+    assert run.billing.requests == tiny.calls and run.thinking_disabled is None
+    if peer.endswith("-normandy"):
+        assert run.compactions > 0 and run.over_window == 0 and run.task_missing == 0
+        assert 0 < run.available < len(tiny.needs)
+
+
+def test_the_framework_subjects_run_only_when_asked() -> None:
+    peers = {s.label for s in chosen_subjects(peers=True, text=None)}
+    every = {s.label for s in chosen_subjects(peers=True, text=None, frameworks=True)}
+    added = every - peers
+    assert len(added) == len(_framework_peers()) and peers < every
+    assert not any(label.startswith(("LlamaIndex", "ADK")) for label in peers)
+    both = chosen_subjects(peers=True, text=["ADK", "oldest_first"], frameworks=True)
+    assert {s.label for s in both} == {
+        label for label in every if "ADK" in label or "oldest_first" in label
+    }
+
+
+def test_the_needs_by_timing_table(tiny, tmp_path) -> None:
+    from benchmarks.quality.run import need_timings, timing_table
+
+    timings = need_timings(tiny)
+    assert sorted(timings.values()) == ["early"] * 3 + ["late"] * 3 + ["task"] * 3
+    run = quality.replay(tiny, _oldest_first(), WIDE, recall=False, archive_dir=tmp_path)
+    table = timing_table(aggregate([run]), [tiny])
+    row = "| 400k | window_manager oldest_first | off | 3 / 0 / 0 / 0 of 3 | "
+    assert row + "3 / 0 / 0 / 0 of 3 | 3 / 0 / 0 / 0 of 3 | 0 / " in table

@@ -107,8 +107,11 @@ class Subject:
         return {"counter": COUNTER, **self.opts}
 
 
-def subjects(peers: bool = True) -> list[Subject]:
-    """Every strategy of window_manager, clear_tool_results, the pipeline, then the peers."""
+def subjects(peers: bool = True, frameworks: bool = False) -> list[Subject]:
+    """Every strategy of window_manager, clear_tool_results, the pipeline, then the peers
+    and (``frameworks``) the Strands, LlamaIndex and ADK subjects of
+    :mod:`benchmarks.quality.frameworks`: Normandy's adapters and the frameworks' own
+    managers."""
     out = [
         Subject("window_manager oldest_first", "window_manager", {"strategy": "oldest_first"}),
         Subject("window_manager sliding_window", "window_manager", {"strategy": "sliding_window"}),
@@ -125,6 +128,10 @@ def subjects(peers: bool = True) -> list[Subject]:
             Subject("LangChain trim_messages (last)", peer="langchain"),
             Subject("Strands SlidingWindowConversationManager", peer="strands"),
         ]
+    if frameworks:
+        from benchmarks.quality.frameworks import FRAMEWORK_PEERS
+
+        out += [Subject(label, peer=peer) for peer, label in FRAMEWORK_PEERS.items()]
     return out
 
 
@@ -506,7 +513,7 @@ def _langchain(
     in the agent's state, each request carries the newest messages that fit ``budget``."""
     from langchain_core.messages import trim_messages
 
-    from benchmarks.peers import _group, _lc_convert
+    from benchmarks.peers import _lc_convert, group_kept
 
     history: list[Any] = []
     back: dict[int, tuple[Entry, str | None]] = {}
@@ -552,7 +559,7 @@ def _langchain(
             include_system=False,
             allow_partial=False,
         )
-        kept = _group([back[id(m)] for m in view])
+        kept = group_kept([back[id(m)] for m in view])
         out: list[Entry] = []
         for e, part in kept:
             if part is None:
@@ -570,7 +577,8 @@ def _langchain(
     return fit
 
 
-def _from_strands(m: Mapping[str, Any]) -> Entry:
+def from_strands(m: Mapping[str, Any]) -> Entry:
+    """A Strands message as a Normandy entry (text, reasoning, tool uses and results)."""
     blocks: list[Block] = []
     for part in m["content"]:
         if "text" in part:
@@ -601,7 +609,7 @@ def _strands(
     from strands.agent.conversation_manager import SlidingWindowConversationManager
     from strands.types.exceptions import ContextWindowOverflowException
 
-    from benchmarks.peers import _strands_convert, _strands_model
+    from benchmarks.peers import _strands_model, strands_convert
 
     agent = types.SimpleNamespace(messages=[], model=_strands_model(window))
     manager = SlidingWindowConversationManager(window_size=1_000_000, proactive_compression=True)
@@ -613,7 +621,7 @@ def _strands(
             key = json.dumps(m["content"], sort_keys=True)
             hit = cache.get(id(m))
             if hit is None or hit[0] != key:
-                e = _from_strands(m)
+                e = from_strands(m)
                 hit = (key, e, counter.count_entry(e))
                 cache[id(m)] = hit
             out.append(hit[1])
@@ -623,7 +631,7 @@ def _strands(
         return fixed + sum(cache[id(m)][2] for m in agent.messages)
 
     def fit(new: list[Entry]) -> tuple[list[Entry], int]:
-        msgs, _ = _strands_convert(new)
+        msgs, _ = strands_convert(new)
         agent.messages.extend(msgs)
         entries()
         reductions = 0
@@ -655,11 +663,14 @@ def _replay_peer(session: QualitySession, subject: Subject, window: int) -> Run:
     fixed = _fixed(counter, session, False)
     run = Run(session.name, subject.label, window, False, Billing(counter, fixed))
     budget = window - RESERVED - fixed
-    fit = (
-        _langchain(budget, counter)
-        if subject.peer == "langchain"
-        else _strands(window, budget, counter, fixed)
-    )
+    if subject.peer == "langchain":
+        fit = _langchain(budget, counter)
+    elif subject.peer == "strands":
+        fit = _strands(window, budget, counter, fixed)
+    else:
+        from benchmarks.quality.frameworks import framework_fit
+
+        fit = framework_fit(str(subject.peer), window, counter, fixed, budget)
     needs = _needs_by_call(session)
     task = session.turns[0].user
     for t, c, new in _session_entries(session):

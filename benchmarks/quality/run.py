@@ -1,6 +1,7 @@
 """The quality benchmark's command: replay every session with every subject, print the tables.
 
-``python -m benchmarks.quality [--quick] [--out FILE] [--plot PNG] [--dump-sessions DIR]``
+``python -m benchmarks.quality [--quick] [--out FILE] [--plot PNG] [--dump-sessions DIR]
+[--no-peers] [--frameworks] [--subject TEXT]``
 """
 
 from __future__ import annotations
@@ -26,9 +27,9 @@ from benchmarks.quality.replay import (
     replay,
     subjects,
 )
-from benchmarks.quality.sessions import QualitySession, default_sessions, dump
+from benchmarks.quality.sessions import Need, QualitySession, default_sessions, dump
 
-__all__ = ["Row", "aggregate", "main", "plot", "run_all", "tables"]
+__all__ = ["Row", "aggregate", "main", "need_timings", "plot", "run_all", "tables", "timing_table"]
 
 #: The two window sizes (tokens): a tight one and a common one.
 WINDOWS = (32_000, 128_000)
@@ -180,6 +181,61 @@ def tables(rows: Sequence[Row], sessions: Sequence[QualitySession]) -> str:
     return "\n".join(out)
 
 
+def need_timings(session: QualitySession) -> dict[Need, str]:
+    """Each need of ``session`` as ``early``, ``late`` or ``task``: the task's needs are
+    ``task``; of another fact's two needs (:func:`~benchmarks.quality.sessions.plant`),
+    the first (one to six calls after it was planted) is ``early``, the second (a quarter
+    to two thirds of the remaining calls on) ``late``."""
+    task = session.facts[0].id if session.facts else None
+    out: dict[Need, str] = {}
+    seen: set[str] = set()
+    for n in sorted(session.needs, key=lambda n: (n.turn, n.call)):
+        out[n] = "task" if n.fact == task else ("late" if n.fact in seen else "early")
+        seen.add(n.fact)
+    return out
+
+
+_TIMINGS = ("early", "late", "task")
+
+
+def _timing_cells(row: Row, timing: dict[tuple[str, Need], str]) -> list[str]:
+    cells = []
+    for kind in _TIMINGS:
+        wheres = [
+            res.where
+            for run in row.runs
+            for res in run.results
+            if timing.get((run.session, res.need)) == kind
+        ]
+        got = [wheres.count(w) for w in ("context", "summary", "recall", "missing")]
+        cells.append(" / ".join(str(n) for n in got) + f" of {len(wheres)}")
+    return cells
+
+
+def timing_table(rows: Sequence[Row], sessions: Sequence[QualitySession]) -> str:
+    """Per subject and window, the needs by timing (:func:`need_timings`): in context /
+    in a summary / by recall / missing; then requests over the window and with the task."""
+    timing = {(s.name, n): kind for s in sessions for n, kind in need_timings(s).items()}
+    out = [
+        "Needs by timing (early: 1 to 6 calls after the fact; late: a quarter to two thirds "
+        "of the remaining calls on; task: the task's constraint), each as in context / in a "
+        "summary / by recall / missing:",
+        "",
+        "| window | subject | recall | early | late | task | over window | task kept |",
+        "|---:|---|:---:|---|---|---|---:|---:|",
+    ]
+    for r in rows:
+        requests = r.total("requests")
+        kept = requests - r.total("task_missing")
+        out.append(
+            f"| {r.window // 1000}k | {r.subject} | {'on' if r.recall else 'off'} | "
+            + " | ".join(_timing_cells(r, timing))
+            + f" | {r.total('over_window'):,} / {requests:,} | "
+            f"{_pct(kept / requests if requests else 1)} |"
+        )
+    return "\n".join(out)
+
+
 def plot(rows: Sequence[Row], path: Path) -> Path:
     """A PNG: facts available and billed cost per subject, both windows, recall off/on."""
     import matplotlib
@@ -234,9 +290,17 @@ def _commit() -> str:
         return "unknown"
 
 
-def chosen_subjects(peers: bool, text: str | None) -> list[Subject]:
-    """The subjects a run replays: all of them, or those whose label contains ``text``."""
-    return [s for s in subjects(peers=peers) if text is None or text in s.label]
+def chosen_subjects(
+    peers: bool, text: str | Sequence[str] | None, frameworks: bool = False
+) -> list[Subject]:
+    """The subjects a run replays: all of them (the framework subjects with
+    ``frameworks``), or those whose label contains ``text`` (one of the texts)."""
+    texts = [text] if isinstance(text, str) else list(text or ())
+    return [
+        s
+        for s in subjects(peers=peers, frameworks=frameworks)
+        if not texts or any(t in s.label for t in texts)
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -247,17 +311,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="write the chart to this PNG")
     parser.add_argument("--no-peers", action="store_true", help="leave LangChain and Strands out")
     parser.add_argument(
+        "--frameworks",
+        action="store_true",
+        help="also the Strands, LlamaIndex and Google ADK subjects: Normandy's adapters "
+        "and the frameworks' own managers (issue 37)",
+    )
+    parser.add_argument(
         "--dump-sessions", type=Path, metavar="DIR", help="write each session as JSON to DIR"
     )
     parser.add_argument(
         "--subject",
         metavar="TEXT",
-        help="only the subjects whose label contains TEXT (e.g. summarize)",
+        action="append",
+        help="only the subjects whose label contains TEXT (e.g. summarize); repeatable, "
+        "a subject matching any of them runs",
     )
     args = parser.parse_args(argv)
-    chosen = chosen_subjects(peers=not args.no_peers, text=args.subject)
+    chosen = chosen_subjects(peers=not args.no_peers, text=args.subject, frameworks=args.frameworks)
     if not chosen:  # before the sessions are built or dumped: nothing is written
-        parser.error(f"--subject {args.subject!r}: no subject's label contains it")
+        shown = args.subject[0] if len(args.subject) == 1 else args.subject
+        parser.error(f"--subject {shown!r}: no subject's label contains it")
     sessions = default_sessions(quick=args.quick)
     if args.dump_sessions:
         args.dump_sessions.mkdir(parents=True, exist_ok=True)
@@ -267,11 +340,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="normandy-quality-") as tmp:
         runs = run_all(sessions, chosen, WINDOWS, Path(tmp))
     rows = aggregate(runs)
-    text = tables(rows, sessions)
+    text = tables(rows, sessions) + "\n\n" + timing_table(rows, sessions)
     footer = (
         f"\n\n`python -m benchmarks.quality{' --quick' if args.quick else ''}"
         f"{' --no-peers' if args.no_peers else ''}"
-        f"{f' --subject {args.subject}' if args.subject else ''}` at commit "
+        f"{' --frameworks' if args.frameworks else ''}"
+        f"{''.join(f' --subject {t!r}' for t in args.subject or ())}` at commit "
         f"{_commit()}, {time.perf_counter() - started:.0f} s."
     )
     print(text + footer)
