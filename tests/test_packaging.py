@@ -140,7 +140,7 @@ def venv_python(built: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     args = ["pip", "install", "--quiet", "--python", python, "--find-links", wheels]
     args += ["-c", constraints, "normandy-core[all]"]
     proc = _uv_run(*args[:2], "--offline", *args[2:], cwd=root)
-    if proc.returncode != 0 and "network" in proc.stderr:
+    if proc.returncode != 0 and "network" in proc.stderr.lower():
         # uv's cache lacks a third-party index page (a fresh machine): ask the registry.
         proc = _uv_run(*args, cwd=root)
     assert proc.returncode == 0, f"installing the wheels failed:\n{proc.stderr}"
