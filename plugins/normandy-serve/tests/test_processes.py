@@ -1,6 +1,7 @@
-"""Two ``normandy serve`` processes, as a deployment runs them, sharing one PostgreSQL
-archive: each agent's dropped entries land in the one database under its own session;
-SIGTERM stops each process cleanly (uvicorn's graceful shutdown, exit status 0)."""
+"""``normandy serve`` in processes of its own, as a deployment runs it: two proxies sharing
+one PostgreSQL archive, each agent's dropped entries landing in the one database under its
+own session; one proxy with several worker processes on one port; SIGTERM stops each
+cleanly (uvicorn's graceful shutdown, exit status 0)."""
 
 from __future__ import annotations
 
@@ -25,22 +26,25 @@ pytestmark = pytest.mark.slow
 
 NORMANDY = Path(sys.executable).with_name("normandy")
 _LISTENING = re.compile(r"Uvicorn running on http://127\.0\.0\.1:(\d+)")
+_WORKER = re.compile(r"Started server process \[(\d+)\]")
+_COMPACTED = re.compile(r"normandy serve \[(\d+)\]: compacted openai request of session ([\w-]+)")
 
 
 @contextmanager
 def serve_process(
-    upstream: str, archive_url: str
+    upstream: str, archive: tuple[str, str], *options: str
 ) -> Iterator[tuple[str, subprocess.Popen[str], list[str]]]:
-    """``normandy serve`` in a process of its own on a free port, archiving to
-    ``archive_url``; yields its origin, the process (stopped by SIGTERM at the end) and
-    the lines of its log so far."""
+    """``normandy serve`` with ``options`` in a process of its own on a free port,
+    archiving to ``archive`` (the environment variable and its value); yields its origin,
+    the process (stopped by SIGTERM at the end) and the lines of its log so far."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NORMANDY_ARCHIVE_")}
-    env["NORMANDY_ARCHIVE_URL"] = archive_url
+    env[archive[0]] = archive[1]
     command = [str(NORMANDY), "serve", "--upstream", upstream, "--port", "0"]
-    command += ["--window", str(WINDOW), "--opts", OPTS]
+    command += ["--window", str(WINDOW), "--opts", OPTS, *options]
     proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     port: list[str] = []
+    started: list[bool] = []
     ready = threading.Event()
 
     def read() -> None:  # drains stderr, so the process never blocks on its logs
@@ -49,6 +53,10 @@ def serve_process(
             lines.append(line)
             if (found := _LISTENING.search(line)) is not None:
                 port.append(found[1])
+            started.append("Application startup complete" in line)
+            # One process listens, then says where; with --workers the parent says where
+            # it bound the port, and a worker listens on it later.
+            if port and any(started):
                 ready.set()
         ready.set()
 
@@ -71,8 +79,9 @@ def serve_process(
 def test_two_proxy_processes_archive_into_one_postgresql_database(pg_url):
     with ExitStack() as stack:
         up = stack.enter_context(servers.FakeProvider("openai", reads(24), max_requests=200))
-        first, one, one_log = stack.enter_context(serve_process(root_of(up), pg_url))
-        second, two, two_log = stack.enter_context(serve_process(root_of(up), pg_url))
+        archive = ("NORMANDY_ARCHIVE_URL", pg_url)
+        first, one, one_log = stack.enter_context(serve_process(root_of(up), archive))
+        second, two, two_log = stack.enter_context(serve_process(root_of(up), archive))
         for origin, session in ((first, "agent-a"), (second, "agent-b")):
             client = openai.OpenAI(
                 base_url=origin + "/v1",
@@ -98,3 +107,46 @@ def test_two_proxy_processes_archive_into_one_postgresql_database(pg_url):
         assert archive.search("line 3 of f12.py", session_id="agent-b")
     finally:
         archive.close()
+
+
+def test_several_worker_processes_serve_one_port_and_archive_once(tmp_path):
+    path = tmp_path / "workers.sqlite3"
+    agents = [f"agent-{k}" for k in range(4)]
+    with ExitStack() as stack:
+        up = stack.enter_context(servers.FakeProvider("openai", reads(48), max_requests=400))
+        archive = ("NORMANDY_ARCHIVE_PATH", str(path))
+        origin, proc, log = stack.enter_context(
+            serve_process(root_of(up), archive, "--workers", "2")
+        )
+        for session in agents:
+            # A connection per request, so the kernel hands each to either worker and a
+            # conversation may continue on the other one (compacted from scratch there).
+            client = openai.OpenAI(
+                base_url=origin + "/v1",
+                api_key=KEY,
+                max_retries=0,
+                default_headers={"X-Normandy-Session": session, "Connection": "close"},
+            )
+            chat_agent(client, 12)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+    text = "".join(log)
+    workers = set(_WORKER.findall(text))
+    assert len(workers) == 2, text
+    assert text.count("Application shutdown complete") == 2
+    assert "Traceback" not in text
+    served = {(pid, session) for pid, session in _COMPACTED.findall(text)}
+    assert {pid for pid, _ in served} <= workers
+    assert {session for _, session in served} == set(agents)
+    assert up.refusals == []  # every request whole: no orphaned pair reached the upstream
+    found = open_archive(path)
+    try:
+        entries = found.list(limit=5000)
+        assert {a.session_id for a in entries} == set(agents)
+        # A file's read is stored once, whichever worker dropped it and however often.
+        for session, start in zip(agents, range(0, 48, 12), strict=True):
+            line = f"line 3 of f{start}.py:"
+            rows = [a for a in entries if a.session_id == session and line in a.entry_json]
+            assert len(rows) == 1
+    finally:
+        found.close()

@@ -5,11 +5,19 @@ Added to the core's ``normandy`` command by the entry point ``serve`` of
 (naming the option), an unknown or broken compactor exit status 3. uvicorn serves until
 SIGINT or SIGTERM, then stops accepting connections and lets the requests in flight,
 streams included, finish (for at most ``--graceful-timeout`` seconds).
+
+With ``--workers`` N > 1, uvicorn's supervisor runs N worker processes on one socket,
+each building the app with :func:`app_from_environment` from the settings the parent
+checked (passed in :data:`ENV_SETTINGS`). Each worker continues the conversations it
+serves; a conversation whose next request reaches another worker is compacted from
+scratch there, and the archive stores content it already holds once.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import os
 import sys
@@ -20,9 +28,22 @@ from starlette.applications import Starlette
 
 from normandy_core import OptionsError, PluginError
 from normandy_serve.app import create_app
-from normandy_serve.options import MAX_CONVERSATIONS, ServeOptionsError, settings_from
+from normandy_serve.options import (
+    MAX_CONVERSATIONS,
+    ServeOptionsError,
+    ServeSettings,
+    settings_from,
+)
 
-__all__ = ["EXIT_OPTIONS", "EXIT_PLUGIN", "register_cli", "serve", "uvicorn_config"]
+__all__ = [
+    "ENV_SETTINGS",
+    "EXIT_OPTIONS",
+    "EXIT_PLUGIN",
+    "app_from_environment",
+    "register_cli",
+    "serve",
+    "uvicorn_config",
+]
 
 #: Exit status of a bad option.
 EXIT_OPTIONS = 2
@@ -31,6 +52,9 @@ EXIT_PLUGIN = 3
 #: The environment variable ``--token`` is read from when not given (so the token need
 #: not appear in the process list).
 ENV_TOKEN = "NORMANDY_SERVE_TOKEN"
+#: The environment variable through which ``--workers`` hands the checked settings (JSON)
+#: to the worker processes; set by ``normandy serve`` itself, not by users.
+ENV_SETTINGS = "NORMANDY_SERVE_SETTINGS"
 
 
 def register_cli(subparsers: Any) -> argparse.ArgumentParser:
@@ -63,6 +87,12 @@ def register_cli(subparsers: Any) -> argparse.ArgumentParser:
         f"compacted from scratch at its next request (default {MAX_CONVERSATIONS})",
     )
     parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="worker processes serving one port (default 1)",
+    )
+    parser.add_argument(
         "--graceful-timeout",
         type=int,
         default=30,
@@ -79,7 +109,9 @@ def _log_to_stderr() -> None:
     if logger.handlers:
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s:     normandy serve: %(message)s"))
+    # The process id tells the --workers processes apart.
+    line = "%(levelname)s:     normandy serve [%(process)d]: %(message)s"
+    handler.setFormatter(logging.Formatter(line))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False  # not a second time through the root's handler
@@ -92,6 +124,8 @@ def serve(args: argparse.Namespace) -> int:
             raise ServeOptionsError(f"--port must be from 0 to 65535, got {args.port}")
         if args.graceful_timeout < 0:
             raise ServeOptionsError("--graceful-timeout must not be negative")
+        if args.workers < 1:
+            raise ServeOptionsError(f"--workers must be at least 1, got {args.workers}")
         settings = settings_from(
             args.upstream,
             args.compactor,
@@ -107,9 +141,37 @@ def serve(args: argparse.Namespace) -> int:
         sys.stderr.write(f"normandy serve: {exc}\n")
         return EXIT_PLUGIN
     _log_to_stderr()
-    config = uvicorn_config(create_app(settings), args.host, args.port, args.graceful_timeout)
-    uvicorn.Server(config).run()
+    if args.workers == 1:
+        config = uvicorn_config(create_app(settings), args.host, args.port, args.graceful_timeout)
+        uvicorn.Server(config).run()
+        return 0
+    os.environ[ENV_SETTINGS] = json.dumps(dataclasses.asdict(settings))
+    uvicorn.run(
+        f"{__name__}:{app_from_environment.__name__}",
+        factory=True,
+        workers=args.workers,
+        **_server_options(args.host, args.port, args.graceful_timeout),
+    )
     return 0
+
+
+def app_from_environment() -> Starlette:
+    """The proxy's app in a ``--workers`` process, from the settings ``normandy serve``
+    checked and put in :data:`ENV_SETTINGS` (uvicorn calls this in each worker)."""
+    _log_to_stderr()
+    return create_app(ServeSettings(**json.loads(os.environ[ENV_SETTINGS])))
+
+
+def _server_options(host: str, port: int, graceful_timeout: int) -> dict[str, Any]:
+    """The uvicorn settings the proxy runs with, one worker or several."""
+    return {
+        "host": host,
+        "port": port,
+        "timeout_graceful_shutdown": graceful_timeout,
+        # The upstream's own Server and Date headers reach the client, not uvicorn's.
+        "server_header": False,
+        "date_header": False,
+    }
 
 
 def uvicorn_config(
@@ -122,13 +184,4 @@ def uvicorn_config(
     """The uvicorn configuration ``normandy serve`` runs the proxy ``app``
     (:func:`~normandy_serve.create_app`) with; ``kwargs`` are more of ``uvicorn.Config``'s,
     such as ``log_config``."""
-    return uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        timeout_graceful_shutdown=graceful_timeout,
-        # The upstream's own Server and Date headers reach the client, not uvicorn's.
-        server_header=False,
-        date_header=False,
-        **kwargs,
-    )
+    return uvicorn.Config(app, **_server_options(host, port, graceful_timeout), **kwargs)
