@@ -17,6 +17,7 @@ from normandy_core import (
     OptionsError,
     RecallSettings,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
     get_counter,
@@ -26,6 +27,7 @@ from normandy_core import (
 )
 from normandy_core.clients import ModelReply, ScriptedClient, ScriptedRequest
 from normandy_core.conversation.keys import OFFLOADED_KEY, OFFLOADED_TAG
+from normandy_core.conversation.structure import thinking_lost
 from normandy_core.turn import run_turn
 
 NAME = "clear_tool_results"
@@ -175,3 +177,16 @@ def test_the_preview_is_within_its_share_and_shows_the_ends(text, room):
     assert count(head) + count(tail) <= room
     assert text.startswith(head) and text.endswith(tail)
     assert len(head) + len(tail) <= len(text)
+
+
+def test_offloading_as_results_arrive_keeps_the_open_rounds_thinking(sqlite_archive):
+    mem = AgentMemory()
+    mem.add_message("user", "go", turn_id="t1")
+    use = ToolUseBlock(id="u1", name="read_file", input={"path": "a.log"})
+    mem.add_message("assistant", (ThinkingBlock(thinking="read it", signature="s1"), use))
+    mem.add_message("user", (ToolResultBlock(tool_use_id="u1", content=big_output("a.log")),))
+    new_acc, meta = run_compaction(agent(offload_tokens=500).with_memory(mem), mid_round=True)
+    assert meta["compacted"] and meta["offloaded"] == ["u1"]
+    # only what came after the thinking changed: the round keeps its reasoning
+    assert new_acc.memory.entries()[1].has_thinking
+    assert not thinking_lost(new_acc.memory.newest_first())

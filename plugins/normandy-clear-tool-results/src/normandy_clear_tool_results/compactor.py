@@ -156,10 +156,21 @@ def maybe_compact(
     if not arrived.ids:
         new_acc, meta = _clear(acc, ctx, opts)
         return new_acc, {**meta, **skipped}
-    memory = acc.memory.derive([e.without_thinking() for e in arrived.entries])
-    offloaded = acc.with_memory(memory)
+    offloaded = acc.with_memory(acc.memory.derive(_thinking_kept(entries, arrived.entries)))
     new_acc, meta = _clear(offloaded, ctx, opts)
     return _with_offload(acc, ctx, offloaded, new_acc, meta, arrived)
+
+
+def _thinking_kept(entries: list[Entry], offloaded: list[Entry]) -> list[Entry]:
+    """``offloaded`` with its thinking when every result offloaded came after the last
+    thinking block (replayed thinking is checked against what precedes it: the usual
+    case, results offloaded as they arrive, keeps the open round's reasoning); else
+    without any, as the contract asks of a mid-round change."""
+    last = max((i for i, e in enumerate(entries) if e.has_thinking), default=-1)
+    changed = (i for i, (e, new) in enumerate(zip(entries, offloaded, strict=True)) if e is not new)
+    if all(i > last for i in changed):
+        return offloaded
+    return [e.without_thinking() for e in offloaded]
 
 
 def _with_offload(
