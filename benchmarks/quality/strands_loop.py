@@ -9,13 +9,17 @@ conversation manager is ``SlidingWindowConversationManager`` on overflow (the mo
 refuses a request over the window, as a provider does, and Strands reduces and
 retries). At each model call the request Strands sends is judged (``locate()``) and
 billed as the other subjects' are. The offloader's retrieval tool is offered but never
-called: the replay model asks only Normandy's ``recall`` for what it cannot see.
+called: the replay model asks only Normandy's ``recall`` for what it cannot see. What
+a retrieval could have given is counted apart (:attr:`_Judge.stored`): a missing fact
+that lies in a result offloaded earlier whose reference the request still carries
+(eviction aside: Strands' storage drops what was not read for 20 cycles).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -100,6 +104,10 @@ class _Judge:
         self.task = session.turns[0].user
         self.t = self.c = 0
         self._seen: dict[int, tuple[Any, Any, Any]] = {}
+        #: What the offloader stored, by reference (filled by :func:`_recording`).
+        self.offloaded: dict[str, str] = {}
+        #: Missing needs whose fact an offloaded result the request names holds.
+        self.stored = 0
 
     def entries(self, messages: Sequence[Mapping[str, Any]]) -> list[Any]:
         """The messages as entries, each converted once while its content is the same."""
@@ -121,14 +129,35 @@ class _Judge:
             run.compactions += 1
             raise ContextWindowOverflowException("the request is over the window")
         for need in self.needs.get((self.t, self.c), ()):
-            where = locate(self.session.fact(need.fact).text, self.session.system, view)
+            fact = self.session.fact(need.fact).text
+            where = locate(fact, self.session.system, view)
             run.results.append(NeedResult(need, where))
+            if where == "missing" and self.offloaded:
+                self.stored += self._named(fact, view)
         total = run.billing.request(view)
         run.over_window += total > self.window
         run.task_missing += not _has_task(self.task, view)
         reply = self.session.turns[self.t].replies[self.c]
         self.c += 1
         return reply
+
+    def _named(self, fact: str, view: Sequence[Any]) -> bool:
+        """Whether a result holding ``fact`` was offloaded under a reference ``view`` shows."""
+        refs = [r for r, text in self.offloaded.items() if fact in text]
+        return any(r in e.text() for r in refs for e in view)
+
+
+def _recording(judge: _Judge) -> Any:
+    """Strands' in-memory storage, noting each text it stores for the judge."""
+    from strands.vended_plugins.context_offloader import InMemoryStorage
+
+    class Recording(InMemoryStorage):
+        async def store(self, key: str, content: bytes, content_type: str = "text/plain") -> str:
+            ref = await super().store(key, content, content_type)
+            judge.offloaded[ref] = content.decode("utf-8", errors="replace")
+            return ref
+
+    return Recording()
 
 
 def _model(judge: _Judge) -> Any:
@@ -184,7 +213,7 @@ def replay_strands_loop(session: QualitySession, label: str, window: int, *, off
     :data:`PREVIEW_SHARE` of it) when ``offload``."""
     from strands import Agent
     from strands.agent.conversation_manager import SlidingWindowConversationManager
-    from strands.vended_plugins.context_offloader import ContextOffloader, InMemoryStorage
+    from strands.vended_plugins.context_offloader import ContextOffloader
 
     counter = get_counter(COUNTER)
     run = Run(session.name, label, window, False, Billing(counter, _fixed(counter, session, False)))
@@ -193,7 +222,7 @@ def replay_strands_loop(session: QualitySession, label: str, window: int, *, off
     plugins = []
     if offload:
         preview = int(PREVIEW_SHARE * OFFLOAD_TOKENS)
-        storage = InMemoryStorage()
+        storage = _recording(judge)
         plugins.append(ContextOffloader(storage, OFFLOAD_TOKENS, preview, evict_after_cycles=None))
     agent = Agent(
         model=_model(judge),
@@ -208,4 +237,10 @@ def replay_strands_loop(session: QualitySession, label: str, window: int, *, off
     for t, turn in enumerate(session.turns):
         judge.t, judge.c, current[0] = t, 0, turn
         asyncio.run(agent.invoke_async(turn.user))
+    if offload:  # beside the progress lines: the tables have no column for it
+        print(
+            f"  {session.name[:40]:40} {window:>7,} {label[:46]:46} missing facts in its "
+            f"storage under a reference the request shows: {judge.stored}",
+            file=sys.stderr,
+        )
     return run
