@@ -208,7 +208,7 @@ def test_the_needs_by_timing_table(tiny, tmp_path) -> None:
 
 def test_offload_at_arrival_ours_and_strands_in_its_own_loop(tiny, tmp_path):
     pytest.importorskip("strands")
-    ours, loop, offloader = quality.subjects(peers=False, offload=True)[-3:]
+    ours, _pipeline, loop, offloader = quality.subjects(peers=False, offload=True)[-4:]
     assert ours.opts["offload_tokens"] and loop.peer == "strands-loop"
     # every call of the session is a request of Strands' own loop, judged and billed
     plain = quality.replay(tiny, loop, WIDE, recall=False, archive_dir=tmp_path)

@@ -46,13 +46,31 @@ __all__ = ["OFFLOAD_SUBJECTS", "OFFLOAD_TOKENS", "PREVIEW_SHARE", "replay_strand
 #: outputs are 500 tokens at the median, 1,600 at most, so 500 is where offloading acts.
 OFFLOAD_TOKENS = 500
 PREVIEW_SHARE = 0.3
-#: The subjects of ``--offload``: ours in Normandy's loop (recall off and on), Strands'
-#: loop without and with its offloader, at the same bound and preview share.
+#: The subjects of ``--offload``: ours in Normandy's loop (recall off and on; alone, and
+#: in front of window_manager, the clearing at its default trigger, 0.8 of the usable
+#: window), Strands' loop without and with its offloader, at the same bound and share.
 OFFLOAD_SUBJECTS = [
     Subject(
         f"clear_tool_results offload_tokens={OFFLOAD_TOKENS}",
         "clear_tool_results",
         {"offload_tokens": OFFLOAD_TOKENS, "offload_preview": PREVIEW_SHARE},
+    ),
+    Subject(
+        f"pipeline clear_tool_results(offload_tokens={OFFLOAD_TOKENS}) -> window_manager",
+        "pipeline",
+        {
+            "steps": [
+                {
+                    "compactor": "clear_tool_results",
+                    "opts": {
+                        "counter": COUNTER,
+                        "offload_tokens": OFFLOAD_TOKENS,
+                        "offload_preview": PREVIEW_SHARE,
+                    },
+                },
+                {"compactor": "window_manager", "opts": {"counter": COUNTER}},
+            ]
+        },
     ),
     Subject("Strands loop, SlidingWindowConversationManager on overflow", peer="strands-loop"),
     Subject(
