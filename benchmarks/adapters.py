@@ -207,6 +207,9 @@ class Subject:
     orphans: int = 0
     over: int = 0
     sizes: list[int] = field(default_factory=list)
+    #: The exact tokens of an output whose messages a framework rewrote (an offloaded
+    #: result's preview), for the over-window judge; else the originals kept are counted.
+    count: Callable[[list[Any]], int] | None = None
 
 
 def _persisting(
@@ -380,7 +383,13 @@ def replay(
             s.times.append(clock() - t0)
             if _problems(framework, out):
                 s.orphans += 1
-            kept = sum(tokens[j] for o in out if id(o) in index for j in conv.sources[index[id(o)]])
+            kept = (
+                s.count(out)
+                if s.count is not None
+                else sum(
+                    tokens[j] for o in out if id(o) in index for j in conv.sources[index[id(o)]]
+                )
+            )
             if kept > WINDOW:
                 s.over += 1
             s.sizes.append(len(out))

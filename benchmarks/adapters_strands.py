@@ -11,6 +11,12 @@ own messages, Normandy's conversation manager against Strands' built-in managers
   request fits (tool-result truncation off: it rewrites messages in place, which this
   harness cannot count). The refusal is stood in for by the exact cl100k count of the
   request, inside the timer.
+* **ContextOffloader, SlidingWindowConversationManager on overflow**: Strands' offloader
+  (results over :data:`OFFLOAD_TOKENS` stored in its ``InMemoryStorage``, a preview of
+  :data:`OFFLOAD_PREVIEW` tokens left) on the agent: each new tool result goes through the
+  agent's ``AfterToolCallEvent`` callbacks, as Strands' tool executor fires them, before
+  it is appended; then the overflow path above. Its requests are judged over the window
+  by the exact count of what they carry (the previews), not of the originals.
 * **SummarizingConversationManager on overflow**, its model a scripted summarizer
   (:class:`ScriptedSummarizer`, no network; a real one adds a model call per
   summary), with the same refusal stand-in.
@@ -24,6 +30,7 @@ three).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -42,6 +49,9 @@ sys.path.insert(0, str(_ROOT / "plugins" / "normandy-strands" / "tests"))
 
 #: Messages kept by Strands' default sliding window.
 SLIDING_WINDOW = 40
+#: The offloader's bound and preview (tokens), as the quality benchmark's (section 27).
+OFFLOAD_TOKENS = 500
+OFFLOAD_PREVIEW = 150
 
 
 def to_strands(messages: Sequence[Message]) -> Converted:
@@ -190,6 +200,53 @@ def _on_overflow(count: Callable[[list[Any]], int]) -> Callable[[Any], None]:
     return manage
 
 
+def _offloading(manage: Callable[[Any], None]) -> Callable[[list[Any], list[Any]], list[Any]]:
+    """A real agent with Strands' ``ContextOffloader``: each new tool result goes through
+    the agent's ``AfterToolCallEvent`` callbacks before it is appended, then ``manage``."""
+    from strands import Agent
+    from strands.agent.conversation_manager import SlidingWindowConversationManager
+    from strands.hooks import AfterToolCallEvent
+    from strands.vended_plugins.context_offloader import ContextOffloader, InMemoryStorage
+
+    offloader = ContextOffloader(
+        InMemoryStorage(), OFFLOAD_TOKENS, OFFLOAD_PREVIEW, evict_after_cycles=None
+    )
+    agent = Agent(
+        model=_scripted_model("Summary: files were read and their contents noted."),
+        conversation_manager=SlidingWindowConversationManager(should_truncate_results=False),
+        plugins=[offloader],
+        callback_handler=None,
+    )
+    loop = asyncio.new_event_loop()
+    uses: dict[str, Any] = {}
+
+    def arrived(block: Mapping[str, Any]) -> dict[str, Any]:
+        if "toolUse" in block:
+            uses[block["toolUse"]["toolUseId"]] = block["toolUse"]
+        if "toolResult" not in block:
+            return dict(block)
+        result = block["toolResult"]
+        event = AfterToolCallEvent(
+            agent=agent,
+            selected_tool=None,
+            tool_use=uses[result["toolUseId"]],
+            invocation_state={},
+            result=result,
+        )
+        loop.run_until_complete(agent.hooks.invoke_callbacks_async(event))
+        return {"toolResult": event.result}
+
+    def step(history: list[Any], new: list[Any]) -> list[Any]:
+        for m in new:
+            agent.messages.append(
+                {"role": m["role"], "content": [arrived(b) for b in m["content"]]}
+            )
+        manage(agent)
+        return list(agent.messages)
+
+    return step
+
+
 def strands_subjects() -> list[Subject]:
     """Normandy's manager and Strands' own, each in a real agent."""
     from strands.agent.conversation_manager import (
@@ -217,6 +274,12 @@ def strands_subjects() -> list[Subject]:
                 SlidingWindowConversationManager(should_truncate_results=False),
                 _on_overflow(count),
             ),
+        ),
+        Subject(
+            f"ContextOffloader({OFFLOAD_TOKENS}, preview {OFFLOAD_PREVIEW}), "
+            "SlidingWindowConversationManager on overflow",
+            _offloading(_on_overflow(count)),
+            count=count,
         ),
         Subject(
             "SummarizingConversationManager (scripted summarizer), reduce_context on overflow",

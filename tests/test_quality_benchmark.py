@@ -204,3 +204,17 @@ def test_the_needs_by_timing_table(tiny, tmp_path) -> None:
     table = timing_table(aggregate([run]), [tiny])
     row = "| 400k | window_manager oldest_first | off | 3 / 0 / 0 / 0 of 3 | "
     assert row + "3 / 0 / 0 / 0 of 3 | 3 / 0 / 0 / 0 of 3 | 0 / " in table
+
+
+def test_offload_at_arrival_ours_and_strands_in_its_own_loop(tiny, tmp_path):
+    pytest.importorskip("strands")
+    ours, _pipeline, loop, offloader = quality.subjects(peers=False, offload=True)[-4:]
+    assert ours.opts["offload_tokens"] and loop.peer == "strands-loop"
+    # every call of the session is a request of Strands' own loop, judged and billed
+    plain = quality.replay(tiny, loop, WIDE, recall=False, archive_dir=tmp_path)
+    assert plain.billing.requests == tiny.calls and plain.available == len(tiny.needs)
+    offloaded = quality.replay(tiny, offloader, WIDE, recall=False, archive_dir=tmp_path)
+    assert offloaded.billing.requests == tiny.calls
+    assert offloaded.billing.sent <= plain.billing.sent
+    on = quality.replay(tiny, ours, WIDE, recall=True, archive_dir=tmp_path)
+    assert on.available == len(tiny.needs)

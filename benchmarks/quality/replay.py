@@ -107,11 +107,12 @@ class Subject:
         return {"counter": COUNTER, **self.opts}
 
 
-def subjects(peers: bool = True, frameworks: bool = False) -> list[Subject]:
+def subjects(peers: bool = True, frameworks: bool = False, offload: bool = False) -> list[Subject]:
     """Every strategy of window_manager, clear_tool_results, the pipeline, then the peers
     and (``frameworks``) the Strands, LlamaIndex and ADK subjects of
     :mod:`benchmarks.quality.frameworks`: Normandy's adapters and the frameworks' own
-    managers."""
+    managers; (``offload``) offload at arrival, ``clear_tool_results``' and Strands'
+    ``ContextOffloader`` in Strands' own loop (:mod:`benchmarks.quality.strands_loop`)."""
     out = [
         Subject("window_manager oldest_first", "window_manager", {"strategy": "oldest_first"}),
         Subject("window_manager sliding_window", "window_manager", {"strategy": "sliding_window"}),
@@ -132,6 +133,10 @@ def subjects(peers: bool = True, frameworks: bool = False) -> list[Subject]:
         from benchmarks.quality.frameworks import FRAMEWORK_PEERS
 
         out += [Subject(label, peer=peer) for peer, label in FRAMEWORK_PEERS.items()]
+    if offload:
+        from benchmarks.quality.strands_loop import OFFLOAD_SUBJECTS
+
+        out += OFFLOAD_SUBJECTS
     return out
 
 
@@ -659,6 +664,11 @@ def _strands(
 
 
 def _replay_peer(session: QualitySession, subject: Subject, window: int) -> Run:
+    if subject.peer in ("strands-loop", "strands-loop-offloader"):
+        from benchmarks.quality.strands_loop import replay_strands_loop
+
+        offload = subject.peer == "strands-loop-offloader"
+        return replay_strands_loop(session, subject.label, window, offload=offload)
     counter = get_counter(COUNTER)
     fixed = _fixed(counter, session, False)
     run = Run(session.name, subject.label, window, False, Billing(counter, fixed))

@@ -291,14 +291,14 @@ def _commit() -> str:
 
 
 def chosen_subjects(
-    peers: bool, text: str | Sequence[str] | None, frameworks: bool = False
+    peers: bool, text: str | Sequence[str] | None, frameworks: bool = False, offload: bool = False
 ) -> list[Subject]:
     """The subjects a run replays: all of them (the framework subjects with
     ``frameworks``), or those whose label contains ``text`` (one of the texts)."""
     texts = [text] if isinstance(text, str) else list(text or ())
     return [
         s
-        for s in subjects(peers=peers, frameworks=frameworks)
+        for s in subjects(peers=peers, frameworks=frameworks, offload=offload)
         if not texts or any(t in s.label for t in texts)
     ]
 
@@ -317,6 +317,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "and the frameworks' own managers (issue 37)",
     )
     parser.add_argument(
+        "--offload",
+        action="store_true",
+        help="also offload at arrival: clear_tool_results' offload_tokens and Strands' "
+        "ContextOffloader in Strands' own loop (issue 35 item 3)",
+    )
+    parser.add_argument(
         "--dump-sessions", type=Path, metavar="DIR", help="write each session as JSON to DIR"
     )
     parser.add_argument(
@@ -327,7 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "a subject matching any of them runs",
     )
     args = parser.parse_args(argv)
-    chosen = chosen_subjects(peers=not args.no_peers, text=args.subject, frameworks=args.frameworks)
+    chosen = chosen_subjects(
+        peers=not args.no_peers, text=args.subject, frameworks=args.frameworks, offload=args.offload
+    )
     if not chosen:  # before the sessions are built or dumped: nothing is written
         shown = args.subject[0] if len(args.subject) == 1 else args.subject
         parser.error(f"--subject {shown!r}: no subject's label contains it")
@@ -345,6 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"\n\n`python -m benchmarks.quality{' --quick' if args.quick else ''}"
         f"{' --no-peers' if args.no_peers else ''}"
         f"{' --frameworks' if args.frameworks else ''}"
+        f"{' --offload' if args.offload else ''}"
         f"{''.join(f' --subject {t!r}' for t in args.subject or ())}` at commit "
         f"{_commit()}, {time.perf_counter() - started:.0f} s."
     )

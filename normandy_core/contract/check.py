@@ -222,7 +222,7 @@ def _check(
     _check_rules(refuse, ctx.rules, old, new)
     if not pairing_problems(old) and (problems := pairing_problems(new)):
         refuse("separated a tool use from its result: " + "; ".join(problems[:3]))
-    if ctx.mid_round and (thinking := [e.id for e in new if e.has_thinking]):
+    if ctx.mid_round and (thinking := _thinking_after_a_change(old, new)):
         refuse(f"compacted mid-round but kept thinking blocks (entries {thinking[:3]})")
     if _starts_with_assistant(new) and not _starts_with_assistant(old):
         refuse(
@@ -231,6 +231,21 @@ def _check(
         )
     meta["dropped"] = listed
     return CompactionResult(new_acc, CompactionMeta(meta))
+
+
+def _thinking_after_a_change(old: list[Entry], new: list[Entry]) -> list[str]:
+    """The ids of the kept entries with thinking that something before them changed.
+
+    Replayed thinking is checked against what came before it: a change after the last
+    thinking block (a tool result rewritten as it arrives) leaves every block valid."""
+    last = max((i for i, e in enumerate(new) if e.has_thinking), default=-1)
+    if last < 0:
+        return []
+    unchanged = len(old) > last and all(
+        a is b or (a.id == b.id and _same_content(a, b))
+        for a, b in zip(old[: last + 1], new[: last + 1], strict=True)
+    )
+    return [] if unchanged else [e.id for e in new if e.has_thinking]
 
 
 def _check_meta_fields(refuse: Callable[[str], NoReturn], meta: Mapping[str, Any]) -> None:

@@ -59,7 +59,13 @@ from normandy_core.conversation.entries import (
     ToolResultBlock,
     ToolUseBlock,
 )
-from normandy_core.conversation.keys import MARKER_KEY, SUMMARY_KEY
+from normandy_core.conversation.keys import (
+    CLEARED_TAG,
+    MARKER_KEY,
+    OFFLOADED_KEY,
+    OFFLOADED_TAG,
+    SUMMARY_KEY,
+)
 
 if TYPE_CHECKING:
     from normandy_core.contract.config import AgentConfig
@@ -568,7 +574,10 @@ def recall(
     of them are found, ranked by the source (full-text rank in the archive). A query of
     any length is searched for its :func:`best_terms` (at most :data:`MAX_QUERY_TERMS`
     distinct terms, the most specific of a longer one; the result's ``terms``); a single
-    word that is an entry id or a tool-use id also finds that entry. Entries holding
+    word that is an entry id or a tool-use id also finds that entry; one that is the
+    reference of a tool result offloaded at arrival (its tool-use id, which the preview
+    names) returns that result alone and whole, as it arrived, over ``limit_tokens`` if it
+    is longer (the model asked for it by name). Entries holding
     more of the keywords come first, in the sources' order among equals. At most
     ``max_entries`` are asked of the sources; markers and summaries compactors inserted,
     earlier calls of the recall tool (named ``tool_name``) and their results,
@@ -592,28 +601,25 @@ def recall(
     present = list(exclude)
     terms = best_terms(query)
     searched = " ".join(terms)  # what every source and the framing see
-    # What is left out (the model's earlier recall calls and results above all: they hold
-    # the query's words and rank first) can fill a whole answer of the sources: ask again
-    # for more, while they had more to give.
-    limit = min(2 * settings.max_entries, _MAX_ASKED)
-    while True:
-        found, errors = _search(searched, session, limit, settings.timeout)
-        wanted = _wanted(found, present, tool_name)
-        if len(wanted) >= 2 * settings.max_entries or len(found) < limit or limit >= _MAX_ASKED:
-            break
-        limit = min(4 * limit, _MAX_ASKED)
-    hits, duplicates = _ranked(wanted, terms, present, settings.max_entries)
+    found, wanted, errors = _gather(searched, session, settings, present, tool_name)
     names = {u.id: u.name for e in present for u in e.tool_uses}
-    text, shown, truncated = render(
-        searched,
-        hits,
-        limit_tokens=settings.limit_tokens,
-        count=tc.count_text,
-        scope="session" if session is not None else "all",
-        nonce=nonce,
-        names=names,
-        duplicates=duplicates,
-    )
+    scope: Scope = "session" if session is not None else "all"
+    whole = _by_reference(terms, found, wanted, present)
+    if whole is not None:
+        text = _whole(searched, whole, names, scope, nonce)
+        hits, shown, truncated, duplicates = [whole], [whole], False, 0
+    else:
+        hits, duplicates = _ranked(wanted, terms, present, settings.max_entries)
+        text, shown, truncated = render(
+            searched,
+            hits,
+            limit_tokens=settings.limit_tokens,
+            count=tc.count_text,
+            scope=scope,
+            nonce=nonce,
+            names=names,
+            duplicates=duplicates,
+        )
     return RecallResult(
         query=query,
         text=text,
@@ -627,6 +633,67 @@ def recall(
         terms=tuple(terms),
         duplicates=duplicates,
     )
+
+
+def _gather(
+    searched: str,
+    session: str | None,
+    settings: RecallSettings,
+    present: Sequence[Entry],
+    tool_name: str,
+) -> tuple[list[RecallHit], list[RecallHit], list[str]]:
+    """What the sources found for ``searched``, what of it the model cannot see (named
+    ``tool_name`` for its earlier recalls), and one line per failed source."""
+    # What is left out (the model's earlier recall calls and results above all: they hold
+    # the query's words and rank first) can fill a whole answer of the sources: ask again
+    # for more, while they had more to give.
+    limit = min(2 * settings.max_entries, _MAX_ASKED)
+    while True:
+        found, errors = _search(searched, session, limit, settings.timeout)
+        wanted = _wanted(found, present, tool_name)
+        if len(wanted) >= 2 * settings.max_entries or len(found) < limit or limit >= _MAX_ASKED:
+            return found, wanted, errors
+        limit = min(4 * limit, _MAX_ASKED)
+
+
+def _by_reference(
+    terms: Sequence[str],
+    found: Sequence[RecallHit],
+    wanted: Sequence[RecallHit],
+    present: Sequence[Entry],
+) -> RecallHit | None:
+    """The archived original of an offloaded tool result, when the query is its reference
+    (the one term is a tool-use id that a kept entry lists as offloaded, or whose result
+    the sources hold as a preview); else ``None``."""
+    if len(terms) != 1:
+        return None
+    ref = terms[0]
+    listed = any(ref in (e.metadata.get(OFFLOADED_KEY) or ()) for e in present)
+    previews = [r for h in found for r in h.entry.tool_results if r.tool_use_id == ref]
+    if not listed and not any(r.text().startswith(OFFLOADED_TAG) for r in previews):
+        return None
+    for h in wanted:  # the sources give the oldest first: the result as it arrived
+        for r in h.entry.tool_results:
+            if r.tool_use_id == ref and not r.text().startswith((OFFLOADED_TAG, CLEARED_TAG)):
+                return h
+    return None
+
+
+def _whole(
+    query: str, hit: RecallHit, names: Mapping[str, str], scope: Scope, nonce: str | None
+) -> str:
+    """The framed text of the offloaded result ``query`` names, whole: the tool result
+    alone (not the batch it arrived in), over the recall bound if it is longer (the
+    model asked for it by its reference, as it arrived)."""
+    ref = query.strip()
+    block = next(r for r in hit.entry.tool_results if r.tool_use_id == ref)
+    only = hit.entry.model_copy(update={"content": (block,)})
+    tool_names = {**names, **hit.tool_names}
+    body = _body(only, tool_names)
+    frame = _Frame(
+        query=query, nonce=_nonce([body, hit.entry.id, query], nonce), scope=scope, found=1, limit=0
+    )
+    return frame.text([frame.entry(hit, body)], False, 0)
 
 
 def _ranked(

@@ -18,6 +18,8 @@ __all__ = [
     "COMPACTED_KEYS",
     "INSERTED_KEYS",
     "MARKER_KEY",
+    "OFFLOADED_KEY",
+    "OFFLOADED_TAG",
     "PROVIDER_COMPACTION_KEY",
     "PROVIDER_REBUILT_KEY",
     "SUMMARY_KEY",
@@ -35,6 +37,12 @@ CLEARED_KEY = "normandy.cleared_tool_uses"
 #: (``clear_tool_results``' defaults and ``window_manager``'s): a result whose text opens
 #: with it is recognised as cleared in any format, its metadata lost or not.
 CLEARED_TAG = "[tool result cleared"
+#: The tool-use ids whose results were offloaded at arrival in this entry (a list): the
+#: original archived, a preview in its place (``clear_tool_results``' ``offload_tokens``).
+OFFLOADED_KEY = "normandy.offloaded_tool_uses"
+#: The opening of an offloaded result's preview, recognised in any format (as
+#: :data:`CLEARED_TAG`): such a result is never offloaded again.
+OFFLOADED_TAG = "[tool result offloaded"
 #: The entry holding a provider's compaction (a summary the provider made).
 PROVIDER_COMPACTION_KEY = "normandy.provider_compaction"
 #: A user message a provider's compaction returned and a compactor put back in the
@@ -44,7 +52,7 @@ PROVIDER_REBUILT_KEY = "normandy.provider_rebuilt"
 #: Keys of the entries a compactor inserts (a marker, a summary, a provider's copy).
 INSERTED_KEYS = (MARKER_KEY, SUMMARY_KEY, PROVIDER_REBUILT_KEY)
 #: Keys of the entries a compaction made or changed.
-COMPACTED_KEYS = (*INSERTED_KEYS, CLEARED_KEY, PROVIDER_COMPACTION_KEY)
+COMPACTED_KEYS = (*INSERTED_KEYS, CLEARED_KEY, OFFLOADED_KEY, PROVIDER_COMPACTION_KEY)
 
 
 def cleared_ids(entry: Entry) -> list[str]:

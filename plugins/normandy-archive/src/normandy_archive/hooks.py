@@ -136,12 +136,21 @@ def before_commit(
 ) -> dict[str, Any] | None:
     """Required mode: write every dropped entry durably, or raise to refuse the compaction.
 
+    A compaction that offloaded tool results at arrival (``meta["offloaded"]``) is written
+    here in either mode, and refused with the archive off: nothing else holds them.
     Returns the note saying where they went (``meta["hook_notes"]``).
     """
     if not meta.get("dropped"):
         return None
     settings = _settings()
-    if settings.off or not settings.required:
+    offloaded = bool(meta.get("offloaded"))
+    if settings.off and offloaded:
+        # an offloaded result exists nowhere else: without the archive it stays whole
+        raise ArchiveError(
+            f"the archive is off (set by {settings.source}): the tool results offloaded at "
+            "arrival would be lost, so they are kept whole"
+        )
+    if settings.off or not (settings.required or offloaded):
         return None
     return _record(settings, acc, ctx, meta)
 
@@ -165,7 +174,7 @@ def after_compact(
             "message": f"{len(dropped)} dropped entries not archived: the archive is off "
             f"(set by {settings.source})",
         }
-    if settings.required:
+    if settings.required or meta.get("offloaded"):  # written by before_commit
         _maintain(settings, acc)
         return None
     try:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from normandy_clear_tool_results import CLEARED_KEY, NAME
+from normandy_clear_tool_results.offload import Offload, offload, offloaded_ids
 from normandy_clear_tool_results.options import RECALL_PLACEHOLDER, ClearToolResultsOptions
 from normandy_core import Entry, OptionsError, ToolResultBlock, ToolUseBlock, hookimpl
 from normandy_core.conversation import keys
@@ -141,10 +142,75 @@ def _block_tokens(block: Block, counter: TokenCounter) -> int:
 def maybe_compact(
     acc: AgentConfig, ctx: CompactionContext, opts: ClearToolResultsOptions
 ) -> tuple[AgentConfig, dict[str, Any]]:
-    """Clear old tool results when the conversation is over a trigger, or now on a forced
+    """Offload the tool results over ``offload_tokens`` that just arrived (when set), then
+    clear old tool results when the conversation is over a trigger, or now on a forced
     boundary (``ctx.force``: every trigger and the cost schedule's wait passed over,
     ``keep``, ``exclude_tools``, ``clear_at_least`` and the survival rules still
     honoured); see the module docs."""
+    entries = acc.memory.entries()
+    settings = acc.recall_settings
+    arrived = offload(entries, ctx, opts, None if settings is None else settings.tool_name)
+    skipped = {} if arrived.skipped is None else {"offload_skipped": arrived.skipped}
+    if arrived.skipped is not None:
+        log.warning("clear_tool_results: %s", arrived.skipped)
+    if not arrived.ids:
+        new_acc, meta = _clear(acc, ctx, opts)
+        return new_acc, {**meta, **skipped}
+    offloaded = acc.with_memory(acc.memory.derive(_thinking_kept(entries, arrived.entries)))
+    new_acc, meta = _clear(offloaded, ctx, opts)
+    return _with_offload(acc, ctx, offloaded, new_acc, meta, arrived)
+
+
+def _thinking_kept(entries: list[Entry], offloaded: list[Entry]) -> list[Entry]:
+    """``offloaded`` with its thinking when every result offloaded came after the last
+    thinking block (replayed thinking is checked against what precedes it: the usual
+    case, results offloaded as they arrive, keeps the open round's reasoning); else
+    without any, as the contract asks of a mid-round change."""
+    last = max((i for i, e in enumerate(entries) if e.has_thinking), default=-1)
+    changed = (i for i, (e, new) in enumerate(zip(entries, offloaded, strict=True)) if e is not new)
+    if all(i > last for i in changed):
+        return offloaded
+    return [e.without_thinking() for e in offloaded]
+
+
+def _with_offload(
+    acc: AgentConfig,
+    ctx: CompactionContext,
+    offloaded: AgentConfig,
+    cleared: AgentConfig,
+    meta: dict[str, Any],
+    arrived: Offload,
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """The result of a boundary that offloaded: the clearing's, when it cleared too, else
+    the offload alone; ``dropped`` lists the caller's entries as they were (the originals
+    of the offloaded results), oldest first."""
+    entries = acc.memory.entries()
+    original = {e.id: e for e in entries}
+    changed = {e.id for e in arrived.entries if set(offloaded_ids(e)) & set(arrived.ids)}
+    if meta.get("compacted"):
+        changed |= {e.id for e in meta["dropped"]}
+        result = cleared
+    else:
+        result = offloaded
+        meta = {
+            "compacted": True,
+            "strategy": NAME,
+            "counter": ctx.counter.name,
+            **({"target_met": False, "target_missed": meta["error"]} if "error" in meta else {}),
+        }
+    dropped = [original[e.id] for e in entries if e.id in changed]
+    return result, {
+        **meta,
+        "dropped": dropped,
+        "offloaded": list(arrived.ids),
+        "tokens_offloaded": arrived.tokens,
+    }
+
+
+def _clear(
+    acc: AgentConfig, ctx: CompactionContext, opts: ClearToolResultsOptions
+) -> tuple[AgentConfig, dict[str, Any]]:
+    """The clearing itself (see :func:`maybe_compact`)."""
     counter = ctx.counter
     memory = acc.memory
     before = counter.memory_tokens(memory)

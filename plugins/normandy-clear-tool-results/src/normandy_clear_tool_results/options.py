@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from normandy_core import CompactorOptions, CounterSpec
 
 __all__ = [
+    "DEFAULT_OFFLOAD_PREVIEW",
     "DEFAULT_PLACEHOLDER",
     "DEFAULT_TRIGGER",
     "RECALL_PLACEHOLDER",
@@ -25,6 +26,9 @@ RECALL_PLACEHOLDER = (
 #: conversation is cleared at the start of a turn, when no trigger is given: close enough
 #: to the window to clear rarely, far enough that a turn's first rounds still fit.
 DEFAULT_TRIGGER = 0.8
+#: The share of ``offload_tokens`` an offloaded result's preview may take (its head and
+#: tail together), when ``offload_preview`` is not given: 0.3 of 1,500 tokens is 450.
+DEFAULT_OFFLOAD_PREVIEW = 0.3
 
 
 class ClearToolResultsOptions(CompactorOptions):
@@ -78,6 +82,15 @@ class ClearToolResultsOptions(CompactorOptions):
     horizon: int = Field(default=50, ge=1, le=10_000)
     """``cost`` only: how many further model calls the cost is weighed over."""
 
+    offload_tokens: int | None = Field(default=None, ge=64)
+    """Offload at arrival: a tool result over this many tokens is archived at the first
+    boundary that sees it, whatever the triggers, and replaced by a preview (its head and
+    tail) naming the reference ``recall`` takes to give it back whole. Off (``None``) by
+    default; needs an archive (see ``docs/recall.md``)."""
+    offload_preview: float = Field(default=DEFAULT_OFFLOAD_PREVIEW, gt=0.0, le=0.5)
+    """``offload_tokens`` only: the share of ``offload_tokens`` the preview's head and tail
+    take together, at most (two thirds head, one third tail), plus a two-line frame."""
+
     @field_validator("exclude_tools", mode="before")
     @classmethod
     def _names(cls, value: object) -> object:
@@ -97,6 +110,8 @@ class ClearToolResultsOptions(CompactorOptions):
                 "reserved_tokens applies only when clearing sizes against the window "
                 "(no trigger_tokens or trigger_tool_uses, or trigger or context_window given)"
             )
+        if self.offload_tokens is None and "offload_preview" in self.model_fields_set:
+            raise ValueError("offload_preview applies only with offload_tokens (offload is off)")
         if self.schedule != "cost" and "horizon" in self.model_fields_set:
             raise ValueError(
                 f"horizon applies only to schedule 'cost' (schedule is {self.schedule!r})"
