@@ -2,23 +2,30 @@
 compacts a framework's history as a continuation of its last call.
 
 The adapters (``normandy-langchain``, ``normandy-pydantic-ai``,
-``normandy-openai-agents``) each turn their framework's messages into one of the wire
-formats :func:`normandy_core.compact` reads and back; :class:`NamedCompactor` is the part
-in between: the settings resolved as :func:`~normandy_core.compact` resolves them, the
-config prepared (options validated, errors naming the adapter), and the compaction run
-through the same continuation memo, so a call that extends the list the last call was
-given or returned reads and counts only what is new.
+``normandy-openai-agents``, ``normandy-llamaindex``, ``normandy-strands``,
+``normandy-adk``) each turn their framework's messages into one of the wire formats
+:func:`normandy_core.compact` reads (or into entries) and back; :class:`NamedCompactor`
+is the part in between: the settings resolved as :func:`~normandy_core.compact` resolves
+them, the config prepared (options validated, errors naming the adapter), and the
+compaction run through the same continuation memo, so a call that extends the list the
+last call was given or returned reads and counts only what is new.
+:class:`AdapterCompaction` is what a run returns, and :func:`map_back` (with
+:func:`chat_origin` or :func:`map_entries_back`) turns the compacted output back into the
+framework's own messages: kept ones as the very objects given, changed ones as copies,
+created ones new.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
 from normandy_core.contract.config import AgentConfig
 from normandy_core.contract.settings import current_settings
+from normandy_core.conversation.entries import Entry
 from normandy_core.transcripts.facade import FormatName, compact_continued, prepare_resolved
 from normandy_core.transcripts.result import CompactResult
 
@@ -26,12 +33,18 @@ if TYPE_CHECKING:
     from typing_extensions import Self, Unpack
 
 __all__ = [
+    "AdapterCompaction",
     "AdapterSeam",
     "Compaction",
     "CompactorSettings",
+    "Mapped",
     "NamedCompactor",
     "SeamOptions",
     "adapter_hint",
+    "chat_origin",
+    "map_back",
+    "map_entries_back",
+    "removed_from",
 ]
 
 
@@ -149,6 +162,113 @@ class Compaction(Protocol):
     def compacted(self) -> bool:
         """Whether the compactor compacted."""
         ...
+
+
+#: A framework's message type (what an adapter is given and returns).
+M = TypeVar("M")
+#: The form the core hands back for one message (a wire-format dict, an entry).
+Out = TypeVar("Out")
+
+
+@dataclass(frozen=True)
+class AdapterCompaction(Generic[M]):
+    """What an adapter's compactor returns for one run (a :class:`Compaction`).
+
+    ``messages``: the compacted list (the input's objects where kept, unchanged).
+    ``removed``: the input messages that are not in ``messages`` (dropped, or replaced
+    by a changed copy), oldest first. ``result``: the core's
+    :class:`~normandy_core.CompactResult` (``meta``, ``dropped`` entries, token figures,
+    ``error``, the hooks' ``notes``). Each adapter exports a thin subclass under its own
+    name (``LangChainCompaction``...).
+    """
+
+    messages: list[M]
+    result: CompactResult = field(repr=False)
+    removed: list[M] = field(default_factory=list, repr=False)
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the compactor compacted (``messages`` then differs from the input)."""
+        return self.result.compacted
+
+    @classmethod
+    def of(cls, given: Sequence[M], messages: list[M], result: CompactResult) -> Self:
+        """The compaction of ``given`` into ``messages``, ``removed`` found by identity."""
+        return cls(messages, result, removed_from(given, messages))
+
+
+def removed_from(given: Sequence[M], kept: Sequence[M]) -> list[M]:
+    """The messages of ``given`` that are not (as the same objects) in ``kept``, in order."""
+    still = {id(m) for m in kept}
+    return [m for m in given if id(m) not in still]
+
+
+#: A message of the compacted list and the given message it is or was changed from
+#: (``None`` for one the compactor created).
+Mapped = tuple[M, M | None]
+
+
+def map_back(
+    outputs: Iterable[Out],
+    origin: Callable[[Out], tuple[M, bool] | None],
+    changed: Callable[[M, Out], M],
+    created: Callable[[Out], M],
+) -> list[Mapped[M]]:
+    """The framework's messages for the core's ``outputs``, each with its source.
+
+    ``origin`` tells where an output came from: the given message and whether the output
+    is that message unchanged, or ``None`` for one the compactor created (a marker, a
+    summary). An unchanged output is its given message, the very object; a changed one
+    is ``changed(given, output)``; a created one is ``created(output)``.
+    """
+    out: list[Mapped[M]] = []
+    for o in outputs:
+        found = origin(o)
+        if found is None:
+            out.append((created(o), None))
+        elif found[1]:
+            out.append((found[0], found[0]))
+        else:
+            out.append((changed(found[0], o), found[0]))
+    return out
+
+
+def chat_origin(
+    given: Sequence[M], sent: Sequence[Any], by_key: Mapping[Any, M]
+) -> Callable[[Any], tuple[M, bool] | None]:
+    """The :func:`map_back` origin of the wire-format dicts (or items) the core returns
+    for ``sent``, the dicts of ``given``: a dict it kept is one of ``sent`` (the very
+    object); a changed one carries the ``"id"`` that ``by_key`` maps to its message."""
+    by_sent = {id(d): m for d, m in zip(sent, given, strict=True)}
+
+    def origin(d: Any) -> tuple[M, bool] | None:
+        if id(d) in by_sent:
+            return by_sent[id(d)], True
+        key = d.get("id") if isinstance(d, Mapping) else None
+        source = by_key.get(key) if isinstance(key, str) else None
+        return None if source is None else (source, False)
+
+    return origin
+
+
+def map_entries_back(
+    entries: Iterable[Entry],
+    by_entry: Mapping[str, tuple[M, Entry]],
+    changed: Callable[[M, Entry, Entry], M],
+    created: Callable[[Entry], M],
+) -> list[Mapped[M]]:
+    """:func:`map_back` for a compacted memory's ``entries``, read from the messages
+    ``by_entry`` holds (each with the entry read from it): an entry whose content is as
+    read is its message; a changed one is ``changed(message, read, compacted)``."""
+
+    def origin(e: Entry) -> tuple[M, bool] | None:
+        known = by_entry.get(e.id)
+        return None if known is None else (known[0], known[1].content == e.content)
+
+    def rebuilt(message: M, e: Entry) -> M:
+        return changed(message, by_entry[e.id][1], e)
+
+    return map_back(entries, origin, rebuilt, created)
 
 
 DoneT = TypeVar("DoneT", bound=Compaction)

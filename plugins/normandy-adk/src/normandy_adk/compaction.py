@@ -42,10 +42,13 @@ from normandy_core.contract.config import AgentConfig
 from normandy_core.conversation.entries import Entry
 from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.structure import pairing_problems
-from normandy_core.transcripts.adapter import NamedCompactor
+from normandy_core.transcripts.adapter import (
+    AdapterCompaction,
+    NamedCompactor,
+    map_entries_back,
+)
 from normandy_core.transcripts.facade import compact_with
 from normandy_core.transcripts.formats import TranscriptError
-from normandy_core.transcripts.result import CompactResult
 
 __all__ = ["COMPACTOR_ENTRY", "MAX_SESSIONS", "ADKCompaction", "ContentsCompactor", "Prompt"]
 
@@ -57,25 +60,18 @@ COMPACTOR_ENTRY = "normandy_adk.ContentsCompactor()"
 MAX_SESSIONS = 256
 
 
-@dataclass(frozen=True)
-class ADKCompaction:
-    """What :meth:`ContentsCompactor.run` returns.
-
-    ``contents``: what the model receives (the given objects where kept, unchanged).
-    ``removed``: the contents this call took out (dropped, or replaced by a changed
-    copy), oldest first; what earlier calls of the session cut is not repeated.
-    ``result``: the core's :class:`~normandy_core.CompactResult` (``meta``, ``dropped``
-    entries, token figures, ``error``, the hooks' ``notes``).
-    """
-
-    contents: list[types.Content]
-    result: CompactResult = field(repr=False)
-    removed: list[types.Content] = field(default_factory=list, repr=False)
+class ADKCompaction(AdapterCompaction[types.Content]):
+    """What :meth:`ContentsCompactor.run` returns: the core's
+    :class:`~normandy_core.transcripts.adapter.AdapterCompaction` of ADK contents
+    (``removed``, ``result``, ``compacted``), under this adapter's name, with what the
+    model receives as :attr:`contents`. ``removed`` holds only what this call took out:
+    what earlier calls of the session cut is not repeated; ``compacted`` says whether
+    this call compacted."""
 
     @property
-    def compacted(self) -> bool:
-        """Whether the compactor compacted in this call."""
-        return self.result.compacted
+    def contents(self) -> list[types.Content]:
+        """What the model receives (the given objects where kept, unchanged): ``messages``."""
+        return self.messages
 
 
 @dataclass(frozen=True)
@@ -240,11 +236,9 @@ class ContentsCompactor(NamedCompactor):
             state.created = notes  # the notes still in the list stay notes
             return ADKCompaction(contents, result), state
         out = _written(result.memory, got, notes, state.created)
-        still = {id(c) for c in out}
-        removed = [c for c in contents if id(c) not in still]
         self.log(logger, len(contents), len(out), result, "contents")
         state.returned = out
-        return ADKCompaction(out, result, removed), state
+        return ADKCompaction.of(contents, out, result), state
 
 
 def _named(problem: str, got: Read) -> str:
@@ -264,16 +258,21 @@ def _written(
     unchanged, the original with new parts where it changed, a new content for an entry
     the compactor made. ``created`` receives the notes of the result (``notes``: those
     of the last call) with their entries."""
-    out: list[types.Content] = []
-    for e in memory:
-        known = got.by_entry.get(e.id)
-        if known is None:
-            out.append(created_content(e))
-            created[id(out[-1])] = (out[-1], e)
-        elif known[1].content == e.content:
-            out.append(known[0])
-            if id(known[0]) in notes:
-                created[id(known[0])] = notes[id(known[0])]
-        else:
-            out.append(changed_content(known[0], known[1], e, got.call_ids[e.id]))
-    return out
+
+    def made(e: Entry) -> types.Content:
+        content = created_content(e)
+        created[id(content)] = (content, e)
+        return content
+
+    mapped = map_entries_back(
+        memory,
+        got.by_entry,
+        lambda source, before, after: changed_content(
+            source, before, after, got.call_ids[after.id]
+        ),
+        made,
+    )
+    for content, source in mapped:
+        if content is source and id(content) in notes:
+            created[id(content)] = notes[id(content)]
+    return [c for c, _ in mapped]

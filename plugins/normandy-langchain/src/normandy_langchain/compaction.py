@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import (
@@ -30,8 +29,12 @@ from langchain_core.messages import (
     convert_to_openai_messages,
 )
 
-from normandy_core.transcripts.adapter import NamedCompactor
-from normandy_core.transcripts.result import CompactResult
+from normandy_core.transcripts.adapter import (
+    AdapterCompaction,
+    NamedCompactor,
+    chat_origin,
+    map_back,
+)
 
 __all__ = [
     "FUNCTION_ENTRY",
@@ -46,25 +49,10 @@ logger = logging.getLogger("normandy_langchain")
 FUNCTION_ENTRY = "normandy_langchain.compact_messages()"
 
 
-@dataclass(frozen=True)
-class LangChainCompaction:
-    """What :meth:`MessageCompactor.run` returns.
-
-    ``messages``: the compacted list (the input list's objects where kept, unchanged).
-    ``removed``: the input messages that are not in ``messages`` (dropped, or replaced
-    by a changed copy), oldest first. ``result``: the core's
-    :class:`~normandy_core.CompactResult` (``meta``, ``dropped`` entries, token figures,
-    ``error``, the hooks' ``notes``).
-    """
-
-    messages: list[BaseMessage]
-    result: CompactResult = field(repr=False)
-    removed: list[BaseMessage] = field(default_factory=list, repr=False)
-
-    @property
-    def compacted(self) -> bool:
-        """Whether the compactor compacted (``messages`` then differs from the input)."""
-        return self.result.compacted
+class LangChainCompaction(AdapterCompaction[BaseMessage]):
+    """What :meth:`MessageCompactor.run` returns: the core's
+    :class:`~normandy_core.transcripts.adapter.AdapterCompaction` of LangChain messages
+    (``messages``, ``removed``, ``result``, ``compacted``), under this adapter's name."""
 
 
 class MessageCompactor(NamedCompactor):
@@ -146,23 +134,22 @@ class MessageCompactor(NamedCompactor):
         if not result.compacted:
             self._keep(original, dicts)
             return LangChainCompaction(original, result)
-        by_dict = {id(d): m for d, m in zip(dicts, original, strict=True)}
         by_lc_id = {m.id: m for m in original if m.id}
-        out: list[BaseMessage] = []
-        for d in result.messages:
-            kept = by_dict.get(id(d))
-            if kept is not None:
-                out.append(kept)
-                continue
-            fresh = convert_to_messages([d])[0]
-            lc_id = d.get("id") if isinstance(d, Mapping) else None
-            source = by_lc_id.get(lc_id) if isinstance(lc_id, str) else None
-            out.append(_changed(source, fresh) if source is not None else _created(fresh))
+        mapped = map_back(
+            result.messages,
+            chat_origin(original, dicts, by_lc_id),
+            lambda source, d: _changed(source, _fresh(d)),
+            lambda d: _created(_fresh(d)),
+        )
+        out = [m for m, _ in mapped]
         self._keep(out, list(result.messages))
-        still = {id(m) for m in out}
-        removed = [m for m in original if id(m) not in still]
         self.log(logger, len(original), len(out), result, "messages")
-        return LangChainCompaction(out, result, removed)
+        return LangChainCompaction.of(original, out, result)
+
+
+def _fresh(d: Any) -> BaseMessage:
+    """The message a Chat dict of the core's stands for."""
+    return convert_to_messages([d])[0]
 
 
 def _changed(source: BaseMessage, fresh: BaseMessage) -> BaseMessage:

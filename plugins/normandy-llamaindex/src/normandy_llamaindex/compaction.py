@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage, MessageRole
 
-from normandy_core.transcripts.adapter import NamedCompactor
-from normandy_core.transcripts.result import CompactResult
+from normandy_core.transcripts.adapter import (
+    AdapterCompaction,
+    NamedCompactor,
+    chat_origin,
+    map_back,
+)
 from normandy_llamaindex.messages import changed_message, created_message, to_chat_dict
 
 __all__ = [
@@ -34,25 +37,10 @@ logger = logging.getLogger("normandy_llamaindex")
 FUNCTION_ENTRY = "normandy_llamaindex.compact_chat_history()"
 
 
-@dataclass(frozen=True)
-class LlamaIndexCompaction:
-    """What :meth:`ChatCompactor.run` returns.
-
-    ``messages``: the compacted list (the input list's objects where kept, unchanged).
-    ``removed``: the input messages that are not in ``messages`` (dropped, or replaced
-    by a changed copy), oldest first. ``result``: the core's
-    :class:`~normandy_core.CompactResult` (``meta``, ``dropped`` entries, token figures,
-    ``error``, the hooks' ``notes``).
-    """
-
-    messages: list[ChatMessage]
-    result: CompactResult = field(repr=False)
-    removed: list[ChatMessage] = field(default_factory=list, repr=False)
-
-    @property
-    def compacted(self) -> bool:
-        """Whether the compactor compacted (``messages`` then differs from the input)."""
-        return self.result.compacted
+class LlamaIndexCompaction(AdapterCompaction[ChatMessage]):
+    """What :meth:`ChatCompactor.run` returns: the core's
+    :class:`~normandy_core.transcripts.adapter.AdapterCompaction` of LlamaIndex messages
+    (``messages``, ``removed``, ``result``, ``compacted``), under this adapter's name."""
 
 
 class ChatCompactor(NamedCompactor):
@@ -115,23 +103,18 @@ class ChatCompactor(NamedCompactor):
         if not result.compacted:
             self._keep(original, dicts)
             return LlamaIndexCompaction(original, result)
-        by_dict = {id(d): m for d, m in zip(dicts, original, strict=True)}
         by_key = {d.get("id"): m for d, m in zip(dicts, original, strict=True)}
-        out: list[ChatMessage] = []
-        for d in result.messages:
-            kept = by_dict.get(id(d))
-            if kept is not None:
-                out.append(kept)
-                continue
-            key = d.get("id") if isinstance(d, Mapping) else None
-            source = by_key.get(key) if isinstance(key, str) else None
-            out.append(created_message(d) if source is None else changed_message(source, d))
+        mapped = map_back(
+            result.messages,
+            chat_origin(original, dicts, by_key),
+            changed_message,
+            created_message,
+        )
+        out = [m for m, _ in mapped]
         # a changed or created message's dict is the core's: the next run continues from it
         self._keep(out, result.messages)
-        still = {id(m) for m in out}
-        removed = [m for m in original if id(m) not in still]
         self.log(logger, len(original), len(out), result, "messages")
-        return LlamaIndexCompaction(out, result, removed)
+        return LlamaIndexCompaction.of(original, out, result)
 
 
 def compact_chat_history(

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from normandy_core.transcripts.adapter import NamedCompactor
+from normandy_core.transcripts.adapter import AdapterCompaction, NamedCompactor
 from normandy_core.transcripts.facade import compact_with
 from normandy_core.transcripts.result import CompactResult
 
@@ -70,24 +69,16 @@ def open_round(items: Sequence[Any]) -> bool:
     return bool(items) and is_output(items[-1])
 
 
-@dataclass(frozen=True)
-class AgentsCompaction:
-    """What :meth:`ItemCompactor.run` returns.
-
-    ``items``: the compacted list (the input's objects where kept, unchanged).
-    ``removed``: the input items that are not in ``items``, oldest first. ``result``: the
-    core's :class:`~normandy_core.CompactResult` (``meta``, ``dropped`` entries, token
-    figures, ``error``, the hooks' ``notes``).
-    """
-
-    items: list[Any]
-    result: CompactResult = field(repr=False)
-    removed: list[Any] = field(default_factory=list, repr=False)
+class AgentsCompaction(AdapterCompaction[Any]):
+    """What :meth:`ItemCompactor.run` returns: the core's
+    :class:`~normandy_core.transcripts.adapter.AdapterCompaction` of Responses input
+    items (``removed``, ``result``, ``compacted``), under this adapter's name, with the
+    compacted list as :attr:`items`."""
 
     @property
-    def compacted(self) -> bool:
-        """Whether the compactor compacted (``items`` then differs from the input)."""
-        return self.result.compacted
+    def items(self) -> list[Any]:
+        """The compacted list (the input's objects where kept, unchanged): ``messages``."""
+        return self.messages
 
 
 class ItemCompactor(NamedCompactor):
@@ -131,7 +122,5 @@ class ItemCompactor(NamedCompactor):
         """The compaction of ``given`` that ``result`` made, logged: its items, and the
         ones of ``given`` it left out."""
         out = list(result.messages)
-        still = {id(m) for m in out}
-        removed = [m for m in given if id(m) not in still]
         self.log(logger, len(given), len(out), result, "items")
-        return AgentsCompaction(out, result, removed)
+        return AgentsCompaction.of(given, out, result)

@@ -69,10 +69,13 @@ from normandy_core.conversation.entries import (
 from normandy_core.conversation.keys import MARKER_KEY
 from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.structure import pairing_problems
-from normandy_core.transcripts.adapter import NamedCompactor
+from normandy_core.transcripts.adapter import (
+    AdapterCompaction,
+    NamedCompactor,
+    map_entries_back,
+)
 from normandy_core.transcripts.facade import compact_with
 from normandy_core.transcripts.formats import INSERTED_TAGS, TranscriptError
-from normandy_core.transcripts.result import CompactResult
 
 __all__ = ["FUNCTION_ENTRY", "HistoryCompactor", "PydanticAICompaction", "compact_history"]
 
@@ -100,25 +103,10 @@ def _as_json(part: Any) -> dict[str, Any]:
     return {"part_kind": getattr(part, "part_kind", type(part).__name__), "repr": repr(part)}
 
 
-@dataclass(frozen=True)
-class PydanticAICompaction:
-    """What :meth:`HistoryCompactor.run` returns.
-
-    ``messages``: the compacted history (the input's objects where kept, unchanged).
-    ``removed``: the input messages that are not in ``messages`` (dropped, or replaced by
-    a changed copy), oldest first. ``result``: the core's
-    :class:`~normandy_core.CompactResult` (``meta``, ``dropped`` entries, token figures,
-    ``error``, the hooks' ``notes``).
-    """
-
-    messages: list[ModelMessage]
-    result: CompactResult = field(repr=False)
-    removed: list[ModelMessage] = field(default_factory=list, repr=False)
-
-    @property
-    def compacted(self) -> bool:
-        """Whether the compactor compacted (``messages`` then differs from the input)."""
-        return self.result.compacted
+class PydanticAICompaction(AdapterCompaction[ModelMessage]):
+    """What :meth:`HistoryCompactor.run` returns: the core's
+    :class:`~normandy_core.transcripts.adapter.AdapterCompaction` of a Pydantic AI history
+    (``messages``, ``removed``, ``result``, ``compacted``), under this adapter's name."""
 
 
 @dataclass
@@ -428,19 +416,15 @@ class HistoryCompactor(NamedCompactor):
         self._last = result.memory
         if not result.compacted:
             return PydanticAICompaction(original, result)
-        out: list[ModelMessage] = []
-        for e in result.memory:
-            known = read.by_entry.get(e.id)
-            if known is None:
-                out.append(_created(e))
-            elif known[1].content == e.content:
-                out.append(known[0])
-            else:
-                out.append(_changed(known[0], known[1], e, read.call_ids[e.id]))
-        still = {id(m) for m in out}
-        removed = [m for m in original if id(m) not in still]
+        mapped = map_entries_back(
+            result.memory,
+            read.by_entry,
+            lambda source, before, after: _changed(source, before, after, read.call_ids[after.id]),
+            _created,
+        )
+        out = [m for m, _ in mapped]
         self.log(logger, len(original), len(out), result, "messages")
-        return PydanticAICompaction(out, result, removed)
+        return PydanticAICompaction.of(original, out, result)
 
 
 def compact_history(

@@ -29,10 +29,15 @@ from normandy_core.conversation.entries import (
 )
 from normandy_core.conversation.memory import AgentMemory
 from normandy_core.conversation.structure import pairing_problems
-from normandy_core.transcripts.adapter import NamedCompactor
+from normandy_core.transcripts.adapter import (
+    AdapterCompaction,
+    Mapped,
+    NamedCompactor,
+    map_entries_back,
+    removed_from,
+)
 from normandy_core.transcripts.facade import compact_with
 from normandy_core.transcripts.formats import TranscriptError
-from normandy_core.transcripts.result import CompactResult
 from normandy_strands.reading import (
     SYSTEM_ID,
     Digests,
@@ -53,32 +58,23 @@ FUNCTION_ENTRY = "normandy_strands.compact_messages()"
 
 
 @dataclass(frozen=True)
-class StrandsCompaction:
-    """What :meth:`MessageCompactor.run` returns.
+class StrandsCompaction(AdapterCompaction[Message]):
+    """What :meth:`MessageCompactor.run` returns: the core's
+    :class:`~normandy_core.transcripts.adapter.AdapterCompaction` of Strands messages
+    (``messages``, ``removed``, ``result``, ``compacted``), under this adapter's name,
+    with what the conversation manager needs beside it.
 
-    ``messages``: the compacted list (the input's dicts where kept, unchanged).
-    ``removed``: the input messages that are not in ``messages`` (dropped, or replaced by
-    a changed copy), oldest first. ``removed_count``: how many of them the user or the
-    model provided and are gone (not replaced by a changed copy, not a marker or summary a
-    compactor created). ``result``: the
-    core's :class:`~normandy_core.CompactResult` (``meta``, ``dropped`` entries, token
-    figures, ``error``, the hooks' ``notes``).
+    ``removed_count``: how many of the ``removed`` messages the user or the model
+    provided and are gone (not replaced by a changed copy, not a marker or summary a
+    compactor created).
     """
 
-    messages: list[Message]
-    result: CompactResult = field(repr=False)
-    removed: list[Message] = field(default_factory=list, repr=False)
     removed_count: int = 0
     #: per message of ``messages``, the index in the input of the message it is (or is a
     #: changed copy of); ``None`` for a message created (a marker, a summary)
     sources: list[int | None] = field(default_factory=list, repr=False)
     #: the input indices of the given messages that are gone (``removed_count`` of them)
     gone: list[int] = field(default_factory=list, repr=False)
-
-    @property
-    def compacted(self) -> bool:
-        """Whether the compactor compacted (``messages`` then differs from the input)."""
-        return self.result.compacted
 
 
 def _block(b: Block, source: Mapping[str, Any], originals: Mapping[str, str]) -> dict[str, Any]:
@@ -132,34 +128,25 @@ def _mid_round(messages: Sequence[Message]) -> bool:
     return any("toolResult" in b for b in messages[-1].get("content", []))
 
 
-#: A message of a compaction's output and the input message it came from (kept as it
-#: was, or changed into a copy), ``None`` for one created.
-Written = tuple[Message, "Message | None"]
-
-
-def _written(read: Read, memory: AgentMemory) -> list[Written]:
+def _written(read: Read, memory: AgentMemory) -> list[Mapped[Message]]:
     """The messages of the compacted ``memory``: kept ones as given, changed ones as
     copies, created ones new (the system entry is not a message), roles alternating."""
-    out: list[Written] = []
-    for e in memory:
-        if e.id == SYSTEM_ID:
-            continue
-        known = read.by_entry.get(e.id)
-        if known is None:
-            out.append((created_message(e.text()), None))
-        elif known[1].content == e.content:
-            out.append((known[0], known[0]))
-        else:
-            out.append((_changed(known[0], known[1], e, read.originals[e.id]), known[0]))
-    return _alternating(out)
+    return _alternating(
+        map_entries_back(
+            (e for e in memory if e.id != SYSTEM_ID),
+            read.by_entry,
+            lambda source, before, after: _changed(source, before, after, read.originals[after.id]),
+            lambda e: created_message(e.text()),
+        )
+    )
 
 
-def _alternating(messages: list[Written]) -> list[Written]:
+def _alternating(messages: list[Mapped[Message]]) -> list[Mapped[Message]]:
     """``messages`` starting with a user message and alternating roles, as providers
     require (a cut can put the kept task next to a kept user message): a created marker
     or summary takes the role its place needs (a copy, when it was kept), and between two
     given messages of one role goes a created marker of the other."""
-    out: list[Written] = []
+    out: list[Mapped[Message]] = []
     before: Role = "assistant"  # the first message must be a user message
     for m, source in messages:
         if m["role"] == before:
@@ -231,8 +218,7 @@ class MessageCompactor(NamedCompactor):
             return StrandsCompaction(original, result)
         written = _written(read, result.memory)
         out = [m for m, _ in written]
-        still = {id(m) for m in out}
-        removed = [m for m in original if id(m) not in still]
+        removed = removed_from(original, out)
         # a message whose entry survived (kept, or changed into a copy) is not gone
         position = {id(m): i for i, m in enumerate(original)}
         sources = [None if src is None else position[id(src)] for _, src in written]
