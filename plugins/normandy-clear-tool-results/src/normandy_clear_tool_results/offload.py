@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from normandy_clear_tool_results.options import ClearToolResultsOptions
     from normandy_core import CompactionContext
 
-__all__ = ["HEAD_SHARE", "Offload", "offload", "offloaded_ids", "preview"]
+__all__ = ["HEAD_SHARE", "Offload", "offload", "preview"]
 
 #: The share of the preview's room given to the head (the rest is the tail): a tool's
 #: output usually says what it is at its start, and how it ended at its end.
@@ -46,12 +46,6 @@ class Offload:
     skipped: str | None = None
 
 
-def offloaded_ids(entry: Entry) -> list[str]:
-    """The tool-use ids :data:`~normandy_core.conversation.keys.OFFLOADED_KEY` lists."""
-    value = entry.metadata.get(keys.OFFLOADED_KEY)
-    return [str(v) for v in value] if isinstance(value, list) else []
-
-
 def offload(
     entries: list[Entry], ctx: CompactionContext, opts: ClearToolResultsOptions, tool: str | None
 ) -> Offload:
@@ -69,7 +63,7 @@ def offload(
     for i, e in enumerate(entries):
         if e.id in kept or isinstance(e.content, str) or not e.tool_results:
             continue
-        done = set(offloaded_ids(e)) | set(keys.cleared_ids(e))
+        done = set(keys.offloaded_ids(e)) | set(keys.cleared_ids(e))
         blocks = list(e.content)
         hit: list[str] = []
         for j, b in enumerate(blocks):
@@ -86,7 +80,7 @@ def offload(
             hit.append(b.tool_use_id)
             out.tokens += size
         if hit:
-            meta = {**e.metadata, keys.OFFLOADED_KEY: [*offloaded_ids(e), *hit]}
+            meta = {**e.metadata, keys.OFFLOADED_KEY: [*keys.offloaded_ids(e), *hit]}
             out.entries[i] = e.model_copy(update={"content": tuple(blocks), "metadata": meta})
             out.ids += hit
     return out
