@@ -149,7 +149,7 @@ def maybe_compact(
     honoured); see the module docs."""
     entries = acc.memory.entries()
     settings = acc.recall_settings
-    arrived = offload(entries, ctx, opts, None if settings is None else settings.tool_name)
+    arrived = offload(acc.memory, ctx, opts, None if settings is None else settings.tool_name)
     skipped = {} if arrived.skipped is None else {"offload_skipped": arrived.skipped}
     if arrived.skipped is not None:
         log.warning("clear_tool_results: %s", arrived.skipped)
