@@ -168,6 +168,22 @@ def summary(name: str, turns: list[tuple[int, float, int]], wall: float, upstrea
     )
 
 
+def parse_floor(args: argparse.Namespace) -> tuple[float, int]:
+    """The median seconds of reading the largest request body of the run once with the
+    standard library's ``json.loads``, and its bytes: a floor under any latency the proxy
+    adds, since it must read a body to compact it."""
+    messages = history(0, args.messages)
+    for k in range(args.turns):
+        messages += tool_round(0, k)
+    body = json.dumps({"model": "gpt-4o", "messages": messages}).encode()
+    took = []
+    for _ in range(9):
+        t0 = time.perf_counter()
+        json.loads(body)
+        took.append(time.perf_counter() - t0)
+    return statistics.median(took), len(body)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run both arms and print a markdown table."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks.serve_load", description=__doc__)
@@ -208,6 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|" + "---|" * args.turns)
     print(f"| direct | {per_turn(direct)} |")
     print(f"| through normandy serve | {per_turn(proxied)} |")
+    floor, size = parse_floor(args)
+    print(f"\nfloor: reading the largest body ({size / 1e6:.1f} MB) once with json.loads: "
+          f"{floor * 1e3:.1f} ms")  # fmt: skip
     return 0
 
 
