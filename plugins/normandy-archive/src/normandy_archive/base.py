@@ -298,11 +298,6 @@ def _serialized(entries: Sequence[Entry]) -> builtins.list[Prepared]:
     ]
 
 
-def _ids(found: str | None) -> tuple[str, ...]:
-    """The caller's ids of a row, from the JSON array it stores (``None``: none)."""
-    return tuple(json.loads(found)) if found else ()
-
-
 def page(limit: int, offset: int) -> tuple[int, int]:
     """``(limit, offset)``, each a whole number from 0 to :data:`MAX_ROWS`.
 
@@ -551,27 +546,26 @@ class ArchiveBackend(abc.ABC):
                 values,
             )
 
-        return [
-            ArchivedEntry(*(*r[:2], Entry.model_validate_json(r[2]), *r[2:8], _ids(r[8])))
+        return [  # the caller's ids: the JSON array the row stores (NULL: none)
+            ArchivedEntry(
+                *(*r[:2], Entry.model_validate_json(r[2]), *r[2:8], (*json.loads(r[8] or "[]"),))
+            )
             for r in self._read(select) or ()
         ]
 
     def _in_session(
-        self, where: str, params: Sequence[Any], session_id: str | None
+        self, where: str, params: Sequence[Any], session_id: str | None, *, seen: bool = False
     ) -> tuple[str, builtins.list[Any]]:
-        """``where`` and ``params``, limited to ``session_id`` when one is given."""
+        """``where`` and ``params``, limited to ``session_id`` when one is given: to what it
+        archived, and with ``seen`` also to what it was the last to drop."""
+        p = self.dialect.param
         if session_id is None:
             return where, builtins.list(params)
-        return f"{where} AND e.session_id = {self.dialect.param}", [*params, session_id]
-
-    def _in_session_or_seen(
-        self, where: str, params: Sequence[Any], session_id: str
-    ) -> tuple[str, builtins.list[Any]]:
-        """``where`` limited to what ``session_id`` archived or was the last to drop."""
-        p, seen = self.dialect.param, self.dialect.table("seen")
+        if not seen:
+            return f"{where} AND e.session_id = {p}", [*params, session_id]
         return (
             f"{where} AND (e.session_id = {p} OR e.seq IN "
-            f"(SELECT seq FROM {seen} WHERE session_id = {p}))",
+            f"(SELECT seq FROM {self.dialect.table('seen')} WHERE session_id = {p}))",
             [*params, session_id, session_id],
         )
 

@@ -22,7 +22,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from normandy_archive.base import CompactionRecord, entry_row
 from normandy_archive.schema import rollback, source_ids, store
@@ -48,13 +48,10 @@ _JOURNAL = (
 )
 
 
-class Frame(NamedTuple):
-    """One compaction as the earlier version committed it (a spool frame, a journal row):
-    its ``journal`` columns (:data:`_JOURNAL`; ``seen``, a JSON array of the hashes of the
-    content it dropped that the archive held already) and the ``entries`` rows of the rest."""
-
-    journal: tuple[Any, ...]
-    entries: tuple[tuple[Any, ...], ...]
+#: One compaction as the earlier version committed it (a spool frame, a journal row): its
+#: ``journal`` columns (:data:`_JOURNAL`; ``seen``, a JSON array of the hashes of the
+#: content it dropped that the archive held already) and the ``entries`` rows of the rest.
+Frame = tuple[tuple[Any, ...], list[tuple[Any, ...]]]
 
 
 def decode(data: bytes) -> tuple[list[Frame], int]:
@@ -78,7 +75,7 @@ def decode(data: bytes) -> tuple[list[Frame], int]:
                 rows.append(entry_row(entry, row_json, source_ids(entry)))
         except (ValueError, TypeError, UnicodeDecodeError):
             break
-        frames.append(Frame(tuple(journal), tuple(rows)))
+        frames.append((tuple(journal), rows))
         pos = end
     return frames, pos
 
@@ -165,34 +162,25 @@ def _orphans(archive: Path) -> Iterator[list[Frame]]:
 
 def _journal(conn: sqlite3.Connection) -> list[Frame]:
     """The journal's rows, in their order, each with its entries."""
-    rows = conn.execute(f"SELECT id, {_JOURNAL} FROM journal ORDER BY id").fetchall()
-    return [
-        Frame(
-            tuple(j[1:]),
-            tuple(
-                conn.execute(
-                    "SELECT entry_id, content_hash, turn_id, role, entry_json, source_ids "
-                    "FROM journal_entries WHERE jid = ? ORDER BY rowid",
-                    (j[0],),
-                )
-            ),
-        )
-        for j in rows
-    ]
+    entries: dict[int, list[tuple[Any, ...]]] = {}
+    for jid, *row in conn.execute(
+        "SELECT jid, entry_id, content_hash, turn_id, role, entry_json, source_ids "
+        "FROM journal_entries ORDER BY rowid"
+    ):
+        entries.setdefault(jid, []).append(tuple(row))
+    rows = conn.execute(f"SELECT id, {_JOURNAL} FROM journal ORDER BY id")
+    return [(tuple(j[1:]), entries.get(j[0], [])) for j in rows]
 
 
 def _move(conn: sqlite3.Connection, frames: list[Frame]) -> int:
     """Write ``frames`` (in the caller's transaction) but those whose compaction is there
     already (moved before its file was removed); how many were written."""
     moved = 0
-    for f in frames:
-        cid, session, compactor, strategy, model, mid, at, before, after, meta, n, seen = f.journal
-        if conn.execute("SELECT 1 FROM compactions WHERE compaction_id = ?", (cid,)).fetchone():
+    for (*head, before, after, meta, n, seen), rows in frames:
+        if conn.execute("SELECT 1 FROM compactions WHERE compaction_id = ?", head[:1]).fetchone():
             continue
-        record = CompactionRecord(
-            cid, session, compactor, strategy, model, mid, at, 0, before, after, n
-        )
-        store(conn, f.entries, record, meta, json.loads(seen) if seen else ())
+        record = CompactionRecord(*(*head, 0, before, after, n))
+        store(conn, rows, record, meta, json.loads(seen) if seen else ())
         moved += 1
     return moved
 
@@ -212,7 +200,7 @@ def move_left(conn: sqlite3.Connection, path: Path) -> None:
             try:
                 # the journal's rows in their order, then the frames in compaction time order
                 left = _journal(conn) if journal else []
-                moved = _move(conn, [*left, *sorted(frames, key=lambda f: f.journal[6])])
+                moved = _move(conn, [*left, *sorted(frames, key=lambda f: f[0][6])])
                 if journal:
                     conn.execute("DELETE FROM journal_entries")
                     conn.execute("DELETE FROM journal")
