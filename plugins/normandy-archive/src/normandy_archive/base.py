@@ -483,10 +483,7 @@ class ArchiveBackend(abc.ABC):
         recent, and while the bytes in use (SQLite: the file's; PostgreSQL: the stored
         JSON's) exceed ``max_bytes``, the oldest others, never the most recent session.
         """
-        return self._planned(Limits(max_bytes, max_age_seconds, max_sessions, now))
-
-    def _planned(self, limits: Limits) -> PrunePlan:
-        """:meth:`_plan` in a read (a version-1 archive is refused: a write moves it first)."""
+        limits = Limits(max_bytes, max_age_seconds, max_sessions, now)
 
         def plan(version: int, run: Run) -> PrunePlan:
             if version == 1:
@@ -518,7 +515,9 @@ class ArchiveBackend(abc.ABC):
         limits = Limits(max_bytes, max_age_seconds, max_sessions, now)
         if limits.none:
             return 0
-        return self._planned(limits).entries if dry_run else self._remove(limits, vacuum=vacuum)
+        if dry_run:
+            return self.prune_plan(**vars(limits)).entries
+        return self._remove(limits, vacuum=vacuum)
 
     # -- reading ----------------------------------------------------------------------
 

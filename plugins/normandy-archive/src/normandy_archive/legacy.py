@@ -115,35 +115,24 @@ def _ours(entry: os.DirEntry[str]) -> bool:
     return True
 
 
-def _read_locked(path: Path, held: contextlib.ExitStack) -> bytes | None:
-    """The bytes of the spool file at ``path``, locked until ``held`` closes; ``None`` when
-    its live process holds it, or another writer moved it first."""
-    try:
-        fd = os.open(path, _OPEN)
-    except OSError:
-        return None
-    held.callback(os.close, fd)
-    try:
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.fstat(fd).st_nlink == 0:  # another writer moved it first
-            return None
-    except OSError:  # held by its live process
-        return None
-    with open(fd, "rb", closefd=False) as f:
-        return f.read()
-
-
 @contextlib.contextmanager
-def _orphans(archive: Path) -> Iterator[list[Frame]]:
-    """The frames of the spool files of ``archive`` no live process holds, the files
-    locked; once the block ends without error (the frames are moved), the files read
-    whole are removed and a damaged one is named in a warning."""
+def _orphans(files: list[Path]) -> Iterator[list[Frame]]:
+    """The frames of the spool ``files`` no live process holds (it holds a lock on its
+    own), the files locked; once the block ends without error (the frames are moved), the
+    files read whole are removed and a damaged one is named in a warning."""
     read: list[tuple[Path, list[Frame], bool]] = []
     with contextlib.ExitStack() as held:
-        for path in spool_files(archive):
-            data = _read_locked(path, held)
-            if data is not None:
+        for path in files:
+            try:
+                fd = os.open(path, _OPEN)
+                held.callback(os.close, fd)
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # moved by another writer, or held by its live process
+                continue
+            if os.fstat(fd).st_nlink:  # none: another writer moved it first
+                with open(fd, "rb", closefd=False) as f:
+                    data = f.read()
                 frames, used = decode(data)
                 read.append((path, frames, used == len(data)))
         yield [f for _, frames, _ in read for f in frames]
@@ -193,9 +182,10 @@ def move_left(conn: sqlite3.Connection, path: Path) -> None:
         journal = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
         ).fetchone()
-        if journal is None and not spool_files(path):
+        files = spool_files(path)
+        if journal is None and not files:
             return
-        with _orphans(path) as frames:
+        with _orphans(files) as frames:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 # the journal's rows in their order, then the frames in compaction time order
