@@ -184,13 +184,10 @@ def rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-def _stem_or_null(text: str | None) -> str | None:
-    return None if text is None else stem_text(text)
-
-
 def register_functions(conn: sqlite3.Connection) -> None:
     """Give the write connection ``conn`` the function :data:`INDEXED_SQL` calls."""
-    conn.create_function(_STEM_FUNCTION, 1, _stem_or_null, deterministic=True)
+    stem = lambda text: None if text is None else stem_text(text)  # noqa: E731
+    conn.create_function(_STEM_FUNCTION, 1, stem, deterministic=True)
 
 
 def is_stemmed(run: Any) -> bool:
@@ -227,8 +224,6 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
     index kept by a trigger: its rows move in archive order, the first of each content
     kept (it is what later readers recall), and are indexed again from scratch.
     """
-    if version != 1:  # pragma: no cover - _archive_version refuses others first
-        raise sqlite3.DatabaseError(f"cannot migrate an archive of version {version}")
     conn.execute("DROP TRIGGER IF EXISTS entries_fts_insert")
     conn.execute("DROP TABLE IF EXISTS entries_fts")
     conn.execute("ALTER TABLE entries RENAME TO entries_v1")
