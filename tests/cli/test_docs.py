@@ -236,6 +236,7 @@ API_PAGES = {
     "normandy_pipeline": "pipeline.md",
     "normandy_native": "native.md",
     "normandy_otel": "otel.md",
+    "normandy_embed_bert": "embed-bert.md",
     "normandy_langchain": "langchain.md",
     "normandy_pydantic_ai": "pydantic-ai.md",
     "normandy_openai_agents": "openai-agents.md",
