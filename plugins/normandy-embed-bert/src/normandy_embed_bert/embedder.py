@@ -68,20 +68,32 @@ class BertEmbedder:
         self.dimensions = config.hidden_size
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, in order (unit length when the model normalizes)."""
-        out: list[list[float]] = []
-        for start in range(0, len(texts), self.batch):
-            out.extend(self._batch(texts[start : start + self.batch]).tolist())
-        return out
+        """One vector per text, in order (unit length when the model normalizes).
 
-    def _batch(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        The texts run in batches of like length (sorted by their token count), so a short
+        text is not padded to a long one's width: attention costs the square of it."""
+        if not texts:
+            return []
         encoded = self.tokenizer.encode_batch([t or " " for t in texts])
-        width = max(len(e.ids) for e in encoded)
-        ids = np.zeros((len(encoded), width), dtype=np.int64)
-        mask = np.zeros((len(encoded), width), dtype=np.int64)
-        for row, e in enumerate(encoded):
-            ids[row, : len(e.ids)] = e.ids
-            mask[row, : len(e.ids)] = 1
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].ids))
+        out = np.empty((len(encoded), self.dimensions), dtype=np.float32)
+        for start in range(0, len(order), self.batch):
+            rows = order[start : start + self.batch]
+            out[rows] = self._batch([encoded[i].ids for i in rows])
+        vectors: list[list[float]] = out.tolist()
+        return vectors
+
+    def embed_array(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """:meth:`embed` as one float32 array, ``(len(texts), dimensions)``."""
+        return np.asarray(self.embed(texts), dtype=np.float32).reshape(-1, self.dimensions)
+
+    def _batch(self, rows: Sequence[Sequence[int]]) -> npt.NDArray[np.float32]:
+        width = max(len(r) for r in rows)
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        mask = np.zeros((len(rows), width), dtype=np.int64)
+        for row, r in enumerate(rows):
+            ids[row, : len(r)] = r
+            mask[row, : len(r)] = 1
         hidden = self.encoder(ids, mask)
         if self.cls_pooling:
             pooled = hidden[:, 0]
