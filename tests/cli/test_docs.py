@@ -44,6 +44,7 @@ def test_every_hookspec_is_in_the_hook_reference() -> None:
         "after_compact",
         "on_boundary",
         "recall_entries",
+        "recall_similar",
     }
     for specs in (hookspecs.CompactorSpec, hookspecs.HookSpec):
         for name in dir(specs):

@@ -4,7 +4,8 @@
 one transaction before the compaction takes effect, or raises the archive's error and the
 boundary refuses the compaction. *Best effort* (``required=false``): :func:`after_compact`
 writes them afterwards; a failure is reported in ``meta["hook_errors"]`` with the number
-of entries not archived. :func:`recall_entries` answers the ``recall`` tool. Indexing,
+of entries not archived. :func:`recall_entries` answers the ``recall`` tool, and
+:func:`recall_similar` its ranking by meaning when an embedder is configured. Indexing,
 checkpoints and retention run in the background writer (:mod:`normandy_archive.maintenance`).
 """
 
@@ -25,8 +26,9 @@ if TYPE_CHECKING:
     from normandy_archive.base import ArchivedEntry
     from normandy_archive.settings import ArchiveSettings
     from normandy_core import AgentConfig, CompactionContext
+    from normandy_core.contract.embedders import Embedder
 
-__all__ = ["after_compact", "before_commit", "recall_entries"]
+__all__ = ["after_compact", "before_commit", "recall_entries", "recall_similar"]
 
 
 class _ArchiveInUse:
@@ -224,6 +226,60 @@ def recall_entries(query: str, session_id: str | None, limit: int) -> list[Recal
             names = _tool_names(archive, a.entry.tool_results, session)
             hits[a.seq] = RecallHit(a.entry, a.session_id, a.archived_at, names, a.seq)
     return list(hits.values())[:limit]
+
+
+#: Entries embedded and kept together: a recall abandoned past its timeout keeps what
+#: it made, and the next one goes on from there.
+_EMBED_CHUNK = 64
+
+
+@hookimpl
+def recall_similar(
+    query: str, session_id: str | None, limit: int, embedder: Embedder
+) -> list[RecallHit]:
+    """The archived entries (of the session, as :func:`recall_entries` takes it) whose
+    vectors are closest to ``query``'s, by cosine, closest first.
+
+    Entries with no vector of ``embedder.key`` yet are embedded now (their searchable
+    text) and their vectors kept in the archive (:meth:`~normandy_archive.Archive.store_vectors`),
+    so each entry is embedded once; the compaction's path never waits for it.
+
+    :raises ArchiveError: the archive is off, is not the SQLite one (PostgreSQL has no
+        vectors yet), or cannot be read or written; NumPy is not installed.
+    """
+    from normandy_archive.store import Archive
+    from normandy_archive.vectors import nearest, pack
+
+    settings = _settings()
+    if settings.off:
+        raise ArchiveError(
+            f"the archive is off (set by {settings.source}): nothing can be recalled"
+        )
+    archive = _IN_USE.get(settings)
+    if not isinstance(archive, Archive):
+        raise ArchiveError(
+            f"recall by meaning (embedder {embedder.key!r}) needs the SQLite archive; "
+            f"{archive.location} keeps no vectors (pgvector is not supported yet)"
+        )
+    session = None if session_id is None else (settings.session or session_id)
+    missing = archive.unembedded(embedder.key, session)
+    if missing:
+        from normandy_archive.base import searchable_text
+
+        made = embedder.embed([searchable_text(a.entry) for a in missing])
+        archive.store_vectors(
+            embedder.key, {a.seq: pack(v) for a, v in zip(missing, made, strict=True)}
+        )
+    held = archive.vectors(embedder.key, session)
+    if not held:
+        return []
+    (asked,) = embedder.embed([query])
+    seqs = nearest(asked, held, limit)
+    hits: list[RecallHit] = []
+    for a in archive.by_seq(seqs):
+        names = _tool_names(archive, a.entry.tool_results, session)
+        hits.append(RecallHit(a.entry, a.session_id, a.archived_at, names, a.seq))
+    return hits
 
 
 def _tool_names(
