@@ -159,3 +159,16 @@ def test_an_embedder_whose_model_files_are_missing_is_named(archived, monkeypatc
     monkeypatch.setenv("NORMANDY_RECALL_EMBEDDER_OPTS", f'{{"path": "{tmp_path}"}}')
     with pytest.raises(RecallError, match=r"embedder 'bert'.*holds no config.json"):
         recall("money problem", session="s1")
+
+
+def test_the_background_writer_embeds_what_recall_would_rank_a_pass_at_a_time(archived):
+    from normandy_archive.maintenance import embed_pending
+
+    emb = Concepts()
+    archive = Archive(archived)
+    assert embed_pending(archive, emb, "s1", most=3)  # one left for the next pass
+    assert len(archive.unembedded(emb.key, "s1")) == 1
+    assert not embed_pending(archive, emb, "s1")
+    assert archive.unembedded(emb.key, "s1") == []
+    recall_similar(query="money", session_id="s1", limit=1, embedder=emb)
+    assert emb.embedded[-1] == "money" and len(emb.embedded) == 5  # recall embeds the query only

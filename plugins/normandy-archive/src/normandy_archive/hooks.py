@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from normandy_archive.backend import ArchiveBackend
     from normandy_archive.base import ArchivedEntry
+    from normandy_archive.maintenance import Embedding
     from normandy_archive.settings import ArchiveSettings
     from normandy_core import AgentConfig, CompactionContext
     from normandy_core.contract.embedders import Embedder
@@ -129,7 +130,26 @@ def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
     bound, most = archive.WAL_MAX_BYTES, settings.max_bytes
     archive.wal_bound = bound if most is None else min(bound, most // 10)
     maintenance.hold(archive, limits)
-    maintenance.schedule(archive, limits, acc.memory.entries())
+    maintenance.schedule(archive, limits, acc.memory.entries(), _embedding(settings, acc))
+
+
+def _embedding(settings: ArchiveSettings, acc: AgentConfig) -> Embedding | None:
+    """The embedder ``acc``'s recall ranks by meaning with (configured by name) and the
+    session it recalls from, for the background writer; ``None``: keywords only, or an
+    embedder that cannot be made (recall itself reports why)."""
+    from normandy_core.contract.recall_embed import embedder_for
+
+    recall = acc.recall_settings
+    if recall is None:
+        return None
+    try:
+        embedder = embedder_for(recall.embedder, recall.embedder_options)
+    except Exception:  # recall says what is wrong with it, where the model asks
+        return None
+    if embedder is None:
+        return None
+    session = None if recall.scope == "all" else (settings.session or acc.session_id)
+    return embedder, session
 
 
 @hookimpl
