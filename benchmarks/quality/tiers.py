@@ -211,7 +211,10 @@ def _agent(
         tools=session.base.tools,
         compactor=subject.compactor,
         compactor_opts=opts,
-        recall=RecallSettings(embedder=embedder or "off"),
+        # with an embedder, no bound on the wait: the scripted model asks at once, where
+        # a real one leaves the background writer seconds to embed; the ranking is what
+        # is measured here, the embedding's cost apart (benchmarks/recall_latency.py)
+        recall=RecallSettings(embedder=embedder or "off", timeout=None if embedder else 10.0),
     )
 
 

@@ -641,9 +641,12 @@ def recall(
         hits, shown, truncated, duplicates = [whole], [whole], False, 0
     else:
         similar: list[RecallHit] = []
-        if meaning is not None:
+        if meaning is not None:  # a failure here leaves the keyword ranking, and says so
             asked = min(2 * settings.max_entries, _MAX_ASKED)
-            got, failed = _search(query, session, asked, settings.timeout, meaning)
+            try:
+                got, failed = _search(query, session, asked, settings.timeout, meaning)
+            except RecallError as exc:
+                got, failed = [], [f"by meaning ({meaning.key}): {exc}"]
             errors += failed
             similar = _wanted(got, present, tool_name)
         hits, duplicates = _ranked(wanted, terms, present, settings.max_entries, similar)

@@ -172,3 +172,16 @@ def test_the_background_writer_embeds_what_recall_would_rank_a_pass_at_a_time(ar
     assert archive.unembedded(emb.key, "s1") == []
     recall_similar(query="money", session_id="s1", limit=1, embedder=emb)
     assert emb.embedded[-1] == "money" and len(emb.embedded) == 5  # recall embeds the query only
+
+
+class _Failing(Concepts):
+    key = "failing:1"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        raise RuntimeError("the model fell over")
+
+
+def test_a_failing_search_by_meaning_leaves_the_keyword_ranking_and_says_so(archived):
+    got = recall("README headings tidy", session="s1", embedder=_Failing())
+    assert [h.entry.id for h in got.hits] == ["a2", "u1"]
+    assert any("by meaning (failing:1)" in e and "fell over" in e for e in got.errors)

@@ -248,11 +248,6 @@ def recall_entries(query: str, session_id: str | None, limit: int) -> list[Recal
     return list(hits.values())[:limit]
 
 
-#: Entries embedded and kept together: a recall abandoned past its timeout keeps what
-#: it made, and the next one goes on from there.
-_EMBED_CHUNK = 64
-
-
 @hookimpl
 def recall_similar(
     query: str, session_id: str | None, limit: int, embedder: Embedder
@@ -267,8 +262,9 @@ def recall_similar(
     :raises ArchiveError: the archive is off, is not the SQLite one (PostgreSQL has no
         vectors yet), or cannot be read or written; NumPy is not installed.
     """
+    from normandy_archive import maintenance
     from normandy_archive.store import Archive
-    from normandy_archive.vectors import nearest, pack
+    from normandy_archive.vectors import nearest
 
     settings = _settings()
     if settings.off:
@@ -282,14 +278,7 @@ def recall_similar(
             f"{archive.location} keeps no vectors (pgvector is not supported yet)"
         )
     session = None if session_id is None else (settings.session or session_id)
-    missing = archive.unembedded(embedder.key, session)
-    if missing:
-        from normandy_archive.base import searchable_text
-
-        made = embedder.embed([searchable_text(a.entry) for a in missing])
-        archive.store_vectors(
-            embedder.key, {a.seq: pack(v) for a, v in zip(missing, made, strict=True)}
-        )
+    maintenance.embed_pending(archive, embedder, session)  # what the writer has not yet
     held = archive.vectors(embedder.key, session)
     if not held:
         return []

@@ -153,19 +153,25 @@ def embed_pending(
     archive: Archive, embedder: Embedder, session_id: str | None, *, most: int | None = None
 ) -> bool:
     """Embed (and keep) the entries of ``session_id`` that have no vector of ``embedder``
-    yet, at most ``most`` of them, 16 at a time; whether some are left."""
+    yet, at most ``most`` of them, 16 at a time; whether some are left. One call at a
+    time in the process: a recall waits for the background writer's pass rather than
+    embed the same entries beside it."""
     from normandy_archive.base import searchable_text
     from normandy_archive.vectors import pack
 
-    missing = archive.unembedded(embedder.key, session_id)
-    todo = missing if most is None else missing[:most]
-    for start in range(0, len(todo), 16):
-        part = todo[start : start + 16]
-        made = embedder.embed([searchable_text(a.entry) for a in part])
-        archive.store_vectors(
-            embedder.key, {a.seq: pack(v) for a, v in zip(part, made, strict=True)}
-        )
-    return len(missing) > len(todo)
+    with _EMBEDDING:
+        missing = archive.unembedded(embedder.key, session_id)
+        todo = missing if most is None else missing[:most]
+        for start in range(0, len(todo), 16):
+            part = todo[start : start + 16]
+            made = embedder.embed([searchable_text(a.entry) for a in part])
+            kept = {a.seq: pack(v) for a, v in zip(part, made, strict=True)}
+            archive.store_vectors(embedder.key, kept)
+        return len(missing) > len(todo)
+
+
+#: Held while entries are embedded (:func:`embed_pending`).
+_EMBEDDING = threading.Lock()
 
 
 def _over(archive: Archive, limits: Limits | None) -> bool:
