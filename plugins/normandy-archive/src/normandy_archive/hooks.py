@@ -264,7 +264,7 @@ def recall_similar(
     """
     from normandy_archive import maintenance
     from normandy_archive.store import Archive
-    from normandy_archive.vectors import nearest
+    from normandy_archive.vectors import held
 
     settings = _settings()
     if settings.off:
@@ -278,12 +278,14 @@ def recall_similar(
             f"{archive.location} keeps no vectors (pgvector is not supported yet)"
         )
     session = None if session_id is None else (settings.session or session_id)
-    maintenance.embed_pending(archive, embedder, session)  # what the writer has not yet
-    held = archive.vectors(embedder.key, session)
-    if not held:
+    mine = held(archive.location, embedder.key, session, archive.last_vector(embedder.key))
+    # what the background writer has not embedded yet, then the vectors not read yet
+    maintenance.embed_pending(archive, embedder, session, after=mine.top)
+    mine.extend(archive.vectors(embedder.key, session, after=mine.top))
+    if not mine.seqs:
         return []
     (asked,) = embedder.embed([query])
-    seqs = nearest(asked, held, limit)
+    seqs = mine.nearest(asked, limit)
     hits: list[RecallHit] = []
     for a in archive.by_seq(seqs):
         names = _tool_names(archive, a.entry.tool_results, session)

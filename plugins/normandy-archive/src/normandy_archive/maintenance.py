@@ -150,17 +150,23 @@ class _Writer:
 
 
 def embed_pending(
-    archive: Archive, embedder: Embedder, session_id: str | None, *, most: int | None = None
+    archive: Archive,
+    embedder: Embedder,
+    session_id: str | None,
+    *,
+    most: int | None = None,
+    after: int = 0,
 ) -> bool:
     """Embed (and keep) the entries of ``session_id`` that have no vector of ``embedder``
-    yet, at most ``most`` of them, 16 at a time; whether some are left. One call at a
+    yet (past archive order ``after``), at most ``most`` of them, 16 at a time; whether
+    some are left. One call at a
     time in the process: a recall waits for the background writer's pass rather than
     embed the same entries beside it."""
     from normandy_archive.base import searchable_text
     from normandy_archive.vectors import pack
 
     with _EMBEDDING:
-        missing = archive.unembedded(embedder.key, session_id)
+        missing = archive.unembedded(embedder.key, session_id, after=after)
         todo = missing if most is None else missing[:most]
         for start in range(0, len(todo), 16):
             part = todo[start : start + 16]

@@ -649,11 +649,13 @@ class Archive(ArchiveBackend):
         return self._in_session_or_seen("1 = 1", [], session_id)
 
     def unembedded(
-        self, embedder: str, session_id: str | None = None
+        self, embedder: str, session_id: str | None = None, *, after: int = 0
     ) -> builtins.list[ArchivedEntry]:
-        """The entries (of ``session_id``, as :meth:`search` with ``seen`` takes it) that
-        hold no vector of the embedder key ``embedder`` yet, oldest first."""
+        """The entries (of ``session_id``, as :meth:`search` with ``seen`` takes it; past
+        archive order ``after``) that hold no vector of the embedder key ``embedder``
+        yet, oldest first."""
         cond, params = self._session_rows(session_id)
+        cond, params = f"e.seq > ? AND {cond}", [after, *params]
         lacking = " AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.embedder = ? AND v.seq = e.seq)"
         # an archive a writer has not moved to version 3 yet has no vectors at all
         table = self._read(lambda v, run: bool(run(_HAS_VECTORS, ())))
@@ -683,23 +685,35 @@ class Archive(ArchiveBackend):
         return self._transaction(work, f"could not keep {len(rows)} vectors")
 
     def vectors(
-        self, embedder: str, session_id: str | None = None
+        self, embedder: str, session_id: str | None = None, *, after: int = 0
     ) -> builtins.list[tuple[int, bytes]]:
         """The vectors of the embedder key ``embedder`` the archive holds (of
-        ``session_id``, as :meth:`unembedded` takes it): ``(seq, float32 BLOB)``, in
-        archive order."""
+        ``session_id``, as :meth:`unembedded` takes it; past archive order ``after``):
+        ``(seq, float32 BLOB)``, in archive order."""
         cond, params = self._session_rows(session_id)
+        cond, params = f"e.seq > ? AND {cond}", [after, *params]
 
         def select(version: int, run: Run) -> builtins.list[tuple[Any, ...]]:
             if not run(_HAS_VECTORS, ()):
                 return []
             return run(
                 f"SELECT e.seq, x.vector FROM vectors x JOIN entries e ON e.seq = x.seq "
-                f"WHERE x.embedder = ? AND {cond} ORDER BY e.seq",
-                [embedder, *params],
+                f"WHERE x.embedder = ? AND x.seq > ? AND {cond} ORDER BY e.seq",
+                [embedder, after, *params],
             )
 
         return [(int(r[0]), bytes(r[1])) for r in self._read(select) or ()]
+
+    def last_vector(self, embedder: str) -> int:
+        """The highest archive order holding a vector of ``embedder`` (0: none)."""
+
+        def select(version: int, run: Run) -> builtins.list[tuple[Any, ...]]:
+            if not run(_HAS_VECTORS, ()):
+                return []
+            return run("SELECT max(seq) FROM vectors WHERE embedder = ?", [embedder])
+
+        rows = self._read(select) or []
+        return int(rows[0][0] or 0) if rows else 0
 
     def by_seq(self, seqs: Sequence[int]) -> builtins.list[ArchivedEntry]:
         """The entries of archive order ``seqs``, in that order (those removed: left out)."""
