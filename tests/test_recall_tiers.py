@@ -178,3 +178,4 @@ def test_an_embedder_that_is_not_installed_is_named() -> None:
     assert tiers.check_embedder(None).startswith("lexical")
     with pytest.raises(SystemExit, match=r"--embedder minilm: not installed; installed: .*'bert'"):
         tiers.check_embedder("minilm")
+    assert tiers.check_embedder("bert").startswith("lexical fused with the embedder 'bert'")
