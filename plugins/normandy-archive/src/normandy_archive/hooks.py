@@ -134,22 +134,24 @@ def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
 
 
 def _embedding(settings: ArchiveSettings, acc: AgentConfig) -> Embedding | None:
-    """The embedder ``acc``'s recall ranks by meaning with (configured by name) and the
-    session it recalls from, for the background writer; ``None``: keywords only, or an
-    embedder that cannot be made (recall itself reports why)."""
-    from normandy_core.contract.recall_embed import embedder_for
-
+    """What makes the embedder ``acc``'s recall ranks by meaning with (configured by
+    name; made by the background writer, off the compaction's path) and the session it
+    recalls from; ``None``: no recall. An embedder that cannot be made is skipped there:
+    recall itself says what is wrong with it, where the model asks."""
     recall = acc.recall_settings
-    if recall is None:
+    if recall is None or recall.embedder == "off":
         return None
-    try:
-        embedder = embedder_for(recall.embedder, recall.embedder_options)
-    except Exception:  # recall says what is wrong with it, where the model asks
-        return None
-    if embedder is None:
-        return None
+
+    def made() -> Embedder | None:
+        from normandy_core.contract.recall_embed import embedder_for
+
+        try:
+            return embedder_for(recall.embedder, recall.embedder_options)
+        except Exception:
+            return None
+
     session = None if recall.scope == "all" else (settings.session or acc.session_id)
-    return embedder, session
+    return made, session
 
 
 @hookimpl

@@ -16,7 +16,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from normandy_archive.base import Limits, prepare
@@ -54,8 +54,10 @@ PRUNE_TO = 0.7
 #: on one core); more are left to the next pass, scheduled at once.
 EMBED_PER_PASS = 64
 
-#: What recall by meaning embeds with, and the session it recalls from.
-Embedding = tuple["Embedder", "str | None"]
+#: What recall by meaning embeds with (made when the writer first needs it: loading a
+#: model takes a second, never on the compaction's path; ``None``: none), and the
+#: session it recalls from.
+Embedding = tuple[Callable[[], "Embedder | None"], "str | None"]
 _Work = tuple[Archive, "Limits | None", Sequence["Entry"], "Embedding | None"]
 
 
@@ -135,7 +137,11 @@ class _Writer:
             log.error("archive %s: indexing failed (tried again later): %s", archive.location, exc)
         if embedding is not None:
             try:
-                more = embed_pending(archive, *embedding, most=EMBED_PER_PASS)
+                made, session = embedding
+                embedder = made()
+                more = embedder is not None and embed_pending(
+                    archive, embedder, session, most=EMBED_PER_PASS
+                )
             except Exception as exc:
                 log.error("archive %s: embedding failed (recall embeds): %s", archive.location, exc)
             else:
@@ -218,7 +224,8 @@ def schedule(
 ) -> None:
     """Soon, in the background writer: index and checkpoint ``archive``, prune it past
     ``limits``, serialize ``upcoming`` (the entries a compaction may drop next), and with
-    ``embedding`` (an embedder and a session) embed what recall would rank by meaning."""
+    ``embedding`` (what makes the embedder, and a session) embed what recall would rank
+    by meaning."""
     _writer.schedule(archive, limits, upcoming, embedding)
 
 
