@@ -640,15 +640,7 @@ def recall(
         text = _whole(searched, whole, names, scope, nonce)
         hits, shown, truncated, duplicates = [whole], [whole], False, 0
     else:
-        similar: list[RecallHit] = []
-        if meaning is not None:  # a failure here leaves the keyword ranking, and says so
-            asked = min(2 * settings.max_entries, _MAX_ASKED)
-            try:
-                got, failed = _search(query, session, asked, settings.timeout, meaning)
-            except RecallError as exc:
-                got, failed = [], [f"by meaning ({meaning.key}): {exc}"]
-            errors += failed
-            similar = _wanted(got, present, tool_name)
+        similar = _by_meaning(query, session, settings, meaning, present, tool_name, errors)
         hits, duplicates = _ranked(wanted, terms, present, settings.max_entries, similar)
         text, shown, truncated = render(
             searched,
@@ -673,6 +665,29 @@ def recall(
         terms=tuple(terms),
         duplicates=duplicates,
     )
+
+
+def _by_meaning(
+    query: str,
+    session: str | None,
+    settings: RecallSettings,
+    meaning: Embedder | None,
+    present: Sequence[Entry],
+    tool_name: str,
+    errors: list[str],
+) -> list[RecallHit]:
+    """What the ``recall_similar`` sources rank closest to ``query`` with ``meaning`` (none
+    without an embedder), less what the model sees; a failure leaves the keyword ranking
+    alone and is added to ``errors``."""
+    if meaning is None:
+        return []
+    asked = min(2 * settings.max_entries, _MAX_ASKED)
+    try:
+        got, failed = _search(query, session, asked, settings.timeout, meaning)
+    except RecallError as exc:
+        got, failed = [], [f"by meaning ({meaning.key}): {exc}"]
+    errors += failed
+    return _wanted(got, present, tool_name)
 
 
 def _gather(
