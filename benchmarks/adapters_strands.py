@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +100,12 @@ def to_strands(messages: Sequence[Message]) -> Converted:
     return conv
 
 
-def _scripted_model(text: str) -> Any:
-    """A Strands model (the benchmark's only fake) that answers every request with ``text``."""
+def streaming_model(events: Callable[[Any], Iterable[Mapping[str, Any]]]) -> Any:
+    """A Strands model (the benchmarks' only fake) that streams ``events(messages)``, the
+    Strands stream events of its answer, for every request."""
     from strands.models import Model
 
-    class ScriptedSummarizer(Model):
+    class Streaming(Model):
         def update_config(self, **model_config: Any) -> None:
             pass
 
@@ -114,13 +115,22 @@ def _scripted_model(text: str) -> Any:
         def structured_output(self, *args: Any, **kwargs: Any) -> Any:
             raise NotImplementedError("not scripted")
 
-        async def stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
-            yield {"messageStart": {"role": "assistant"}}
-            yield {"contentBlockDelta": {"delta": {"text": text}}}
-            yield {"contentBlockStop": {}}
-            yield {"messageStop": {"stopReason": "end_turn"}}
+        async def stream(self, messages: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+            for event in events(messages):
+                yield event
 
-    return ScriptedSummarizer()
+    return Streaming()
+
+
+def _scripted_model(text: str) -> Any:
+    """A Strands model that answers every request with ``text``."""
+    reply: list[Mapping[str, Any]] = [
+        {"messageStart": {"role": "assistant"}},
+        {"contentBlockDelta": {"delta": {"text": text}}},
+        {"contentBlockStop": {}},
+        {"messageStop": {"stopReason": "end_turn"}},
+    ]
+    return streaming_model(lambda _messages: reply)
 
 
 def scripted_agent(manager: Any) -> Any:

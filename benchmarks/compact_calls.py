@@ -42,6 +42,20 @@ MODEL = "gpt-4-turbo"
 #: The exact counter, as the peers section pins it; no room reserved, so the usable window
 #: is the same 128,000 tokens LangChain is given.
 OPTS: dict[str, Any] = {"counter": "cl100k_base", "reserved_tokens": 0}
+#: The opt-in offload at arrival (issue 35 item 3), as its own subject: whether a boundary
+#: where nothing new is large stays near the floor.
+OFFLOAD: dict[str, Any] = {
+    "compactor": "pipeline",
+    "opts": {
+        "counter": "cl100k_base",
+        "steps": [
+            {"compactor": "clear_tool_results", "opts": {"offload_tokens": 1500}},
+            {"compactor": "window_manager", "opts": {"reserved_tokens": 0}},
+        ],
+    },
+}
+OURS = "normandy compact()"
+OFFLOADING = "normandy compact(), offload at arrival (pipeline, offload_tokens=1500)"
 #: Issue 13's target: ``compact()`` per call at most this many times the floor at 10k.
 TARGET = 3.0
 TARGET_SIZE = 10_000
@@ -297,8 +311,11 @@ def measure(size: int, calls: int, cap: float, first_size: bool, log: Log) -> Si
     def normandy_call() -> Any:
         return compact(live, window=BUDGET, model=MODEL, opts=OPTS)
 
-    ours = Subject("normandy compact()", normandy_call, lambda r: r.messages, True)
-    subjects = [ours]
+    def offload_call() -> Any:
+        return compact(live, window=BUDGET, model=MODEL, **OFFLOAD)
+
+    ours = Subject(OURS, normandy_call, lambda r: r.messages, True)
+    subjects = [ours, Subject(OFFLOADING, offload_call, lambda r: r.messages, True)]
     lc = _langchain()
     if lc is not None:
         convert_to_messages, trim_messages = lc
@@ -364,9 +381,12 @@ def measure(size: int, calls: int, cap: float, first_size: bool, log: Log) -> Si
             t0 = clock()
             out = sub.call()
             dt = clock() - t0
-            if sub is ours:
-                drains.append(_drain_archive())
+            if sub.name.startswith("normandy"):
+                # What it archived is indexed here, not inside the next subject's call.
+                drain = _drain_archive()
                 assert not out.meta.hook_errors, out.meta.hook_errors
+            if sub is ours:
+                drains.append(drain)
                 if out.compacted:
                     if not compacted:
                         note = out.note("archive")
@@ -487,10 +507,10 @@ def report(results: Sequence[SizeResult], mode: Mode, wall: float) -> str:
                     f"{median([float(n) for n in sub.kept_tokens]):,.0f}",
                 ]
             )
-            if r.size == TARGET_SIZE and sub.name.startswith("normandy"):
+            if r.size == TARGET_SIZE and sub.name == OURS:
                 met = "met" if ratio <= TARGET else "**not met**"
                 verdict = f"{ratio_text(ratio)} ({met})"
-    lc_missing = all(len(r.subjects) == 1 for r in results)
+    lc_missing = all(len(r.subjects) == 2 for r in results)
     sampled = "; ".join(f"{n:,} calls at {s:,} messages" for s, n in mode.calls.items())
     text = [
         f"Target: `compact()` at most {TARGET:g}x the floor at {TARGET_SIZE:,} messages. "
@@ -522,7 +542,11 @@ def report(results: Sequence[SizeResult], mode: Mode, wall: float) -> str:
         "by batch), and `trim_messages(strategy='last', max_tokens=128_000, "
         "start_on='human', end_on=('human', 'tool'), include_system=True, "
         "allow_partial=False)` with an exact counter (the same raw tiktoken count as the "
-        "floor and the judge), without memo and memoised per message (`id(message)`).",
+        "floor and the judge), without memo and memoised per message (`id(message)`). "
+        f"A second Normandy subject calls `compact(messages, window={BUDGET:_}, "
+        f"model={MODEL!r}, **{OFFLOAD!r})`: clear_tool_results offloading at arrival (each tool "
+        "result over 1,500 tokens archived at the call that first sees it, a preview in its "
+        "place), then `window_manager` as above.",
         "",
         "- **Calls.** At each size the list starts at about that many messages (ending "
         "after a tool batch; its exact tokens in the second column) and every stateful "

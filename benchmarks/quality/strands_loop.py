@@ -20,9 +20,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from benchmarks.adapters_strands import streaming_model
 from benchmarks.quality.replay import (
     COUNTER,
     RESERVED,
@@ -179,25 +180,8 @@ def _recording(judge: _Judge) -> Any:
 
 
 def _model(judge: _Judge) -> Any:
-    from strands.models import Model
-
-    class ReplayModel(Model):
-        """The benchmark's replay model as a Strands model."""
-
-        def update_config(self, **model_config: Any) -> None:
-            pass
-
-        def get_config(self) -> Any:
-            return {}
-
-        def structured_output(self, *args: Any, **kwargs: Any) -> Any:
-            raise NotImplementedError("not scripted")
-
-        async def stream(self, messages: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
-            for event in _events(judge.request(messages)):
-                yield event
-
-    return ReplayModel()
+    """The benchmark's replay model as a Strands model."""
+    return streaming_model(lambda messages: _events(judge.request(messages)))
 
 
 def _tools(session: QualitySession, turn: list[Turn]) -> list[Any]:

@@ -69,9 +69,9 @@ from normandy_core.conversation.entries import (
 from normandy_core.conversation.keys import (
     CLEARED_TAG,
     MARKER_KEY,
-    OFFLOADED_KEY,
     OFFLOADED_TAG,
     SUMMARY_KEY,
+    offloaded_ids,
 )
 
 if TYPE_CHECKING:
@@ -723,7 +723,7 @@ def _by_reference(
     if len(terms) != 1:
         return None
     ref = terms[0]
-    listed = any(ref in (e.metadata.get(OFFLOADED_KEY) or ()) for e in present)
+    listed = any(ref in offloaded_ids(e) for e in present)
     previews = [r for h in found for r in h.entry.tool_results if r.tool_use_id == ref]
     if not listed and not any(r.text().startswith(OFFLOADED_TAG) for r in previews):
         return None

@@ -93,6 +93,7 @@ __all__ = [
     "read_settings_file",
     "reload_settings",
     "settings_sections",
+    "working_directory",
 ]
 
 #: The compactor's name.
@@ -796,6 +797,14 @@ def load_settings(environ: Mapping[str, str], cwd: str | None) -> Settings:
     return Settings(tuple(layers))
 
 
+def working_directory() -> str | None:
+    """The working directory, or ``None`` when it was removed (no file is then found)."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
+
+
 def highest(layers: Sequence[Layer], key: str) -> Layer | None:
     """The first of ``layers`` (highest precedence first) that sets ``key``, if any."""
     return next((layer for layer in layers if key in layer.values), None)
@@ -832,10 +841,7 @@ class _CurrentSettings:
 
     def get(self) -> Settings:
         """The settings in force (see :func:`current_settings`)."""
-        try:
-            cwd: str | None = os.getcwd()
-        except OSError:  # the working directory was removed
-            cwd = None
+        cwd = working_directory()
         environ = os.environ
         key = (cwd, environ.get(ENV_COMPACTOR), environ.get(ENV_OPTS), environ.get(ENV_CONFIG))
         last = self._last

@@ -25,6 +25,7 @@ __all__ = [
     "SUMMARY_KEY",
     "cleared_ids",
     "is_compacted",
+    "offloaded_ids",
 ]
 
 #: A note a compactor inserted where it cut the history (text tag ``[normandy:marker]``).
@@ -58,6 +59,12 @@ COMPACTED_KEYS = (*INSERTED_KEYS, CLEARED_KEY, OFFLOADED_KEY, PROVIDER_COMPACTIO
 def cleared_ids(entry: Entry) -> list[str]:
     """The tool-use ids :data:`CLEARED_KEY` lists on ``entry`` (none when absent)."""
     value = entry.metadata.get(CLEARED_KEY)
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def offloaded_ids(entry: Entry) -> list[str]:
+    """The tool-use ids :data:`OFFLOADED_KEY` lists on ``entry`` (none when absent)."""
+    value = entry.metadata.get(OFFLOADED_KEY)
     return [str(v) for v in value] if isinstance(value, list) else []
 
 

@@ -60,7 +60,8 @@ Checks (the ``check`` of a :class:`Finding`):
   dump;
 - ``pinned``: a system or pinned message was not kept as it was;
 - ``mutation``: ``compact()`` changed the caller's input;
-- ``keep``: ``clear_tool_results`` cleared one of the newest ``keep`` tool uses;
+- ``keep``: ``clear_tool_results`` cleared one of the newest ``keep`` tool uses (offloading
+  one at arrival is no finding: ``keep`` does not apply to it);
 - ``marker_count``: the cut marker's "[N earlier messages removed ...]" is not the number
   of the caller's messages it replaced;
 - ``idempotence_marker``: compacting the output again with the same settings reports a
@@ -75,6 +76,7 @@ Checks (the ``check`` of a :class:`Finding`):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
@@ -82,7 +84,7 @@ import re
 import time
 import traceback
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -107,8 +109,12 @@ from normandy_core import (
     TranscriptError,
     compact,
     get_counter,
+    hookimpl,
+    register_hook,
+    unregister_hook,
 )
 from normandy_core.conversation.entries import DocumentBlock, OpaqueBlock
+from normandy_core.conversation.keys import OFFLOADED_TAG
 from normandy_core.conversation.tokens import default_counter_for
 from normandy_core.transcripts.facade import parse_transcript
 from normandy_core.transcripts.result import CompactionError, CompactResult
@@ -319,6 +325,10 @@ def _clear_opts(rng: random.Random, tokens: int, counter: str | None) -> dict[st
         o["clear_tool_inputs"] = True
     if rng.random() < 0.1:
         o["exclude_tools"] = [rng.choice(_TOOLS)]
+    if rng.random() < 0.2:
+        o["offload_tokens"] = rng.choice([64, rng.randint(64, 400), rng.randint(400, 3000)])
+        if rng.random() < 0.4:
+            o["offload_preview"] = round(rng.uniform(0.05, 0.5), 2)
     if counter is not None:
         o["counter"] = counter
     return o
@@ -929,6 +939,8 @@ def _check_keep(c: _Case, result: CompactResult) -> None:
     src = {r.tool_use_id: r for e in c.memory.entries() for r in e.tool_results}
     out = {r.tool_use_id: r for e in result.memory.entries() for r in e.tool_results}
     for uid in uses[-keep:]:
+        if uid in out and out[uid].text().startswith(OFFLOADED_TAG):
+            continue  # offloading at arrival takes the newest results by design
         if uid in src and uid in out and out[uid].content != src[uid].content:
             c.find(
                 "keep",
@@ -1533,23 +1545,29 @@ def run_case(
             )
         )
         return report.findings
+    with _recall_source(c.opts):
+        _run_drawn(c, report)
+    report.seconds = time.perf_counter() - t0
+    report.findings = c.findings
+    return c.findings
+
+
+def _run_drawn(c: _Case, report: CaseReport) -> None:
+    """Run the drawn case ``c`` and its checks, its findings in ``c.findings``."""
     lc = bool(c.session.shape.get("lc_thinking"))
     problems = validate(c.session.format, c.data, thinking=lc)
     if c.session.format in PROVIDER_FORMATS:
         problems += validate_sdk(c.session.format, c.data, thinking=lc)
     if problems:
         c.find("harness", "the generator drew an invalid transcript: " + "; ".join(problems[:3]))
-        report.findings = c.findings
-        return c.findings
+        return
     if c.mode != "single":
         try:
             _run_sequence(c)
         except Exception as exc:
             report.outcome = "raised"
             c.find("exception", f"{type(exc).__name__}: {exc}")
-        report.seconds = time.perf_counter() - t0
-        report.findings = c.findings
-        return c.findings
+        return
     original = copy.deepcopy(c.data)
     try:
         result = c.call(c.data)
@@ -1586,9 +1604,35 @@ def run_case(
                 "harness",
                 f"a check raised {type(exc).__name__}: {exc} (line {where.lineno})",
             )
-    report.seconds = time.perf_counter() - t0
-    report.findings = c.findings
-    return c.findings
+
+
+class _RecallStandIn:
+    """A recall source for the cases that offload: the campaign disables the archive, and
+    ``clear_tool_results`` offloads only when a source could give a result back (the
+    loss checks then find each original in ``dropped``, where the archive would take it)."""
+
+    @hookimpl
+    def recall_entries(self, query: str, session_id: str | None, limit: int) -> None:
+        return None
+
+
+def _offloads(opts: Mapping[str, Any]) -> bool:
+    """Whether ``opts`` (or a pipeline step's) set ``offload_tokens``."""
+    steps = opts.get("steps") or ()
+    return "offload_tokens" in opts or any(_offloads(s.get("opts") or {}) for s in steps)
+
+
+@contextlib.contextmanager
+def _recall_source(opts: Mapping[str, Any]) -> Iterator[None]:
+    """:class:`_RecallStandIn` registered while a case whose ``opts`` offload runs."""
+    if not _offloads(opts):
+        yield
+        return
+    name = register_hook(_RecallStandIn(), "fuzz-recall-stand-in")
+    try:
+        yield
+    finally:
+        unregister_hook(name)
 
 
 def run_indexed(seed: int, index: int, compactor: str | None = None) -> CaseReport:

@@ -759,16 +759,13 @@ class PostgresArchive(base.ArchiveBackend):
         text = _websearch(_clean(query), raw, any_term, stemmed=version == SCHEMA_VERSION)
         if not text.strip():
             return []
-        where, params = self._in_session("e.tsv @@ q.q", [text], session_id)
-        plain = None
-        if seen and session_id is not None:  # a version-1 schema has no seen table
-            plain = (where, [*params, limit, offset])
-            where, params = self._in_session_or_seen("e.tsv @@ q.q", [text], session_id)
-        return self._select(
+        where, params = self._in_session("e.tsv @@ q.q", [text], session_id, seen=seen)
+        plain, plain_params = self._in_session("e.tsv @@ q.q", [text], session_id)
+        return self._select(  # a version-1 schema has no seen table
             where,
             [*params, limit, offset],
             "ORDER BY ts_rank(e.tsv, q.q, 1) DESC, e.seq LIMIT %s OFFSET %s",
             source="websearch_to_tsquery('simple', %s) AS q(q) "
             f"JOIN {self.dialect.table('entries')} e ON e.tsv @@ q.q",
-            v1=plain,
+            v1=(plain, [*plain_params, limit, offset]),
         )

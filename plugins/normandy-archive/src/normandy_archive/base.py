@@ -298,11 +298,6 @@ def _serialized(entries: Sequence[Entry]) -> builtins.list[Prepared]:
     ]
 
 
-def _ids(found: str | None) -> tuple[str, ...]:
-    """The caller's ids of a row, from the JSON array it stores (``None``: none)."""
-    return tuple(json.loads(found)) if found else ()
-
-
 def page(limit: int, offset: int) -> tuple[int, int]:
     """``(limit, offset)``, each a whole number from 0 to :data:`MAX_ROWS`.
 
@@ -488,10 +483,7 @@ class ArchiveBackend(abc.ABC):
         recent, and while the bytes in use (SQLite: the file's; PostgreSQL: the stored
         JSON's) exceed ``max_bytes``, the oldest others, never the most recent session.
         """
-        return self._planned(Limits(max_bytes, max_age_seconds, max_sessions, now))
-
-    def _planned(self, limits: Limits) -> PrunePlan:
-        """:meth:`_plan` in a read (a version-1 archive is refused: a write moves it first)."""
+        limits = Limits(max_bytes, max_age_seconds, max_sessions, now)
 
         def plan(version: int, run: Run) -> PrunePlan:
             if version == 1:
@@ -523,7 +515,9 @@ class ArchiveBackend(abc.ABC):
         limits = Limits(max_bytes, max_age_seconds, max_sessions, now)
         if limits.none:
             return 0
-        return self._planned(limits).entries if dry_run else self._remove(limits, vacuum=vacuum)
+        if dry_run:
+            return self.prune_plan(**vars(limits)).entries
+        return self._remove(limits, vacuum=vacuum)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -551,27 +545,26 @@ class ArchiveBackend(abc.ABC):
                 values,
             )
 
-        return [
-            ArchivedEntry(*(*r[:2], Entry.model_validate_json(r[2]), *r[2:8], _ids(r[8])))
+        return [  # the caller's ids: the JSON array the row stores (NULL: none)
+            ArchivedEntry(
+                *(*r[:2], Entry.model_validate_json(r[2]), *r[2:8], (*json.loads(r[8] or "[]"),))
+            )
             for r in self._read(select) or ()
         ]
 
     def _in_session(
-        self, where: str, params: Sequence[Any], session_id: str | None
+        self, where: str, params: Sequence[Any], session_id: str | None, *, seen: bool = False
     ) -> tuple[str, builtins.list[Any]]:
-        """``where`` and ``params``, limited to ``session_id`` when one is given."""
+        """``where`` and ``params``, limited to ``session_id`` when one is given: to what it
+        archived, and with ``seen`` also to what it was the last to drop."""
+        p = self.dialect.param
         if session_id is None:
             return where, builtins.list(params)
-        return f"{where} AND e.session_id = {self.dialect.param}", [*params, session_id]
-
-    def _in_session_or_seen(
-        self, where: str, params: Sequence[Any], session_id: str
-    ) -> tuple[str, builtins.list[Any]]:
-        """``where`` limited to what ``session_id`` archived or was the last to drop."""
-        p, seen = self.dialect.param, self.dialect.table("seen")
+        if not seen:
+            return f"{where} AND e.session_id = {p}", [*params, session_id]
         return (
             f"{where} AND (e.session_id = {p} OR e.seq IN "
-            f"(SELECT seq FROM {seen} WHERE session_id = {p}))",
+            f"(SELECT seq FROM {self.dialect.table('seen')} WHERE session_id = {p}))",
             [*params, session_id, session_id],
         )
 

@@ -93,15 +93,21 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
+#: The limits of ``prune``: the setting each option overrides, its metavar and help.
+_LIMITS = (
+    ("max_bytes", "SIZE", "keep the archive under SIZE, such as 500MB"),
+    ("max_age_days", "D", "remove sessions last compacted more than D days ago"),
+    ("max_sessions", "N", "keep only the N most recent sessions"),
+)
+
+
 def _prune(args: argparse.Namespace, archive: ArchiveBackend, out: TextIO, prog: str) -> int:
     settings = current_settings()
     max_bytes, days, sessions = (  # each checked as the setting of the same name is
-        getattr(settings, key) if text is None else SECTION.check(key, text, f"--{option}")
-        for key, option, text in (
-            ("max_bytes", "max-bytes", args.max_bytes),
-            ("max_age_days", "max-age-days", args.max_age_days),
-            ("max_sessions", "max-sessions", args.max_sessions),
-        )
+        getattr(settings, key)
+        if getattr(args, key) is None
+        else SECTION.check(key, getattr(args, key), "--" + key.replace("_", "-"))
+        for key, _, _ in _LIMITS
     )
     if (max_bytes, days, sessions) == (None, None, None):
         raise _Refused(
@@ -172,11 +178,18 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
                 match="any" if args.any else "all",
             )
         _print_rows(found, args.json, out)  # nothing found: nothing on stdout, as grep does
-        if not found:
+        if not found:  # said on stderr: stdout stays empty, nothing to parse
+            scope = f" of session {args.session!r}" if args.session else ""
+            skipped = f" past the first {offset:,}" if offset else ""
             what = "no archived entries" if cmd == "list" else _no_match(args)
-            _nothing(prog, what, archive, args.session, offset)
+            sys.stderr.write(f"{prog}: {what}{scope}{skipped} in {archive.location}\n")
         elif cmd == "list" and (len(found) == limit or offset):  # say how much more there is
-            _showing(prog, len(found), offset, archive.count(args.session))
+            total, last = archive.count(args.session), offset + len(found)
+            if last < total or offset:
+                sys.stderr.write(
+                    f"{prog}: showing {len(found):,} of {total:,} entries ({offset + 1:,} to "
+                    f"{last:,}); --limit N and --offset N show others\n"
+                )
         return 0
     if cmd == "show":
         versions = archive.versions(args.entry_id, args.session)
@@ -192,26 +205,6 @@ def _run(args: argparse.Namespace, out: TextIO, prog: str) -> int:
             out.writelines(item.entry_json + "\n" for item in chosen)
         return 0
     raise AssertionError(cmd)  # pragma: no cover - argparse requires a command
-
-
-def _nothing(
-    prog: str, what: str, archive: ArchiveBackend, session: str | None, offset: int
-) -> None:
-    """Say on stderr that nothing was found (stdout stays empty: nothing to parse)."""
-    scope = f" of session {session!r}" if session else ""
-    skipped = f" past the first {offset:,}" if offset else ""
-    sys.stderr.write(f"{prog}: {what}{scope}{skipped} in {archive.location}\n")
-
-
-def _showing(prog: str, shown: int, offset: int, total: int) -> None:
-    """Say on stderr which part of ``total`` entries ``list`` printed, when not all."""
-    if shown + offset >= total and not offset:
-        return
-    first, last = offset + 1, offset + shown
-    sys.stderr.write(
-        f"{prog}: showing {shown:,} of {total:,} entries ({first:,} to {last:,}); "
-        "--limit N and --offset N show others\n"
-    )
 
 
 def _no_match(args: argparse.Namespace) -> str:
@@ -253,17 +246,11 @@ def _arguments(name: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("--json", action="store_true", help="with archive details")
         return
     if name == "prune":
-        for option, metavar, text, env in (
-            ("--max-bytes", "SIZE", "keep the archive under SIZE, such as 500MB", ENV_MAX_BYTES),
-            (
-                "--max-age-days",
-                "D",
-                "remove sessions last compacted more than D days ago",
-                ENV_MAX_AGE_DAYS,
-            ),
-            ("--max-sessions", "N", "keep only the N most recent sessions", ENV_MAX_SESSIONS),
-        ):
-            p.add_argument(option, metavar=metavar, help=f"{text} (default: ${env})")
+        for key, metavar, text in _LIMITS:
+            env = next(k.env for k in SECTION.keys if k.name == key)
+            p.add_argument(
+                "--" + key.replace("_", "-"), metavar=metavar, help=f"{text} (default: ${env})"
+            )
         p.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
         p.add_argument(
             "--vacuum", action="store_true", help="then give the space back to the file system"

@@ -37,31 +37,29 @@ class _ArchiveInUse:
     settings name another one."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: tuple[tuple[Path | str, float, str], ArchiveBackend] | None = None
+        self._lock = threading.RLock()
+        self._key: tuple[Path | str, float, str] | None = None
+        self._archive: ArchiveBackend | None = None
 
     def get(self, settings: ArchiveSettings) -> ArchiveBackend:
         """The archive ``settings`` name, opened on first use."""
         assert settings.target is not None
         key = (settings.target, settings.busy_timeout, settings.sync)
         with self._lock:
-            if self._held is None or self._held[0] != key:
+            if self._archive is None or self._key != key:
                 from normandy_archive.backend import open_archive
 
-                self._close()  # a target no longer in use releases its connection
-                opened = open_archive(key[0], timeout=key[1], sync=key[2])
-                self._held = (key, opened)
-            return self._held[1]
+                self.close()  # a target no longer in use releases its connection
+                self._archive = open_archive(key[0], timeout=key[1], sync=key[2])
+                self._key = key
+            return self._archive
 
     def close(self) -> None:
         """Close the archive in use; the next :meth:`get` opens a fresh one."""
         with self._lock:
-            self._close()
-
-    def _close(self) -> None:
-        if self._held is not None:
-            self._held[1].close()
-            self._held = None
+            if self._archive is not None:
+                self._archive.close()
+                self._archive = None
 
 
 _IN_USE = _ArchiveInUse()

@@ -22,7 +22,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from normandy_archive.base import CompactionRecord, entry_row
 from normandy_archive.schema import rollback, source_ids, store
@@ -48,13 +48,10 @@ _JOURNAL = (
 )
 
 
-class Frame(NamedTuple):
-    """One compaction as the earlier version committed it (a spool frame, a journal row):
-    its ``journal`` columns (:data:`_JOURNAL`; ``seen``, a JSON array of the hashes of the
-    content it dropped that the archive held already) and the ``entries`` rows of the rest."""
-
-    journal: tuple[Any, ...]
-    entries: tuple[tuple[Any, ...], ...]
+#: One compaction as the earlier version committed it (a spool frame, a journal row): its
+#: ``journal`` columns (:data:`_JOURNAL`; ``seen``, a JSON array of the hashes of the
+#: content it dropped that the archive held already) and the ``entries`` rows of the rest.
+Frame = tuple[tuple[Any, ...], list[tuple[Any, ...]]]
 
 
 def decode(data: bytes) -> tuple[list[Frame], int]:
@@ -78,7 +75,7 @@ def decode(data: bytes) -> tuple[list[Frame], int]:
                 rows.append(entry_row(entry, row_json, source_ids(entry)))
         except (ValueError, TypeError, UnicodeDecodeError):
             break
-        frames.append(Frame(tuple(journal), tuple(rows)))
+        frames.append((tuple(journal), rows))
         pos = end
     return frames, pos
 
@@ -118,35 +115,24 @@ def _ours(entry: os.DirEntry[str]) -> bool:
     return True
 
 
-def _read_locked(path: Path, held: contextlib.ExitStack) -> bytes | None:
-    """The bytes of the spool file at ``path``, locked until ``held`` closes; ``None`` when
-    its live process holds it, or another writer moved it first."""
-    try:
-        fd = os.open(path, _OPEN)
-    except OSError:
-        return None
-    held.callback(os.close, fd)
-    try:
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.fstat(fd).st_nlink == 0:  # another writer moved it first
-            return None
-    except OSError:  # held by its live process
-        return None
-    with open(fd, "rb", closefd=False) as f:
-        return f.read()
-
-
 @contextlib.contextmanager
-def _orphans(archive: Path) -> Iterator[list[Frame]]:
-    """The frames of the spool files of ``archive`` no live process holds, the files
-    locked; once the block ends without error (the frames are moved), the files read
-    whole are removed and a damaged one is named in a warning."""
+def _orphans(files: list[Path]) -> Iterator[list[Frame]]:
+    """The frames of the spool ``files`` no live process holds (it holds a lock on its
+    own), the files locked; once the block ends without error (the frames are moved), the
+    files read whole are removed and a damaged one is named in a warning."""
     read: list[tuple[Path, list[Frame], bool]] = []
     with contextlib.ExitStack() as held:
-        for path in spool_files(archive):
-            data = _read_locked(path, held)
-            if data is not None:
+        for path in files:
+            try:
+                fd = os.open(path, _OPEN)
+                held.callback(os.close, fd)
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:  # moved by another writer, or held by its live process
+                continue
+            if os.fstat(fd).st_nlink:  # none: another writer moved it first
+                with open(fd, "rb", closefd=False) as f:
+                    data = f.read()
                 frames, used = decode(data)
                 read.append((path, frames, used == len(data)))
         yield [f for _, frames, _ in read for f in frames]
@@ -165,34 +151,25 @@ def _orphans(archive: Path) -> Iterator[list[Frame]]:
 
 def _journal(conn: sqlite3.Connection) -> list[Frame]:
     """The journal's rows, in their order, each with its entries."""
-    rows = conn.execute(f"SELECT id, {_JOURNAL} FROM journal ORDER BY id").fetchall()
-    return [
-        Frame(
-            tuple(j[1:]),
-            tuple(
-                conn.execute(
-                    "SELECT entry_id, content_hash, turn_id, role, entry_json, source_ids "
-                    "FROM journal_entries WHERE jid = ? ORDER BY rowid",
-                    (j[0],),
-                )
-            ),
-        )
-        for j in rows
-    ]
+    entries: dict[int, list[tuple[Any, ...]]] = {}
+    for jid, *row in conn.execute(
+        "SELECT jid, entry_id, content_hash, turn_id, role, entry_json, source_ids "
+        "FROM journal_entries ORDER BY rowid"
+    ):
+        entries.setdefault(jid, []).append(tuple(row))
+    rows = conn.execute(f"SELECT id, {_JOURNAL} FROM journal ORDER BY id")
+    return [(tuple(j[1:]), entries.get(j[0], [])) for j in rows]
 
 
 def _move(conn: sqlite3.Connection, frames: list[Frame]) -> int:
     """Write ``frames`` (in the caller's transaction) but those whose compaction is there
     already (moved before its file was removed); how many were written."""
     moved = 0
-    for f in frames:
-        cid, session, compactor, strategy, model, mid, at, before, after, meta, n, seen = f.journal
-        if conn.execute("SELECT 1 FROM compactions WHERE compaction_id = ?", (cid,)).fetchone():
+    for (*head, before, after, meta, n, seen), rows in frames:
+        if conn.execute("SELECT 1 FROM compactions WHERE compaction_id = ?", head[:1]).fetchone():
             continue
-        record = CompactionRecord(
-            cid, session, compactor, strategy, model, mid, at, 0, before, after, n
-        )
-        store(conn, f.entries, record, meta, json.loads(seen) if seen else ())
+        record = CompactionRecord(*(*head, 0, before, after, n))
+        store(conn, rows, record, meta, json.loads(seen) if seen else ())
         moved += 1
     return moved
 
@@ -205,14 +182,15 @@ def move_left(conn: sqlite3.Connection, path: Path) -> None:
         journal = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'journal'"
         ).fetchone()
-        if journal is None and not spool_files(path):
+        files = spool_files(path)
+        if journal is None and not files:
             return
-        with _orphans(path) as frames:
+        with _orphans(files) as frames:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 # the journal's rows in their order, then the frames in compaction time order
                 left = _journal(conn) if journal else []
-                moved = _move(conn, [*left, *sorted(frames, key=lambda f: f.journal[6])])
+                moved = _move(conn, [*left, *sorted(frames, key=lambda f: f[0][6])])
                 if journal:
                     conn.execute("DELETE FROM journal_entries")
                     conn.execute("DELETE FROM journal")

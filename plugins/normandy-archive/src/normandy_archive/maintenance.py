@@ -186,11 +186,10 @@ def embed_pending(
 _EMBEDDING = threading.Lock()
 
 
-def _over(archive: Archive, limits: Limits | None) -> bool:
+def _over(archive: Archive, limits: Limits) -> bool:
     """Whether the file and log take more than :data:`PRUNE_AT` of ``max_bytes``."""
-    if limits is None or limits.max_bytes is None:
-        return False
-    return archive.disk_bytes() > limits.max_bytes * PRUNE_AT
+    most = limits.max_bytes
+    return most is not None and archive.disk_bytes() > most * PRUNE_AT
 
 
 def prune(archive: Archive, limits: Limits) -> None:

@@ -195,13 +195,10 @@ def rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-def _stem_or_null(text: str | None) -> str | None:
-    return None if text is None else stem_text(text)
-
-
 def register_functions(conn: sqlite3.Connection) -> None:
     """Give the write connection ``conn`` the function :data:`INDEXED_SQL` calls."""
-    conn.create_function(_STEM_FUNCTION, 1, _stem_or_null, deterministic=True)
+    stem = lambda text: None if text is None else stem_text(text)  # noqa: E731
+    conn.create_function(_STEM_FUNCTION, 1, stem, deterministic=True)
 
 
 def is_stemmed(run: Any) -> bool:
@@ -243,8 +240,6 @@ def migrate(conn: sqlite3.Connection, version: int) -> None:
         conn.execute(_VECTORS)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         return
-    if version != 1:  # pragma: no cover - _archive_version refuses others first
-        raise sqlite3.DatabaseError(f"cannot migrate an archive of version {version}")
     _migrate_v1(conn)
 
 

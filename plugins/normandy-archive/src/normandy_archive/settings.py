@@ -32,6 +32,7 @@ from normandy_core.contract.settings import (
     current_settings as current_core_settings,
     highest,
     load_settings,
+    working_directory,
 )
 
 __all__ = [
@@ -266,11 +267,11 @@ def _code_layer(name: str, values: Mapping[str, Any]) -> Layer:
 
 def _checked(settings: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The settings given in code to ``where``, checked; ``None`` (not set here) left out."""
-    checked: dict[str, Any] = {}
-    for key, value in settings.items():
-        if value is not None or key not in SECTION.names:
-            checked[key] = SECTION.check(key, value, f"normandy_archive.{where}({key}=...)")
-    return checked
+    return {
+        key: SECTION.check(key, value, f"normandy_archive.{where}({key}=...)")
+        for key, value in settings.items()
+        if value is not None or key not in SECTION.names
+    }
 
 
 def _resolve(layers: Sequence[Layer]) -> ArchiveSettings:
@@ -342,11 +343,7 @@ def current_settings(env: Mapping[str, str] | None = None) -> ArchiveSettings:
     if env is None:
         sources = current_core_settings().section(SECTION)
     else:
-        try:
-            cwd: str | None = os.getcwd()
-        except OSError:  # the working directory was removed: no file is found
-            cwd = None
-        sources = load_settings(env, cwd).section(SECTION, env)
+        sources = load_settings(env, working_directory()).section(SECTION, env)
     return _resolve((_per_call.get(), _CONFIGURED["layer"], *sources))
 
 

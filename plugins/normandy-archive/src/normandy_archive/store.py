@@ -15,7 +15,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import sqlite3
 import stat
 import threading
@@ -86,44 +85,6 @@ def _runner(conn: sqlite3.Connection) -> Run:
 _FTS5_OPERATORS = frozenset({"AND", "OR", "NOT", "NEAR"})
 
 
-def _fts_terms(terms: Sequence[str], stemmed: bool) -> builtins.list[str]:
-    """Each term as an FTS5 string (its punctuation literal): the stems of its words when
-    the index holds stems (a term of several words is then a phrase of their stems)."""
-    if not stemmed:
-        return ['"' + t.replace('"', '""') + '"' for t in terms]
-    phrases = (stem_text(t) for t in terms)
-    return [f'"{p}"' for p in phrases if p]  # stems are letters and digits: nothing to escape
-
-
-def _unindexed_terms(terms: Sequence[str], stemmed: bool) -> tuple[str, builtins.list[str]]:
-    """The condition on one term of a row not indexed yet, and the terms as it takes
-    them: as the index would match them (their stems' phrase, or a substring)."""
-    if not stemmed:
-        return _CONTAINS, list(terms)
-    phrases = (stem_text(t) for t in terms)
-    return _CONTAINS_STEMS, [f" {p} " for p in phrases if p]
-
-
-def _stem_raw(query: str) -> str:
-    """A raw FTS5 query with each word (not an operator) replaced by its stem."""
-
-    def stem(m: re.Match[str]) -> str:
-        word = m.group(0)
-        return word if word in _FTS5_OPERATORS else stem_text(word)
-
-    return WORD.sub(stem, query)
-
-
-def _match_text(
-    query: str, terms: Sequence[str], *, raw: bool, any_term: bool, stemmed: bool
-) -> str | None:
-    """The FTS5 query: stems when the index holds them (``None``: no word in it)."""
-    if raw:
-        return _stem_raw(query) if stemmed else query
-    quoted = _fts_terms(terms, stemmed)
-    return (" OR " if any_term else " ").join(quoted) if quoted else None
-
-
 class ArchiveBusyError(ArchiveError):
     """Another process holds the archive's write lock (background work tries later)."""
 
@@ -163,21 +124,20 @@ def _refuse_unless_ours(path: Path) -> None:
         foreign = euid >= 0 and st.st_uid != euid
         if foreign or st.st_mode & 0o066:
             raise ArchiveError(
-                f"{what}{'' if p == str(path) else ','} is owned by {_owner_name(st.st_uid)}, "
+                f"{what}{'' if p == str(path) else ','} is owned by {_owner(st.st_uid)}, "
                 f"mode {stat.S_IMODE(st.st_mode):04o}; refusing to write into a file "
                 + ("another user owns" if foreign else "others may read or write")
                 + " (remove it, or if it is yours and trusted, chmod 600 it)"
             )
 
 
-def _owner_name(uid: int) -> str:
+def _owner(uid: int) -> str:
     """``uid N (name)``, or ``uid N`` where the name cannot be looked up."""
-    try:
+    with contextlib.suppress(ImportError, KeyError):
         import pwd
 
         return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
+    return f"uid {uid}"
 
 
 def _secure_create(path: Path) -> None:
@@ -405,7 +365,7 @@ class Archive(ArchiveBackend):
             conn, local.version = opened
             local.conn, local.fid = conn, fid
         try:
-            return work(local.version, lambda q, p: conn.execute(q, p).fetchall())
+            return work(local.version, _runner(conn))
         except sqlite3.Error as exc:
             local.conn = None  # a connection that failed is not trusted again
             with contextlib.suppress(sqlite3.Error):
@@ -597,13 +557,20 @@ class Archive(ArchiveBackend):
         (at most the busy timeout) and cuts the log to nothing."""
         if _size(f"{self.path}-wal") <= if_over or self._file_id() is None:
             return False
-        mode = "TRUNCATE" if truncate else "PASSIVE"
-        with self._writing(foreground=True):  # the background writer's indexing yields
-            try:
-                self._writer().execute(f"PRAGMA wal_checkpoint({mode})")
-            except sqlite3.Error as exc:
-                raise self._error(exc, "could not checkpoint") from exc
+        self._outside("PRAGMA wal_checkpoint(" + ("TRUNCATE)" if truncate else "PASSIVE)"))
         return True
+
+    def _outside(self, *statements: str, doing: str = "could not checkpoint") -> None:
+        """``statements`` on the writer, outside a transaction, under this process's write
+        lock (the background writer's indexing yields)."""
+        with self._writing(foreground=True):
+            try:
+                conn = self._writer()
+                for statement in statements:
+                    conn.execute(statement)
+            except sqlite3.Error as exc:
+                self._drop_writer()
+                raise self._error(exc, doing) from exc
 
     # -- retention --------------------------------------------------------------------
 
@@ -621,22 +588,15 @@ class Archive(ArchiveBackend):
         def work(conn: sqlite3.Connection) -> int:
             while schema.index_pending(conn, 500):  # every row with its seen, first
                 pass
-            plan = self._plan(lambda q, p: conn.execute(q, p).fetchall(), limits)
+            plan = self._plan(_runner(conn), limits)
             if not plan.sessions:
                 return 0
             schema.remove_sessions(conn, [s.session_id for s in plan.sessions])
             return plan.entries
 
         removed = self._transaction(work, "could not prune")
-        if vacuum:
-            with self._writing():
-                try:
-                    conn = self._writer()
-                    conn.execute("VACUUM")
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # the file shrinks now
-                except sqlite3.Error as exc:
-                    self._drop_writer()
-                    raise self._error(exc, "could not vacuum") from exc
+        if vacuum:  # the checkpoint shrinks the file now
+            self._outside("VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)", doing="could not vacuum")
         return removed
 
     # -- vectors (recall by meaning) --------------------------------------------------
@@ -644,9 +604,7 @@ class Archive(ArchiveBackend):
     def _session_rows(self, session_id: str | None) -> tuple[str, builtins.list[Any]]:
         """The rows of ``session_id`` as recall searches it: what it archived or was the
         last to drop (every row: ``None``)."""
-        if session_id is None:
-            return "1 = 1", []
-        return self._in_session_or_seen("1 = 1", [], session_id)
+        return self._in_session("1 = 1", [], session_id, seen=True)
 
     def unembedded(
         self, embedder: str, session_id: str | None = None, *, after: int = 0
@@ -736,37 +694,38 @@ class Archive(ArchiveBackend):
         if not terms:
             return []
         wanted = min(offset + limit, MAX_ROWS)
-        by_seen = seen and session_id is not None
-        seen_by = session_id or ""
         pending: builtins.list[ArchivedEntry] = []
         # an archive indexed before stemming is searched as written until a writer
-        # indexes it again (a version-1 archive has no archive_state)
+        # indexes it again (a version-1 archive has no archive_state); the words as the
+        # index holds them: each term's stems as a phrase (letters and digits), or as written
         stemmed = bool(self._read(lambda v, run: v != 1 and schema.is_stemmed(run)))
-        contains, needles = _unindexed_terms(terms, stemmed)
-        if not raw and needles:
-            joined = (" OR " if any_term else " AND ").join(contains for _ in needles)
-            unindexed = f"{_UNINDEXED}({joined})"
-            if by_seen:
-                cond, params = self._in_session_or_seen(unindexed, needles, seen_by)
-            else:
-                cond, params = self._in_session(unindexed, needles, session_id)
+        words = [p for p in map(stem_text, terms) if p] if stemmed else terms
+        if not raw and words:  # a row not indexed yet matches a term as the index would
+            needles = [f" {w} " for w in words] if stemmed else words
+            contains = _CONTAINS_STEMS if stemmed else _CONTAINS
+            joined = (" OR " if any_term else " AND ").join([contains] * len(needles))
+            cond, params = self._in_session(
+                f"{_UNINDEXED}({joined})", needles, session_id, seen=seen
+            )
             pending = self._select(  # none in a version-1 archive: all indexed at once
                 cond, [*params, wanted], "ORDER BY e.seq LIMIT ?", v1=("0 = 1", [wanted])
             )
-        text = _match_text(query, terms, raw=raw, any_term=any_term, stemmed=stemmed)
-        if text is None:  # no word to search the index for
+        if raw:  # each word of the query stemmed, not an operator
+            stem = lambda m: m[0] if m[0] in _FTS5_OPERATORS else stem_text(m[0])  # noqa: E731
+            text = WORD.sub(stem, query) if stemmed else query
+        elif words:  # each term an FTS5 string: its punctuation literal
+            quoted = ['"' + w.replace('"', '""') + '"' for w in words]
+            text = (" OR " if any_term else " ").join(quoted)
+        else:  # no word to search the index for
             return pending[offset : offset + limit]
-        cond, params = self._in_session("entries_fts MATCH ?", [text], session_id)
-        plain = None
-        if by_seen:  # a version-1 archive has no seen table
-            plain = (cond, [*params, wanted])
-            cond, params = self._in_session_or_seen("entries_fts MATCH ?", [text], seen_by)
-        found = self._select(
+        cond, params = self._in_session("entries_fts MATCH ?", [text], session_id, seen=seen)
+        plain, plain_params = self._in_session("entries_fts MATCH ?", [text], session_id)
+        found = self._select(  # a version-1 archive has no seen table
             cond,
             [*params, wanted],
             "ORDER BY bm25(entries_fts), e.seq LIMIT ?",
             source="entries_fts f JOIN main.entries e ON e.seq = f.rowid",
-            v1=plain,
+            v1=(plain, [*plain_params, wanted]),
         )
         indexed = {a.seq for a in found}
         found += [a for a in pending if a.seq not in indexed]

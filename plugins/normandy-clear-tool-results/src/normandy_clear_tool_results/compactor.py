@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from normandy_clear_tool_results import CLEARED_KEY, NAME
-from normandy_clear_tool_results.offload import Offload, offload, offloaded_ids
+from normandy_clear_tool_results.offload import Offload, offload
 from normandy_clear_tool_results.options import RECALL_PLACEHOLDER, ClearToolResultsOptions
 from normandy_core import Entry, OptionsError, ToolResultBlock, ToolUseBlock, hookimpl
 from normandy_core.conversation import keys
@@ -149,7 +149,7 @@ def maybe_compact(
     honoured); see the module docs."""
     entries = acc.memory.entries()
     settings = acc.recall_settings
-    arrived = offload(entries, ctx, opts, None if settings is None else settings.tool_name)
+    arrived = offload(acc.memory, ctx, opts, None if settings is None else settings.tool_name)
     skipped = {} if arrived.skipped is None else {"offload_skipped": arrived.skipped}
     if arrived.skipped is not None:
         log.warning("clear_tool_results: %s", arrived.skipped)
@@ -186,7 +186,7 @@ def _with_offload(
     of the offloaded results), oldest first."""
     entries = acc.memory.entries()
     original = {e.id: e for e in entries}
-    changed = {e.id for e in arrived.entries if set(offloaded_ids(e)) & set(arrived.ids)}
+    changed = {e.id for e in arrived.entries if set(keys.offloaded_ids(e)) & set(arrived.ids)}
     if meta.get("compacted"):
         changed |= {e.id for e in meta["dropped"]}
         result = cleared

@@ -23,9 +23,9 @@ from normandy_core.conversation import keys
 
 if TYPE_CHECKING:
     from normandy_clear_tool_results.options import ClearToolResultsOptions
-    from normandy_core import CompactionContext
+    from normandy_core import AgentMemory, CompactionContext
 
-__all__ = ["HEAD_SHARE", "Offload", "offload", "offloaded_ids", "preview"]
+__all__ = ["HEAD_SHARE", "Offload", "offload", "preview"]
 
 #: The share of the preview's room given to the head (the rest is the tail): a tool's
 #: output usually says what it is at its start, and how it ended at its end.
@@ -46,19 +46,23 @@ class Offload:
     skipped: str | None = None
 
 
-def offloaded_ids(entry: Entry) -> list[str]:
-    """The tool-use ids :data:`~normandy_core.conversation.keys.OFFLOADED_KEY` lists."""
-    value = entry.metadata.get(keys.OFFLOADED_KEY)
-    return [str(v) for v in value] if isinstance(value, list) else []
-
-
 def offload(
-    entries: list[Entry], ctx: CompactionContext, opts: ClearToolResultsOptions, tool: str | None
+    memory: AgentMemory, ctx: CompactionContext, opts: ClearToolResultsOptions, tool: str | None
 ) -> Offload:
-    """Offload the tool results of ``entries`` over ``opts.offload_tokens`` (see the module
-    docs); ``tool`` is the agent's recall tool name (``None``: recall is off)."""
+    """Offload the tool results of ``memory``'s entries over ``opts.offload_tokens`` (see
+    the module docs); ``tool`` is the agent's recall tool name (``None``: recall is off)."""
+    entries = memory.entries()
     bound = opts.offload_tokens
     if bound is None:
+        return Offload(entries)
+    # An entry within the bound holds no result over it: its count comes from the
+    # memory's cache, so a boundary where nothing arrived large counts nothing anew.
+    large = [
+        i
+        for i, e in enumerate(entries)
+        if e.tool_results and ctx.counter.entry_tokens(memory, e) > bound
+    ]
+    if not large:
         return Offload(entries)
     names = {u.id: u.name for e in entries for u in e.tool_uses}
     skip = set(opts.exclude_tools) | set(ctx.rules.keep_tools) | {tool or "recall"}
@@ -66,17 +70,21 @@ def offload(
     count = ctx.counter.count_text
     room = int(opts.offload_preview * bound)
     out = Offload(list(entries))
-    for i, e in enumerate(entries):
-        if e.id in kept or isinstance(e.content, str) or not e.tool_results:
+    for i in large:
+        e = entries[i]
+        if e.id in kept or isinstance(e.content, str):
             continue
-        done = set(offloaded_ids(e)) | set(keys.cleared_ids(e))
+        done = set(keys.offloaded_ids(e)) | set(keys.cleared_ids(e))
         blocks = list(e.content)
         hit: list[str] = []
         for j, b in enumerate(blocks):
             if not _candidate(b, done, names, skip):
                 continue
             assert isinstance(b, ToolResultBlock)
-            size = ctx.counter.count_entry(Entry(id="_", role="user", content=(b,)))
+            # Counted as an entry of its own, under an id the memory caches it by: a batch
+            # over the bound whose results are each within it is not recounted later.
+            alone = Entry(id=f"{e.id}\x00{b.tool_use_id}", role="user", content=(b,))
+            size = ctx.counter.entry_tokens(memory, alone)
             if size <= bound:
                 continue
             if not recall_sources():
@@ -86,7 +94,7 @@ def offload(
             hit.append(b.tool_use_id)
             out.tokens += size
         if hit:
-            meta = {**e.metadata, keys.OFFLOADED_KEY: [*offloaded_ids(e), *hit]}
+            meta = {**e.metadata, keys.OFFLOADED_KEY: [*keys.offloaded_ids(e), *hit]}
             out.entries[i] = e.model_copy(update={"content": tuple(blocks), "metadata": meta})
             out.ids += hit
     return out
