@@ -176,5 +176,6 @@ def test_a_tight_window_is_measured_the_same_at_every_run(
 
 def test_an_embedder_that_is_not_installed_is_named() -> None:
     assert tiers.check_embedder(None).startswith("lexical")
-    with pytest.raises(SystemExit, match="no embedders group installed"):
+    with pytest.raises(SystemExit, match=r"--embedder minilm: not installed; installed: .*'bert'"):
         tiers.check_embedder("minilm")
+    assert tiers.check_embedder("bert").startswith("lexical fused with the embedder 'bert'")

@@ -508,3 +508,59 @@ emit({"errors": errors, "compacted": meta["compacted"], "rows": rows})
     )
     assert d["compacted"] is True
     assert len(hook_log.read_text().splitlines()) == 1  # the good hook plugin still ran
+
+
+def test_a_third_party_embedder_is_found_by_name_and_recall_finds_by_meaning(
+    third_party: ThirdPartyVenv, tmp_path
+):
+    """normandy-embed-concepts (tests/dists) registers the embedder ``concepts``; recall
+    configured with it by name (the environment) finds a fact that shares no word with
+    the query, which the keyword ranking alone cannot; its vectors stay in the archive."""
+    db = str(tmp_path / "a.sqlite3")
+    out = third_party.run(
+        f"path = {db!r}\n"
+        + """
+import sqlite3
+from normandy_archive import Archive
+from normandy_core import Entry, recall
+from normandy_core.contract.embedders import installed_embedders, resolve_embedder
+import normandy_embed_concepts
+
+fact = "INV-204: the card was declined when we charged the invoice"
+archive = Archive(path)
+archive.record(
+    [
+        Entry(id="u1", role="user", content="Please tidy the README headings."),
+        Entry(id="a1", role="assistant", content=fact),
+    ],
+    session_id="s1",
+)
+archive.close()
+lexical = recall("money trouble", session="s1", embedder="off")
+by_meaning = recall("money trouble", session="s1")
+made = resolve_embedder("concepts", {"scale": 2})
+with sqlite3.connect(path) as conn:
+    kept = conn.execute("SELECT embedder, count(*) FROM vectors GROUP BY 1").fetchall()
+emit({
+    "installed": "concepts" in installed_embedders(),
+    "lexical": [h.entry.id for h in lexical.hits],
+    "meaning": [h.entry.id for h in by_meaning.hits],
+    "embedded": normandy_embed_concepts.CALLS,
+    "kept": kept,
+    "key": made.key,
+})
+""",
+        env={
+            "NORMANDY_ARCHIVE_PATH": db,
+            "NORMANDY_RECALL_EMBEDDER": "concepts",
+            "NORMANDY_RECALL_EMBEDDER_OPTS": '{"scale": 1}',
+            "NORMANDY_CONFIG": "off",
+        },
+    )
+    d = out.data
+    assert d["installed"]
+    assert d["lexical"] == []
+    assert d["meaning"][0] == "a1"
+    assert d["embedded"] == [2, 1]  # both entries, then the query
+    assert d["kept"] == [["concepts:1", 2]]
+    assert d["key"] == "concepts:2"

@@ -18,6 +18,8 @@ import pluggy
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from normandy_core.contract.embedders import Embedder
+
     # The specs type acc structurally (an import circle otherwise: see AgentConfigView);
     # what compactors and hooks receive is an AgentConfig.
     from normandy_core.contract.types import (
@@ -442,6 +444,35 @@ class HookSpec:
         """
         raise NotImplementedError  # pragma: no cover
 
+    @staticmethod
+    @hookspec
+    def recall_similar(
+        query: str, session_id: str | None, limit: int, embedder: Embedder
+    ) -> Sequence[RecallHit | Entry] | None:
+        """Search what compactions dropped by meaning, for recall with an embedder.
+
+        Optional, like :meth:`recall_entries`, and called only when recall is configured
+        with an embedder (the ``embedder`` setting of ``[recall]``,
+        ``NORMANDY_RECALL_EMBEDDER``, or ``RecallSettings(embedder=...)``). The source
+        ranks its entries by how close their vectors are to the query's, both made by
+        ``embedder``; it computes (and keeps) the vectors of entries that have none yet,
+        off the compaction's path. The core fuses this ranking with the keyword one
+        (reciprocal rank fusion) before it bounds and frames the result. The ``archive``
+        hook plugin of ``normandy-archive`` implements it over SQLite (vectors in a table
+        of the archive, compared with NumPy).
+
+        :param query: the query as the model wrote it.
+        :param session_id: as for :meth:`recall_entries`.
+        :param limit: the most hits wanted.
+        :param embedder: the configured :class:`~normandy_core.contract.embedders.Embedder`;
+            vectors of another ``embedder.key`` are never compared with its own.
+        :returns: at most ``limit`` hits, the closest first (``None`` or an empty list:
+            nothing to compare).
+        :raises Exception: when the search cannot be done; reported with the plugin's
+            name, as for :meth:`recall_entries`.
+        """
+        raise NotImplementedError  # pragma: no cover
+
 
 #: Every hookspec by name, with the set it belongs to (for listings and error messages).
 SPEC_SETS: dict[str, type] = {
@@ -455,4 +486,5 @@ SPEC_SETS: dict[str, type] = {
     "after_compact": HookSpec,
     "on_boundary": HookSpec,
     "recall_entries": HookSpec,
+    "recall_similar": HookSpec,
 }

@@ -36,8 +36,15 @@ from normandy_core.contract.faults import (
     run_bounded,
 )
 from normandy_core.contract.plugins import describe_hook, hook_callers
+from normandy_core.contract.recall_embed import embedder_for
 from normandy_core.contract.recall_excerpt import MIN_EXCERPT_CHARS, Excerpts
-from normandy_core.contract.recall_rank import Terms, dedupe, rank as rank_order, supersede
+from normandy_core.contract.recall_rank import (
+    Terms,
+    dedupe,
+    fuse,
+    rank as rank_order,
+    supersede,
+)
 from normandy_core.contract.recall_settings import (
     DEFAULT_LIMIT_TOKENS,
     DEFAULT_MAX_ENTRIES,
@@ -69,6 +76,7 @@ from normandy_core.conversation.keys import (
 
 if TYPE_CHECKING:
     from normandy_core.contract.config import AgentConfig
+    from normandy_core.contract.embedders import Embedder
     from normandy_core.conversation.memory import AgentMemory
     from normandy_core.conversation.tokens import TokenCounter
 
@@ -97,6 +105,8 @@ _EXCERPT_SHARE = 4
 _EXCERPT_TRIES = 5
 #: Tokens kept free per piece for the joins of the framed text (its lines).
 _JOIN_SLACK = 3
+#: The hook that ranks by meaning, called when an embedder is configured.
+_SIMILAR = "recall_similar"
 #: The most entries asked of the sources for one recall.
 _MAX_ASKED = 1000
 #: How much of the query the header echoes, in characters.
@@ -167,18 +177,26 @@ def recall_sources() -> list[str]:
 
 
 def _search(
-    query: str, session_id: str | None, limit: int, timeout: float | None = None
+    query: str,
+    session_id: str | None,
+    limit: int,
+    timeout: float | None = None,
+    embedder: Embedder | None = None,
 ) -> tuple[list[RecallHit], list[str]]:
-    """Every source's hits (merged by rank, round robin) and one line per failed source.
+    """Every source's hits (merged by rank, round robin) and one line per failed source:
+    of ``recall_entries``, or with an ``embedder`` of ``recall_similar``.
 
     With a ``timeout`` each source runs in a worker thread waited for that long; one still
     running past it is abandoned (its late answer ignored) and reported as failed.
     """
-    callers = hook_callers(HOOK)
+    hook = HOOK if embedder is None else _SIMILAR
+    extra = {} if embedder is None else {"embedder": embedder}
+    callers = hook_callers(hook)
     if not callers:
         raise RecallError(
-            "nothing to recall from: no hook plugin implements recall_entries; install "
+            f"nothing to recall from: no hook plugin implements {hook}; install "
             "normandy-archive (its archive hook does), or register one"
+            + ("" if embedder is None else f" (recall by meaning with embedder {embedder.key!r})")
         )
     answers: list[list[RecallHit]] = []
     errors: list[str] = []
@@ -187,7 +205,7 @@ def _search(
 
         def ask(call: Any = caller.call) -> Any:
             # pluggy gives the list of the (one) implementation's non-None answers
-            return call_plugin(call, query=query, session_id=session_id, limit=limit)
+            return call_plugin(call, query=query, session_id=session_id, limit=limit, **extra)
 
         try:
             got = ask() if timeout is None else run_bounded(ask, timeout, f"normandy-recall {what}")
@@ -565,6 +583,8 @@ def recall(
     nonce: str | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
     tool_name: str = "recall",
+    embedder: str | Embedder | None = None,
+    embedder_options: Mapping[str, Any] | None = None,
 ) -> RecallResult:
     """Search what compaction dropped for ``query`` and return it framed as recalled data.
 
@@ -589,7 +609,17 @@ def recall(
     ``timeout`` bounds the wait for each source in seconds (``None``: no bound); a source
     past it is abandoned and listed in the result's ``errors`` like a failed one.
 
-    :raises RecallError: no source implements ``recall_entries``, or every one failed.
+    ``embedder`` (a name of the ``normandy_core.embedders`` group, made with
+    ``embedder_options``, or an :class:`~normandy_core.contract.embedders.Embedder`)
+    adds recall by meaning: the sources implementing ``recall_similar`` rank their
+    entries by how close they are to the query's vector, and that ranking is fused with
+    the keyword one by reciprocal rank fusion (:func:`~.recall_rank.fuse`), so an entry
+    that shares no word with the query can still be found. ``None`` takes the configured
+    embedder (:mod:`~normandy_core.contract.recall_embed`); with none configured, or
+    ``"off"``, the ranking is the keyword one alone.
+
+    :raises RecallError: no source implements ``recall_entries``, or every one failed;
+        the embedder is unknown or cannot be loaded (the message names it).
     :raises ValueError: an empty query, or a bad limit.
     """
     from normandy_core.conversation.tokens import default_counter_for, get_counter
@@ -601,6 +631,7 @@ def recall(
     present = list(exclude)
     terms = best_terms(query)
     searched = " ".join(terms)  # what every source and the framing see
+    meaning = embedder_for(embedder, embedder_options)
     found, wanted, errors = _gather(searched, session, settings, present, tool_name)
     names = {u.id: u.name for e in present for u in e.tool_uses}
     scope: Scope = "session" if session is not None else "all"
@@ -609,7 +640,8 @@ def recall(
         text = _whole(searched, whole, names, scope, nonce)
         hits, shown, truncated, duplicates = [whole], [whole], False, 0
     else:
-        hits, duplicates = _ranked(wanted, terms, present, settings.max_entries)
+        similar = _by_meaning(query, session, settings, meaning, present, tool_name, errors)
+        hits, duplicates = _ranked(wanted, terms, present, settings.max_entries, similar)
         text, shown, truncated = render(
             searched,
             hits,
@@ -633,6 +665,29 @@ def recall(
         terms=tuple(terms),
         duplicates=duplicates,
     )
+
+
+def _by_meaning(
+    query: str,
+    session: str | None,
+    settings: RecallSettings,
+    meaning: Embedder | None,
+    present: Sequence[Entry],
+    tool_name: str,
+    errors: list[str],
+) -> list[RecallHit]:
+    """What the ``recall_similar`` sources rank closest to ``query`` with ``meaning`` (none
+    without an embedder), less what the model sees; a failure leaves the keyword ranking
+    alone and is added to ``errors``."""
+    if meaning is None:
+        return []
+    asked = min(2 * settings.max_entries, _MAX_ASKED)
+    try:
+        got, failed = _search(query, session, asked, settings.timeout, meaning)
+    except RecallError as exc:
+        got, failed = [], [f"by meaning ({meaning.key}): {exc}"]
+    errors += failed
+    return _wanted(got, present, tool_name)
 
 
 def _gather(
@@ -697,18 +752,42 @@ def _whole(
 
 
 def _ranked(
-    wanted: Sequence[RecallHit], terms: Sequence[str], present: Sequence[Entry], most: int
+    wanted: Sequence[RecallHit],
+    terms: Sequence[str],
+    present: Sequence[Entry],
+    most: int,
+    similar: Sequence[RecallHit] = (),
 ) -> tuple[list[RecallHit], int]:
     """The ``most`` hits to show, in order (:func:`~.recall_rank.rank`: coverage by stems,
     superseded values after, the newer of near-equal matches first), near-identical ones
     once, and how many of those were left out. A source's rank weighs a long entry down
     (bm25), so coverage comes first: a long output holding every keyword came after short
-    entries holding one, and a bounded result left it out."""
+    entries holding one, and a bounded result left it out.
+
+    With ``similar`` (the hits ranked by meaning, closest first), the keyword order and
+    theirs are fused (:func:`~.recall_rank.fuse`); without, the keyword order is the order."""
     later = [e for e in present if not any(e.metadata.get(k) for k in _INSERTED_KEYS)]
-    marked = supersede(wanted, later)
+    union = list(wanted)
+    at = {_identity(h): i for i, h in enumerate(union)}
+    by_meaning: list[int] = []
+    for h in similar:
+        key = _identity(h)
+        if key not in at:
+            at[key] = len(union)
+            union.append(h)
+        by_meaning.append(at[key])
+    marked = supersede(union, later)
     texts = [_body(h.entry, {}) for h in marked]
-    order = rank_order(marked, Terms(terms), texts)
+    lexical = len(wanted)
+    order = rank_order(marked[:lexical], Terms(terms), texts[:lexical])
+    if by_meaning:
+        order = fuse(order, by_meaning)
     return dedupe([marked[i] for i in order], [texts[i] for i in order], most)
+
+
+def _identity(hit: RecallHit) -> str:
+    """What makes two hits one entry (as :func:`_wanted` compares them)."""
+    return hit.entry.model_dump_json(include={"id", "role", "content"})
 
 
 def recall_tools(
@@ -736,6 +815,8 @@ def recall_tools(
             exclude=memory().entries(),
             timeout=settings.timeout,
             tool_name=settings.tool_name,
+            embedder=settings.embedder,
+            embedder_options=settings.embedder_options,
         ).text
 
     return {settings.tool_name: recall_tool}

@@ -30,7 +30,9 @@ __all__ = [
     "NEAR_IDENTICAL",
     "Terms",
     "assignments",
+    "RRF_K",
     "dedupe",
+    "fuse",
     "near_identical",
     "rank",
     "supersede",
@@ -50,6 +52,25 @@ _SET_TO = re.compile(
 )
 #: ``timeout=30``, ``timeout = 30``, ``timeout := 30``.
 _EQUALS = re.compile(r"\b([A-Za-z][\w.-]*)\s*:?=\s*([^\s,;]+)")
+
+
+#: Reciprocal rank fusion's constant: a hit's score from one ranking is 1/(RRF_K + rank),
+#: so the first few places of either ranking weigh about alike (the usual 60).
+RRF_K = 60
+
+
+def fuse(*rankings: Sequence[int], k: int = RRF_K) -> list[int]:
+    """Reciprocal rank fusion of ``rankings`` (each a best-first list of distinct items):
+    every item of any of them, by the sum of ``1 / (k + place)`` over the rankings that
+    hold it (places from 1), ties in the order of first appearance (the first ranking
+    first). With one ranking, it is returned unchanged."""
+    score: dict[int, float] = {}
+    for ranking in rankings:
+        for place, item in enumerate(ranking, 1):
+            score[item] = score.get(item, 0.0) + 1.0 / (k + place)
+    seen = list(dict.fromkeys(i for r in rankings for i in r))
+    first = {item: at for at, item in enumerate(seen)}
+    return sorted(seen, key=lambda i: (-score[i], first[i]))
 
 
 class Terms:

@@ -81,7 +81,11 @@ class RecallSettings:
     only for an archive that holds no one else's conversations); ``tool_name`` is the
     name the model calls it by; ``timeout`` bounds, in seconds, how long a call waits for
     each source (a source past it is abandoned and reported like a failed one; ``None``:
-    no bound).
+    no bound). ``embedder`` names the embedder (an entry point of the
+    ``normandy_core.embedders`` group) whose ranking by meaning recall fuses with the
+    keyword one, made with ``embedder_options``: ``None`` takes the configured one (the
+    ``[recall]`` table's ``embedder``, ``NORMANDY_RECALL_EMBEDDER``; none configured:
+    keywords only), ``"off"`` none whatever is configured.
 
     :raises ValueError: naming the setting and what is allowed.
     """
@@ -91,8 +95,22 @@ class RecallSettings:
     scope: Scope = "session"
     tool_name: str = "recall"
     timeout: float | None = DEFAULT_TIMEOUT
+    embedder: str | None = None
+    embedder_options: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.embedder is not None and (
+            not isinstance(self.embedder, str) or not self.embedder.strip()
+        ):
+            raise ValueError(
+                "RecallSettings: embedder must be an embedder's name, 'off' or None, got "
+                f"{self.embedder!r}"
+            )
+        if self.embedder_options is not None and not isinstance(self.embedder_options, dict):
+            raise ValueError(
+                "RecallSettings: embedder_options must be a dict of the embedder's options, "
+                f"got {type(self.embedder_options).__name__}"
+            )
         to = self.timeout
         if to is not None and (
             isinstance(to, bool) or not isinstance(to, (int, float)) or not 0 < to < 1e6

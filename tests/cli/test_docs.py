@@ -44,6 +44,7 @@ def test_every_hookspec_is_in_the_hook_reference() -> None:
         "after_compact",
         "on_boundary",
         "recall_entries",
+        "recall_similar",
     }
     for specs in (hookspecs.CompactorSpec, hookspecs.HookSpec):
         for name in dir(specs):
@@ -236,6 +237,7 @@ API_PAGES = {
     "normandy_pipeline": "pipeline.md",
     "normandy_native": "native.md",
     "normandy_otel": "otel.md",
+    "normandy_embed_bert": "embed-bert.md",
     "normandy_langchain": "langchain.md",
     "normandy_pydantic_ai": "pydantic-ai.md",
     "normandy_openai_agents": "openai-agents.md",

@@ -4,7 +4,8 @@
 one transaction before the compaction takes effect, or raises the archive's error and the
 boundary refuses the compaction. *Best effort* (``required=false``): :func:`after_compact`
 writes them afterwards; a failure is reported in ``meta["hook_errors"]`` with the number
-of entries not archived. :func:`recall_entries` answers the ``recall`` tool. Indexing,
+of entries not archived. :func:`recall_entries` answers the ``recall`` tool, and
+:func:`recall_similar` its ranking by meaning when an embedder is configured. Indexing,
 checkpoints and retention run in the background writer (:mod:`normandy_archive.maintenance`).
 """
 
@@ -23,10 +24,12 @@ if TYPE_CHECKING:
 
     from normandy_archive.backend import ArchiveBackend
     from normandy_archive.base import ArchivedEntry
+    from normandy_archive.maintenance import Embedding
     from normandy_archive.settings import ArchiveSettings
     from normandy_core import AgentConfig, CompactionContext
+    from normandy_core.contract.embedders import Embedder
 
-__all__ = ["after_compact", "before_commit", "recall_entries"]
+__all__ = ["after_compact", "before_commit", "recall_entries", "recall_similar"]
 
 
 class _ArchiveInUse:
@@ -125,7 +128,28 @@ def _maintain(settings: ArchiveSettings, acc: AgentConfig) -> None:
     bound, most = archive.WAL_MAX_BYTES, settings.max_bytes
     archive.wal_bound = bound if most is None else min(bound, most // 10)
     maintenance.hold(archive, limits)
-    maintenance.schedule(archive, limits, acc.memory.entries())
+    maintenance.schedule(archive, limits, acc.memory.entries(), _embedding(settings, acc))
+
+
+def _embedding(settings: ArchiveSettings, acc: AgentConfig) -> Embedding | None:
+    """What makes the embedder ``acc``'s recall ranks by meaning with (configured by
+    name; made by the background writer, off the compaction's path) and the session it
+    recalls from; ``None``: no recall. An embedder that cannot be made is skipped there:
+    recall itself says what is wrong with it, where the model asks."""
+    recall = acc.recall_settings
+    if recall is None or recall.embedder == "off":
+        return None
+
+    def made() -> Embedder | None:
+        from normandy_core.contract.recall_embed import embedder_for
+
+        try:
+            return embedder_for(recall.embedder, recall.embedder_options)
+        except Exception:
+            return None
+
+    session = None if recall.scope == "all" else (settings.session or acc.session_id)
+    return made, session
 
 
 @hookimpl
@@ -222,6 +246,51 @@ def recall_entries(query: str, session_id: str | None, limit: int) -> list[Recal
             names = _tool_names(archive, a.entry.tool_results, session)
             hits[a.seq] = RecallHit(a.entry, a.session_id, a.archived_at, names, a.seq)
     return list(hits.values())[:limit]
+
+
+@hookimpl
+def recall_similar(
+    query: str, session_id: str | None, limit: int, embedder: Embedder
+) -> list[RecallHit]:
+    """The archived entries (of the session, as :func:`recall_entries` takes it) whose
+    vectors are closest to ``query``'s, by cosine, closest first.
+
+    Entries with no vector of ``embedder.key`` yet are embedded now (their searchable
+    text) and their vectors kept in the archive (:meth:`~normandy_archive.Archive.store_vectors`),
+    so each entry is embedded once; the compaction's path never waits for it.
+
+    :raises ArchiveError: the archive is off, is not the SQLite one (PostgreSQL has no
+        vectors yet), or cannot be read or written; NumPy is not installed.
+    """
+    from normandy_archive import maintenance
+    from normandy_archive.store import Archive
+    from normandy_archive.vectors import held
+
+    settings = _settings()
+    if settings.off:
+        raise ArchiveError(
+            f"the archive is off (set by {settings.source}): nothing can be recalled"
+        )
+    archive = _IN_USE.get(settings)
+    if not isinstance(archive, Archive):
+        raise ArchiveError(
+            f"recall by meaning (embedder {embedder.key!r}) needs the SQLite archive; "
+            f"{archive.location} keeps no vectors (pgvector is not supported yet)"
+        )
+    session = None if session_id is None else (settings.session or session_id)
+    mine = held(archive.location, embedder.key, session, archive.last_vector(embedder.key))
+    # what the background writer has not embedded yet, then the vectors not read yet
+    maintenance.embed_pending(archive, embedder, session, after=mine.top)
+    mine.extend(archive.vectors(embedder.key, session, after=mine.top))
+    if not mine.seqs:
+        return []
+    (asked,) = embedder.embed([query])
+    seqs = mine.nearest(asked, limit)
+    hits: list[RecallHit] = []
+    for a in archive.by_seq(seqs):
+        names = _tool_names(archive, a.entry.tool_results, session)
+        hits.append(RecallHit(a.entry, a.session_id, a.archived_at, names, a.seq))
+    return hits
 
 
 def _tool_names(

@@ -1,8 +1,9 @@
 """The archive's background writer: what follows a compaction's commit, off the hot path.
 
 One daemon thread per process (:func:`schedule`) serializes the entries the next
-compaction may drop, then indexes what was committed, checkpoints the write-ahead log and
-prunes past the retention limits, in small transactions that let a waiting compaction go
+compaction may drop, then indexes what was committed, embeds it when recall ranks by
+meaning (:func:`embed_pending`), checkpoints the write-ahead log and prunes past the
+retention limits, in small transactions that let a waiting compaction go
 first. A failure is logged (``normandy_archive`` logger) and tried again next time: nothing
 committed depends on it. It is drained at exit (:func:`drain`).
 """
@@ -15,7 +16,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from normandy_archive.base import Limits, prepare
@@ -23,13 +24,16 @@ from normandy_archive.store import Archive, ArchiveBusyError
 
 if TYPE_CHECKING:
     from normandy_core import Entry
+    from normandy_core.contract.embedders import Embedder
 
 __all__ = [
     "DRAIN_TIMEOUT",
     "PRUNE_AT",
     "PRUNE_EVERY",
     "PRUNE_TO",
+    "EMBED_PER_PASS",
     "drain",
+    "embed_pending",
     "hold",
     "prune",
     "schedule",
@@ -46,7 +50,15 @@ PRUNE_EVERY = 60.0
 PRUNE_AT = 0.75
 PRUNE_TO = 0.7
 
-_Work = tuple[Archive, "Limits | None", Sequence["Entry"]]
+#: Entries one pass of the background writer embeds (about ten seconds of a small model
+#: on one core); more are left to the next pass, scheduled at once.
+EMBED_PER_PASS = 64
+
+#: What recall by meaning embeds with (made when the writer first needs it: loading a
+#: model takes a second, never on the compaction's path; ``None``: none), and the
+#: session it recalls from.
+Embedding = tuple[Callable[[], "Embedder | None"], "str | None"]
+_Work = tuple[Archive, "Limits | None", Sequence["Entry"], "Embedding | None"]
 
 
 class _Writer:
@@ -63,9 +75,15 @@ class _Writer:
         self.thread: threading.Thread | None = None  # None: not running
         self.pruned: dict[str, float] = {}
 
-    def schedule(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
+    def schedule(
+        self,
+        archive: Archive,
+        limits: Limits | None,
+        upcoming: Sequence[Entry],
+        embedding: Embedding | None = None,
+    ) -> None:
         with self.cond:
-            self.pending[id(archive)] = (archive, limits, upcoming)
+            self.pending[id(archive)] = (archive, limits, upcoming, embedding)
             if self.thread is None:  # not started, or its loop ended (it raised)
                 self.thread = threading.Thread(
                     target=self.run, name="normandy-archive-writer", daemon=True
@@ -91,8 +109,8 @@ class _Writer:
                     self.pending.clear()
                     self.busy = True
                 try:
-                    for archive, limits, upcoming in work:
-                        self.serve(archive, limits, upcoming)
+                    for archive, limits, upcoming, embedding in work:
+                        self.serve(archive, limits, upcoming, embedding)
                 finally:
                     with self.cond:
                         self.busy = False
@@ -102,7 +120,13 @@ class _Writer:
                 if self.thread is threading.current_thread():
                     self.thread = None  # the next schedule() starts another
 
-    def serve(self, archive: Archive, limits: Limits | None, upcoming: Sequence[Entry]) -> None:
+    def serve(
+        self,
+        archive: Archive,
+        limits: Limits | None,
+        upcoming: Sequence[Entry],
+        embedding: Embedding | None = None,
+    ) -> None:
         try:
             prepare(upcoming)  # first: an agent compacting again soon finds them
             archive.index(yield_to_writers=True)
@@ -111,11 +135,55 @@ class _Writer:
             log.debug("archive %s: busy, indexing later", archive.location)
         except Exception as exc:
             log.error("archive %s: indexing failed (tried again later): %s", archive.location, exc)
+        if embedding is not None:
+            try:
+                made, session = embedding
+                embedder = made()
+                more = embedder is not None and embed_pending(
+                    archive, embedder, session, most=EMBED_PER_PASS
+                )
+            except Exception as exc:
+                log.error("archive %s: embedding failed (recall embeds): %s", archive.location, exc)
+            else:
+                if more:
+                    with self.cond:  # the rest next pass: a compaction's work goes first
+                        self.pending.setdefault(id(archive), (archive, None, (), embedding))
         now = time.monotonic()
         last = self.pruned.get(archive.location, -math.inf)
         if limits is not None and (_over(archive, limits) or now - last >= PRUNE_EVERY):
             self.pruned[archive.location] = now
             prune(archive, limits)
+
+
+def embed_pending(
+    archive: Archive,
+    embedder: Embedder,
+    session_id: str | None,
+    *,
+    most: int | None = None,
+    after: int = 0,
+) -> bool:
+    """Embed (and keep) the entries of ``session_id`` that have no vector of ``embedder``
+    yet (past archive order ``after``), at most ``most`` of them, 16 at a time; whether
+    some are left. One call at a
+    time in the process: a recall waits for the background writer's pass rather than
+    embed the same entries beside it."""
+    from normandy_archive.base import searchable_text
+    from normandy_archive.vectors import pack
+
+    with _EMBEDDING:
+        missing = archive.unembedded(embedder.key, session_id, after=after)
+        todo = missing if most is None else missing[:most]
+        for start in range(0, len(todo), 16):
+            part = todo[start : start + 16]
+            made = embedder.embed([searchable_text(a.entry) for a in part])
+            kept = {a.seq: pack(v) for a, v in zip(part, made, strict=True)}
+            archive.store_vectors(embedder.key, kept)
+        return len(missing) > len(todo)
+
+
+#: Held while entries are embedded (:func:`embed_pending`).
+_EMBEDDING = threading.Lock()
 
 
 def _over(archive: Archive, limits: Limits) -> bool:
@@ -148,11 +216,16 @@ def hold(archive: Archive, limits: Limits | None) -> None:
 
 
 def schedule(
-    archive: Archive, limits: Limits | None = None, upcoming: Sequence[Entry] = ()
+    archive: Archive,
+    limits: Limits | None = None,
+    upcoming: Sequence[Entry] = (),
+    embedding: Embedding | None = None,
 ) -> None:
     """Soon, in the background writer: index and checkpoint ``archive``, prune it past
-    ``limits``, and serialize ``upcoming`` (the entries a compaction may drop next)."""
-    _writer.schedule(archive, limits, upcoming)
+    ``limits``, serialize ``upcoming`` (the entries a compaction may drop next), and with
+    ``embedding`` (what makes the embedder, and a session) embed what recall would rank
+    by meaning."""
+    _writer.schedule(archive, limits, upcoming, embedding)
 
 
 def drain(timeout: float = DRAIN_TIMEOUT) -> bool:

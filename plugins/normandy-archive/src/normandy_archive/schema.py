@@ -1,4 +1,4 @@
-"""The SQLite archive's schema (version 2), its full-text index, and the move from version 1.
+"""The SQLite archive's schema (version 3), its full-text index, the moves from 1 and 2.
 
 * ``compactions``: one row per compaction that stored something.
 * ``entries``: one row per distinct *content* (``content_hash``, :func:`content_hash`,
@@ -7,6 +7,10 @@
 * ``entry_sources``: ``source_id -> content_hash``, to find an entry by a caller's id.
 * ``seen``: for each row, the session that last dropped its content and when; retention
   goes by it.
+* ``vectors``: an embedder's vector of a row (``seq``), for recall by meaning: keyed by
+  the embedder's ``key`` (its model and the settings that change its vectors) and the
+  row, a little-endian float32 BLOB; written at recall time for the rows that lack one
+  (version 3; an archive of version 2 gains the table when a writer opens it).
 * ``entries_fts``: a contentless FTS5 index of the word stems of each row's text
   (:data:`INDEXED_SQL`: :data:`TEXT_SQL` through
   :func:`normandy_core.conversation.stems.stem_text`), ranked by ``bm25()``.
@@ -50,9 +54,15 @@ __all__ = [
     "store",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Seconds after which the same session dropping a content again refreshes its ``seen``.
 SEEN_REFRESH = 3600.0
+
+#: Version 3: one vector per row and embedder key (a float32 BLOB).
+_VECTORS = (
+    "CREATE TABLE IF NOT EXISTS vectors (embedder TEXT NOT NULL, seq INTEGER NOT NULL, "
+    "vector BLOB NOT NULL, PRIMARY KEY (embedder, seq)) WITHOUT ROWID"
+)
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS compactions (
@@ -89,6 +99,7 @@ _TABLES = (
     "CREATE TABLE IF NOT EXISTS archive_state (key TEXT PRIMARY KEY, value) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS seen (seq INTEGER PRIMARY KEY, session_id TEXT NOT NULL, "
     "at REAL NOT NULL)",
+    _VECTORS,
     "CREATE INDEX IF NOT EXISTS entries_by_id ON entries (entry_id, seq)",
     "CREATE INDEX IF NOT EXISTS entries_by_session ON entries (session_id, seq)",
     "CREATE INDEX IF NOT EXISTS compactions_by_session ON compactions (session_id, created_at)",
@@ -218,12 +229,21 @@ def create(conn: sqlite3.Connection) -> None:
 
 
 def migrate(conn: sqlite3.Connection, version: int) -> None:
-    """Move a version-1 archive to version 2 (in the caller's transaction).
+    """Move a version-1 or version-2 archive to version 3 (in the caller's transaction).
 
-    Version 1 kept a row per ``(session, entry id, hash of the whole entry)`` with an FTS
-    index kept by a trigger: its rows move in archive order, the first of each content
-    kept (it is what later readers recall), and are indexed again from scratch.
+    Version 2 lacks only the ``vectors`` table: it is created. Version 1 kept a row per
+    ``(session, entry id, hash of the whole entry)`` with an FTS index kept by a trigger:
+    its rows move in archive order, the first of each content kept (it is what later
+    readers recall), and are indexed again from scratch.
     """
+    if version == 2:
+        conn.execute(_VECTORS)
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return
+    _migrate_v1(conn)
+
+
+def _migrate_v1(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TRIGGER IF EXISTS entries_fts_insert")
     conn.execute("DROP TABLE IF EXISTS entries_fts")
     conn.execute("ALTER TABLE entries RENAME TO entries_v1")
@@ -294,6 +314,7 @@ _REMOVE = (
     "(SELECT value FROM archive_state WHERE key = 'indexed_seq')",
     "DELETE FROM entry_sources WHERE content_hash IN (SELECT content_hash FROM entries "
     f"WHERE seq IN ({_MINE}))",
+    f"DELETE FROM vectors WHERE seq IN ({_MINE})",
     f"DELETE FROM entries WHERE seq IN ({_MINE})",
     f"DELETE FROM seen WHERE session_id {_IN}",
     # what a removed session archived first and a kept one dropped since stays, under it

@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -66,6 +66,8 @@ _UNINDEXED = "e.seq > (SELECT value FROM archive_state WHERE key = 'indexed_seq'
 _CONTAINS = f"instr(lower({schema.TEXT_SQL}), lower(?)) > 0"
 #: One term's stems (``' stem stem '``) found among a row's stems.
 _CONTAINS_STEMS = f"instr(' ' || {schema.INDEXED_SQL} || ' ', ?) > 0"
+#: Whether the archive has the vectors table (version 3 on; a reader may see version 2).
+_HAS_VECTORS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vectors'"
 #: Errors SQLite gives for a full-text query it cannot parse (with ``raw``).
 _QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -176,7 +178,7 @@ def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
             rollback(conn)  # a read: nothing to keep
     if version == 0 and not tables:
         return 0
-    if version not in (1, SCHEMA_VERSION) or not {"compactions", "entries"} <= tables:
+    if version not in (1, 2, SCHEMA_VERSION) or not {"compactions", "entries"} <= tables:
         raise NotAnArchiveError(
             f"{str(path)!r} is not a Normandy archive (SQLite user_version {version}, tables: "
             f"{', '.join(sorted(tables)) or 'none'}); refusing to touch it"
@@ -596,6 +598,86 @@ class Archive(ArchiveBackend):
         if vacuum:  # the checkpoint shrinks the file now
             self._outside("VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)", doing="could not vacuum")
         return removed
+
+    # -- vectors (recall by meaning) --------------------------------------------------
+
+    def _session_rows(self, session_id: str | None) -> tuple[str, builtins.list[Any]]:
+        """The rows of ``session_id`` as recall searches it: what it archived or was the
+        last to drop (every row: ``None``)."""
+        return self._in_session("1 = 1", [], session_id, seen=True)
+
+    def unembedded(
+        self, embedder: str, session_id: str | None = None, *, after: int = 0
+    ) -> builtins.list[ArchivedEntry]:
+        """The entries (of ``session_id``, as :meth:`search` with ``seen`` takes it; past
+        archive order ``after``) that hold no vector of the embedder key ``embedder``
+        yet, oldest first."""
+        cond, params = self._session_rows(session_id)
+        cond, params = f"e.seq > ? AND {cond}", [after, *params]
+        lacking = " AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.embedder = ? AND v.seq = e.seq)"
+        # an archive a writer has not moved to version 3 yet has no vectors at all
+        table = self._read(lambda v, run: bool(run(_HAS_VECTORS, ())))
+        if table is None:
+            return []
+        if table:
+            return self._select(f"{cond}{lacking}", [*params, embedder])
+        return self._select(cond, params)
+
+    def store_vectors(self, embedder: str, vectors: Mapping[int, bytes]) -> int:
+        """Keep ``vectors`` (archive order ``seq`` -> a little-endian float32 BLOB) under
+        the embedder key ``embedder``, in one transaction, replacing any it held; a row
+        removed meanwhile is skipped. How many it kept."""
+        if not vectors:
+            return 0
+        rows = [(embedder, int(seq), bytes(blob)) for seq, blob in vectors.items()]
+
+        def work(conn: sqlite3.Connection) -> int:
+            before = conn.total_changes
+            conn.executemany(
+                "INSERT OR REPLACE INTO vectors (embedder, seq, vector) "
+                "SELECT ?1, seq, ?3 FROM entries WHERE seq = ?2",
+                rows,
+            )
+            return conn.total_changes - before
+
+        return self._transaction(work, f"could not keep {len(rows)} vectors")
+
+    def vectors(
+        self, embedder: str, session_id: str | None = None, *, after: int = 0
+    ) -> builtins.list[tuple[int, bytes]]:
+        """The vectors of the embedder key ``embedder`` the archive holds (of
+        ``session_id``, as :meth:`unembedded` takes it; past archive order ``after``):
+        ``(seq, float32 BLOB)``, in archive order."""
+        cond, params = self._session_rows(session_id)
+        cond, params = f"e.seq > ? AND {cond}", [after, *params]
+
+        def select(version: int, run: Run) -> builtins.list[tuple[Any, ...]]:
+            if not run(_HAS_VECTORS, ()):
+                return []
+            return run(
+                f"SELECT e.seq, x.vector FROM vectors x JOIN entries e ON e.seq = x.seq "
+                f"WHERE x.embedder = ? AND x.seq > ? AND {cond} ORDER BY e.seq",
+                [embedder, after, *params],
+            )
+
+        return [(int(r[0]), bytes(r[1])) for r in self._read(select) or ()]
+
+    def last_vector(self, embedder: str) -> int:
+        """The highest archive order holding a vector of ``embedder`` (0: none)."""
+
+        def select(version: int, run: Run) -> builtins.list[tuple[Any, ...]]:
+            if not run(_HAS_VECTORS, ()):
+                return []
+            return run("SELECT max(seq) FROM vectors WHERE embedder = ?", [embedder])
+
+        rows = self._read(select) or []
+        return int(rows[0][0] or 0) if rows else 0
+
+    def by_seq(self, seqs: Sequence[int]) -> builtins.list[ArchivedEntry]:
+        """The entries of archive order ``seqs``, in that order (those removed: left out)."""
+        found = self._select("e.seq IN (SELECT value FROM json_each(?))", [json.dumps(list(seqs))])
+        at = {a.seq: a for a in found}
+        return [at[s] for s in seqs if s in at]
 
     # -- reading ----------------------------------------------------------------------
 

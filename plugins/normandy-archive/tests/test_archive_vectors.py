@@ -1,0 +1,187 @@
+"""Recall by meaning over the SQLite archive: vectors kept in the archive (version 3, a
+version-2 archive moved at open), computed at recall time once per entry, surviving a
+reopen; recall fusing them with the keyword ranking only when an embedder is configured."""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from normandy_archive import Archive
+from normandy_archive.hooks import recall_similar
+from normandy_archive.vectors import nearest, pack
+from normandy_core import Entry, RecallError, hookimpl, recall, register_hook, unregister_hook
+
+_CONCEPTS = {
+    "money": ("money", "invoice", "billing", "payment", "charge"),
+    "failure": ("trouble", "failed", "declined", "error", "problem"),
+    "storage": ("disk", "storage", "volume", "full", "space"),
+}
+
+
+class Concepts:
+    """A test embedder: a unit vector over a few concepts (synonym sets)."""
+
+    key = "concepts-test:1"
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.embedded += texts
+        out = []
+        for text in texts:
+            words = set(re.findall(r"[a-z]+", text.lower()))
+            v = [float(len(words & set(ws))) for ws in _CONCEPTS.values()] + [0.1]
+            n = math.sqrt(sum(x * x for x in v))
+            out.append([x / n for x in v])
+        return out
+
+
+FACT = "INV-204: the card was declined when we charged the invoice"
+
+
+def _entries() -> list[Entry]:
+    return [
+        Entry(id="u1", role="user", content="Please tidy the README headings."),
+        Entry(id="a1", role="assistant", content=FACT),
+        Entry(id="u2", role="user", content="The volume ran out of space last night."),
+        Entry(id="a2", role="assistant", content="Headings tidied; README renders fine."),
+    ]
+
+
+@pytest.fixture
+def archived(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "archive.sqlite3"
+    monkeypatch.setenv("NORMANDY_ARCHIVE_PATH", str(path))
+    monkeypatch.delenv("NORMANDY_ARCHIVE_URL", raising=False)
+    monkeypatch.delenv("NORMANDY_ARCHIVE_SESSION", raising=False)
+    for var in ("NORMANDY_RECALL_EMBEDDER", "NORMANDY_RECALL_EMBEDDER_OPTS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("NORMANDY_CONFIG", "off")
+    archive = Archive(path)
+    archive.record(_entries(), session_id="s1")
+    archive.close()
+    return path
+
+
+def test_the_hook_ranks_by_meaning_and_embeds_each_entry_once(archived):
+    emb = Concepts()
+    hits = recall_similar(query="money problem", session_id="s1", limit=2, embedder=emb)
+    assert hits[0].entry.content == FACT  # no word of the query is in it
+    assert len(emb.embedded) == 4 + 1  # every entry, then the query
+    recall_similar(query="disk", session_id="s1", limit=2, embedder=emb)
+    assert emb.embedded[5:] == ["disk"]  # kept: only the query is embedded again
+    assert recall_similar(query="money", session_id="other", limit=2, embedder=emb) == []
+
+
+def test_vectors_survive_an_archive_reopen(archived):
+    emb = Concepts()
+    recall_similar(query="money", session_id="s1", limit=2, embedder=emb)
+    reopened = Archive(archived)
+    held = reopened.vectors(emb.key, "s1")
+    assert len(held) == 4
+    assert reopened.unembedded(emb.key, "s1") == []
+    assert reopened.vectors("another-model", "s1") == []
+    assert len(reopened.unembedded("another-model", "s1")) == 4
+    (money,) = emb.embed(["money"])
+    assert reopened.by_seq(nearest(money, held, 1))[0].entry.content == FACT
+
+
+def test_a_version_2_archive_gains_the_vectors_table_when_opened(archived):
+    with sqlite3.connect(archived) as conn:
+        conn.execute("DROP TABLE vectors")
+        conn.execute("PRAGMA user_version = 2")
+    reader = Archive(archived)
+    assert len(reader.unembedded("concepts-test:1", "s1")) == 4  # read-only: no table yet
+    assert reader.vectors("concepts-test:1", "s1") == []
+    assert reader.store_vectors("concepts-test:1", {1: pack([1.0, 0.0])}) == 1  # a writer
+    with sqlite3.connect(archived) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 4
+    assert [s for s, _ in Archive(archived).vectors("concepts-test:1", "s1")] == [1]
+
+
+def test_pruned_entries_take_their_vectors_with_them(archived):
+    emb = Concepts()
+    recall_similar(query="money", session_id="s1", limit=2, embedder=emb)
+    archive = Archive(archived)
+    archive.record([Entry(id="x", role="user", content="other session")], session_id="s2")
+    archive.prune(max_sessions=1)
+    assert archive.vectors(emb.key) == []
+
+
+def test_recall_fuses_meaning_only_when_an_embedder_is_given(archived):
+    lexical = recall("money problem", session="s1")
+    assert lexical.hits == ()  # no word of the fact: keywords alone find nothing
+    found = recall("money problem", session="s1", embedder=Concepts())
+    assert found.hits[0].entry.content == FACT
+    # a keyword hit stays first when both rankings hold it
+    both = recall("declined invoice", session="s1", embedder=Concepts())
+    assert both.hits[0].entry.content == FACT
+
+
+class _Tripwire:
+    """A source of the meaning ranking that must not be asked."""
+
+    @hookimpl
+    def recall_similar(self, query: str) -> list[Entry]:
+        raise AssertionError("asked for a ranking by meaning with no embedder configured")
+
+
+def test_with_no_embedder_configured_recall_is_the_keyword_ranking_exactly(archived):
+    name = register_hook(_Tripwire(), name="tripwire-similar")
+    try:
+        plain = recall("README headings tidy", session="s1", nonce="QQ77")
+        off = recall("README headings tidy", session="s1", nonce="QQ77", embedder="off")
+    finally:
+        unregister_hook(name)
+    assert plain == off
+    assert [h.entry.id for h in plain.hits] == ["a2", "u1"]
+
+
+def test_the_configured_embedder_is_found_by_name_and_an_unknown_one_is_named(
+    archived, monkeypatch
+):
+    monkeypatch.setenv("NORMANDY_RECALL_EMBEDDER", "no-such-embedder")
+    with pytest.raises(RecallError, match=r"embedder 'no-such-embedder'.*unknown embedder"):
+        recall("money problem", session="s1")
+    assert recall("README", session="s1", embedder="off").hits  # off: keywords only
+
+
+def test_an_embedder_whose_model_files_are_missing_is_named(archived, monkeypatch, tmp_path):
+    monkeypatch.setenv("NORMANDY_RECALL_EMBEDDER", "bert")
+    monkeypatch.setenv("NORMANDY_RECALL_EMBEDDER_OPTS", f'{{"path": "{tmp_path}"}}')
+    with pytest.raises(RecallError, match=r"embedder 'bert'.*holds no config.json"):
+        recall("money problem", session="s1")
+
+
+def test_the_background_writer_embeds_what_recall_would_rank_a_pass_at_a_time(archived):
+    from normandy_archive.maintenance import embed_pending
+
+    emb = Concepts()
+    archive = Archive(archived)
+    assert embed_pending(archive, emb, "s1", most=3)  # one left for the next pass
+    assert len(archive.unembedded(emb.key, "s1")) == 1
+    assert not embed_pending(archive, emb, "s1")
+    assert archive.unembedded(emb.key, "s1") == []
+    recall_similar(query="money", session_id="s1", limit=1, embedder=emb)
+    assert emb.embedded[-1] == "money" and len(emb.embedded) == 5  # recall embeds the query only
+
+
+class _Failing(Concepts):
+    key = "failing:1"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        raise RuntimeError("the model fell over")
+
+
+def test_a_failing_search_by_meaning_leaves_the_keyword_ranking_and_says_so(archived):
+    got = recall("README headings tidy", session="s1", embedder=_Failing())
+    assert [h.entry.id for h in got.hits] == ["a2", "u1"]
+    assert any("by meaning (failing:1)" in e and "fell over" in e for e in got.errors)

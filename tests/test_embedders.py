@@ -1,0 +1,60 @@
+"""The embedders group (issue 35 item 2): names resolved, unknown ones refused by name,
+and reciprocal rank fusion's order."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from normandy_core.contract.embedders import (
+    EMBEDDER_GROUP,
+    UnknownEmbedderError,
+    installed_embedders,
+    resolve_embedder,
+)
+from normandy_core.contract.recall_rank import fuse
+
+
+def test_unknown_embedder_is_refused_naming_it_and_the_installed_ones():
+    with pytest.raises(UnknownEmbedderError, match=r"unknown embedder 'berrt'") as err:
+        resolve_embedder("berrt")
+    assert EMBEDDER_GROUP in str(err.value)
+    assert err.value.installed == installed_embedders()
+
+
+rankings = st.lists(st.integers(0, 30), unique=True, max_size=20)
+
+
+@given(rankings)
+def test_one_ranking_is_kept(ranking):
+    assert fuse(ranking) == ranking
+
+
+@given(rankings, rankings)
+def test_fusion_is_every_item_once(a, b):
+    fused = fuse(a, b)
+    assert sorted(fused) == sorted(set(a) | set(b))
+
+
+@given(rankings, rankings)
+def test_first_in_both_comes_first(a, b):
+    if a and b and a[0] == b[0]:
+        assert fuse(a, b)[0] == a[0]
+
+
+@given(rankings, rankings)
+def test_held_by_both_beats_held_by_one_at_the_same_place(a, b):
+    fused = fuse(a, b)
+    both, only = set(a) & set(b), set(a) - set(b)
+    for x in both:
+        for y in only:
+            if a.index(x) <= a.index(y):
+                assert fused.index(x) < fused.index(y)
+
+
+def test_a_meaning_only_hit_first_by_similarity_rises_above_weak_lexical_ones():
+    lexical = [1, 2, 3, 4, 5]
+    similar = [9, 3, 1]
+    fused = fuse(lexical, similar)
+    assert fused[:2] == [1, 3]
+    assert fused.index(9) < fused.index(4)
