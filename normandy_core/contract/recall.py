@@ -768,14 +768,15 @@ def _ranked(
     theirs are fused (:func:`~.recall_rank.fuse`); without, the keyword order is the order."""
     later = [e for e in present if not any(e.metadata.get(k) for k in _INSERTED_KEYS)]
     union = list(wanted)
-    at = {_identity(h): i for i, h in enumerate(union)}
     by_meaning: list[int] = []
-    for h in similar:
-        key = _identity(h)
-        if key not in at:
-            at[key] = len(union)
-            union.append(h)
-        by_meaning.append(at[key])
+    if similar:  # the keyword ranking alone identifies nothing
+        at = {_identity(h): i for i, h in enumerate(union)}
+        for h in similar:
+            key = _identity(h)
+            if key not in at:
+                at[key] = len(union)
+                union.append(h)
+            by_meaning.append(at[key])
     marked = supersede(union, later)
     texts = [_body(h.entry, {}) for h in marked]
     lexical = len(wanted)

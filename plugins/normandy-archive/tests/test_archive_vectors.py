@@ -14,7 +14,7 @@ import pytest
 
 from normandy_archive import Archive
 from normandy_archive.hooks import recall_similar
-from normandy_archive.vectors import nearest, pack
+from normandy_archive.vectors import HeldSessions, nearest, pack
 from normandy_core import Entry, RecallError, hookimpl, recall, register_hook, unregister_hook
 
 _CONCEPTS = {
@@ -185,3 +185,18 @@ def test_a_failing_search_by_meaning_leaves_the_keyword_ranking_and_says_so(arch
     got = recall("README headings tidy", session="s1", embedder=_Failing())
     assert [h.entry.id for h in got.hits] == ["a2", "u1"]
     assert any("by meaning (failing:1)" in e and "fell over" in e for e in got.errors)
+
+
+def test_held_vectors_are_bounded_and_start_afresh_below_what_they_hold() -> None:
+    held = HeldSessions()
+    first = held.get("e", "s0", 0)
+    first.extend([(5, pack([1.0, 0.0]))])
+    assert held.get("e", "s0", 5) is first  # kept between recalls
+    oldest = held.get("e", "s1", 0)
+    for n in range(2, HeldSessions.MAX_SESSIONS):
+        held.get("e", f"s{n}", 0)
+    assert held.get("e", "s0", 5) is first  # recalled last: s1 is now the least recent
+    held.get("e", "another", 0)  # one session too many: s1 goes
+    assert held.get("e", "s0", 5) is first
+    assert held.get("e", "s1", 0) is not oldest
+    assert held.get("e", "s0", 4) is not first  # the archive's highest is below: afresh

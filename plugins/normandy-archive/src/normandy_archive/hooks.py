@@ -264,7 +264,6 @@ def recall_similar(
     """
     from normandy_archive import maintenance
     from normandy_archive.store import Archive
-    from normandy_archive.vectors import held
 
     settings = _settings()
     if settings.off:
@@ -278,7 +277,7 @@ def recall_similar(
             f"{archive.location} keeps no vectors (pgvector is not supported yet)"
         )
     session = None if session_id is None else (settings.session or session_id)
-    mine = held(archive.location, embedder.key, session, archive.last_vector(embedder.key))
+    mine = archive.held_vectors.get(embedder.key, session, archive.last_vector(embedder.key))
     # what the background writer has not embedded yet, then the vectors not read yet
     maintenance.embed_pending(archive, embedder, session, after=mine.top)
     mine.extend(archive.vectors(embedder.key, session, after=mine.top))

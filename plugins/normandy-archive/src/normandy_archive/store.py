@@ -43,6 +43,7 @@ from normandy_archive.base import (
 from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiveError
 from normandy_archive.schema import SCHEMA_VERSION, rollback
 from normandy_archive.settings import archive_path, current_settings
+from normandy_archive.vectors import HeldSessions
 from normandy_core.conversation.stems import WORD, stem_text
 
 __all__ = [
@@ -267,6 +268,8 @@ class Archive(ArchiveBackend):
         """Foreground writes waiting for the write lock (the background writer yields)."""
         self.wal_bound = self.WAL_MAX_BYTES
         """The write-ahead log's bound (the hook lowers it to a tenth of ``max_bytes``)."""
+        self.held_vectors = HeldSessions()
+        """The vectors recall by meaning holds in memory between recalls, per session."""
 
     def __repr__(self) -> str:
         return f"<Archive {str(self.path)!r}>"

@@ -2,7 +2,8 @@
 
 Ranking needs NumPy (the embedders that make vectors run on it); it is imported only
 when a recall ranks by meaning. A session's vectors are held in memory between recalls
-(:class:`Held`), read from the archive once and then only those written since.
+(:class:`Held`, by the archive's :class:`HeldSessions`), read from the archive once and
+then only those written since.
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from __future__ import annotations
 import sys
 import threading
 from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
 from normandy_archive.errors import ArchiveError
 
-__all__ = ["Held", "held", "nearest", "pack"]
+__all__ = ["Held", "HeldSessions", "nearest", "pack"]
 
 
 def pack(vector: Sequence[float]) -> bytes:
@@ -89,17 +91,26 @@ def nearest(query: Sequence[float], held: Sequence[tuple[int, bytes]], limit: in
     return found.nearest(query, limit)
 
 
-_LOCK = threading.Lock()
-_HELD: dict[tuple[str, str, str | None], Held] = {}
+class HeldSessions:
+    """The vectors an archive holds in memory between recalls, per embedder and session:
+    at most :attr:`MAX_SESSIONS`, the least recently recalled dropped first."""
 
+    MAX_SESSIONS = 16
 
-def held(location: str, embedder: str, session_id: str | None, last: int) -> Held:
-    """The vectors held for the archive at ``location``, ``embedder`` and ``session_id``;
-    started afresh when the archive's highest vector, ``last``, is below what they hold
-    (another file at the path, or pruned)."""
-    key = (location, embedder, session_id)
-    with _LOCK:
-        found = _HELD.get(key)
-        if found is None or last < found.top:
-            found = _HELD[key] = Held()
-        return found
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: OrderedDict[tuple[str, str | None], Held] = OrderedDict()
+
+    def get(self, embedder: str, session_id: str | None, last: int) -> Held:
+        """The vectors held for ``embedder`` and ``session_id``; started afresh when the
+        archive's highest vector, ``last``, is below what they hold (another file at the
+        path, or pruned)."""
+        key = (embedder, session_id)
+        with self._lock:
+            found = self._held.pop(key, None)
+            if found is None or last < found.top:
+                found = Held()
+            self._held[key] = found
+            while len(self._held) > self.MAX_SESSIONS:
+                self._held.popitem(last=False)
+            return found
