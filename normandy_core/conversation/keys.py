@@ -22,6 +22,7 @@ __all__ = [
     "OFFLOADED_TAG",
     "PROVIDER_COMPACTION_KEY",
     "PROVIDER_REBUILT_KEY",
+    "SHORTENED_MARK",
     "SUMMARY_KEY",
     "cleared_ids",
     "is_compacted",
@@ -44,6 +45,10 @@ OFFLOADED_KEY = "normandy.offloaded_tool_uses"
 #: The opening of an offloaded result's preview, recognised in any format (as
 #: :data:`CLEARED_TAG`): such a result is never offloaded again.
 OFFLOADED_TAG = "[tool result offloaded"
+#: Words of every note ``window_manager`` leaves inside a tool result it shortened to fit
+#: the window (its text cut around the note, or an image or document removed): such a
+#: result is recognised in any format, and is never offloaded (a compaction changed it).
+SHORTENED_MARK = "by normandy window_manager to fit the"
 #: The entry holding a provider's compaction (a summary the provider made).
 PROVIDER_COMPACTION_KEY = "normandy.provider_compaction"
 #: A user message a provider's compaction returned and a compactor put back in the

@@ -26,6 +26,7 @@ from normandy_core import (
     run_compaction,
 )
 from normandy_core.clients import ModelReply, ScriptedClient, ScriptedRequest
+from normandy_core.conversation import keys
 from normandy_core.conversation.keys import OFFLOADED_KEY, OFFLOADED_TAG
 from normandy_core.conversation.structure import thinking_lost
 from normandy_core.turn import run_turn
@@ -137,6 +138,20 @@ def test_a_result_under_the_bound_is_untouched(sqlite_archive):
     mem = memory_with("short output\n" * 20)
     _, meta = run_compaction(agent(offload_tokens=500).with_memory(mem), mid_round=True)
     assert meta == {"compacted": False} or not meta["compacted"]
+
+
+def test_a_result_window_manager_shortened_is_not_offloaded(sqlite_archive):
+    """Fuzz campaign seed 5101, index 17772 (pipeline, normandy format; check
+    ``idempotence``): a result holding an image was left whole by the offload, then
+    shortened by ``window_manager`` (its image replaced by a note), and a second pass
+    offloaded it. A result carrying ``window_manager``'s note has been compacted already."""
+    note = f"\n[image removed {keys.SHORTENED_MARK} window]"
+    mem = memory_with(big_output("a.log") + note)
+    _, meta = run_compaction(agent(offload_tokens=500).with_memory(mem), mid_round=True)
+    assert not meta["compacted"]
+    mem = memory_with(big_output("a.log"))  # the same result without the note is offloaded
+    _, meta = run_compaction(agent(offload_tokens=500).with_memory(mem), mid_round=True)
+    assert meta["compacted"] and meta["offloaded"]
 
 
 def test_without_the_archive_nothing_is_offloaded_and_it_says_so(sqlite_archive):

@@ -107,8 +107,9 @@ _NO_SOURCE = (
 
 
 def _candidate(b: object, done: set[str], names: dict[str, str], skip: set[str]) -> bool:
-    """Whether ``b`` is a text tool result that may be offloaded: not offloaded or cleared
-    before, not a recall result, not of a tool left alone (images and documents stay)."""
+    """Whether ``b`` is a text tool result that may be offloaded: not offloaded, cleared or
+    shortened before, not a recall result, not of a tool left alone (images and documents
+    stay)."""
     if not isinstance(b, ToolResultBlock) or b.tool_use_id in done:
         return False
     if names.get(b.tool_use_id) in skip:
@@ -116,6 +117,8 @@ def _candidate(b: object, done: set[str], names: dict[str, str], skip: set[str])
     if not isinstance(b.content, str) and not all(isinstance(p, TextBlock) for p in b.content):
         return False
     text = b.text()
+    if keys.SHORTENED_MARK in text:  # window_manager shortened it: compacted already
+        return False
     return not text.startswith((keys.OFFLOADED_TAG, keys.CLEARED_TAG, RECALL_TAG))
 
 

@@ -450,8 +450,8 @@ def _shortened_result(
         cut = len(text) - head - tail
         cut_tokens = counter.count_text(text[head : len(text) - tail])
         marker = (
-            f"\n[... {cut:,} characters (about {cut_tokens:,} tokens) cut by normandy "
-            "window_manager to fit the context window ...]\n"
+            f"\n[... {cut:,} characters (about {cut_tokens:,} tokens) cut "
+            f"{keys.SHORTENED_MARK} context window ...]\n"
         )
         new_text = text[:head] + marker + text[len(text) - tail :]
     media = (
@@ -463,7 +463,7 @@ def _shortened_result(
     for part in media:
         if drop_media:
             kind = "image" if isinstance(part, ImageBlock) else "document"
-            new_text += f"\n[{kind} removed by normandy window_manager to fit the window]"
+            new_text += f"\n[{kind} removed {keys.SHORTENED_MARK} window]"
         else:
             others.append(part)
     if new_text == text and not (drop_media and media):
