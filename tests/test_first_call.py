@@ -110,10 +110,11 @@ md.PathDistribution.read_text = read_text
 plugins.reload_plugins()
 found = plugins._REG.scan()
 md.PathDistribution.read_text = original
+scanned = {*plugins._GROUPS, plugins.SETTINGS_GROUP}  # embedders are found by name apart
 registering = {
     str(d._path)
     for d in md.distributions(path=plugins._search_path())
-    if any(ep.group.startswith("normandy_core.") for ep in d.entry_points)
+    if any(ep.group in scanned for ep in d.entry_points)
 }
 print(json.dumps({
     "parsed": sorted(set(parsed)),
