@@ -22,6 +22,7 @@ saying it is data from earlier in the session, never instructions.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import secrets
@@ -277,17 +278,19 @@ def _attr(value: object) -> str:
     return json.dumps(str(value), ensure_ascii=False)
 
 
-def _body(entry: Entry, names: Mapping[str, str], terms: Terms | None = None) -> str:
+def _body(
+    entry: Entry, names: Mapping[str, str], terms: Terms | None = None, near: str | None = None
+) -> str:
     """The entry's content as quoted lines, with tool names and ids.
 
     Of an entry holding several tool results (a parallel batch), the results that hold
-    none of the query's ``terms`` (by their stems) are named but not shown, so the one
-    that matched fits.
+    none of the query's ``terms`` (by their stems) and not the part ``near`` (the part
+    closest by meaning) are named but not shown, so the one that matched fits.
     """
     if isinstance(entry.content, str):
         return entry.content
     results = [b for b in entry.content if isinstance(b, ToolResultBlock)]
-    held = {id(b): bool(terms.matched(b.text())) for b in results} if terms else {}
+    held = {id(b): _holds(b.text(), terms, near) for b in results} if terms else {}
     elide = len(results) > 1 and any(held.values())
     parts: list[str] = []
     for b in entry.content:
@@ -323,6 +326,11 @@ def _body(entry: Entry, names: Mapping[str, str], terms: Terms | None = None) ->
         elif isinstance(b, OpaqueBlock):
             parts.append(f"({b.format} {b.kind} block not shown)")
     return "\n".join(parts)
+
+
+def _holds(text: str, terms: Terms, near: str | None) -> bool:
+    """Whether ``text`` holds one of ``terms`` or the part ``near``."""
+    return bool(terms.matched(text)) or (near is not None and near.strip() in text)
 
 
 @dataclass
@@ -429,7 +437,7 @@ def render(
         for u in h.entry.tool_uses:
             tool_names.setdefault(u.id, u.name)
     terms = Terms(t for t in query.split() if len(t) >= 3)
-    bodies = [_body(h.entry, tool_names, terms) for h in hits]
+    bodies = [_body(h.entry, tool_names, terms, h.near) for h in hits]
     frame = _Frame(
         query=query,
         nonce=_nonce([*bodies, *(h.entry.id for h in hits), query], nonce),
@@ -518,7 +526,8 @@ class _Fitted:
 
     def _piece(self, hit: RecallHit, body: str, more: int) -> str | None:
         """``hit`` framed, whole when it is short (at most a 1/:data:`_EXCERPT_SHARE` of
-        the bound) and fits; else its lines holding the keywords best, within that share
+        the bound) and fits; else its lines holding the keywords best (the part found
+        closest by meaning first, :attr:`~normandy_core.RecallHit.near`), within that share
         and the room left (:class:`~.recall_excerpt.Excerpts`); else whole when it fits
         and no line holds a keyword; ``None`` when nothing of it fits.
 
@@ -533,7 +542,7 @@ class _Fitted:
         size = self.count(body) if countable else None
         if size is not None and size <= min(share, room):
             return frame.entry(hit, body)
-        part = _longest(Excerpts(body, self.terms), min(share, room), self.count)
+        part = _longest(Excerpts(body, self.terms, hit.near), min(share, room), self.count)
         if part is not None:
             return frame.entry(hit, part)
         # no line holds a keyword (an id looked up): whole as the sources gave it
@@ -776,6 +785,8 @@ def _ranked(
             if key not in at:
                 at[key] = len(union)
                 union.append(h)
+            elif h.near is not None:  # found by both: the excerpt centres on the part
+                union[at[key]] = dataclasses.replace(union[at[key]], near=h.near)
             by_meaning.append(at[key])
     marked = supersede(union, later)
     texts = [_body(h.entry, {}) for h in marked]

@@ -52,12 +52,16 @@ def _scores(lines: list[str], terms: Terms) -> list[int]:
 
 class Excerpts:
     """The excerpts of one text for one query, of any size (:meth:`within`): the text's
-    lines are stemmed and scored once."""
+    lines are stemmed and scored once. The lines of ``near`` (a part of the text, the
+    one closest to the query by meaning), where they stand in it, come before any other."""
 
-    def __init__(self, text: str, terms: Terms) -> None:
+    def __init__(self, text: str, terms: Terms, near: str | None = None) -> None:
         self.lines = text.split("\n")
         self.size = len(text)
         self.scores = _scores(self.lines, terms)
+        top = max(self.scores, default=0) + 1
+        for i in _where(self.lines, near):
+            self.scores[i] = top if self.lines[i].strip() else 0
         self.best = sorted(
             (i for i, s in enumerate(self.scores) if s), key=lambda i: (-self.scores[i], i)
         )
@@ -87,6 +91,22 @@ class Excerpts:
         while len(_render(lines, chosen)) > max_chars and len(chosen) > 1:
             chosen.pop(max(chosen, key=lambda j: (scores[j] == 0, abs(j - best[0]))))
         return _render(lines, chosen)
+
+
+def _where(lines: list[str], near: str | None) -> range:
+    """Where the lines of ``near`` stand together in ``lines`` (their first place), or
+    the line holding ``near`` when it is a piece of one long line; none when neither is
+    found, or ``near`` is ``None``."""
+    if near is None or not near.strip():
+        return range(0)
+    part = near.split("\n")
+    k = len(part)
+    for i in range(len(lines) - k + 1):
+        if lines[i] == part[0] and lines[i : i + k] == part:
+            return range(i, i + k)
+    if k == 1:
+        return next((range(i, i + 1) for i, line in enumerate(lines) if near in line), range(0))
+    return range(0)
 
 
 def excerpt(text: str, terms: Terms, max_chars: int) -> str | None:

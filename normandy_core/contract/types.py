@@ -307,7 +307,10 @@ class RecallHit:
     place in the source's archive order (larger: archived later), when the source knows
     it. ``superseded`` is set by recall, not by sources: the settings the entry gives
     (``key=value``, ``set key to value``) that a later message gave another value, as
-    ``key -> later value``.
+    ``key -> later value``. ``near`` is the part of the entry's text (one of
+    :func:`~normandy_core.contract.recall_parts.parts`) closest to the query by meaning,
+    when a source ranked the entry by meaning: recall's excerpt of a long entry is
+    centred on it.
     """
 
     entry: Entry
@@ -316,3 +319,4 @@ class RecallHit:
     tool_names: Mapping[str, str] = field(default_factory=dict)
     order: int | None = None
     superseded: Mapping[str, str] = field(default_factory=dict)
+    near: str | None = None

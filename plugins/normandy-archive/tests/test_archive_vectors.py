@@ -16,6 +16,7 @@ from normandy_archive import Archive
 from normandy_archive.hooks import recall_similar
 from normandy_archive.vectors import HeldSessions, nearest, pack
 from normandy_core import Entry, RecallError, hookimpl, recall, register_hook, unregister_hook
+from normandy_core.contract.recall_parts import PART_CHARS, parts_key
 
 _CONCEPTS = {
     "money": ("money", "invoice", "billing", "payment", "charge"),
@@ -84,13 +85,15 @@ def test_vectors_survive_an_archive_reopen(archived):
     emb = Concepts()
     recall_similar(query="money", session_id="s1", limit=2, embedder=emb)
     reopened = Archive(archived)
-    held = reopened.vectors(emb.key, "s1")
+    key = parts_key(emb.key)
+    held = reopened.vectors(key, "s1")
     assert len(held) == 4
-    assert reopened.unembedded(emb.key, "s1") == []
-    assert reopened.vectors("another-model", "s1") == []
-    assert len(reopened.unembedded("another-model", "s1")) == 4
+    assert reopened.unembedded(key, "s1") == []
+    assert reopened.vectors(parts_key("another-model"), "s1") == []
+    assert len(reopened.unembedded(parts_key("another-model"), "s1")) == 4
     (money,) = emb.embed(["money"])
-    assert reopened.by_seq(nearest(money, held, 1))[0].entry.content == FACT
+    ((seq, part),) = nearest(money, held, 1)
+    assert reopened.by_seq([seq])[0].entry.content == FACT and part == 0
 
 
 def test_a_version_2_archive_gains_the_vectors_table_when_opened(archived):
@@ -113,7 +116,7 @@ def test_pruned_entries_take_their_vectors_with_them(archived):
     archive = Archive(archived)
     archive.record([Entry(id="x", role="user", content="other session")], session_id="s2")
     archive.prune(max_sessions=1)
-    assert archive.vectors(emb.key) == []
+    assert archive.vectors(parts_key(emb.key)) == []
 
 
 def test_recall_fuses_meaning_only_when_an_embedder_is_given(archived):
@@ -167,9 +170,9 @@ def test_the_background_writer_embeds_what_recall_would_rank_a_pass_at_a_time(ar
     emb = Concepts()
     archive = Archive(archived)
     assert embed_pending(archive, emb, "s1", most=3)  # one left for the next pass
-    assert len(archive.unembedded(emb.key, "s1")) == 1
+    assert len(archive.unembedded(parts_key(emb.key), "s1")) == 1
     assert not embed_pending(archive, emb, "s1")
-    assert archive.unembedded(emb.key, "s1") == []
+    assert archive.unembedded(parts_key(emb.key), "s1") == []
     recall_similar(query="money", session_id="s1", limit=1, embedder=emb)
     assert emb.embedded[-1] == "money" and len(emb.embedded) == 5  # recall embeds the query only
 
@@ -190,7 +193,7 @@ def test_a_failing_search_by_meaning_leaves_the_keyword_ranking_and_says_so(arch
 def test_held_vectors_are_bounded_and_start_afresh_below_what_they_hold() -> None:
     held = HeldSessions()
     first = held.get("e", "s0", 0)
-    first.extend([(5, pack([1.0, 0.0]))])
+    first.extend([(5, pack([1.0, 0.0]))], 2)
     assert held.get("e", "s0", 5) is first  # kept between recalls
     oldest = held.get("e", "s1", 0)
     for n in range(2, HeldSessions.MAX_SESSIONS):
@@ -200,3 +203,41 @@ def test_held_vectors_are_bounded_and_start_afresh_below_what_they_hold() -> Non
     assert held.get("e", "s0", 5) is first
     assert held.get("e", "s1", 0) is not oldest
     assert held.get("e", "s0", 4) is not first  # the archive's highest is below: afresh
+
+
+def _long_output(fact_line: str, at: int) -> str:
+    """A log of many unrelated lines with ``fact_line`` at line ``at``."""
+    lines = [f"step {i}: README heading {i} tidied and rendered" for i in range(120)]
+    lines.insert(at, fact_line)
+    return "\n".join(lines)
+
+
+def test_a_fact_deep_in_a_long_entry_is_found_by_its_part_and_shown(archived):
+    """One vector of the whole entry would be its first lines; the part holding the fact
+    finds it, and the excerpt shows that part, not the entry's start."""
+    fact = "ERROR the card was declined and the charge failed"
+    archive = Archive(archived)
+    archive.record(
+        [Entry(id="log", role="assistant", content=_long_output(fact, 100))], session_id="s1"
+    )
+    archive.close()
+    emb = Concepts()
+    (hit, *_) = recall_similar(query="payment trouble", session_id="s1", limit=5, embedder=emb)
+    assert hit.entry.id in ("a1", "log")
+    by_id = {
+        h.entry.id: h
+        for h in recall_similar(query="payment trouble", session_id="s1", limit=5, embedder=emb)
+    }
+    assert by_id["log"].near is not None and fact in by_id["log"].near
+    assert len(by_id["log"].near) <= PART_CHARS
+    got = recall("payment trouble", session="s1", embedder=emb, limit_tokens=400)
+    assert fact in got.text  # the part, though no word of the query is in the entry
+    assert "step 0:" not in got.text  # not the entry cut from its start
+
+
+def test_vectors_of_another_length_or_too_many_parts_are_left_out() -> None:
+    held = HeldSessions().get("e", "s", 0)
+    held.extend([(1, pack([1.0, 0.0]) + pack([0.0, 1.0])), (2, pack([1.0, 0.0, 0.0]))], 2)
+    assert held.owners == [(1, 0), (1, 1)]  # 12 bytes is no whole number of 2-vectors
+    assert held.nearest([0.0, 1.0], 5) == [(1, 1)]  # the entry by its closest part, once
+    assert held.nearest([0.0, 1.0, 0.0], 5) == []  # another model's query

@@ -253,17 +253,21 @@ def recall_similar(
     query: str, session_id: str | None, limit: int, embedder: Embedder
 ) -> list[RecallHit]:
     """The archived entries (of the session, as :func:`recall_entries` takes it) whose
-    vectors are closest to ``query``'s, by cosine, closest first.
+    closest part is closest to ``query``, by cosine, closest first; each hit's ``near``
+    is that part.
 
-    Entries with no vector of ``embedder.key`` yet are embedded now (their searchable
-    text) and their vectors kept in the archive (:meth:`~normandy_archive.Archive.store_vectors`),
-    so each entry is embedded once; the compaction's path never waits for it.
+    Entries with no vectors of ``embedder.key`` yet are embedded now (a vector per part
+    of their searchable text, :func:`~normandy_core.contract.recall_parts.parts`) and
+    kept in the archive (:meth:`~normandy_archive.Archive.store_vectors`), so each entry
+    is embedded once; the compaction's path never waits for it.
 
     :raises ArchiveError: the archive is off, is not the SQLite one (PostgreSQL has no
         vectors yet), or cannot be read or written; NumPy is not installed.
     """
     from normandy_archive import maintenance
+    from normandy_archive.base import searchable_text
     from normandy_archive.store import Archive
+    from normandy_core.contract.recall_parts import parts, parts_key
 
     settings = _settings()
     if settings.off:
@@ -277,18 +281,19 @@ def recall_similar(
             f"{archive.location} keeps no vectors (pgvector is not supported yet)"
         )
     session = None if session_id is None else (settings.session or session_id)
-    mine = archive.held_vectors.get(embedder.key, session, archive.last_vector(embedder.key))
+    key = parts_key(embedder.key)
+    mine = archive.held_vectors.get(key, session, archive.last_vector(key))
     # what the background writer has not embedded yet, then the vectors not read yet
     maintenance.embed_pending(archive, embedder, session, after=mine.top)
-    mine.extend(archive.vectors(embedder.key, session, after=mine.top))
-    if not mine.seqs:
-        return []
     (asked,) = embedder.embed([query])
-    seqs = mine.nearest(asked, limit)
+    mine.extend(archive.vectors(key, session, after=mine.top), len(asked))
+    closest = dict(mine.nearest(asked, limit))
     hits: list[RecallHit] = []
-    for a in archive.by_seq(seqs):
+    for a in archive.by_seq(list(closest)):
         names = _tool_names(archive, a.entry.tool_results, session)
-        hits.append(RecallHit(a.entry, a.session_id, a.archived_at, names, a.seq))
+        found = parts(searchable_text(a.entry))
+        near = found[closest[a.seq]] if closest[a.seq] < len(found) else None
+        hits.append(RecallHit(a.entry, a.session_id, a.archived_at, names, a.seq, near=near))
     return hits
 
 

@@ -163,22 +163,28 @@ def embed_pending(
     most: int | None = None,
     after: int = 0,
 ) -> bool:
-    """Embed (and keep) the entries of ``session_id`` that have no vector of ``embedder``
-    yet (past archive order ``after``), at most ``most`` of them, 16 at a time; whether
-    some are left. One call at a
-    time in the process: a recall waits for the background writer's pass rather than
-    embed the same entries beside it."""
+    """Embed (and keep) the entries of ``session_id`` that have no vectors of ``embedder``
+    yet (past archive order ``after``), at most ``most`` of them, 16 at a time: a vector
+    per part of each one's searchable text (:func:`~normandy_core.contract.recall_parts.parts`);
+    whether some are left. One call at a time in the process: a recall waits for the
+    background writer's pass rather than embed the same entries beside it."""
     from normandy_archive.base import searchable_text
-    from normandy_archive.vectors import pack
+    from normandy_archive.vectors import pack_parts
+    from normandy_core.contract.recall_parts import parts, parts_key
 
+    key = parts_key(embedder.key)
     with _EMBEDDING:
-        missing = archive.unembedded(embedder.key, session_id, after=after)
+        missing = archive.unembedded(key, session_id, after=after)
         todo = missing if most is None else missing[:most]
         for start in range(0, len(todo), 16):
-            part = todo[start : start + 16]
-            made = embedder.embed([searchable_text(a.entry) for a in part])
-            kept = {a.seq: pack(v) for a, v in zip(part, made, strict=True)}
-            archive.store_vectors(embedder.key, kept)
+            batch = todo[start : start + 16]
+            split = [parts(searchable_text(a.entry)) for a in batch]
+            made = iter(embedder.embed([p for ps in split for p in ps]))
+            kept = {
+                a.seq: pack_parts([next(made) for _ in ps])
+                for a, ps in zip(batch, split, strict=True)
+            }
+            archive.store_vectors(key, kept)
         return len(missing) > len(todo)
 
 

@@ -1,4 +1,5 @@
-"""Vectors as the archive keeps them (little-endian float32 BLOBs) and their ranking.
+"""Vectors as the archive keeps them (little-endian float32 BLOBs, one per entry holding
+the vectors of its parts) and their ranking.
 
 Ranking needs NumPy (the embedders that make vectors run on it); it is imported only
 when a recall ranks by meaning. A session's vectors are held in memory between recalls
@@ -16,8 +17,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from normandy_archive.errors import ArchiveError
+from normandy_core.contract.recall_parts import MAX_PARTS
 
-__all__ = ["Held", "HeldSessions", "nearest", "pack"]
+__all__ = ["Held", "HeldSessions", "nearest", "pack", "pack_parts"]
 
 
 def pack(vector: Sequence[float]) -> bytes:
@@ -40,33 +42,39 @@ def _numpy() -> Any:
 
 
 class Held:
-    """One session's vectors of one embedder, unit length, as one matrix."""
+    """One session's vectors of one embedder, unit length, as one matrix: a row per part
+    of each entry (:func:`~normandy_core.contract.recall_parts.parts`), an entry's parts
+    one after another in its BLOB."""
 
     def __init__(self) -> None:
-        self.seqs: list[int] = []
+        self.owners: list[tuple[int, int]] = []
+        """Each row's archive order and part."""
         self.matrix: Any = None
         self.top = 0
         """The highest archive order read."""
 
-    def extend(self, rows: Sequence[tuple[int, bytes]]) -> None:
-        """Add ``rows`` (``(seq, BLOB)``, in archive order); a vector of another length
-        than those held is left out."""
+    def extend(self, rows: Sequence[tuple[int, bytes]], width: int) -> None:
+        """Add ``rows`` (``(seq, BLOB)``, in archive order), each BLOB the vectors of
+        ``width`` floats of an entry's parts; a BLOB of another size than a whole number
+        of such vectors, or of more vectors than an entry has parts, is left out."""
         if not rows:
             return
         np = _numpy()
         self.top = max(self.top, rows[-1][0])
-        width = len(rows[0][1]) if self.matrix is None else self.matrix.shape[1] * 4
-        fit = [(k, b) for k, b in rows if len(b) == width]
+        size = 4 * width
+        if self.matrix is not None and self.matrix.shape[1] != width:
+            return  # the query's model is not the one these vectors were made by
+        fit = [(k, b) for k, b in rows if b and len(b) % size == 0 and len(b) <= MAX_PARTS * size]
         if not fit:
             return
-        new = np.frombuffer(b"".join(b for _, b in fit), dtype="<f4").reshape(len(fit), -1)
+        new = np.frombuffer(b"".join(b for _, b in fit), dtype="<f4").reshape(-1, width)
         new = new / np.maximum(np.linalg.norm(new, axis=1, keepdims=True), 1e-12)
         self.matrix = new if self.matrix is None else np.vstack([self.matrix, new])
-        self.seqs += [k for k, _ in fit]
+        self.owners += [(k, p) for k, b in fit for p in range(len(b) // size)]
 
-    def nearest(self, query: Sequence[float], limit: int) -> list[int]:
-        """The ``limit`` archive orders whose vectors have the highest cosine with
-        ``query``, highest first (the archive order among ties)."""
+    def nearest(self, query: Sequence[float], limit: int) -> list[tuple[int, int]]:
+        """The ``limit`` entries whose closest part has the highest cosine with ``query``,
+        highest first (the archive order among ties): ``(seq, part)``."""
         if self.matrix is None or limit <= 0:
             return []
         np = _numpy()
@@ -74,21 +82,32 @@ class Held:
         if q.size != self.matrix.shape[1]:
             return []
         scores = self.matrix @ (q / max(float(np.linalg.norm(q)), 1e-12))
-        top = min(limit, len(self.seqs))
-        picked = np.argpartition(-scores, top - 1)[:top]
-        ordered = sorted(picked.tolist(), key=lambda i: (-float(scores[i]), i))
-        return [self.seqs[i] for i in ordered]
+        best: dict[int, int] = {}
+        for row in np.lexsort((np.arange(len(scores)), -scores)).tolist():
+            seq = self.owners[row][0]
+            if seq not in best:
+                best[seq] = self.owners[row][1]
+                if len(best) >= limit:
+                    break
+        return list(best.items())
 
 
-def nearest(query: Sequence[float], held: Sequence[tuple[int, bytes]], limit: int) -> list[int]:
-    """The ``limit`` keys of ``held`` (``(key, BLOB)``) whose vectors have the highest
-    cosine with ``query``, highest first.
+def nearest(
+    query: Sequence[float], held: Sequence[tuple[int, bytes]], limit: int
+) -> list[tuple[int, int]]:
+    """:meth:`Held.nearest` of the vectors ``held`` (``(seq, BLOB)``): the ``limit``
+    entries whose closest part is closest to ``query``, ``(seq, part)``.
 
     :raises ArchiveError: NumPy is not installed.
     """
     found = Held()
-    found.extend(held)
+    found.extend(held, len(query))
     return found.nearest(query, limit)
+
+
+def pack_parts(vectors: Sequence[Sequence[float]]) -> bytes:
+    """The vectors of an entry's parts as one BLOB, in order."""
+    return b"".join(pack(v) for v in vectors)
 
 
 class HeldSessions:
