@@ -58,3 +58,18 @@ def test_a_meaning_only_hit_first_by_similarity_rises_above_weak_lexical_ones():
     fused = fuse(lexical, similar)
     assert fused[:2] == [1, 3]
     assert fused.index(9) < fused.index(4)
+
+
+@given(rankings, rankings)
+def test_weights_of_one_are_no_weights(a, b):
+    assert fuse(a, b, weights=({i: 1.0 for i in a},)) == fuse(a, b)
+
+
+def test_a_weak_keyword_hit_falls_below_a_close_meaning():
+    lexical = [1, 2, 3]  # 1 holds one word of a long question, 3 holds most of it
+    similar = [9, 3]
+    plain = fuse(lexical, similar)
+    assert plain.index(1) < plain.index(9)  # alike at the same place: the keyword one first
+    fused = fuse(lexical, similar, weights=({1: 0.1, 2: 0.1, 3: 0.8},))
+    assert fused[:2] == [3, 9]
+    assert fused.index(9) < fused.index(1)

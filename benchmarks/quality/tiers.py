@@ -15,6 +15,7 @@ fact anywhere in it, in its first entry, and before every distractor and stale v
 from __future__ import annotations
 
 import argparse
+import pickle
 import re
 import statistics
 import sys
@@ -60,6 +61,7 @@ from normandy_core.turn import run_turn
 __all__ = [
     "EMBEDDER_GROUP",
     "SUBJECTS",
+    "SharedVectors",
     "WINDOWS",
     "Outcome",
     "Score",
@@ -367,6 +369,41 @@ def check_embedder(name: str | None) -> str:
     )
 
 
+class SharedVectors:
+    """Every text's vector, made once for the whole run (and kept in ``path`` between
+    runs): the replays of one session archive the same texts, and the model gives the
+    same vector of a text every time, so only the first replay pays for it. The ranking
+    is what this benchmark measures; the embedding's cost is benchmarks/recall_latency.py's."""
+
+    def __init__(self, name: str, path: Path | None) -> None:
+        from normandy_core.contract.recall_embed import embedder_for
+
+        made = embedder_for(name)  # the very object recall uses, made once per name
+        assert made is not None
+        self.path = path
+        self.embed = made.embed
+        self.vectors: dict[str, list[float]] = {}
+        if path is not None and path.exists():
+            with path.open("rb") as f:
+                found = pickle.load(f)  # written by save() below, never by anyone else
+            if found.get("key") == made.key:
+                self.vectors = found["vectors"]
+        made.embed = self  # type: ignore[method-assign]
+        self.key = made.key
+
+    def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        todo = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if todo:
+            self.vectors.update(zip(todo, self.embed(todo), strict=True))
+        return [self.vectors[t] for t in texts]
+
+    def save(self) -> None:
+        """Keep the vectors in ``path`` (when given) for the next run."""
+        if self.path is not None:
+            with self.path.open("wb") as f:
+                pickle.dump({"key": self.key, "vectors": self.vectors}, f)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.quality.tiers", description=__doc__)
@@ -374,8 +411,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     parser.add_argument("--embedder", metavar="NAME", help="rank with this embedder (item 2)")
     parser.add_argument("--only", metavar="TEXT", help="the subjects whose label holds TEXT")
+    parser.add_argument(
+        "--vectors",
+        type=Path,
+        metavar="FILE",
+        help="keep the embedder's vectors of the sessions' texts in FILE between runs",
+    )
     args = parser.parse_args(argv)
     ranking = check_embedder(args.embedder)
+    shared = SharedVectors(args.embedder, args.vectors) if args.embedder else None
     sessions = default_sessions(quick=args.quick)
     started = time.perf_counter()
     outcomes: list[Outcome] = []
@@ -396,6 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{time.perf_counter() - t0:5.1f} s",
                         file=sys.stderr,
                     )
+    if shared is not None:
+        shared.save()
     text = tables(outcomes, sessions, ranking) + "\n\n" + _by_kind(outcomes)
     flags = "".join(
         f" {flag}" for flag, on in (

@@ -774,7 +774,9 @@ def _ranked(
     entries holding one, and a bounded result left it out.
 
     With ``similar`` (the hits ranked by meaning, closest first), the keyword order and
-    theirs are fused (:func:`~.recall_rank.fuse`); without, the keyword order is the order."""
+    theirs are fused (:func:`~.recall_rank.fuse`), a keyword hit weighing by the share of
+    the query's terms it holds: one that shares a common word or two with a long question
+    is weak evidence beside a close meaning. Without, the keyword order is the order."""
     later = [e for e in present if not any(e.metadata.get(k) for k in _INSERTED_KEYS)]
     union = list(wanted)
     by_meaning: list[int] = []
@@ -791,9 +793,11 @@ def _ranked(
     marked = supersede(union, later)
     texts = [_body(h.entry, {}) for h in marked]
     lexical = len(wanted)
-    order = rank_order(marked[:lexical], Terms(terms), texts[:lexical])
-    if by_meaning:
-        order = fuse(order, by_meaning)
+    asked = Terms(terms)
+    order = rank_order(marked[:lexical], asked, texts[:lexical])
+    if by_meaning:  # a keyword hit weighs by how much of the query it holds
+        held = {i: len(asked.matched(texts[i])) / max(len(asked.phrases), 1) for i in order}
+        order = fuse(order, by_meaning, weights=(held,))
     return dedupe([marked[i] for i in order], [texts[i] for i in order], most)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from normandy_core.contract.types import RecallHit
 from normandy_core.conversation.entries import Entry, TextBlock
@@ -59,15 +59,22 @@ _EQUALS = re.compile(r"\b([A-Za-z][\w.-]*)\s*:?=\s*([^\s,;]+)")
 RRF_K = 60
 
 
-def fuse(*rankings: Sequence[int], k: int = RRF_K) -> list[int]:
+def fuse(
+    *rankings: Sequence[int],
+    k: int = RRF_K,
+    weights: Sequence[Mapping[int, float] | None] = (),
+) -> list[int]:
     """Reciprocal rank fusion of ``rankings`` (each a best-first list of distinct items):
-    every item of any of them, by the sum of ``1 / (k + place)`` over the rankings that
-    hold it (places from 1), ties in the order of first appearance (the first ranking
-    first). With one ranking, it is returned unchanged."""
+    every item of any of them, by the sum of ``w / (k + place)`` over the rankings that
+    hold it (places from 1; ``w`` the item's weight in that ranking, ``weights[j]`` for
+    the ``j``-th, 1 where none is given), ties in the order of first appearance (the
+    first ranking first). With one ranking and no weights, it is returned unchanged."""
     score: dict[int, float] = {}
-    for ranking in rankings:
+    for j, ranking in enumerate(rankings):
+        weight = weights[j] if j < len(weights) else None
         for place, item in enumerate(ranking, 1):
-            score[item] = score.get(item, 0.0) + 1.0 / (k + place)
+            w = 1.0 if weight is None else weight.get(item, 1.0)
+            score[item] = score.get(item, 0.0) + w / (k + place)
     seen = list(dict.fromkeys(i for r in rankings for i in r))
     first = {item: at for at, item in enumerate(seen)}
     return sorted(seen, key=lambda i: (-score[i], first[i]))

@@ -241,3 +241,19 @@ def test_vectors_of_another_length_or_too_many_parts_are_left_out() -> None:
     assert held.owners == [(1, 0), (1, 1)]  # 12 bytes is no whole number of 2-vectors
     assert held.nearest([0.0, 1.0], 5) == [(1, 1)]  # the entry by its closest part, once
     assert held.nearest([0.0, 1.0, 0.0], 5) == []  # another model's query
+
+
+def test_no_part_runs_across_two_results_of_a_batch(archived):
+    from normandy_archive.base import searchable_parts
+    from normandy_core import ToolResultBlock
+
+    results = [
+        ToolResultBlock(tool_use_id=f"t{i}", content=f"# {name}.yaml\nservice: {name}")
+        for i, name in enumerate(("catalog", "checkout"))
+    ]
+    batch = Entry(id="b", role="user", content=results)
+    assert searchable_parts(batch) == [
+        "# catalog.yaml\nservice: catalog",
+        "# checkout.yaml\nservice: checkout",
+    ]
+    assert searchable_parts(Entry(id="e", role="user", content="")) == [""]

@@ -41,6 +41,7 @@ __all__ = [
     "entry_row",
     "page",
     "prepare",
+    "searchable_parts",
     "searchable_text",
 ]
 
@@ -218,21 +219,38 @@ class Limits:
         return PrunePlan(chosen, used, len(sessions))
 
 
-def searchable_text(entry: Entry) -> str:
-    """What full-text search sees: texts, thinking, tool names and inputs, tool-result texts."""
+def _block_texts(entry: Entry) -> list[str]:
+    """The searchable text of each of ``entry``'s blocks (a string content: itself)."""
     if isinstance(entry.content, str):
-        return entry.content
-    parts: list[str] = []
+        return [entry.content]
+    texts: list[str] = []
     for b in entry.content:
         if isinstance(b, TextBlock):
-            parts.append(b.text)
+            texts.append(b.text)
         elif isinstance(b, ThinkingBlock):
-            parts.append(b.thinking)
+            texts.append(b.thinking)
         elif isinstance(b, ToolUseBlock):
-            parts.append(f"{b.name} {json.dumps(b.input, ensure_ascii=False)}")
+            texts.append(f"{b.name} {json.dumps(b.input, ensure_ascii=False)}")
         elif isinstance(b, ToolResultBlock):
-            parts.append(b.text())
-    return "\n".join(parts)
+            texts.append(b.text())
+    return texts
+
+
+def searchable_text(entry: Entry) -> str:
+    """What full-text search sees: texts, thinking, tool names and inputs, tool-result texts."""
+    return "\n".join(_block_texts(entry))
+
+
+def searchable_parts(entry: Entry) -> list[str]:
+    """What recall by meaning embeds of ``entry``, a vector each: the
+    :func:`~normandy_core.contract.recall_parts.parts` of each block's searchable text,
+    so that no part runs across two tool results of a batch (at most
+    :data:`~normandy_core.contract.recall_parts.MAX_PARTS`; an entry with no text: one
+    empty part)."""
+    from normandy_core.contract.recall_parts import MAX_PARTS, parts
+
+    found = [p for text in _block_texts(entry) if text.strip() for p in parts(text)]
+    return found[:MAX_PARTS] or [searchable_text(entry)]
 
 
 class Prepared(NamedTuple):

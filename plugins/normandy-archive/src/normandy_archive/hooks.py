@@ -257,7 +257,7 @@ def recall_similar(
     is that part.
 
     Entries with no vectors of ``embedder.key`` yet are embedded now (a vector per part
-    of their searchable text, :func:`~normandy_core.contract.recall_parts.parts`) and
+    of their searchable text, :func:`~normandy_archive.base.searchable_parts`) and
     kept in the archive (:meth:`~normandy_archive.Archive.store_vectors`), so each entry
     is embedded once; the compaction's path never waits for it.
 
@@ -265,9 +265,9 @@ def recall_similar(
         vectors yet), or cannot be read or written; NumPy is not installed.
     """
     from normandy_archive import maintenance
-    from normandy_archive.base import searchable_text
+    from normandy_archive.base import searchable_parts
     from normandy_archive.store import Archive
-    from normandy_core.contract.recall_parts import parts, parts_key
+    from normandy_core.contract.recall_parts import parts_key
 
     settings = _settings()
     if settings.off:
@@ -291,7 +291,7 @@ def recall_similar(
     hits: list[RecallHit] = []
     for a in archive.by_seq(list(closest)):
         names = _tool_names(archive, a.entry.tool_results, session)
-        found = parts(searchable_text(a.entry))
+        found = searchable_parts(a.entry)
         near = found[closest[a.seq]] if closest[a.seq] < len(found) else None
         hits.append(RecallHit(a.entry, a.session_id, a.archived_at, names, a.seq, near=near))
     return hits

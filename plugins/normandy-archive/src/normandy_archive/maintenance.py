@@ -165,12 +165,12 @@ def embed_pending(
 ) -> bool:
     """Embed (and keep) the entries of ``session_id`` that have no vectors of ``embedder``
     yet (past archive order ``after``), at most ``most`` of them, 16 at a time: a vector
-    per part of each one's searchable text (:func:`~normandy_core.contract.recall_parts.parts`);
+    per part of each one's searchable text (:func:`~normandy_archive.base.searchable_parts`);
     whether some are left. One call at a time in the process: a recall waits for the
     background writer's pass rather than embed the same entries beside it."""
-    from normandy_archive.base import searchable_text
+    from normandy_archive.base import searchable_parts
     from normandy_archive.vectors import pack_parts
-    from normandy_core.contract.recall_parts import parts, parts_key
+    from normandy_core.contract.recall_parts import parts_key
 
     key = parts_key(embedder.key)
     with _EMBEDDING:
@@ -178,7 +178,7 @@ def embed_pending(
         todo = missing if most is None else missing[:most]
         for start in range(0, len(todo), 16):
             batch = todo[start : start + 16]
-            split = [parts(searchable_text(a.entry)) for a in batch]
+            split = [searchable_parts(a.entry) for a in batch]
             made = iter(embedder.embed([p for ps in split for p in ps]))
             kept = {
                 a.seq: pack_parts([next(made) for _ in ps])
