@@ -40,7 +40,7 @@ def test_the_key_names_the_part_size_so_older_vectors_are_not_compared():
     assert str(PART_CHARS) in parts_key("bert:m")
 
 
-def test_an_excerpt_shows_the_closest_part_first_even_without_a_keyword():
+def test_an_excerpt_shows_the_closest_part_even_without_a_keyword_after_the_best_line():
     lines = [f"step {i}: heading {i} tidied" for i in range(200)]
     lines[150] = "the card was declined"
     text = "\n".join(lines)
@@ -48,11 +48,14 @@ def test_an_excerpt_shows_the_closest_part_first_even_without_a_keyword():
     got = Excerpts(text, Terms(["money"]), near).within(300)
     assert got is not None and "the card was declined" in got and "step 0:" not in got
     assert Excerpts(text, Terms(["money"])).within(300) is None  # no keyword, no part
-    # the part before a keyword's line: room for one only, the part has it
+    # the best keyword line, then the part, then the other keyword lines
     one = Excerpts(text, Terms(["heading 3"]), near).within(200)
-    assert one is not None and "declined" in one and "heading 3 " not in one
+    assert one is not None and "heading 3 " in one and "declined" not in one
     both = Excerpts(text, Terms(["heading 3"]), near).within(400)
     assert both is not None and "declined" in both and "heading 3 " in both
+    common = Excerpts(text, Terms(["tidied"]), near).within(400)  # every line holds it
+    assert common is not None and "declined" in common and "heading 0 " in common
+    assert "heading 9 " not in common
     # a part cut from one long line: that line, cut around nothing better
     long = "a\n" + "z" * 900 + " declined " + "z" * 900 + "\nb"
     piece = parts(long)[1]

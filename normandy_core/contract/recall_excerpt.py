@@ -53,18 +53,22 @@ def _scores(lines: list[str], terms: Terms) -> list[int]:
 class Excerpts:
     """The excerpts of one text for one query, of any size (:meth:`within`): the text's
     lines are stemmed and scored once. The lines of ``near`` (a part of the text, the
-    one closest to the query by meaning), where they stand in it, come before any other."""
+    one closest to the query by meaning), where they stand in it, come right after the
+    line holding the most of the query's terms, before any other."""
 
     def __init__(self, text: str, terms: Terms, near: str | None = None) -> None:
         self.lines = text.split("\n")
         self.size = len(text)
-        self.scores = _scores(self.lines, terms)
-        top = max(self.scores, default=0) + 1
-        for i in _where(self.lines, near):
-            self.scores[i] = top if self.lines[i].strip() else 0
-        self.best = sorted(
+        self.scores: list[float] = list(_scores(self.lines, terms))
+        ranked = sorted(
             (i for i, s in enumerate(self.scores) if s), key=lambda i: (-self.scores[i], i)
         )
+        # the part closest by meaning comes right after the line holding the most of the
+        # query's terms (the strongest evidence, one line) and before the rest
+        part = [i for i in _where(self.lines, near) if self.lines[i].strip()]
+        for i in part:
+            self.scores[i] = max(self.scores[i], 0.5)
+        self.best = list(dict.fromkeys([*ranked[:1], *part, *ranked[1:]]))
         self.stems = terms.stems()
 
     def within(self, max_chars: int) -> str | None:
