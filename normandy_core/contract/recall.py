@@ -602,7 +602,8 @@ def recall(
     reference of a tool result offloaded at arrival (its tool-use id, which the preview
     names) returns that result alone and whole, as it arrived, over ``limit_tokens`` if it
     is longer (the model asked for it by name). Entries holding
-    more of the keywords come first, in the sources' order among equals. At most
+    more of the keywords come first, each keyword weighing its rarity among the entries
+    found (:func:`~.recall_rank.rarity`), in the sources' order among equals. At most
     ``max_entries`` are asked of the sources; markers and summaries compactors inserted,
     earlier calls of the recall tool (named ``tool_name``) and their results,
     duplicates, and the entries of ``exclude`` (what the model still sees) are left
