@@ -73,3 +73,29 @@ def test_a_weak_keyword_hit_falls_below_a_close_meaning():
     fused = fuse(lexical, similar, weights=({1: 0.1, 2: 0.1, 3: 0.8},))
     assert fused[:2] == [3, 9]
     assert fused.index(9) < fused.index(1)
+
+
+_TERMS = st.lists(st.sampled_from(["how", "many", "retry", "payments", "chunk"]), min_size=1)
+
+
+@given(_TERMS, st.lists(st.sets(st.sampled_from(["how", "many", "retri", "payment"])), max_size=8))
+def test_the_share_of_the_query_a_hit_holds_is_between_0_and_1(query, sets):
+    from normandy_core.contract.recall_rank import Terms, held_share
+
+    asked = Terms(query)
+    matched = [frozenset(s) & frozenset(asked.phrases) for s in sets]  # what texts can hold
+    shares = held_share(asked.weighed(matched), matched)
+    assert len(shares) == len(matched)
+    assert all(0.0 <= x <= 1.0 + 1e-9 for x in shares)
+
+
+def test_a_hit_holding_only_common_words_of_a_question_holds_little_of_it():
+    from normandy_core.contract.recall_rank import Terms, held_share
+
+    asked = Terms(["how", "many", "documents", "per", "chunk"])
+    matched = [frozenset({"how", "mani"})] * 9 + [frozenset({"how"})]
+    shares = held_share(asked.weighed(matched), matched)
+    assert max(shares) < 0.2  # three of the five words are in no hit: a question in other words
+    exact = Terms(["payments", "retry"])
+    hits = [frozenset({"payment", "retri"}), frozenset({"payment"}), frozenset()]
+    assert held_share(exact.weighed(hits), hits)[0] == 1.0

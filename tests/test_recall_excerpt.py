@@ -29,6 +29,27 @@ def test_a_line_too_long_is_cut_around_its_match_and_no_match_gives_none():
     assert excerpt("quota", Terms(["quota"]), MIN_EXCERPT_CHARS - 1) is None
 
 
+DOC = '''    """Save the invoices and return how many changed."""'''
+
+
+def test_a_line_holding_a_rare_term_comes_before_lines_of_words_most_hits_hold():
+    """Issue 35: "search how many documents per chunk" filled a result with the lines
+    ``Save the invoices and return how many changed.`` of file reads (two terms each);
+    the line holding ``search``, which few of the hits found hold, is the one to show."""
+    lines = []
+    for k in range(40):
+        lines += [f"def save_{k}(items: list[dict]) -> int:", DOC, "    return 0"]
+    lines[70] = "    index = search.open(items)"
+    text = "\n".join(lines)
+    query = ["search", "how", "many", "documents", "per", "chunk"]
+    found = [frozenset({"search", "how", "mani"}), *[frozenset({"how", "mani"})] * 9]
+    got = excerpt(text, Terms(query).weighed(found), 200)
+    assert got is not None and "search.open" in got
+    # each term weighing 1, the first docstring (two terms) wins and fills the bound
+    unweighed = excerpt(text, Terms(query), 200)
+    assert unweighed is not None and "search.open" not in unweighed and DOC in unweighed
+
+
 _WORDS = st.sampled_from(["alpha", "beta", "quota", "billing", "ready", "pod", "x" * 300])
 
 

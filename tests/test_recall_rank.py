@@ -1,5 +1,5 @@
-"""Recall's ranking: coverage by stems, recency among near-equal matches, superseded
-settings after their successor, near-identical hits once."""
+"""Recall's ranking: coverage by stems weighted by rarity, recency among near-equal
+matches, superseded settings after their successor, near-identical hits once."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from normandy_core.contract.recall_rank import (
     dedupe,
     near_identical,
     rank,
+    rarity,
     supersede,
 )
 
@@ -48,6 +49,38 @@ def test_more_of_the_query_first_then_the_newer_of_near_equal_matches():
     assert _ids(_ranked(hits, "deploy timeout")) == ["e3", "e2", "e1", "e4"]
     # e1 and e2 match the same terms (near-equal): the later one first
     assert _ids(_ranked(hits[:2], "deploy eu")) == ["e2", "e1"]
+
+
+def _docstrings(name: str, k: int, extra: str = "") -> str:
+    """A file read whose docstrings all hold ``how many`` (as a batch of reads does)."""
+    return f'''(tool result for id=read_{k})
+def save_{name}(items: list[dict]) -> int:
+    """Save the {name}s and return how many changed."""{extra}'''
+
+
+def test_rarity_is_the_inverse_document_frequency_among_what_was_searched():
+    assert rarity(1, 8) > rarity(4, 8) > rarity(7, 8) > 0
+    assert rarity(8, 8) == 0 and rarity(0, 8) == 0
+    terms = Terms(["payments", "how", "many"])
+    weighed = terms.weighed([frozenset({"payment", "how"}), frozenset({"how"})])
+    assert weighed.weights == {"payment": rarity(1, 2), "how": 0.0, "mani": 0.0}
+    assert terms.weights == dict.fromkeys(terms.phrases, 1.0)  # a copy: the query's stay 1
+
+
+def test_a_rare_term_outweighs_two_words_most_hits_hold():
+    """Issue 35's paraphrase tier: "payments how many retries" put file reads holding
+    payments, how and many before the setting holding payments and retry (3 terms of 4
+    against 2); how and many are in nearly every hit, retry in one."""
+    fact = _hit("Now set payments.retry_limit to 42.", 0)
+    rivals = [
+        _hit(_docstrings("payment" if k < 3 else f"invoice{k}", k), k + 1, role="user")
+        for k in range(8)
+    ]
+    ranked = _ranked([*rivals, fact], "payments how many retries")
+    assert _ids(ranked)[0] == "e0"
+    # the same for a fact holding one term: "search how many documents per chunk"
+    setting = _hit("Now set search.batch_size to 38.", 0)
+    assert _ids(_ranked([*rivals, setting], "search how many documents per chunk"))[0] == "e0"
 
 
 def test_a_setting_changed_later_is_marked_and_ranked_after_its_successor():
@@ -112,10 +145,25 @@ def test_ranking_is_a_deterministic_permutation(items, query):
     order = rank(hits, Terms(query.split()), texts)
     assert sorted(order) == list(range(len(hits)))
     assert order == rank(hits, Terms(query.split()), texts)
-    # coverage never increases down the list
+    # coverage, each term weighed by its rarity among these hits, never increases
     terms = Terms(query.split())
-    covered = [len(terms.matched(texts[i])) for i in order]
+    held = [terms.matched(t) for t in texts]
+    weighed = terms.weighed(held)
+    covered = [weighed.weight(held[i]) for i in order]
     assert covered == sorted(covered, reverse=True)
+
+
+@given(
+    st.lists(st.tuples(_TEXTS, st.integers(0, 5)), min_size=1, max_size=12),
+    st.sampled_from(["timeout", "deploy eu", "ledger timeout", "retries deploy failed"]),
+    st.sampled_from(["zephyr", "zephyr-9", "ZEPHYRS"]),
+)
+def test_a_term_every_hit_holds_does_not_change_the_order(items, query, common):
+    hits = supersede([_hit(t, n, at=float(at)) for n, (t, at) in enumerate(items)], [])
+    texts = [h.entry.text() for h in hits]
+    before = rank(hits, Terms(query.split()), texts)
+    held = [f"{t} {common}" for t in texts]
+    assert rank(hits, Terms([*query.split(), common]), held) == before
 
 
 @given(st.lists(_TEXTS, max_size=12))

@@ -43,6 +43,7 @@ from normandy_core.contract.recall_rank import (
     Terms,
     dedupe,
     fuse,
+    held_share,
     rank as rank_order,
     supersede,
 )
@@ -421,6 +422,7 @@ def render(
     nonce: str | None = None,
     names: Mapping[str, str] | None = None,
     duplicates: int = 0,
+    weights: Mapping[str, float] | None = None,
 ) -> tuple[str, list[RecallHit], bool]:
     """The framed text for ``hits``, best first, within ``limit_tokens`` by ``count``.
 
@@ -428,7 +430,10 @@ def render(
     while they fit; the best one is cut to fit when it cannot fit whole; a later one
     that does not fit is left out (and counted in the text). ``names`` maps tool-use ids
     to tool names for the tool results shown; ``duplicates`` how many near-identical hits
-    were left out before (said in the text). ``count(text) <= limit_tokens`` always;
+    were left out before (said in the text); ``weights`` what each term weighs when the
+    excerpts of long hits choose their lines (by stem phrase, as
+    :meth:`~.recall_rank.Terms.weighed` gives them; default 1 each).
+    ``count(text) <= limit_tokens`` always;
     with a limit too small for the framing, the text says only that nothing fitted.
     """
     tool_names = dict(names or {})
@@ -436,7 +441,7 @@ def render(
         tool_names.update(h.tool_names)
         for u in h.entry.tool_uses:
             tool_names.setdefault(u.id, u.name)
-    terms = Terms(t for t in query.split() if len(t) >= 3)
+    terms = Terms(t for t in query.split() if len(t) >= 3).reweighed(weights or {})
     bodies = [_body(h.entry, tool_names, terms, h.near) for h in hits]
     frame = _Frame(
         query=query,
@@ -607,7 +612,8 @@ def recall(
     reference of a tool result offloaded at arrival (its tool-use id, which the preview
     names) returns that result alone and whole, as it arrived, over ``limit_tokens`` if it
     is longer (the model asked for it by name). Entries holding
-    more of the keywords come first, in the sources' order among equals. At most
+    more of the keywords come first, each keyword weighing its rarity among the entries
+    found (:func:`~.recall_rank.rarity`), in the sources' order among equals. At most
     ``max_entries`` are asked of the sources; markers and summaries compactors inserted,
     earlier calls of the recall tool (named ``tool_name``) and their results,
     duplicates, and the entries of ``exclude`` (what the model still sees) are left
@@ -650,7 +656,7 @@ def recall(
         hits, shown, truncated, duplicates = [whole], [whole], False, 0
     else:
         similar = _by_meaning(query, session, settings, meaning, present, tool_name, errors)
-        hits, duplicates = _ranked(wanted, terms, present, settings.max_entries, similar)
+        hits, duplicates, weights = _ranked(wanted, terms, present, settings.max_entries, similar)
         text, shown, truncated = render(
             searched,
             hits,
@@ -660,6 +666,7 @@ def recall(
             nonce=nonce,
             names=names,
             duplicates=duplicates,
+            weights=weights,
         )
     return RecallResult(
         query=query,
@@ -766,12 +773,13 @@ def _ranked(
     present: Sequence[Entry],
     most: int,
     similar: Sequence[RecallHit] = (),
-) -> tuple[list[RecallHit], int]:
-    """The ``most`` hits to show, in order (:func:`~.recall_rank.rank`: coverage by stems,
-    superseded values after, the newer of near-equal matches first), near-identical ones
-    once, and how many of those were left out. A source's rank weighs a long entry down
-    (bm25), so coverage comes first: a long output holding every keyword came after short
-    entries holding one, and a bounded result left it out.
+) -> tuple[list[RecallHit], int, dict[str, float]]:
+    """The ``most`` hits to show, in order (:func:`~.recall_rank.rank`: coverage by stems
+    weighted by rarity among the hits found, superseded values after, the newer of
+    near-equal matches first), near-identical ones once, how many of those were left
+    out, and what each term weighed (by stem phrase, for the excerpts). A source's rank
+    weighs a long entry down (bm25), so coverage comes first: a long output holding every
+    keyword came after short entries holding one, and a bounded result left it out.
 
     With ``similar`` (the hits ranked by meaning, closest first), the keyword order and
     theirs are fused (:func:`~.recall_rank.fuse`), a keyword hit weighing by the share of
@@ -794,11 +802,14 @@ def _ranked(
     texts = [_body(h.entry, {}) for h in marked]
     lexical = len(wanted)
     asked = Terms(terms)
-    order = rank_order(marked[:lexical], asked, texts[:lexical])
+    held = [asked.matched(t) for t in texts[:lexical]]
+    order = rank_order(marked[:lexical], asked, texts[:lexical], held)
+    weighed = asked.weighed(held)
     if by_meaning:  # a keyword hit weighs by how much of the query it holds
-        held = {i: len(asked.matched(texts[i])) / max(len(asked.phrases), 1) for i in order}
-        order = fuse(order, by_meaning, weights=(held,))
-    return dedupe([marked[i] for i in order], [texts[i] for i in order], most)
+        share = held_share(weighed, held)
+        order = fuse(order, by_meaning, weights=({i: share[i] for i in order},))
+    shown, left = dedupe([marked[i] for i in order], [texts[i] for i in order], most)
+    return shown, left, weighed.weights
 
 
 def _identity(hit: RecallHit) -> str:

@@ -3,10 +3,11 @@ each side, instead of the entry cut from its start.
 
 A long tool output (a log, a batch of file reads) that matched a recall on one line
 would otherwise take the whole bound from its first line on, and the matching line
-would be cut off. :func:`excerpt` keeps the lines holding the most of the query's terms
-(by their word stems, :class:`~normandy_core.contract.recall_rank.Terms`), the earlier
-first among equals, each with its neighbours, in their order, and says how many lines
-were left out between them. A line too long to keep whole is cut to a window around its
+would be cut off. :func:`excerpt` keeps the lines holding the query's terms that weigh
+most (by their word stems and their rarity among the hits found,
+:class:`~normandy_core.contract.recall_rank.Terms`), the earlier first among equals,
+each with its neighbours, in their order, and says how many lines were left out between
+them. A line too long to keep whole is cut to a window around its
 first matching word.
 """
 
@@ -43,31 +44,37 @@ def _window(line: str, stems: frozenset[str], size: int) -> str:
     return lead + line[start + len(lead) : start + size - len(tail)] + tail
 
 
-def _scores(lines: list[str], terms: Terms) -> list[int]:
-    """How many of ``terms`` each line holds (the words of every line stemmed at once)."""
+def _held(lines: list[str], terms: Terms) -> list[frozenset[str]]:
+    """The terms each line holds (the words of every line stemmed at once)."""
     per_line = [words(line) for line in lines]
     stems = iter(stem_words(w for found in per_line for w in found))
-    return [len(terms.matched_stems(" ".join(next(stems) for _ in found))) for found in per_line]
+    return [terms.matched_stems(" ".join(next(stems) for _ in found)) for found in per_line]
 
 
 class Excerpts:
     """The excerpts of one text for one query, of any size (:meth:`within`): the text's
-    lines are stemmed and scored once. The lines of ``near`` (a part of the text, the
-    one closest to the query by meaning), where they stand in it, come right after the
-    line holding the most of the query's terms, before any other."""
+    lines are stemmed and scored once.
+
+    A line's score is the weight of the terms it holds (:meth:`Terms.weight`: their
+    rarity among the hits found, when ``terms`` were weighed), then how many it holds:
+    a line holding one rare term comes before one holding two words most hits hold. The
+    lines of ``near`` (a part of the text, the one closest to the query by meaning),
+    where they stand in it, come right after the best line, before any other."""
 
     def __init__(self, text: str, terms: Terms, near: str | None = None) -> None:
         self.lines = text.split("\n")
         self.size = len(text)
-        self.scores: list[float] = list(_scores(self.lines, terms))
+        held = _held(self.lines, terms)
+        self.scores = [(terms.weight(h), len(h)) for h in held]
         ranked = sorted(
-            (i for i, s in enumerate(self.scores) if s), key=lambda i: (-self.scores[i], i)
+            (i for i, h in enumerate(held) if h),
+            key=lambda i: (-self.scores[i][0], -self.scores[i][1], i),
         )
         # the part closest by meaning comes right after the line holding the most of the
         # query's terms (the strongest evidence, one line) and before the rest
         part = [i for i in _where(self.lines, near) if self.lines[i].strip()]
-        for i in part:
-            self.scores[i] = max(self.scores[i], 0.5)
+        for i in part:  # kept like a matching line when the excerpt is trimmed
+            self.scores[i] = (self.scores[i][0], max(self.scores[i][1], 1))
         self.best = list(dict.fromkeys([*ranked[:1], *part, *ranked[1:]]))
         self.stems = terms.stems()
 
@@ -93,7 +100,7 @@ class Excerpts:
                 chosen[i] = _window(lines[i], self.stems, max_chars - 2 * gap - 1)
                 used += len(chosen[i]) + 1 + gap
         while len(_render(lines, chosen)) > max_chars and len(chosen) > 1:
-            chosen.pop(max(chosen, key=lambda j: (scores[j] == 0, abs(j - best[0]))))
+            chosen.pop(max(chosen, key=lambda j: (scores[j][1] == 0, abs(j - best[0]))))
         return _render(lines, chosen)
 
 

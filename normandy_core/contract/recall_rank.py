@@ -4,9 +4,11 @@ near-equal matches, values a later message superseded, near-identical hits once.
 The sources rank by their full-text score (bm25, ``ts_rank``), which weighs a long
 entry down and knows nothing of time. :func:`rank` orders their hits for the agent:
 
-1. **coverage**: more of the query's terms first (a term is matched by its word stems,
-   as the sources match it, :class:`Terms`);
-2. **superseded last**: among hits of equal coverage, one whose setting a later
+1. **coverage weighted by rarity**: the hits holding the query's terms that weigh most
+   first (a term is matched by its word stems, as the sources match it, :class:`Terms`;
+   it weighs its inverse document frequency among the hits found, :func:`rarity`, so a
+   word most of them hold, ``how`` or ``file``, counts for little beside one few hold);
+2. **superseded last**: among hits of equal weighted coverage, one whose setting a later
    message changed (:func:`supersede`) comes after the others;
 3. **the sources' order**, except that **near-equal** hits, those matching the *same
    set* of the query's terms (nothing the query asked tells them apart), trade places
@@ -17,7 +19,9 @@ entry down and knows nothing of time. :func:`rank` orders their hits for the age
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -33,8 +37,10 @@ __all__ = [
     "RRF_K",
     "dedupe",
     "fuse",
+    "held_share",
     "near_identical",
     "rank",
+    "rarity",
     "supersede",
 ]
 
@@ -53,6 +59,10 @@ _SET_TO = re.compile(
 #: ``timeout=30``, ``timeout = 30``, ``timeout := 30``.
 _EQUALS = re.compile(r"\b([A-Za-z][\w.-]*)\s*:?=\s*([^\s,;]+)")
 
+
+#: Decimal places a coverage is compared at: two hits whose weights differ by rounding
+#: alone (different sets of equal rarity) are equal, and the sources' order decides.
+_PLACES = 9
 
 #: Reciprocal rank fusion's constant: a hit's score from one ranking is 1/(RRF_K + rank),
 #: so the first few places of either ranking weigh about alike (the usual 60).
@@ -80,12 +90,48 @@ def fuse(
     return sorted(seen, key=lambda i: (-score[i], first[i]))
 
 
+def rarity(holding: int, searched: int) -> float:
+    """How much a term that ``holding`` of ``searched`` texts hold tells them apart: its
+    inverse document frequency ``log(searched / holding)`` (0 when every text holds it,
+    and for a term none holds, which matches nothing anyway).
+
+    Recall counts it among the hits its sources found for the query, not over the whole
+    archive: those hits are what the ranking must tell apart, they are at hand without
+    asking every source for statistics of its index (a hook no source has), and a word
+    that fills a source's answer (``how`` in every docstring of a batch of file reads)
+    is common there whether or not it is common in the archive."""
+    if holding <= 0 or searched <= holding:
+        return 0.0
+    return math.log(searched / holding)
+
+
 class Terms:
-    """The query's terms as their word stems: which of them a text holds."""
+    """The query's terms as their word stems: which of them a text holds, and what each
+    weighs (1 each, until :meth:`weighed` by their rarity among what was searched)."""
 
     def __init__(self, terms: Iterable[str]) -> None:
         phrases = (stem_text(t) for t in terms)
         self.phrases: tuple[str, ...] = tuple(dict.fromkeys(p for p in phrases if p))
+        self.weights: dict[str, float] = dict.fromkeys(self.phrases, 1.0)
+
+    def weighed(self, matched: Sequence[frozenset[str]]) -> Terms:
+        """These terms weighted by their :func:`rarity` among texts that hold the sets
+        ``matched`` (:meth:`matched` of each): the hits a search found, so a word most
+        of them hold (``how``, ``file``) counts for little beside one few hold."""
+        n = len(matched)
+        return self.reweighed({p: rarity(sum(p in m for m in matched), n) for p in self.phrases})
+
+    def reweighed(self, weights: Mapping[str, float]) -> Terms:
+        """These terms weighing as ``weights`` says (keyed by stem phrase; 1 for a term
+        it does not name): another query's weights carried over to its terms."""
+        out = copy.copy(self)
+        out.weights = {p: weights.get(p, 1.0) for p in self.phrases}
+        return out
+
+    def weight(self, matched: Iterable[str]) -> float:
+        """The summed weight of the terms ``matched`` (exactly rounded, so equal sets
+        weigh exactly alike whatever their order)."""
+        return math.fsum(self.weights[p] for p in matched)
 
     def matched(self, text: str) -> frozenset[str]:
         """The terms (their stem phrases) ``text`` holds, each as a whole word or phrase."""
@@ -99,6 +145,19 @@ class Terms:
     def stems(self) -> frozenset[str]:
         """Every stem of every term."""
         return frozenset(s for p in self.phrases for s in p.split())
+
+
+def held_share(terms: Terms, matched: Sequence[frozenset[str]]) -> list[float]:
+    """How much of the query each of the texts that hold the sets ``matched`` holds, from
+    0 to 1: the weight of its terms over the weight of all the query's terms, where a term
+    no text holds weighs as much as one a single text of one more would hold. A question
+    asked in other words is made of such terms: a text holding its one common word holds
+    little of it."""
+    n = len(matched)
+    unheld = rarity(1, n + 1)
+    held_by_any = frozenset().union(*matched) if matched else frozenset()
+    total = math.fsum(terms.weights[p] if p in held_by_any else unheld for p in terms.phrases)
+    return [terms.weight(m) / total if total else 0.0 for m in matched]
 
 
 def _said(entry: Entry) -> str:
@@ -149,16 +208,29 @@ def _recency(hit: RecallHit) -> tuple[float, int]:
     return (hit.archived_at or 0.0, hit.order if hit.order is not None else 0)
 
 
-def rank(hits: Sequence[RecallHit], terms: Terms, texts: Sequence[str]) -> list[int]:
+def rank(
+    hits: Sequence[RecallHit],
+    terms: Terms,
+    texts: Sequence[str],
+    matched: Sequence[frozenset[str]] | None = None,
+) -> list[int]:
     """The order recall shows ``hits`` in (the sources' order, each with its searchable
-    text in ``texts``), as indexes: coverage, superseded last, the sources' order; then
-    near-equal hits (matching the same set of the query's terms, superseded alike) trade
-    places so that the newer of them comes first."""
-    matched = [terms.matched(t) for t in texts]
-    order = sorted(range(len(hits)), key=lambda i: (-len(matched[i]), bool(hits[i].superseded), i))
+    text in ``texts``), as indexes: coverage weighted by rarity, superseded last, the
+    sources' order; then near-equal hits (matching the same set of the query's terms,
+    superseded alike) trade places so that the newer of them comes first.
+
+    Coverage is the summed :func:`rarity` of the terms a hit holds, counted among these
+    hits (``terms`` re-:meth:`~Terms.weighed` by ``matched``, the terms each text holds,
+    computed when not given): the hits are what the search found for this very query,
+    so a term they nearly all hold is the one that tells them apart least. A term every
+    hit holds weighs nothing and leaves the order as it was."""
+    held = list(matched) if matched is not None else [terms.matched(t) for t in texts]
+    weighed = terms.weighed(held)
+    score = [round(weighed.weight(m), _PLACES) for m in held]
+    order = sorted(range(len(hits)), key=lambda i: (-score[i], bool(hits[i].superseded), i))
     groups: dict[tuple[frozenset[str], bool], list[int]] = {}
     for slot, i in enumerate(order):
-        groups.setdefault((matched[i], bool(hits[i].superseded)), []).append(slot)
+        groups.setdefault((held[i], bool(hits[i].superseded)), []).append(slot)
     out = list(order)
     for slots in groups.values():
         members = sorted((order[s] for s in slots), key=lambda i: (_newer(hits[i]), i))

@@ -320,13 +320,16 @@ def test_a_recall_never_exceeds_its_token_bound(source, contents, extra, limit, 
         assert len(result.hits) == 1
     if result.found and limit >= 600:  # room for the framing: the best one is shown, cut or not
         assert result.hits
-    # best first: more of the keywords (by their stems) first; of the plain-text entries,
-    # whose quoted text is their content, the coverage never grows down the list
+    # best first: of the plain-text entries, whose quoted text is their content, one
+    # holding more of the keywords (by their stems) comes after one holding fewer only
+    # when what it holds more weighs nothing: every hit found holds it, so every one shown
     terms = Terms(best_terms(query))
-    covered = [
-        len(terms.matched(h.entry.content)) for h in result.hits if isinstance(h.entry.content, str)
-    ]
-    assert covered == sorted(covered, reverse=True)
+    plain = [h.entry.content for h in result.hits if isinstance(h.entry.content, str)]
+    held = [terms.matched(c) for c in plain]
+    for at, earlier in enumerate(held):
+        for later in held[at + 1 :]:
+            if later > earlier:
+                assert all(later - earlier <= other for other in held)
 
 
 def test_the_sources_answers_are_merged_by_rank_and_a_failing_source_is_named(source):
@@ -488,6 +491,31 @@ def test_an_entry_holding_more_of_the_keywords_comes_first(source):
         "s1",
         "s2",
     ]
+
+
+def test_a_fact_holding_a_rare_keyword_is_not_crowded_out_by_common_ones(source):
+    """Issue 35's paraphrase tier: "search how many documents per chunk" against file reads
+    whose docstrings all say "how many": they held two or three of the terms, the setting
+    one, and filled the bound before it. Each term now weighs its rarity among the hits."""
+
+    def module(k: int, uses_search: bool) -> str:
+        funcs = [
+            f"def save_{k}_{n}(items: list[dict]) -> int:\n"
+            f'    """Save the invoices and return how many changed."""\n    return len(items)'
+            for n in range(40)
+        ]
+        if uses_search:
+            funcs[25] += "\n\ndef reindex() -> None:\n    search.rebuild()"
+        return "\n\n".join(funcs)
+
+    reads = [Entry(id=f"read{k}", role="user", content=module(k, k < 2)) for k in range(6)]
+    fact = Entry(id="fact", role="user", content="Now set search.batch_size to 38.")
+    source.hits = [*reads, fact]
+    result = recall("search how many documents per chunk", session="s", counter=COUNTER)
+    assert "search.batch_size to 38" in result.text
+    assert [h.entry.id for h in result.hits][:3] == ["read0", "read1", "fact"]
+    # the reads holding "search" show that line, not only their docstrings
+    assert result.text.count("search.rebuild()") == 2
 
 
 def test_results_of_a_batch_holding_none_of_the_keywords_are_named_not_shown(source):
