@@ -99,3 +99,38 @@ def test_a_hit_holding_only_common_words_of_a_question_holds_little_of_it():
     exact = Terms(["payments", "retry"])
     hits = [frozenset({"payment", "retri"}), frozenset({"payment"}), frozenset()]
     assert held_share(exact.weighed(hits), hits)[0] == 1.0
+
+
+def _said_hit(n: int, text: str, superseded: dict[str, str] | None = None):
+    from normandy_core import Entry, RecallHit
+
+    return RecallHit(Entry(id=f"e{n}", role="user", content=text), superseded=superseded or {})
+
+
+def test_a_stale_value_ranked_first_by_meaning_goes_after_its_successor():
+    from normandy_core.contract.recall_rank import successors_first
+
+    hits = [
+        _said_hit(0, "set cache.ttl to 10", {"cache.ttl": "30"}),
+        _said_hit(1, "the cache is warm"),
+        _said_hit(2, "set cache.ttl to 20", {"cache.ttl": "30"}),
+        _said_hit(3, "Now set cache.ttl to 30."),
+    ]
+    assert successors_first(hits, [0, 1, 2, 3]) == [1, 3, 0, 2]
+    assert successors_first(hits, [3, 0, 1, 2]) == [3, 0, 2, 1]  # the stale ones beside it
+    assert successors_first(hits[:3], [0, 1, 2]) == [0, 1, 2]  # no successor found: kept
+
+
+@given(st.permutations(range(4)))
+def test_moving_stale_values_keeps_every_hit_once(order):
+    from normandy_core.contract.recall_rank import successors_first
+
+    hits = [
+        _said_hit(0, "set a to 1", {"a": "3"}),
+        _said_hit(1, "set a to 2 and b=5", {"a": "3", "b": "6"}),
+        _said_hit(2, "set a to 3", {"b": "6"}),
+        _said_hit(3, "b=6"),
+    ]
+    got = successors_first(hits, list(order))
+    assert sorted(got) == [0, 1, 2, 3]
+    assert got.index(0) > got.index(2) and got.index(1) > got.index(3)

@@ -45,6 +45,7 @@ from normandy_core.contract.recall_rank import (
     fuse,
     held_share,
     rank as rank_order,
+    successors_first,
     supersede,
 )
 from normandy_core.contract.recall_settings import (
@@ -808,6 +809,7 @@ def _ranked(
     if by_meaning:  # a keyword hit weighs by how much of the query it holds
         share = held_share(weighed, held)
         order = fuse(order, by_meaning, weights=({i: share[i] for i in order},))
+        order = successors_first(marked, order)
     shown, left = dedupe([marked[i] for i in order], [texts[i] for i in order], most)
     return shown, left, weighed.weights
 

@@ -41,6 +41,7 @@ __all__ = [
     "near_identical",
     "rank",
     "rarity",
+    "successors_first",
     "supersede",
 ]
 
@@ -237,6 +238,30 @@ def rank(
         for slot, i in zip(slots, members, strict=True):
             out[slot] = i
     return out
+
+
+def successors_first(hits: Sequence[RecallHit], order: Sequence[int]) -> list[int]:
+    """``order`` (indexes of ``hits``) with each superseded hit moved to right after the
+    hit in it that gives one of its keys the newer value (after that one's own stale
+    values, newest first): another ranking (by meaning) knows nothing of time, and a
+    stale value must not be read before the value that replaced it."""
+    gives = {  # index -> the (key, value) pairs it gives that nothing superseded
+        i: {(k, v) for k, v in assignments(hits[i].entry).items() if k not in hits[i].superseded}
+        for i in order
+    }
+    pos = {i: at for at, i in enumerate(order)}
+
+    def anchor(i: int, seen: frozenset[int]) -> tuple[int, int]:
+        """Where ``i`` goes: its successor's place (followed to the newest), and how
+        many values stand between them."""
+        wanted = set(hits[i].superseded.items())
+        j = next((j for j in order if j not in seen and wanted & gives[j]), None)
+        if j is None:
+            return pos[i], 0
+        at, depth = anchor(j, seen | {j})
+        return at, depth + 1
+
+    return sorted(order, key=lambda i: (*anchor(i, frozenset({i})), pos[i]))
 
 
 def _newer(hit: RecallHit) -> tuple[float, int]:
