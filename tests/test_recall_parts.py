@@ -53,9 +53,11 @@ def test_an_excerpt_shows_the_closest_part_even_without_a_keyword_after_the_best
     assert one is not None and "heading 3 " in one and "declined" not in one
     both = Excerpts(text, Terms(["heading 3"]), near).within(400)
     assert both is not None and "declined" in both and "heading 3 " in both
-    common = Excerpts(text, Terms(["tidied"]), near).within(400)  # every line holds it
-    assert common is not None and "declined" in common and "heading 0 " in common
-    assert "heading 9 " not in common
+    lines[10] = "step 10: heading 10 tidied twice"
+    twice = "\n".join(lines)
+    best = Excerpts(twice, Terms(["tidied", "twice"]), near).within(400)
+    assert best is not None and "tidied twice" in best and "declined" in best
+    assert "heading 3 " not in best  # lines holding less of the query come after the part
     # a part cut from one long line: that line, cut around nothing better
     long = "a\n" + "z" * 900 + " declined " + "z" * 900 + "\nb"
     piece = parts(long)[1]

@@ -784,8 +784,10 @@ def _ranked(
 
     With ``similar`` (the hits ranked by meaning, closest first), the keyword order and
     theirs are fused (:func:`~.recall_rank.fuse`), a keyword hit weighing by the share of
-    the query's terms it holds: one that shares a common word or two with a long question
-    is weak evidence beside a close meaning. Without, the keyword order is the order."""
+    the query it holds (:func:`~.recall_rank.held_share`), a hit by meaning by how close
+    it is (its cosine): a hit holding a common word or two of a long question is weak
+    evidence beside a close meaning, and a distant meaning beside a hit holding the
+    query's rare words. Without, the keyword order is the order."""
     later = [e for e in present if not any(e.metadata.get(k) for k in _INSERTED_KEYS)]
     union = list(wanted)
     by_meaning: list[int] = []
@@ -796,8 +798,10 @@ def _ranked(
             if key not in at:
                 at[key] = len(union)
                 union.append(h)
-            elif h.near is not None:  # found by both: the excerpt centres on the part
-                union[at[key]] = dataclasses.replace(union[at[key]], near=h.near)
+            else:  # found by both: the excerpt centres on the part, which weighs the hit
+                union[at[key]] = dataclasses.replace(
+                    union[at[key]], near=h.near, similarity=h.similarity
+                )
             by_meaning.append(at[key])
     marked = supersede(union, later)
     texts = [_body(h.entry, {}) for h in marked]
@@ -806,12 +810,38 @@ def _ranked(
     held = [asked.matched(t) for t in texts[:lexical]]
     order = rank_order(marked[:lexical], asked, texts[:lexical], held)
     weighed = asked.weighed(held)
-    if by_meaning:  # a keyword hit weighs by how much of the query it holds
-        share = held_share(weighed, held)
-        order = fuse(order, by_meaning, weights=({i: share[i] for i in order},))
-        order = successors_first(marked, order)
+    if by_meaning:
+        order = _fused(marked, order, by_meaning, held_share(weighed, held))
     shown, left = dedupe([marked[i] for i in order], [texts[i] for i in order], most)
     return shown, left, weighed.weights
+
+
+#: The share of the query (:func:`~.recall_rank.held_share`) from which a hit found by
+#: both rankings is shown by the lines holding the query's words rather than by the part
+#: found closest in meaning: those lines are the stronger evidence then.
+_STRONG_SHARE = 0.5
+
+
+def _fused(
+    marked: list[RecallHit], order: list[int], by_meaning: list[int], share: list[float]
+) -> list[int]:
+    """The keyword ``order`` fused with ``by_meaning`` (indexes of ``marked``): a keyword
+    hit weighing by the ``share`` of the query it holds, a hit by meaning by its
+    closeness; stale values after their successors. A hit found by both that holds at
+    least ``_STRONG_SHARE`` of the query loses its part (``marked`` changed in place),
+    so its excerpt shows the lines holding the query's words."""
+    close = {i: _closeness(marked[i]) for i in by_meaning}
+    for i in by_meaning:
+        if i < len(share) and share[i] >= _STRONG_SHARE:
+            marked[i] = dataclasses.replace(marked[i], near=None)
+    fused = fuse(order, by_meaning, weights=({i: share[i] for i in order}, close))
+    return successors_first(marked, fused)
+
+
+def _closeness(hit: RecallHit) -> float:
+    """What a hit found by meaning weighs in the fusion: its ``similarity`` (a cosine, 0
+    when below), 1 when its source gave none."""
+    return 1.0 if hit.similarity is None else max(hit.similarity, 0.0)
 
 
 def _identity(hit: RecallHit) -> str:

@@ -59,7 +59,8 @@ class Excerpts:
     rarity among the hits found, when ``terms`` were weighed), then how many it holds:
     a line holding one rare term comes before one holding two words most hits hold. The
     lines of ``near`` (a part of the text, the one closest to the query by meaning),
-    where they stand in it, come right after the best line, before any other."""
+    where they stand in it, come right after the best lines (those of the highest
+    score), before any other."""
 
     def __init__(self, text: str, terms: Terms, near: str | None = None) -> None:
         self.lines = text.split("\n")
@@ -70,12 +71,13 @@ class Excerpts:
             (i for i, h in enumerate(held) if h),
             key=lambda i: (-self.scores[i][0], -self.scores[i][1], i),
         )
-        # the part closest by meaning comes right after the line holding the most of the
-        # query's terms (the strongest evidence, one line) and before the rest
+        # the part closest by meaning comes right after the lines holding the most of
+        # the query's terms (the strongest evidence) and before the rest
         part = [i for i in _where(self.lines, near) if self.lines[i].strip()]
         for i in part:  # kept like a matching line when the excerpt is trimmed
             self.scores[i] = (self.scores[i][0], max(self.scores[i][1], 1))
-        self.best = list(dict.fromkeys([*ranked[:1], *part, *ranked[1:]]))
+        top = [i for i in ranked if ranked and self.scores[i] == self.scores[ranked[0]]]
+        self.best = list(dict.fromkeys([*top, *part, *ranked]))
         self.stems = terms.stems()
 
     def within(self, max_chars: int) -> str | None:

@@ -310,7 +310,8 @@ class RecallHit:
     ``key -> later value``. ``near`` is the part of the entry's text (one of
     :func:`~normandy_core.contract.recall_parts.parts`) closest to the query by meaning,
     when a source ranked the entry by meaning: recall's excerpt of a long entry is
-    centred on it.
+    centred on it; ``similarity`` is then how close that part is to the query (the
+    cosine of their vectors, 1 the closest), which weighs the hit in recall's fusion.
     """
 
     entry: Entry
@@ -320,3 +321,4 @@ class RecallHit:
     order: int | None = None
     superseded: Mapping[str, str] = field(default_factory=dict)
     near: str | None = None
+    similarity: float | None = None

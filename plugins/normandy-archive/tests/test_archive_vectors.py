@@ -92,7 +92,8 @@ def test_vectors_survive_an_archive_reopen(archived):
     assert reopened.vectors(parts_key("another-model"), "s1") == []
     assert len(reopened.unembedded(parts_key("another-model"), "s1")) == 4
     (money,) = emb.embed(["money"])
-    ((seq, part),) = nearest(money, held, 1)
+    ((seq, part, cos),) = nearest(money, held, 1)
+    assert 0.5 < cos <= 1.0
     assert reopened.by_seq([seq])[0].entry.content == FACT and part == 0
 
 
@@ -239,7 +240,7 @@ def test_vectors_of_another_length_or_too_many_parts_are_left_out() -> None:
     held = HeldSessions().get("e", "s", 0)
     held.extend([(1, pack([1.0, 0.0]) + pack([0.0, 1.0])), (2, pack([1.0, 0.0, 0.0]))], 2)
     assert held.owners == [(1, 0), (1, 1)]  # 12 bytes is no whole number of 2-vectors
-    assert held.nearest([0.0, 1.0], 5) == [(1, 1)]  # the entry by its closest part, once
+    assert held.nearest([0.0, 1.0], 5) == [(1, 1, 1.0)]  # the entry by its closest part, once
     assert held.nearest([0.0, 1.0, 0.0], 5) == []  # another model's query
 
 

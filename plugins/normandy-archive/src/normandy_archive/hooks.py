@@ -12,6 +12,7 @@ checkpoints and retention run in the background writer (:mod:`normandy_archive.m
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -287,13 +288,15 @@ def recall_similar(
     maintenance.embed_pending(archive, embedder, session, after=mine.top)
     (asked,) = embedder.embed([query])
     mine.extend(archive.vectors(key, session, after=mine.top), len(asked))
-    closest = dict(mine.nearest(asked, limit))
+    closest = {seq: (part, cos) for seq, part, cos in mine.nearest(asked, limit)}
     hits: list[RecallHit] = []
     for a in archive.by_seq(list(closest)):
         names = _tool_names(archive, a.entry.tool_results, session)
         found = searchable_parts(a.entry)
-        near = found[closest[a.seq]] if closest[a.seq] < len(found) else None
-        hits.append(RecallHit(a.entry, a.session_id, a.archived_at, names, a.seq, near=near))
+        part, cos = closest[a.seq]
+        near = found[part] if part < len(found) else None
+        hit = RecallHit(a.entry, a.session_id, a.archived_at, names, a.seq)
+        hits.append(dataclasses.replace(hit, near=near, similarity=cos))
     return hits
 
 

@@ -72,9 +72,9 @@ class Held:
         self.matrix = new if self.matrix is None else np.vstack([self.matrix, new])
         self.owners += [(k, p) for k, b in fit for p in range(len(b) // size)]
 
-    def nearest(self, query: Sequence[float], limit: int) -> list[tuple[int, int]]:
+    def nearest(self, query: Sequence[float], limit: int) -> list[tuple[int, int, float]]:
         """The ``limit`` entries whose closest part has the highest cosine with ``query``,
-        highest first (the archive order among ties): ``(seq, part)``."""
+        highest first (the archive order among ties): ``(seq, part, cosine)``."""
         if self.matrix is None or limit <= 0:
             return []
         np = _numpy()
@@ -82,21 +82,21 @@ class Held:
         if q.size != self.matrix.shape[1]:
             return []
         scores = self.matrix @ (q / max(float(np.linalg.norm(q)), 1e-12))
-        best: dict[int, int] = {}
+        best: dict[int, tuple[int, float]] = {}
         for row in np.lexsort((np.arange(len(scores)), -scores)).tolist():
-            seq = self.owners[row][0]
+            seq, part = self.owners[row]
             if seq not in best:
-                best[seq] = self.owners[row][1]
+                best[seq] = (part, float(scores[row]))
                 if len(best) >= limit:
                     break
-        return list(best.items())
+        return [(seq, part, cos) for seq, (part, cos) in best.items()]
 
 
 def nearest(
     query: Sequence[float], held: Sequence[tuple[int, bytes]], limit: int
-) -> list[tuple[int, int]]:
+) -> list[tuple[int, int, float]]:
     """:meth:`Held.nearest` of the vectors ``held`` (``(seq, BLOB)``): the ``limit``
-    entries whose closest part is closest to ``query``, ``(seq, part)``.
+    entries whose closest part is closest to ``query``, ``(seq, part, cosine)``.
 
     :raises ArchiveError: NumPy is not installed.
     """
