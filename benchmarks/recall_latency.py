@@ -17,6 +17,7 @@ whatever their values. The query is embedded for real at every recall.
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import statistics
 import sys
@@ -116,9 +117,9 @@ def measure(entries: int, embedder: str | None, queries: int, sample: int) -> di
     import normandy_archive
     from normandy_archive import Archive
     from normandy_archive.base import searchable_text
-    from normandy_archive.vectors import pack
     from normandy_core import recall
     from normandy_core.contract.recall_embed import embedder_for
+    from normandy_core.contract.recall_parts import parts, parts_key
 
     rng = random.Random(11)
     asked = [_text(rng, 4) for _ in range(queries)]
@@ -138,15 +139,22 @@ def measure(entries: int, embedder: str | None, queries: int, sample: int) -> di
             if embedder is not None:
                 emb = embedder_for(embedder)
                 assert emb is not None
-                rows = archive.unembedded(emb.key, "s1")
+                key = parts_key(emb.key)
+                rows = archive.unembedded(key, "s1")
                 texts = [searchable_text(a.entry) for a in rows[:sample]]
                 t0 = time.perf_counter()
                 vectors = emb.embed(texts)
                 found["embed_per_s"] = len(texts) / (time.perf_counter() - t0)
-                blobs = [pack(v) for v in vectors]
-                archive.store_vectors(
-                    emb.key, {a.seq: blobs[i % len(blobs)] for i, a in enumerate(rows)}
-                )
+                # each entry as many vectors as it has parts, the sample's cycled
+                cycle = itertools.cycle(vectors)
+                for start in range(0, len(rows), 1000):
+                    archive.store_vectors(
+                        key,
+                        {
+                            a.seq: [next(cycle) for _ in parts(searchable_text(a.entry))]
+                            for a in rows[start : start + 1000]
+                        },
+                    )
                 recall(asked[0], session="s1", embedder=embedder)  # warm: the model
                 found.update(
                     _timed(lambda q: recall(q, session="s1", embedder=embedder), asked, "fused")

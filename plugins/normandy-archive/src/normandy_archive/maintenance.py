@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from normandy_archive.base import Limits, prepare
+from normandy_archive.base import ArchiveBackend, Limits, prepare
 from normandy_archive.store import Archive, ArchiveBusyError
 
 if TYPE_CHECKING:
@@ -156,7 +156,7 @@ class _Writer:
 
 
 def embed_pending(
-    archive: Archive,
+    archive: ArchiveBackend,
     embedder: Embedder,
     session_id: str | None,
     *,
@@ -169,7 +169,6 @@ def embed_pending(
     whether some are left. One call at a time in the process: a recall waits for the
     background writer's pass rather than embed the same entries beside it."""
     from normandy_archive.base import searchable_parts
-    from normandy_archive.vectors import pack_parts
     from normandy_core.contract.recall_parts import parts_key
 
     key = parts_key(embedder.key)
@@ -180,10 +179,7 @@ def embed_pending(
             batch = todo[start : start + 16]
             split = [searchable_parts(a.entry) for a in batch]
             made = iter(embedder.embed([p for ps in split for p in ps]))
-            kept = {
-                a.seq: pack_parts([next(made) for _ in ps])
-                for a, ps in zip(batch, split, strict=True)
-            }
+            kept = {a.seq: [next(made) for _ in ps] for a, ps in zip(batch, split, strict=True)}
             archive.store_vectors(key, kept)
         return len(missing) > len(todo)
 
