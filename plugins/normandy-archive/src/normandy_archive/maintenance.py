@@ -161,11 +161,10 @@ def embed_pending(
     session_id: str | None,
     *,
     most: int | None = None,
-    after: int = 0,
 ) -> bool:
     """Embed (and keep) the entries of ``session_id`` that have no vectors of ``embedder``
-    yet (past archive order ``after``), at most ``most`` of them, 16 at a time: a vector
-    per part of each one's searchable text (:func:`~normandy_archive.base.searchable_parts`);
+    yet, on any backend, at most ``most`` of them, 16 at a time: a vector per part of
+    each one's searchable text (:func:`~normandy_archive.base.searchable_parts`);
     whether some are left. One call at a time in the process: a recall waits for the
     background writer's pass rather than embed the same entries beside it."""
     from normandy_archive.base import searchable_parts
@@ -173,7 +172,7 @@ def embed_pending(
 
     key = parts_key(embedder.key)
     with _EMBEDDING:
-        missing = archive.unembedded(key, session_id, after=after)
+        missing = archive.unembedded(key, session_id)
         todo = missing if most is None else missing[:most]
         for start in range(0, len(todo), 16):
             batch = todo[start : start + 16]
