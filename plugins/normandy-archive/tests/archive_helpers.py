@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +301,29 @@ def release(holder: subprocess.Popen[str]) -> int:
     holder.stdin.write("\n")
     holder.stdin.close()
     return holder.wait(timeout=30)
+
+
+_CONCEPTS = {
+    "money": ("money", "invoice", "billing", "payment", "charge"),
+    "failure": ("trouble", "failed", "declined", "error", "problem"),
+    "storage": ("disk", "storage", "volume", "full", "space"),
+}
+
+
+class Concepts:
+    """A test embedder: a unit vector over a few concepts (synonym sets)."""
+
+    key = "concepts-test:1"
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.embedded += texts
+        out = []
+        for text in texts:
+            words = set(re.findall(r"[a-z]+", text.lower()))
+            v = [float(len(words & set(ws))) for ws in _CONCEPTS.values()] + [0.1]
+            n = math.sqrt(sum(x * x for x in v))
+            out.append([x / n for x in v])
+        return out

@@ -4,45 +4,18 @@ reopen; recall fusing them with the keyword ranking only when an embedder is con
 
 from __future__ import annotations
 
-import math
-import re
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from archive_helpers import Concepts
 
 from normandy_archive import Archive
 from normandy_archive.hooks import recall_similar
 from normandy_archive.vectors import HeldSessions, nearest, pack
 from normandy_core import Entry, RecallError, hookimpl, recall, register_hook, unregister_hook
 from normandy_core.contract.recall_parts import PART_CHARS, parts_key
-
-_CONCEPTS = {
-    "money": ("money", "invoice", "billing", "payment", "charge"),
-    "failure": ("trouble", "failed", "declined", "error", "problem"),
-    "storage": ("disk", "storage", "volume", "full", "space"),
-}
-
-
-class Concepts:
-    """A test embedder: a unit vector over a few concepts (synonym sets)."""
-
-    key = "concepts-test:1"
-
-    def __init__(self) -> None:
-        self.embedded: list[str] = []
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        self.embedded += texts
-        out = []
-        for text in texts:
-            words = set(re.findall(r"[a-z]+", text.lower()))
-            v = [float(len(words & set(ws))) for ws in _CONCEPTS.values()] + [0.1]
-            n = math.sqrt(sum(x * x for x in v))
-            out.append([x / n for x in v])
-        return out
-
 
 FACT = "INV-204: the card was declined when we charged the invoice"
 
@@ -104,7 +77,7 @@ def test_a_version_2_archive_gains_the_vectors_table_when_opened(archived):
     reader = Archive(archived)
     assert len(reader.unembedded("concepts-test:1", "s1")) == 4  # read-only: no table yet
     assert reader.vectors("concepts-test:1", "s1") == []
-    assert reader.store_vectors("concepts-test:1", {1: pack([1.0, 0.0])}) == 1  # a writer
+    assert reader.store_vectors("concepts-test:1", {1: [[1.0, 0.0]]}) == 1  # a writer
     with sqlite3.connect(archived) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
         assert conn.execute("SELECT count(*) FROM entries").fetchone()[0] == 4

@@ -25,6 +25,14 @@ records and semantics of the SQLite archive's (``normandy_archive.schema``):
   through a GIN index and ranked by ``ts_rank``.
 * ``seen``: for each content, the session that dropped it last and when; retention goes
   by it, as in SQLite.
+* ``vectors``: recall by meaning's vectors, one row per part of an entry's searchable
+  text (:func:`~normandy_core.contract.recall_parts.parts`): ``embedder`` (the key of the
+  model and how texts are cut), ``seq`` (the entry; removed with it), ``part`` and
+  ``vec`` (pgvector's ``vector``), primary key ``(embedder, seq, part)``. It needs the
+  server's ``vector`` extension (pgvector), created with the schema where the role may,
+  else by the first vector written; without it the archive and keyword recall work, and
+  recall by meaning is a :class:`PostgresArchiveError` saying what to install. It is
+  optional, so it leaves the schema's version as it is.
 
 A version-1 schema (one row per version of an entry in a session) is read as it is and
 moved to version 3 by the first write; so is a version-2 one (``text`` the words as
@@ -50,7 +58,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 from normandy_archive import base
@@ -141,6 +149,40 @@ _DDL = (
     "CREATE INDEX IF NOT EXISTS entries_tsv ON {s}.entries USING gin (tsv)",
     *_SEEN_DDL,
 )
+
+#: Recall by meaning's vectors (pgvector). No approximate (HNSW or IVFFlat) index: one
+#: table holds the vectors of every embedder, of any width, and such an index needs one
+#: width; and a recall ranks one session's parts, which an index over every session's
+#: would filter after its search, returning fewer than asked. A session's parts are
+#: compared exactly, as SQLite does.
+_VECTOR_DDL = (
+    """CREATE TABLE IF NOT EXISTS {s}.vectors (
+        embedder text NOT NULL,
+        seq      bigint NOT NULL REFERENCES {s}.entries (seq) ON DELETE CASCADE,
+        part     integer NOT NULL,
+        vec      vector NOT NULL,
+        PRIMARY KEY (embedder, seq, part)
+    )""",
+    # pruning deletes entries by seq: the cascade finds their vectors by it
+    "CREATE INDEX IF NOT EXISTS vectors_by_seq ON {s}.vectors (seq)",
+)
+
+#: Keeps the vectors of some entries' parts, replacing those they had (one statement):
+#: the parts given, then those past them left from before go; an entry removed
+#: meanwhile is skipped. How many entries it kept.
+_STORE_VECTORS = """WITH t AS (
+    SELECT * FROM unnest(%(seqs)s::bigint[], %(parts)s::integer[], %(vecs)s::text[])
+        AS t(seq, part, vec)
+), ins AS (
+    INSERT INTO {s}.vectors (embedder, seq, part, vec)
+    SELECT %(embedder)s, t.seq, t.part, t.vec::vector FROM t JOIN {s}.entries e ON e.seq = t.seq
+    ON CONFLICT (embedder, seq, part) DO UPDATE SET vec = excluded.vec
+    RETURNING seq
+), stale AS (
+    DELETE FROM {s}.vectors v USING (SELECT seq, max(part) AS top FROM t GROUP BY seq) AS k
+    WHERE v.embedder = %(embedder)s AND v.seq = k.seq AND v.part > k.top
+)
+SELECT count(DISTINCT seq) FROM ins"""
 
 #: Records one compaction (one statement): its new contents, in the order dropped, each
 #: with its first ``seen``; the compaction row when it stored something; the count stored.
@@ -263,6 +305,11 @@ def _websearch(query: str, raw: bool, any_term: bool = False, stemmed: bool = Tr
     return WORD.sub(_stem_raw_word, kept) if stemmed else kept
 
 
+def _vector_text(vector: Sequence[float]) -> str:
+    """``vector`` as pgvector's text form (``[1.0,2.5]``)."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
 def _lock_key(schema: str) -> int:
     digest = hashlib.sha256(f"normandy_archive.schema:{schema}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
@@ -315,6 +362,12 @@ class _Postgres(base.Dialect):
         if version == 1:  # no caller ids in a version-1 schema: look in the JSON
             return "strpos(e.entry_json, to_json(%s::text)::text) > 0", [source_id]
         return "e.source_ids @> ARRAY[%s]::text[]", [source_id]
+
+    def seq_in(self, seqs: Sequence[int]) -> tuple[str, builtins.list[Any]]:
+        return "e.seq = ANY(%s::bigint[])", [builtins.list(seqs)]
+
+    def has_vectors(self) -> tuple[str, builtins.list[Any]]:
+        return "SELECT 1 WHERE to_regclass(%s) IS NOT NULL", [self.table("vectors")]
 
 
 T = TypeVar("T")
@@ -376,6 +429,7 @@ class PostgresArchive(base.ArchiveBackend):
         self._read_version = SCHEMA_VERSION  # its version, once checked
         self._local = threading.local()
         self._sql: dict[str, sql.Composed] = {}
+        self._vectors_ready = False  # the vectors table is known to exist
 
     def __repr__(self) -> str:
         return f"<PostgresArchive {self.location!r} schema={self.schema!r}>"
@@ -493,6 +547,10 @@ class PostgresArchive(base.ArchiveBackend):
                         conn.execute(self._q("CREATE SCHEMA IF NOT EXISTS {s}"))
                     for stmt in _DDL:
                         conn.execute(self._q(stmt))
+                    # where the server has pgvector and the role may create it; else the
+                    # first vector written says what is missing (keywords need none)
+                    with contextlib.suppress(psycopg.Error), conn.transaction():
+                        self._create_vectors(conn)
                 elif version == 1:
                     self._migrate(conn)
                 if version in (1, 2):
@@ -506,6 +564,45 @@ class PostgresArchive(base.ArchiveBackend):
                 )
         self._ready = self._checked = True
         self._read_version = SCHEMA_VERSION
+
+    def _create_vectors(self, conn: psycopg.Connection[Any]) -> None:
+        """The ``vector`` extension (unless the database has it) and the vectors table."""
+        if not conn.execute(
+            "SELECT 1 FROM pg_catalog.pg_extension WHERE extname = 'vector'"
+        ).fetchone():
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        for stmt in _VECTOR_DDL:
+            conn.execute(self._q(stmt))
+
+    def _vectors(self, conn: psycopg.Connection[Any]) -> None:
+        """Make sure the vectors table exists, creating it (and the extension) if not.
+
+        :raises PostgresArchiveError: the server has no pgvector, or the role may not
+            create its extension: the message says what to install.
+        """
+        if self._vectors_ready:
+            return
+        self._require(conn)
+        try:
+            with conn.transaction():
+                self._begin(conn)
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", [_lock_key(self.schema)])
+                self._create_vectors(conn)
+        except psycopg.Error as exc:
+            if isinstance(exc, pg_errors.UndefinedFile):
+                why = "the server has no pgvector (its extension 'vector' is not installed)"
+            elif isinstance(exc, pg_errors.InsufficientPrivilege):
+                why = "this role may not create the extension 'vector'"
+            else:
+                why = "its vectors table could not be created"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise self._failure(
+                f"recall by meaning keeps its vectors with pgvector, and {why} ({first}): "
+                "install pgvector on the server (https://github.com/pgvector/pgvector) and "
+                "run CREATE EXTENSION vector in this database as a role allowed to (a "
+                "superuser); recall by keywords works without it"
+            ) from exc
+        self._vectors_ready = True
 
     def _restem(self, conn: psycopg.Connection[Any]) -> None:
         """Make every row's ``text`` its word stems (in the caller's transaction): the
@@ -697,6 +794,65 @@ class PostgresArchive(base.ArchiveBackend):
                         raise
                     time.sleep(min(1.0, 0.05 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5))
         return stored
+
+    # -- vectors (recall by meaning) --------------------------------------------------
+
+    def unembedded(
+        self, embedder: str, session_id: str | None = None, *, after: int = 0
+    ) -> builtins.list[base.ArchivedEntry]:
+        """The vectors table is created first (with the extension): they are asked for to
+        be embedded and kept, and a server without pgvector is named before any is made."""
+        with self._wrapped(), self._connect() as conn:
+            self._vectors(conn)
+        return super().unembedded(embedder, session_id, after=after)
+
+    def store_vectors(self, embedder: str, vectors: Mapping[int, Sequence[Sequence[float]]]) -> int:
+        """One row per part (:data:`_STORE_VECTORS`); the table is created first if need be."""
+        if not vectors:
+            return 0
+        rows = [
+            (int(seq), n, _vector_text(v)) for seq, vs in vectors.items() for n, v in enumerate(vs)
+        ]
+        params = {
+            "seqs": [r[0] for r in rows],
+            "parts": [r[1] for r in rows],
+            "vecs": [r[2] for r in rows],
+            "embedder": embedder,
+        }
+        with self._wrapped(), self._connect() as conn:
+            self._vectors(conn)
+            with conn.transaction():
+                self._begin(conn)
+                row = conn.execute(self._q(_STORE_VECTORS), params).fetchone()
+        return int(row[0]) if row else 0
+
+    def nearest(
+        self, embedder: str, session_id: str | None, query: Sequence[float], limit: int
+    ) -> builtins.list[tuple[int, int, float]]:
+        """In SQL: pgvector's cosine distance (``<=>``) of each part, the closest part of
+        each entry (``DISTINCT ON``), the closest entries first; the cosine is one less
+        the distance."""
+        if limit <= 0:
+            return []
+        d = self.dialect
+        where, params = self._in_session(
+            "v.embedder = %s AND vector_dims(v.vec) = %s",
+            [embedder, len(query)],
+            session_id,
+            seen=True,
+        )
+        statement = (
+            "SELECT seq, part, d FROM (SELECT DISTINCT ON (v.seq) v.seq, v.part, "
+            f"v.vec <=> %s::vector AS d FROM {d.table('vectors')} v "
+            f"JOIN {d.table('entries')} e ON e.seq = v.seq WHERE {where} "
+            "ORDER BY v.seq, d, v.part) AS best ORDER BY d, seq LIMIT %s"
+        )
+        values = [_vector_text(query), *params, limit]
+
+        def select(version: int, run: base.Run) -> builtins.list[tuple[Any, ...]]:
+            return run(statement, values) if run(*d.has_vectors()) else []
+
+        return [(int(r[0]), int(r[1]), 1.0 - float(r[2])) for r in self._read(select) or ()]
 
     # -- retention --------------------------------------------------------------------
 

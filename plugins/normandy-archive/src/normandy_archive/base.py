@@ -368,6 +368,14 @@ class Dialect(abc.ABC):
         """The condition (and parameters) on the row ``e`` holding the caller's id, in an
         archive of schema ``version``."""
 
+    @abc.abstractmethod
+    def seq_in(self, seqs: Sequence[int]) -> tuple[str, builtins.list[Any]]:
+        """The condition (and parameters) on the row ``e`` being one of archive order ``seqs``."""
+
+    @abc.abstractmethod
+    def has_vectors(self) -> tuple[str, builtins.list[Any]]:
+        """A statement (and parameters) giving a row when the ``vectors`` table exists."""
+
 
 #: The columns of an :class:`ArchivedEntry`, in its fields' order.
 _COLUMNS = (
@@ -419,6 +427,53 @@ class ArchiveBackend(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connections (the next call opens new ones)."""
+
+    # -- vectors (recall by meaning) --------------------------------------------------
+
+    @abc.abstractmethod
+    def store_vectors(self, embedder: str, vectors: Mapping[int, Sequence[Sequence[float]]]) -> int:
+        """Keep ``vectors`` (archive order ``seq`` -> the vectors of the entry's parts, in
+        order) under the embedder key ``embedder``, in one transaction, replacing any it
+        held; an entry removed meanwhile is skipped. How many entries it kept.
+
+        :raises ArchiveError: they could not be written (PostgreSQL: the server lacks
+            the ``vector`` extension, the message says what to install).
+        """
+
+    @abc.abstractmethod
+    def nearest(
+        self, embedder: str, session_id: str | None, query: Sequence[float], limit: int
+    ) -> builtins.list[tuple[int, int, float]]:
+        """The ``limit`` entries (of ``session_id``, as :meth:`unembedded` takes it) whose
+        closest part, among the vectors of the embedder key ``embedder``, has the highest
+        cosine with ``query``, closest first (the archive order among ties): ``(seq,
+        part, cosine)``. Vectors of another length than ``query`` are never compared."""
+
+    def unembedded(
+        self, embedder: str, session_id: str | None = None, *, after: int = 0
+    ) -> builtins.list[ArchivedEntry]:
+        """The entries (of ``session_id``, as :meth:`search` with ``seen`` takes it; past
+        archive order ``after``) that hold no vector of the embedder key ``embedder``
+        yet, oldest first."""
+        p = self.dialect.param
+        cond, params = self._in_session(f"e.seq > {p}", [after], session_id, seen=True)
+        # an archive no writer has given the vectors table yet has no vectors at all
+        table = self._read(lambda version, run: bool(run(*self.dialect.has_vectors())))
+        if table is None:
+            return []
+        if not table:
+            return self._select(cond, params)
+        lacking = (
+            f" AND NOT EXISTS (SELECT 1 FROM {self.dialect.table('vectors')} v "
+            f"WHERE v.embedder = {p} AND v.seq = e.seq)"
+        )
+        return self._select(cond + lacking, [*params, embedder])
+
+    def by_seq(self, seqs: Sequence[int]) -> builtins.list[ArchivedEntry]:
+        """The entries of archive order ``seqs``, in that order (those removed: left out)."""
+        found = self._select(*self.dialect.seq_in(seqs))
+        at = {a.seq: a for a in found}
+        return [at[s] for s in seqs if s in at]
 
     def record(
         self,

@@ -259,15 +259,16 @@ def recall_similar(
 
     Entries with no vectors of ``embedder.key`` yet are embedded now (a vector per part
     of their searchable text, :func:`~normandy_archive.base.searchable_parts`) and
-    kept in the archive (:meth:`~normandy_archive.Archive.store_vectors`), so each entry
-    is embedded once; the compaction's path never waits for it.
+    kept in the archive (:meth:`~normandy_archive.base.ArchiveBackend.store_vectors`), so
+    each entry is embedded once; the compaction's path never waits for it. The archive
+    ranks them (:meth:`~normandy_archive.base.ArchiveBackend.nearest`: NumPy over the
+    SQLite file's vectors, pgvector's cosine distance in PostgreSQL).
 
-    :raises ArchiveError: the archive is off, is not the SQLite one (PostgreSQL has no
-        vectors yet), or cannot be read or written; NumPy is not installed.
+    :raises ArchiveError: the archive is off, or cannot be read or written; the SQLite
+        archive without NumPy, or a PostgreSQL server without the ``vector`` extension.
     """
     from normandy_archive import maintenance
     from normandy_archive.base import searchable_parts
-    from normandy_archive.store import Archive
     from normandy_core.contract.recall_parts import parts_key
 
     settings = _settings()
@@ -276,19 +277,12 @@ def recall_similar(
             f"the archive is off (set by {settings.source}): nothing can be recalled"
         )
     archive = _IN_USE.get(settings)
-    if not isinstance(archive, Archive):
-        raise ArchiveError(
-            f"recall by meaning (embedder {embedder.key!r}) needs the SQLite archive; "
-            f"{archive.location} keeps no vectors (pgvector is not supported yet)"
-        )
     session = None if session_id is None else (settings.session or session_id)
     key = parts_key(embedder.key)
-    mine = archive.held_vectors.get(key, session, archive.last_vector(key))
-    # what the background writer has not embedded yet, then the vectors not read yet
-    maintenance.embed_pending(archive, embedder, session, after=mine.top)
+    # what the background writer has not embedded yet
+    maintenance.embed_pending(archive, embedder, session)
     (asked,) = embedder.embed([query])
-    mine.extend(archive.vectors(key, session, after=mine.top), len(asked))
-    closest = {seq: (part, cos) for seq, part, cos in mine.nearest(asked, limit)}
+    closest = {seq: (part, cos) for seq, part, cos in archive.nearest(key, session, asked, limit)}
     hits: list[RecallHit] = []
     for a in archive.by_seq(list(closest)):
         names = _tool_names(archive, a.entry.tool_results, session)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from normandy_archive.base import Limits, prepare
+from normandy_archive.base import ArchiveBackend, Limits, prepare
 from normandy_archive.store import Archive, ArchiveBusyError
 
 if TYPE_CHECKING:
@@ -156,34 +156,29 @@ class _Writer:
 
 
 def embed_pending(
-    archive: Archive,
+    archive: ArchiveBackend,
     embedder: Embedder,
     session_id: str | None,
     *,
     most: int | None = None,
-    after: int = 0,
 ) -> bool:
     """Embed (and keep) the entries of ``session_id`` that have no vectors of ``embedder``
-    yet (past archive order ``after``), at most ``most`` of them, 16 at a time: a vector
-    per part of each one's searchable text (:func:`~normandy_archive.base.searchable_parts`);
+    yet, on any backend, at most ``most`` of them, 16 at a time: a vector per part of
+    each one's searchable text (:func:`~normandy_archive.base.searchable_parts`);
     whether some are left. One call at a time in the process: a recall waits for the
     background writer's pass rather than embed the same entries beside it."""
     from normandy_archive.base import searchable_parts
-    from normandy_archive.vectors import pack_parts
     from normandy_core.contract.recall_parts import parts_key
 
     key = parts_key(embedder.key)
     with _EMBEDDING:
-        missing = archive.unembedded(key, session_id, after=after)
+        missing = archive.unembedded(key, session_id)
         todo = missing if most is None else missing[:most]
         for start in range(0, len(todo), 16):
             batch = todo[start : start + 16]
             split = [searchable_parts(a.entry) for a in batch]
             made = iter(embedder.embed([p for ps in split for p in ps]))
-            kept = {
-                a.seq: pack_parts([next(made) for _ in ps])
-                for a, ps in zip(batch, split, strict=True)
-            }
+            kept = {a.seq: [next(made) for _ in ps] for a, ps in zip(batch, split, strict=True)}
             archive.store_vectors(key, kept)
         return len(missing) > len(todo)
 

@@ -43,7 +43,7 @@ from normandy_archive.base import (
 from normandy_archive.errors import ArchiveError, ArchiveQueryError, NotAnArchiveError
 from normandy_archive.schema import SCHEMA_VERSION, rollback
 from normandy_archive.settings import archive_path, current_settings
-from normandy_archive.vectors import HeldSessions
+from normandy_archive.vectors import HeldSessions, pack_parts
 from normandy_core.conversation.stems import WORD, stem_text
 
 __all__ = [
@@ -67,8 +67,6 @@ _UNINDEXED = "e.seq > (SELECT value FROM archive_state WHERE key = 'indexed_seq'
 _CONTAINS = f"instr(lower({schema.TEXT_SQL}), lower(?)) > 0"
 #: One term's stems (``' stem stem '``) found among a row's stems.
 _CONTAINS_STEMS = f"instr(' ' || {schema.INDEXED_SQL} || ' ', ?) > 0"
-#: Whether the archive has the vectors table (version 3 on; a reader may see version 2).
-_HAS_VECTORS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vectors'"
 #: Errors SQLite gives for a full-text query it cannot parse (with ``raw``).
 _QUERY_ERRORS = ("fts5:", "unterminated string", "no such column", "unknown special query")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -220,6 +218,13 @@ class _SQLite(Dialect):
             "(SELECT value FROM archive_state WHERE key = 'indexed_seq') "
             "AND instr(y.source_ids, ?) > 0)"
         ), [source_id, json.dumps(source_id)]
+
+    def seq_in(self, seqs: Sequence[int]) -> tuple[str, builtins.list[Any]]:
+        return "e.seq IN (SELECT value FROM json_each(?))", [json.dumps(list(seqs))]
+
+    def has_vectors(self) -> tuple[str, builtins.list[Any]]:
+        # version 3 on; a reader may see a version-2 file
+        return "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'vectors'", []
 
 
 class Archive(ArchiveBackend):
@@ -604,35 +609,12 @@ class Archive(ArchiveBackend):
 
     # -- vectors (recall by meaning) --------------------------------------------------
 
-    def _session_rows(self, session_id: str | None) -> tuple[str, builtins.list[Any]]:
-        """The rows of ``session_id`` as recall searches it: what it archived or was the
-        last to drop (every row: ``None``)."""
-        return self._in_session("1 = 1", [], session_id, seen=True)
-
-    def unembedded(
-        self, embedder: str, session_id: str | None = None, *, after: int = 0
-    ) -> builtins.list[ArchivedEntry]:
-        """The entries (of ``session_id``, as :meth:`search` with ``seen`` takes it; past
-        archive order ``after``) that hold no vector of the embedder key ``embedder``
-        yet, oldest first."""
-        cond, params = self._session_rows(session_id)
-        cond, params = f"e.seq > ? AND {cond}", [after, *params]
-        lacking = " AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.embedder = ? AND v.seq = e.seq)"
-        # an archive a writer has not moved to version 3 yet has no vectors at all
-        table = self._read(lambda v, run: bool(run(_HAS_VECTORS, ())))
-        if table is None:
-            return []
-        if table:
-            return self._select(f"{cond}{lacking}", [*params, embedder])
-        return self._select(cond, params)
-
-    def store_vectors(self, embedder: str, vectors: Mapping[int, bytes]) -> int:
-        """Keep ``vectors`` (archive order ``seq`` -> a little-endian float32 BLOB) under
-        the embedder key ``embedder``, in one transaction, replacing any it held; a row
-        removed meanwhile is skipped. How many it kept."""
+    def store_vectors(self, embedder: str, vectors: Mapping[int, Sequence[Sequence[float]]]) -> int:
+        """Each entry's part vectors as one little-endian float32 BLOB, one after another
+        (:func:`~normandy_archive.vectors.pack_parts`)."""
         if not vectors:
             return 0
-        rows = [(embedder, int(seq), bytes(blob)) for seq, blob in vectors.items()]
+        rows = [(embedder, int(seq), pack_parts(parts)) for seq, parts in vectors.items()]
 
         def work(conn: sqlite3.Connection) -> int:
             before = conn.total_changes
@@ -645,17 +627,28 @@ class Archive(ArchiveBackend):
 
         return self._transaction(work, f"could not keep {len(rows)} vectors")
 
+    def nearest(
+        self, embedder: str, session_id: str | None, query: Sequence[float], limit: int
+    ) -> builtins.list[tuple[int, int, float]]:
+        """Ranked in NumPy over the session's vectors held in memory between recalls
+        (:attr:`held_vectors`), read from the file once and then only those written since.
+
+        :raises ArchiveError: NumPy is not installed.
+        """
+        mine = self.held_vectors.get(embedder, session_id, self.last_vector(embedder))
+        mine.extend(self.vectors(embedder, session_id, after=mine.top), len(query))
+        return mine.nearest(query, limit)
+
     def vectors(
         self, embedder: str, session_id: str | None = None, *, after: int = 0
     ) -> builtins.list[tuple[int, bytes]]:
         """The vectors of the embedder key ``embedder`` the archive holds (of
         ``session_id``, as :meth:`unembedded` takes it; past archive order ``after``):
         ``(seq, float32 BLOB)``, in archive order."""
-        cond, params = self._session_rows(session_id)
-        cond, params = f"e.seq > ? AND {cond}", [after, *params]
+        cond, params = self._in_session("1 = 1", [], session_id, seen=True)
 
         def select(version: int, run: Run) -> builtins.list[tuple[Any, ...]]:
-            if not run(_HAS_VECTORS, ()):
+            if not run(*self.dialect.has_vectors()):
                 return []
             return run(
                 f"SELECT e.seq, x.vector FROM vectors x JOIN entries e ON e.seq = x.seq "
@@ -669,18 +662,12 @@ class Archive(ArchiveBackend):
         """The highest archive order holding a vector of ``embedder`` (0: none)."""
 
         def select(version: int, run: Run) -> builtins.list[tuple[Any, ...]]:
-            if not run(_HAS_VECTORS, ()):
+            if not run(*self.dialect.has_vectors()):
                 return []
             return run("SELECT max(seq) FROM vectors WHERE embedder = ?", [embedder])
 
         rows = self._read(select) or []
         return int(rows[0][0] or 0) if rows else 0
-
-    def by_seq(self, seqs: Sequence[int]) -> builtins.list[ArchivedEntry]:
-        """The entries of archive order ``seqs``, in that order (those removed: left out)."""
-        found = self._select("e.seq IN (SELECT value FROM json_each(?))", [json.dumps(list(seqs))])
-        at = {a.seq: a for a in found}
-        return [at[s] for s in seqs if s in at]
 
     # -- reading ----------------------------------------------------------------------
 

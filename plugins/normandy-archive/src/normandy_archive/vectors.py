@@ -1,4 +1,4 @@
-"""Vectors as the archive keeps them (little-endian float32 BLOBs, one per entry holding
+"""Vectors as the SQLite archive keeps them (little-endian float32 BLOBs, one per entry holding
 the vectors of its parts) and their ranking.
 
 Ranking needs NumPy (the embedders that make vectors run on it); it is imported only
