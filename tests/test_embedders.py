@@ -134,3 +134,11 @@ def test_moving_stale_values_keeps_every_hit_once(order):
     got = successors_first(hits, list(order))
     assert sorted(got) == [0, 1, 2, 3]
     assert got.index(0) > got.index(2) and got.index(1) > got.index(3)
+
+
+def test_when_every_hit_holds_every_term_the_share_counts_terms():
+    from normandy_core.contract.recall_rank import Terms, held_share
+
+    asked = Terms(["invoice", "declined"])
+    matched = [frozenset({"invoic", "declin"})]
+    assert held_share(asked.weighed(matched), matched) == [1.0]

@@ -158,7 +158,9 @@ def held_share(terms: Terms, matched: Sequence[frozenset[str]]) -> list[float]:
     unheld = rarity(1, n + 1)
     held_by_any = frozenset().union(*matched) if matched else frozenset()
     total = math.fsum(terms.weights[p] if p in held_by_any else unheld for p in terms.phrases)
-    return [terms.weight(m) / total if total else 0.0 for m in matched]
+    if not total:  # every hit holds every term it can: by how many of the terms it holds
+        return [len(m) / max(len(terms.phrases), 1) for m in matched]
+    return [terms.weight(m) / total for m in matched]
 
 
 def _said(entry: Entry) -> str:

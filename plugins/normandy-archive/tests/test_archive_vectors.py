@@ -231,3 +231,21 @@ def test_no_part_runs_across_two_results_of_a_batch(archived):
         "# checkout.yaml\nservice: checkout",
     ]
     assert searchable_parts(Entry(id="e", role="user", content="")) == [""]
+
+
+def test_a_hit_holding_the_whole_query_is_shown_by_its_keyword_lines(archived):
+    """Found by both rankings: the lines holding every word of the query are the evidence,
+    and the part closest by meaning (elsewhere in the entry) is not shown beside them."""
+    lines = [f"step {i}: README heading {i} tidied and rendered" for i in range(120)]
+    lines[10] = "invoice INV-9 declined: trouble"
+    lines[100] = "the payment failed"
+    archive = Archive(archived)
+    log = Entry(id="log", role="assistant", content="\n".join(lines))
+    archive.record([log, Entry(id="w", role="user", content="fine weather")], session_id="s2")
+    archive.close()
+    emb = Concepts()
+    by_meaning = {h.entry.id: h for h in recall_similar("invoice declined", "s2", 9, emb)}
+    assert "payment failed" in (by_meaning["log"].near or "")  # closest elsewhere
+    got = recall("invoice declined", session="s2", embedder=emb, limit_tokens=1500)
+    assert "invoice INV-9 declined" in got.text
+    assert "payment failed" not in got.text
