@@ -1,6 +1,7 @@
 """Recall by query tier (issue 35 item 4): a benchmark that cannot be passed by construction.
 
-``python -m benchmarks.quality.tiers [--quick] [--out FILE] [--embedder NAME] [--only TEXT]``
+``python -m benchmarks.quality.tiers [--quick] [--out FILE] [--embedder NAME]
+[--vectors FILE] [--only TEXT]``
 
 Each :mod:`~benchmarks.quality.tiered` session is replayed through the real turn loop
 (:func:`normandy_core.turn.run_turn`, ``AgentConfig(recall=True)``, the SQLite archive in
