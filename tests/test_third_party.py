@@ -562,5 +562,5 @@ emit({
     assert d["lexical"] == []
     assert d["meaning"][0] == "a1"
     assert d["embedded"] == [2, 1]  # both entries, then the query
-    assert d["kept"] == [["concepts:1", 2]]
+    assert d["kept"] == [["concepts:1 parts<=600", 2]]  # the key names the part size
     assert d["key"] == "concepts:2"
