@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from archive_helpers import Concepts
+from archive_helpers import MEANING_FACT, Concepts, meaning_entries
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from normandy_archive.hooks import recall_similar
@@ -22,16 +22,7 @@ from normandy_core.contract.recall_parts import PART_CHARS, parts_key
 
 pytestmark = pytest.mark.slow  # each test starts (or shares) a PostgreSQL server
 
-FACT = "INV-204: the card was declined when we charged the invoice"
-
-
-def _entries() -> list[Entry]:
-    return [
-        Entry(id="u1", role="user", content="Please tidy the README headings."),
-        Entry(id="a1", role="assistant", content=FACT),
-        Entry(id="u2", role="user", content="The volume ran out of space last night."),
-        Entry(id="a2", role="assistant", content="Headings tidied; README renders fine."),
-    ]
+FACT = MEANING_FACT
 
 
 @pytest.fixture
@@ -43,7 +34,7 @@ def archived(pg_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path) -> Iterator
     for var in ("NORMANDY_ARCHIVE_SESSION", "NORMANDY_RECALL_EMBEDDER"):
         monkeypatch.delenv(var, raising=False)
     archive = PostgresArchive(pg_url)
-    archive.record(_entries(), session_id="s1")
+    archive.record(meaning_entries(), session_id="s1")
     archive.close()
     yield pg_url
     assert not (tmp_path / "unused.sqlite3").exists()
@@ -152,7 +143,7 @@ def test_a_role_that_may_not_create_pgvector_is_told_what_to_install(pg_url):
         conn.execute(f"GRANT CREATE ON DATABASE {db} TO {role}")
     url = _as_role(pg_url, role)
     mine = PostgresArchive(url, schema="agents")
-    mine.record(_entries(), session_id="s1")  # the schema is created, without vectors
+    mine.record(meaning_entries(), session_id="s1")  # the schema is created, without vectors
     assert [a.entry.id for a in mine.search("invoice", session_id="s1")] == ["a1"]
     with pytest.raises(PostgresArchiveError, match=r"pgvector.*CREATE EXTENSION vector"):
         mine.unembedded(parts_key("concepts-test:1"), "s1")

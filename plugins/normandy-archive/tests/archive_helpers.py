@@ -327,3 +327,18 @@ class Concepts:
             n = math.sqrt(sum(x * x for x in v))
             out.append([x / n for x in v])
         return out
+
+
+#: The fact the recall-by-meaning tests find: it shares no word with "money problem".
+MEANING_FACT = "INV-204: the card was declined when we charged the invoice"
+
+
+def meaning_entries() -> list[Entry]:
+    """Four entries of which one (:data:`MEANING_FACT`) is about money trouble, one about
+    a full disk, two about a README: what the recall-by-meaning tests archive."""
+    return [
+        Entry(id="u1", role="user", content="Please tidy the README headings."),
+        Entry(id="a1", role="assistant", content=MEANING_FACT),
+        Entry(id="u2", role="user", content="The volume ran out of space last night."),
+        Entry(id="a2", role="assistant", content="Headings tidied; README renders fine."),
+    ]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from archive_helpers import Concepts
+from archive_helpers import MEANING_FACT, Concepts, meaning_entries
 
 from normandy_archive import Archive
 from normandy_archive.hooks import recall_similar
@@ -17,16 +17,7 @@ from normandy_archive.vectors import HeldSessions, nearest, pack
 from normandy_core import Entry, RecallError, hookimpl, recall, register_hook, unregister_hook
 from normandy_core.contract.recall_parts import PART_CHARS, parts_key
 
-FACT = "INV-204: the card was declined when we charged the invoice"
-
-
-def _entries() -> list[Entry]:
-    return [
-        Entry(id="u1", role="user", content="Please tidy the README headings."),
-        Entry(id="a1", role="assistant", content=FACT),
-        Entry(id="u2", role="user", content="The volume ran out of space last night."),
-        Entry(id="a2", role="assistant", content="Headings tidied; README renders fine."),
-    ]
+FACT = MEANING_FACT
 
 
 @pytest.fixture
@@ -39,7 +30,7 @@ def archived(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("NORMANDY_CONFIG", "off")
     archive = Archive(path)
-    archive.record(_entries(), session_id="s1")
+    archive.record(meaning_entries(), session_id="s1")
     archive.close()
     return path
 
