@@ -257,6 +257,8 @@ def successors_first(hits: Sequence[RecallHit], order: Sequence[int]) -> list[in
         """Where ``i`` goes: its successor's place (followed to the newest), and how
         many values stand between them."""
         wanted = set(hits[i].superseded.items())
+        if not wanted:  # most hits: no pass over the others
+            return pos[i], 0
         j = next((j for j in order if j not in seen and wanted & gives[j]), None)
         if j is None:
             return pos[i], 0
