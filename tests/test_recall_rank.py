@@ -11,6 +11,7 @@ from normandy_core.contract.recall_rank import (
     Terms,
     assignments,
     dedupe,
+    held_share,
     near_identical,
     rank,
     rarity,
@@ -49,6 +50,34 @@ def test_more_of_the_query_first_then_the_newer_of_near_equal_matches():
     assert _ids(_ranked(hits, "deploy timeout")) == ["e3", "e2", "e1", "e4"]
     # e1 and e2 match the same terms (near-equal): the later one first
     assert _ids(_ranked(hits[:2], "deploy eu")) == ["e2", "e1"]
+
+
+
+def test_neighbouring_terms_are_held_together_in_either_order_only_side_by_side():
+    terms = Terms(["auth", "sessions", "totals"], adjacent=True)
+    assert terms.phrases == ("auth", "session", "total", "auth session", "session total")
+    assert terms.matched("M  src/auth/sessions/totals.py") == set(terms.phrases)
+    assert terms.matched("sessions of auth") == {"auth", "session"}  # apart: words only
+    assert terms.matched("session auth") == {"auth", "session", "auth session"}  # swapped
+    assert Terms(["auth", "auth"], adjacent=True).phrases == ("auth",)  # no pair with itself
+    assert Terms(["auth", "sessions"]).pairs == {}  # off unless asked
+
+
+def test_words_side_by_side_rank_a_path_before_an_output_holding_them_apart():
+    """Issue 35's paraphrase tier: "auth sessions file that adds up sums" asks for
+    src/auth/sessions/totals.py; newer test outputs hold auth and sessions too, far apart,
+    and as the same set of terms the newer came first."""
+    fact = _hit("M  src/auth/sessions/totals.py  (+12 -3)\nM  src/auth/sessions/models.py", 0)
+    rivals = [
+        _hit(f"tests/test_auth.py::test_ledger_{k} PASSED\ntests/test_sessions.py::t PASSED", k)
+        for k in range(1, 5)
+    ]
+    hits = [*rivals, fact]  # the sources' order: the outputs first
+    texts = [h.entry.text() for h in hits]
+    query = "auth sessions file that adds up sums".split()
+    assert _ids([hits[i] for i in rank(hits, Terms(query), texts)])[0] != "e0"
+    assert _ids([hits[i] for i in rank(hits, Terms(query, adjacent=True), texts)])[0] == "e0"
+
 
 
 def _docstrings(name: str, k: int, extra: str = "") -> str:
@@ -175,3 +204,18 @@ def test_dedupe_is_idempotent_and_keeps_one_of_each_near_identical_group(texts):
     assert dedupe(kept, kept_texts) == (kept, 0)
     for t in texts:  # every text is represented by one kept hit
         assert any(near_identical(t, k) for k in kept_texts)
+
+
+@given(
+    st.lists(st.tuples(_TEXTS, st.integers(0, 5)), max_size=12),
+    st.sampled_from(["timeout ledger", "eu deploy", "drifts timeout", "failed retries"]),
+)
+def test_pairs_no_hit_holds_leave_the_order_and_the_shares_as_they_were(items, query):
+    """Queries whose neighbouring words no text of :data:`_TEXTS` has side by side."""
+    hits = supersede([_hit(t, n, at=float(at)) for n, (t, at) in enumerate(items)], [])
+    texts = [h.entry.text() for h in hits]
+    alone, paired = Terms(query.split()), Terms(query.split(), adjacent=True)
+    assert rank(hits, paired, texts) == rank(hits, alone, texts)
+    held = [alone.matched(t) for t in texts]
+    assert [paired.matched(t) for t in texts] == held
+    assert held_share(paired.weighed(held), held) == held_share(alone.weighed(held), held)

@@ -442,7 +442,8 @@ def render(
         tool_names.update(h.tool_names)
         for u in h.entry.tool_uses:
             tool_names.setdefault(u.id, u.name)
-    terms = Terms(t for t in query.split() if len(t) >= 3).reweighed(weights or {})
+    terms = Terms((t for t in query.split() if len(t) >= 3), adjacent=True)
+    terms = terms.reweighed(weights or {})
     bodies = [_body(h.entry, tool_names, terms, h.near) for h in hits]
     frame = _Frame(
         query=query,
@@ -614,7 +615,9 @@ def recall(
     names) returns that result alone and whole, as it arrived, over ``limit_tokens`` if it
     is longer (the model asked for it by name). Entries holding
     more of the keywords come first, each keyword weighing its rarity among the entries
-    found (:func:`~.recall_rank.rarity`), in the sources' order among equals. At most
+    found (:func:`~.recall_rank.rarity`), two neighbouring keywords side by side in an
+    entry counting as one more (:class:`~.recall_rank.Terms`), in the sources' order
+    among equals. At most
     ``max_entries`` are asked of the sources; markers and summaries compactors inserted,
     earlier calls of the recall tool (named ``tool_name``) and their results,
     duplicates, and the entries of ``exclude`` (what the model still sees) are left
@@ -806,7 +809,7 @@ def _ranked(
     marked = supersede(union, later)
     texts = [_body(h.entry, {}) for h in marked]
     lexical = len(wanted)
-    asked = Terms(terms)
+    asked = Terms(terms, adjacent=True)
     held = [asked.matched(t) for t in texts[:lexical]]
     order = rank_order(marked[:lexical], asked, texts[:lexical], held)
     weighed = asked.weighed(held)

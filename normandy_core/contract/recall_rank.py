@@ -7,7 +7,8 @@ entry down and knows nothing of time. :func:`rank` orders their hits for the age
 1. **coverage weighted by rarity**: the hits holding the query's terms that weigh most
    first (a term is matched by its word stems, as the sources match it, :class:`Terms`;
    it weighs its inverse document frequency among the hits found, :func:`rarity`, so a
-   word most of them hold, ``how`` or ``file``, counts for little beside one few hold);
+   word most of them hold, ``how`` or ``file``, counts for little beside one few hold;
+   two neighbouring terms a hit holds side by side count as one more, their *pair*);
 2. **superseded last**: among hits of equal weighted coverage, one whose setting a later
    message changed (:func:`supersede`) comes after the others;
 3. **the sources' order**, except that **near-equal** hits, those matching the *same
@@ -108,11 +109,22 @@ def rarity(holding: int, searched: int) -> float:
 
 class Terms:
     """The query's terms as their word stems: which of them a text holds, and what each
-    weighs (1 each, until :meth:`weighed` by their rarity among what was searched)."""
+    weighs (1 each, until :meth:`weighed` by their rarity among what was searched).
 
-    def __init__(self, terms: Iterable[str]) -> None:
-        phrases = (stem_text(t) for t in terms)
-        self.phrases: tuple[str, ...] = tuple(dict.fromkeys(p for p in phrases if p))
+    With ``adjacent``, each two neighbouring terms of the query are a term too (their
+    *pair*), which a text holds where it has them side by side, in either order: words
+    the query puts together and a text also puts together (``auth sessions`` in
+    ``src/auth/sessions/totals.py``) are stronger evidence than the same words far apart
+    in a long output. A pair weighs its own rarity, so one that every hit holds adds
+    nothing, and one that no hit holds counts for nothing in :func:`held_share`."""
+
+    def __init__(self, terms: Iterable[str], *, adjacent: bool = False) -> None:
+        stems = tuple(dict.fromkeys(p for p in (stem_text(t) for t in terms) if p))
+        paired = zip(stems, stems[1:]) if adjacent else ()
+        self.pairs: dict[str, str] = {  # a pair's phrase -> the same words swapped
+            f"{a} {b}": f"{b} {a}" for a, b in paired if f"{a} {b}" not in stems
+        }
+        self.phrases: tuple[str, ...] = (*stems, *self.pairs)
         self.weights: dict[str, float] = dict.fromkeys(self.phrases, 1.0)
 
     def weighed(self, matched: Sequence[frozenset[str]]) -> Terms:
@@ -141,7 +153,11 @@ class Terms:
     def matched_stems(self, stems: str) -> frozenset[str]:
         """:meth:`matched` of a text already stemmed (:func:`stem_text`)."""
         padded = f" {stems} "
-        return frozenset(p for p in self.phrases if f" {p} " in padded)
+        return frozenset(
+            p
+            for p in self.phrases
+            if f" {p} " in padded or (p in self.pairs and f" {self.pairs[p]} " in padded)
+        )
 
     def stems(self) -> frozenset[str]:
         """Every stem of every term."""
@@ -157,9 +173,14 @@ def held_share(terms: Terms, matched: Sequence[frozenset[str]]) -> list[float]:
     n = len(matched)
     unheld = rarity(1, n + 1)
     held_by_any = frozenset().union(*matched) if matched else frozenset()
-    total = math.fsum(terms.weights[p] if p in held_by_any else unheld for p in terms.phrases)
+    # a pair no text holds is the query's words apart, counted already as its terms
+    total = math.fsum(
+        terms.weights[p] if p in held_by_any else 0.0 if p in terms.pairs else unheld
+        for p in terms.phrases
+    )
     if not total:  # every hit holds every term it can: by how many of the terms it holds
-        return [len(m) / max(len(terms.phrases), 1) for m in matched]
+        asked = [p for p in terms.phrases if p not in terms.pairs]
+        return [len(m - terms.pairs.keys()) / max(len(asked), 1) for m in matched]
     return [terms.weight(m) / total for m in matched]
 
 
