@@ -76,7 +76,7 @@ class Excerpts:
         part = [i for i in _where(self.lines, near) if self.lines[i].strip()]
         for i in part:  # kept like a matching line when the excerpt is trimmed
             self.scores[i] = (self.scores[i][0], max(self.scores[i][1], 1))
-        top = [i for i in ranked if ranked and self.scores[i] == self.scores[ranked[0]]]
+        top = [i for i in ranked if self.scores[i] == self.scores[ranked[0]]]
         self.best = list(dict.fromkeys([*top, *part, *ranked]))
         self.stems = terms.stems()
 

@@ -7,9 +7,10 @@ most :data:`PART_CHARS` characters (a line longer than that is cut into pieces o
 size), each embedded alone. The entry is as close to a query as its closest part, and
 recall's excerpt of it is centred on that part (:attr:`~normandy_core.RecallHit.near`).
 
-A source that keeps vectors calls :func:`parts` on the text it embeds, and the same
-function again to name the part its ranking chose: the parts are a function of the text
-alone, never stored.
+A source that keeps vectors cuts each block of an entry (each tool result of a batch
+apart, so no part runs across two) with :func:`parts`, and cuts it the same way again to
+name the part its ranking chose: the parts are a function of the text alone, never
+stored (the SQLite archive's ``searchable_parts``).
 """
 
 from __future__ import annotations

@@ -308,7 +308,8 @@ class RecallHit:
     it. ``superseded`` is set by recall, not by sources: the settings the entry gives
     (``key=value``, ``set key to value``) that a later message gave another value, as
     ``key -> later value``. ``near`` is the part of the entry's text (one of
-    :func:`~normandy_core.contract.recall_parts.parts`) closest to the query by meaning,
+    :func:`~normandy_core.contract.recall_parts.parts` of one of its blocks) closest to
+    the query by meaning,
     when a source ranked the entry by meaning: recall's excerpt of a long entry is
     centred on it; ``similarity`` is then how close that part is to the query (the
     cosine of their vectors, 1 the closest), which weighs the hit in recall's fusion.
