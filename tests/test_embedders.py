@@ -142,3 +142,42 @@ def test_when_every_hit_holds_every_term_the_share_counts_terms():
     asked = Terms(["invoice", "declined"])
     matched = [frozenset({"invoic", "declin"})]
     assert held_share(asked.weighed(matched), matched) == [1.0]
+
+
+_COSINES = st.lists(st.floats(-1.0, 1.0, allow_nan=False), max_size=24)
+
+
+@given(_COSINES, st.floats(-0.5, 0.5, allow_nan=False))
+def test_a_hit_by_meaning_weighs_how_it_stands_out_whatever_the_level(cosines, shift):
+    from normandy_core.contract.recall_rank import standout
+
+    got = standout(cosines)
+    assert len(got) == len(cosines) and all(w >= 0.0 for w in got)
+    for (a, wa), (b, wb) in zip(zip(cosines, got), zip(cosines[1:], got[1:]), strict=False):
+        assert (a <= b) <= (wa <= wb)  # closer never weighs less
+    assert sum(w == 0.0 for w in got) >= len(cosines) / 2  # the median and below: nothing
+    shifted = standout([c + shift for c in cosines])
+    assert all(abs(x - y) < 1e-9 for x, y in zip(shifted, got, strict=True))
+
+
+def test_a_source_without_similarities_leaves_its_places_to_speak():
+    from normandy_core.contract.recall_rank import standout
+
+    assert standout([0.9, None, 0.1]) == [1.0, 1.0, 1.0]
+    assert standout([]) == []
+
+
+def test_a_flat_ranking_by_meaning_leaves_the_order_to_the_keywords():
+    """Issue 35's paraphrase tier: a small model gives texts that share only the query's
+    topic cosines of about 0.5, and weighed by them, those pushed the listing holding
+    the path out of the bound; weighed by how they stand out, they do not."""
+    from normandy_core.contract.recall_rank import standout
+
+    lexical, shares = [1, 2, 3], {1: 0.3, 2: 0.3, 3: 0.25}
+    similar, flat = [9, 8, 7, 6, 5], [0.54, 0.53, 0.52, 0.51, 0.50]
+    raw = fuse(lexical, similar, weights=(shares, dict(zip(similar, flat, strict=True))))
+    assert raw[0] == 9 and raw.index(3) > 3
+    stands = dict(zip(similar, standout(flat), strict=True))
+    assert fuse(lexical, similar, weights=(shares, stands))[:3] == [1, 2, 3]
+    clear = dict(zip(similar, standout([0.8, 0.4, 0.39, 0.38, 0.37]), strict=True))
+    assert fuse(lexical, similar, weights=(shares, clear))[0] == 9

@@ -44,6 +44,7 @@ from normandy_core.contract.recall_rank import (
     dedupe,
     fuse,
     held_share,
+    standout,
     rank as rank_order,
     successors_first,
     supersede,
@@ -787,10 +788,12 @@ def _ranked(
 
     With ``similar`` (the hits ranked by meaning, closest first), the keyword order and
     theirs are fused (:func:`~.recall_rank.fuse`), a keyword hit weighing by the share of
-    the query it holds (:func:`~.recall_rank.held_share`), a hit by meaning by how close
-    it is (its cosine): a hit holding a common word or two of a long question is weak
-    evidence beside a close meaning, and a distant meaning beside a hit holding the
-    query's rare words. Without, the keyword order is the order."""
+    the query it holds (:func:`~.recall_rank.held_share`), a hit by meaning by how much
+    closer it is than the median of those found by meaning
+    (:func:`~.recall_rank.standout`): a hit holding a common word or two of a long
+    question is weak evidence beside a meaning that stands out, and a meaning no closer
+    than the rest beside a hit holding the query's rare words. Without, the keyword order
+    is the order."""
     later = [e for e in present if not any(e.metadata.get(k) for k in _INSERTED_KEYS)]
     union = list(wanted)
     by_meaning: list[int] = []
@@ -829,22 +832,17 @@ def _fused(
     marked: list[RecallHit], order: list[int], by_meaning: list[int], share: list[float]
 ) -> list[int]:
     """The keyword ``order`` fused with ``by_meaning`` (indexes of ``marked``): a keyword
-    hit weighing by the ``share`` of the query it holds, a hit by meaning by its
-    closeness; stale values after their successors. A hit found by both that holds at
+    hit weighing by the ``share`` of the query it holds, a hit by meaning by how it
+    stands out (:func:`~.recall_rank.standout`); stale values after their successors. A hit found by both that holds at
     least ``_STRONG_SHARE`` of the query loses its part (``marked`` changed in place),
     so its excerpt shows the lines holding the query's words."""
-    close = {i: _closeness(marked[i]) for i in by_meaning}
+    stands = standout([marked[i].similarity for i in by_meaning])
+    close = dict(zip(by_meaning, stands, strict=True))
     for i in by_meaning:
         if i < len(share) and share[i] >= _STRONG_SHARE:
             marked[i] = dataclasses.replace(marked[i], near=None)
     fused = fuse(order, by_meaning, weights=({i: share[i] for i in order}, close))
     return successors_first(marked, fused)
-
-
-def _closeness(hit: RecallHit) -> float:
-    """What a hit found by meaning weighs in the fusion: its ``similarity`` (a cosine, 0
-    when below), 1 when its source gave none."""
-    return 1.0 if hit.similarity is None else max(hit.similarity, 0.0)
 
 
 def _identity(hit: RecallHit) -> str:

@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import math
 import re
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 
 from normandy_core.contract.types import RecallHit
@@ -42,6 +43,7 @@ __all__ = [
     "near_identical",
     "rank",
     "rarity",
+    "standout",
     "successors_first",
     "supersede",
 ]
@@ -182,6 +184,24 @@ def held_share(terms: Terms, matched: Sequence[frozenset[str]]) -> list[float]:
         asked = [p for p in terms.phrases if p not in terms.pairs]
         return [len(m - terms.pairs.keys()) / max(len(asked), 1) for m in matched]
     return [terms.weight(m) / total for m in matched]
+
+
+
+def standout(similarities: Sequence[float | None]) -> list[float]:
+    """What each hit of a ranking by meaning weighs in the fusion (:func:`fuse`), given
+    how close each is to the query (a cosine, ``None`` where its source gave none): how
+    much closer than the median of them it is, 0 at or below it.
+
+    A cosine's level differs by model and by query (a small sentence model gives 0.4 to
+    texts that share nothing with a query but its topic), so its value alone is no
+    evidence; a hit that stands out from the others the query drew is. A ranking whose
+    hits are all about as close tells little, and then the keyword ranking decides. When
+    a source gave no similarity, every hit weighs 1: its place alone speaks."""
+    if any(s is None for s in similarities):
+        return [1.0] * len(similarities)
+    given = [s for s in similarities if s is not None]  # all of them (for the type checker)
+    median = statistics.median(given) if given else 0.0
+    return [max(s - median, 0.0) for s in given]
 
 
 def _said(entry: Entry) -> str:

@@ -110,7 +110,8 @@ def test_with_no_embedder_configured_recall_is_the_keyword_ranking_exactly(archi
     finally:
         unregister_hook(name)
     assert plain == off
-    assert [h.entry.id for h in plain.hits] == ["a2", "u1"]
+    # each holds every word, and two of them side by side: equal, in the archive's order
+    assert [h.entry.id for h in plain.hits] == ["u1", "a2"]
 
 
 def test_the_configured_embedder_is_found_by_name_and_an_unknown_one_is_named(
@@ -151,7 +152,8 @@ class _Failing(Concepts):
 
 def test_a_failing_search_by_meaning_leaves_the_keyword_ranking_and_says_so(archived):
     got = recall("README headings tidy", session="s1", embedder=_Failing())
-    assert [h.entry.id for h in got.hits] == ["a2", "u1"]
+    keywords = recall("README headings tidy", session="s1", embedder="off")
+    assert [h.entry.id for h in got.hits] == [h.entry.id for h in keywords.hits] != []
     assert any("by meaning (failing:1)" in e and "fell over" in e for e in got.errors)
 
 
