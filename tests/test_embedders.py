@@ -3,6 +3,8 @@ and reciprocal rank fusion's order."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -153,7 +155,7 @@ def test_a_hit_by_meaning_weighs_how_it_stands_out_whatever_the_level(cosines, s
 
     got = standout(cosines)
     assert len(got) == len(cosines) and all(w >= 0.0 for w in got)
-    for (a, wa), (b, wb) in zip(zip(cosines, got), zip(cosines[1:], got[1:]), strict=False):
+    for (a, wa), (b, wb) in itertools.pairwise(zip(cosines, got, strict=True)):
         assert (a <= b) <= (wa <= wb)  # closer never weighs less
     assert sum(w == 0.0 for w in got) >= len(cosines) / 2  # the median and below: nothing
     shifted = standout([c + shift for c in cosines])

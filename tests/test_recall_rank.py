@@ -52,7 +52,6 @@ def test_more_of_the_query_first_then_the_newer_of_near_equal_matches():
     assert _ids(_ranked(hits[:2], "deploy eu")) == ["e2", "e1"]
 
 
-
 def test_neighbouring_terms_are_held_together_in_either_order_only_side_by_side():
     terms = Terms(["auth", "sessions", "totals"], adjacent=True)
     assert terms.phrases == ("auth", "session", "total", "auth session", "session total")
@@ -74,10 +73,9 @@ def test_words_side_by_side_rank_a_path_before_an_output_holding_them_apart():
     ]
     hits = [*rivals, fact]  # the sources' order: the outputs first
     texts = [h.entry.text() for h in hits]
-    query = "auth sessions file that adds up sums".split()
+    query = ["auth", "sessions", "file", "that", "adds", "up", "sums"]
     assert _ids([hits[i] for i in rank(hits, Terms(query), texts)])[0] != "e0"
     assert _ids([hits[i] for i in rank(hits, Terms(query, adjacent=True), texts)])[0] == "e0"
-
 
 
 def _docstrings(name: str, k: int, extra: str = "") -> str:

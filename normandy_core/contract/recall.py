@@ -44,8 +44,8 @@ from normandy_core.contract.recall_rank import (
     dedupe,
     fuse,
     held_share,
-    standout,
     rank as rank_order,
+    standout,
     successors_first,
     supersede,
 )
@@ -833,9 +833,10 @@ def _fused(
 ) -> list[int]:
     """The keyword ``order`` fused with ``by_meaning`` (indexes of ``marked``): a keyword
     hit weighing by the ``share`` of the query it holds, a hit by meaning by how it
-    stands out (:func:`~.recall_rank.standout`); stale values after their successors. A hit found by both that holds at
-    least ``_STRONG_SHARE`` of the query loses its part (``marked`` changed in place),
-    so its excerpt shows the lines holding the query's words."""
+    stands out (:func:`~.recall_rank.standout`); stale values after their successors. A
+    hit found by both that holds at least ``_STRONG_SHARE`` of the query loses its part
+    (``marked`` changed in place), so its excerpt shows the lines holding the query's
+    words."""
     stands = standout([marked[i].similarity for i in by_meaning])
     close = dict(zip(by_meaning, stands, strict=True))
     for i in by_meaning:

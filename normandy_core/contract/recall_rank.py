@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 import math
 import re
 import statistics
@@ -122,7 +123,7 @@ class Terms:
 
     def __init__(self, terms: Iterable[str], *, adjacent: bool = False) -> None:
         stems = tuple(dict.fromkeys(p for p in (stem_text(t) for t in terms) if p))
-        paired = zip(stems, stems[1:]) if adjacent else ()
+        paired = itertools.pairwise(stems) if adjacent else ()
         self.pairs: dict[str, str] = {  # a pair's phrase -> the same words swapped
             f"{a} {b}": f"{b} {a}" for a, b in paired if f"{a} {b}" not in stems
         }
@@ -184,7 +185,6 @@ def held_share(terms: Terms, matched: Sequence[frozenset[str]]) -> list[float]:
         asked = [p for p in terms.phrases if p not in terms.pairs]
         return [len(m - terms.pairs.keys()) / max(len(asked), 1) for m in matched]
     return [terms.weight(m) / total for m in matched]
-
 
 
 def standout(similarities: Sequence[float | None]) -> list[float]:
