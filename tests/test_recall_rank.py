@@ -217,3 +217,10 @@ def test_pairs_no_hit_holds_leave_the_order_and_the_shares_as_they_were(items, q
     held = [alone.matched(t) for t in texts]
     assert [paired.matched(t) for t in texts] == held
     assert held_share(paired.weighed(held), held) == held_share(alone.weighed(held), held)
+
+
+def test_a_pair_weighs_only_the_weight_its_ranking_gave_it():
+    terms = Terms(["auth", "sessions", "sums"], adjacent=True)
+    assert terms.reweighed({"auth session": 2.5}).weights == {
+        "auth": 1.0, "session": 1.0, "sum": 1.0, "auth session": 2.5, "session sum": 0.0
+    }  # fmt: skip

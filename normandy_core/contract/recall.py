@@ -434,7 +434,8 @@ def render(
     to tool names for the tool results shown; ``duplicates`` how many near-identical hits
     were left out before (said in the text); ``weights`` what each term weighs when the
     excerpts of long hits choose their lines (by stem phrase, as
-    :meth:`~.recall_rank.Terms.weighed` gives them; default 1 each).
+    :meth:`~.recall_rank.Terms.weighed` gives them, pairs of neighbouring terms
+    included; default 1 each, and 0 for a pair).
     ``count(text) <= limit_tokens`` always;
     with a limit too small for the framing, the text says only that nothing fitted.
     """
@@ -443,6 +444,8 @@ def render(
         tool_names.update(h.tool_names)
         for u in h.entry.tool_uses:
             tool_names.setdefault(u.id, u.name)
+    # the pairs the ranking weighed count, by their weight (a pair across a short word
+    # left out here is not one the ranking saw, and weighs nothing)
     terms = Terms((t for t in query.split() if len(t) >= 3), adjacent=True)
     terms = terms.reweighed(weights or {})
     bodies = [_body(h.entry, tool_names, terms, h.near) for h in hits]

@@ -139,9 +139,10 @@ class Terms:
 
     def reweighed(self, weights: Mapping[str, float]) -> Terms:
         """These terms weighing as ``weights`` says (keyed by stem phrase; 1 for a term
-        it does not name): another query's weights carried over to its terms."""
+        it does not name, 0 for a pair: a pair is evidence by its rarity alone): another
+        query's weights carried over to its terms."""
         out = copy.copy(self)
-        out.weights = {p: weights.get(p, 1.0) for p in self.phrases}
+        out.weights = {p: weights.get(p, 0.0 if p in self.pairs else 1.0) for p in self.phrases}
         return out
 
     def weight(self, matched: Iterable[str]) -> float:
