@@ -1,4 +1,5 @@
-"""Two processes opening a new archive at once: the second never takes it for a stranger's.
+"""Two processes opening a new archive at once: the second never takes it for a stranger's,
+and never commits into a log its creator removes.
 
 An archive's version and tables were read in two statements; a writer creating the
 schema between them made the new archive look like another application's file
@@ -103,3 +104,69 @@ def test_processes_creating_a_new_archive_at_once_all_get_to_write(tmp_path):
         archive = Archive(path)
         assert archive.count("s") == NEW_ARCHIVE_WRITERS
         archive.close()
+
+
+#: Creates a new archive with its first compaction, held up (``argv[2]`` s) after creating
+#: the file and before removing a deleted archive's -wal beside it.
+SLOW_CREATOR = textwrap.dedent(
+    """
+    import os, sys, time
+    real = os.unlink
+    def late(p, *a, **k):
+        if str(p).endswith("-wal"):
+            print("created", flush=True)
+            time.sleep(float(sys.argv[2]))
+        return real(p, *a, **k)
+    os.unlink = late
+    from normandy_archive import Archive
+    from normandy_core import Entry
+    archive = Archive(sys.argv[1])
+    archive.record([Entry(id="c1", role="user", content="the creator's compaction")],
+                   session_id="creator", index=False)
+    archive.close()
+    """
+)
+#: Records one compaction in the archive named, says so, and waits to be killed.
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from normandy_archive import Archive
+    from normandy_core import Entry
+    archive = Archive(sys.argv[1])
+    archive.record([Entry(id="w1", role="user", content="the other writer's compaction")],
+                   session_id="writer", index=False)
+    print("recorded", flush=True)
+    time.sleep(120)
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_writer_never_commits_into_the_log_a_new_archives_creator_removes(tmp_path):
+    """Found by the crash campaign (seed 5302, round 416): a process created the new
+    archive's file, and before it removed a deleted archive's -wal beside it, another
+    found the file, opened it and committed its compaction into a new -wal; the creator
+    then removed that log, and the second process, killed, lost a compaction it had
+    reported done. Creating the file and removing what lay beside it is now one step
+    under the directory's lock, which a writer looking for the file takes too."""
+    path = tmp_path / "archive.sqlite3"
+    creator = subprocess.Popen(
+        [sys.executable, "-c", SLOW_CREATOR, str(path), "3"], stdout=subprocess.PIPE, text=True
+    )
+    assert creator.stdout is not None and creator.stdout.readline().strip() == "created"
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "recorded"
+        assert creator.wait(timeout=60) == 0
+    finally:
+        writer.kill()  # SIGKILL: what it committed must be in the archive already
+        writer.wait(timeout=60)
+        creator.kill()
+    archive = Archive(path)
+    try:
+        sessions = sorted(e.session_id for e in archive.list())
+    finally:
+        archive.close()
+    assert sessions == ["creator", "writer"]

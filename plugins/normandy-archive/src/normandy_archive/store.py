@@ -46,6 +46,11 @@ from normandy_archive.settings import archive_path, current_settings
 from normandy_archive.vectors import HeldSessions, pack_parts
 from normandy_core.conversation.stems import WORD, stem_text
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = [
     "MAX_ROWS",
     "Archive",
@@ -147,14 +152,34 @@ def _secure_create(path: Path) -> None:
         with contextlib.suppress(OSError):
             os.chmod(path.parent, 0o700)
     _refuse_unless_ours(path)
+    with _creating(path.parent):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o600))
+        except FileExistsError:
+            return  # there already, or another process created it first
+        # a -wal or -shm beside a new file is a deleted one's: SQLite would replay it into
+        # ours
+        for p in (f"{path}-wal", f"{path}-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+
+
+@contextlib.contextmanager
+def _creating(directory: Path) -> Iterator[None]:
+    """Hold the archive directory's lock (``flock``; none where the system has none) while
+    a writer looks for the file and creates it. A writer that found the file while its
+    creator had not yet removed a deleted archive's -wal and -shm opened it and committed
+    into a -wal the creator then removed: a compaction reported done and lost (found by
+    the crash campaign, seed 5302, round 416)."""
+    if fcntl is None:  # pragma: no cover - Windows: no flock
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
     try:
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o600))
-    except FileExistsError:
-        return  # there already, or another process created it first
-    # a -wal or -shm beside a new file is a deleted one's: SQLite would replay it into ours
-    for p in (f"{path}-wal", f"{path}-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(p)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # and the lock with it
 
 
 def _archive_version(conn: sqlite3.Connection, path: Path) -> int:
