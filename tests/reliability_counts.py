@@ -68,6 +68,9 @@ LOCKED_COMPACTIONS = 3
 #: and the processes of each round.
 NEW_ARCHIVE_ROUNDS = 10
 NEW_ARCHIVE_WRITERS = 4
+#: Rounds in which a new archive's creator is held up between creating the file and
+#: removing a deleted archive's log beside it, while another process writes and is killed.
+HELD_CREATOR_ROUNDS = 3
 #: Ways the archive file disappears under a running agent.
 ROTATIONS = ("delete", "rotate")
 #: Agent sessions run against a read-only (0400) archive by a user the mode applies to.
@@ -325,6 +328,15 @@ ROWS: tuple[Row, ...] = (
         "switch to WAL at once in 16 to 19 rounds of 40)",
         "plugins/normandy-archive/tests/test_archive_first_open.py"
         "::test_processes_creating_a_new_archive_at_once_all_get_to_write",
+    ),
+    Row(
+        "A new archive's creator held up between creating the file and removing a deleted "
+        "archive's `-wal` and `-shm`, while another process writes and is then SIGKILLed",
+        f"{HELD_CREATOR_ROUNDS} rounds of 2 processes",
+        "both compactions in the archive: the other writer waits for the creator (before "
+        "the fix, its compaction, reported done, was lost with the log the creator removed)",
+        "plugins/normandy-archive/tests/test_archive_first_open.py"
+        "::test_a_writer_never_commits_into_the_log_a_new_archives_creator_removes",
     ),
     Row(
         "Archive file " + " or ".join(f"{w}d" for w in ROTATIONS) + " under a running agent",

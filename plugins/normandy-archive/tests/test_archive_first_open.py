@@ -14,10 +14,11 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
-from reliability_counts import NEW_ARCHIVE_ROUNDS, NEW_ARCHIVE_WRITERS
+from reliability_counts import HELD_CREATOR_ROUNDS, NEW_ARCHIVE_ROUNDS, NEW_ARCHIVE_WRITERS
 
 from normandy_archive import Archive, schema
 from normandy_archive.store import _archive_version
@@ -149,7 +150,20 @@ def test_a_writer_never_commits_into_the_log_a_new_archives_creator_removes(tmp_
     then removed that log, and the second process, killed, lost a compaction it had
     reported done. Creating the file and removing what lay beside it is now one step
     under the directory's lock, which a writer looking for the file takes too."""
-    path = tmp_path / "archive.sqlite3"
+    for round_ in range(HELD_CREATOR_ROUNDS):
+        path = tmp_path / f"round-{round_}" / "archive.sqlite3"
+        _held_creator_and_killed_writer(path)
+        archive = Archive(path)
+        try:
+            sessions = sorted(e.session_id for e in archive.list())
+        finally:
+            archive.close()
+        assert sessions == ["creator", "writer"], f"round {round_}"
+
+
+def _held_creator_and_killed_writer(path: Path) -> None:
+    """Run :data:`SLOW_CREATOR` at ``path`` and, while it is held up, :data:`WRITER`,
+    SIGKILLed once the creator is done and it said it recorded."""
     creator = subprocess.Popen(
         [sys.executable, "-c", SLOW_CREATOR, str(path), "3"], stdout=subprocess.PIPE, text=True
     )
@@ -164,9 +178,4 @@ def test_a_writer_never_commits_into_the_log_a_new_archives_creator_removes(tmp_
         writer.kill()  # SIGKILL: what it committed must be in the archive already
         writer.wait(timeout=60)
         creator.kill()
-    archive = Archive(path)
-    try:
-        sessions = sorted(e.session_id for e in archive.list())
-    finally:
-        archive.close()
-    assert sessions == ["creator", "writer"]
+        creator.wait(timeout=60)
