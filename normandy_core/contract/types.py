@@ -310,9 +310,9 @@ class RecallHit:
     ``key -> later value``. ``near`` is the part of the entry's text (one of
     :func:`~normandy_core.contract.recall_parts.parts` of one of its blocks) closest to
     the query by meaning, when a source ranked the entry by meaning: recall's excerpt of
-    a long entry is centred on it; ``similarity`` is then how close that part is to the query (the
-    cosine of their vectors, 1 the closest), which weighs the hit in recall's fusion
-    (by how it stands out from the other hits found by meaning).
+    a long entry is centred on it; ``similarity`` is then how close that part is to the
+    query (the cosine of their vectors, 1 the closest), which weighs the hit in recall's
+    fusion (by how it stands out from the other hits found by meaning).
     """
 
     entry: Entry
